@@ -1,0 +1,41 @@
+// Package buckets holds the domain of the telemetry service: devices,
+// readings and their values, the accepted time window, and the Azure
+// Table Storage style key design (partition key device/day, row key =
+// inverted ticks, one table per UTC day).
+//
+// It does no I/O and imports only the standard library. Every other
+// package meets through the types declared here.
+package buckets
+
+import "errors"
+
+// Limits of the data model (DESIGN §3 and §4).
+const (
+	// MaxDeviceIDLen is the longest accepted device ID.
+	MaxDeviceIDLen = 64
+	// MaxValueNameLen is the longest accepted value name.
+	MaxValueNameLen = 64
+	// MaxValues is the most named values one reading may carry (the
+	// Azure entity property limit).
+	MaxValues = 252
+	// MaxStringLen is the longest accepted string value, in bytes.
+	MaxStringLen = 4096
+	// MaxBatch is the most readings one message may carry.
+	MaxBatch = 10000
+)
+
+// Sentinel errors. Callers test with errors.Is; the API maps them to
+// HTTP status codes in one place.
+var (
+	// ErrInvalidReading marks a reading or payload that breaks a rule of
+	// the data model. It is permanent: retrying cannot help.
+	ErrInvalidReading = errors.New("invalid reading")
+	// ErrInvalidArgument marks a bad query parameter.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotFound marks a reading, device or table that does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrUnavailable marks a transient condition (a table being
+	// dropped, a damaged table, a store that is closing). Retrying
+	// later may succeed.
+	ErrUnavailable = errors.New("unavailable")
+)
