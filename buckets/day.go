@@ -19,13 +19,17 @@ func DayOf(k Ticks) Day { return Day(k / TicksPerDay) }
 // DayOfTime returns the UTC day of t. t must be within 0001..9999.
 func DayOfTime(t time.Time) Day { return DayOf(MustTicks(t)) }
 
-// ParseDay parses YYYY-MM-DD.
+// ParseDay parses YYYY-MM-DD, a day between 0001-01-01 and 9999-12-31.
 func ParseDay(s string) (Day, error) {
 	t, err := time.Parse(DayLayout, s)
 	if err != nil {
 		return 0, fmt.Errorf("cannot parse %q as a day (YYYY-MM-DD)", s)
 	}
-	return DayOfTime(t), nil
+	k, err := TicksOf(t)
+	if err != nil {
+		return 0, fmt.Errorf("day %q is outside 0001-01-01..9999-12-31", s)
+	}
+	return DayOf(k), nil
 }
 
 // String renders the day as YYYY-MM-DD; it is also the table name.

@@ -219,7 +219,9 @@ type Window struct {
 // *ValidationError with code too_old or too_far_in_future.
 func (w Window) Check(k Ticks, now time.Time) error {
 	t := k.Time()
-	if oldest := now.Add(-w.Retention); t.Before(oldest) {
+	// Compare at tick resolution: the tick that holds now - Retention
+	// is still inside the window even when now has finer precision.
+	if oldest := now.Add(-w.Retention).Truncate(100 * time.Nanosecond); t.Before(oldest) {
 		return invalid(CodeTooOld, "ts", "%s is older than the retention window (oldest accepted %s)",
 			k.FormatTime(), oldest.UTC().Format(time.RFC3339Nano))
 	}

@@ -25,19 +25,21 @@ const (
 	RowKeyLen = 19
 )
 
-// minTime and maxTime bound the representable instants.
+// minTime is the first representable instant; endTime is the first
+// instant past the range (every instant before it truncates to at most
+// MaxTicks).
 var (
 	minTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
-	maxTime = time.Date(9999, 12, 31, 23, 59, 59, 999_999_900, time.UTC)
+	endTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
 // TicksOf converts t to ticks, truncating to 100 ns. It fails when t
 // lies outside 0001-01-01 .. 9999-12-31 rather than wrapping.
 func TicksOf(t time.Time) (Ticks, error) {
-	if t.Before(minTime) || t.After(maxTime) {
+	if t.Before(minTime) || !t.Before(endTime) {
 		return 0, fmt.Errorf("%s is outside 0001-01-01..9999-12-31", t.UTC().Format(time.RFC3339Nano))
 	}
-	sec := t.Unix() - int64(unixEpochTicks/TicksPerSecond)
+	sec := t.Unix() + int64(unixEpochTicks/TicksPerSecond)
 	return Ticks(sec*TicksPerSecond + int64(t.Nanosecond()/100)), nil
 }
 
