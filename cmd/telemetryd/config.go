@@ -1,0 +1,179 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Config is the whole service configuration. It is filled from flags,
+// each of which may also be set by the environment variable
+// TELEMETRY_<NAME> (upper case, '-' becomes '_'); a flag given on the
+// command line wins over the environment.
+type Config struct {
+	DataDir           string
+	HTTPAddr          string
+	NATSURL           string // empty: run the embedded server
+	NATSListen        string // embedded server's client listener
+	SubjectPrefix     string
+	Retention         time.Duration
+	RetentionInterval time.Duration
+	RetentionMaxBytes int64
+	MaxFutureSkew     time.Duration
+	SyncWrites        bool
+	LogLevel          string
+	LogFormat         string
+	AdminToken        string
+	PprofAddr         string
+	ShutdownTimeout   time.Duration
+	HotDays           int
+	MaxOpenTables     int
+}
+
+// DefaultConfig returns the embedded, single-machine defaults.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:           "./data",
+		HTTPAddr:          ":8080",
+		NATSListen:        "127.0.0.1:4222",
+		SubjectPrefix:     "telemetry",
+		Retention:         720 * time.Hour,
+		RetentionInterval: time.Hour,
+		MaxFutureSkew:     5 * time.Minute,
+		LogLevel:          "info",
+		LogFormat:         "text",
+		ShutdownTimeout:   10 * time.Second,
+		HotDays:           2,
+		MaxOpenTables:     8,
+	}
+}
+
+// bind registers every field of c on fs, with c's values as defaults.
+func (c *Config) bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for day tables, the device index and the embedded NATS store")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP API listen address")
+	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "URL of an existing NATS server with JetStream; empty runs an embedded server")
+	fs.StringVar(&c.NATSListen, "nats-listen", c.NATSListen, "client listen address of the embedded NATS server")
+	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "readings arrive on <prefix>.<device>")
+	fs.DurationVar(&c.Retention, "retention", c.Retention, "keep readings this long; a day table expires when its whole day is older")
+	fs.DurationVar(&c.RetentionInterval, "retention-interval", c.RetentionInterval, "how often the retention worker runs (with jitter)")
+	fs.Int64Var(&c.RetentionMaxBytes, "retention-max-bytes", c.RetentionMaxBytes, "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
+	fs.DurationVar(&c.MaxFutureSkew, "max-future-skew", c.MaxFutureSkew, "reject readings further than this in the future")
+	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "fsync Badger (and the embedded JetStream) before acking: survives power loss, costs throughput")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "bearer token for admin endpoints; empty allows them from loopback clients only")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this address (empty: off)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful shutdown before giving up")
+	fs.IntVar(&c.HotDays, "hot-days", c.HotDays, "newest days kept open with write-sized memtables")
+	fs.IntVar(&c.MaxOpenTables, "max-open-tables", c.MaxOpenTables, "most older day tables kept open at once (closed when idle)")
+}
+
+// Validate checks the values that flags cannot check alone.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("-data-dir must not be empty"))
+	}
+	if c.Retention <= 0 {
+		errs = append(errs, fmt.Errorf("-retention %s must be positive", c.Retention))
+	}
+	if c.RetentionInterval <= 0 {
+		errs = append(errs, fmt.Errorf("-retention-interval %s must be positive", c.RetentionInterval))
+	}
+	if c.RetentionMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("-retention-max-bytes %d must not be negative", c.RetentionMaxBytes))
+	}
+	if c.MaxFutureSkew < 0 {
+		errs = append(errs, fmt.Errorf("-max-future-skew %s must not be negative", c.MaxFutureSkew))
+	}
+	if !validSubjectToken(c.SubjectPrefix) {
+		errs = append(errs, fmt.Errorf("-subject-prefix %q must be one NATS subject token (no '.', '*', '>' or spaces)", c.SubjectPrefix))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("-log-format %q must be text or json", c.LogFormat))
+	}
+	if c.HotDays < 1 || c.MaxOpenTables < 1 {
+		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+func validSubjectToken(s string) bool {
+	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
+}
+
+// parseFlags fills c from args and the environment. Flags set on the
+// command line win; otherwise TELEMETRY_<NAME> applies.
+func (c *Config) parseFlags(name string, args []string, getenv func(string) string, out io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	c.bind(fs)
+	return parseInto(fs, c, args, getenv)
+}
+
+// parseInto parses args on fs (which c is bound to), applies the
+// TELEMETRY_* environment to every flag not given, and validates c.
+func parseInto(fs *flag.FlagSet, c *Config, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envName(f.Name)
+		if v := getenv(env); v != "" && !set[f.Name] {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.Validate()
+}
+
+// envName maps a flag name to its environment variable.
+func envName(flag string) string {
+	return "TELEMETRY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("-log-level %q must be debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// newLogger builds the service logger; records carry trace_id and
+// span_id when their context holds a span.
+func newLogger(c Config, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if c.LogFormat == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(traceHandler{h})
+}
+
+// envOr returns the environment value of key, or def.
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,63 @@
+// Command telemetryd is the telemetry ingestion service: it consumes
+// device readings from NATS JetStream, stores them in Badger day
+// tables, serves them over HTTP and drops expired days.
+//
+// Usage:
+//
+//	telemetryd [flags]                       run the service
+//	telemetryd retention [-dry-run] [flags]  run retention once on a data dir
+//
+// Every flag may also be set as TELEMETRY_<NAME>; see -help.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run dispatches to a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "retention" {
+		return runRetention(ctx, args[1:], getenv, stdout, stderr)
+	}
+	cfg := DefaultConfig()
+	if err := cfg.parseFlags("telemetryd", args, getenv, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "telemetryd:", err)
+		return 2
+	}
+	log := newLogger(cfg, stderr)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	m := NewMain(cfg, log, getenv)
+	if err := m.Open(ctx); err != nil {
+		log.Error("start failed", "error", err)
+		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		_ = m.Close(closeCtx)
+		return 1
+	}
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := m.Close(closeCtx); err != nil {
+		log.Error("shutdown incomplete", "error", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}

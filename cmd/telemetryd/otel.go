@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// telemetry owns the OpenTelemetry providers of one service instance.
+type telemetry struct {
+	tracer  *sdktrace.TracerProvider
+	meter   *sdkmetric.MeterProvider
+	metrics http.Handler // Prometheus exposition of every metric
+}
+
+// telemetryOptions lets tests add span processors or metric readers.
+type telemetryOptions struct {
+	spanProcessors []sdktrace.SpanProcessor
+	metricReaders  []sdkmetric.Reader
+}
+
+// newTelemetry builds the providers from the standard OTEL_* variables:
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES for the resource,
+// OTEL_TRACES_SAMPLER(_ARG) for sampling (read by the SDK), and OTLP
+// export when OTEL_EXPORTER_OTLP_ENDPOINT (or the per-signal
+// *_TRACES_/*_METRICS_ENDPOINT) is set, over gRPC or HTTP by
+// OTEL_EXPORTER_OTLP_PROTOCOL. Prometheus exposition is always on.
+func newTelemetry(ctx context.Context, getenv func(string) string, opts telemetryOptions) (*telemetry, error) {
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName("telemetryd")),
+		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost())
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("otel resource: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	prom, err := otelprom.New(otelprom.WithRegisterer(reg),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
+	for _, r := range opts.metricReaders {
+		mopts = append(mopts, sdkmetric.WithReader(r))
+	}
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	for _, p := range opts.spanProcessors {
+		topts = append(topts, sdktrace.WithSpanProcessor(p))
+	}
+	proto := envOr(getenv, "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	if otlpWanted(getenv, "TRACES") {
+		exp, err := newSpanExporter(ctx, envOr(getenv, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", proto))
+		if err != nil {
+			return nil, err
+		}
+		topts = append(topts, sdktrace.WithBatcher(exp))
+	}
+	if otlpWanted(getenv, "METRICS") {
+		exp, err := newMetricExporter(ctx, envOr(getenv, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", proto))
+		if err != nil {
+			return nil, err
+		}
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+	}
+	return &telemetry{
+		tracer:  sdktrace.NewTracerProvider(topts...),
+		meter:   sdkmetric.NewMeterProvider(mopts...),
+		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}, nil
+}
+
+// otlpWanted reports whether OTLP export of signal is configured and
+// not switched off with OTEL_<SIGNAL>_EXPORTER=none.
+func otlpWanted(getenv func(string) string, signal string) bool {
+	if e := getenv("OTEL_" + signal + "_EXPORTER"); e == "none" || e == "console" {
+		return false
+	}
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
+}
+
+func newSpanExporter(ctx context.Context, proto string) (sdktrace.SpanExporter, error) {
+	switch proto {
+	case "grpc":
+		return otlptracegrpc.New(ctx)
+	case "http/protobuf", "http":
+		return otlptracehttp.New(ctx)
+	}
+	return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", proto)
+}
+
+func newMetricExporter(ctx context.Context, proto string) (sdkmetric.Exporter, error) {
+	switch proto {
+	case "grpc":
+		return otlpmetricgrpc.New(ctx)
+	case "http/protobuf", "http":
+		return otlpmetrichttp.New(ctx)
+	}
+	return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", proto)
+}
+
+// install makes the providers and the W3C propagator the process
+// globals, for libraries that use them.
+func (t *telemetry) install() {
+	otel.SetTracerProvider(t.tracer)
+	otel.SetMeterProvider(t.meter)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+}
+
+// Shutdown flushes and stops both providers.
+func (t *telemetry) Shutdown(ctx context.Context) error {
+	return errors.Join(t.tracer.Shutdown(ctx), t.meter.Shutdown(ctx))
+}
+
+// traceHandler adds trace_id and span_id to records logged with a
+// context that holds a valid span.
+type traceHandler struct{ slog.Handler }
+
+// Handle implements slog.Handler.
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(as)}
+}
+
+// WithGroup implements slog.Handler.
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}

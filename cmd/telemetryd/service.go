@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/retention"
+	"github.com/telemetryd/telemetryd/store"
+)
+
+// Main is one running service: it wires the concrete store, ingester,
+// API and retention worker together and owns their lifecycles.
+type Main struct {
+	cfg    Config
+	log    *slog.Logger
+	getenv func(string) string
+
+	// Test hooks; zero values mean production behaviour.
+	now     func() time.Time
+	telOpts telemetryOptions
+
+	tel    *telemetry
+	ns     *server.Server
+	nc     *nats.Conn
+	store  *store.Store
+	ingest *ingest.Ingester
+	api    *api.Server
+	ret    *retention.Worker
+	pprof  *http.Server
+
+	cancelIngest    context.CancelFunc
+	cancelRetention context.CancelFunc
+	ingestDone      chan struct{}
+	wg              sync.WaitGroup
+	closeOnce       sync.Once
+	closeErr        error
+}
+
+// NewMain returns a service for cfg; Open starts it.
+func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
+	return &Main{cfg: cfg, log: log, getenv: getenv, now: time.Now}
+}
+
+// Open starts, in order: telemetry, store, NATS (embedded or external),
+// ingester, retention worker and HTTP API. It returns once the API
+// listens; on error the caller must still call Close.
+func (m *Main) Open(ctx context.Context) error {
+	tel, err := newTelemetry(ctx, m.getenv, m.telOpts)
+	if err != nil {
+		return err
+	}
+	m.tel = tel
+	tel.install()
+
+	sopts := store.DefaultOptions()
+	sopts.SyncWrites = m.cfg.SyncWrites
+	sopts.HotDays = m.cfg.HotDays
+	sopts.MaxOpenTables = m.cfg.MaxOpenTables
+	sopts.Logger = m.log.With("component", "store")
+	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.tracer, tel.meter, m.now
+	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	if err := m.connectNATS(); err != nil {
+		return err
+	}
+	if err := m.startIngest(); err != nil {
+		return err
+	}
+	if err := m.startRetention(); err != nil {
+		return err
+	}
+	if err := m.startHTTP(); err != nil {
+		return err
+	}
+	m.log.Info("telemetryd started", "http_addr", m.api.Addr(), "nats_url", m.NATSURL(),
+		"embedded_nats", m.ns != nil, "data_dir", m.cfg.DataDir, "subject", m.cfg.SubjectPrefix+".*")
+	return nil
+}
+
+// connectNATS starts the embedded server unless -nats-url is set, then
+// connects with unlimited reconnects.
+func (m *Main) connectNATS() error {
+	url := m.cfg.NATSURL
+	if url == "" {
+		ns, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log)
+		if err != nil {
+			return err
+		}
+		m.ns = ns
+		url = ns.ClientURL()
+	}
+	log := m.log.With("component", "nats")
+	nc, err := nats.Connect(url,
+		nats.Name("telemetryd"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "error", err) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			log.Warn("nats async error", "subject", subj, "error", err)
+		}))
+	if err != nil {
+		return fmt.Errorf("connect nats %s: %w", url, err)
+	}
+	m.nc = nc
+	return nil
+}
+
+func (m *Main) startIngest() error {
+	icfg := ingest.DefaultConfig()
+	icfg.SubjectPrefix = m.cfg.SubjectPrefix
+	icfg.Window = m.window()
+	icfg.Logger = m.log.With("component", "ingest")
+	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
+	ing, err := ingest.New(m.nc, m.store, icfg)
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	m.ingest = ing
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancelIngest = cancel
+	m.ingestDone = make(chan struct{})
+	go func() {
+		defer close(m.ingestDone)
+		if err := ing.Run(ctx); err != nil {
+			m.log.Error("ingest stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+func (m *Main) startRetention() error {
+	w, err := retention.NewWorker(m.store, m.retentionConfig())
+	if err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	m.ret = w
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancelRetention = cancel
+	m.wg.Go(func() {
+		if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			m.log.Error("retention worker stopped", "error", err)
+		}
+	})
+	return nil
+}
+
+func (m *Main) retentionConfig() retention.Config {
+	return retention.Config{
+		Policy:         retention.Policy{Retention: m.cfg.Retention, MaxBytes: m.cfg.RetentionMaxBytes},
+		Interval:       m.cfg.RetentionInterval,
+		Jitter:         0.1,
+		Logger:         m.log.With("component", "retention"),
+		TracerProvider: m.tel.tracer,
+		MeterProvider:  m.tel.meter,
+		Now:            m.now,
+	}
+}
+
+func (m *Main) startHTTP() error {
+	srv, err := api.New(api.Config{
+		Addr:           m.cfg.HTTPAddr,
+		Reader:         m.store,
+		Admin:          admin{store: m.store, ret: m.ret, log: m.log},
+		Ready:          m.ready,
+		Metrics:        m.tel.metrics,
+		MaxFutureSkew:  m.cfg.MaxFutureSkew,
+		Retention:      m.cfg.Retention,
+		AdminToken:     m.cfg.AdminToken,
+		Logger:         m.log.With("component", "api"),
+		TracerProvider: m.tel.tracer,
+		MeterProvider:  m.tel.meter,
+		Now:            m.now,
+	})
+	if err != nil {
+		return fmt.Errorf("api: %w", err)
+	}
+	if err := srv.Open(); err != nil {
+		return fmt.Errorf("listen %s: %w", m.cfg.HTTPAddr, err)
+	}
+	m.api = srv
+	if m.cfg.PprofAddr != "" {
+		m.startPprof()
+	}
+	return nil
+}
+
+// startPprof serves net/http/pprof for profiling the hot paths.
+func (m *Main) startPprof() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	m.pprof = &http.Server{Addr: m.cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	m.wg.Go(func() {
+		m.log.Info("pprof listening", "addr", m.cfg.PprofAddr)
+		if err := m.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.log.Error("pprof server", "error", err)
+		}
+	})
+}
+
+func (m *Main) window() buckets.Window {
+	return buckets.Window{Retention: m.cfg.Retention, MaxFutureSkew: m.cfg.MaxFutureSkew}
+}
+
+// ready is the /readyz check: the store is open, NATS is connected and
+// the ingester is consuming.
+func (m *Main) ready(ctx context.Context) error {
+	if err := m.store.Ping(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if !m.nc.IsConnected() {
+		return fmt.Errorf("nats: %s", m.nc.Status())
+	}
+	if err := m.ingest.Ready(); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	return nil
+}
+
+// HTTPAddr is the API's actual listen address.
+func (m *Main) HTTPAddr() string { return m.api.Addr() }
+
+// NATSURL is the URL of the NATS server in use.
+func (m *Main) NATSURL() string {
+	if m.ns != nil {
+		return m.ns.ClientURL()
+	}
+	return m.cfg.NATSURL
+}
+
+// Close shuts down in order: stop intake and let the ingester finish
+// and ack its in-flight batch, stop retention, stop HTTP, close NATS,
+// close the store (every DB), then flush telemetry. It is idempotent.
+func (m *Main) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() { m.closeErr = m.close(ctx) })
+	return m.closeErr
+}
+
+func (m *Main) close(ctx context.Context) error {
+	var errs []error
+	if m.cancelIngest != nil {
+		m.cancelIngest()
+		select {
+		case <-m.ingestDone:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("ingest did not finish its batch: %w", ctx.Err()))
+		}
+	}
+	if m.cancelRetention != nil {
+		m.cancelRetention()
+	}
+	if m.api != nil {
+		errs = append(errs, m.api.Close(ctx))
+	}
+	if m.pprof != nil {
+		errs = append(errs, m.pprof.Shutdown(ctx))
+	}
+	m.wg.Wait()
+	if m.nc != nil {
+		m.nc.Close()
+	}
+	if m.store != nil {
+		errs = append(errs, m.store.Close())
+	}
+	if m.ns != nil {
+		m.ns.Shutdown()
+		m.ns.WaitForShutdown()
+	}
+	if m.tel != nil {
+		errs = append(errs, m.tel.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
