@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func envMap(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestConfigDefaults(t *testing.T) {
+	c := DefaultConfig()
+	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(nil), &bytes.Buffer{}))
+	assert.Equal(t, "./data", c.DataDir)
+	assert.Equal(t, ":8080", c.HTTPAddr)
+	assert.Equal(t, "", c.NATSURL)
+	assert.Equal(t, "127.0.0.1:4222", c.NATSListen)
+	assert.Equal(t, "telemetry", c.SubjectPrefix)
+	assert.Equal(t, 720*time.Hour, c.Retention)
+	assert.Equal(t, time.Hour, c.RetentionInterval)
+	assert.Equal(t, 5*time.Minute, c.MaxFutureSkew)
+	assert.False(t, c.SyncWrites)
+	assert.Equal(t, "info", c.LogLevel)
+	assert.Equal(t, "text", c.LogFormat)
+}
+
+func TestConfigEnvAndFlagPrecedence(t *testing.T) {
+	env := envMap(map[string]string{
+		"TELEMETRY_DATA_DIR":       "/env/data",
+		"TELEMETRY_RETENTION":      "48h",
+		"TELEMETRY_SYNC_WRITES":    "true",
+		"TELEMETRY_SUBJECT_PREFIX": "envprefix",
+		"TELEMETRY_LOG_FORMAT":     "json",
+	})
+	c := DefaultConfig()
+	require.NoError(t, c.parseFlags("telemetryd", []string{"-data-dir", "/flag/data", "-subject-prefix=flagprefix"}, env, &bytes.Buffer{}))
+	assert.Equal(t, "/flag/data", c.DataDir, "a flag wins over the environment")
+	assert.Equal(t, "flagprefix", c.SubjectPrefix)
+	assert.Equal(t, 48*time.Hour, c.Retention, "the environment applies where no flag is given")
+	assert.True(t, c.SyncWrites)
+	assert.Equal(t, "json", c.LogFormat)
+}
+
+func TestConfigRejectsBadValues(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		"negative retention":   {args: []string{"-retention", "-1h"}, want: "-retention"},
+		"zero interval":        {args: []string{"-retention-interval", "0s"}, want: "-retention-interval"},
+		"prefix with a dot":    {args: []string{"-subject-prefix", "a.b"}, want: "-subject-prefix"},
+		"wildcard prefix":      {args: []string{"-subject-prefix", "*"}, want: "-subject-prefix"},
+		"unknown log level":    {args: []string{"-log-level", "loud"}, want: "-log-level"},
+		"unknown log format":   {args: []string{"-log-format", "xml"}, want: "-log-format"},
+		"bad env duration":     {env: map[string]string{"TELEMETRY_RETENTION": "soon"}, want: "TELEMETRY_RETENTION"},
+		"negative max bytes":   {args: []string{"-retention-max-bytes", "-5"}, want: "-retention-max-bytes"},
+		"stray argument":       {args: []string{"serve"}, want: "unexpected arguments"},
+		"negative future skew": {args: []string{"-max-future-skew", "-1s"}, want: "-max-future-skew"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := DefaultConfig()
+			err := c.parseFlags("telemetryd", tc.args, envMap(tc.env), &bytes.Buffer{})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	assert.Equal(t, "TELEMETRY_MAX_FUTURE_SKEW", envName("max-future-skew"))
+	assert.Equal(t, "TELEMETRY_NATS_URL", envName("nats-url"))
+}
