@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// service is telemetryd running as a child process on fixed loopback
+// ports, so that a restarted instance is found at the same addresses.
+type service struct {
+	bin      string
+	dataDir  string
+	logPath  string
+	httpAddr string
+	natsAddr string
+	args     []string
+	log      *slog.Logger
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// buildService compiles ./cmd/telemetryd into dir.
+func buildService(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "telemetryd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/telemetryd/telemetryd/cmd/telemetryd")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build telemetryd: %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// freeAddr returns a loopback address with a port that was free a
+// moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// start launches the service and waits until /readyz answers 200.
+func (s *service) start(ctx context.Context) error {
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := append([]string{"-data-dir", s.dataDir, "-http-addr", s.httpAddr, "-nats-listen", s.natsAddr,
+		"-log-format", "json", "-log-level", "warn"}, s.args...)
+	s.cmd = exec.Command(s.bin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(s.cmd, s.exited)
+	return s.waitReady(ctx, 60*time.Second)
+}
+
+func (s *service) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("telemetryd exited during start; see %s", s.logPath)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		resp, err := client.Get("http://" + s.httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("telemetryd not ready after %s; see %s", timeout, s.logPath)
+}
+
+// kill SIGKILLs the service and waits for it to be gone.
+func (s *service) kill() error {
+	if s.cmd == nil {
+		return errors.New("service not started")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-s.exited
+	return nil
+}
+
+// stop asks the service to shut down gracefully, killing it after
+// timeout.
+func (s *service) stop(timeout time.Duration) error {
+	if s.cmd == nil {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+		if code := s.cmd.ProcessState.ExitCode(); code != 0 {
+			return fmt.Errorf("telemetryd exited with %d after SIGTERM; see %s", code, s.logPath)
+		}
+		return nil
+	case <-time.After(timeout):
+		_ = s.kill()
+		return fmt.Errorf("telemetryd did not stop within %s of SIGTERM", timeout)
+	}
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// publisher sends every message of the run until JetStream acked it,
+// retrying with the same Nats-Msg-Id across service restarts.
+type publisher struct {
+	js     jetstream.JetStream
+	cfg    Config
+	base   time.Time // reading seq is stamped base + seq ms
+	acked  atomic.Int64
+	errors atomic.Int64
+}
+
+const maxInFlight = 512
+
+func (p *publisher) messages() int { return (p.cfg.Readings + p.cfg.Batch - 1) / p.cfg.Batch }
+
+// device returns the device that message m belongs to.
+func (p *publisher) device(m int) string { return fmt.Sprintf("crash-%03d", m%p.cfg.Devices) }
+
+// message builds message m: a JSON array of readings with consecutive
+// sequence numbers.
+func (p *publisher) message(m int) *nats.Msg {
+	first, last := m*p.cfg.Batch, min((m+1)*p.cfg.Batch, p.cfg.Readings)
+	buf := []byte{'['}
+	for seq := first; seq < last; seq++ {
+		if seq > first {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, `{"ts":`...)
+		buf = strconv.AppendInt(buf, p.base.UnixMilli()+int64(seq), 10)
+		buf = append(buf, `,"seq":`...)
+		buf = strconv.AppendInt(buf, int64(seq), 10)
+		buf = append(buf, '}')
+	}
+	buf = append(buf, ']')
+	msg := nats.NewMsg("telemetry." + p.device(m))
+	msg.Data = buf
+	msg.Header.Set(jetstream.MsgIDHeader, "crash-"+strconv.Itoa(m))
+	return msg
+}
+
+type pubResult struct {
+	m   int
+	err error
+}
+
+// run publishes every message, keeping at most maxInFlight unacked,
+// and returns when all are acked or ctx ends.
+func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
+	total := p.messages()
+	results := make(chan pubResult, maxInFlight)
+	var retry []int
+	next, done, inflight := 0, 0, 0
+	handle := func(r pubResult) {
+		inflight--
+		if r.err != nil {
+			p.errors.Add(1)
+			retry = append(retry, r.m)
+			return
+		}
+		done++
+		p.acked.Add(int64(min((r.m+1)*p.cfg.Batch, p.cfg.Readings) - r.m*p.cfg.Batch))
+	}
+	for done < total {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if inflight < maxInFlight && (len(retry) > 0 || next < total) {
+			var m int
+			if len(retry) > 0 {
+				m, retry = retry[0], retry[1:]
+			} else {
+				m, next = next, next+1
+			}
+			fut, err := p.js.PublishMsgAsync(p.message(m))
+			if err != nil {
+				p.errors.Add(1)
+				retry = append(retry, m)
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			inflight++
+			go waitAck(ctx, fut, m, results)
+		} else {
+			select {
+			case r := <-results:
+				handle(r)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		for drained := false; !drained; {
+			select {
+			case r := <-results:
+				handle(r)
+			default:
+				drained = true
+			}
+		}
+	}
+	log.Info("every message acked", "messages", total, "readings", p.acked.Load(), "publish_errors", p.errors.Load())
+	return nil
+}
+
+func waitAck(ctx context.Context, fut jetstream.PubAckFuture, m int, out chan<- pubResult) {
+	select {
+	case <-fut.Ok():
+		out <- pubResult{m: m}
+	case err := <-fut.Err():
+		out <- pubResult{m: m, err: err}
+	case <-ctx.Done():
+	}
+}
