@@ -1,0 +1,195 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// instrumentationName names the tracer and meter of this package.
+const instrumentationName = "github.com/telemetryd/telemetryd/api"
+
+// observer holds the tracer and the request duration histogram.
+type observer struct {
+	tracer     trace.Tracer
+	duration   metric.Float64Histogram
+	propagator propagation.TextMapPropagator
+}
+
+func newObserver(tp trace.TracerProvider, mp metric.MeterProvider) (observer, error) {
+	meter := mp.Meter(instrumentationName)
+	d, err := meter.Float64Histogram("http.server.request.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of HTTP server requests."),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10))
+	if err != nil {
+		return observer{}, fmt.Errorf("create http.server.request.duration: %w", err)
+	}
+	return observer{tracer: tp.Tracer(instrumentationName), duration: d, propagator: propagation.TraceContext{}}, nil
+}
+
+// knownMethods are recorded as they are; any other method becomes
+// "_OTHER", so clients cannot create attribute values.
+var knownMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// observe is the outermost middleware. It continues the caller's W3C
+// trace context, runs the request in a server span named
+// "<METHOD> <route>", renders any error right away (so the final status
+// is known) and records http.server.request.duration by method, route
+// template and status.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		req := c.Request()
+		method := req.Method
+		if !knownMethods[method] {
+			method = "_OTHER"
+		}
+		route := s.routeOf(c)
+		name := method
+		if route != "" {
+			name += " " + route
+		}
+		attrs := make([]attribute.KeyValue, 0, 3)
+		attrs = append(attrs, semconv.HTTPRequestMethodKey.String(method))
+		if route != "" {
+			attrs = append(attrs, semconv.HTTPRoute(route))
+		}
+		ctx := s.obs.propagator.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+		ctx, span := s.obs.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attrs...), trace.WithAttributes(semconv.URLPath(req.URL.Path)))
+		defer span.End()
+		c.SetRequest(req.WithContext(ctx))
+
+		if err := next(c); err != nil {
+			c.Error(err)
+		}
+		status := c.Response().Status
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(status))
+		s.obs.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrs...))
+		return nil
+	}
+}
+
+// recoverPanic turns a panic in a handler into a 500 (logged once, with
+// its stack, by the error handler). http.ErrAbortHandler keeps its
+// meaning of aborting the response.
+func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				err = &panicError{value: v, stack: debug.Stack()}
+			}
+		}()
+		return next(c)
+	}
+}
+
+// limitBody rejects request bodies over MaxBodyBytes with 413: at once
+// when Content-Length says so, else when a handler reads past it.
+func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.ContentLength > MaxBodyBytes {
+			return tooLarge()
+		}
+		if req.Body != nil && req.Body != http.NoBody {
+			req.Body = http.MaxBytesReader(c.Response(), req.Body, MaxBodyBytes)
+		}
+		return next(c)
+	}
+}
+
+// limitInFlight admits at most MaxInFlight query requests at once and
+// answers the rest with 429 and Retry-After, rather than queueing them.
+func (s *Server) limitInFlight(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		select {
+		case s.inFlight <- struct{}{}:
+			defer func() { <-s.inFlight }()
+			return next(c)
+		default:
+			c.Response().Header().Set("Retry-After", "1")
+			return &apiError{http.StatusTooManyRequests, codeResourceExhausted,
+				"request: more than " + strconv.Itoa(s.maxInFlight) + " queries in flight; retry later"}
+		}
+	}
+}
+
+// withTimeout gives a query request a deadline of QueryTimeout.
+func (s *Server) withTimeout(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), s.queryTimeout)
+		defer cancel()
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
+}
+
+// requireAdmin guards admin endpoints. With an AdminToken the request
+// needs "Authorization: Bearer <token>" (401 when missing or not a
+// bearer token, 403 when wrong). Without one only loopback clients are
+// admitted (403 otherwise); the client address is the TCP peer, never a
+// forwarding header, which a remote client could forge.
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	want := sha256.Sum256([]byte(s.adminToken))
+	return func(c echo.Context) error {
+		req := c.Request()
+		if s.adminToken == "" {
+			if !isLoopback(req.RemoteAddr) {
+				return &apiError{http.StatusForbidden, codePermissionDenied,
+					"authorization: without an admin token, admin endpoints accept only loopback clients"}
+			}
+			return next(c)
+		}
+		h := req.Header.Get(echo.HeaderAuthorization)
+		scheme, token, ok := strings.Cut(h, " ")
+		if h == "" || !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			return &apiError{http.StatusUnauthorized, codeUnauthenticated,
+				`authorization: admin endpoints need the header "Authorization: Bearer <token>"`}
+		}
+		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			return &apiError{http.StatusForbidden, codePermissionDenied, "authorization: the admin token is wrong"}
+		}
+		return next(c)
+	}
+}
+
+// isLoopback reports whether a RemoteAddr ("host:port") is a loopback
+// address.
+func isLoopback(remoteAddr string) bool {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}

@@ -1,0 +1,162 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// defaultRangeSpan is how far back a range query reaches when from is
+// not given.
+const defaultRangeSpan = 24 * time.Hour
+
+// handleLatest serves GET /v1/devices/{device}/readings/latest: the
+// newest readings of a device, newest first.
+func (s *Server) handleLatest(c echo.Context) error {
+	dev, err := deviceParam(c)
+	if err != nil {
+		return err
+	}
+	limit, err := limitParam(c, defaultLatestLimit, maxLatestLimit)
+	if err != nil {
+		return err
+	}
+	fields, err := fieldsParam(c)
+	if err != nil {
+		return err
+	}
+	rs, err := s.reader.Latest(c.Request().Context(), dev, limit)
+	if err != nil {
+		return fmt.Errorf("latest %d of %s: %w", limit, dev, err)
+	}
+	return sendJSON(c, func(b []byte) []byte { return appendReadingList(b, dev, rs, fields, "") })
+}
+
+// handlePoint serves GET /v1/devices/{device}/readings/{ts}: the
+// reading at exactly ts, else 404.
+func (s *Server) handlePoint(c echo.Context) error {
+	dev, err := deviceParam(c)
+	if err != nil {
+		return err
+	}
+	raw, err := pathParam(c, "ts")
+	if err != nil {
+		return err
+	}
+	k, err := parseTime("ts", raw)
+	if err != nil {
+		return err
+	}
+	fields, err := fieldsParam(c)
+	if err != nil {
+		return err
+	}
+	r, err := s.reader.Get(c.Request().Context(), dev, k)
+	if errors.Is(err, buckets.ErrNotFound) {
+		return notFound("ts", "device %q has no reading at %s", dev, k.FormatTime())
+	}
+	if err != nil {
+		return fmt.Errorf("get %s at %s: %w", dev, k.FormatTime(), err)
+	}
+	return sendJSON(c, func(b []byte) []byte {
+		b = appendReading(b, &r, fields)
+		return append(b, '\n')
+	})
+}
+
+// handleRange serves GET /v1/devices/{device}/readings: readings with
+// from <= ts < to, paged with an opaque cursor.
+func (s *Server) handleRange(c echo.Context) error {
+	dev, err := deviceParam(c)
+	if err != nil {
+		return err
+	}
+	limit, err := limitParam(c, defaultRangeLimit, maxRangeLimit)
+	if err != nil {
+		return err
+	}
+	rc, after, err := s.rangeQuery(c, dev)
+	if err != nil {
+		return err
+	}
+	q := buckets.RangeQuery{Device: dev, From: rc.From, To: rc.To, Order: rc.Order, Limit: limit, After: after}
+	page, err := s.reader.Range(c.Request().Context(), q)
+	if err != nil {
+		return fmt.Errorf("range %s [%s, %s): %w", dev, rc.From.FormatTime(), rc.To.FormatTime(), err)
+	}
+	next := ""
+	if page.More && len(page.Readings) > 0 {
+		rc.Last = page.Readings[len(page.Readings)-1].Ticks
+		next = s.cursors.encodeRange(rc)
+	}
+	return sendJSON(c, func(b []byte) []byte { return appendReadingList(b, dev, page.Readings, rc.Fields, next) })
+}
+
+// rangeQuery resolves from, to, order and fields of a range request.
+// With a cursor, the cursor's values hold and any explicit parameter
+// must agree with them; without one, defaults come from the clock.
+func (s *Server) rangeQuery(c echo.Context, dev buckets.DeviceID) (rangeCursor, *buckets.Ticks, error) {
+	from, hasFrom, err := timeParam(c, "from")
+	if err != nil {
+		return rangeCursor{}, nil, err
+	}
+	to, hasTo, err := timeParam(c, "to")
+	if err != nil {
+		return rangeCursor{}, nil, err
+	}
+	order, hasOrder, err := orderParam(c)
+	if err != nil {
+		return rangeCursor{}, nil, err
+	}
+	fields, err := fieldsParam(c)
+	if err != nil {
+		return rangeCursor{}, nil, err
+	}
+	if hasFrom && hasTo && from >= to {
+		return rangeCursor{}, nil, invalidArg("from", "%s is not before to %s", from.FormatTime(), to.FormatTime())
+	}
+	if cur := c.QueryParam("cursor"); cur != "" {
+		rc, err := s.cursors.decodeRange(cur)
+		if err != nil {
+			return rangeCursor{}, nil, err
+		}
+		switch {
+		case rc.Device != dev:
+			return rangeCursor{}, nil, invalidArg("cursor", "belongs to device %q, not %q", rc.Device, dev)
+		case hasFrom && from != rc.From, hasTo && to != rc.To, hasOrder && order != rc.Order,
+			fields != nil && !slices.Equal(fields, rc.Fields):
+			return rangeCursor{}, nil, invalidArg("cursor", "belongs to another query; repeat the first page's from, to, order and fields, or leave them out")
+		}
+		last := rc.Last
+		return rc, &last, nil
+	}
+	if !hasTo {
+		to, err = s.defaultTo()
+		if err != nil {
+			return rangeCursor{}, nil, err
+		}
+	}
+	if !hasFrom {
+		from = max(to-buckets.Ticks(defaultRangeSpan/100), 0)
+	}
+	if from >= to {
+		return rangeCursor{}, nil, invalidArg("from", "%s is not before to %s", from.FormatTime(), to.FormatTime())
+	}
+	return rangeCursor{Device: dev, From: from, To: to, Order: order, Fields: fields}, nil, nil
+}
+
+// defaultTo is now + MaxFutureSkew, capped at the last representable
+// instant.
+func (s *Server) defaultTo() (buckets.Ticks, error) {
+	t := s.now().Add(s.skew)
+	k, err := buckets.TicksOf(t)
+	if err != nil {
+		return 0, fmt.Errorf("default to from clock %s: %w", t, err)
+	}
+	return k, nil
+}

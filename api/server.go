@@ -1,0 +1,272 @@
+// Package api is the HTTP query and admin API of the telemetry service
+// (DESIGN §5): log-tail, time-range and point queries over readings,
+// the device index, day tables, and the admin operations that drop
+// tables and run retention. It is an Echo server with one error
+// mapping, opaque integrity-checked cursors, a hand-written JSON
+// encoder for readings, and OpenTelemetry traces and metrics.
+//
+// The package declares the small interfaces it needs (Reader, Admin);
+// the service binary wires the store into them.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Reader is what the API needs to answer queries (implemented by the
+// store).
+type Reader interface {
+	// Latest returns the newest n readings of dev, newest first.
+	Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error)
+	// Range returns one page of a range query; q.After resumes strictly
+	// behind a position.
+	Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error)
+	// Get returns the reading of dev at exactly k; the error wraps
+	// buckets.ErrNotFound when there is none.
+	Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error)
+	// Devices lists at most limit devices whose ID starts with prefix
+	// and sorts after after; more is true when more remain.
+	Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) (devs []buckets.DeviceInfo, more bool, err error)
+	// Tables lists the day tables.
+	Tables(ctx context.Context) ([]buckets.TableInfo, error)
+}
+
+// Admin runs the admin operations. A nil Admin makes those endpoints
+// answer 501 not_implemented.
+type Admin interface {
+	// DropTable drops the table of day now; the error wraps
+	// buckets.ErrNotFound when there is no such table.
+	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+	// RunRetention drops expired tables, or only reports them when
+	// dryRun is set.
+	RunRetention(ctx context.Context, dryRun bool) (buckets.RetentionReport, error)
+}
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultMaxInFlight   = 256
+	DefaultQueryTimeout  = 10 * time.Second
+	DefaultMaxFutureSkew = 5 * time.Minute
+	DefaultRetention     = 720 * time.Hour
+	// MaxBodyBytes is the largest request body accepted (413 beyond).
+	MaxBodyBytes = 1 << 20
+)
+
+// Config configures a Server. Only Reader is required.
+type Config struct {
+	// Addr is the listen address, e.g. ":8080" ("127.0.0.1:0" in tests).
+	Addr string
+	// Reader answers queries.
+	Reader Reader
+	// Admin runs admin operations; nil makes them answer 501.
+	Admin Admin
+	// Ready reports readiness: nil error => /readyz 200, else 503 with
+	// the error text as the reason. A nil func is always ready.
+	Ready func(ctx context.Context) error
+	// Metrics is served at GET /metrics (Prometheus exposition); nil
+	// makes it answer 404.
+	Metrics http.Handler
+	// MaxFutureSkew sets the default `to` of a range query (now +
+	// skew). Default DefaultMaxFutureSkew.
+	MaxFutureSkew time.Duration
+	// Retention sets each table's expiry time in GET /v1/tables (day
+	// end + Retention). Default DefaultRetention.
+	Retention time.Duration
+	// AdminToken, if set, makes admin endpoints require
+	// "Authorization: Bearer <token>" (401 when missing, 403 when
+	// wrong). If empty, admin endpoints accept only loopback clients.
+	AdminToken string
+	// MaxInFlight bounds concurrent query requests; beyond it a query
+	// gets 429 with Retry-After. Default DefaultMaxInFlight.
+	MaxInFlight int
+	// QueryTimeout is the deadline of one query request. Default
+	// DefaultQueryTimeout.
+	QueryTimeout time.Duration
+	// CursorKey is the HMAC-SHA256 key that signs pagination cursors.
+	// It must stay the same across restarts (and across replicas) for
+	// cursors to keep working. If empty, a fixed built-in key is used:
+	// cursors are then integrity-checked against accidental damage and
+	// casual tampering, but anyone who reads the source can forge them.
+	// Cursors are never secret: they only hold query parameters.
+	CursorKey []byte
+
+	Logger         *slog.Logger
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Now            func() time.Time
+}
+
+// Server is the HTTP API. Create it with New, start it with Open and
+// stop it with Close, or mount Handler in a test server.
+type Server struct {
+	reader       Reader
+	admin        Admin
+	ready        func(ctx context.Context) error
+	metrics      http.Handler
+	skew         time.Duration
+	retention    time.Duration
+	adminToken   string
+	queryTimeout time.Duration
+	addrCfg      string
+	log          *slog.Logger
+	now          func() time.Time
+	cursors      cursorCodec
+	inFlight     chan struct{}
+	maxInFlight  int
+	echo         *echo.Echo
+	routes       map[string]string // echo path -> route template
+	obs          observer
+	mu           sync.Mutex // guards httpSrv, listener, done, closed
+	httpSrv      *http.Server
+	listener     net.Listener
+	done         chan struct{}
+	closed       bool
+	closeOnce    sync.Once
+	closeErr     error
+}
+
+// New validates cfg, applies defaults and builds the routes. It does
+// not listen; call Open for that.
+func New(cfg Config) (*Server, error) {
+	if cfg.Reader == nil {
+		return nil, errors.New("api: Config.Reader is required")
+	}
+	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.Retention < 0 || cfg.QueryTimeout < 0 {
+		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, Retention and QueryTimeout must not be negative")
+	}
+	s := &Server{
+		reader:       cfg.Reader,
+		admin:        cfg.Admin,
+		ready:        cfg.Ready,
+		metrics:      cfg.Metrics,
+		skew:         orDefault(cfg.MaxFutureSkew, DefaultMaxFutureSkew),
+		retention:    orDefault(cfg.Retention, DefaultRetention),
+		adminToken:   cfg.AdminToken,
+		queryTimeout: orDefault(cfg.QueryTimeout, DefaultQueryTimeout),
+		addrCfg:      cfg.Addr,
+		log:          cfg.Logger,
+		now:          cfg.Now,
+		cursors:      newCursorCodec(cfg.CursorKey),
+		maxInFlight:  orDefault(cfg.MaxInFlight, DefaultMaxInFlight),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.inFlight = make(chan struct{}, s.maxInFlight)
+	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	obs, err := newObserver(tp, mp)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s.obs = obs
+	s.echo = echo.New()
+	s.echo.HideBanner = true
+	s.echo.HidePort = true
+	s.echo.HTTPErrorHandler = s.handleError
+	s.registerRoutes()
+	return s, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Handler returns the HTTP handler of the API, for httptest or for
+// mounting under another server.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Open listens on Config.Addr (so Addr works right after it returns)
+// and serves in a goroutine that Close stops and waits for.
+func (s *Server) Open() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.httpSrv != nil || s.closed {
+		return errors.New("api: server already opened")
+	}
+	addr := s.addrCfg
+	if addr == "" {
+		addr = ":8080"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("api: listen %s: %w", addr, err)
+	}
+	s.listener = ln
+	s.httpSrv = &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.done = make(chan struct{})
+	go s.serve(s.httpSrv, ln, s.done)
+	s.log.Info("http api listening", "addr", ln.Addr().String())
+	return nil
+}
+
+func (s *Server) serve(srv *http.Server, ln net.Listener, done chan struct{}) {
+	defer close(done)
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error("http api stopped serving", "err", err)
+	}
+}
+
+// Addr returns the actual listen address, e.g. "127.0.0.1:41234", or
+// "" before Open.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener == nil {
+		return ""
+	}
+	return s.listener.Addr().String()
+}
+
+// Close shuts the server down gracefully: it stops accepting
+// connections, waits for in-flight requests until ctx ends (then closes
+// the remaining connections) and waits for the serve goroutine. It is
+// safe to call more than once and without Open.
+func (s *Server) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		srv, done := s.httpSrv, s.done
+		s.mu.Unlock()
+		if srv == nil {
+			return
+		}
+		if err := srv.Shutdown(ctx); err != nil {
+			s.closeErr = errors.Join(fmt.Errorf("api: shutdown: %w", err), srv.Close())
+		}
+		<-done
+	})
+	return s.closeErr
+}
