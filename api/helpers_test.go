@@ -1,0 +1,412 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// fakeReader is an in-memory api.Reader that answers like the store
+// (Range honours From, To, Order, Limit and After) and records every
+// call.
+type fakeReader struct {
+	mu      sync.Mutex
+	data    map[buckets.DeviceID][]buckets.Reading // ascending by ticks
+	devices []buckets.DeviceInfo                   // sorted by device
+	tables  []buckets.TableInfo
+	err     error  // returned by every call when set
+	panics  string // every call panics with this when set
+	// gate, when set, holds every call until it is closed or the
+	// request context ends; entered gets one token per held call.
+	gate    chan struct{}
+	entered chan struct{}
+
+	latest  []int
+	ranges  []buckets.RangeQuery
+	gets    []buckets.Ticks
+	devArgs []devicesArgs
+}
+
+type devicesArgs struct {
+	prefix string
+	after  buckets.DeviceID
+	limit  int
+}
+
+func newFakeReader() *fakeReader {
+	return &fakeReader{data: map[buckets.DeviceID][]buckets.Reading{}}
+}
+
+// add stores readings (any order) for their devices.
+func (f *fakeReader) add(rs ...buckets.Reading) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range rs {
+		f.data[r.Device] = append(f.data[r.Device], r)
+		slices.SortFunc(f.data[r.Device], func(a, b buckets.Reading) int { return int(a.Ticks - b.Ticks) })
+	}
+}
+
+// enter runs the common part of every call: gate, panic, error.
+func (f *fakeReader) enter(ctx context.Context) error {
+	f.mu.Lock()
+	gate, entered, err, p := f.gate, f.entered, f.err, f.panics
+	f.mu.Unlock()
+	if gate != nil {
+		if entered != nil {
+			entered <- struct{}{}
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if p != "" {
+		panic(p)
+	}
+	return err
+}
+
+func (f *fakeReader) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error) {
+	f.mu.Lock()
+	f.latest = append(f.latest, n)
+	f.mu.Unlock()
+	if err := f.enter(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rs := slices.Clone(f.data[dev])
+	slices.Reverse(rs)
+	return rs[:min(n, len(rs))], nil
+}
+
+func (f *fakeReader) Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error) {
+	f.mu.Lock()
+	rec := q
+	if q.After != nil {
+		a := *q.After
+		rec.After = &a
+	}
+	f.ranges = append(f.ranges, rec)
+	f.mu.Unlock()
+	if err := f.enter(ctx); err != nil {
+		return buckets.Page{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rs := slices.Clone(f.data[q.Device])
+	if q.Order == buckets.Desc {
+		slices.Reverse(rs)
+	}
+	var page buckets.Page
+	for _, r := range rs {
+		if r.Ticks < q.From || r.Ticks >= q.To {
+			continue
+		}
+		if q.After != nil && ((q.Order == buckets.Asc && r.Ticks <= *q.After) || (q.Order == buckets.Desc && r.Ticks >= *q.After)) {
+			continue
+		}
+		if len(page.Readings) == q.Limit {
+			page.More = true
+			break
+		}
+		page.Readings = append(page.Readings, r)
+	}
+	return page, nil
+}
+
+func (f *fakeReader) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error) {
+	f.mu.Lock()
+	f.gets = append(f.gets, k)
+	f.mu.Unlock()
+	if err := f.enter(ctx); err != nil {
+		return buckets.Reading{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.data[dev] {
+		if r.Ticks == k {
+			return r, nil
+		}
+	}
+	return buckets.Reading{}, &wrapped{"reading " + string(dev) + " " + k.FormatTime(), buckets.ErrNotFound}
+}
+
+func (f *fakeReader) Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error) {
+	f.mu.Lock()
+	f.devArgs = append(f.devArgs, devicesArgs{prefix, after, limit})
+	f.mu.Unlock()
+	if err := f.enter(ctx); err != nil {
+		return nil, false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []buckets.DeviceInfo
+	for _, d := range f.devices {
+		if !strings.HasPrefix(string(d.Device), prefix) || d.Device <= after {
+			continue
+		}
+		if len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, d)
+	}
+	return out, false, nil
+}
+
+func (f *fakeReader) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
+	if err := f.enter(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.tables), nil
+}
+
+// calls returns copies of what the fake was asked.
+func (f *fakeReader) rangeCalls() []buckets.RangeQuery {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.ranges)
+}
+
+// wrapped is an error with a message that wraps a sentinel.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg + ": " + w.err.Error() }
+func (w *wrapped) Unwrap() error { return w.err }
+
+// fakeAdmin is an api.Admin that records its calls.
+type fakeAdmin struct {
+	mu      sync.Mutex
+	tables  map[buckets.Day]buckets.TableDrop
+	report  buckets.RetentionReport
+	dropped []buckets.Day
+	runs    []bool
+}
+
+func (a *fakeAdmin) DropTable(_ context.Context, day buckets.Day) (buckets.TableDrop, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, ok := a.tables[day]
+	if !ok {
+		return buckets.TableDrop{}, &wrapped{"table " + day.String(), buckets.ErrNotFound}
+	}
+	delete(a.tables, day)
+	a.dropped = append(a.dropped, day)
+	return d, nil
+}
+
+func (a *fakeAdmin) RunRetention(_ context.Context, dryRun bool) (buckets.RetentionReport, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.runs = append(a.runs, dryRun)
+	r := a.report
+	r.DryRun = dryRun
+	return r, nil
+}
+
+// testClock is a settable clock.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testNow is the fixed clock of every test server.
+var testNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// testEnv is a Server on an httptest server with fakes and in-memory
+// telemetry.
+type testEnv struct {
+	srv     *api.Server
+	url     string
+	reader  *fakeReader
+	admin   *fakeAdmin
+	clock   *testClock
+	metrics *sdkmetric.ManualReader
+	spans   *tracetest.SpanRecorder
+	logs    *syncBuffer
+}
+
+// newTestEnv builds a test server; edit adjusts the Config first.
+func newTestEnv(t *testing.T, edit ...func(*api.Config)) *testEnv {
+	t.Helper()
+	env := &testEnv{
+		reader:  newFakeReader(),
+		admin:   &fakeAdmin{tables: map[buckets.Day]buckets.TableDrop{}},
+		clock:   &testClock{t: testNow},
+		metrics: sdkmetric.NewManualReader(),
+		spans:   tracetest.NewSpanRecorder(),
+		logs:    &syncBuffer{},
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(env.metrics))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(env.spans))
+	t.Cleanup(func() {
+		_ = mp.Shutdown(context.Background())
+		_ = tp.Shutdown(context.Background())
+	})
+	cfg := api.Config{
+		Addr:           "127.0.0.1:0",
+		Reader:         env.reader,
+		Admin:          env.admin,
+		Logger:         slog.New(slog.NewTextHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		TracerProvider: tp,
+		MeterProvider:  mp,
+		Now:            env.clock.Now,
+		CursorKey:      []byte("test cursor key"),
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	srv, err := api.New(cfg)
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	env.srv, env.url = srv, hs.URL
+	return env
+}
+
+// response is a decoded HTTP response.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// json decodes the body into a map, keeping numbers as json.Number.
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(r.body))
+	d.UseNumber()
+	var m map[string]any
+	require.NoError(t, d.Decode(&m), "body: %s", r.body)
+	return m
+}
+
+// do sends a request to the test server.
+func (e *testEnv) do(t *testing.T, method, path string, header ...string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, e.url+path, nil)
+	require.NoError(t, err)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return response{res.StatusCode, res.Header, body}
+}
+
+func (e *testEnv) get(t *testing.T, path string) response {
+	t.Helper()
+	return e.do(t, http.MethodGet, path)
+}
+
+// requireError checks an error response: status, code and that the
+// message starts with "<param>: ".
+func requireError(t *testing.T, r response, status int, code, param string) string {
+	t.Helper()
+	require.Equal(t, status, r.status, "body: %s", r.body)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &body), "body: %s", r.body)
+	assert.Equal(t, code, body.Error.Code)
+	if param != "" {
+		assert.True(t, strings.HasPrefix(body.Error.Message, param+": "), "message %q should start with %q", body.Error.Message, param+": ")
+	}
+	return body.Error.Message
+}
+
+// keys returns the sorted keys of m.
+func keys(m map[string]any) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// mustTicks parses an RFC 3339 time into ticks.
+func mustTicks(t testing.TB, s string) buckets.Ticks {
+	t.Helper()
+	k, err := buckets.ParseTime(s)
+	require.NoError(t, err)
+	return k
+}
+
+// reading builds a reading of dev at ts with a float value temp.
+func reading(t testing.TB, dev string, k buckets.Ticks, temp float64) buckets.Reading {
+	t.Helper()
+	return buckets.Reading{Device: buckets.DeviceID(dev), Ticks: k, Values: []buckets.Field{{Name: "temp", Value: buckets.Float(temp)}}}
+}
+
+// q builds a query string.
+func q(kv ...string) string {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Add(kv[i], kv[i+1])
+	}
+	return "?" + v.Encode()
+}
