@@ -1,0 +1,321 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// maxLatestNames bounds how many value names the index remembers per
+// device; past it the name updated longest ago is forgotten.
+const maxLatestNames = 4 * buckets.MaxValues
+
+// deviceIndex knows every device the store has seen: first and last
+// reading time and the newest value of every name. It lives in memory
+// and in its own small Badger database, which day drops never touch.
+//
+// Updates that move a device's first or last day (and new devices) are
+// persisted before Write returns, because queries use those bounds to
+// skip tables: after a crash they are never too narrow. Other updates
+// (a newer last-seen time or value within the same days) are persisted
+// within indexFlushInterval and on Close; after a crash they may lag
+// until the unacknowledged messages are delivered again.
+type deviceIndex struct {
+	db *badger.DB
+
+	mu      sync.RWMutex
+	devices map[buckets.DeviceID]*deviceEntry
+	sorted  []buckets.DeviceID // the keys of devices, ascending
+	dirty   map[buckets.DeviceID]struct{}
+
+	persistMu sync.Mutex // orders persists so newer state always lands last
+}
+
+// deviceEntry is what the index knows about one device.
+type deviceEntry struct {
+	first, last buckets.Ticks
+	latest      []buckets.Field // sorted by name
+	at          []buckets.Ticks // time of each latest value
+}
+
+// openIndex opens the index database in dir and loads it.
+func openIndex(dir string, syncWrites bool, log *slog.Logger) (*deviceIndex, error) {
+	db, err := openBadger(badgerOptions(dir, classIndex, syncWrites, log.With("table", "index")))
+	if err != nil {
+		return nil, fmt.Errorf("open device index: %w", err)
+	}
+	idx := &deviceIndex{
+		db:      db,
+		devices: make(map[buckets.DeviceID]*deviceEntry),
+		dirty:   make(map[buckets.DeviceID]struct{}),
+	}
+	if err := idx.load(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("load device index: %w", err)
+	}
+	return idx, nil
+}
+
+// load reads every device record.
+func (x *deviceIndex) load() error {
+	return x.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			dev := buckets.DeviceID(item.KeyCopy(nil))
+			err := item.Value(func(v []byte) error {
+				e, err := decodeEntry(v)
+				if err != nil {
+					return fmt.Errorf("device %q: %w", dev, err)
+				}
+				x.devices[dev] = e
+				x.sorted = append(x.sorted, dev)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// len is the number of known devices.
+func (x *deviceIndex) len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return len(x.devices)
+}
+
+// close persists pending updates and closes the database.
+func (x *deviceIndex) close() error {
+	ferr := x.flushDirty()
+	if err := x.db.Close(); err != nil {
+		return errors.Join(ferr, fmt.Errorf("close device index: %w", err))
+	}
+	return ferr
+}
+
+// observe records committed readings. It returns the devices whose
+// record must be persisted before the write is acknowledged.
+func (x *deviceIndex) observe(rs []buckets.Reading) []buckets.DeviceID {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var urgent []buckets.DeviceID
+	mark := func(d buckets.DeviceID) {
+		if !slices.Contains(urgent, d) {
+			urgent = append(urgent, d)
+		}
+	}
+	for i := range rs {
+		r := &rs[i]
+		e := x.devices[r.Device]
+		switch {
+		case e == nil:
+			e = &deviceEntry{first: r.Ticks, last: r.Ticks}
+			x.devices[r.Device] = e
+			at, _ := slices.BinarySearch(x.sorted, r.Device)
+			x.sorted = slices.Insert(x.sorted, at, r.Device)
+			mark(r.Device)
+		case r.Ticks < e.first:
+			if buckets.DayOf(r.Ticks) != buckets.DayOf(e.first) {
+				mark(r.Device)
+			}
+			e.first = r.Ticks
+		case r.Ticks > e.last:
+			if buckets.DayOf(r.Ticks) != buckets.DayOf(e.last) {
+				mark(r.Device)
+			}
+			e.last = r.Ticks
+		}
+		e.update(r)
+		x.dirty[r.Device] = struct{}{}
+	}
+	return urgent
+}
+
+// update keeps, for every name of r, the value of the newest reading.
+// At equal times the later write wins, as in a merge.
+func (e *deviceEntry) update(r *buckets.Reading) {
+	for _, f := range r.Values {
+		i, found := slices.BinarySearchFunc(e.latest, f.Name, func(a buckets.Field, name string) int {
+			return strings.Compare(a.Name, name)
+		})
+		switch {
+		case !found:
+			e.latest = slices.Insert(e.latest, i, f)
+			e.at = slices.Insert(e.at, i, r.Ticks)
+		case r.Ticks >= e.at[i]:
+			e.latest[i].Value = f.Value
+			e.at[i] = r.Ticks
+		}
+	}
+	for len(e.latest) > maxLatestNames {
+		oldest := 0
+		for i, k := range e.at {
+			if k < e.at[oldest] {
+				oldest = i
+			}
+		}
+		e.latest = slices.Delete(e.latest, oldest, oldest+1)
+		e.at = slices.Delete(e.at, oldest, oldest+1)
+	}
+}
+
+// flushDirty persists every record changed since its last persist.
+func (x *deviceIndex) flushDirty() error {
+	x.mu.RLock()
+	ids := make([]buckets.DeviceID, 0, len(x.dirty))
+	for d := range x.dirty {
+		ids = append(ids, d)
+	}
+	x.mu.RUnlock()
+	return x.persist(ids)
+}
+
+// persist writes the current records of ids.
+func (x *deviceIndex) persist(ids []buckets.DeviceID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	x.persistMu.Lock()
+	defer x.persistMu.Unlock()
+	x.mu.Lock()
+	recs := make([][]byte, len(ids))
+	for i, d := range ids {
+		recs[i] = encodeEntry(nil, x.devices[d])
+		delete(x.dirty, d)
+	}
+	x.mu.Unlock()
+
+	wb := x.db.NewWriteBatch()
+	defer wb.Cancel()
+	err := func() error {
+		for i, d := range ids {
+			if err := wb.Set([]byte(d), recs[i]); err != nil {
+				return err
+			}
+		}
+		return wb.Flush()
+	}()
+	if err != nil {
+		x.mu.Lock()
+		for _, d := range ids {
+			x.dirty[d] = struct{}{}
+		}
+		x.mu.Unlock()
+		return fmt.Errorf("persist device index: %w", err)
+	}
+	return nil
+}
+
+// bounds returns the first and last reading time of dev.
+func (x *deviceIndex) bounds(dev buckets.DeviceID) (first, last buckets.Ticks, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	e := x.devices[dev]
+	if e == nil {
+		return 0, 0, false
+	}
+	return e.first, e.last, true
+}
+
+// Devices lists known devices whose ID starts with prefix, sorted by
+// ID, strictly after `after` (empty: from the start), at most limit of
+// them. more is true when further devices match. Limit must be
+// positive.
+func (s *Store) Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) (infos []buckets.DeviceInfo, more bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	if limit <= 0 {
+		return nil, false, fmt.Errorf("%w: limit %d must be positive", buckets.ErrInvalidArgument, limit)
+	}
+	if err := s.Ping(ctx); err != nil {
+		return nil, false, err
+	}
+	x := s.index
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	i, _ := slices.BinarySearch(x.sorted, buckets.DeviceID(prefix))
+	if after != "" {
+		j, found := slices.BinarySearch(x.sorted, after)
+		if found {
+			j++
+		}
+		i = max(i, j)
+	}
+	infos = make([]buckets.DeviceInfo, 0, min(limit, 256))
+	for ; i < len(x.sorted) && strings.HasPrefix(string(x.sorted[i]), prefix); i++ {
+		if len(infos) == limit {
+			return infos, true, nil
+		}
+		d := x.sorted[i]
+		e := x.devices[d]
+		infos = append(infos, buckets.DeviceInfo{
+			Device: d, FirstSeen: e.first, LastSeen: e.last, Latest: slices.Clone(e.latest),
+		})
+	}
+	return infos, false, nil
+}
+
+// Record encoding, version 1:
+//
+//	version byte (1)
+//	uvarint first ticks, uvarint last ticks
+//	uvarint n, then n uvarint times (one per latest value)
+//	the latest values as buckets.AppendValues writes them
+const entryVersion = 1
+
+func encodeEntry(dst []byte, e *deviceEntry) []byte {
+	dst = append(dst, entryVersion)
+	dst = binary.AppendUvarint(dst, uint64(e.first))
+	dst = binary.AppendUvarint(dst, uint64(e.last))
+	dst = binary.AppendUvarint(dst, uint64(len(e.at)))
+	for _, k := range e.at {
+		dst = binary.AppendUvarint(dst, uint64(k))
+	}
+	return buckets.AppendValues(dst, e.latest)
+}
+
+func decodeEntry(b []byte) (*deviceEntry, error) {
+	errBad := errors.New("corrupt device record")
+	if len(b) == 0 || b[0] != entryVersion {
+		return nil, errBad
+	}
+	b = b[1:]
+	next := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			b = nil
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	e := &deviceEntry{first: buckets.Ticks(next()), last: buckets.Ticks(next())}
+	n := next()
+	if n > maxLatestNames || b == nil {
+		return nil, errBad
+	}
+	e.at = make([]buckets.Ticks, n)
+	for i := range e.at {
+		e.at[i] = buckets.Ticks(next())
+	}
+	fields, err := buckets.DecodeValues(b)
+	if err != nil || uint64(len(fields)) != n {
+		return nil, errBad
+	}
+	e.latest = fields
+	return e, nil
+}

@@ -1,0 +1,87 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// instrumentationName names the meter and the tracer of this package.
+const instrumentationName = "github.com/telemetryd/telemetryd/store"
+
+// metrics holds the instruments of DESIGN §8 that the store owns.
+type metrics struct {
+	commitDuration metric.Float64Histogram
+	tableErrors    metric.Int64Counter
+	registration   metric.Registration
+}
+
+// newMetrics creates the instruments. The observable gauges read the
+// store through s when a reader collects them.
+func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
+	meter := mp.Meter(instrumentationName)
+	m := &metrics{}
+	var err error
+	if m.commitDuration, err = meter.Float64Histogram("telemetry.store.commit.duration",
+		metric.WithDescription("Time to commit one Write to the day tables and the device index."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)); err != nil {
+		return nil, fmt.Errorf("commit duration histogram: %w", err)
+	}
+	if m.tableErrors, err = meter.Int64Counter("telemetry.store.table_errors",
+		metric.WithDescription("Day tables that failed to open (damaged or unreadable)."),
+		metric.WithUnit("{error}")); err != nil {
+		return nil, fmt.Errorf("table errors counter: %w", err)
+	}
+	tables, err := meter.Int64ObservableGauge("telemetry.store.tables",
+		metric.WithDescription("Day tables on disk."), metric.WithUnit("{table}"))
+	if err != nil {
+		return nil, fmt.Errorf("tables gauge: %w", err)
+	}
+	bytes, err := meter.Int64ObservableGauge("telemetry.store.bytes",
+		metric.WithDescription("Bytes on disk used by the day tables."), metric.WithUnit("By"))
+	if err != nil {
+		return nil, fmt.Errorf("bytes gauge: %w", err)
+	}
+	open, err := meter.Int64ObservableGauge("telemetry.store.open_tables",
+		metric.WithDescription("Day tables currently open (hot and cold)."), metric.WithUnit("{table}"))
+	if err != nil {
+		return nil, fmt.Errorf("open tables gauge: %w", err)
+	}
+	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := s.stats()
+		o.ObserveInt64(tables, int64(st.tables))
+		o.ObserveInt64(bytes, st.bytes)
+		o.ObserveInt64(open, int64(st.open))
+		return nil
+	}, tables, bytes, open)
+	if err != nil {
+		return nil, fmt.Errorf("register store gauges: %w", err)
+	}
+	return m, nil
+}
+
+// badgerLogger sends Badger's errors and warnings to slog and drops its
+// chatty info and debug lines.
+type badgerLogger struct {
+	log *slog.Logger
+}
+
+// Errorf implements badger.Logger.
+func (l badgerLogger) Errorf(format string, args ...any) {
+	l.log.Error(strings.TrimSpace(fmt.Sprintf(format, args...)), "component", "badger")
+}
+
+// Warningf implements badger.Logger.
+func (l badgerLogger) Warningf(format string, args ...any) {
+	l.log.Warn(strings.TrimSpace(fmt.Sprintf(format, args...)), "component", "badger")
+}
+
+// Infof implements badger.Logger; it is dropped.
+func (badgerLogger) Infof(string, ...any) {}
+
+// Debugf implements badger.Logger; it is dropped.
+func (badgerLogger) Debugf(string, ...any) {}

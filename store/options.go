@@ -1,0 +1,158 @@
+package store
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Options configures a Store. The zero value of every field means its
+// default (see DefaultOptions).
+type Options struct {
+	// SyncWrites makes every commit fsync before Write returns, for
+	// durability across power loss.
+	SyncWrites bool
+	// HotDays is how many of the newest days (today and the days before
+	// it, by the clock Now) are opened with write-sized memtables.
+	// Default 2.
+	HotDays int
+	// MaxOpenTables caps how many older (cold) day tables are open at
+	// once; the least recently used idle ones are closed. Default 8.
+	MaxOpenTables int
+	// IdleClose closes a cold table that nobody used for this long.
+	// Default 2m.
+	IdleClose time.Duration
+
+	Logger         *slog.Logger         // nil: slog.Default()
+	TracerProvider trace.TracerProvider // nil: otel.GetTracerProvider()
+	MeterProvider  metric.MeterProvider // nil: otel.GetMeterProvider()
+	Now            func() time.Time     // nil: time.Now
+}
+
+// Defaults of Options.
+const (
+	defaultHotDays       = 2
+	defaultMaxOpenTables = 8
+	defaultIdleClose     = 2 * time.Minute
+)
+
+// DefaultOptions returns Options with every default filled in.
+func DefaultOptions() Options {
+	return Options{
+		HotDays:       defaultHotDays,
+		MaxOpenTables: defaultMaxOpenTables,
+		IdleClose:     defaultIdleClose,
+	}
+}
+
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.HotDays <= 0 {
+		o.HotDays = defaultHotDays
+	}
+	if o.MaxOpenTables <= 0 {
+		o.MaxOpenTables = defaultMaxOpenTables
+	}
+	if o.IdleClose <= 0 {
+		o.IdleClose = defaultIdleClose
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = otel.GetMeterProvider()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Badger tuning. A day table holds small readings (tens to hundreds of
+// bytes), is written while it is hot and then mostly read, and dozens
+// of them live on disk at once, so the per-table footprint matters more
+// than peak write speed of any one of them.
+const (
+	// valueThreshold keeps ordinary readings inside the LSM tree (one
+	// read per reading, no value log GC); only unusually large readings
+	// (long strings) go to the value log.
+	valueThreshold = 1 << 10
+	// valueLogFileSize bounds each value log file (it is mapped, and
+	// preallocated sparsely, at twice this size while open).
+	valueLogFileSize = 64 << 20
+
+	hotMemTableSize   = 16 << 20 // a 10,000-reading message fits one transaction (15% of it)
+	hotNumMemtables   = 3
+	hotBlockCacheSize = 8 << 20
+
+	coldMemTableSize   = 2 << 20 // late writes to old days are split into several commits
+	coldNumMemtables   = 2
+	coldBlockCacheSize = 1 << 20 // Badger needs a block cache when compression is on
+
+	indexMemTableSize = 4 << 20
+)
+
+// tableClass selects the Badger options of a DB.
+type tableClass uint8
+
+const (
+	classCold tableClass = iota
+	classHot
+	classIndex
+)
+
+// String names the class for logs.
+func (c tableClass) String() string {
+	switch c {
+	case classHot:
+		return "hot"
+	case classIndex:
+		return "index"
+	}
+	return "cold"
+}
+
+// badgerOptions returns the Badger options of a DB of class c in dir.
+func badgerOptions(dir string, c tableClass, syncWrites bool, log *slog.Logger) badger.Options {
+	o := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{log: log}).
+		WithSyncWrites(syncWrites).
+		WithNumVersionsToKeep(1).
+		WithCompression(options.ZSTD).
+		WithZSTDCompressionLevel(1).
+		WithValueThreshold(valueThreshold).
+		WithValueLogFileSize(valueLogFileSize).
+		WithDetectConflicts(false). // writers are serialized per table by the store
+		WithMetricsEnabled(false).  // sizes are measured from the directory instead
+		WithIndexCacheSize(0).
+		WithNumCompactors(2). // the minimum that keeps compaction going
+		WithCompactL0OnClose(false)
+	switch c {
+	case classHot:
+		return o.WithMemTableSize(hotMemTableSize).
+			WithNumMemtables(hotNumMemtables).
+			WithNumLevelZeroTables(4).
+			WithNumLevelZeroTablesStall(12).
+			WithBlockCacheSize(hotBlockCacheSize)
+	case classIndex:
+		return o.WithMemTableSize(indexMemTableSize).
+			WithNumMemtables(2).
+			WithNumLevelZeroTables(2).
+			WithNumLevelZeroTablesStall(8).
+			WithBlockCacheSize(coldBlockCacheSize)
+	default:
+		return o.WithMemTableSize(coldMemTableSize).
+			WithNumMemtables(coldNumMemtables).
+			WithNumLevelZeroTables(2).
+			WithNumLevelZeroTablesStall(8).
+			WithBlockCacheSize(coldBlockCacheSize)
+	}
+}

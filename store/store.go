@@ -1,0 +1,305 @@
+// Package store keeps readings in Badger, one database per UTC day
+// table, following the key design of package buckets: inside the table
+// of a day a reading is stored under <device>/<inverted ticks>, so a
+// forward scan of a device prefix returns its newest readings first,
+// and retention drops a whole day by closing its database and removing
+// its directory.
+//
+// Layout under the data directory:
+//
+//	LOCK                 exclusive flock while a Store is open
+//	tables/YYYY-MM-DD/   one Badger database per day table
+//	index/               the device index (first/last seen, latest values)
+//
+// Only the newest days (Options.HotDays) are opened with write-sized
+// memtables. Older tables open lazily on first use with small buffers
+// and are closed again when idle or when more than
+// Options.MaxOpenTables of them are open, so memory stays bounded
+// however many days are kept.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Directory names under the data directory.
+const (
+	tablesDirName = "tables"
+	indexDirName  = "index"
+	// dropPrefix marks a table directory that is being removed; Open
+	// finishes removing any it finds.
+	dropPrefix = ".drop-"
+)
+
+// reopenAfter is how long a table that failed to open is reported as
+// unavailable before the next attempt to open it.
+const reopenAfter = 30 * time.Second
+
+// indexFlushInterval is how often index updates that do not change a
+// device's day bounds are persisted.
+const indexFlushInterval = time.Second
+
+// errClosed is returned by every call on a closed Store.
+var errClosed = fmt.Errorf("%w: store is closed", buckets.ErrUnavailable)
+
+// Store is the Badger adapter: a set of day tables plus a device index.
+// It is safe for concurrent use.
+type Store struct {
+	opts      Options
+	dir       string
+	tablesDir string
+	log       *slog.Logger
+	tracer    trace.Tracer
+	metrics   *metrics
+	lock      *dirLock
+	index     *deviceIndex
+
+	mu       sync.Mutex
+	tables   map[buckets.Day]*table // every day table on disk (or being created)
+	closed   bool
+	inflight sync.WaitGroup // table handles held, table opens and closes under way
+	dropSeq  int            // makes drop directory names unique
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating if needed) the store under dataDir. It takes an
+// exclusive lock on the directory (ErrLocked if another process holds
+// it), opens the device index and discovers the day tables on disk
+// without opening them. A damaged table does not fail Open: queries
+// that touch it fail with buckets.ErrUnavailable.
+func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	s := &Store{
+		opts:      opts,
+		dir:       dataDir,
+		tablesDir: filepath.Join(dataDir, tablesDirName),
+		log:       opts.Logger.With("component", "store"),
+		tracer:    opts.TracerProvider.Tracer(instrumentationName),
+		tables:    make(map[buckets.Day]*table),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	if err := os.MkdirAll(s.tablesDir, 0o755); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	lock, err := lockDir(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s.lock = lock
+	if err := s.discover(); err != nil {
+		_ = lock.unlock()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	idx, err := openIndex(filepath.Join(dataDir, indexDirName), opts.SyncWrites, s.log)
+	if err != nil {
+		_ = lock.unlock()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s.index = idx
+	if s.metrics, err = newMetrics(opts.MeterProvider, s); err != nil {
+		_ = idx.close()
+		_ = lock.unlock()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	go s.janitor()
+	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", idx.len())
+	return s, nil
+}
+
+// discover registers every day table directory under tables/ without
+// opening it, and finishes removing directories of interrupted drops.
+func (s *Store) discover() error {
+	entries, err := os.ReadDir(s.tablesDir)
+	if err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, dropPrefix) {
+			if err := os.RemoveAll(filepath.Join(s.tablesDir, name)); err != nil {
+				return fmt.Errorf("finish dropping %s: %w", name, err)
+			}
+			continue
+		}
+		day, err := buckets.ParseDay(name)
+		if !e.IsDir() || err != nil || day.String() != name {
+			s.log.Warn("ignoring unexpected entry in tables directory", "name", name)
+			continue
+		}
+		s.tables[day] = newTable(day, filepath.Join(s.tablesDir, name))
+	}
+	return nil
+}
+
+// Close waits for running calls to release their tables, closes every
+// database and releases the directory lock. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.inflight.Wait()
+
+	var errs []error
+	s.mu.Lock()
+	type openDB struct {
+		day buckets.Day
+		db  interface{ Close() error }
+	}
+	open := make([]openDB, 0, len(s.tables))
+	for _, t := range s.tables {
+		if t.db != nil {
+			open = append(open, openDB{t.day, t.db})
+			t.db = nil
+		}
+	}
+	s.mu.Unlock()
+	for _, o := range open {
+		if err := o.db.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close table %s: %w", o.day, err))
+		}
+	}
+	if err := s.metrics.registration.Unregister(); err != nil {
+		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
+	}
+	if err := s.index.close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.lock.unlock(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Ping reports whether the store is open and usable (for readiness).
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed || s.index.db.IsClosed() {
+		return errClosed
+	}
+	return nil
+}
+
+// janitor closes idle cold tables and persists index updates until the
+// store closes. Close stops it and waits for it.
+func (s *Store) janitor() {
+	defer close(s.done)
+	every := min(max(s.opts.IdleClose/4, 10*time.Millisecond), 30*time.Second)
+	sweep := time.NewTicker(every)
+	defer sweep.Stop()
+	flush := time.NewTicker(indexFlushInterval)
+	defer flush.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-sweep.C:
+			s.closeIdle()
+		case <-flush.C:
+			if err := s.index.flushDirty(); err != nil {
+				s.log.Error("persist device index", "err", err)
+			}
+		}
+	}
+}
+
+// now is the injected clock.
+func (s *Store) now() time.Time { return s.opts.Now() }
+
+// today is the UTC day of the injected clock.
+func (s *Store) today() buckets.Day { return buckets.DayOfTime(s.now()) }
+
+// isHot reports whether day is one of the HotDays newest days (days
+// after today, which the future skew allows, are hot too).
+func (s *Store) isHot(day buckets.Day) bool {
+	return day > s.today()-buckets.Day(s.opts.HotDays)
+}
+
+// storeStats is what the gauges report.
+type storeStats struct {
+	tables, open int
+	bytes        int64
+}
+
+// stats counts tables and their bytes on disk.
+func (s *Store) stats() storeStats {
+	s.mu.Lock()
+	var st storeStats
+	dirs := make([]string, 0, len(s.tables))
+	for _, t := range s.tables {
+		if t.dropping {
+			continue
+		}
+		st.tables++
+		if t.db != nil {
+			st.open++
+		}
+		dirs = append(dirs, t.dir)
+	}
+	s.mu.Unlock()
+	for _, d := range dirs {
+		st.bytes += dirSize(d)
+	}
+	return st
+}
+
+// dirSize is the disk space used by the files directly in dir. Badger
+// preallocates its value log and memtable files sparsely, so a file
+// counts with the smaller of its length and its allocated blocks.
+func dirSize(dir string) int64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() {
+			continue
+		}
+		n += fileSize(info)
+	}
+	return n
+}
+
+// fileSize is the smaller of the length of a file and the space its
+// blocks take.
+func fileSize(info os.FileInfo) int64 {
+	n := info.Size()
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		n = min(n, st.Blocks*512)
+	}
+	return n
+}

@@ -1,0 +1,278 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// metaReadingsKey holds the exact number of readings of a day table as
+// 8 big-endian bytes. Keys starting with 0x00 are table metadata; no
+// device ID can start with it.
+var metaReadingsKey = []byte("\x00meta/readings")
+
+// table is one day table: a Badger database that is opened lazily and
+// may be closed and reopened while the store runs.
+//
+// Every read and write holds a reference (Store.acquire, Store.release)
+// for as long as it uses db; a table is closed or dropped only when no
+// reference is held.
+type table struct {
+	day buckets.Day
+	dir string
+
+	// readings is the exact number of readings, or -1 until the table
+	// has been opened once. Writers update it under writeMu.
+	readings atomic.Int64
+	// writeMu serializes writers, which makes read-modify-write (the
+	// merge of readings with the same key) safe without Badger's
+	// conflict detection.
+	writeMu sync.Mutex
+
+	// Guarded by Store.mu.
+	db       *badger.DB
+	hot      bool          // db was opened with hot options
+	refs     int           // references held
+	lastUsed time.Time     // when the last reference was taken or released
+	busy     chan struct{} // non-nil while db is being opened or closed
+	dropping bool          // DropTable is under way: route nothing new here
+	drained  chan struct{} // closed when refs reaches zero while dropping
+	failErr  error         // why the last open failed
+	failedAt time.Time     // when it failed
+}
+
+func newTable(day buckets.Day, dir string) *table {
+	t := &table{day: day, dir: dir}
+	t.readings.Store(-1)
+	return t
+}
+
+// access says what a caller wants a table for.
+type access uint8
+
+const (
+	forRead  access = iota // a missing or dropping table reads as empty
+	forWrite               // a missing table is created; a dropping one is unavailable
+)
+
+// acquire returns the open table of day with a reference held, opening
+// it if needed. For reads it returns (nil, nil) when the table does not
+// exist or is being dropped. The caller must release the table.
+func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	t := s.tables[day]
+	if t == nil {
+		if a == forRead {
+			s.mu.Unlock()
+			return nil, nil
+		}
+		t = newTable(day, s.tableDir(day))
+		s.tables[day] = t
+	}
+	t.refs++
+	s.inflight.Add(1)
+	for {
+		if t.dropping {
+			s.releaseLocked(t)
+			s.mu.Unlock()
+			if a == forRead {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("%w: table %s is being dropped", buckets.ErrUnavailable, day)
+		}
+		if t.db != nil {
+			t.lastUsed = s.now()
+			s.mu.Unlock()
+			return t, nil
+		}
+		if t.busy != nil {
+			ch := t.busy
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				s.release(t)
+				return nil, ctx.Err()
+			}
+			s.mu.Lock()
+			continue
+		}
+		if t.failErr != nil && s.now().Sub(t.failedAt) < reopenAfter {
+			err := t.failErr
+			s.releaseLocked(t)
+			s.mu.Unlock()
+			return nil, unavailableTable(day, err)
+		}
+		if err := s.openLocked(t); err != nil {
+			s.releaseLocked(t)
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+}
+
+// openLocked opens the database of t. It is called with s.mu held and
+// returns with it held, releasing it while Badger opens.
+func (s *Store) openLocked(t *table) error {
+	ch := make(chan struct{})
+	t.busy = ch
+	hot := s.isHot(t.day)
+	s.mu.Unlock()
+	db, n, err := s.openTableDB(t, hot)
+	s.mu.Lock()
+	t.busy = nil
+	close(ch)
+	if err != nil {
+		t.failErr, t.failedAt = err, s.now()
+		s.metrics.tableErrors.Add(context.Background(), 1)
+		s.log.Error("day table cannot be opened; its queries fail until it is repaired or dropped",
+			"table", t.day.String(), "dir", t.dir, "err", err)
+		return unavailableTable(t.day, err)
+	}
+	t.db, t.hot, t.failErr = db, hot, nil
+	t.readings.Store(n)
+	if !hot {
+		// Keep the number of open cold tables bounded. This closes other
+		// tables only (t is referenced), in the background.
+		s.inflight.Add(1)
+		go func() {
+			defer s.inflight.Done()
+			s.closeIdle()
+		}()
+	}
+	return nil
+}
+
+// unavailableTable is the error of a table that cannot be opened.
+func unavailableTable(day buckets.Day, err error) error {
+	return fmt.Errorf("%w: table %s cannot be opened: %v", buckets.ErrUnavailable, day, err)
+}
+
+// openTableDB opens the Badger database of t and reads its reading
+// counter. Badger panics on some kinds of damage; that is turned into
+// an error so one damaged day cannot take the process down.
+func (s *Store) openTableDB(t *table, hot bool) (db *badger.DB, readings int64, err error) {
+	class := classCold
+	if hot {
+		class = classHot
+	}
+	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, s.log.With("table", t.day.String()))
+	db, err = openBadger(opts)
+	if err != nil {
+		return nil, 0, err
+	}
+	if readings, err = readCounter(db); err != nil {
+		_ = db.Close()
+		return nil, 0, err
+	}
+	return db, readings, nil
+}
+
+// openBadger is badger.Open with panics turned into errors.
+func openBadger(opts badger.Options) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("badger panicked: %v", r)
+		}
+	}()
+	return badger.Open(opts)
+}
+
+// readCounter reads the reading counter of a day table.
+func readCounter(db *badger.DB) (int64, error) {
+	var n int64
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(metaReadingsKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("reading counter has %d bytes, want 8", len(v))
+			}
+			n = int64(binary.BigEndian.Uint64(v))
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read reading counter: %w", err)
+	}
+	return n, nil
+}
+
+// release drops a reference taken by acquire.
+func (s *Store) release(t *table) {
+	s.mu.Lock()
+	s.releaseLocked(t)
+	s.mu.Unlock()
+}
+
+func (s *Store) releaseLocked(t *table) {
+	t.refs--
+	t.lastUsed = s.now()
+	if t.refs == 0 && t.drained != nil {
+		close(t.drained)
+		t.drained = nil
+	}
+	s.inflight.Done()
+}
+
+// closeIdle closes open cold tables (days that are no longer hot) that
+// nobody holds and that were idle for IdleClose, and, least recently
+// used first, as many more as it takes to leave at most MaxOpenTables
+// cold tables open. Tables in use are never closed; they count against
+// the bound until released.
+func (s *Store) closeIdle() {
+	now := s.now()
+	s.mu.Lock()
+	var cold []*table
+	for _, t := range s.tables {
+		if t.db != nil && !s.isHot(t.day) {
+			cold = append(cold, t)
+		}
+	}
+	slices.SortFunc(cold, func(a, b *table) int { return a.lastUsed.Compare(b.lastUsed) })
+	excess := len(cold) - s.opts.MaxOpenTables
+	var victims []*table
+	var dbs []*badger.DB
+	for _, t := range cold {
+		if t.refs > 0 || t.busy != nil || t.dropping {
+			continue
+		}
+		if excess <= 0 && now.Sub(t.lastUsed) < s.opts.IdleClose {
+			continue
+		}
+		excess--
+		victims, dbs = append(victims, t), append(dbs, t.db)
+		t.db, t.busy = nil, make(chan struct{})
+		s.inflight.Add(1)
+	}
+	s.mu.Unlock()
+	for i, t := range victims {
+		err := dbs[i].Close()
+		s.mu.Lock()
+		close(t.busy)
+		t.busy = nil
+		s.mu.Unlock()
+		s.inflight.Done()
+		if err != nil {
+			s.log.Error("close idle table", "table", t.day.String(), "err", err)
+		}
+	}
+}

@@ -1,0 +1,297 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Write stores rs. Readings are grouped by day table and each table
+// gets one Badger transaction holding all of its readings, so a
+// message is committed atomically per day table (like an Azure entity
+// group transaction). A reading whose (device, ticks) already exists
+// is merged into the stored one with buckets.Merge (the new value wins
+// per name); readings with the same key inside rs merge in slice
+// order. Writing the same readings again leaves the stored bytes
+// unchanged, so redelivery is idempotent.
+//
+// A table's readings that do not fit one Badger transaction
+// (badger.ErrTxnTooBig) are committed in several consecutive
+// transactions. A failure between them leaves a prefix committed;
+// because writes are idempotent merges, redelivering the message
+// converges to the same result.
+//
+// After the tables commit, the device index is updated. Transient
+// conditions (a table being dropped, a closing store, blocked writes,
+// a full disk) return errors wrapping buckets.ErrUnavailable; the rs
+// must be valid readings (buckets.Reading.Validate), else nothing is
+// written and the error wraps buckets.ErrInvalidReading.
+func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
+	if len(rs) == 0 {
+		return nil
+	}
+	for i := range rs {
+		if err := rs[i].Validate(); err != nil {
+			return fmt.Errorf("write: reading %d: %w", i, err)
+		}
+	}
+	groups := groupByDay(rs)
+	ctx, span := s.tracer.Start(ctx, "store.commit", trace.WithAttributes(
+		attribute.Int("telemetry.store.readings", len(rs)),
+		attribute.Int("telemetry.store.tables", len(groups))))
+	start := time.Now()
+	defer func() {
+		s.metrics.commitDuration.Record(ctx, time.Since(start).Seconds())
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+
+	var urgent []buckets.DeviceID
+	for _, g := range groups {
+		if err := s.writeDay(ctx, g.day, g.readings); err != nil {
+			// Keep what earlier tables committed visible in the index.
+			if perr := s.index.persist(urgent); perr != nil {
+				s.log.Error("persist device index", "err", perr)
+			}
+			return err
+		}
+		urgent = append(urgent, s.index.observe(g.readings)...)
+	}
+	if err := s.index.persist(urgent); err != nil {
+		return classify(fmt.Errorf("write: %w", err))
+	}
+	return nil
+}
+
+// dayGroup is the readings of rs that fall in one day, in slice order.
+type dayGroup struct {
+	day      buckets.Day
+	readings []buckets.Reading
+}
+
+// groupByDay splits rs by day, ascending by day.
+func groupByDay(rs []buckets.Reading) []dayGroup {
+	first := rs[0].Day()
+	same := true
+	for i := range rs {
+		if rs[i].Day() != first {
+			same = false
+			break
+		}
+	}
+	if same {
+		return []dayGroup{{day: first, readings: rs}}
+	}
+	byDay := make(map[buckets.Day][]buckets.Reading)
+	for _, r := range rs {
+		byDay[r.Day()] = append(byDay[r.Day()], r)
+	}
+	groups := make([]dayGroup, 0, len(byDay))
+	for d, g := range byDay {
+		groups = append(groups, dayGroup{day: d, readings: g})
+	}
+	slices.SortFunc(groups, func(a, b dayGroup) int { return int(a.day - b.day) })
+	return groups
+}
+
+// writeDay commits the readings of one day to its table.
+func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Reading) error {
+	t, err := s.acquire(ctx, day, forWrite)
+	if err != nil {
+		return fmt.Errorf("write table %s: %w", day, err)
+	}
+	defer s.release(t)
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	entries, err := planWrites(t.db, rs)
+	if err != nil {
+		return classify(fmt.Errorf("write table %s: %w", day, err))
+	}
+	if err := commitEntries(t, entries); err != nil {
+		return classify(fmt.Errorf("write table %s: %w", day, err))
+	}
+	return nil
+}
+
+// entry is one key to set in a day table.
+type entry struct {
+	key, value []byte
+	isNew      bool // the key did not exist before: it adds one reading
+}
+
+// readingKey is the identity of a reading.
+type readingKey struct {
+	device buckets.DeviceID
+	ticks  buckets.Ticks
+}
+
+// planWrites merges rs with each other (in slice order) and with what
+// the table holds, and returns the entries that change the table.
+// Unchanged readings (a redelivery) produce no entry. It must run under
+// the table's writeMu.
+func planWrites(db *badger.DB, rs []buckets.Reading) ([]entry, error) {
+	// Merge duplicates inside rs first, keeping first-appearance order.
+	merged := make([]buckets.Reading, 0, len(rs))
+	var pos map[readingKey]int
+	for _, r := range rs {
+		if pos == nil && (len(merged) == 0 || !mayRepeat(merged, r)) {
+			merged = append(merged, r)
+			continue
+		}
+		if pos == nil {
+			pos = make(map[readingKey]int, len(rs))
+			for i, m := range merged {
+				pos[readingKey{m.Device, m.Ticks}] = i
+			}
+		}
+		k := readingKey{r.Device, r.Ticks}
+		if i, ok := pos[k]; ok {
+			merged[i].Values = buckets.Merge(merged[i].Values, r.Values)
+			continue
+		}
+		pos[k] = len(merged)
+		merged = append(merged, r)
+	}
+
+	txn := db.NewTransaction(false)
+	defer txn.Discard()
+	entries := make([]entry, 0, len(merged))
+	arena := make([]byte, 0, len(merged)*64)
+	for _, r := range merged {
+		start := len(arena)
+		arena = buckets.AppendKey(arena, r.Device, r.Ticks)
+		key := arena[start:len(arena):len(arena)]
+		item, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			start = len(arena)
+			arena = buckets.AppendValues(arena, r.Values)
+			entries = append(entries, entry{key: key, value: arena[start:len(arena):len(arena)], isNew: true})
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", r.PartitionKey(), err)
+		}
+		var value []byte
+		err = item.Value(func(old []byte) error {
+			fields, err := buckets.DecodeValues(old)
+			if err != nil {
+				return fmt.Errorf("stored reading %s %s: %w", r.PartitionKey(), r.RowKey(), err)
+			}
+			enc := buckets.AppendValues(nil, buckets.Merge(fields, r.Values))
+			if !bytes.Equal(enc, old) {
+				value = enc
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if value != nil {
+			entries = append(entries, entry{key: key, value: value})
+		}
+	}
+	return entries, nil
+}
+
+// mayRepeat is a cheap test for the common case of a batch without
+// repeated keys: readings arrive sorted by device and time, so r can
+// only repeat an earlier key if it is not strictly after the last one.
+func mayRepeat(merged []buckets.Reading, r buckets.Reading) bool {
+	last := merged[len(merged)-1]
+	if c := strings.Compare(string(last.Device), string(r.Device)); c != 0 {
+		return c > 0
+	}
+	return last.Ticks >= r.Ticks
+}
+
+// commitEntries writes entries in as few transactions as Badger allows,
+// updating the reading counter in each. It must run under writeMu.
+func commitEntries(t *table, entries []entry) error {
+	maxSize := t.db.MaxBatchSize() * 9 / 10
+	maxCount := t.db.MaxBatchCount() - 2
+	for start := 0; start < len(entries); {
+		end, size := start, int64(len(metaReadingsKey)+8+2)
+		for end < len(entries) && (end == start || (size+entrySize(entries[end]) <= maxSize && int64(end-start) < maxCount)) {
+			size += entrySize(entries[end])
+			end++
+		}
+		err := commitChunk(t, entries[start:end])
+		if errors.Is(err, badger.ErrTxnTooBig) && end-start > 1 {
+			maxSize, maxCount = maxSize/2, max(maxCount/2, 1)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+// entrySize is Badger's estimate of what an entry costs a transaction.
+func entrySize(e entry) int64 {
+	if len(e.value) < valueThreshold {
+		return int64(len(e.key) + len(e.value) + 2)
+	}
+	return int64(len(e.key) + 12 + 2)
+}
+
+// commitChunk commits entries and the new reading counter in one
+// transaction.
+func commitChunk(t *table, entries []entry) error {
+	txn := t.db.NewTransaction(true)
+	defer txn.Discard()
+	added := int64(0)
+	for _, e := range entries {
+		if err := txn.Set(e.key, e.value); err != nil {
+			return err
+		}
+		if e.isNew {
+			added++
+		}
+	}
+	n := t.readings.Load() + added
+	if added > 0 {
+		if err := txn.Set(metaReadingsKey, binary.BigEndian.AppendUint64(nil, uint64(n))); err != nil {
+			return err
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	t.readings.Store(n)
+	return nil
+}
+
+// classify marks transient storage errors with buckets.ErrUnavailable
+// so that callers retry them later instead of giving up.
+func classify(err error) error {
+	if err == nil || errors.Is(err, buckets.ErrUnavailable) {
+		return err
+	}
+	msg := err.Error()
+	switch {
+	case errors.Is(err, badger.ErrBlockedWrites), errors.Is(err, badger.ErrDBClosed),
+		errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT),
+		strings.Contains(msg, syscall.ENOSPC.Error()), strings.Contains(msg, syscall.EDQUOT.Error()),
+		strings.Contains(msg, badger.ErrBlockedWrites.Error()):
+		return fmt.Errorf("%w: %w", buckets.ErrUnavailable, err)
+	}
+	return err
+}
