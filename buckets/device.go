@@ -37,18 +37,17 @@ func (d DeviceID) Validate() error {
 // ValidateValueName reports whether name matches
 // ^[A-Za-z_][A-Za-z0-9_.-]{0,63}$.
 func ValidateValueName(name string) error {
-	field := "values." + name
 	switch {
 	case len(name) == 0:
 		return invalid(CodeInvalidName, "values", "a value name must not be empty")
 	case len(name) > MaxValueNameLen:
 		return invalid(CodeInvalidName, "values."+name[:16]+"...", "name of %d characters is longer than %d", len(name), MaxValueNameLen)
 	case !isAlpha(name[0]) && name[0] != '_':
-		return invalid(CodeInvalidName, field, "name must start with a letter or _")
+		return invalid(CodeInvalidName, "values."+name, "name must start with a letter or _")
 	}
 	for i := 1; i < len(name); i++ {
 		if c := name[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
-			return invalid(CodeInvalidName, field, "name has %s at byte %d; only A-Z a-z 0-9 _ . - are allowed", quoteByte(c), i)
+			return invalid(CodeInvalidName, "values."+name, "name has %s at byte %d; only A-Z a-z 0-9 _ . - are allowed", quoteByte(c), i)
 		}
 	}
 	return nil
