@@ -79,11 +79,15 @@ type decoder struct {
 func (d *decoder) reset(device buckets.DeviceID, data []byte, def buckets.Ticks) {
 	d.buf, d.pos, d.index = data, 0, -1
 	d.device, d.def = device, def
-	d.fields, d.spans = nil, d.spans[:0]
+	d.fields, d.spans = d.fields[:0], d.spans[:0]
 }
 
 func (d *decoder) release() {
-	d.buf, d.fields = nil, nil
+	d.buf = nil
+	clear(d.fields) // drop references to value strings
+	if cap(d.fields) > 64<<10 {
+		d.fields = nil
+	}
 	if cap(d.strBuf) > 64<<10 {
 		d.strBuf = nil
 	}
@@ -135,13 +139,15 @@ func (d *decoder) decode() ([]buckets.Reading, *buckets.ValidationError) {
 	return d.readings(), nil
 }
 
-// readings builds the result from the spans; it allocates once for the
-// readings and shares the fields array (each reading's Values has its
-// own capacity, so appending to one never clobbers another).
+// readings builds the result from the spans with two allocations: the
+// readings and one array holding every value (each reading's Values has
+// its own capacity, so appending to one never clobbers another).
 func (d *decoder) readings() []buckets.Reading {
+	fs := make([]buckets.Field, len(d.fields))
+	copy(fs, d.fields)
 	rs := make([]buckets.Reading, len(d.spans))
 	for i, s := range d.spans {
-		rs[i] = buckets.Reading{Device: d.device, Ticks: s.ticks, Values: d.fields[s.start:s.end:s.end]}
+		rs[i] = buckets.Reading{Device: d.device, Ticks: s.ticks, Values: fs[s.start:s.end:s.end]}
 	}
 	return rs
 }
