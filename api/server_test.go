@@ -171,7 +171,9 @@ func TestTooManyInFlight(t *testing.T) {
 	var wg sync.WaitGroup
 	results := make(chan int, 2)
 	for range 2 {
-		wg.Go(func() { results <- rawGetNoT(strings.TrimPrefix(env.url, "http://"), "/v1/devices/dev-1/readings/latest").status })
+		wg.Go(func() {
+			results <- rawGetNoT(strings.TrimPrefix(env.url, "http://"), "/v1/devices/dev-1/readings/latest").status
+		})
 	}
 	<-env.reader.entered
 	<-env.reader.entered
