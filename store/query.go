@@ -77,14 +77,16 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 	}
 	defer s.release(t)
 	r := buckets.Reading{Device: dev, Ticks: k}
-	err = t.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(buckets.AppendKey(nil, dev, k))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error {
-			r.Values, err = buckets.DecodeValues(v)
-			return err
+	err = s.guard(t, func() error {
+		return t.db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(buckets.AppendKey(nil, dev, k))
+			if err != nil {
+				return err
+			}
+			return item.Value(func(v []byte) error {
+				r.Values, err = buckets.DecodeValues(v)
+				return err
+			})
 		})
 	})
 	switch {
@@ -121,7 +123,10 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 		if t == nil {
 			continue // dropped meanwhile
 		}
-		out, err = scanTable(ctx, t, dev, max(from, d.Start()), min(to, d.End()), order, limit, out)
+		err = s.guard(t, func() error {
+			out, err = scanTable(ctx, t, dev, max(from, d.Start()), min(to, d.End()), order, limit, out)
+			return err
+		})
 		s.release(t)
 		if err != nil {
 			return nil, err
@@ -197,4 +202,18 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 		}
 	}
 	return out, nil
+}
+
+// guard runs a read of t, turning a Badger panic (it panics on some
+// kinds of damaged data) into an error wrapping buckets.ErrUnavailable
+// that names the day, logged once here.
+func (s *Store) guard(t *table, read func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.metrics.tableErrors.Add(context.Background(), 1)
+			s.log.Error("reading a day table failed; it may be damaged", "table", t.day.String(), "panic", firstLine(fmt.Sprint(r)))
+			err = fmt.Errorf("%w: table %s: read failed: %s", buckets.ErrUnavailable, t.day, firstLine(fmt.Sprint(r)))
+		}
+	}()
+	return read()
 }

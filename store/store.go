@@ -72,6 +72,7 @@ type Store struct {
 	closed   bool
 	inflight sync.WaitGroup // table handles held, table opens and closes under way
 	dropSeq  int            // makes drop directory names unique
+	useSeq   uint64         // counts table uses, for LRU order
 
 	stop      chan struct{}
 	done      chan struct{}

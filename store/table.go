@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -43,6 +44,7 @@ type table struct {
 	hot      bool          // db was opened with hot options
 	refs     int           // references held
 	lastUsed time.Time     // when the last reference was taken or released
+	useSeq   uint64        // Store.useSeq at that moment: orders tables for LRU
 	busy     chan struct{} // non-nil while db is being opened or closed
 	dropping bool          // DropTable is under way: route nothing new here
 	drained  chan struct{} // closed when refs reaches zero while dropping
@@ -94,7 +96,7 @@ func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table,
 			return nil, fmt.Errorf("%w: table %s is being dropped", buckets.ErrUnavailable, day)
 		}
 		if t.db != nil {
-			t.lastUsed = s.now()
+			s.touchLocked(t)
 			s.mu.Unlock()
 			return t, nil
 		}
@@ -170,6 +172,9 @@ func (s *Store) openTableDB(t *table, hot bool) (db *badger.DB, readings int64, 
 		class = classHot
 	}
 	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, s.log.With("table", t.day.String()))
+	if err := checkTableFiles(t.dir, opts); err != nil {
+		return nil, 0, err
+	}
 	db, err = openBadger(opts)
 	if err != nil {
 		return nil, 0, err
@@ -225,12 +230,18 @@ func (s *Store) release(t *table) {
 
 func (s *Store) releaseLocked(t *table) {
 	t.refs--
-	t.lastUsed = s.now()
+	s.touchLocked(t)
 	if t.refs == 0 && t.drained != nil {
 		close(t.drained)
 		t.drained = nil
 	}
 	s.inflight.Done()
+}
+
+// touchLocked records a use of t.
+func (s *Store) touchLocked(t *table) {
+	s.useSeq++
+	t.lastUsed, t.useSeq = s.now(), s.useSeq
 }
 
 // closeIdle closes open cold tables (days that are no longer hot) that
@@ -247,7 +258,7 @@ func (s *Store) closeIdle() {
 			cold = append(cold, t)
 		}
 	}
-	slices.SortFunc(cold, func(a, b *table) int { return a.lastUsed.Compare(b.lastUsed) })
+	slices.SortFunc(cold, func(a, b *table) int { return cmp.Compare(a.useSeq, b.useSeq) })
 	excess := len(cold) - s.opts.MaxOpenTables
 	var victims []*table
 	var dbs []*badger.DB

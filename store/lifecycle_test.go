@@ -1,0 +1,301 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+func TestOpenLocksTheDataDirectory(t *testing.T) {
+	ts := newTestStore(t)
+	_, err := Open(context.Background(), ts.dir, ts.opts)
+	require.ErrorIs(t, err, ErrLocked)
+	assert.Contains(t, err.Error(), filepath.Join(ts.dir, "LOCK"))
+
+	require.NoError(t, ts.Close())
+	s, err := Open(context.Background(), ts.dir, ts.opts)
+	require.NoError(t, err, "Close releases the lock")
+	require.NoError(t, s.Close())
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	all := threeDays(t, ts)
+	ts.write(t, reading("dev", all[len(all)-1].Ticks, "extra", "merged"))
+	devsBefore, _, err := ts.Devices(ctx, "", "", 10)
+	require.NoError(t, err)
+	tablesBefore, err := ts.Tables(ctx)
+	require.NoError(t, err)
+
+	ts = ts.reopen(t)
+	got, err := ts.Latest(ctx, "dev", 100)
+	require.NoError(t, err)
+	want := reversed(all)
+	want[0].Values = buckets.Merge(want[0].Values, []buckets.Field{{Name: "extra", Value: buckets.String("merged")}})
+	assert.Equal(t, want, got)
+	devs, _, err := ts.Devices(ctx, "", "", 10)
+	require.NoError(t, err)
+	assert.Equal(t, devsBefore, devs)
+	tables, err := ts.Tables(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, countsOf(tablesBefore), countsOf(tables))
+}
+
+func countsOf(tables []buckets.TableInfo) map[buckets.Day]int64 {
+	m := make(map[buckets.Day]int64)
+	for _, t := range tables {
+		m[t.Day] = t.Readings
+	}
+	return m
+}
+
+func TestDamagedTableFailsOnlyItsDay(t *testing.T) {
+	damage := map[string]func(t *testing.T, dir string){
+		"truncated MANIFEST": func(t *testing.T, dir string) {
+			require.NoError(t, os.Truncate(filepath.Join(dir, "MANIFEST"), 3))
+		},
+		"garbage over the sst files": func(t *testing.T, dir string) {
+			ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+			require.NoError(t, err)
+			require.NotEmpty(t, ssts)
+			for _, f := range ssts {
+				fi, err := os.Stat(f)
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(f, []byte(strings.Repeat("\xff", int(fi.Size()))), 0o644))
+			}
+		},
+		"truncated sst files": func(t *testing.T, dir string) {
+			ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+			require.NoError(t, err)
+			require.NotEmpty(t, ssts)
+			for _, f := range ssts {
+				fi, err := os.Stat(f)
+				require.NoError(t, err)
+				require.NoError(t, os.Truncate(f, fi.Size()/2))
+			}
+		},
+		"garbage over every file": func(t *testing.T, dir string) {
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			for _, e := range entries {
+				if e.Name() == "LOCK" {
+					continue
+				}
+				garbage := []byte(strings.Repeat("\xde\xad\xbe\xef", 1024))
+				require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), garbage, 0o644))
+			}
+		},
+	}
+	for name, breakIt := range damage {
+		t.Run(name, func(t *testing.T) {
+			ts := newTestStore(t)
+			ctx := context.Background()
+			all := threeDays(t, ts)
+			bad := today - 1
+			require.NoError(t, ts.Close())
+			breakIt(t, filepath.Join(ts.dir, "tables", bad.String()))
+
+			ts = openTestStore(t, ts.dir, ts.clock, func(o *Options) { *o = ts.opts })
+			_, err := ts.Latest(ctx, "dev", 100)
+			require.ErrorIs(t, err, buckets.ErrUnavailable)
+			assert.Contains(t, err.Error(), bad.String(), "the error names the day")
+			_, err = ts.Get(ctx, "dev", all[10].Ticks)
+			require.ErrorIs(t, err, buckets.ErrUnavailable)
+			err = ts.Write(ctx, []buckets.Reading{reading("dev", dayTick(bad, 23*time.Hour), "v", 1)})
+			require.ErrorIs(t, err, buckets.ErrUnavailable)
+
+			// Other days keep working.
+			got, err := ts.Latest(ctx, "dev", 10)
+			require.NoError(t, err)
+			assert.Equal(t, reversed(all)[:10], got)
+			p, err := ts.Range(ctx, buckets.RangeQuery{Device: "dev", From: (bad - 1).Start(), To: (bad - 1).End(), Limit: 100})
+			require.NoError(t, err)
+			assert.Equal(t, reversed(all[:10]), p.Readings)
+			ts.write(t, reading("dev", at(time.Minute), "v", 1))
+
+			tables, err := ts.Tables(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, map[buckets.Day]int64{bad - 1: 16, bad: -1, bad + 1: 17}, countsOf(tables), "a damaged table's count is unknown")
+
+			// The operator can drop it.
+			_, err = ts.DropTable(ctx, bad)
+			require.NoError(t, err)
+			p, err = ts.Range(ctx, buckets.RangeQuery{Device: "dev", From: (bad - 1).Start(), To: (bad + 1).End(), Limit: 100})
+			require.NoError(t, err)
+			assert.Len(t, p.Readings, 21)
+		})
+	}
+}
+
+func TestColdTablesStayBounded(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.MaxOpenTables = 2; o.IdleClose = time.Hour })
+	ctx := context.Background()
+	for d := today - 6; d <= today; d++ {
+		ts.write(t, reading("dev", dayTick(d, time.Hour), "v", int(d)))
+	}
+	ts = ts.reopen(t)
+	assert.Zero(t, ts.openCold(), "Open opens no table")
+
+	for d := today - 6; d < today-1; d++ {
+		_, err := ts.Get(ctx, "dev", dayTick(d, time.Hour))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return ts.openCold() <= 2 }, 5*time.Second, time.Millisecond,
+			"at most MaxOpenTables cold tables stay open")
+	}
+	assert.True(t, ts.isOpen(today-2), "the most recently used stays open")
+	assert.True(t, ts.isOpen(today-3))
+	assert.False(t, ts.isOpen(today-6), "the least recently used is closed")
+
+	// Every day stays readable through reopening.
+	got, err := ts.Latest(ctx, "dev", 100)
+	require.NoError(t, err)
+	assert.Len(t, got, 7)
+	require.Eventually(t, func() bool { return ts.openCold() <= 2 }, 5*time.Second, time.Millisecond)
+}
+
+func TestIdleColdTablesAreClosed(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.IdleClose = 40 * time.Millisecond })
+	ctx := context.Background()
+	ts.write(t, reading("dev", dayTick(today-4, time.Hour), "v", 1))
+	ts.write(t, reading("dev", dayTick(today, time.Hour), "v", 2))
+	require.True(t, ts.isOpen(today-4))
+	require.True(t, ts.isOpen(today))
+
+	ts.clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return !ts.isOpen(today - 4) }, 5*time.Second, 5*time.Millisecond)
+	assert.True(t, ts.isOpen(today), "hot tables stay open")
+
+	_, err := ts.Get(ctx, "dev", dayTick(today-4, time.Hour))
+	require.NoError(t, err, "a closed table reopens on use")
+}
+
+func TestHotAndColdTables(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	for _, d := range []buckets.Day{today - 2, today - 1, today, today + 1} {
+		ts.write(t, reading("dev", dayTick(d, 0), "v", 1))
+	}
+	hot := func(d buckets.Day) bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.tables[d].hot
+	}
+	assert.False(t, hot(today-2))
+	assert.True(t, hot(today-1), "HotDays=2: yesterday is hot")
+	assert.True(t, hot(today))
+	assert.True(t, hot(today+1), "tomorrow (future skew) is hot")
+
+	// Two days later yesterday is cold: it is closed when idle and
+	// reopened with cold options.
+	ts.clock.Advance(2 * 24 * time.Hour)
+	ts.closeIdle()
+	ts.clock.Advance(ts.opts.IdleClose)
+	ts.closeIdle()
+	assert.False(t, ts.isOpen(today-1))
+	_, err := ts.Get(ctx, "dev", dayTick(today-1, 0))
+	require.NoError(t, err)
+	assert.False(t, hot(today-1))
+}
+
+func TestDevicesPaging(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	ids := []string{"a", "b-1", "b-2", "b-3", "b2", "c"}
+	for i, id := range ids {
+		ts.write(t, reading(id, at(time.Duration(i)*time.Second), "v", i))
+	}
+	tests := []struct {
+		prefix string
+		after  buckets.DeviceID
+		limit  int
+		want   []buckets.DeviceID
+		more   bool
+	}{
+		{"", "", 10, []buckets.DeviceID{"a", "b-1", "b-2", "b-3", "b2", "c"}, false},
+		{"", "", 6, []buckets.DeviceID{"a", "b-1", "b-2", "b-3", "b2", "c"}, false},
+		{"", "", 5, []buckets.DeviceID{"a", "b-1", "b-2", "b-3", "b2"}, true},
+		{"b-", "", 2, []buckets.DeviceID{"b-1", "b-2"}, true},
+		{"b-", "b-2", 2, []buckets.DeviceID{"b-3"}, false},
+		{"b-", "b-1", 2, []buckets.DeviceID{"b-2", "b-3"}, false},
+		{"b", "b-3", 5, []buckets.DeviceID{"b2"}, false},
+		{"b", "a", 5, []buckets.DeviceID{"b-1", "b-2", "b-3", "b2"}, false},
+		{"", "b-15", 1, []buckets.DeviceID{"b-2"}, true}, // after need not exist
+		{"", "c", 5, nil, false},
+		{"z", "", 5, nil, false},
+	}
+	for _, tt := range tests {
+		infos, more, err := ts.Devices(ctx, tt.prefix, tt.after, tt.limit)
+		require.NoError(t, err)
+		var got []buckets.DeviceID
+		for _, in := range infos {
+			got = append(got, in.Device)
+		}
+		assert.Equal(t, tt.want, got, "prefix %q after %q limit %d", tt.prefix, tt.after, tt.limit)
+		assert.Equal(t, tt.more, more, "prefix %q after %q limit %d", tt.prefix, tt.after, tt.limit)
+	}
+	_, _, err := ts.Devices(ctx, "", "", 0)
+	assert.ErrorIs(t, err, buckets.ErrInvalidArgument)
+}
+
+func TestDevicesTrackSeenTimesAndLatestValues(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	ts.write(t, reading("dev", at(-time.Hour), "temp", 20.0, "hum", 50))
+	ts.write(t, reading("dev", at(time.Minute), "temp", 22.0))
+	ts.write(t, reading("dev", at(-2*time.Hour), "temp", 10.0, "old", true)) // late: older than last seen
+	ts.write(t, reading("dev", at(time.Minute), "temp", 23.0))               // merge at the same time: wins
+
+	want := []buckets.DeviceInfo{{
+		Device: "dev", FirstSeen: at(-2 * time.Hour), LastSeen: at(time.Minute),
+		Latest: reading("x", 0, "hum", 50, "old", true, "temp", 23.0).Values,
+	}}
+	infos, _, err := ts.Devices(ctx, "", "", 10)
+	require.NoError(t, err)
+	assert.Equal(t, want, infos)
+
+	ts = ts.reopen(t)
+	infos, _, err = ts.Devices(ctx, "", "", 10)
+	require.NoError(t, err)
+	assert.Equal(t, want, infos, "the index survives a restart")
+}
+
+func TestIndexDayBoundsArePersistedBeforeWriteReturns(t *testing.T) {
+	ts := newTestStore(t)
+	ts.write(t, reading("dev", dayTick(today-1, time.Hour), "v", 1))
+	ts.write(t, reading("dev", dayTick(today, time.Hour), "v", 2))
+	// Read the index database directly: no flush has run yet.
+	e := persistedEntry(t, ts, "dev")
+	assert.Equal(t, dayTick(today-1, time.Hour), e.first)
+	assert.Equal(t, dayTick(today, time.Hour), e.last)
+}
+
+func persistedEntry(t *testing.T, ts *testStore, dev string) *deviceEntry {
+	t.Helper()
+	txn := ts.index.db.NewTransaction(false)
+	defer txn.Discard()
+	item, err := txn.Get([]byte(dev))
+	require.NoError(t, err)
+	v, err := item.ValueCopy(nil)
+	require.NoError(t, err)
+	e, err := decodeEntry(v)
+	require.NoError(t, err)
+	return e
+}
+
+func TestPing(t *testing.T) {
+	ts := newTestStore(t)
+	require.NoError(t, ts.Ping(context.Background()))
+	require.NoError(t, ts.Close())
+	assert.ErrorIs(t, ts.Ping(context.Background()), buckets.ErrUnavailable)
+	_, err := ts.Latest(context.Background(), "dev", 1)
+	assert.ErrorIs(t, err, buckets.ErrUnavailable)
+}
