@@ -221,8 +221,8 @@ func TestRowKey(t *testing.T) {
 func TestParseRowKeyErrors(t *testing.T) {
 	for _, tc := range []struct{ in, msg string }{
 		{"", "want 19 digits"},
-		{"251606991476543999", "want 19 digits"},    // 18
-		{"25160699147654399990", "want 19 digits"},  // 20
+		{"251606991476543999", "want 19 digits"},   // 18
+		{"25160699147654399990", "want 19 digits"}, // 20
 		{"3155378976000000000", "not an inverted"}, // MaxTicks + 1
 		{"9999999999999999999", "not an inverted"},
 		{"-000000000000000001", "not an inverted"},

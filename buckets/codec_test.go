@@ -1,0 +1,259 @@
+package buckets_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+func TestKeyLayout(t *testing.T) {
+	key := buckets.AppendKey(nil, "dev-1", exampleTicks)
+	want := binary.BigEndian.AppendUint64([]byte("dev-1/"), 2516069914765439999)
+	assert.Equal(t, want, key)
+
+	// AppendKey appends: what dst held stays in front.
+	buf := buckets.AppendKey([]byte("prefix"), "dev-1", exampleTicks)
+	assert.Equal(t, append([]byte("prefix"), want...), buf)
+
+	assert.Equal(t, []byte("dev-1/"), buckets.DevicePrefix("dev-1"))
+	assert.True(t, bytes.HasPrefix(key, buckets.DevicePrefix("dev-1")))
+}
+
+func TestKeyRoundTrip(t *testing.T) {
+	devices := []buckets.DeviceID{"a", "dev-1", "A_b-9", buckets.DeviceID(strings.Repeat("z", 64))}
+	ticks := []buckets.Ticks{0, 1, exampleTicks, buckets.MaxTicks - 1, buckets.MaxTicks,
+		// inverted ticks whose bytes contain the separator and 0x00/0xff
+		buckets.TicksFromInverted(0x2a2f2f2f2f2f2f2f), buckets.TicksFromInverted(0x00ff00ff00ff00ff)}
+	for _, d := range devices {
+		for _, k := range ticks {
+			key := buckets.AppendKey(nil, d, k)
+			gotDevice, gotTicks, err := buckets.ParseKey(key)
+			require.NoError(t, err)
+			assert.Equal(t, d, gotDevice)
+			assert.Equal(t, k, gotTicks)
+			assert.Len(t, key, len(d)+1+8)
+		}
+	}
+}
+
+func TestKeyOrderNewestFirst(t *testing.T) {
+	ordered := []buckets.Ticks{buckets.MaxTicks, buckets.MaxTicks - 1, exampleTicks + 1, exampleTicks, 1, 0}
+	for i := 1; i < len(ordered); i++ {
+		newer, older := ordered[i-1], ordered[i]
+		assert.Negative(t, bytes.Compare(buckets.AppendKey(nil, "dev-1", newer), buckets.AppendKey(nil, "dev-1", older)),
+			"key(%d) must sort before key(%d)", newer, older)
+		assert.Less(t, newer.RowKey(), older.RowKey())
+	}
+}
+
+func TestDevicePrefixSeparatesDevices(t *testing.T) {
+	// Every device ID is a prefix of longer ones; the separator keeps
+	// their keys apart.
+	pairs := [][2]buckets.DeviceID{{"a", "ab"}, {"a", "a-"}, {"a", "a_"}, {"a", "a0"}, {"dev-1", "dev-10"}, {"dev", "dev-1"}}
+	for _, p := range pairs {
+		short, long := p[0], p[1]
+		for _, k := range []buckets.Ticks{0, exampleTicks, buckets.MaxTicks, buckets.TicksFromInverted(0x2a2f2f2f2f2f2f2f)} {
+			assert.False(t, bytes.HasPrefix(buckets.AppendKey(nil, long, k), buckets.DevicePrefix(short)),
+				"prefix of %q must not match a key of %q", short, long)
+			assert.False(t, bytes.HasPrefix(buckets.AppendKey(nil, short, k), buckets.DevicePrefix(long)),
+				"prefix of %q must not match a key of %q", long, short)
+			assert.True(t, bytes.HasPrefix(buckets.AppendKey(nil, short, k), buckets.DevicePrefix(short)))
+		}
+	}
+}
+
+func TestParseKeyErrors(t *testing.T) {
+	valid := buckets.AppendKey(nil, "dev-1", exampleTicks)
+	tests := map[string][]byte{
+		"empty":                     nil,
+		"ticks only":                valid[len(valid)-8:],
+		"separator and ticks only":  valid[len(valid)-9:],
+		"one byte short":            valid[:len(valid)-1],
+		"no separator":              append([]byte("dev-1x"), valid[len(valid)-8:]...),
+		"inverted ticks past range": binary.BigEndian.AppendUint64([]byte("d/"), uint64(buckets.MaxTicks)+1),
+		"all ones":                  binary.BigEndian.AppendUint64([]byte("d/"), math.MaxUint64),
+	}
+	for name, key := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := buckets.ParseKey(key)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "storage key")
+		})
+	}
+}
+
+// valueCases covers every kind and the edges of the float encoding.
+var valueCases = map[string]buckets.Value{
+	"zero":                  buckets.Float(0),
+	"negative zero":         buckets.Float(math.Copysign(0, -1)),
+	"whole float":           buckets.Float(21),
+	"fraction":              buckets.Float(21.5),
+	"negative whole":        buckets.Float(-40),
+	"2^53":                  buckets.Float(1 << 53),
+	"-2^53":                 buckets.Float(-(1 << 53)),
+	"2^53+2":                buckets.Float(1<<53 + 2),
+	"-(2^53+2)":             buckets.Float(-(1<<53 + 2)),
+	"2^63":                  buckets.Float(math.Ldexp(1, 63)),
+	"-2^63":                 buckets.Float(-math.Ldexp(1, 63)),
+	"1e300":                 buckets.Float(1e300),
+	"max float":             buckets.Float(math.MaxFloat64),
+	"lowest float":          buckets.Float(-math.MaxFloat64),
+	"smallest denormal":     buckets.Float(math.SmallestNonzeroFloat64),
+	"NaN bits survive":      buckets.Float(math.NaN()),
+	"+Inf survives":         buckets.Float(math.Inf(1)),
+	"int zero":              buckets.Int(0),
+	"int min":               buckets.Int(math.MinInt64),
+	"int max":               buckets.Int(math.MaxInt64),
+	"int 2^53+1":            buckets.Int(1<<53 + 1),
+	"int -1":                buckets.Int(-1),
+	"true":                  buckets.Bool(true),
+	"false":                 buckets.Bool(false),
+	"empty string":          buckets.String(""),
+	"string with NULs":      buckets.String("a\x00b\x00\x00"),
+	"string of 4096 bytes":  buckets.String(strings.Repeat("\xff", 4096)),
+	"utf-8 string":          buckets.String("température °C"),
+	"string of the version": buckets.String("\x01"),
+}
+
+func TestValuesRoundTripEachKind(t *testing.T) {
+	for name, v := range valueCases {
+		t.Run(name, func(t *testing.T) {
+			in := []buckets.Field{{Name: "x", Value: v}}
+			out, err := buckets.DecodeValues(buckets.AppendValues(nil, in))
+			require.NoError(t, err)
+			require.Len(t, out, 1)
+			assert.Equal(t, in, out)
+			assert.Equal(t, v.Kind, out[0].Value.Kind)
+			if v.Kind == buckets.KindFloat {
+				assert.Equal(t, math.Float64bits(v.AsFloat()), math.Float64bits(out[0].Value.AsFloat()), "float bits")
+			}
+		})
+	}
+}
+
+func TestValuesRoundTripMany(t *testing.T) {
+	var in []buckets.Field
+	for name, v := range valueCases {
+		in = append(in, buckets.Field{Name: strings.ReplaceAll(name, " ", "_"), Value: v})
+	}
+	_, ok := buckets.SortValues(in)
+	require.True(t, ok)
+	in = append(in, floatFields(200)...)
+	buckets.SortValues(in)
+
+	enc := buckets.AppendValues([]byte("keep"), in)
+	require.Equal(t, []byte("keep"), enc[:4], "AppendValues appends")
+	out, err := buckets.DecodeValues(enc[4:])
+	require.NoError(t, err)
+	assert.Equal(t, in, out)
+
+	empty, err := buckets.DecodeValues(buckets.AppendValues(nil, nil))
+	require.NoError(t, err)
+	assert.Empty(t, empty)
+}
+
+// TestValuesFloatEncoding checks the documented tags: whole floats of at
+// most 2^53 in magnitude take the short varint form (tag 6); -0 and
+// anything else keep all 8 bytes (tag 1).
+func TestValuesFloatEncoding(t *testing.T) {
+	const tagFloat, tagFloatInt = 1, 6
+	tests := []struct {
+		v       float64
+		tag     byte
+		payload int
+	}{
+		{0, tagFloatInt, 1},
+		{21, tagFloatInt, 1},
+		{-1000, tagFloatInt, 2},
+		{1 << 53, tagFloatInt, 8},
+		{-(1 << 53), tagFloatInt, 8},
+		{1<<53 + 2, tagFloat, 8},
+		{math.Copysign(0, -1), tagFloat, 8},
+		{0.5, tagFloat, 8},
+		{math.Ldexp(1, 63), tagFloat, 8},
+		{-math.Ldexp(1, 63), tagFloat, 8},
+		{1e300, tagFloat, 8},
+	}
+	for _, tc := range tests {
+		enc := buckets.AppendValues(nil, []buckets.Field{{Name: "x", Value: buckets.Float(tc.v)}})
+		// version, count, name length, name, tag, payload
+		require.Len(t, enc, 5+tc.payload, "%g", tc.v)
+		assert.Equal(t, []byte{1, 1, 1, 'x'}, enc[:4])
+		assert.Equal(t, tc.tag, enc[4], "tag of %g", tc.v)
+	}
+}
+
+func TestDecodeValuesRejects(t *testing.T) {
+	valid := buckets.AppendValues(nil, []buckets.Field{
+		{Name: "a", Value: buckets.Float(1.5)},
+		{Name: "b", Value: buckets.String("hello")},
+		{Name: "c", Value: buckets.Int(-300)},
+		{Name: "d", Value: buckets.Bool(true)},
+		{Name: "e", Value: buckets.Float(7)},
+	})
+	tests := map[string][]byte{
+		"nil":                     nil,
+		"empty":                   {},
+		"version 0":               {0, 0},
+		"version 2":               {2, 0},
+		"version only":            {1},
+		"count without fields":    {1, 1},
+		"count past the input":    {1, 5, 1, 'x', 3},
+		"huge count":              {1, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"count overflows uvarint": {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"unknown tag 0":           {1, 1, 1, 'x', 0},
+		"unknown tag 7":           {1, 1, 1, 'x', 7},
+		"name longer than input":  {1, 1, 200, 'x', 3},
+		"name length overflows":   {1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 3},
+		"string longer than rest": {1, 1, 1, 'x', 5, 10, 'a'},
+		"string length huge":      {1, 1, 1, 'x', 5, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+		"float cut short":         {1, 1, 1, 'x', 1, 0, 0, 0},
+		"int varint unterminated": {1, 1, 1, 'x', 2, 0x80},
+		"missing tag":             {1, 1, 1, 'x'},
+		"trailing byte":           append(append([]byte(nil), valid...), 0),
+		"two fields, count one":   {1, 1, 1, 'x', 3, 1, 'y', 4},
+	}
+	for name, in := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out []buckets.Field
+			var err error
+			require.NotPanics(t, func() { out, err = buckets.DecodeValues(in) })
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "corrupt value encoding")
+			assert.Nil(t, out)
+		})
+	}
+
+	// Every strict prefix of a valid encoding is truncated.
+	for n := range len(valid) {
+		_, err := buckets.DecodeValues(valid[:n])
+		assert.Error(t, err, "prefix of %d bytes", n)
+	}
+	_, err := buckets.DecodeValues(valid)
+	require.NoError(t, err)
+}
+
+func TestAppendValuesPanicsOnUnknownKind(t *testing.T) {
+	assert.Panics(t, func() { buckets.AppendValues(nil, []buckets.Field{{Name: "x"}}) })
+}
+
+// TestDecodeValuesFieldCountLimit: the decoder accepts up to 4*MaxValues
+// fields (room for merged readings) and refuses one more.
+func TestDecodeValuesFieldCountLimit(t *testing.T) {
+	encode := func(n int) []byte {
+		b := binary.AppendUvarint([]byte{1}, uint64(n))
+		return append(b, bytes.Repeat([]byte{1, 'x', 3}, n)...)
+	}
+	out, err := buckets.DecodeValues(encode(4 * buckets.MaxValues))
+	require.NoError(t, err)
+	assert.Len(t, out, 4*buckets.MaxValues)
+	_, err = buckets.DecodeValues(encode(4*buckets.MaxValues + 1))
+	assert.ErrorContains(t, err, "bad field count")
+}
