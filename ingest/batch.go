@@ -1,0 +1,205 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// batch gathers messages for one commit.
+type batch struct {
+	items    []item
+	readings int
+}
+
+func (b *batch) reset() {
+	clear(b.items)
+	b.items, b.readings = b.items[:0], 0
+}
+
+// batchLoop gathers decoded messages into batches and commits them. A
+// batch is committed when it holds MaxBatchReadings readings or its
+// first message waited MaxBatchWait. It returns once intake has ended
+// (intakeDone) and every message already received is settled. Writes
+// run on a context that is not cancelled with ctx, so the batch in
+// flight at shutdown is committed and acked.
+func (in *Ingester) batchLoop(ctx context.Context, intakeDone <-chan struct{}) {
+	wctx := context.WithoutCancel(ctx)
+	var b batch
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	flush := func() {
+		timer.Stop()
+		if len(b.items) > 0 {
+			in.commit(wctx, b.items, b.readings)
+			b.reset()
+		}
+	}
+	add := func(it item) {
+		if it.reject != nil {
+			in.deadLetter(wctx, it, it.reject)
+			return
+		}
+		if b.readings > 0 && b.readings+len(it.readings) > in.cfg.MaxBatchReadings {
+			flush()
+		}
+		if len(b.items) == 0 {
+			timer.Reset(in.cfg.MaxBatchWait)
+		}
+		b.items = append(b.items, it)
+		b.readings += len(it.readings)
+		if b.readings >= in.cfg.MaxBatchReadings {
+			flush()
+		}
+	}
+	for {
+		select {
+		case it := <-in.items:
+			add(it)
+		case <-timer.C:
+			flush()
+		case <-intakeDone:
+			for {
+				select {
+				case it := <-in.items:
+					add(it)
+				default:
+					flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+// commit writes the readings of items with one Write under an
+// "ingest.batch" span linked to the publishers' spans, and acks the
+// messages after the write succeeded. When it fails, each message is
+// written alone so that one poison message cannot hold back the others;
+// those that still fail are nak'ed or dead-lettered.
+func (in *Ingester) commit(ctx context.Context, items []item, n int) {
+	var links []trace.Link
+	for _, it := range items {
+		if it.link.IsValid() {
+			links = append(links, trace.Link{SpanContext: it.link})
+		}
+	}
+	ctx, span := in.tracer.Start(ctx, "ingest.batch",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(links...),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", in.cfg.Stream),
+			attribute.Int("messaging.batch.message_count", len(items)),
+			attribute.Int("telemetry.readings", n)))
+	defer span.End()
+
+	rs := items[0].readings
+	if len(items) > 1 {
+		rs = make([]buckets.Reading, 0, n)
+		for _, it := range items {
+			rs = append(rs, it.readings...)
+		}
+	}
+	err := in.w.Write(ctx, rs)
+	if err == nil {
+		in.committed(ctx, items, rs)
+		return
+	}
+	span.RecordError(err)
+	failed := 1
+	if len(items) == 1 {
+		in.writeFailed(ctx, items[0], err)
+	} else {
+		failed = in.writeOneByOne(ctx, items)
+	}
+	if failed > 0 {
+		span.SetStatus(codes.Error, "write failed")
+	}
+	span.SetAttributes(attribute.Int("telemetry.failed_messages", failed))
+	in.log.Warn("store write failed; failed messages are retried later",
+		"messages", len(items), "failed", failed, "stream_seq", items[0].seq, "error", err)
+}
+
+// writeOneByOne writes each message of a failed batch alone and returns
+// how many still failed.
+func (in *Ingester) writeOneByOne(ctx context.Context, items []item) int {
+	failed := 0
+	for _, it := range items {
+		if err := in.w.Write(ctx, it.readings); err != nil {
+			failed++
+			in.writeFailed(ctx, it, err)
+			continue
+		}
+		in.committed(ctx, []item{it}, it.readings)
+	}
+	return failed
+}
+
+// committed acks the messages whose readings rs were just written and
+// records the metrics.
+func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Reading) {
+	var ackErr error
+	acked := 0
+	for _, it := range items {
+		if err := it.msg.Ack(); err != nil {
+			ackErr = err
+			continue
+		}
+		acked++
+		if it.delivered > 1 {
+			in.lastErrs.take(it.seq)
+		}
+	}
+	if ackErr != nil {
+		// The readings are stored; a redelivery rewrites the same keys.
+		in.log.Warn("ack after commit failed; the messages will be redelivered and written again",
+			"messages", len(items)-acked, "error", ackErr)
+	}
+	in.m.messages.Add(ctx, int64(acked), in.m.acked)
+	in.m.readings.Add(ctx, int64(len(rs)), in.m.accepted)
+	in.m.batchSize.Record(ctx, int64(len(rs)))
+	now, err := buckets.TicksOf(in.now())
+	if err != nil {
+		return
+	}
+	for i := range rs {
+		lag := float64(now-rs[i].Ticks) / buckets.TicksPerSecond
+		in.m.lag.Record(ctx, max(lag, 0))
+	}
+}
+
+// writeFailed settles a message whose own write failed: a permanent
+// error or the last allowed delivery sends it to the dead letter
+// subject; anything else is nak'ed with the back-off of its delivery.
+func (in *Ingester) writeFailed(ctx context.Context, it item, err error) {
+	var ve *buckets.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		in.deadLetter(ctx, it, ve)
+	case errors.Is(err, buckets.ErrInvalidReading):
+		in.deadLetter(ctx, it, buckets.Invalid(buckets.CodeInvalidPayload, -1, "", "%v", err))
+	case it.delivered >= uint64(in.cfg.MaxDeliver):
+		in.deadLetter(ctx, it, buckets.Invalid(buckets.CodeMaxDeliveries, -1, "",
+			"not committed after %d deliveries; last store error: %v", it.delivered, err))
+	default:
+		in.lastErrs.put(it.seq, err)
+		in.nak(ctx, it)
+	}
+}
+
+// nak asks for a redelivery after the back-off of the delivery count.
+func (in *Ingester) nak(ctx context.Context, it item) {
+	if err := it.msg.NakWithDelay(in.cfg.nakDelay(it.delivered)); err != nil {
+		in.log.Warn("nak failed; the message is redelivered after the ack wait",
+			"subject", it.msg.Subject(), "stream_seq", it.seq, "error", err)
+	}
+	in.m.messages.Add(ctx, 1, in.m.nak)
+}

@@ -1,0 +1,205 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// RejectedMaxAge is how long the rejected stream keeps dead letters.
+const RejectedMaxAge = 7 * 24 * time.Hour
+
+// Config configures an Ingester. A zero field takes its DefaultConfig
+// value, so callers set only what they change.
+type Config struct {
+	// SubjectPrefix: devices publish on <prefix>.<device>. Default
+	// "telemetry".
+	SubjectPrefix string
+	// Stream captures <prefix>.* with file storage. Default "TELEMETRY".
+	Stream string
+	// StreamMaxAge bounds how long Stream keeps messages (acked or not),
+	// so the raw stream cannot fill the disk. Default 7 days.
+	StreamMaxAge time.Duration
+	// RejectedStream captures the dead letters rejected.<prefix>.* and
+	// keeps them RejectedMaxAge. Default "TELEMETRY_REJECTED".
+	RejectedStream string
+	// Consumer is the durable pull consumer on Stream. Default "ingest".
+	Consumer string
+	// Window is the accepted time window (retention and max future
+	// skew). Default 720h and 5m; each zero half takes its default.
+	Window buckets.Window
+	// MaxBatchReadings is how many readings one store commit gathers.
+	// A single message with more readings is committed alone. Default
+	// 5000.
+	MaxBatchReadings int
+	// MaxBatchWait is the longest a partial batch waits for more
+	// messages before it is committed. Default 5ms.
+	MaxBatchWait time.Duration
+	// AckWait is how long the server waits for an ack before it
+	// redelivers. Default 30s.
+	AckWait time.Duration
+	// MaxDeliver bounds the deliveries of one message; after the last
+	// one fails it goes to the dead letter subject (max_deliveries).
+	// Default 10.
+	MaxDeliver int
+	// BackOff is the delay before a message whose store write failed is
+	// redelivered, indexed by delivery count (the last entry repeats).
+	// The consumer's server-side back-off (redelivery after an ack
+	// timeout) follows the same steps but never below AckWait, because
+	// the server takes its first step as the ack wait. At most
+	// MaxDeliver entries. Default 1s, 2s, 5s, 10s, 30s, 60s.
+	BackOff []time.Duration
+	// MaxAckPending bounds the messages delivered but not yet acked.
+	// Default 10000 (twice the default batch).
+	MaxAckPending int
+
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// TracerProvider defaults to the otel global.
+	TracerProvider trace.TracerProvider
+	// MeterProvider defaults to the otel global.
+	MeterProvider metric.MeterProvider
+	// Now is the clock of the accepted window and the lag metric.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the documented defaults. Logger, providers and
+// clock stay nil and are resolved by New.
+func DefaultConfig() Config {
+	return Config{
+		SubjectPrefix:    "telemetry",
+		Stream:           "TELEMETRY",
+		StreamMaxAge:     7 * 24 * time.Hour,
+		RejectedStream:   "TELEMETRY_REJECTED",
+		Consumer:         "ingest",
+		Window:           buckets.Window{Retention: 720 * time.Hour, MaxFutureSkew: 5 * time.Minute},
+		MaxBatchReadings: 5000,
+		MaxBatchWait:     5 * time.Millisecond,
+		AckWait:          30 * time.Second,
+		MaxDeliver:       10,
+		BackOff: []time.Duration{
+			time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
+		},
+		MaxAckPending: 10000,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	setDefault(&c.SubjectPrefix, d.SubjectPrefix)
+	setDefault(&c.Stream, d.Stream)
+	setDefault(&c.StreamMaxAge, d.StreamMaxAge)
+	setDefault(&c.RejectedStream, d.RejectedStream)
+	setDefault(&c.Consumer, d.Consumer)
+	setDefault(&c.Window.Retention, d.Window.Retention)
+	setDefault(&c.Window.MaxFutureSkew, d.Window.MaxFutureSkew)
+	setDefault(&c.MaxBatchReadings, d.MaxBatchReadings)
+	setDefault(&c.MaxBatchWait, d.MaxBatchWait)
+	setDefault(&c.AckWait, d.AckWait)
+	setDefault(&c.MaxDeliver, d.MaxDeliver)
+	setDefault(&c.MaxAckPending, d.MaxAckPending)
+	if len(c.BackOff) == 0 {
+		c.BackOff = d.BackOff
+	}
+	c.BackOff = append([]time.Duration(nil), c.BackOff...)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// validate reports the first setting that cannot work.
+func (c Config) validate() error {
+	if !validSubject(c.SubjectPrefix) {
+		return fmt.Errorf("subject prefix %q: want dot-separated tokens without spaces or wildcards", c.SubjectPrefix)
+	}
+	for _, name := range []string{c.Stream, c.RejectedStream, c.Consumer} {
+		if strings.ContainsAny(name, " \t\r\n.*>/\\") {
+			return fmt.Errorf("stream or consumer name %q: must not contain whitespace, '.', '*', '>' or slashes", name)
+		}
+	}
+	if c.Stream == c.RejectedStream {
+		return errors.New("stream and rejected stream must differ")
+	}
+	switch {
+	case c.Window.Retention < 0 || c.Window.MaxFutureSkew < 0:
+		return errors.New("window durations must be positive")
+	case c.MaxBatchReadings < 0, c.MaxBatchWait < 0, c.AckWait < 0, c.StreamMaxAge < 0:
+		return errors.New("batch size, batch wait, ack wait and stream max age must be positive")
+	case c.MaxDeliver < 1:
+		return fmt.Errorf("max deliver %d: must be at least 1", c.MaxDeliver)
+	case len(c.BackOff) > c.MaxDeliver:
+		return fmt.Errorf("%d back-off steps for max deliver %d: at most one step per delivery", len(c.BackOff), c.MaxDeliver)
+	case c.MaxAckPending < 1:
+		return fmt.Errorf("max ack pending %d: must be at least 1", c.MaxAckPending)
+	}
+	for _, b := range c.BackOff {
+		if b <= 0 {
+			return fmt.Errorf("back-off step %s: must be positive", b)
+		}
+	}
+	return nil
+}
+
+// serverBackOff is the consumer's BackOff: the configured steps, each
+// at least AckWait (the server uses the first step as the ack wait).
+func (c Config) serverBackOff() []time.Duration {
+	out := make([]time.Duration, len(c.BackOff))
+	for i, b := range c.BackOff {
+		out[i] = max(b, c.AckWait)
+	}
+	return out
+}
+
+// nakDelay is the redelivery delay after the given (1-based) delivery
+// failed.
+func (c Config) nakDelay(delivered uint64) time.Duration {
+	i := int(min(delivered, uint64(len(c.BackOff)))) - 1
+	return c.BackOff[max(i, 0)]
+}
+
+// validSubject reports whether s is a literal NATS subject: non-empty
+// dot-separated tokens without whitespace or wildcards.
+func validSubject(s string) bool {
+	if s == "" {
+		return false
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if !validToken(tok) {
+			return false
+		}
+	}
+	return true
+}
+
+// validToken reports whether s can be one literal subject token.
+func validToken(s string) bool {
+	if s == "" || s == "*" || s == ">" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c == 0x7f || c == '.' || c == '*' || c == '>' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,291 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+const (
+	// setupTimeout bounds one attempt to create the streams and consumer.
+	setupTimeout = 10 * time.Second
+	// retryMin and retryMax bound the back-off between set-up attempts.
+	retryMin = 100 * time.Millisecond
+	retryMax = 5 * time.Second
+	// pullExpiry is how long one pull request waits; the server sends
+	// idle heartbeats every half of it, so a dead consumer is noticed
+	// within about pullExpiry.
+	pullExpiry = 10 * time.Second
+	// stopTimeout bounds the wait for a stopped consume to finish its
+	// last callback.
+	stopTimeout = 5 * time.Second
+)
+
+// item is one delivered message, decoded and validated.
+type item struct {
+	msg       jetstream.Msg
+	seq       uint64 // stream sequence
+	delivered uint64 // delivery count, 1 on first delivery
+	readings  []buckets.Reading
+	reject    *buckets.ValidationError // why the message cannot be stored
+	link      trace.SpanContext        // the publisher's span, if any
+}
+
+// setup creates or updates both streams and the durable consumer.
+func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	subjects := in.cfg.SubjectPrefix + ".*"
+	st, err := in.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        in.cfg.Stream,
+		Description: "Device readings published on " + subjects,
+		Subjects:    []string{subjects},
+		Storage:     jetstream.FileStorage,
+		MaxAge:      in.cfg.StreamMaxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create or update stream %s: %w", in.cfg.Stream, err)
+	}
+	rejected := rejectedPrefix(in.cfg.SubjectPrefix) + ".*"
+	if _, err := in.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        in.cfg.RejectedStream,
+		Description: "Dead letters: messages of " + subjects + " that were not stored, with the reason",
+		Subjects:    []string{rejected},
+		Storage:     jetstream.FileStorage,
+		MaxAge:      RejectedMaxAge,
+	}); err != nil {
+		return nil, fmt.Errorf("create or update stream %s: %w", in.cfg.RejectedStream, err)
+	}
+	cons, err := in.js.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       in.cfg.Consumer,
+		Description:   "Commits readings to storage",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       in.cfg.AckWait,
+		MaxDeliver:    in.cfg.MaxDeliver,
+		BackOff:       in.cfg.serverBackOff(),
+		MaxAckPending: in.cfg.MaxAckPending,
+		FilterSubject: subjects,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create or update consumer %s: %w", in.cfg.Consumer, err)
+	}
+	in.mu.Lock()
+	in.stream = st
+	in.mu.Unlock()
+	return cons, nil
+}
+
+// setupUntilDone retries setup until it succeeds, ctx is done (nil, nil)
+// or the server refuses the configuration (the error).
+func (in *Ingester) setupUntilDone(ctx context.Context) (jetstream.Consumer, error) {
+	delay := retryMin
+	for {
+		cons, err := in.setup(ctx)
+		switch {
+		case err == nil:
+			return cons, nil
+		case ctx.Err() != nil:
+			return nil, nil
+		case refused(err):
+			return nil, fmt.Errorf("ingest: %w", err)
+		}
+		in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
+		in.log.Warn("set up streams and consumer failed; retrying", "error", err, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return nil, nil
+		}
+		delay = min(2*delay, retryMax)
+	}
+}
+
+// refused reports whether the JetStream API rejected a request for a
+// reason that retrying cannot fix (a 4xx answer).
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500
+}
+
+// consume runs the continuous pull until ctx is done. When consuming
+// breaks (consumer deleted, server lost its state, connection closed)
+// it sets the streams and consumer up again, with back-off, and
+// resumes. It returns once ctx is done and the last callback finished.
+func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
+	handle := in.handler(ctx)
+	delay := retryMin
+	for {
+		select { // forget signals about a previous consume
+		case <-in.broken:
+		default:
+		}
+		started := time.Now()
+		cc, err := cons.Consume(handle,
+			jetstream.PullMaxMessages(min(in.cfg.MaxBatchReadings, in.cfg.MaxAckPending)),
+			jetstream.PullExpiry(pullExpiry),
+			jetstream.ConsumeErrHandler(in.onConsumeError))
+		if err != nil {
+			err = fmt.Errorf("ingest: start consuming: %w", err)
+		} else {
+			in.setState(nil)
+			in.log.Info("consuming", "stream", in.cfg.Stream, "consumer", in.cfg.Consumer)
+			if err = in.watch(ctx, cc); err == nil {
+				return
+			}
+			if time.Since(started) > retryMax {
+				delay = retryMin
+			}
+		}
+		in.setState(err)
+		in.log.Warn("consuming stopped; setting the consumer up again", "error", err)
+		for {
+			if !sleep(ctx, delay) {
+				return
+			}
+			delay = min(2*delay, retryMax)
+			c, err := in.setup(ctx)
+			if err == nil {
+				cons = c
+				break
+			}
+			in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
+			in.log.Warn("set up streams and consumer failed; retrying", "error", err, "retry_in", delay)
+		}
+	}
+}
+
+// watch waits until ctx is done (nil) or consuming breaks (the reason),
+// then stops cc and waits for its last callback.
+func (in *Ingester) watch(ctx context.Context, cc jetstream.ConsumeContext) error {
+	var reason error
+	select {
+	case <-ctx.Done():
+	case <-cc.Closed():
+		return errors.New("ingest: consuming ended unexpectedly")
+	case err := <-in.broken:
+		reason = fmt.Errorf("ingest: consumer lost: %w", err)
+	}
+	cc.Stop()
+	select {
+	case <-cc.Closed():
+	case <-time.After(stopTimeout):
+		in.log.Warn("consume did not stop in time", "timeout", stopTimeout)
+	}
+	return reason
+}
+
+// onConsumeError is called by the consume machinery. Errors that mean
+// the consumer is gone ask consume to set it up again; heartbeats missed
+// during a connection outage are left to the reconnect logic.
+func (in *Ingester) onConsumeError(_ jetstream.ConsumeContext, err error) {
+	switch {
+	case errors.Is(err, jetstream.ErrNoHeartbeat):
+		if in.nc.Status() != nats.CONNECTED {
+			return
+		}
+		if in.missedHB.Add(1) < 2 {
+			in.log.Warn("missed a heartbeat from the consumer", "error", err)
+			return
+		}
+	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrBadRequest):
+	default:
+		in.log.Warn("consume error", "error", err)
+		return
+	}
+	select {
+	case in.broken <- err:
+	default:
+	}
+}
+
+// handler decodes each delivered message and hands it to the batch
+// loop. After ctx is done it naks instead, so the message is redelivered
+// at once to whoever consumes next.
+func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
+	return func(msg jetstream.Msg) {
+		in.missedHB.Store(0)
+		it := in.prepare(msg)
+		select {
+		case in.items <- it:
+		case <-ctx.Done():
+			if err := msg.Nak(); err != nil {
+				in.log.Debug("nak on shutdown", "subject", msg.Subject(), "error", err)
+			}
+		}
+	}
+}
+
+// prepare reads the metadata, the device from the subject, decodes the
+// payload and checks the accepted window.
+func (in *Ingester) prepare(msg jetstream.Msg) item {
+	it := item{msg: msg}
+	meta, err := msg.Metadata()
+	if err != nil {
+		it.reject = buckets.Invalid(buckets.CodeInternalFailure, -1, "", "message without JetStream metadata: %v", err)
+		return it
+	}
+	it.seq, it.delivered = meta.Sequence.Stream, meta.NumDelivered
+	if it.delivered > 1 {
+		in.m.redeliveries.Add(context.Background(), 1)
+	}
+	if h := msg.Headers(); len(h) > 0 {
+		it.link = trace.SpanContextFromContext(in.prop.Extract(context.Background(), headerCarrier(h)))
+	}
+	device, err := buckets.ParseDeviceID(deviceToken(msg.Subject(), in.cfg.SubjectPrefix))
+	if err != nil {
+		it.reject = asValidation(err)
+		return it
+	}
+	def, err := buckets.TicksOf(meta.Timestamp)
+	if err != nil {
+		it.reject = buckets.Invalid(buckets.CodeInternalFailure, -1, "", "stream timestamp: %v", err)
+		return it
+	}
+	rs, err := Decode(device, msg.Data(), def)
+	if err == nil {
+		err = checkWindow(rs, in.cfg.Window, in.now())
+	}
+	if err != nil {
+		it.reject = asValidation(err)
+		return it
+	}
+	it.readings = rs
+	return it
+}
+
+// deviceToken is the subject token after the prefix; "" when the
+// subject does not start with it.
+func deviceToken(subject, prefix string) string {
+	tok, _ := strings.CutPrefix(subject, prefix+".")
+	if len(tok) == len(subject) {
+		return ""
+	}
+	return tok
+}
+
+func asValidation(err error) *buckets.ValidationError {
+	var ve *buckets.ValidationError
+	if errors.As(err, &ve) {
+		return ve
+	}
+	return buckets.Invalid(buckets.CodeInternalFailure, -1, "", "%v", err)
+}
+
+// sleep waits d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,176 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// publishTimeout bounds one dead-letter publish or message lookup.
+const publishTimeout = 5 * time.Second
+
+// invalidDeviceToken replaces a device token that cannot be a subject
+// token in the dead letter subject.
+const invalidDeviceToken = "_invalid"
+
+// rejectedPrefix is the subject prefix of dead letters.
+func rejectedPrefix(prefix string) string { return "rejected." + prefix }
+
+// maxDeliveriesSubject is the server's advisory subject for messages of
+// consumer that reached MaxDeliver.
+func maxDeliveriesSubject(stream, consumer string) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
+}
+
+// deadLetterSubject is rejected.<prefix>.<device> for the original
+// subject, or rejected.<prefix>._invalid when its device token cannot
+// be used as a subject token.
+func (in *Ingester) deadLetterSubject(subject string) string {
+	tok := deviceToken(subject, in.cfg.SubjectPrefix)
+	if !validToken(tok) {
+		tok = invalidDeviceToken
+	}
+	return rejectedPrefix(in.cfg.SubjectPrefix) + "." + tok
+}
+
+// deadLetter republishes the message to its dead letter subject and then
+// terminates it. When the publish fails the message is nak'ed instead,
+// so nothing is lost; its next delivery tries again.
+func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.ValidationError) {
+	subject := it.msg.Subject()
+	dup, err := in.publishDeadLetter(ctx, subject, it.seq, it.msg.Headers(), it.msg.Data(), ve)
+	if err != nil {
+		in.log.Error("dead letter not published; the message is retried",
+			"subject", subject, "code", ve.Code, "stream_seq", it.seq, "error", err)
+		in.nak(ctx, it)
+		return
+	}
+	if err := it.msg.TermWithReason(string(ve.Code)); err != nil {
+		// A redelivery is dead-lettered again and deduplicated by the
+		// rejected stream.
+		in.log.Warn("terminate after dead letter failed", "subject", subject, "stream_seq", it.seq, "error", err)
+	}
+	in.lastErrs.take(it.seq)
+	if !dup {
+		in.rejected(ctx, subject, it.seq, it.msg.Data(), ve)
+	}
+}
+
+// rejected logs and counts one dead letter.
+func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, data []byte, ve *buckets.ValidationError) {
+	args := []any{"subject", subject, "code", ve.Code, "stream_seq", seq, "error", ve.Error()}
+	if ve.Code == buckets.CodeMaxDeliveries || ve.Code == buckets.CodeInternalFailure {
+		// Valid data the service failed to store: an operator must look.
+		in.log.Error("message sent to the dead letter subject", args...)
+	} else {
+		// A device sent something invalid; the metrics and the rejected
+		// stream carry the detail.
+		in.log.Info("message rejected", args...)
+	}
+	in.m.messages.Add(ctx, 1, in.m.rejected)
+	in.m.readings.Add(ctx, countReadings(data), rejectedReadings(ve.Code))
+}
+
+// publishDeadLetter publishes the original payload and headers (but the
+// server's Nats-* headers) with the error headers, through JetStream so
+// it is stored. The message ID <stream>.<seq> makes the rejected stream
+// drop a second dead letter for the same message (a retried terminate,
+// or the advisory racing the last delivery); dup reports that case.
+func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq uint64, hdr nats.Header,
+	data []byte, ve *buckets.ValidationError) (dup bool, err error) {
+	m := nats.NewMsg(in.deadLetterSubject(subject))
+	m.Data = data
+	for k, vs := range hdr {
+		if !strings.HasPrefix(k, "Nats-") {
+			m.Header[k] = append([]string(nil), vs...)
+		}
+	}
+	m.Header.Set(HeaderErrorCode, string(ve.Code))
+	m.Header.Set(HeaderError, headerValue(ve.Error()))
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(in.cfg.RejectedStream)}
+	if seq > 0 {
+		m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
+		opts = append(opts, jetstream.WithMsgID(in.cfg.Stream+"."+strconv.FormatUint(seq, 10)))
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	ack, err := in.js.PublishMsg(ctx, m, opts...)
+	if err != nil {
+		return false, fmt.Errorf("publish dead letter to %s: %w", m.Subject, err)
+	}
+	return ack.Duplicate, nil
+}
+
+// countReadings is how many readings a rejected payload held: the
+// length of a non-empty JSON array, otherwise 1.
+func countReadings(data []byte) int64 {
+	var batch []json.RawMessage
+	if json.Unmarshal(data, &batch) == nil && len(batch) > 0 {
+		return int64(len(batch))
+	}
+	return 1
+}
+
+// watchAdvisories dead-letters the messages the server reports as
+// having reached MaxDeliver without an ack, until ctx is done.
+func (in *Ingester) watchAdvisories(ctx context.Context, ch <-chan *nats.Msg) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-ch:
+			in.onMaxDeliveries(context.WithoutCancel(ctx), m.Data)
+		}
+	}
+}
+
+// maxDeliveriesAdvisory is the part of the server's advisory we use.
+type maxDeliveriesAdvisory struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// onMaxDeliveries fetches the original message by stream sequence and
+// publishes it to the dead letter subject with code max_deliveries.
+func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
+	var adv maxDeliveriesAdvisory
+	if err := json.Unmarshal(data, &adv); err != nil || adv.StreamSeq == 0 {
+		in.log.Warn("unreadable max deliveries advisory", "error", err)
+		return
+	}
+	in.mu.Lock()
+	st := in.stream
+	in.mu.Unlock()
+	gctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	raw, err := st.GetMsg(gctx, adv.StreamSeq)
+	cancel()
+	if err != nil {
+		in.log.Error("message that reached max deliveries not found; nothing dead-lettered",
+			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "error", err)
+		return
+	}
+	detail := fmt.Sprintf("not acknowledged after %d deliveries (max deliveries advisory)", adv.Deliveries)
+	if last, ok := in.lastErrs.take(adv.StreamSeq); ok {
+		detail += "; last store error: " + last
+	}
+	ve := buckets.Invalid(buckets.CodeMaxDeliveries, -1, "", "%s", detail)
+	dup, err := in.publishDeadLetter(ctx, raw.Subject, adv.StreamSeq, raw.Header, raw.Data, ve)
+	if err != nil {
+		in.log.Error("dead letter for max deliveries not published", "subject", raw.Subject,
+			"code", ve.Code, "stream_seq", adv.StreamSeq, "error", err)
+		return
+	}
+	if !dup {
+		in.rejected(ctx, raw.Subject, adv.StreamSeq, raw.Data, ve)
+	}
+}

@@ -1,0 +1,219 @@
+// Package ingest consumes device readings from NATS JetStream and
+// commits them to storage (DESIGN §4).
+//
+// Devices publish JSON on <prefix>.<device>; the stream TELEMETRY keeps
+// the messages and the durable pull consumer "ingest" delivers them.
+// Each message is decoded and validated as a whole (Decode and the
+// accepted time window). Valid messages are gathered into batches of up
+// to MaxBatchReadings readings or MaxBatchWait, written with ONE
+// Writer.Write, and acked only after that write returned nil.
+//
+// A message that breaks a rule is never stored: its original payload is
+// republished to rejected.<prefix>.<device> (stream TELEMETRY_REJECTED)
+// with the headers Telemetry-Error-Code and Telemetry-Error, then the
+// original is terminated. A failed write is not acked: the batch is
+// retried message by message (so one poison message cannot hold back
+// other devices), and what still fails is nak'ed with the back-off of
+// its delivery count. A message whose last allowed delivery fails goes
+// to the dead letter subject with code max_deliveries, as does one the
+// server reports through the MAX_DELIVERIES advisory.
+//
+// Acks are plain (fire and forget): an ack lost on the way, like a crash
+// between commit and ack, only causes a redelivery that writes the same
+// keys and values again. Waiting for the server's confirmation of every
+// ack would cost a round trip per message and buy nothing.
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Writer is what the ingester needs from storage (implemented by
+// store.Store). Write commits readings atomically per day table; an
+// error wrapping buckets.ErrInvalidReading is permanent, any other is
+// retried. Write must not keep rs after it returns.
+type Writer interface {
+	Write(ctx context.Context, rs []buckets.Reading) error
+}
+
+// Ingester consumes the telemetry stream into a Writer. Create it with
+// New and run it with Run.
+type Ingester struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	w      Writer
+	cfg    Config
+	log    *slog.Logger
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	m      *metrics
+
+	items    chan item             // decoded messages, from the consume handler to the batch loop
+	broken   chan error            // asks the consume loop to rebuild the consumer
+	missedHB atomic.Int32          // consecutive missed heartbeats while connected
+	lastErrs *lastErrors           // last store error of messages waiting for redelivery
+	started  atomic.Bool           // Run was called
+	state    atomic.Pointer[error] // why not ready; nil when consuming
+
+	mu     sync.Mutex
+	stream jetstream.Stream // cfg.Stream, once set up
+}
+
+// Errors Ready reports.
+var (
+	errNotStarted = errors.New("ingest: consumer not set up yet")
+	errStopped    = errors.New("ingest: stopped")
+)
+
+// New checks cfg and returns an Ingester reading from nc and writing to
+// w. Zero fields of cfg take their defaults (DefaultConfig).
+func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
+	if nc == nil || w == nil {
+		return nil, errors.New("ingest: nil NATS connection or writer")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: jetstream: %w", err)
+	}
+	tp, mp := cfg.TracerProvider, cfg.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m, err := newMetrics(mp)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: metrics: %w", err)
+	}
+	in := &Ingester{
+		nc:       nc,
+		js:       js,
+		w:        w,
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "ingest"),
+		tracer:   tp.Tracer(instrumentationName),
+		prop:     propagation.TraceContext{},
+		m:        m,
+		items:    make(chan item, 256),
+		broken:   make(chan error, 1),
+		lastErrs: newLastErrors(4096),
+	}
+	in.setState(errNotStarted)
+	return in, nil
+}
+
+// Run creates or updates both streams and the consumer, then consumes
+// until ctx is done. It then stops intake, commits and acks the batch in
+// flight, and returns nil. It returns an error only when the streams or
+// the consumer cannot be set up for a reason retrying will not fix (the
+// server refused the configuration). Run may be called once.
+func (in *Ingester) Run(ctx context.Context) error {
+	if !in.started.CompareAndSwap(false, true) {
+		return errors.New("ingest: Run called twice")
+	}
+	defer in.setState(errStopped)
+
+	cons, err := in.setupUntilDone(ctx)
+	if err != nil {
+		return err
+	}
+	if cons == nil { // ctx done before the consumer existed
+		return nil
+	}
+	advisories := make(chan *nats.Msg, 256)
+	sub, err := in.nc.ChanSubscribe(maxDeliveriesSubject(in.cfg.Stream, in.cfg.Consumer), advisories)
+	if err != nil {
+		return fmt.Errorf("ingest: subscribe to max deliveries advisories: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { in.watchAdvisories(ctx, advisories) })
+	intakeDone := make(chan struct{})
+	wg.Go(func() {
+		defer close(intakeDone)
+		in.consume(ctx, cons)
+	})
+	in.batchLoop(ctx, intakeDone)
+
+	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		in.log.Warn("unsubscribe from advisories", "error", err)
+	}
+	wg.Wait()
+	// Acks are buffered publishes: put them on the wire before returning.
+	if err := in.nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		in.log.Warn("flush acks on shutdown", "error", err)
+	}
+	in.log.Info("ingest stopped")
+	return nil
+}
+
+// Ready returns nil while the NATS connection is up and the consumer is
+// consuming, and otherwise an error saying why not (for /readyz).
+func (in *Ingester) Ready() error {
+	if st := in.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("ingest: NATS connection is %s", st)
+	}
+	if p := in.state.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setState records why the ingester is not ready; nil means consuming.
+func (in *Ingester) setState(err error) {
+	if err == nil {
+		in.state.Store(nil)
+		return
+	}
+	in.state.Store(&err)
+}
+
+// now returns the injected clock's time.
+func (in *Ingester) now() time.Time { return in.cfg.Now() }
+
+// lastErrors remembers the last store error of messages that were
+// nak'ed, by stream sequence, so a max_deliveries dead letter can say
+// what went wrong. It is bounded; beyond the bound errors are not kept.
+type lastErrors struct {
+	mu  sync.Mutex
+	max int
+	m   map[uint64]string
+}
+
+func newLastErrors(n int) *lastErrors { return &lastErrors{max: n, m: make(map[uint64]string)} }
+
+func (l *lastErrors) put(seq uint64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.m[seq]; ok || len(l.m) < l.max {
+		l.m[seq] = err.Error()
+	}
+}
+
+// take returns and forgets the error of seq.
+func (l *lastErrors) take(seq uint64) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.m[seq]
+	delete(l.m, seq)
+	return s, ok
+}

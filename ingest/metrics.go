@@ -1,0 +1,68 @@
+package ingest
+
+import (
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+const instrumentationName = "github.com/telemetryd/telemetryd/ingest"
+
+// metrics holds the instruments of DESIGN §8. Attribute sets of the hot
+// path are built once.
+type metrics struct {
+	readings     metric.Int64Counter     // telemetry.ingest.readings {outcome, code}
+	messages     metric.Int64Counter     // telemetry.ingest.messages {outcome}
+	batchSize    metric.Int64Histogram   // telemetry.ingest.batch.size
+	lag          metric.Float64Histogram // telemetry.ingest.lag
+	redeliveries metric.Int64Counter     // telemetry.ingest.redeliveries
+
+	accepted, acked, nak, rejected metric.MeasurementOption
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := mp.Meter(instrumentationName)
+	var err error
+	out := &metrics{
+		accepted: metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "accepted"))),
+		acked:    metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "acked"))),
+		nak:      metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "nak"))),
+		rejected: metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "rejected"))),
+	}
+	if out.readings, err = m.Int64Counter("telemetry.ingest.readings",
+		metric.WithDescription("Readings ingested, by outcome (accepted, rejected) and rejection code."),
+		metric.WithUnit("{reading}")); err != nil {
+		return nil, fmt.Errorf("readings counter: %w", err)
+	}
+	if out.messages, err = m.Int64Counter("telemetry.ingest.messages",
+		metric.WithDescription("NATS messages settled, by outcome (acked, rejected, nak)."),
+		metric.WithUnit("{message}")); err != nil {
+		return nil, fmt.Errorf("messages counter: %w", err)
+	}
+	if out.batchSize, err = m.Int64Histogram("telemetry.ingest.batch.size",
+		metric.WithDescription("Readings per store commit."),
+		metric.WithUnit("{reading}"),
+		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 500, 1000, 2500, 5000, 10000)); err != nil {
+		return nil, fmt.Errorf("batch size histogram: %w", err)
+	}
+	if out.lag, err = m.Float64Histogram("telemetry.ingest.lag",
+		metric.WithDescription("Time from a reading's event time to its commit."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600, 86400)); err != nil {
+		return nil, fmt.Errorf("lag histogram: %w", err)
+	}
+	if out.redeliveries, err = m.Int64Counter("telemetry.ingest.redeliveries",
+		metric.WithDescription("Messages received with a delivery count above one."),
+		metric.WithUnit("{message}")); err != nil {
+		return nil, fmt.Errorf("redeliveries counter: %w", err)
+	}
+	return out, nil
+}
+
+// rejectedReadings is the attribute set for readings rejected with code.
+func rejectedReadings(code buckets.Code) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("outcome", "rejected"), attribute.String("code", string(code)))
+}
