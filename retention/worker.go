@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,8 +85,8 @@ func NewWorker(d Dropper, cfg Config) (*Worker, error) {
 	w := &Worker{
 		d:        d,
 		policy:   cfg.Policy,
-		interval: cmpOr(cfg.Interval, DefaultInterval),
-		jitter:   cmpOr(cfg.Jitter, DefaultJitter),
+		interval: cmp.Or(cfg.Interval, DefaultInterval),
+		jitter:   cmp.Or(cfg.Jitter, DefaultJitter),
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		rand:     cfg.Rand,
@@ -114,14 +115,6 @@ func NewWorker(d Dropper, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("retention: %w", err)
 	}
 	return w, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Run applies the policy at once, then every Interval with jitter,
