@@ -181,12 +181,16 @@ func (w *Worker) RunOnce(ctx context.Context, dryRun bool) (rep buckets.Retentio
 
 	var errs []error
 	for _, d := range drops {
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("retention run stopped before dropping %s: %w", d.Day, context.Cause(ctx)))
+			break
+		}
 		done, gone, derr := w.drop(ctx, span, d, dryRun)
-		switch {
-		case derr != nil:
+		if derr != nil {
 			errs = append(errs, derr)
 			continue
-		case !gone:
+		}
+		if !gone {
 			rep.Dropped = append(rep.Dropped, done)
 		}
 		rep.Kept--

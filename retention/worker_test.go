@@ -575,3 +575,23 @@ func TestNewWorkerRejectsBadConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, w)
 }
+
+func TestRunOnceStopsWhenCancelled(t *testing.T) {
+	f, cfg := fixture(t)
+	f.delay = 30 * time.Millisecond
+	w, _ := newTestWorker(t, f, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for len(f.dropCalls()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+
+	rep, err := w.RunOnce(ctx, false)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "retention run stopped before dropping 2026-11-18")
+	assert.Equal(t, []string{"2026-11-17"}, f.dropCalls(), "no drop starts after the cancel")
+	assert.Equal(t, []string{"2026-11-17 expired"}, dropped(rep.Dropped))
+	assert.Equal(t, 5, rep.Kept)
+}
