@@ -85,7 +85,7 @@ func (cc cursorCodec) open(s string, kind byte) ([]byte, error) {
 	if len(s) > maxCursorLen {
 		return nil, invalidArg("cursor", "malformed (longer than %d characters)", maxCursorLen)
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) < 2+cursorMACLen {
 		return nil, invalidArg("cursor", "malformed; pass the next value of the previous page unchanged")
 	}

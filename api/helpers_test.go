@@ -283,7 +283,7 @@ type testEnv struct {
 }
 
 // newTestEnv builds a test server; edit adjusts the Config first.
-func newTestEnv(t *testing.T, edit ...func(*api.Config)) *testEnv {
+func newTestEnv(t testing.TB, edit ...func(*api.Config)) *testEnv {
 	t.Helper()
 	env := &testEnv{
 		reader:  newFakeReader(),

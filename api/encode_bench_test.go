@@ -1,0 +1,112 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// benchReadings makes n readings with five values each, like a typical
+// environmental sensor.
+func benchReadings(n int) []buckets.Reading {
+	base := buckets.MustTicks(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))
+	rs := make([]buckets.Reading, n)
+	for i := range rs {
+		rs[i] = buckets.Reading{Device: "sensor-0042", Ticks: base + buckets.Ticks(i)*buckets.TicksPerSecond, Values: []buckets.Field{
+			{Name: "battery", Value: buckets.Float(3.71)},
+			{Name: "door_open", Value: buckets.Bool(i%7 == 0)},
+			{Name: "humidity", Value: buckets.Float(41.25 + float64(i%10))},
+			{Name: "rssi", Value: buckets.Int(-67)},
+			{Name: "temp", Value: buckets.Float(21.5 + float64(i%100)/10)},
+		}}
+	}
+	return rs
+}
+
+func BenchmarkAppendReadingList1000(b *testing.B) {
+	rs := benchReadings(1000)
+	b.ReportAllocs()
+	var size int
+	for b.Loop() {
+		buf := getBuf()
+		*buf = appendReadingList(*buf, "sensor-0042", rs, nil, "cursor")
+		size = len(*buf)
+		putBuf(buf)
+	}
+	b.ReportMetric(float64(size), "bytes/page")
+}
+
+// BenchmarkEncodingJSONReadingList1000 is the same page through
+// encoding/json with maps, for comparison.
+func BenchmarkEncodingJSONReadingList1000(b *testing.B) {
+	rs := benchReadings(1000)
+	type jr struct {
+		TS           string         `json:"ts"`
+		PartitionKey string         `json:"partitionKey"`
+		RowKey       string         `json:"rowKey"`
+		Values       map[string]any `json:"values"`
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		out := struct {
+			Device   string `json:"device"`
+			Readings []jr   `json:"readings"`
+			Next     string `json:"next,omitempty"`
+		}{Device: "sensor-0042", Next: "cursor"}
+		for i := range rs {
+			r := &rs[i]
+			v := make(map[string]any, len(r.Values))
+			for _, f := range r.Values {
+				v[f.Name] = f.Value.Any()
+			}
+			out.Readings = append(out.Readings, jr{r.Ticks.FormatTime(), r.PartitionKey(), r.RowKey(), v})
+		}
+		if _, err := json.Marshal(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// pageReader serves the same page to every range query.
+type pageReader struct{ page buckets.Page }
+
+func (p pageReader) Latest(context.Context, buckets.DeviceID, int) ([]buckets.Reading, error) {
+	return p.page.Readings, nil
+}
+func (p pageReader) Range(context.Context, buckets.RangeQuery) (buckets.Page, error) {
+	return p.page, nil
+}
+func (p pageReader) Get(context.Context, buckets.DeviceID, buckets.Ticks) (buckets.Reading, error) {
+	return p.page.Readings[0], nil
+}
+func (p pageReader) Devices(context.Context, string, buckets.DeviceID, int) ([]buckets.DeviceInfo, bool, error) {
+	return nil, false, nil
+}
+func (p pageReader) Tables(context.Context) ([]buckets.TableInfo, error) { return nil, nil }
+
+// BenchmarkRangeRequest1000 measures a whole range request (routing,
+// parameters, cursor, tracing and metrics with the no-op providers,
+// encoding) for a 1000-reading page.
+func BenchmarkRangeRequest1000(b *testing.B) {
+	srv, err := New(Config{Reader: pageReader{buckets.Page{Readings: benchReadings(1000), More: true}},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := srv.Handler()
+	req := httptest.NewRequest(http.MethodGet, "/v1/devices/sensor-0042/readings?from=2026-11-22T00:00:00Z&to=2026-11-23T00:00:00Z", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Code, rec.Body.String())
+		}
+	}
+}
