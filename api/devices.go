@@ -1,8 +1,6 @@
 package api
 
 import (
-	"fmt"
-
 	"github.com/labstack/echo/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -32,7 +30,7 @@ func (s *Server) handleDevices(c echo.Context) error {
 	}
 	devs, more, err := s.reader.Devices(c.Request().Context(), prefix, after, limit)
 	if err != nil {
-		return fmt.Errorf("list devices with prefix %q: %w", prefix, err)
+		return readerError(err, "list devices with prefix %q", prefix)
 	}
 	next := ""
 	if more && len(devs) > 0 {

@@ -89,7 +89,7 @@ func (s *Server) toAPIError(err error) *apiError {
 	case errors.As(err, &he):
 		return fromEchoError(he)
 	case errors.Is(err, buckets.ErrInvalidArgument), errors.Is(err, buckets.ErrInvalidReading):
-		return &apiError{http.StatusBadRequest, codeInvalidArgument, err.Error()}
+		return &apiError{http.StatusBadRequest, codeInvalidArgument, clientMessage(err)}
 	case errors.Is(err, buckets.ErrNotFound):
 		return &apiError{http.StatusNotFound, codeNotFound, "request: not found"}
 	case errors.Is(err, buckets.ErrUnavailable):
@@ -101,6 +101,25 @@ func (s *Server) toAPIError(err error) *apiError {
 		return &apiError{http.StatusServiceUnavailable, codeUnavailable, "request: canceled"}
 	}
 	return &apiError{http.StatusInternalServerError, codeInternal, internalMessage}
+}
+
+// clientMessage words a client error that came from the reader: a
+// ValidationError names its field; anything else is about the request.
+func clientMessage(err error) string {
+	var ve *buckets.ValidationError
+	if errors.As(err, &ve) && ve.Field != "" {
+		return ve.Field + ": " + ve.Msg
+	}
+	return "request: " + err.Error()
+}
+
+// readerError adds context to a reader's error for the log, except for
+// client errors, whose text goes back to the client as it is.
+func readerError(err error, format string, args ...any) error {
+	if errors.Is(err, buckets.ErrInvalidArgument) || errors.Is(err, buckets.ErrInvalidReading) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
 func tooLarge() *apiError {

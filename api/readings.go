@@ -31,10 +31,19 @@ func (s *Server) handleLatest(c echo.Context) error {
 		return err
 	}
 	rs, err := s.reader.Latest(c.Request().Context(), dev, limit)
+	if errors.Is(err, buckets.ErrNotFound) {
+		return unknownDevice(dev)
+	}
 	if err != nil {
-		return fmt.Errorf("latest %d of %s: %w", limit, dev, err)
+		return readerError(err, "latest %d of %s", limit, dev)
 	}
 	return sendJSON(c, func(b []byte) []byte { return appendReadingList(b, dev, rs, fields, "") })
+}
+
+// unknownDevice answers a reader that does not know the device at all
+// (a reader may also just return no readings).
+func unknownDevice(dev buckets.DeviceID) error {
+	return notFound("device", "%q is not known", dev)
 }
 
 // handlePoint serves GET /v1/devices/{device}/readings/{ts}: the
@@ -61,7 +70,7 @@ func (s *Server) handlePoint(c echo.Context) error {
 		return notFound("ts", "device %q has no reading at %s", dev, k.FormatTime())
 	}
 	if err != nil {
-		return fmt.Errorf("get %s at %s: %w", dev, k.FormatTime(), err)
+		return readerError(err, "get %s at %s", dev, k.FormatTime())
 	}
 	return sendJSON(c, func(b []byte) []byte {
 		b = appendReading(b, &r, fields)
@@ -86,8 +95,11 @@ func (s *Server) handleRange(c echo.Context) error {
 	}
 	q := buckets.RangeQuery{Device: dev, From: rc.From, To: rc.To, Order: rc.Order, Limit: limit, After: after}
 	page, err := s.reader.Range(c.Request().Context(), q)
+	if errors.Is(err, buckets.ErrNotFound) {
+		return unknownDevice(dev)
+	}
 	if err != nil {
-		return fmt.Errorf("range %s [%s, %s): %w", dev, rc.From.FormatTime(), rc.To.FormatTime(), err)
+		return readerError(err, "range %s [%s, %s)", dev, rc.From.FormatTime(), rc.To.FormatTime())
 	}
 	next := ""
 	if page.More && len(page.Readings) > 0 {

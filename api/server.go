@@ -208,7 +208,7 @@ func (s *Server) Open() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.httpSrv != nil || s.closed {
-		return errors.New("api: server already opened")
+		return errors.New("api: server already opened or closed")
 	}
 	addr := s.addrCfg
 	if addr == "" {

@@ -317,19 +317,25 @@ func TestSentinelErrorMapping(t *testing.T) {
 		err    error
 		status int
 		code   string
+		param  string
 	}{
-		{"unavailable", &wrapped{"table 2026-11-22 is being dropped", buckets.ErrUnavailable}, http.StatusServiceUnavailable, "unavailable"},
-		{"invalid argument", &wrapped{"limit: too large for this store", buckets.ErrInvalidArgument}, http.StatusBadRequest, "invalid_argument"},
-		{"not found", &wrapped{"device dev-1", buckets.ErrNotFound}, http.StatusNotFound, "not_found"},
-		{"deadline", &wrapped{"scan", context.DeadlineExceeded}, http.StatusServiceUnavailable, "unavailable"},
+		{"unavailable", &wrapped{"table 2026-11-22 is being dropped", buckets.ErrUnavailable}, http.StatusServiceUnavailable, "unavailable", "store"},
+		{"invalid argument", &wrapped{"too wide for this store", buckets.ErrInvalidArgument}, http.StatusBadRequest, "invalid_argument", "request"},
+		{"validation error", buckets.Invalid(buckets.CodeInvalidDevice, -1, "device", "unknown shape"), http.StatusBadRequest, "invalid_argument", "device"},
+		{"unknown device", &wrapped{"device dev-1", buckets.ErrNotFound}, http.StatusNotFound, "not_found", "device"},
+		{"deadline", &wrapped{"scan 2026-11-22", context.DeadlineExceeded}, http.StatusServiceUnavailable, "unavailable", "request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newTestEnv(t)
 			env.reader.err = tt.err
 			res := env.get(t, "/v1/devices/dev-1/readings/latest")
-			msg := requireError(t, res, tt.status, tt.code, "")
-			assert.NotContains(t, msg, "2026-11-22", "store details stay out of 503s")
+			msg := requireError(t, res, tt.status, tt.code, tt.param)
+			if tt.status >= 500 {
+				assert.NotContains(t, msg, "2026-11-22", "store details stay out of 5xx")
+				assert.Equal(t, "1", res.header.Get("Retry-After"))
+				assert.Contains(t, env.logs.String(), "2026-11-22", "but they are logged")
+			}
 		})
 	}
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -16,7 +15,7 @@ import (
 func (s *Server) handleTables(c echo.Context) error {
 	tables, err := s.reader.Tables(c.Request().Context())
 	if err != nil {
-		return fmt.Errorf("list tables: %w", err)
+		return readerError(err, "list tables")
 	}
 	return sendJSON(c, func(b []byte) []byte {
 		b = append(b, `{"tables":[`...)
@@ -84,7 +83,7 @@ func (s *Server) handleDropTable(c echo.Context) error {
 		return notFound("day", "there is no table for %s", day)
 	}
 	if err != nil {
-		return fmt.Errorf("drop table %s: %w", day, err)
+		return readerError(err, "drop table %s", day)
 	}
 	s.log.InfoContext(c.Request().Context(), "table dropped by admin request",
 		"day", day.String(), "bytes", drop.SizeBytes, "remote", c.Request().RemoteAddr)
@@ -106,7 +105,7 @@ func (s *Server) handleRetention(c echo.Context) error {
 	}
 	rep, err := s.admin.RunRetention(c.Request().Context(), dry)
 	if err != nil {
-		return fmt.Errorf("run retention (dry run %t): %w", dry, err)
+		return readerError(err, "run retention (dry run %t)", dry)
 	}
 	return sendJSON(c, func(b []byte) []byte {
 		b = append(b, `{"dryRun":`...)
