@@ -125,7 +125,9 @@ func orderParam(c echo.Context) (o buckets.Order, ok bool, err error) {
 }
 
 // fieldsParam parses fields=a,b into a sorted, unique list of value
-// names; nil when absent (all values).
+// names; nil when absent (all values). Projection keeps only these
+// names in "values"; names a reading lacks are left out, and a reading
+// with none of them is still returned, with an empty values object.
 func fieldsParam(c echo.Context) ([]string, error) {
 	s := c.QueryParam("fields")
 	if s == "" {

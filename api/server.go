@@ -68,7 +68,8 @@ const (
 
 // Config configures a Server. Only Reader is required.
 type Config struct {
-	// Addr is the listen address, e.g. ":8080" ("127.0.0.1:0" in tests).
+	// Addr is the listen address, e.g. ":8080" ("127.0.0.1:0" in
+	// tests). Default ":8080".
 	Addr string
 	// Reader answers queries.
 	Reader Reader
@@ -104,6 +105,9 @@ type Config struct {
 	// Cursors are never secret: they only hold query parameters.
 	CursorKey []byte
 
+	// Logger, TracerProvider, MeterProvider and Now default to
+	// slog.Default, the otel global providers and time.Now. Now decides
+	// the default window of range queries.
 	Logger         *slog.Logger
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
