@@ -159,8 +159,11 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	// Acks are buffered publishes: put them on the wire before returning.
-	if err := in.nc.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		in.log.Warn("flush acks on shutdown", "error", err)
+	// (While disconnected they wait in the reconnect buffer instead.)
+	if in.nc.Status() == nats.CONNECTED {
+		if err := in.nc.FlushTimeout(5 * time.Second); err != nil {
+			in.log.Warn("flush acks on shutdown", "error", err)
+		}
 	}
 	in.log.Info("ingest stopped")
 	return nil

@@ -1,0 +1,412 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"wildcard prefix", func(c *Config) { c.SubjectPrefix = "telemetry.*" }},
+		{"empty token in prefix", func(c *Config) { c.SubjectPrefix = "a..b" }},
+		{"dotted stream name", func(c *Config) { c.Stream = "A.B" }},
+		{"same streams", func(c *Config) { c.RejectedStream = "TELEMETRY" }},
+		{"negative max deliver", func(c *Config) { c.MaxDeliver = -1 }},
+		{"more back-off steps than deliveries", func(c *Config) {
+			c.MaxDeliver = 2
+			c.BackOff = []time.Duration{time.Second, time.Second, time.Second}
+		}},
+		{"zero back-off step", func(c *Config) { c.BackOff = []time.Duration{0} }},
+		{"negative batch wait", func(c *Config) { c.MaxBatchWait = -time.Second }},
+	}
+	nc := &nats.Conn{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mod(&cfg)
+			_, err := New(nc, &fakeWriter{}, cfg)
+			assert.Error(t, err)
+		})
+	}
+}
+
+// Run creates both streams and the consumer as DESIGN §4 says.
+func TestRunCreatesStreamsAndConsumer(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) {
+		c.AckWait = 3 * time.Second
+		c.BackOff = []time.Duration{time.Second, 10 * time.Second}
+		c.MaxDeliver = 4
+	})
+	require.ErrorIs(t, e.in.Ready(), errNotStarted)
+	e.start()
+	ctx := context.Background()
+
+	st, err := e.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"telemetry.*"}, st.CachedInfo().Config.Subjects)
+	assert.Equal(t, jetstream.FileStorage, st.CachedInfo().Config.Storage)
+	assert.Equal(t, 7*24*time.Hour, st.CachedInfo().Config.MaxAge)
+
+	rej, err := e.js.Stream(ctx, "TELEMETRY_REJECTED")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"rejected.telemetry.*"}, rej.CachedInfo().Config.Subjects)
+	assert.Equal(t, jetstream.FileStorage, rej.CachedInfo().Config.Storage)
+	assert.Equal(t, 7*24*time.Hour, rej.CachedInfo().Config.MaxAge)
+
+	cc := e.consumerInfo().Config
+	assert.Equal(t, "ingest", cc.Durable)
+	assert.Equal(t, jetstream.AckExplicitPolicy, cc.AckPolicy)
+	assert.Equal(t, 4, cc.MaxDeliver)
+	assert.Equal(t, []time.Duration{3 * time.Second, 10 * time.Second}, cc.BackOff, "steps never below AckWait")
+	assert.Equal(t, 3*time.Second, cc.AckWait)
+	assert.Equal(t, 10000, cc.MaxAckPending)
+
+	require.NoError(t, e.stop())
+	assert.ErrorIs(t, e.in.Ready(), errStopped)
+	assert.Error(t, e.in.Run(ctx), "a second Run")
+}
+
+func TestIngestWritesAndAcks(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.start()
+	ms := nowMillis()
+	e.publish("telemetry.dev-1", fmt.Sprintf(`{"ts":%d,"values":{"temp":21.5,"ok":true}}`, ms))
+	e.publish("telemetry.dev-2", fmt.Sprintf(`{"ts":%d,"temp":20,"device":"dev-2"}`, ms))
+	last := e.publish("telemetry.dev-3", fmt.Sprintf(`[{"ts":%d,"v":1},{"ts":%d,"v":2}]`, ms, ms+1))
+
+	e.waitAcked(last)
+	k, err := buckets.TicksFromEpochMillis(ms)
+	require.NoError(t, err)
+	assert.Equal(t, []buckets.Reading{{Device: "dev-1", Ticks: k, Values: []buckets.Field{
+		{Name: "ok", Value: buckets.Bool(true)}, {Name: "temp", Value: buckets.Float(21.5)}}}}, e.w.stored("dev-1"))
+	assert.Equal(t, []buckets.Reading{{Device: "dev-2", Ticks: k, Values: []buckets.Field{
+		{Name: "temp", Value: buckets.Int(20)}}}}, e.w.stored("dev-2"))
+	assert.Len(t, e.w.stored("dev-3"), 2)
+	info := e.consumerInfo()
+	assert.Equal(t, last, info.Delivered.Stream)
+	assert.Equal(t, 0, info.NumAckPending)
+	assert.Zero(t, info.NumRedelivered)
+	assert.Empty(t, e.deadLetters())
+
+	assert.Equal(t, int64(4), e.counter("telemetry.ingest.readings", outcome("accepted")))
+	assert.Equal(t, int64(3), e.counter("telemetry.ingest.messages", outcome("acked")))
+	lag, ok := e.collect()["telemetry.ingest.lag"].(metricdata.Histogram[float64])
+	require.True(t, ok)
+	require.Len(t, lag.DataPoints, 1)
+	assert.Equal(t, uint64(4), lag.DataPoints[0].Count)
+}
+
+// A missing ts takes the time the stream stored the message, and a
+// redelivery keeps it.
+func TestIngestMissingTimestampUsesStreamTime(t *testing.T) {
+	e := newTestEnv(t, nil)
+	var failed atomic.Bool
+	e.w.setFail(func([]buckets.Reading) error {
+		if failed.CompareAndSwap(false, true) {
+			return errors.New("disk full")
+		}
+		return nil
+	})
+	e.start()
+	seq := e.publish("telemetry.dev-1", `{"v":1}`)
+	e.waitAcked(seq)
+
+	st, err := e.js.Stream(context.Background(), "TELEMETRY")
+	require.NoError(t, err)
+	raw, err := st.GetMsg(context.Background(), seq)
+	require.NoError(t, err)
+	want := buckets.MustTicks(raw.Time)
+	calls := e.w.snapshot()
+	require.Len(t, calls, 2, "one failed write and its redelivery")
+	assert.Equal(t, want, calls[0].readings[0].Ticks)
+	assert.Equal(t, want, calls[1].readings[0].Ticks)
+}
+
+// Messages waiting in the stream are committed together: one Write per
+// MaxBatchReadings readings, and a message is never split.
+func TestIngestBatches(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) {
+		c.MaxBatchReadings = 10
+		c.MaxBatchWait = time.Second
+	})
+	e.setup()
+	ms := nowMillis()
+	var last uint64
+	for i := range 25 {
+		last = e.publish("telemetry.dev-1", flat(ms+int64(i), i))
+	}
+	e.start()
+	e.waitAcked(last)
+	var sizes []int
+	for _, c := range e.w.snapshot() {
+		sizes = append(sizes, len(c.readings))
+	}
+	assert.Equal(t, []int{10, 10, 5}, sizes, "readings per Write")
+
+	// A message larger than the batch limit is committed alone, whole.
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range 12 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(flat(ms+100+int64(i), i))
+	}
+	b.WriteByte(']')
+	e.publish("telemetry.dev-2", flat(ms, 1))
+	last = e.publish("telemetry.dev-2", b.String())
+	e.waitAcked(last)
+	sizes = nil
+	for _, c := range e.w.snapshot()[3:] {
+		sizes = append(sizes, len(c.readings))
+	}
+	assert.Equal(t, []int{1, 12}, sizes)
+
+	hist, ok := e.collect()["telemetry.ingest.batch.size"].(metricdata.Histogram[int64])
+	require.True(t, ok)
+	require.Len(t, hist.DataPoints, 1)
+	assert.Equal(t, uint64(5), hist.DataPoints[0].Count)
+	assert.Equal(t, int64(38), hist.DataPoints[0].Sum)
+}
+
+func TestIngestManyMessagesOneWrite(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.MaxBatchWait = time.Second })
+	e.setup()
+	ms := nowMillis()
+	var last uint64
+	for i := range 200 {
+		last = e.publish(fmt.Sprintf("telemetry.dev-%d", i%7), flat(ms+int64(i), i))
+	}
+	e.start()
+	e.waitAcked(last)
+	calls := e.w.snapshot()
+	require.Len(t, calls, 1, "one Write for all waiting messages")
+	assert.Len(t, calls[0].readings, 200)
+}
+
+// One bad reading rejects its whole message: nothing of it is stored,
+// the original payload goes to rejected.telemetry.<device> with the
+// reason, and ingest goes on.
+func TestIngestRejectsInvalidMessage(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.start()
+	ms := nowMillis()
+	bad := fmt.Sprintf(`[{"ts":%d,"x":1},{"ts":%d,"x":null}]`, ms, ms+1)
+	badSeq := e.publishMsg(&nats.Msg{Subject: "telemetry.dev-bad", Data: []byte(bad),
+		Header: nats.Header{"Custom": []string{"kept"}}})
+	last := e.publish("telemetry.dev-ok", flat(ms, 1))
+
+	e.waitStored("dev-ok", 1)
+	e.waitAcked(last)
+	assert.Empty(t, e.w.stored("dev-bad"))
+	assert.Zero(t, e.w.attempts("dev-bad"), "an invalid message is never written")
+
+	dl := e.waitDeadLetters(1)
+	require.Len(t, dl, 1)
+	assert.Equal(t, "rejected.telemetry.dev-bad", dl[0].Subject)
+	assert.Equal(t, bad, string(dl[0].Data))
+	assert.Equal(t, "invalid_value", dl[0].Header.Get(HeaderErrorCode))
+	assert.Equal(t, "reading 1: values.x: null is not a value", dl[0].Header.Get(HeaderError))
+	assert.Equal(t, fmt.Sprint(badSeq), dl[0].Header.Get(HeaderStreamSeq))
+	assert.Equal(t, "kept", dl[0].Header.Get("Custom"))
+
+	info := e.consumerInfo()
+	assert.Equal(t, 0, info.NumAckPending, "the original is terminated")
+	assert.Zero(t, info.NumRedelivered)
+
+	assert.Equal(t, int64(2), e.counter("telemetry.ingest.readings", outcome("rejected"),
+		attribute.String("code", "invalid_value")))
+	assert.Equal(t, int64(1), e.counter("telemetry.ingest.messages", outcome("rejected")))
+	assert.Equal(t, int64(1), e.counter("telemetry.ingest.readings", outcome("accepted")))
+	logs := e.logs.String()
+	assert.Contains(t, logs, "subject=telemetry.dev-bad")
+	assert.Contains(t, logs, "code=invalid_value")
+	assert.Contains(t, logs, fmt.Sprintf("stream_seq=%d", badSeq))
+}
+
+func TestIngestRejectsInvalidSubjectDevice(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.start()
+	long := strings.Repeat("d", 65)
+	e.publish("telemetry."+long, flat(nowMillis(), 1))
+	e.publish("telemetry.bad!dev", flat(nowMillis(), 1))
+	e.publish("telemetry.a*b", flat(nowMillis(), 1))
+	ok := strings.Repeat("d", 64)
+	last := e.publish("telemetry."+ok, flat(nowMillis(), 1))
+
+	e.waitStored(buckets.DeviceID(ok), 1)
+	e.waitAcked(last)
+	dl := e.waitDeadLetters(3)
+	var subjects []string
+	for _, m := range dl {
+		subjects = append(subjects, m.Subject)
+		assert.Equal(t, "invalid_device", m.Header.Get(HeaderErrorCode))
+		assert.Contains(t, m.Header.Get(HeaderError), "device: ")
+	}
+	assert.Equal(t, []string{"rejected.telemetry." + long, "rejected.telemetry.bad!dev", "rejected.telemetry._invalid"}, subjects)
+	assert.Len(t, e.w.stored(""), 1)
+}
+
+// The accepted window uses the injected clock.
+func TestIngestRejectsOutsideWindow(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	e := newTestEnv(t, func(c *Config) {
+		c.Now = func() time.Time { return now }
+		c.Window = buckets.Window{Retention: time.Hour, MaxFutureSkew: time.Minute}
+	})
+	e.start()
+	oldest := now.Add(-time.Hour).UnixMilli()
+	newest := now.Add(time.Minute).UnixMilli()
+	e.publish("telemetry.old", flat(oldest-1, 1))
+	e.publish("telemetry.future", flat(newest+1, 1))
+	e.publish("telemetry.edge", fmt.Sprintf(`[%s,%s]`, flat(oldest, 1), flat(newest, 2)))
+
+	stored := e.waitStored("edge", 2)
+	assert.Len(t, stored, 2)
+	dl := e.waitDeadLetters(2)
+	codes := map[string]string{}
+	for _, m := range dl {
+		codes[m.Subject] = m.Header.Get(HeaderErrorCode)
+	}
+	assert.Equal(t, map[string]string{"rejected.telemetry.old": "too_old", "rejected.telemetry.future": "too_far_in_future"}, codes)
+
+	// The lag is measured against the injected clock.
+	lag := e.collect()["telemetry.ingest.lag"].(metricdata.Histogram[float64])
+	assert.InDelta(t, 3600.0, lag.DataPoints[0].Sum, 0.01, "one reading 1h old, one in the future counted as 0")
+}
+
+// A transient store error is never acked: the message is redelivered
+// with back-off and stored once the store recovers.
+func TestIngestRetriesTransientWriteError(t *testing.T) {
+	e := newTestEnv(t, nil)
+	var broken atomic.Bool
+	broken.Store(true)
+	e.w.setFail(func([]buckets.Reading) error {
+		if broken.Load() {
+			return fmt.Errorf("disk full: %w", buckets.ErrUnavailable)
+		}
+		return nil
+	})
+	e.start()
+	seq := e.publish("telemetry.dev-1", flat(nowMillis(), 1))
+
+	require.Eventually(t, func() bool { return e.w.attempts("dev-1") >= 3 }, 10*time.Second, 10*time.Millisecond)
+	info := e.consumerInfo()
+	assert.Equal(t, 1, info.NumAckPending, "not acked while the store fails")
+	assert.Less(t, info.AckFloor.Stream, seq)
+	assert.Empty(t, e.w.stored("dev-1"))
+
+	broken.Store(false)
+	e.waitAcked(seq)
+	calls := e.w.snapshot()
+	require.NoError(t, calls[len(calls)-1].err, "the last write succeeded")
+	assert.Equal(t, calls[0].readings, calls[len(calls)-1].readings, "the same reading was written again")
+	assert.Len(t, e.w.stored("dev-1"), 1)
+	assert.Empty(t, e.deadLetters())
+	assert.GreaterOrEqual(t, e.counter("telemetry.ingest.messages", outcome("nak")), int64(3))
+	assert.GreaterOrEqual(t, e.counter("telemetry.ingest.redeliveries"), int64(3))
+	assert.Equal(t, int64(1), e.counter("telemetry.ingest.messages", outcome("acked")))
+}
+
+// A message the store always refuses reaches the dead letter subject
+// after MaxDeliver attempts, while other devices keep flowing.
+func TestIngestPoisonMessage(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) {
+		c.MaxDeliver = 3
+		c.MaxBatchWait = 50 * time.Millisecond
+	})
+	e.w.setFail(func(rs []buckets.Reading) error {
+		if hasDevice(rs, "poison") {
+			return errors.New("poison: cannot store")
+		}
+		return nil
+	})
+	e.start()
+	ms := nowMillis()
+	poisonSeq := e.publish("telemetry.poison", flat(ms, 666))
+	var last uint64
+	for i := range 20 {
+		last = e.publish("telemetry.good", flat(ms+int64(i), i))
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	assert.Len(t, e.waitStored("good", 20), 20)
+	dl := e.waitDeadLetters(1)
+	e.waitAcked(last)
+	require.Len(t, dl, 1)
+	assert.Equal(t, "rejected.telemetry.poison", dl[0].Subject)
+	assert.Equal(t, flat(ms, 666), string(dl[0].Data))
+	assert.Equal(t, "max_deliveries", dl[0].Header.Get(HeaderErrorCode))
+	assert.Contains(t, dl[0].Header.Get(HeaderError), "not committed after 3 deliveries; last store error: poison: cannot store")
+	assert.Equal(t, fmt.Sprint(poisonSeq), dl[0].Header.Get(HeaderStreamSeq))
+
+	alone := 0
+	for _, c := range e.w.snapshot() {
+		if len(c.readings) == 1 && c.readings[0].Device == "poison" {
+			alone++
+		}
+	}
+	assert.LessOrEqual(t, alone, 3, "at most one write of its own per delivery")
+	assert.Empty(t, e.w.stored("poison"))
+	assert.Equal(t, int64(1), e.counter("telemetry.ingest.readings", outcome("rejected"),
+		attribute.String("code", "max_deliveries")))
+	assert.Contains(t, e.logs.String(), "code=max_deliveries")
+}
+
+// When the last delivery is not settled within the ack wait, the server
+// announces it with an advisory; the ingester dead-letters the message
+// from the stream, exactly once even when its own write fails later.
+func TestIngestMaxDeliveriesAdvisory(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) {
+		c.MaxDeliver = 2
+		c.AckWait = 300 * time.Millisecond
+	})
+	var calls atomic.Int32
+	slowDone := make(chan struct{})
+	e.w.setFail(func(rs []buckets.Reading) error {
+		if calls.Add(1) == 2 {
+			time.Sleep(1500 * time.Millisecond) // the last delivery outlives its ack wait
+			defer close(slowDone)
+		}
+		return errors.New("store stuck")
+	})
+	e.start()
+	payload := flat(nowMillis(), 1)
+	e.publish("telemetry.stuck", payload)
+
+	dl := e.waitDeadLetters(1)
+	assert.Equal(t, "rejected.telemetry.stuck", dl[0].Subject)
+	assert.Equal(t, payload, string(dl[0].Data))
+	assert.Equal(t, "max_deliveries", dl[0].Header.Get(HeaderErrorCode))
+	assert.Contains(t, dl[0].Header.Get(HeaderError),
+		"not acknowledged after 2 deliveries (max deliveries advisory); last store error: store stuck")
+
+	// The slow write fails after the advisory; the ingester dead-letters
+	// the message itself, and the rejected stream drops the duplicate.
+	select {
+	case <-slowDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow write never returned")
+	}
+	time.Sleep(300 * time.Millisecond)
+	assert.Len(t, e.deadLetters(), 1)
+	assert.Equal(t, int64(2), int64(calls.Load()), "no delivery after the last one")
+	assert.Equal(t, int64(1), e.counter("telemetry.ingest.messages", outcome("rejected")))
+}
