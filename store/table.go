@@ -146,15 +146,14 @@ func (s *Store) openLocked(t *table) error {
 	}
 	t.db, t.hot, t.failErr = db, hot, nil
 	t.readings.Store(n)
-	if !hot {
-		// Keep the number of open cold tables bounded. This closes other
-		// tables only (t is referenced), in the background.
-		s.inflight.Add(1)
-		go func() {
-			defer s.inflight.Done()
-			s.closeIdle()
-		}()
-	}
+	// Keep the number of open cold tables bounded, and close tables
+	// that a new day made cold. This closes other tables only (t is
+	// referenced), in the background.
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		s.closeIdle()
+	}()
 	return nil
 }
 
@@ -244,11 +243,13 @@ func (s *Store) touchLocked(t *table) {
 	t.lastUsed, t.useSeq = s.now(), s.useSeq
 }
 
-// closeIdle closes open cold tables (days that are no longer hot) that
-// nobody holds and that were idle for IdleClose, and, least recently
-// used first, as many more as it takes to leave at most MaxOpenTables
-// cold tables open. Tables in use are never closed; they count against
-// the bound until released.
+// closeIdle closes open cold tables (days that are not hot) that nobody
+// holds and that were idle for IdleClose, and, least recently used
+// first, as many more as it takes to leave at most MaxOpenTables cold
+// tables open. A table opened hot whose day turned cold is closed as
+// soon as it is idle, to give back its write-sized buffers; it reopens
+// as a cold table on its next use. Tables in use are never closed; they
+// count against the bound until released.
 func (s *Store) closeIdle() {
 	now := s.now()
 	s.mu.Lock()
@@ -266,7 +267,7 @@ func (s *Store) closeIdle() {
 		if t.refs > 0 || t.busy != nil || t.dropping {
 			continue
 		}
-		if excess <= 0 && now.Sub(t.lastUsed) < s.opts.IdleClose {
+		if excess <= 0 && !t.hot && now.Sub(t.lastUsed) < s.opts.IdleClose {
 			continue
 		}
 		excess--

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// benchDevices are 1000 device IDs of 31 characters: with the separator
+// and 8 bytes of inverted ticks a storage key is 40 bytes.
+var benchDevices = func() []buckets.DeviceID {
+	ids := make([]buckets.DeviceID, 1000)
+	for i := range ids {
+		ids[i] = buckets.DeviceID(fmt.Sprintf("sensor-building-%02d-floor-%d-%04d", i%20, i%7, i))
+	}
+	return ids
+}()
+
+// benchBatch returns batch number n: one 3-value reading per device,
+// all at a time that no other batch uses.
+func benchBatch(n int) []buckets.Reading {
+	k := buckets.MustTicks(baseTime) + buckets.Ticks(n)*buckets.TicksPerSecond/10
+	rs := make([]buckets.Reading, len(benchDevices))
+	for i, d := range benchDevices {
+		rs[i] = buckets.Reading{Device: d, Ticks: k, Values: []buckets.Field{
+			{Name: "hum", Value: buckets.Int(int64(40 + i%30))},
+			{Name: "ok", Value: buckets.Bool(i%3 != 0)},
+			{Name: "temp", Value: buckets.Float(18 + float64(i%100)/7)},
+		}}
+	}
+	return rs
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// BenchmarkRawBadgerWriteBatch writes the keys and values the store
+// writes with a plain Badger WriteBatch on a DB with the options of a
+// hot day table: the floor under BenchmarkStoreWrite.
+func BenchmarkRawBadgerWriteBatch(b *testing.B) {
+	db, err := badger.Open(badgerOptions(b.TempDir(), classHot, false, quietLogger()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	batches := make([][]buckets.Reading, 64)
+	for i := range batches {
+		batches[i] = benchBatch(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for n := 0; n < b.N; n++ {
+		rs := benchBatch(n)
+		wb := db.NewWriteBatch()
+		for _, r := range rs {
+			if err := wb.Set(buckets.AppendKey(nil, r.Device, r.Ticks), buckets.AppendValues(nil, r.Values)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(benchDevices))/time.Since(start).Seconds(), "readings/s")
+}
+
+// BenchmarkStoreWrite is Store.Write in batches of 1000 readings over
+// 1000 devices: validation, read-before-write merge, one transaction
+// per table, reading counter and device index included.
+func BenchmarkStoreWrite(b *testing.B) {
+	o := DefaultOptions()
+	o.Logger = quietLogger()
+	o.Now = func() time.Time { return baseTime }
+	s, err := Open(context.Background(), b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for n := 0; n < b.N; n++ {
+		if err := s.Write(ctx, benchBatch(n)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(benchDevices))/time.Since(start).Seconds(), "readings/s")
+}
