@@ -81,6 +81,7 @@ func (s *Server) toAPIError(err error) *apiError {
 	var ae *apiError
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
+	var te *buckets.TableError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -92,6 +93,8 @@ func (s *Server) toAPIError(err error) *apiError {
 		return &apiError{http.StatusBadRequest, codeInvalidArgument, clientMessage(err)}
 	case errors.Is(err, buckets.ErrNotFound):
 		return &apiError{http.StatusNotFound, codeNotFound, "request: not found"}
+	case errors.As(err, &te):
+		return &apiError{http.StatusServiceUnavailable, codeUnavailable, "store: " + te.ClientMessage()}
 	case errors.Is(err, buckets.ErrUnavailable):
 		return &apiError{http.StatusServiceUnavailable, codeUnavailable, "store: temporarily unavailable; retry later"}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -338,4 +339,15 @@ func TestSentinelErrorMapping(t *testing.T) {
 			}
 		})
 	}
+	t.Run("damaged table names its day, not its files", func(t *testing.T) {
+		env := newTestEnv(t)
+		day, err := buckets.ParseDay("2026-11-21")
+		require.NoError(t, err)
+		env.reader.err = fmt.Errorf("latest dev-1: %w", &buckets.TableError{Day: day,
+			Reason: "damaged; other days are unaffected", Err: errors.New("/data/tables/2026-11-21/000001.sst: bad magic")})
+		res := env.get(t, "/v1/devices/dev-1/readings/latest")
+		msg := requireError(t, res, http.StatusServiceUnavailable, "unavailable", "store")
+		assert.Equal(t, "store: table 2026-11-21: damaged; other days are unaffected", msg)
+		assert.Contains(t, env.logs.String(), "000001.sst", "the cause is logged")
+	})
 }

@@ -39,3 +39,27 @@ var (
 	// later may succeed.
 	ErrUnavailable = errors.New("unavailable")
 )
+
+// TableError reports that one day table cannot serve (damaged files, or
+// the table is being dropped). It matches ErrUnavailable. ClientMessage
+// is safe to show to clients: it names the day and a short reason,
+// never file paths or storage internals; Error adds the cause, for logs.
+type TableError struct {
+	Day    Day
+	Reason string // short and client-safe, e.g. "damaged; other days are unaffected"
+	Err    error  // the cause, for logs
+}
+
+// Error implements error.
+func (e *TableError) Error() string {
+	if e.Err == nil {
+		return e.ClientMessage()
+	}
+	return e.ClientMessage() + ": " + e.Err.Error()
+}
+
+// ClientMessage is the error without its cause.
+func (e *TableError) ClientMessage() string { return "table " + e.Day.String() + ": " + e.Reason }
+
+// Unwrap lets errors.Is match ErrUnavailable and the cause.
+func (e *TableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
