@@ -66,6 +66,10 @@ func (in *Ingester) batchLoop(ctx context.Context, intakeDone <-chan struct{}) {
 		case <-timer.C:
 			flush()
 		case <-intakeDone:
+			// Shutting down: from here on every ack waits for the
+			// server's confirmation, so the batch in flight is acked
+			// when Run returns.
+			in.syncAcks = true
 			for {
 				select {
 				case it := <-in.items:
@@ -149,7 +153,7 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 	var ackErr error
 	acked := 0
 	for _, it := range items {
-		if err := it.msg.Ack(); err != nil {
+		if err := in.ack(ctx, it); err != nil {
 			ackErr = err
 			continue
 		}
@@ -174,6 +178,17 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 		lag := float64(now-rs[i].Ticks) / buckets.TicksPerSecond
 		in.m.lag.Record(ctx, max(lag, 0))
 	}
+}
+
+// ack acks a committed message: a plain ack normally, one confirmed by
+// the server during shutdown.
+func (in *Ingester) ack(ctx context.Context, it item) error {
+	if !in.syncAcks {
+		return it.msg.Ack()
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	return it.msg.DoubleAck(ctx)
 }
 
 // writeFailed settles a message whose own write failed: a permanent

@@ -21,7 +21,9 @@
 // Acks are plain (fire and forget): an ack lost on the way, like a crash
 // between commit and ack, only causes a redelivery that writes the same
 // keys and values again. Waiting for the server's confirmation of every
-// ack would cost a round trip per message and buy nothing.
+// ack would cost a round trip per message and buy nothing. Only at
+// shutdown, once intake has stopped, are the acks of the last batches
+// confirmed one by one, so that Run returns with everything acked.
 package ingest
 
 import (
@@ -68,6 +70,7 @@ type Ingester struct {
 	lastErrs *lastErrors           // last store error of messages waiting for redelivery
 	started  atomic.Bool           // Run was called
 	state    atomic.Pointer[error] // why not ready; nil when consuming
+	syncAcks bool                  // wait for ack confirmations; owned by the batch loop
 
 	mu     sync.Mutex
 	stream jetstream.Stream // cfg.Stream, once set up
