@@ -299,3 +299,21 @@ func TestPing(t *testing.T) {
 	_, err := ts.Latest(context.Background(), "dev", 1)
 	assert.ErrorIs(t, err, buckets.ErrUnavailable)
 }
+
+func TestLostIndexIsRebuiltFromTables(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	all := threeDays(t, ts)
+	devsBefore, _, err := ts.Devices(ctx, "", "", 10)
+	require.NoError(t, err)
+	require.NoError(t, ts.Close())
+	require.NoError(t, os.RemoveAll(filepath.Join(ts.dir, "index")))
+
+	ts = openTestStore(t, ts.dir, ts.clock, func(o *Options) { *o = ts.opts })
+	got, err := ts.Latest(ctx, "dev", 100)
+	require.NoError(t, err)
+	assert.Equal(t, reversed(all), got)
+	devs, _, err := ts.Devices(ctx, "", "", 10)
+	require.NoError(t, err)
+	assert.Equal(t, devsBefore, devs)
+}

@@ -141,7 +141,7 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 // daysBetween lists the days in [lo, hi] that have a table, in order.
 func (s *Store) daysBetween(lo, hi buckets.Day, order buckets.Order) []buckets.Day {
 	s.mu.Lock()
-	days := make([]buckets.Day, 0, min(int(hi-lo+1), len(s.tables)))
+	days := make([]buckets.Day, 0, min(int64(hi)-int64(lo)+1, int64(len(s.tables))))
 	for d, t := range s.tables {
 		if d >= lo && d <= hi && !t.dropping {
 			days = append(days, d)

@@ -123,9 +123,20 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		_ = lock.unlock()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	if err := s.rebuildIndex(ctx); err != nil {
+		s.closeAfterFailedOpen()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	go s.janitor()
 	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", idx.len())
 	return s, nil
+}
+
+// closeAfterFailedOpen undoes a partial Open: the janitor is not
+// running yet, so it is marked done and Close does the rest.
+func (s *Store) closeAfterFailedOpen() {
+	close(s.done)
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
 }
 
 // discover registers every day table directory under tables/ without

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// rebuildIndex fills an empty device index from the day tables, for a
+// data directory whose index directory was lost. Queries rely on the
+// index to know which days hold a device, so without it they would
+// find nothing. It reads every table once, oldest first, through the
+// normal open/close lifecycle, so memory stays bounded; damaged tables
+// are skipped (their failure is logged where they fail to open).
+func (s *Store) rebuildIndex(ctx context.Context) error {
+	days := s.daysBetween(0, math.MaxInt32, buckets.Asc)
+	if len(days) == 0 || s.index.len() > 0 {
+		return nil
+	}
+	s.log.Warn("device index is empty; rebuilding it from the day tables", "tables", len(days))
+	var readings int
+	for _, d := range days {
+		t, err := s.acquire(ctx, d, forRead)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		if t == nil {
+			continue
+		}
+		var n int
+		err = s.guard(t, func() error {
+			n, err = indexTable(t.db, s.index)
+			return err
+		})
+		s.release(t)
+		if err != nil {
+			return fmt.Errorf("rebuild device index from table %s: %w", d, err)
+		}
+		readings += n
+	}
+	if err := s.index.flushDirty(); err != nil {
+		return fmt.Errorf("rebuild device index: %w", err)
+	}
+	s.log.Warn("device index rebuilt", "devices", s.index.len(), "readings", readings)
+	return nil
+}
+
+// indexTable feeds every reading of db to the index.
+func indexTable(db *badger.DB, idx *deviceIndex) (int, error) {
+	const batchSize = 1024
+	batch := make([]buckets.Reading, 0, batchSize)
+	n := 0
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			if k := item.Key(); len(k) > 0 && k[0] == 0 {
+				continue // table metadata
+			}
+			dev, k, err := buckets.ParseKey(item.Key())
+			if err != nil {
+				return err
+			}
+			r := buckets.Reading{Device: dev, Ticks: k}
+			if err := item.Value(func(v []byte) error {
+				r.Values, err = buckets.DecodeValues(v)
+				return err
+			}); err != nil {
+				return fmt.Errorf("%s: %w", r.PartitionKey(), err)
+			}
+			if batch = append(batch, r); len(batch) == batchSize {
+				idx.observe(batch)
+				n += len(batch)
+				batch = batch[:0]
+			}
+		}
+		return nil
+	})
+	idx.observe(batch)
+	return n + len(batch), err
+}
