@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// config is the whole simulator configuration, filled from flags and
+// TELEMETRY_SIM_<NAME> environment variables (flags win).
+type config struct {
+	NATSURL       string
+	SubjectPrefix string
+	Devices       int
+	DevicePrefix  string
+	Rate          float64       // readings per second across all devices; 0 = as fast as acks allow
+	Duration      time.Duration // 0 = until Count or a signal
+	Count         int64         // total readings; 0 = unlimited
+	Batch         int           // readings per message
+	Format        string        // nested or flat
+	TSFormat      string        // rfc3339 or epoch-ms
+	Values        int           // values per reading
+	MaxPending    int           // async publish window, in messages
+	MsgID         bool          // set Nats-Msg-Id for JetStream dedup
+	SeqStart      uint64        // first per-device message sequence number
+	Trace         bool          // a span per publish, traceparent in the headers
+	Seed          int64         // 0 = pick one from the clock
+	Progress      time.Duration // 0 = no progress lines
+	LogFormat     string        // text or json
+}
+
+// maxDevices bounds -devices so the fleet fits in memory comfortably.
+const maxDevices = 100_000
+
+// defaultConfig returns the defaults documented in -help.
+func defaultConfig() config {
+	return config{
+		NATSURL:       "nats://127.0.0.1:4222",
+		SubjectPrefix: "telemetry",
+		Devices:       10,
+		DevicePrefix:  "sim-",
+		Rate:          10,
+		Duration:      time.Minute,
+		Batch:         1,
+		Format:        "nested",
+		TSFormat:      "rfc3339",
+		Values:        3,
+		MaxPending:    4096,
+		MsgID:         true,
+		SeqStart:      1,
+		Progress:      time.Second,
+		LogFormat:     "text",
+	}
+}
+
+// bind registers every field of c on fs with c's values as defaults.
+func (c *config) bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS server URL (comma-separated for a cluster)")
+	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "publish on <prefix>.<device>")
+	fs.IntVar(&c.Devices, "devices", c.Devices, "number of simulated devices")
+	fs.StringVar(&c.DevicePrefix, "device-prefix", c.DevicePrefix, "device IDs are <prefix>0001, <prefix>0002, ...")
+	fs.Float64Var(&c.Rate, "rate", c.Rate, "readings per second across all devices (0 = as fast as publish acks allow)")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "stop after this long (0 = until -count or a signal)")
+	fs.Int64Var(&c.Count, "count", c.Count, "stop after this many readings (0 = unlimited)")
+	fs.IntVar(&c.Batch, "batch", c.Batch, "readings per message; more than 1 sends a JSON array")
+	fs.StringVar(&c.Format, "format", c.Format, `payload shape: nested {"ts":..,"values":{..}} or flat {"ts":..,"temp":..}`)
+	fs.StringVar(&c.TSFormat, "ts-format", c.TSFormat, "timestamp form: rfc3339 (milliseconds, UTC) or epoch-ms")
+	fs.IntVar(&c.Values, "values", c.Values, "values per reading: temp, humidity, battery, then sensor_4, sensor_5, ...")
+	fs.IntVar(&c.MaxPending, "max-pending", c.MaxPending, "most messages published but not yet acked")
+	fs.BoolVar(&c.MsgID, "msg-id", c.MsgID, "set Nats-Msg-Id to <device>-<seq> so JetStream drops duplicates")
+	fs.Uint64Var(&c.SeqStart, "seq-start", c.SeqStart, "first per-device message sequence in Nats-Msg-Id (raise it to re-run inside the dedup window)")
+	fs.BoolVar(&c.Trace, "trace", c.Trace, "start a span per publish and send its W3C traceparent header")
+	fs.Int64Var(&c.Seed, "seed", c.Seed, "random seed for the signals (0 = from the clock; the seed used is logged)")
+	fs.DurationVar(&c.Progress, "progress", c.Progress, "progress line interval (0 = off)")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+}
+
+// parse fills c from args, then from the environment for every flag
+// not given on the command line, then validates the result.
+func (c *config) parse(args []string, getenv func(string) string, out io.Writer) error {
+	fs := flag.NewFlagSet("telemetry-sim", flag.ContinueOnError)
+	fs.SetOutput(out)
+	c.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := envName(f.Name)
+		if v := getenv(env); v != "" && !set[f.Name] {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.validate()
+}
+
+// envName maps a flag name to its environment variable.
+func envName(flag string) string {
+	return "TELEMETRY_SIM_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// validate checks what flag parsing cannot.
+func (c *config) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.NATSURL != "", "-nats-url must not be empty")
+	check(c.SubjectPrefix != "" && !strings.ContainsAny(c.SubjectPrefix, ".*> \t\r\n"),
+		"-subject-prefix %q must be one NATS subject token (no '.', '*', '>' or spaces), as the service requires", c.SubjectPrefix)
+	check(c.Devices >= 1 && c.Devices <= maxDevices, "-devices %d must be 1..%d", c.Devices, maxDevices)
+	if c.Devices >= 1 {
+		for _, i := range []int{1, c.Devices} {
+			if err := deviceID(c.DevicePrefix, i).Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("-device-prefix %q: %w", c.DevicePrefix, err))
+				break
+			}
+		}
+	}
+	check(c.Rate >= 0, "-rate %g must not be negative", c.Rate)
+	check(c.Duration >= 0, "-duration %s must not be negative", c.Duration)
+	check(c.Count >= 0, "-count %d must not be negative", c.Count)
+	check(c.Batch >= 1 && c.Batch <= buckets.MaxBatch, "-batch %d must be 1..%d", c.Batch, buckets.MaxBatch)
+	check(c.Format == "nested" || c.Format == "flat", "-format %q must be nested or flat", c.Format)
+	check(c.TSFormat == "rfc3339" || c.TSFormat == "epoch-ms", "-ts-format %q must be rfc3339 or epoch-ms", c.TSFormat)
+	check(c.Values >= 1 && c.Values <= buckets.MaxValues, "-values %d must be 1..%d", c.Values, buckets.MaxValues)
+	check(c.MaxPending >= 1, "-max-pending %d must be at least 1", c.MaxPending)
+	check(c.SeqStart >= 1, "-seq-start must be at least 1")
+	check(c.Progress >= 0, "-progress %s must not be negative", c.Progress)
+	check(c.LogFormat == "text" || c.LogFormat == "json", "-log-format %q must be text or json", c.LogFormat)
+	return errors.Join(errs...)
+}
+
+// payloadFormat is the payload shape the configuration asks for.
+func (c *config) payloadFormat() payloadFormat {
+	pf := payloadFormat{shape: shapeNested, ts: tsRFC3339}
+	if c.Format == "flat" {
+		pf.shape = shapeFlat
+	}
+	if c.TSFormat == "epoch-ms" {
+		pf.ts = tsEpochMillis
+	}
+	return pf
+}
+
+// newLogger builds the simulator's logger.
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}

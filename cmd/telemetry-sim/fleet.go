@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// deviceID names the i-th simulated device (1-based): prefix plus at
+// least four digits, so sim-0001 sorts before sim-0010.
+func deviceID(prefix string, i int) buckets.DeviceID {
+	return buckets.DeviceID(fmt.Sprintf("%s%04d", prefix, i))
+}
+
+// device is one simulated device: its identity, signals and counters.
+type device struct {
+	id      buckets.DeviceID
+	subject string
+	sensors *sensors
+	seq     uint64 // sequence number of the next message
+	lastMS  int64  // timestamp of the latest reading, epoch ms
+}
+
+// message is one encoded message, ready to publish.
+type message struct {
+	subject  string
+	msgID    string // "<device>-<seq>"
+	readings int
+	data     []byte
+}
+
+// fleet generates messages for all devices in turn. Each message
+// carries consecutive readings of one device. It is not safe for
+// concurrent use.
+type fleet struct {
+	devices []*device
+	names   []string
+	pf      payloadFormat
+	now     func() time.Time
+	next    int       // index of the device that sends next
+	scratch []reading // reused between messages
+}
+
+// newFleet builds cfg.Devices devices whose signals derive from seed:
+// the same seed gives every device the same personality and noise.
+func newFleet(cfg config, seed uint64, now func() time.Time) *fleet {
+	f := &fleet{
+		devices: make([]*device, cfg.Devices),
+		names:   valueNames(cfg.Values),
+		pf:      cfg.payloadFormat(),
+		now:     now,
+	}
+	for i := range f.devices {
+		id := deviceID(cfg.DevicePrefix, i+1)
+		rng := rand.New(rand.NewPCG(seed, uint64(i)))
+		f.devices[i] = &device{
+			id:      id,
+			subject: cfg.SubjectPrefix + "." + string(id),
+			sensors: newSensors(rng, cfg.Values),
+			seq:     cfg.SeqStart,
+		}
+	}
+	return f
+}
+
+// nextMessage encodes the next n readings of the next device into buf
+// (reset to length zero) and returns the message. Readings of one
+// device get strictly increasing millisecond timestamps: the current
+// time, or one millisecond after the previous reading when a device
+// sends more than one reading per millisecond.
+func (f *fleet) nextMessage(n int, buf []byte) message {
+	d := f.devices[f.next]
+	f.next = (f.next + 1) % len(f.devices)
+
+	if cap(f.scratch) < n {
+		f.scratch = make([]reading, n)
+	}
+	rs := f.scratch[:n]
+	nowMS := f.now().UnixMilli()
+	for i := range rs {
+		ms := max(nowMS, d.lastMS+1)
+		d.lastMS = ms
+		if cap(rs[i].vals) < len(f.names) {
+			rs[i].vals = make([]float64, len(f.names))
+		}
+		rs[i].ms = ms
+		rs[i].vals = rs[i].vals[:len(f.names)]
+		d.sensors.sample(ms, rs[i].vals)
+	}
+	m := message{
+		subject:  d.subject,
+		msgID:    string(d.id) + "-" + strconv.FormatUint(d.seq, 10),
+		readings: n,
+		data:     appendPayload(buf[:0], f.pf, f.names, rs),
+	}
+	d.seq++
+	return m
+}
