@@ -183,12 +183,19 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 // ack acks a committed message: a plain ack normally, one confirmed by
 // the server during shutdown.
 func (in *Ingester) ack(ctx context.Context, it item) error {
-	if !in.syncAcks {
-		return it.msg.Ack()
+	if in.syncAcks {
+		ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+		err := it.msg.DoubleAck(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		// No confirmation (the connection is likely down): do not wait
+		// for one per message; plain acks wait in the reconnect buffer.
+		in.syncAcks = false
+		in.log.Warn("confirmed ack failed; acking the rest without confirmation", "error", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	defer cancel()
-	return it.msg.DoubleAck(ctx)
+	return it.msg.Ack()
 }
 
 // writeFailed settles a message whose own write failed: a permanent

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,6 +80,9 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	in.mu.Lock()
 	in.stream = st
+	// Dead letter IDs name the stream incarnation, so a stream that was
+	// deleted and created again never reuses the ID of an older message.
+	in.dedupPrefix = in.cfg.Stream + "." + strconv.FormatInt(st.CachedInfo().Created.UnixNano(), 36) + "."
 	in.mu.Unlock()
 	return cons, nil
 }

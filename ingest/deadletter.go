@@ -53,7 +53,7 @@ func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.Validat
 		in.nak(ctx, it)
 		return
 	}
-	if err := it.msg.TermWithReason(string(ve.Code)); err != nil {
+	if err := it.msg.Term(); err != nil {
 		// A redelivery is dead-lettered again and deduplicated by the
 		// rejected stream.
 		in.log.Warn("terminate after dead letter failed", "subject", subject, "stream_seq", it.seq, "error", err)
@@ -81,9 +81,10 @@ func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, da
 
 // publishDeadLetter publishes the original payload and headers (but the
 // server's Nats-* headers) with the error headers, through JetStream so
-// it is stored. The message ID <stream>.<seq> makes the rejected stream
-// drop a second dead letter for the same message (a retried terminate,
-// or the advisory racing the last delivery); dup reports that case.
+// it is stored. The message ID (stream, its creation time, sequence)
+// makes the rejected stream drop a second dead letter for the same
+// message within its duplicate window (a retried terminate, or the
+// advisory racing the last delivery); dup reports that case.
 func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq uint64, hdr nats.Header,
 	data []byte, ve *buckets.ValidationError) (dup bool, err error) {
 	m := nats.NewMsg(in.deadLetterSubject(subject))
@@ -98,7 +99,10 @@ func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq u
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(in.cfg.RejectedStream)}
 	if seq > 0 {
 		m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
-		opts = append(opts, jetstream.WithMsgID(in.cfg.Stream+"."+strconv.FormatUint(seq, 10)))
+		in.mu.Lock()
+		id := in.dedupPrefix + strconv.FormatUint(seq, 10)
+		in.mu.Unlock()
+		opts = append(opts, jetstream.WithMsgID(id))
 	}
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()

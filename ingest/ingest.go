@@ -72,8 +72,9 @@ type Ingester struct {
 	state    atomic.Pointer[error] // why not ready; nil when consuming
 	syncAcks bool                  // wait for ack confirmations; owned by the batch loop
 
-	mu     sync.Mutex
-	stream jetstream.Stream // cfg.Stream, once set up
+	mu          sync.Mutex
+	stream      jetstream.Stream // cfg.Stream, once set up
+	dedupPrefix string           // of dead letter message IDs, see setup
 }
 
 // Errors Ready reports.
