@@ -27,7 +27,7 @@ import (
 
 // runServer starts an in-process NATS server with JetStream storing
 // under dir, on port (-1 for a random one).
-func runServer(t *testing.T, dir string, port int) *server.Server {
+func runServer(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
 	srv, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
@@ -136,7 +136,7 @@ func (s *syncBuffer) String() string {
 // testEnv is a NATS server, a connection, a fake writer and an Ingester
 // with in-memory traces and metrics.
 type testEnv struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *server.Server
 	dir     string
 	port    int
@@ -155,7 +155,7 @@ type testEnv struct {
 
 // newTestEnv builds the environment; mod adjusts the config. The
 // Ingester is not running yet (see start).
-func newTestEnv(t *testing.T, mod func(*Config)) *testEnv {
+func newTestEnv(t testing.TB, mod func(*Config)) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, dir: t.TempDir(), w: &fakeWriter{}, logs: &syncBuffer{}}
 	e.srv = runServer(t, e.dir, -1)

@@ -16,7 +16,15 @@
 // other devices), and what still fails is nak'ed with the back-off of
 // its delivery count. A message whose last allowed delivery fails goes
 // to the dead letter subject with code max_deliveries, as does one the
-// server reports through the MAX_DELIVERIES advisory.
+// server reports through the MAX_DELIVERIES advisory (its last delivery
+// was never settled, e.g. a write outlived the ack wait); the original
+// is then read back from the stream by sequence. Both paths publish
+// with the same message ID, so the rejected stream keeps one dead letter
+// per message even when they race.
+//
+// Validation errors carry the reading's index in its message: 0 for a
+// payload that is a single object, -1 for errors about the message as a
+// whole (see Decode).
 //
 // Acks are plain (fire and forget): an ack lost on the way, like a crash
 // between commit and ack, only causes a redelivery that writes the same
