@@ -10,6 +10,11 @@
 // every -progress and a summary at the end, and exits non-zero when any
 // reading was not acknowledged.
 //
+// With -trace every publish is a producer span whose W3C traceparent
+// travels in the message headers, so the service's ingest spans link
+// to it; the spans are exported over OTLP when the standard
+// OTEL_EXPORTER_OTLP_* variables name an endpoint.
+//
 // Usage:
 //
 //	telemetry-sim [flags]
@@ -27,9 +32,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func main() {
@@ -62,13 +64,15 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 
 	deps := runDeps{Logger: log}
 	if cfg.Trace {
-		// Spans get real, sampled trace and span IDs so the service can
-		// link its ingest spans to them; OTEL_TRACES_SAMPLER applies.
-		tp := sdktrace.NewTracerProvider()
+		tp, err := newTracerProvider(ctx, getenv)
+		if err != nil {
+			log.Error("tracing", "error", err)
+			return 1
+		}
 		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = tp.Shutdown(sctx)
+			if err := shutdownTracer(tp); err != nil {
+				log.Warn("flushing spans", "error", err)
+			}
 		}()
 		deps.TracerProvider = tp
 	}

@@ -5,7 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -362,4 +366,31 @@ func lastLogLine(t *testing.T, logs, msg string) map[string]any {
 	}
 	require.NotNil(t, found, "no %q line in logs:\n%s", msg, logs)
 	return found
+}
+
+// With -trace and an OTLP endpoint in the environment, the publish
+// spans reach the collector over OTLP/HTTP when the simulator exits.
+func TestMainExportsSpansOverOTLP(t *testing.T) {
+	tj := newTestJetStream(t)
+	var mu sync.Mutex
+	var posts []string
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posts = append(posts, fmt.Sprintf("%s %s %s %d", r.Method, r.URL.Path, r.Header.Get("Content-Type"), len(body)))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	t.Cleanup(collector.Close)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+
+	var logs syncBuffer
+	code := Main(context.Background(), []string{"-nats-url", tj.url, "-count", "10", "-rate", "0", "-trace", "-progress", "0"},
+		os.Getenv, &logs)
+	require.Equal(t, 0, code, "logs:\n%s", logs.String())
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, posts, "no spans exported")
+	assert.Regexp(t, `^POST /v1/traces application/x-protobuf [1-9]\d*$`, posts[0])
 }
