@@ -58,44 +58,46 @@ func countsOf(tables []buckets.TableInfo) map[buckets.Day]int64 {
 	return m
 }
 
+// tableDamages break a closed day table's directory in several ways.
+var tableDamages = map[string]func(t *testing.T, dir string){
+	"truncated MANIFEST": func(t *testing.T, dir string) {
+		require.NoError(t, os.Truncate(filepath.Join(dir, "MANIFEST"), 3))
+	},
+	"garbage over the sst files": func(t *testing.T, dir string) {
+		ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+		require.NoError(t, err)
+		require.NotEmpty(t, ssts)
+		for _, f := range ssts {
+			fi, err := os.Stat(f)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(f, []byte(strings.Repeat("\xff", int(fi.Size()))), 0o644))
+		}
+	},
+	"truncated sst files": func(t *testing.T, dir string) {
+		ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+		require.NoError(t, err)
+		require.NotEmpty(t, ssts)
+		for _, f := range ssts {
+			fi, err := os.Stat(f)
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(f, fi.Size()/2))
+		}
+	},
+	"garbage over every file": func(t *testing.T, dir string) {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			if e.Name() == "LOCK" {
+				continue
+			}
+			garbage := []byte(strings.Repeat("\xde\xad\xbe\xef", 1024))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), garbage, 0o644))
+		}
+	},
+}
+
 func TestDamagedTableFailsOnlyItsDay(t *testing.T) {
-	damage := map[string]func(t *testing.T, dir string){
-		"truncated MANIFEST": func(t *testing.T, dir string) {
-			require.NoError(t, os.Truncate(filepath.Join(dir, "MANIFEST"), 3))
-		},
-		"garbage over the sst files": func(t *testing.T, dir string) {
-			ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
-			require.NoError(t, err)
-			require.NotEmpty(t, ssts)
-			for _, f := range ssts {
-				fi, err := os.Stat(f)
-				require.NoError(t, err)
-				require.NoError(t, os.WriteFile(f, []byte(strings.Repeat("\xff", int(fi.Size()))), 0o644))
-			}
-		},
-		"truncated sst files": func(t *testing.T, dir string) {
-			ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
-			require.NoError(t, err)
-			require.NotEmpty(t, ssts)
-			for _, f := range ssts {
-				fi, err := os.Stat(f)
-				require.NoError(t, err)
-				require.NoError(t, os.Truncate(f, fi.Size()/2))
-			}
-		},
-		"garbage over every file": func(t *testing.T, dir string) {
-			entries, err := os.ReadDir(dir)
-			require.NoError(t, err)
-			for _, e := range entries {
-				if e.Name() == "LOCK" {
-					continue
-				}
-				garbage := []byte(strings.Repeat("\xde\xad\xbe\xef", 1024))
-				require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), garbage, 0o644))
-			}
-		},
-	}
-	for name, breakIt := range damage {
+	for name, breakIt := range tableDamages {
 		t.Run(name, func(t *testing.T) {
 			ts := newTestStore(t)
 			ctx := context.Background()

@@ -16,10 +16,18 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// metaReadingsKey holds the exact number of readings of a day table as
-// 8 big-endian bytes. Keys starting with 0x00 are table metadata; no
-// device ID can start with it.
-var metaReadingsKey = []byte("\x00meta/readings")
+// Table metadata keys. Keys starting with 0x00 are metadata; no device
+// ID can start with it. Both are updated in the transaction that writes
+// the readings, so they are exact after any crash.
+var (
+	// metaReadingsKey holds the number of distinct readings (8 bytes
+	// big-endian).
+	metaReadingsKey = []byte("\x00meta/readings")
+	// metaNewestKey holds the newest ticks stored in the table (8 bytes
+	// big-endian). A reading newer than that cannot exist yet, so
+	// writing it needs no read of the old value.
+	metaNewestKey = []byte("\x00meta/newest")
+)
 
 // table is one day table: a Badger database that is opened lazily and
 // may be closed and reopened while the store runs.
@@ -38,6 +46,9 @@ type table struct {
 	// merge of readings with the same key) safe without Badger's
 	// conflict detection.
 	writeMu sync.Mutex
+	// newest is the newest ticks stored (metaNewestKey), -1 for none.
+	// Set when db opens, then guarded by writeMu.
+	newest buckets.Ticks
 
 	// Guarded by Store.mu.
 	db       *badger.DB
@@ -133,7 +144,7 @@ func (s *Store) openLocked(t *table) error {
 	t.busy = ch
 	hot := s.isHot(t.day)
 	s.mu.Unlock()
-	db, n, err := s.openTableDB(t, hot)
+	db, meta, err := s.openTableDB(t, hot)
 	s.mu.Lock()
 	t.busy = nil
 	close(ch)
@@ -145,7 +156,8 @@ func (s *Store) openLocked(t *table) error {
 		return unavailableTable(t.day, err)
 	}
 	t.db, t.hot, t.failErr = db, hot, nil
-	t.readings.Store(n)
+	t.readings.Store(meta.readings)
+	t.newest = meta.newest
 	// Keep the number of open cold tables bounded, and close tables
 	// that a new day made cold. This closes other tables only (t is
 	// referenced), in the background.
@@ -162,27 +174,27 @@ func unavailableTable(day buckets.Day, err error) error {
 	return fmt.Errorf("%w: table %s cannot be opened: %v", buckets.ErrUnavailable, day, err)
 }
 
-// openTableDB opens the Badger database of t and reads its reading
-// counter. Badger panics on some kinds of damage; that is turned into
-// an error so one damaged day cannot take the process down.
-func (s *Store) openTableDB(t *table, hot bool) (db *badger.DB, readings int64, err error) {
+// openTableDB opens the Badger database of t and reads its metadata.
+// Badger panics on some kinds of damage; that is turned into an error
+// so one damaged day cannot take the process down.
+func (s *Store) openTableDB(t *table, hot bool) (db *badger.DB, meta tableMeta, err error) {
 	class := classCold
 	if hot {
 		class = classHot
 	}
 	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, s.log.With("table", t.day.String()))
 	if err := checkTableFiles(t.dir, opts); err != nil {
-		return nil, 0, err
+		return nil, meta, err
 	}
 	db, err = openBadger(opts)
 	if err != nil {
-		return nil, 0, err
+		return nil, meta, err
 	}
-	if readings, err = readCounter(db); err != nil {
+	if meta, err = readMeta(db); err != nil {
 		_ = db.Close()
-		return nil, 0, err
+		return nil, meta, err
 	}
-	return db, readings, nil
+	return db, meta, nil
 }
 
 // openBadger is badger.Open with panics turned into errors.
@@ -195,29 +207,60 @@ func openBadger(opts badger.Options) (db *badger.DB, err error) {
 	return badger.Open(opts)
 }
 
-// readCounter reads the reading counter of a day table.
-func readCounter(db *badger.DB) (int64, error) {
-	var n int64
+// tableMeta is the metadata of a day table.
+type tableMeta struct {
+	readings int64
+	newest   buckets.Ticks
+}
+
+// readMeta reads the metadata of a day table. A table without a newest
+// key but with readings gets MaxTicks: every write reads first.
+func readMeta(db *badger.DB) (tableMeta, error) {
+	var m tableMeta
 	err := db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(metaReadingsKey)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
+		readings, err := readUint64(txn, metaReadingsKey)
 		if err != nil {
 			return err
 		}
-		return item.Value(func(v []byte) error {
-			if len(v) != 8 {
-				return fmt.Errorf("reading counter has %d bytes, want 8", len(v))
-			}
-			n = int64(binary.BigEndian.Uint64(v))
-			return nil
-		})
+		newest, err := readUint64(txn, metaNewestKey)
+		if err != nil {
+			return err
+		}
+		m.readings = int64(max(readings, 0))
+		switch {
+		case newest >= 0:
+			m.newest = buckets.Ticks(newest)
+		case readings > 0:
+			m.newest = buckets.MaxTicks
+		default:
+			m.newest = -1
+		}
+		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("read reading counter: %w", err)
+		return m, fmt.Errorf("read table metadata: %w", err)
 	}
-	return n, nil
+	return m, nil
+}
+
+// readUint64 reads an 8-byte big-endian metadata value; -1 if absent.
+func readUint64(txn *badger.Txn, key []byte) (int64, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("%q has %d bytes, want 8", key, len(v))
+		}
+		n = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	return n, err
 }
 
 // release drops a reference taken by acquire.

@@ -119,7 +119,7 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	defer s.release(t)
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	entries, err := planWrites(t.db, rs)
+	entries, err := planWrites(t.db, t.newest, rs)
 	if err != nil {
 		return classify(fmt.Errorf("write table %s: %w", day, err))
 	}
@@ -132,6 +132,7 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 // entry is one key to set in a day table.
 type entry struct {
 	key, value []byte
+	ticks      buckets.Ticks
 	isNew      bool // the key did not exist before: it adds one reading
 }
 
@@ -143,32 +144,11 @@ type readingKey struct {
 
 // planWrites merges rs with each other (in slice order) and with what
 // the table holds, and returns the entries that change the table.
-// Unchanged readings (a redelivery) produce no entry. It must run under
-// the table's writeMu.
-func planWrites(db *badger.DB, rs []buckets.Reading) ([]entry, error) {
-	// Merge duplicates inside rs first, keeping first-appearance order.
-	merged := make([]buckets.Reading, 0, len(rs))
-	var pos map[readingKey]int
-	for _, r := range rs {
-		if pos == nil && (len(merged) == 0 || !mayRepeat(merged, r)) {
-			merged = append(merged, r)
-			continue
-		}
-		if pos == nil {
-			pos = make(map[readingKey]int, len(rs))
-			for i, m := range merged {
-				pos[readingKey{m.Device, m.Ticks}] = i
-			}
-		}
-		k := readingKey{r.Device, r.Ticks}
-		if i, ok := pos[k]; ok {
-			merged[i].Values = buckets.Merge(merged[i].Values, r.Values)
-			continue
-		}
-		pos[k] = len(merged)
-		merged = append(merged, r)
-	}
-
+// Unchanged readings (a redelivery) produce no entry. Readings newer
+// than anything in the table (newest) are new without a read. It must
+// run under the table's writeMu.
+func planWrites(db *badger.DB, newest buckets.Ticks, rs []buckets.Reading) ([]entry, error) {
+	merged := mergeDuplicates(rs)
 	txn := db.NewTransaction(false)
 	defer txn.Discard()
 	entries := make([]entry, 0, len(merged))
@@ -177,11 +157,15 @@ func planWrites(db *badger.DB, rs []buckets.Reading) ([]entry, error) {
 		start := len(arena)
 		arena = buckets.AppendKey(arena, r.Device, r.Ticks)
 		key := arena[start:len(arena):len(arena)]
-		item, err := txn.Get(key)
+		var item *badger.Item
+		err := badger.ErrKeyNotFound
+		if r.Ticks <= newest {
+			item, err = txn.Get(key)
+		}
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			start = len(arena)
 			arena = buckets.AppendValues(arena, r.Values)
-			entries = append(entries, entry{key: key, value: arena[start:len(arena):len(arena)], isNew: true})
+			entries = append(entries, entry{key: key, value: arena[start:len(arena):len(arena)], ticks: r.Ticks, isNew: true})
 			continue
 		}
 		if err != nil {
@@ -203,10 +187,37 @@ func planWrites(db *badger.DB, rs []buckets.Reading) ([]entry, error) {
 			return nil, err
 		}
 		if value != nil {
-			entries = append(entries, entry{key: key, value: value})
+			entries = append(entries, entry{key: key, value: value, ticks: r.Ticks})
 		}
 	}
 	return entries, nil
+}
+
+// mergeDuplicates merges readings with the same key in slice order,
+// keeping the order of first appearance.
+func mergeDuplicates(rs []buckets.Reading) []buckets.Reading {
+	merged := make([]buckets.Reading, 0, len(rs))
+	var pos map[readingKey]int
+	for _, r := range rs {
+		if pos == nil && (len(merged) == 0 || !mayRepeat(merged, r)) {
+			merged = append(merged, r)
+			continue
+		}
+		if pos == nil {
+			pos = make(map[readingKey]int, len(rs))
+			for i, m := range merged {
+				pos[readingKey{m.Device, m.Ticks}] = i
+			}
+		}
+		k := readingKey{r.Device, r.Ticks}
+		if i, ok := pos[k]; ok {
+			merged[i].Values = buckets.Merge(merged[i].Values, r.Values)
+			continue
+		}
+		pos[k] = len(merged)
+		merged = append(merged, r)
+	}
+	return merged
 }
 
 // mayRepeat is a cheap test for the common case of a batch without
@@ -224,9 +235,9 @@ func mayRepeat(merged []buckets.Reading, r buckets.Reading) bool {
 // updating the reading counter in each. It must run under writeMu.
 func commitEntries(t *table, entries []entry) error {
 	maxSize := t.db.MaxBatchSize() * 9 / 10
-	maxCount := t.db.MaxBatchCount() - 2
+	maxCount := t.db.MaxBatchCount() - 3
 	for start := 0; start < len(entries); {
-		end, size := start, int64(len(metaReadingsKey)+8+2)
+		end, size := start, int64(len(metaReadingsKey)+len(metaNewestKey)+2*(8+2))
 		for end < len(entries) && (end == start || (size+entrySize(entries[end]) <= maxSize && int64(end-start) < maxCount)) {
 			size += entrySize(entries[end])
 			end++
@@ -252,18 +263,19 @@ func entrySize(e entry) int64 {
 	return int64(len(e.key) + 12 + 2)
 }
 
-// commitChunk commits entries and the new reading counter in one
+// commitChunk commits entries and the updated table metadata in one
 // transaction.
 func commitChunk(t *table, entries []entry) error {
 	txn := t.db.NewTransaction(true)
 	defer txn.Discard()
-	added := int64(0)
+	added, newest := int64(0), t.newest
 	for _, e := range entries {
 		if err := txn.Set(e.key, e.value); err != nil {
 			return err
 		}
 		if e.isNew {
 			added++
+			newest = max(newest, e.ticks)
 		}
 	}
 	n := t.readings.Load() + added
@@ -272,10 +284,16 @@ func commitChunk(t *table, entries []entry) error {
 			return err
 		}
 	}
+	if newest != t.newest {
+		if err := txn.Set(metaNewestKey, binary.BigEndian.AppendUint64(nil, uint64(newest))); err != nil {
+			return err
+		}
+	}
 	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	t.readings.Store(n)
+	t.newest = newest
 	return nil
 }
 

@@ -204,3 +204,34 @@ func TestWriteAfterCloseIsUnavailable(t *testing.T) {
 	assert.ErrorIs(t, ts.Ping(context.Background()), buckets.ErrUnavailable)
 	assert.NoError(t, ts.Close(), "Close is idempotent")
 }
+
+func TestWriteMergesWithOlderAndReopenedReadings(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	k1, k2 := at(-time.Hour), at(-time.Minute)
+	ts.write(t, reading("dev", k1, "a", 1), reading("dev", k2, "a", 2))
+
+	// Older than the newest reading of the table: must be merged.
+	ts.write(t, reading("dev", k1, "b", true))
+	// After a restart the table must still know what it holds.
+	ts = ts.reopen(t)
+	ts.write(t, reading("dev", k2, "b", false))
+	// A table without the newest-ticks key (as if written before it
+	// existed) reads before every write.
+	h, err := ts.acquire(ctx, today, forWrite)
+	require.NoError(t, err)
+	require.NoError(t, h.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaNewestKey) }))
+	ts.release(h)
+	ts = ts.reopen(t)
+	ts.write(t, reading("dev", k2, "c", "x"))
+
+	got, err := ts.Latest(ctx, "dev", 10)
+	require.NoError(t, err)
+	assert.Equal(t, []buckets.Reading{
+		reading("dev", k2, "a", 2, "b", false, "c", "x"),
+		reading("dev", k1, "a", 1, "b", true),
+	}, got)
+	tables, err := ts.Tables(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), tables[0].Readings)
+}
