@@ -72,12 +72,12 @@ type badgerLogger struct {
 
 // Errorf implements badger.Logger.
 func (l badgerLogger) Errorf(format string, args ...any) {
-	l.log.Error(strings.TrimSpace(fmt.Sprintf(format, args...)), "component", "badger")
+	l.log.Error("badger: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
 
 // Warningf implements badger.Logger.
 func (l badgerLogger) Warningf(format string, args ...any) {
-	l.log.Warn(strings.TrimSpace(fmt.Sprintf(format, args...)), "component", "badger")
+	l.log.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
 
 // Infof implements badger.Logger; it is dropped.
