@@ -39,6 +39,7 @@ func (in *Ingester) batchLoop(ctx context.Context, intakeDone <-chan struct{}) {
 		timer.Stop()
 		if len(b.items) > 0 {
 			in.commit(wctx, b.items, b.readings)
+			in.release(b.readings)
 			b.reset()
 		}
 	}

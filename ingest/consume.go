@@ -25,6 +25,9 @@ const (
 	// idle heartbeats every half of it, so a dead consumer is noticed
 	// within about pullExpiry.
 	pullExpiry = 10 * time.Second
+	// pullMaxBytes bounds the raw messages buffered in the client (at
+	// least two of the largest the server accepts).
+	pullMaxBytes = 32 << 20
 	// stopTimeout bounds the wait for a stopped consume to finish its
 	// last callback.
 	stopTimeout = 5 * time.Second
@@ -131,7 +134,7 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 		}
 		started := time.Now()
 		cc, err := cons.Consume(handle,
-			jetstream.PullMaxMessages(min(in.cfg.MaxBatchReadings, in.cfg.MaxAckPending)),
+			jetstream.PullMaxBytes(max(pullMaxBytes, 2*int(in.nc.MaxPayload()))),
 			jetstream.PullExpiry(pullExpiry),
 			jetstream.ConsumeErrHandler(in.onConsumeError))
 		if err != nil {
@@ -210,19 +213,46 @@ func (in *Ingester) onConsumeError(_ jetstream.ConsumeContext, err error) {
 }
 
 // handler decodes each delivered message and hands it to the batch
-// loop. After ctx is done it naks instead, so the message is redelivered
-// at once to whoever consumes next.
+// loop. It waits while the decoded readings not yet settled exceed the
+// budget (twice MaxBatchReadings), which bounds memory when devices
+// send large batches. After ctx is done it naks instead, so the message
+// is redelivered at once to whoever consumes next.
 func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
+	budget := int64(2 * in.cfg.MaxBatchReadings)
 	return func(msg jetstream.Msg) {
 		in.missedHB.Store(0)
 		it := in.prepare(msg)
+		n := int64(len(it.readings))
+		for in.queued.Load() >= budget {
+			select {
+			case <-in.freed:
+			case <-ctx.Done():
+				in.nakOnShutdown(msg)
+				return
+			}
+		}
+		in.queued.Add(n)
 		select {
 		case in.items <- it:
 		case <-ctx.Done():
-			if err := msg.Nak(); err != nil {
-				in.log.Debug("nak on shutdown", "subject", msg.Subject(), "error", err)
-			}
+			in.queued.Add(-n)
+			in.nakOnShutdown(msg)
 		}
+	}
+}
+
+// release returns n settled readings to the handler's budget.
+func (in *Ingester) release(n int) {
+	in.queued.Add(-int64(n))
+	select {
+	case in.freed <- struct{}{}:
+	default:
+	}
+}
+
+func (in *Ingester) nakOnShutdown(msg jetstream.Msg) {
+	if err := msg.Nak(); err != nil {
+		in.log.Debug("nak on shutdown", "subject", msg.Subject(), "error", err)
 	}
 }
 

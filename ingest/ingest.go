@@ -73,6 +73,8 @@ type Ingester struct {
 	m      *metrics
 
 	items    chan item             // decoded messages, from the consume handler to the batch loop
+	queued   atomic.Int64          // readings sent on items and not yet settled
+	freed    chan struct{}         // signals the handler that queued went down
 	broken   chan error            // asks the consume loop to rebuild the consumer
 	missedHB atomic.Int32          // consecutive missed heartbeats while connected
 	lastErrs *lastErrors           // last store error of messages waiting for redelivery
@@ -125,7 +127,8 @@ func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
 		tracer:   tp.Tracer(instrumentationName),
 		prop:     propagation.TraceContext{},
 		m:        m,
-		items:    make(chan item, 256),
+		items:    make(chan item, 1024),
+		freed:    make(chan struct{}, 1),
 		broken:   make(chan error, 1),
 		lastErrs: newLastErrors(4096),
 	}

@@ -173,3 +173,30 @@ func TestIngestUnderLoad(t *testing.T) {
 		assert.LessOrEqual(t, len(c.readings), 500)
 	}
 }
+
+// While the store is slow, the decoded readings waiting for it stay
+// within twice the batch size (plus the message being handed over), so
+// large device batches cannot exhaust memory.
+func TestIngestBoundsQueuedReadings(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.MaxBatchReadings = 10 })
+	release := make(chan struct{})
+	e.w.setFail(func([]buckets.Reading) error {
+		<-release
+		return nil
+	})
+	e.setup()
+	ms := nowMillis()
+	var last uint64
+	for i := range 100 {
+		p := fmt.Sprintf("[%s,%s,%s,%s,%s]", flat(ms, i), flat(ms+1, i), flat(ms+2, i), flat(ms+3, i), flat(ms+4, i))
+		last = e.publish(fmt.Sprintf("telemetry.dev-%d", i), p)
+	}
+	e.start()
+	require.Eventually(t, func() bool { return e.in.queued.Load() > 0 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	assert.LessOrEqual(t, e.in.queued.Load(), int64(2*10+5))
+	close(release)
+	e.waitAcked(last)
+	assert.Len(t, e.w.stored(""), 500)
+	assert.Zero(t, e.in.queued.Load())
+}
