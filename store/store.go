@@ -55,6 +55,9 @@ const indexFlushInterval = time.Second
 // errClosed is returned by every call on a closed Store.
 var errClosed = fmt.Errorf("%w: store is closed", buckets.ErrUnavailable)
 
+// errDropping is the cause of a TableError for a table being dropped.
+var errDropping = errors.New("drop in progress")
+
 // Store is the Badger adapter: a set of day tables plus a device index.
 // It is safe for concurrent use.
 type Store struct {

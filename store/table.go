@@ -104,7 +104,7 @@ func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table,
 			if a == forRead {
 				return nil, nil
 			}
-			return nil, fmt.Errorf("%w: table %s is being dropped", buckets.ErrUnavailable, day)
+			return nil, &buckets.TableError{Day: day, Reason: "is being dropped", Err: errDropping}
 		}
 		if t.db != nil {
 			s.touchLocked(t)
@@ -171,7 +171,7 @@ func (s *Store) openLocked(t *table) error {
 
 // unavailableTable is the error of a table that cannot be opened.
 func unavailableTable(day buckets.Day, err error) error {
-	return fmt.Errorf("%w: table %s cannot be opened: %v", buckets.ErrUnavailable, day, err)
+	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected", Err: err}
 }
 
 // openTableDB opens the Badger database of t and reads its metadata.
