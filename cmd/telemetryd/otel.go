@@ -17,19 +17,23 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // telemetry owns the OpenTelemetry providers of one service instance.
 type telemetry struct {
-	tracer  *sdktrace.TracerProvider
-	meter   *sdkmetric.MeterProvider
-	metrics http.Handler // Prometheus exposition of every metric
+	tracer   trace.TracerProvider
+	meter    metric.MeterProvider
+	metrics  http.Handler // Prometheus exposition of every metric
+	shutdown []func(context.Context) error
 }
 
 // telemetryOptions lets tests add span processors or metric readers.
@@ -44,15 +48,21 @@ type telemetryOptions struct {
 // export when OTEL_EXPORTER_OTLP_ENDPOINT (or the per-signal
 // *_TRACES_/*_METRICS_ENDPOINT) is set, over gRPC or HTTP by
 // OTEL_EXPORTER_OTLP_PROTOCOL. Prometheus exposition is always on.
+//
+// OTEL_SDK_DISABLED=true switches traces and metrics off entirely (no-op
+// providers; /metrics then serves only the Go runtime metrics).
 func newTelemetry(ctx context.Context, getenv func(string) string, opts telemetryOptions) (*telemetry, error) {
+	if getenv("OTEL_SDK_DISABLED") == "true" {
+		return &telemetry{tracer: tracenoop.NewTracerProvider(), meter: metricnoop.NewMeterProvider(),
+			metrics: promhttp.HandlerFor(runtimeRegistry(), promhttp.HandlerOpts{})}, nil
+	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName("telemetryd")),
 		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost())
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("otel resource: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := runtimeRegistry()
 	prom, err := otelprom.New(otelprom.WithRegisterer(reg),
 		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
 	if err != nil {
@@ -81,11 +91,21 @@ func newTelemetry(ctx context.Context, getenv func(string) string, opts telemetr
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 	}
+	tp, mp := sdktrace.NewTracerProvider(topts...), sdkmetric.NewMeterProvider(mopts...)
 	return &telemetry{
-		tracer:  sdktrace.NewTracerProvider(topts...),
-		meter:   sdkmetric.NewMeterProvider(mopts...),
-		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		tracer:   tp,
+		meter:    mp,
+		metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		shutdown: []func(context.Context) error{tp.Shutdown, mp.Shutdown},
 	}, nil
+}
+
+// runtimeRegistry is a Prometheus registry with the Go runtime and
+// process collectors.
+func runtimeRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // otlpWanted reports whether OTLP export of signal is configured and
@@ -127,7 +147,11 @@ func (t *telemetry) install() {
 
 // Shutdown flushes and stops both providers.
 func (t *telemetry) Shutdown(ctx context.Context) error {
-	return errors.Join(t.tracer.Shutdown(ctx), t.meter.Shutdown(ctx))
+	var errs []error
+	for _, f := range t.shutdown {
+		errs = append(errs, f(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // traceHandler adds trace_id and span_id to records logged with a

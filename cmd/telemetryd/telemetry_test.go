@@ -227,3 +227,18 @@ func TestOTLPExportOverHTTP(t *testing.T) {
 	assert.Contains(t, recv.names, "GET /v1/tables")
 	assert.Contains(t, recv.names, "retention.run", "the start-up retention run is traced")
 }
+
+func TestTelemetryDisabled(t *testing.T) {
+	tel, err := newTelemetry(context.Background(), envMap(map[string]string{"OTEL_SDK_DISABLED": "true"}), telemetryOptions{})
+	require.NoError(t, err)
+	_, span := tel.tracer.Tracer("t").Start(context.Background(), "x")
+	assert.False(t, span.SpanContext().IsValid(), "no spans when disabled")
+	c, err := tel.meter.Meter("t").Int64Counter("telemetry.test")
+	require.NoError(t, err)
+	c.Add(context.Background(), 1)
+	rec := httptest.NewRecorder()
+	tel.metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.NotContains(t, rec.Body.String(), "telemetry_test")
+	assert.Contains(t, rec.Body.String(), "go_goroutines", "runtime metrics stay")
+	require.NoError(t, tel.Shutdown(context.Background()))
+}
