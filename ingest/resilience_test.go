@@ -19,8 +19,8 @@ import (
 // A traceparent header links the batch span to the publisher's span, and
 // the write runs inside the batch span.
 func TestIngestLinksPublisherTrace(t *testing.T) {
-	e := newTestEnv(t, func(c *Config) { c.MaxBatchWait = 200 * time.Millisecond })
-	e.start()
+	e := newTestEnv(t, func(c *Config) { c.MaxBatchWait = time.Second })
+	e.setup()
 	const (
 		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 		spanID  = "00f067aa0ba902b7"
@@ -31,6 +31,7 @@ func TestIngestLinksPublisherTrace(t *testing.T) {
 	e.publishMsg(&nats.Msg{Subject: "telemetry.dev-2", Data: []byte(flat(ms, 2)),
 		Header: nats.Header{"Traceparent": []string{"00-11111111111111111111111111111111-2222222222222222-01"}}})
 	last := e.publish("telemetry.dev-3", flat(ms, 3))
+	e.start()
 	e.waitAcked(last)
 
 	var batch tracetest.SpanStub
