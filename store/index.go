@@ -48,8 +48,8 @@ type deviceEntry struct {
 }
 
 // openIndex opens the index database in dir and loads it.
-func openIndex(dir string, syncWrites bool, log *slog.Logger) (*deviceIndex, error) {
-	db, err := openBadger(badgerOptions(dir, classIndex, syncWrites, log.With("table", "index")))
+func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*deviceIndex, error) {
+	db, err := openBadger(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("table", "index")))
 	if err != nil {
 		return nil, fmt.Errorf("open device index: %w", err)
 	}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,4 +324,57 @@ func TestLostIndexIsRebuiltFromTables(t *testing.T) {
 	devs, _, err := ts.Devices(ctx, "", "", 10)
 	require.NoError(t, err)
 	assert.Equal(t, devsBefore, devs)
+}
+
+func TestReadOnlyChangesNothingOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(context.Background(), dir, DefaultOptions())
+	require.NoError(t, err)
+	day := buckets.DayOfTime(time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC))
+	r := buckets.Reading{Device: "dev-1", Ticks: day.Start() + 5, Values: []buckets.Field{{Name: "v", Value: buckets.Int(1)}}}
+	require.NoError(t, s.Write(context.Background(), []buckets.Reading{r}))
+	require.NoError(t, s.Close())
+
+	before := dirSnapshot(t, dir)
+	opts := DefaultOptions()
+	opts.ReadOnly = true
+	ro, err := Open(context.Background(), dir, opts)
+	require.NoError(t, err)
+	tables, err := ro.Tables(context.Background())
+	require.NoError(t, err)
+	require.Len(t, tables, 1)
+	assert.Equal(t, int64(1), tables[0].Readings)
+	got, err := ro.Get(context.Background(), "dev-1", r.Ticks)
+	require.NoError(t, err)
+	assert.Equal(t, r.Values, got.Values)
+	assert.Error(t, ro.Write(context.Background(), []buckets.Reading{r}))
+	_, err = ro.DropTable(context.Background(), day)
+	assert.Error(t, err)
+	require.NoError(t, ro.Close())
+	assert.Equal(t, before, dirSnapshot(t, dir), "a read-only store changes nothing on disk")
+
+	// A read-only opener still respects a writer's lock.
+	w, err := Open(context.Background(), dir, DefaultOptions())
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = Open(context.Background(), dir, opts)
+	assert.ErrorIs(t, err, ErrLocked)
+}
+
+// dirSnapshot maps every file under dir to its size and modification time.
+func dirSnapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out[p] = fmt.Sprintf("%d %s", info.Size(), info.ModTime())
+		return nil
+	}))
+	return out
 }

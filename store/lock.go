@@ -23,9 +23,17 @@ type dirLock struct {
 }
 
 // lockDir takes the lock or fails at once with ErrLocked.
-func lockDir(dataDir string) (*dirLock, error) {
+// A read-only holder leaves the file as it is.
+func lockDir(dataDir string, readOnly bool) (*dirLock, error) {
 	path := filepath.Join(dataDir, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	flags := os.O_RDWR | os.O_CREATE
+	if readOnly {
+		flags = os.O_RDONLY
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if readOnly && errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no data directory here", dataDir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
@@ -37,6 +45,9 @@ func lockDir(dataDir string) (*dirLock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	// The pid is only a hint for operators; the flock is what counts.
+	if readOnly {
+		return &dirLock{f: f}, nil
+	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}

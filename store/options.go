@@ -27,6 +27,10 @@ type Options struct {
 	// IdleClose closes a cold table that nobody used for this long.
 	// Default 2m.
 	IdleClose time.Duration
+	// ReadOnly opens every database read-only and refuses writes and
+	// drops, so that inspecting a data dir (a retention dry run)
+	// changes nothing on disk. It still takes the directory lock.
+	ReadOnly bool
 
 	Logger         *slog.Logger         // nil: slog.Default()
 	TracerProvider trace.TracerProvider // nil: otel.GetTracerProvider()
@@ -121,8 +125,9 @@ func (c tableClass) String() string {
 }
 
 // badgerOptions returns the Badger options of a DB of class c in dir.
-func badgerOptions(dir string, c tableClass, syncWrites bool, log *slog.Logger) badger.Options {
+func badgerOptions(dir string, c tableClass, syncWrites, readOnly bool, log *slog.Logger) badger.Options {
 	o := badger.DefaultOptions(dir).
+		WithReadOnly(readOnly).
 		WithLogger(badgerLogger{log: log}).
 		WithSyncWrites(syncWrites).
 		WithNumVersionsToKeep(1).

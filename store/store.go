@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -57,6 +58,9 @@ var errClosed = fmt.Errorf("%w: store is closed", buckets.ErrUnavailable)
 
 // errDropping is the cause of a TableError for a table being dropped.
 var errDropping = errors.New("drop in progress")
+
+// errReadOnly is returned by Write and DropTable on a read-only store.
+var errReadOnly = errors.New("store is open read-only")
 
 // Store is the Badger adapter: a set of day tables plus a device index.
 // It is safe for concurrent use.
@@ -103,10 +107,12 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	if err := os.MkdirAll(s.tablesDir, 0o755); err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(s.tablesDir, 0o755); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
 	}
-	lock, err := lockDir(dataDir)
+	lock, err := lockDir(dataDir, opts.ReadOnly)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -115,7 +121,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		_ = lock.unlock()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	idx, err := openIndex(filepath.Join(dataDir, indexDirName), opts.SyncWrites, s.log)
+	idx, err := openIndex(filepath.Join(dataDir, indexDirName), opts.SyncWrites, opts.ReadOnly, s.log)
 	if err != nil {
 		_ = lock.unlock()
 		return nil, fmt.Errorf("open store: %w", err)
@@ -126,9 +132,11 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		_ = lock.unlock()
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	if err := s.rebuildIndex(ctx); err != nil {
-		s.closeAfterFailedOpen()
-		return nil, fmt.Errorf("open store: %w", err)
+	if !opts.ReadOnly {
+		if err := s.rebuildIndex(ctx); err != nil {
+			s.closeAfterFailedOpen()
+			return nil, fmt.Errorf("open store: %w", err)
+		}
 	}
 	go s.janitor()
 	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", idx.len())
@@ -146,12 +154,18 @@ func (s *Store) closeAfterFailedOpen() {
 // opening it, and finishes removing directories of interrupted drops.
 func (s *Store) discover() error {
 	entries, err := os.ReadDir(s.tablesDir)
+	if s.opts.ReadOnly && errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("list tables: %w", err)
 	}
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, dropPrefix) {
+			if s.opts.ReadOnly {
+				continue
+			}
 			if err := os.RemoveAll(filepath.Join(s.tablesDir, name)); err != nil {
 				return fmt.Errorf("finish dropping %s: %w", name, err)
 			}

@@ -44,7 +44,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // writes with a plain Badger WriteBatch on a DB with the options of a
 // hot day table: the floor under BenchmarkStoreWrite.
 func BenchmarkRawBadgerWriteBatch(b *testing.B) {
-	db, err := badger.Open(badgerOptions(b.TempDir(), classHot, false, quietLogger()))
+	db, err := badger.Open(badgerOptions(b.TempDir(), classHot, false, false, quietLogger()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -182,7 +182,7 @@ func (s *Store) openTableDB(t *table, hot bool) (db *badger.DB, meta tableMeta, 
 	if hot {
 		class = classHot
 	}
-	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, s.log.With("table", t.day.String()))
+	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, s.opts.ReadOnly, s.log.With("table", t.day.String()))
 	if err := checkTableFiles(t.dir, opts); err != nil {
 		return nil, meta, err
 	}

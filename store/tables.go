@@ -74,6 +74,9 @@ func isUnavailableTable(err error) bool { return err != errClosed }
 // is finished by the next Open. Reason is left empty for the caller.
 // It wraps buckets.ErrNotFound when there is no such table.
 func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
+	if s.opts.ReadOnly {
+		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, errReadOnly)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

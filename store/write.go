@@ -43,6 +43,9 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 	if len(rs) == 0 {
 		return nil
 	}
+	if s.opts.ReadOnly {
+		return errReadOnly
+	}
 	for i := range rs {
 		if err := rs[i].Validate(); err != nil {
 			return fmt.Errorf("write: reading %d: %w", i, err)
