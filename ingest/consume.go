@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +49,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	subjects := in.cfg.SubjectPrefix + ".*"
-	st, err := in.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st, err := in.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        in.cfg.Stream,
 		Description: "Device readings published on " + subjects,
 		Subjects:    []string{subjects},
@@ -56,17 +57,16 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		MaxAge:      in.cfg.StreamMaxAge,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create or update stream %s: %w", in.cfg.Stream, err)
+		return nil, err
 	}
-	rejected := rejectedPrefix(in.cfg.SubjectPrefix) + ".*"
-	if _, err := in.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if _, err := in.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        in.cfg.RejectedStream,
 		Description: "Dead letters: messages of " + subjects + " that were not stored, with the reason",
-		Subjects:    []string{rejected},
+		Subjects:    []string{rejectedPrefix(in.cfg.SubjectPrefix) + ".*"},
 		Storage:     jetstream.FileStorage,
 		MaxAge:      RejectedMaxAge,
 	}); err != nil {
-		return nil, fmt.Errorf("create or update stream %s: %w", in.cfg.RejectedStream, err)
+		return nil, err
 	}
 	cons, err := in.js.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       in.cfg.Consumer,
@@ -88,6 +88,44 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	in.dedupPrefix = in.cfg.Stream + "." + strconv.FormatInt(st.CachedInfo().Created.UnixNano(), 36) + "."
 	in.mu.Unlock()
 	return cons, nil
+}
+
+// ensureStream creates the stream from want when it is missing. An
+// existing stream keeps the settings an operator gave it (replicas,
+// placement, limits); only what the ingester relies on is updated: its
+// subject is added and MaxAge set.
+func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := in.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = in.js.CreateStream(ctx, want)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // else created meanwhile
+			return st, wrapStreamErr(want.Name, "create", err)
+		}
+		st, err = in.js.Stream(ctx, want.Name)
+	}
+	if err != nil {
+		return nil, wrapStreamErr(want.Name, "look up", err)
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.Storage != want.Storage {
+		in.log.Warn("stream does not use file storage; keeping it", "stream", want.Name, "storage", cfg.Storage.String())
+	}
+	if slices.Contains(cfg.Subjects, want.Subjects[0]) && cfg.MaxAge == want.MaxAge {
+		return st, nil
+	}
+	if !slices.Contains(cfg.Subjects, want.Subjects[0]) {
+		cfg.Subjects = append(cfg.Subjects, want.Subjects[0])
+	}
+	cfg.MaxAge = want.MaxAge
+	st, err = in.js.UpdateStream(ctx, cfg)
+	return st, wrapStreamErr(want.Name, "update", err)
+}
+
+func wrapStreamErr(name, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s stream %s: %w", op, name, err)
 }
 
 // setupUntilDone retries setup until it succeeds, ctx is done (nil, nil)

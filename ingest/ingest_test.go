@@ -83,6 +83,27 @@ func TestRunCreatesStreamsAndConsumer(t *testing.T) {
 	assert.Error(t, e.in.Run(ctx), "a second Run")
 }
 
+// An existing stream keeps what an operator configured; the ingester
+// only adds its subject and sets MaxAge.
+func TestRunKeepsExistingStreamSettings(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.StreamMaxAge = 48 * time.Hour })
+	ctx := context.Background()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "TELEMETRY", Subjects: []string{"legacy.>"}, Storage: jetstream.FileStorage, MaxMsgs: 12345,
+		Description: "operator's",
+	})
+	require.NoError(t, err)
+	e.start()
+	st, err := e.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	assert.Equal(t, []string{"legacy.>", "telemetry.*"}, cfg.Subjects)
+	assert.Equal(t, int64(12345), cfg.MaxMsgs)
+	assert.Equal(t, "operator's", cfg.Description)
+	assert.Equal(t, 48*time.Hour, cfg.MaxAge)
+	e.waitAcked(e.publish("telemetry.dev-1", flat(nowMillis(), 1)))
+}
+
 func TestIngestWritesAndAcks(t *testing.T) {
 	e := newTestEnv(t, nil)
 	e.start()
