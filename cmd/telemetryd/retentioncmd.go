@@ -33,6 +33,7 @@ func runRetention(ctx context.Context, args []string, getenv func(string) string
 	}
 	log := newLogger(cfg, stderr)
 	sopts := store.DefaultOptions()
+	sopts.ReadOnly = dryRun
 	sopts.Logger = log.With("component", "store")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
