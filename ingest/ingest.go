@@ -123,7 +123,7 @@ func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
 		js:       js,
 		w:        w,
 		cfg:      cfg,
-		log:      cfg.Logger.With("component", "ingest"),
+		log:      cfg.Logger,
 		tracer:   tp.Tracer(instrumentationName),
 		prop:     propagation.TraceContext{},
 		m:        m,
