@@ -23,7 +23,7 @@ func (s *Store) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buck
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: latest: n %d must be positive", buckets.ErrInvalidArgument, n)
 	}
-	return s.collect(ctx, dev, 0, buckets.MaxTicks, buckets.Desc, n)
+	return s.collect(ctx, dev, 0, buckets.MaxTicks+1, buckets.Desc, n)
 }
 
 // Range returns the readings of q.Device with q.From <= ticks < q.To in
@@ -108,8 +108,11 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 	if !ok {
 		return []buckets.Reading{}, nil
 	}
-	from = max(from, first, 0)
-	to = min(to, last+1, buckets.MaxTicks)
+	// Only the first and last *days* of the index are durable at every
+	// commit (exact ticks are saved periodically, so after a crash they
+	// can lag the tables): bound by whole days.
+	from = max(from, buckets.DayOf(first).Start(), 0)
+	to = min(to, buckets.DayOf(last).End(), buckets.MaxTicks+1)
 	if from >= to {
 		return []buckets.Reading{}, nil
 	}
