@@ -216,7 +216,14 @@ func (in *Ingester) watch(ctx context.Context, cc jetstream.ConsumeContext) erro
 	case err := <-in.broken:
 		reason = fmt.Errorf("ingest: consumer lost: %w", err)
 	}
-	cc.Stop()
+	if reason == nil {
+		// Shutting down: hand the messages already buffered in the
+		// client to the handler, which naks them, so they are
+		// redelivered at once instead of after AckWait.
+		cc.Drain()
+	} else {
+		cc.Stop()
+	}
 	select {
 	case <-cc.Closed():
 	case <-time.After(stopTimeout):
@@ -259,6 +266,10 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	budget := int64(2 * in.cfg.MaxBatchReadings)
 	return func(msg jetstream.Msg) {
 		in.missedHB.Store(0)
+		if ctx.Err() != nil {
+			in.nakOnShutdown(msg)
+			return
+		}
 		it := in.prepare(msg)
 		n := int64(len(it.readings))
 		for in.queued.Load() >= budget {
