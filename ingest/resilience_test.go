@@ -68,7 +68,7 @@ func TestIngestShutdownCommitsInFlightBatch(t *testing.T) {
 	for i := range 3 {
 		last = e.publish("telemetry.dev-1", flat(ms+int64(i), i))
 	}
-	require.Eventually(t, func() bool { return e.consumerInfo().NumAckPending == 3 }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return e.in.queued.Load() == 3 }, 5*time.Second, 10*time.Millisecond,
 		"the ingester holds the messages in its batch")
 	assert.Empty(t, e.w.snapshot(), "nothing committed before the batch wait")
 
