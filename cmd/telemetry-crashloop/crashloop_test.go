@@ -14,7 +14,7 @@ import (
 // while readings are published, then checks every acked reading is
 // stored exactly once. The long run is the command in the README.
 func TestShortCrashLoop(t *testing.T) {
-	cfg := Config{Kills: 3, Readings: 20000, Devices: 10, Batch: 10,
+	cfg := Config{Kills: 3, Readings: 20000, Devices: 10, Batch: 10, Rate: 10000,
 		MinUp: 300 * time.Millisecond, MaxUp: 1200 * time.Millisecond, Seed: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -5,7 +5,7 @@
 // the end reads everything back over HTTP: every acked reading must be
 // stored exactly once, and nothing that was never published may appear.
 //
-//	go run ./cmd/telemetry-crashloop -kills 50 -readings 500000
+//	go run ./cmd/telemetry-crashloop -kills 50 -readings 500000 -rate 5000
 package main
 
 import (
@@ -29,6 +29,7 @@ type Config struct {
 	Readings int           // readings to publish in total
 	Devices  int           // devices the readings are spread over
 	Batch    int           // readings per message
+	Rate     int           // readings per second to publish (0: as fast as acks allow)
 	MinUp    time.Duration // shortest time the service runs between kills
 	MaxUp    time.Duration // longest time the service runs between kills
 	Seed     int64         // seeds the kill schedule
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&cfg.Readings, "readings", 500000, "readings to publish")
 	flag.IntVar(&cfg.Devices, "devices", 100, "devices")
 	flag.IntVar(&cfg.Batch, "batch", 10, "readings per message")
+	flag.IntVar(&cfg.Rate, "rate", 5000, "readings per second (0: as fast as acks allow); spreads publishing over the kills")
 	flag.DurationVar(&cfg.MinUp, "min-up", 500*time.Millisecond, "shortest uptime between kills")
 	flag.DurationVar(&cfg.MaxUp, "max-up", 3*time.Second, "longest uptime between kills")
 	flag.Int64Var(&cfg.Seed, "seed", time.Now().UnixNano(), "seed of the kill schedule (printed, for replay)")

@@ -63,6 +63,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	results := make(chan pubResult, maxInFlight)
 	var retry []int
 	next, done, inflight := 0, 0, 0
+	started := time.Now()
 	handle := func(r pubResult) {
 		inflight--
 		if r.err != nil {
@@ -83,6 +84,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 				m, retry = retry[0], retry[1:]
 			} else {
 				m, next = next, next+1
+				p.pace(ctx, started, m)
 			}
 			fut, err := p.js.PublishMsgAsync(p.message(m))
 			if err != nil {
@@ -112,6 +114,21 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	}
 	log.Info("every message acked", "messages", total, "readings", p.acked.Load(), "publish_errors", p.errors.Load())
 	return nil
+}
+
+// pace waits until message m is due when Config.Rate limits readings
+// per second, so that publishing spans the whole kill schedule.
+func (p *publisher) pace(ctx context.Context, started time.Time, m int) {
+	if p.cfg.Rate <= 0 {
+		return
+	}
+	due := started.Add(time.Duration(float64(m*p.cfg.Batch) / float64(p.cfg.Rate) * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
 }
 
 func waitAck(ctx context.Context, fut jetstream.PubAckFuture, m int, out chan<- pubResult) {
