@@ -440,3 +440,44 @@ func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+func TestBadHTTPInputThroughTheService(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	long := strings.Repeat("a", 65)
+	for _, tc := range []struct{ path, param string }{
+		{"/v1/devices/..%2Fetc/readings/latest", "device"},
+		{"/v1/devices/a.b/readings/latest", "device"},
+		{"/v1/devices/" + long + "/readings/latest", "device"},
+		{"/v1/devices/dev-1/readings/latest?limit=0", "limit"},
+		{"/v1/devices/dev-1/readings/latest?limit=1001", "limit"},
+		{"/v1/devices/dev-1/readings?limit=10001", "limit"},
+		{"/v1/devices/dev-1/readings?from=abc", "from"},
+		{"/v1/devices/dev-1/readings?to=yesterday", "to"},
+		{"/v1/devices/dev-1/readings?order=sideways", "order"},
+		{"/v1/devices/dev-1/readings?cursor=Zm9yZ2Vk", "cursor"},
+		{"/v1/devices/dev-1/readings/not-a-time", "ts"},
+		{"/v1/devices/dev-1/readings/latest?fields=a,,b", "fields"},
+	} {
+		code, body := s.get(t, tc.path, nil)
+		assert.Equal(t, http.StatusBadRequest, code, "%s: %s", tc.path, body)
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+		assert.Equal(t, "invalid_argument", e.Error.Code, tc.path)
+		assert.True(t, strings.HasPrefix(e.Error.Message, tc.param), "%s: message %q names %s", tc.path, e.Error.Message, tc.param)
+	}
+	// A cursor from one device's query is refused on another's.
+	fs := threeDays([]string{"dev-1"})
+	publishAll(t, s, fs)
+	waitStored(t, s, "dev-1", len(fs))
+	var l apiList
+	q := url.Values{"from": {testEpoch.AddDate(0, 0, -3).Format(time.RFC3339)}, "limit": {"2"}}
+	code, _ := s.get(t, "/v1/devices/dev-1/readings?"+q.Encode(), &l)
+	require.Equal(t, http.StatusOK, code)
+	require.NotEmpty(t, l.Next)
+	q.Set("cursor", l.Next)
+	code, body := s.get(t, "/v1/devices/dev-2/readings?"+q.Encode(), nil)
+	assert.Equal(t, http.StatusBadRequest, code, body)
+	assert.Contains(t, body, `"message":"cursor`)
+}
