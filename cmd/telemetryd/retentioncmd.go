@@ -34,7 +34,7 @@ func runRetention(ctx context.Context, args []string, getenv func(string) string
 	log := newLogger(cfg, stderr)
 	sopts := store.DefaultOptions()
 	sopts.ReadOnly = dryRun
-	sopts.Logger = log.With("component", "store")
+	sopts.Logger = log
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		fmt.Fprintf(stderr, "telemetryd retention: %s is in use by a running telemetryd; use its admin endpoint instead: curl -X POST http://<http-addr>/v1/retention/run%s\n",

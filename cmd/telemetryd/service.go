@@ -68,7 +68,7 @@ func (m *Main) Open(ctx context.Context) error {
 	sopts.SyncWrites = m.cfg.SyncWrites
 	sopts.HotDays = m.cfg.HotDays
 	sopts.MaxOpenTables = m.cfg.MaxOpenTables
-	sopts.Logger = m.log.With("component", "store")
+	sopts.Logger = m.log // the store adds component=store itself
 	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.tracer, tel.meter, m.now
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -108,7 +108,11 @@ func (m *Main) connectNATS() error {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
 		nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "error", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own Close
+				log.Warn("nats disconnected", "error", err)
+			}
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
 			subj := ""
