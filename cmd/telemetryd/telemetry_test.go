@@ -242,3 +242,20 @@ func TestTelemetryDisabled(t *testing.T) {
 	assert.Contains(t, rec.Body.String(), "go_goroutines", "runtime metrics stay")
 	require.NoError(t, tel.Shutdown(context.Background()))
 }
+
+func TestLogsCarryTraceAndSpanIDs(t *testing.T) {
+	var buf strings.Builder
+	cfg := DefaultConfig()
+	cfg.LogFormat = "json"
+	log := newLogger(cfg, &buf)
+	tp := sdktrace.NewTracerProvider()
+	ctx, span := tp.Tracer("t").Start(context.Background(), "op")
+	log.InfoContext(ctx, "inside")
+	span.End()
+	log.InfoContext(context.Background(), "outside")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[0], `"trace_id":"`+span.SpanContext().TraceID().String()+`"`)
+	assert.Contains(t, lines[0], `"span_id":"`+span.SpanContext().SpanID().String()+`"`)
+	assert.NotContains(t, lines[1], "trace_id")
+}
