@@ -2,6 +2,7 @@ package store
 
 import (
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -9,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
 )
 
 // Options configures a Store. The zero value of every field means its
@@ -122,6 +125,24 @@ func (c tableClass) String() string {
 		return "index"
 	}
 	return "cold"
+}
+
+// TableBadgerOptions returns the Badger options the store gives a hot
+// (write-sized) day table in dir. Tools that measure or inspect a day
+// table outside a Store, such as the benchmark's raw Badger ceiling or
+// a read-only scan of a stopped service's data, use it so they see the
+// same configuration. log receives Badger's warnings and errors.
+func TableBadgerOptions(dir string, syncWrites, readOnly bool, log *slog.Logger) badger.Options {
+	if log == nil {
+		log = slog.Default()
+	}
+	return badgerOptions(dir, classHot, syncWrites, readOnly, log)
+}
+
+// TableDir is the directory of the table of day under the data
+// directory dataDir.
+func TableDir(dataDir string, day buckets.Day) string {
+	return filepath.Join(dataDir, tablesDirName, day.String())
 }
 
 // badgerOptions returns the Badger options of a DB of class c in dir.

@@ -13,7 +13,7 @@ import (
 
 // tableDir is the directory of the table of day.
 func (s *Store) tableDir(day buckets.Day) string {
-	return filepath.Join(s.tablesDir, day.String())
+	return TableDir(s.dir, day)
 }
 
 // Tables lists the day tables on disk, ascending by day. SizeBytes is

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
+)
+
+// TestTinyRun runs every part of the benchmark at a tiny size, so that
+// the command keeps working as the service changes.
+func TestTinyRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds telemetryd and starts it eight times")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "report.md")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-readings", "3000", "-devices", "10", "-query-readings", "40000", "-queries", "20",
+		"-work-dir", t.TempDir(), "-progress", "0", "-out", out}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+
+	text := stdout.String()
+	for _, want := range []string{"raw Badger WriteBatch", "raw JetStream 1/msg: consume+ack", "store.Write",
+		"1/msg telemetry off", "100/msg sync-writes", "10000/msg", "latest-10", "1-hour range (3,600 readings)",
+		"after Badger Flatten", "Targets"} {
+		assert.Contains(t, text, want)
+	}
+	assert.NotContains(t, text, " 0 MiB", "every service run reports its peak RSS")
+	md, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "| end to end 100/msg |")
+	assert.Contains(t, stderr.String(), "end to end 1/msg (stored): done", "progress lines")
+}
+
+// TestRunMeasuresEveryPart checks the figures behind the report.
+func TestRunMeasuresEveryPart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds telemetryd and starts it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.Readings, cfg.Devices, cfg.QueryReadings, cfg.Queries = 2000, 10, 40000, 10
+	cfg.Phases, cfg.WorkDir, cfg.Progress = []string{"raw", "store", "query"}, t.TempDir(), 0
+	res, err := Run(ctx, cfg, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Positive(t, res.RawBadger)
+	assert.Positive(t, res.StoreWrite)
+	require.Len(t, res.RawJS, 2)
+	for _, j := range res.RawJS {
+		assert.Positive(t, j.publish)
+		assert.Positive(t, j.consume)
+		assert.Positive(t, j.pipeline)
+	}
+	q := res.Query
+	require.NotNil(t, q)
+	assert.Equal(t, 40000, q.Readings)
+	assert.Equal(t, 3600, q.RangeReadings)
+	for _, l := range []latency{q.RawLatest, q.RawRange, q.IdleLatest, q.IdleRange, q.LoadLatest, q.LoadRange} {
+		assert.Equal(t, 10, l.N)
+		assert.Positive(t, l.P50)
+		assert.GreaterOrEqual(t, l.P99, l.P50)
+	}
+	assert.Positive(t, q.LoadRate, "readings were ingested during the loaded queries")
+	assert.Positive(t, q.DiskCompacted)
+	assert.Positive(t, q.PeakRSS)
+}
+
+// TestPayloadIsWhatTheStoreWrites checks that the service decodes each
+// published payload into exactly the readings the raw and store
+// measurements write.
+func TestPayloadIsWhatTheStoreWrites(t *testing.T) {
+	devs := deviceIDs(7)
+	for _, perMsg := range []int{1, 100} {
+		w := newWorkload(devs, 3000, perMsg, time.Second, time.Date(2026, 11, 22, 0, 10, 0, 0, time.UTC))
+		for _, m := range []int{0, 1, 6, 7, w.msgs - 1} {
+			got, err := ingest.Decode(w.device(m), w.payload(nil, m), 0)
+			require.NoError(t, err)
+			assert.Equal(t, w.appendReadings(nil, m), got, "message %d of %d/msg", m, perMsg)
+		}
+	}
+}
+
+func TestWorkloadStaysInOneDay(t *testing.T) {
+	devs := deviceIDs(1000)
+	for _, end := range []time.Time{
+		time.Date(2026, 11, 22, 0, 5, 0, 0, time.UTC), // just after midnight
+		time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
+	} {
+		w := newWorkload(devs, 2_000_000, 100, time.Second, end)
+		first, last := w.at(0, 0), w.at(w.msgs-1, w.perMsg-1)
+		assert.Equal(t, buckets.DayOfTime(first), buckets.DayOfTime(last), "end %s", end)
+		assert.False(t, last.After(end), "end %s: last reading %s", end, last)
+		assert.Equal(t, 2_000_000, w.readings())
+		assert.Equal(t, time.Second, w.step)
+	}
+	w := newWorkload(devs, 100_000_000, 1, time.Second, time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	assert.Less(t, w.step, time.Second, "a day cannot hold 100,000 readings per device at one per second")
+	assert.Equal(t, buckets.DayOfTime(w.at(0, 0)), buckets.DayOfTime(w.at(w.msgs-1, 0)))
+}
+
+func TestQuickFlagKeepsExplicitSizes(t *testing.T) {
+	cfg, err := parseFlags([]string{"-quick", "-readings", "5000"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, 5000, cfg.Readings)
+	assert.Equal(t, QuickConfig().QueryReadings, cfg.QueryReadings)
+	assert.Equal(t, QuickConfig().Queries, cfg.Queries)
+
+	_, err = parseFlags([]string{"-phases", "raw,bogus"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `unknown part "bogus"`)
+	_, err = parseFlags([]string{"-devices", "10", "-readings", "9"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "at least one per device")
+}
+
+func TestSummarize(t *testing.T) {
+	ds := make([]time.Duration, 0, 200)
+	for i := 200; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	l := summarize(ds)
+	assert.Equal(t, 200, l.N)
+	assert.Equal(t, 101*time.Millisecond, l.P50)
+	assert.Equal(t, 199*time.Millisecond, l.P99)
+	assert.Equal(t, 200*time.Millisecond, l.Max)
+	assert.True(t, strings.HasSuffix(ms(l.P99), " ms"))
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// e2eRun is one end-to-end configuration.
+type e2eRun struct {
+	Name      string
+	PerMsg    int  // readings per message
+	Sync      bool // -sync-writes
+	Telemetry bool // false: OTEL_SDK_DISABLED=true
+}
+
+// e2eResult is what one end-to-end run measured.
+type e2eResult struct {
+	Run         e2eRun
+	Readings    int
+	PublishRate float64       // readings/s from first publish to last JetStream ack
+	Rate        float64       // readings/s from first publish until the service stored them all
+	Elapsed     time.Duration // first publish until stored
+	ServiceCPU  time.Duration // service user+system time over Elapsed
+	ClientCPU   time.Duration // this process (the publisher) over Elapsed
+	PeakRSS     int64         // service VmHWM at the end
+	DiskBytes   int64         // day tables after the service stopped
+}
+
+// cpuPerMillion is CPU seconds per million readings.
+func cpuPerMillion(d time.Duration, readings int) float64 {
+	return d.Seconds() / float64(readings) * 1e6
+}
+
+// e2eRuns lists the end-to-end configurations measured.
+func e2eRuns() []e2eRun {
+	var runs []e2eRun
+	for _, n := range []int{1, 100} {
+		runs = append(runs,
+			e2eRun{Name: fmt.Sprintf("%d/msg", n), PerMsg: n, Telemetry: true},
+			e2eRun{Name: fmt.Sprintf("%d/msg telemetry off", n), PerMsg: n},
+			e2eRun{Name: fmt.Sprintf("%d/msg sync-writes", n), PerMsg: n, Sync: true, Telemetry: true})
+	}
+	return append(runs, e2eRun{Name: "10000/msg", PerMsg: 10000, Telemetry: true})
+}
+
+// runE2E starts a fresh service, publishes b.cfg.Readings readings with
+// run.PerMsg per message over the devices, and measures until the
+// service's day tables hold all of them.
+func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
+	dir := filepath.Join(b.work, "e2e-"+sanitize(run.Name))
+	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
+		telemetry: run.Telemetry}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return e2eResult{}, err
+	}
+	if run.Sync {
+		svc.args = append(svc.args, "-sync-writes")
+	}
+	if b.cfg.ProfileDir != "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return e2eResult{}, err
+		}
+		svc.pprofAddr = addr
+	}
+	if err := svc.start(ctx); err != nil {
+		return e2eResult{}, err
+	}
+	defer svc.stop(30 * time.Second)
+	nc, err := nats.Connect(svc.natsURL())
+	if err != nil {
+		return e2eResult{}, err
+	}
+	defer nc.Close()
+	w := newWorkload(b.devices, b.cfg.Readings, run.PerMsg, time.Second, time.Now().Add(-time.Minute))
+	res := e2eResult{Run: run, Readings: w.readings()}
+	ph := b.prog.begin("end to end "+run.Name+" (stored)", w.readings(), "readings")
+	defer ph.end("")
+	stopProfile := b.profile(ctx, svc, "e2e-"+sanitize(run.Name))
+	defer stopProfile()
+
+	before, err := svc.stats()
+	if err != nil {
+		return res, err
+	}
+	ru0 := selfCPU()
+	start := time.Now()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- waitStored(wctx, svc, int64(w.readings()), ph, 50*time.Millisecond) }()
+	pub, err := publishAll(ctx, nc, w, nil)
+	if err != nil {
+		cancel()
+		<-waited
+		return res, err
+	}
+	res.PublishRate = float64(pub.msgs*w.perMsg) / pub.elapsed.Seconds()
+	if err := <-waited; err != nil {
+		return res, err
+	}
+	res.Elapsed = time.Since(start)
+	res.ClientCPU = selfCPU() - ru0
+	after, err := svc.stats()
+	if err != nil {
+		return res, err
+	}
+	res.Rate = float64(res.Readings) / res.Elapsed.Seconds()
+	res.ServiceCPU, res.PeakRSS = after.cpu-before.cpu, after.hwm
+	ph.end(fmt.Sprintf("%.0f readings/s end to end (publish alone %.0f/s)", res.Rate, res.PublishRate))
+	stopProfile()
+	if err := svc.stop(30 * time.Second); err != nil {
+		return res, err
+	}
+	res.DiskBytes = dirSize(filepath.Join(svc.dataDir, "tables"))
+	return res, nil
+}
+
+// waitStored polls the service until its tables hold want readings,
+// every interval, and every 10 ms once the count is close.
+func waitStored(ctx context.Context, svc *service, want int64, ph *phase, interval time.Duration) error {
+	deadline := time.Now().Add(30 * time.Minute)
+	for time.Now().Before(deadline) {
+		n, err := svc.stored(ctx)
+		if err != nil {
+			return fmt.Errorf("poll stored readings: %w", err)
+		}
+		ph.set(n)
+		if n >= want {
+			return nil
+		}
+		wait := interval
+		if n >= want*9/10 {
+			wait = 10 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return fmt.Errorf("service did not store %d readings within 30 minutes", want)
+}
+
+// selfCPU is the CPU time this process used so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// profile fetches a CPU profile of the service for ProfileSeconds into
+// ProfileDir when profiling is on. The returned func waits for it.
+func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
+	if b.cfg.ProfileDir == "" || svc.pprofAddr == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		path := filepath.Join(b.cfg.ProfileDir, name+".pprof")
+		if err := fetchProfile(ctx, svc.pprofAddr, b.cfg.ProfileSeconds, path); err != nil {
+			b.prog.logf("profile %s: %v", name, err)
+			return
+		}
+		b.prog.logf("profile %s written to %s", name, path)
+	}()
+	return func() { <-done }
+}
+
+func fetchProfile(ctx context.Context, addr string, secs int, path string) error {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// sanitize turns a run name into a file name.
+func sanitize(name string) string {
+	out := []byte(name)
+	for i, c := range out {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			out[i] = '-'
+		}
+	}
+	return string(out)
+}

@@ -1,0 +1,176 @@
+// Command telemetry-bench measures the telemetry service against the
+// ceilings of what it is built on, in one run on one machine, and
+// prints a table with the ratios (as markdown too, with -out FILE).
+//
+// It measures, each on a fresh temporary directory:
+//
+//   - raw ceilings: a Badger WriteBatch of exactly the keys and values
+//     the store writes, on a DB with the store's hot table options; and
+//     JetStream alone (in-process server, file storage) publishing and
+//     consuming-and-acking the same payloads without processing them;
+//   - the store's own write path (store.Write in batches of 5,000);
+//   - end to end against the real telemetryd binary, built with go build
+//     and started as a child process with its embedded NATS server: from
+//     the first publish until GET /v1/tables counts every reading, at 1,
+//     100 and 10,000 readings per message, with telemetry on and off
+//     (OTEL_SDK_DISABLED=true) and with -sync-writes, with the service's
+//     CPU time (from /proc/<pid>/stat) and peak RSS (VmHWM);
+//   - queries: readings prefilled through store.Write (one per second
+//     per device), latest-10 and a one-hour range as Badger prefix seeks
+//     on the day table opened read-only, then over HTTP from the service
+//     started on the data, idle and under full-speed ingest (p50, p99);
+//   - bytes on disk per reading, as written and after a Badger Flatten.
+//
+// Usage:
+//
+//	telemetry-bench -out BENCHMARKS-run.md          full run (15-30 min on 2 cores)
+//	telemetry-bench -quick                          about 1-2 minutes
+//	telemetry-bench -phases e2e -readings 200000    one part, scaled down
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	Readings       int           // readings per ingest measurement (each raw ceiling, store write, each end-to-end run)
+	Devices        int           // devices the readings are spread over
+	QueryReadings  int           // readings prefilled for the query measurement
+	Queries        int           // requests per latency figure
+	Phases         []string      // which parts to run: raw, store, e2e, query
+	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
+	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
+	Keep           bool          // keep WorkDir
+	Out            string        // also write the report as markdown here
+	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
+	ProfileSeconds int           // length of each profile
+	Progress       time.Duration // progress line interval
+}
+
+// allPhases are the parts of a run, in order.
+var allPhases = []string{"raw", "store", "e2e", "query"}
+
+// DefaultConfig is the full run.
+func DefaultConfig() Config {
+	return Config{Readings: 2_000_000, Devices: 1000, QueryReadings: 10_000_000, Queries: 2000,
+		Phases: allPhases, ProfileSeconds: 5, Progress: 5 * time.Second}
+}
+
+// QuickConfig is the scaled-down run of -quick.
+func QuickConfig() Config {
+	c := DefaultConfig()
+	c.Readings, c.QueryReadings, c.Queries, c.Progress = 200_000, 1_000_000, 300, 2*time.Second
+	return c
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run parses args, runs the benchmark and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetry-bench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := Run(ctx, cfg, stderr)
+	if res != nil {
+		report := buildReport(res)
+		fmt.Fprint(stdout, report.text())
+		if cfg.Out != "" {
+			if werr := os.WriteFile(cfg.Out, []byte(report.markdown()), 0o644); werr != nil {
+				fmt.Fprintln(stderr, "telemetry-bench: write -out:", werr)
+				return 1
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetry-bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// parseFlags reads the command line. -quick changes the defaults of the
+// size flags; flags given explicitly win.
+func parseFlags(args []string, out io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("telemetry-bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	cfg := DefaultConfig()
+	quick := fs.Bool("quick", false, "scaled-down run of about 1-2 minutes (200k readings, 1M query readings, 300 queries)")
+	phases := fs.String("phases", strings.Join(allPhases, ","), "parts to run, comma-separated: "+strings.Join(allPhases, ","))
+	fs.IntVar(&cfg.Readings, "readings", cfg.Readings, "readings per ingest measurement (raw ceilings, store write, each end-to-end run)")
+	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "devices the readings are spread over")
+	fs.IntVar(&cfg.QueryReadings, "query-readings", cfg.QueryReadings, "readings prefilled for the query latencies")
+	fs.IntVar(&cfg.Queries, "queries", cfg.Queries, "requests per latency figure")
+	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
+	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end run here")
+	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each CPU profile")
+	fs.DurationVar(&cfg.Progress, "progress", cfg.Progress, "progress line interval (0: off)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if *quick {
+		applyQuick(fs, &cfg)
+	}
+	cfg.Phases = strings.Split(*phases, ",")
+	return cfg, cfg.validate()
+}
+
+// applyQuick sets the -quick sizes on every size flag not given.
+func applyQuick(fs *flag.FlagSet, cfg *Config) {
+	q := QuickConfig()
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["readings"] {
+		cfg.Readings = q.Readings
+	}
+	if !set["query-readings"] {
+		cfg.QueryReadings = q.QueryReadings
+	}
+	if !set["queries"] {
+		cfg.Queries = q.Queries
+	}
+	if !set["progress"] {
+		cfg.Progress = q.Progress
+	}
+}
+
+// validate reports the first setting that cannot work.
+func (c Config) validate() error {
+	for _, p := range c.Phases {
+		if !slices.Contains(allPhases, p) {
+			return fmt.Errorf("-phases: unknown part %q (want some of %s)", p, strings.Join(allPhases, ","))
+		}
+	}
+	switch {
+	case c.Devices < 1:
+		return fmt.Errorf("-devices %d: want at least 1", c.Devices)
+	case c.Readings < c.Devices:
+		return fmt.Errorf("-readings %d: want at least one per device (%d)", c.Readings, c.Devices)
+	case c.QueryReadings < c.Devices:
+		return fmt.Errorf("-query-readings %d: want at least one per device (%d)", c.QueryReadings, c.Devices)
+	case c.Queries < 1:
+		return fmt.Errorf("-queries %d: want at least 1", c.Queries)
+	}
+	return nil
+}

@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/nats-io/nats.go"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store"
+)
+
+// latestN is the size of a log-tail query; rangeSpan the length of a
+// range query (3,600 readings at one reading per second).
+const (
+	latestN   = 10
+	rangeSpan = time.Hour
+)
+
+// latency summarizes the durations of one kind of request.
+type latency struct {
+	N             int
+	P50, P99, Max time.Duration
+}
+
+func summarize(ds []time.Duration) latency {
+	if len(ds) == 0 {
+		return latency{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return latency{N: len(s), P50: at(0.50), P99: at(0.99), Max: s[len(s)-1]}
+}
+
+// queryResult is what the query measurement found.
+type queryResult struct {
+	Readings      int     // prefilled
+	Day           string  // the day table that holds them
+	RangeReadings int     // readings in each range answer
+	PrefillRate   float64 // readings/s through store.Write
+	DiskPrefill   int64   // the day table after prefill, store closed
+	DiskService   int64   // after the service ran on it and stopped
+	DiskCompacted int64   // after a Badger Flatten and close
+
+	RawLatest, RawRange   latency // Badger prefix seek, read-only DB
+	IdleLatest, IdleRange latency // HTTP, nothing else running
+	LoadLatest, LoadRange latency // HTTP while readings are ingested at full speed
+	LoadRate              float64 // readings/s stored while the loaded queries ran
+	PeakRSS               int64   // service VmHWM
+}
+
+// queryWorkload is the prefill: one reading per second per device from
+// yesterday 01:00 UTC, written in time order.
+func queryWorkload(devices []buckets.DeviceID, readings int, now time.Time) (workload, error) {
+	w := workload{devices: devices, perMsg: 1, msgs: readings, step: time.Second,
+		base: dayStart(now).Add(-23 * time.Hour)}
+	if w.span() > 22*time.Hour {
+		return w, fmt.Errorf("-query-readings %d over %d devices is more than a day at one reading per second", readings, len(devices))
+	}
+	return w, nil
+}
+
+// runQuery prefills the store, measures the raw Badger reads, then the
+// HTTP queries of a service started on the data, idle and under ingest.
+func (b *bench) runQuery(ctx context.Context) (*queryResult, error) {
+	dir := filepath.Join(b.work, "query")
+	dataDir := filepath.Join(dir, "data")
+	w, err := queryWorkload(b.devices, b.cfg.QueryReadings, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	res := &queryResult{Readings: w.readings(), RangeReadings: min(int(rangeSpan/w.step), w.perDevice())}
+	day := buckets.DayOfTime(w.base)
+	res.Day = day.String()
+	tableDir := store.TableDir(dataDir, day)
+	if err := b.prefill(ctx, dataDir, w, res); err != nil {
+		return nil, err
+	}
+	res.DiskPrefill = dirSize(tableDir)
+	if err := b.rawQueries(tableDir, w, res); err != nil {
+		return nil, err
+	}
+	if err := b.httpQueries(ctx, dir, w, res); err != nil {
+		return nil, err
+	}
+	res.DiskService = dirSize(tableDir)
+	ph := b.prog.begin("compact the day table (Flatten)", 0, "")
+	if err := flatten(tableDir); err != nil {
+		return nil, err
+	}
+	res.DiskCompacted = dirSize(tableDir)
+	ph.end(fmt.Sprintf("%.1f bytes/reading", float64(res.DiskCompacted)/float64(res.Readings)))
+	return res, nil
+}
+
+// prefill writes w into a store in dataDir with store.Write.
+func (b *bench) prefill(ctx context.Context, dataDir string, w workload, res *queryResult) error {
+	ph := b.prog.begin(fmt.Sprintf("prefill %d readings through store.Write", w.readings()), w.readings(), "readings")
+	opts := store.DefaultOptions()
+	opts.Logger = quietLogger()
+	s, err := store.Open(ctx, dataDir, opts)
+	if err != nil {
+		return err
+	}
+	rate, err := writeWorkload(ctx, s, w, ph)
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	res.PrefillRate = rate
+	ph.end(fmt.Sprintf("%.0f readings/s", rate))
+	return nil
+}
+
+// rawQueries measures latest-10 and the 1-hour range as Badger prefix
+// seeks on the day table, opened read-only while no service runs.
+func (b *bench) rawQueries(tableDir string, w workload, res *queryResult) error {
+	db, err := badger.Open(store.TableBadgerOptions(tableDir, false, true, quietLogger()))
+	if err != nil {
+		return fmt.Errorf("open day table read-only: %w", err)
+	}
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(1, 1))
+	ph := b.prog.begin("raw Badger latest-10 and 1-hour range", 2*b.cfg.Queries, "queries")
+	n := 0
+	res.RawLatest, err = timeN(b.cfg.Queries, ph, func() error {
+		n, err = rawScan(db, w.devices[rng.IntN(len(w.devices))], 0, buckets.MaxTicks+1, latestN)
+		return wantCount(n, err, min(latestN, w.perDevice()))
+	})
+	if err != nil {
+		return err
+	}
+	res.RawRange, err = timeN(b.cfg.Queries, ph, func() error {
+		from, to := randomHour(rng, w, res.RangeReadings)
+		n, err = rawScan(db, w.devices[rng.IntN(len(w.devices))], from, to, res.RangeReadings+1)
+		return wantCount(n, err, res.RangeReadings)
+	})
+	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s", res.RawLatest.P99, res.RawRange.P99))
+	return err
+}
+
+// rawScan reads up to limit readings of dev with from <= ticks < to,
+// newest first, and decodes their values: what the store does for one
+// day table, without the store.
+func rawScan(db *badger.DB, dev buckets.DeviceID, from, to buckets.Ticks, limit int) (int, error) {
+	txn := db.NewTransaction(false)
+	defer txn.Discard()
+	prefix := buckets.DevicePrefix(dev)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	n := 0
+	for it.Seek(buckets.AppendKey(nil, dev, min(to-1, buckets.MaxTicks))); it.Valid() && n < limit; it.Next() {
+		key := it.Item().Key()
+		k := buckets.TicksFromInverted(binary.BigEndian.Uint64(key[len(prefix):]))
+		if k < from {
+			break
+		}
+		if err := it.Item().Value(func(v []byte) error {
+			_, err := buckets.DecodeValues(v)
+			return err
+		}); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// randomHour picks a span of n readings of w at random.
+func randomHour(rng *rand.Rand, w workload, n int) (from, to buckets.Ticks) {
+	k := rng.IntN(w.perDevice() - n + 1)
+	start := w.base.Add(time.Duration(k) * w.step)
+	return buckets.MustTicks(start), buckets.MustTicks(start.Add(time.Duration(n) * w.step))
+}
+
+func wantCount(n int, err error, want int) error {
+	if err == nil && n != want {
+		err = fmt.Errorf("got %d readings, want %d", n, want)
+	}
+	return err
+}
+
+// timeN runs f n times in a row and summarizes how long each took.
+func timeN(n int, ph *phase, f func() error) (latency, error) {
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		if err := f(); err != nil {
+			return latency{}, err
+		}
+		ds = append(ds, time.Since(start))
+		ph.add(1)
+	}
+	return summarize(ds), nil
+}
+
+// httpQueries starts the service on the prefilled data and measures
+// the queries idle, then while readings are ingested at full speed.
+func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *queryResult) error {
+	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
+		telemetry: true}
+	if err := svc.start(ctx); err != nil {
+		return err
+	}
+	defer svc.stop(30 * time.Second)
+	q := &querier{svc: svc, w: w, rangeN: res.RangeReadings, rng: rand.New(rand.NewPCG(2, 2))}
+	if err := q.check(ctx); err != nil {
+		return err
+	}
+	ph := b.prog.begin("HTTP queries, idle", 2*b.cfg.Queries, "queries")
+	if _, err := timeN(b.cfg.Queries/5, ph, func() error { return q.latest(ctx) }); err != nil { // warm up
+		return err
+	}
+	var err error
+	if res.IdleLatest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
+		return err
+	}
+	if res.IdleRange, err = timeN(b.cfg.Queries, ph, func() error { return q.hour(ctx) }); err != nil {
+		return err
+	}
+	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s", res.IdleLatest.P99, res.IdleRange.P99))
+	if err := b.loadedQueries(ctx, svc, q, res); err != nil {
+		return err
+	}
+	st, err := svc.stats()
+	if err != nil {
+		return err
+	}
+	res.PeakRSS = st.hwm
+	return svc.stop(30 * time.Second)
+}
+
+// loadedQueries measures the queries while a publisher ingests 100-
+// reading messages for the same devices as fast as the service takes
+// them.
+func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res *queryResult) error {
+	stopLoad, err := startLoad(ctx, svc, b.devices)
+	if err != nil {
+		return err
+	}
+	defer stopLoad()
+	n0, err := svc.stored(ctx)
+	for n := n0; err == nil && n < n0+int64(len(b.devices)*100); time.Sleep(50 * time.Millisecond) {
+		n, err = svc.stored(ctx) // wait until ingest is under way
+	}
+	if err != nil {
+		return err
+	}
+	ph := b.prog.begin("HTTP queries under full-speed ingest", 2*b.cfg.Queries, "queries")
+	start := time.Now()
+	if n0, err = svc.stored(ctx); err != nil {
+		return err
+	}
+	if res.LoadLatest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
+		return err
+	}
+	if res.LoadRange, err = timeN(b.cfg.Queries, ph, func() error { return q.hour(ctx) }); err != nil {
+		return err
+	}
+	n1, err := svc.stored(ctx)
+	if err != nil {
+		return err
+	}
+	res.LoadRate = float64(n1-n0) / time.Since(start).Seconds()
+	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s, ingesting %.0f readings/s", res.LoadLatest.P99, res.LoadRange.P99, res.LoadRate))
+	return stopLoad()
+}
+
+// startLoad publishes 100-reading messages for devices to svc as fast
+// as it acks them, with timestamps of the last few minutes, until the
+// returned stop is called; stop waits for the publisher and returns its
+// error. It may be called more than once.
+func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID) (stop func() error, err error) {
+	nc, err := nats.Connect(svc.natsURL())
+	if err != nil {
+		return nil, err
+	}
+	load := newWorkload(devices, 20_000*len(devices), 100, 10*time.Millisecond, time.Now())
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := publishAll(lctx, nc, load, nil)
+		done <- err
+	}()
+	var once sync.Once
+	var perr error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !isStopped(err) {
+				perr = fmt.Errorf("load publisher: %w", err)
+			}
+			nc.Close()
+		})
+		return perr
+	}, nil
+}
+
+// querier sends the benchmark's queries to the service.
+type querier struct {
+	svc    *service
+	w      workload
+	rangeN int
+	rng    *rand.Rand
+}
+
+// latest asks for the newest 10 readings of a random device.
+func (q *querier) latest(ctx context.Context) error {
+	dev := q.w.devices[q.rng.IntN(len(q.w.devices))]
+	_, err := q.get(ctx, "/v1/devices/"+string(dev)+"/readings/latest?limit="+strconv.Itoa(latestN), false)
+	return err
+}
+
+// hour asks for one hour of a random device, in one page.
+func (q *querier) hour(ctx context.Context) error {
+	_, err := q.get(ctx, q.hourPath(), false)
+	return err
+}
+
+func (q *querier) hourPath() string {
+	dev := q.w.devices[q.rng.IntN(len(q.w.devices))]
+	from, to := randomHour(q.rng, q.w, q.rangeN)
+	return fmt.Sprintf("/v1/devices/%s/readings?from=%d&to=%d&limit=%d", dev,
+		from.Time().UnixMilli(), to.Time().UnixMilli(), q.rangeN)
+}
+
+// check verifies once that both queries return what the data holds.
+func (q *querier) check(ctx context.Context) error {
+	path := "/v1/devices/" + string(q.w.devices[0]) + "/readings/latest?limit=" + strconv.Itoa(latestN)
+	n, err := q.get(ctx, path, true)
+	if err := wantCount(n, err, min(latestN, q.w.perDevice())); err != nil {
+		return fmt.Errorf("latest: %w", err)
+	}
+	n, err = q.get(ctx, q.hourPath(), true)
+	if err := wantCount(n, err, q.rangeN); err != nil {
+		return fmt.Errorf("1-hour range: %w", err)
+	}
+	return nil
+}
+
+// get reads the whole answer to GET path; with count it also decodes it
+// and returns the number of readings.
+func (q *querier) get(ctx context.Context, path string, count bool) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, q.svc.url(path), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := q.svc.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
+	}
+	if !count {
+		_, err := io.Copy(io.Discard, resp.Body)
+		return 0, err
+	}
+	var lr struct {
+		Readings []json.RawMessage `json:"readings"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&lr); err != nil {
+		return 0, err
+	}
+	return len(lr.Readings), nil
+}
+
+// flatten compacts a day table into one level, as Badger does over time.
+func flatten(dir string) error {
+	db, err := badger.Open(store.TableBadgerOptions(dir, false, false, quietLogger()))
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	if err := db.Flatten(2); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("flatten %s: %w", dir, err)
+	}
+	return db.Close()
+}
+
+// removeAll removes dir unless keep is set.
+func removeAll(dir string, keep bool) {
+	if !keep {
+		_ = os.RemoveAll(dir)
+	}
+}

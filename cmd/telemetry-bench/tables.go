@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// buildReport turns results into the report's tables.
+func buildReport(r *Results) report {
+	m := r.Machine
+	rep := report{head: []string{
+		fmt.Sprintf("telemetry-bench, %s, took %s", r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second)),
+		fmt.Sprintf("machine: %d CPUs (%s), %s memory, %s, %s", m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.GoVersion),
+		fmt.Sprintf("sizes: %s readings per ingest measurement over %d devices, 3 values per reading; %s query readings; %d requests per latency figure",
+			num(float64(r.Config.Readings)), r.Config.Devices, num(float64(r.Config.QueryReadings)), r.Config.Queries),
+	}}
+	rep.sections = append(rep.sections, ingestSection(r), e2eSection(r))
+	if r.Query != nil {
+		rep.sections = append(rep.sections, querySection(r.Query), diskSection(r))
+	}
+	rep.sections = append(rep.sections, targetSection(r))
+	return rep
+}
+
+// e2e returns the end-to-end result named name, if measured.
+func (r *Results) e2e(name string) *e2eResult {
+	for i := range r.E2E {
+		if r.E2E[i].Run.Name == name {
+			return &r.E2E[i]
+		}
+	}
+	return nil
+}
+
+func (r *Results) e2eRate(name string) float64 {
+	if e := r.e2e(name); e != nil {
+		return e.Rate
+	}
+	return 0
+}
+
+// jsCeiling is raw JetStream consume-and-ack at perMsg readings per
+// message, in readings/s.
+func (r *Results) jsCeiling(perMsg int) (consume, pipeline float64) {
+	for _, j := range r.RawJS {
+		if j.perMsg == perMsg {
+			return j.consume * float64(perMsg), j.pipeline * float64(perMsg)
+		}
+	}
+	return 0, 0
+}
+
+// ingestCeiling1 is min(raw Badger, raw JetStream consume-and-ack at 1
+// reading per message).
+func (r *Results) ingestCeiling1() float64 {
+	js, _ := r.jsCeiling(1)
+	if js == 0 || r.RawBadger == 0 {
+		return 0
+	}
+	return min(js, r.RawBadger)
+}
+
+func ingestSection(r *Results) section {
+	s := section{title: "Ingest throughput", header: []string{"measure", "readings/s", "compared with", "ratio"}}
+	add := func(name string, v float64, ref string, refV float64) {
+		if v > 0 {
+			s.rows = append(s.rows, []string{name, num(v), ref, ratio(v, refV)})
+		}
+	}
+	add("raw Badger WriteBatch (store keys/values, hot table options)", r.RawBadger, "", 0)
+	for _, j := range r.RawJS {
+		n := float64(j.perMsg)
+		add(fmt.Sprintf("raw JetStream %d/msg: async publish", j.perMsg), j.publish*n, "", 0)
+		add(fmt.Sprintf("raw JetStream %d/msg: consume+ack, stream filled first", j.perMsg), j.consume*n, "", 0)
+		add(fmt.Sprintf("raw JetStream %d/msg: publish and consume+ack at once", j.perMsg), j.pipeline*n, "", 0)
+	}
+	add(fmt.Sprintf("store.Write, %d readings per call", storeBatch), r.StoreWrite, "raw Badger", r.RawBadger)
+	add("end to end 1/msg", r.e2eRate("1/msg"), "min(raw Badger, raw JetStream 1/msg consume+ack)", r.ingestCeiling1())
+	_, pipe1 := r.jsCeiling(1)
+	add("end to end 1/msg", r.e2eRate("1/msg"), "raw JetStream 1/msg publish and consume+ack at once", pipe1)
+	add("end to end 100/msg", r.e2eRate("100/msg"), "raw Badger", r.RawBadger)
+	add("end to end 100/msg", r.e2eRate("100/msg"), "VictoriaMetrics, 100-line requests", peerRate100)
+	add("end to end 10000/msg", r.e2eRate("10000/msg"), "VictoriaMetrics, 10,000-line requests", peerRate10000)
+	s.notes = []string{"A message of N readings is N readings for the JetStream rows (messages/s = readings/s / N)."}
+	return s
+}
+
+func e2eSection(r *Results) section {
+	s := section{title: "End to end: publish to committed, telemetryd child process with embedded NATS",
+		header: []string{"run", "readings", "publish alone/s", "publish to stored/s", "service CPU s per M readings",
+			"publisher CPU s per M", "service peak RSS", "disk bytes/reading"}}
+	for _, e := range r.E2E {
+		s.rows = append(s.rows, []string{e.Run.Name, num(float64(e.Readings)), num(e.PublishRate), num(e.Rate),
+			fmt.Sprintf("%.2f", cpuPerMillion(e.ServiceCPU, e.Readings)),
+			fmt.Sprintf("%.2f", cpuPerMillion(e.ClientCPU, e.Readings)),
+			mib(e.PeakRSS), fmt.Sprintf("%.1f", float64(e.DiskBytes)/float64(e.Readings))})
+	}
+	for _, n := range []string{"1/msg", "100/msg"} {
+		on, off, sync := r.e2eRate(n), r.e2eRate(n+" telemetry off"), r.e2eRate(n+" sync-writes")
+		s.notes = append(s.notes, fmt.Sprintf("%s: telemetry on/off = %s; sync-writes/async = %s.", n, ratio(on, off), ratio(sync, on)))
+	}
+	s.notes = append(s.notes, "Disk is the day tables after the service stopped (memtables flushed), before any forced compaction.")
+	return s
+}
+
+func querySection(q *queryResult) section {
+	lat := func(l latency) string { return ms(l.P50) + " / " + ms(l.P99) }
+	s := section{title: fmt.Sprintf("Queries at %s readings over the devices (p50 / p99)", num(float64(q.Readings))),
+		header: []string{"query", "raw Badger prefix seek", "HTTP idle", fmt.Sprintf("HTTP under ingest (%s readings/s)", num(q.LoadRate)),
+			"target p99", "VictoriaMetrics"}}
+	s.rows = [][]string{
+		{"latest-10", lat(q.RawLatest), lat(q.IdleLatest), lat(q.LoadLatest),
+			ms(targetLatestIdle) + " idle, " + ms(targetLatestLoad) + " under ingest", ms(peerLatestP50) + " / " + ms(peerLatestP99)},
+		{fmt.Sprintf("1-hour range (%s readings)", num(float64(q.RangeReadings))), lat(q.RawRange), lat(q.IdleRange), lat(q.LoadRange),
+			ms(targetRange), "-"},
+	}
+	s.notes = []string{
+		fmt.Sprintf("Readings prefilled through store.Write at %s readings/s into day table %s; raw Badger reads that table opened read-only before the service starts.",
+			num(q.PrefillRate), q.Day),
+		"HTTP times are client-side: request sent to the whole body read, one keep-alive connection, one request at a time; under ingest, latest-10 reads today's table while it is being written.",
+	}
+	return s
+}
+
+func diskSection(r *Results) section {
+	q := r.Query
+	per := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/float64(q.Readings)) }
+	return section{title: "Disk and memory (query data)", header: []string{"measure", "value"},
+		rows: [][]string{
+			{"bytes/reading, as written by store.Write (store closed)", per(q.DiskPrefill)},
+			{"bytes/reading, after the service ran on it", per(q.DiskService)},
+			{"bytes/reading, after Badger Flatten", per(q.DiskCompacted)},
+			{"service peak RSS (VmHWM) over the query measurement", mib(q.PeakRSS)},
+		}}
+}
+
+func targetSection(r *Results) section {
+	s := section{title: "Targets", header: []string{"target", "measured", "met"}}
+	add := func(name, measured string, ok bool, have bool) {
+		if have {
+			s.rows = append(s.rows, []string{name, measured, met(ok)})
+		}
+	}
+	c1, e1 := r.ingestCeiling1(), r.e2eRate("1/msg")
+	add("end to end 1/msg >= 0.7 x min(raw Badger, raw JetStream consume+ack)",
+		fmt.Sprintf("%s of %s = %s", num(e1), num(c1), ratio(e1, c1)), e1 >= targetIngestRatio*c1, e1 > 0 && c1 > 0)
+	e100 := r.e2eRate("100/msg")
+	add("end to end 100/msg >= 0.7 x raw Badger",
+		fmt.Sprintf("%s of %s = %s", num(e100), num(r.RawBadger), ratio(e100, r.RawBadger)), e100 >= targetIngestRatio*r.RawBadger, e100 > 0 && r.RawBadger > 0)
+	for _, n := range []string{"1/msg", "100/msg"} {
+		on, off := r.e2eRate(n), r.e2eRate(n+" telemetry off")
+		add(fmt.Sprintf("telemetry on >= 0.9 x off, %s", n), ratio(on, off), on >= targetTelemetry*off, on > 0 && off > 0)
+	}
+	if q := r.Query; q != nil {
+		add("latest-10 over HTTP p99 <= 1 ms idle", ms(q.IdleLatest.P99), q.IdleLatest.P99 <= targetLatestIdle, q.IdleLatest.N > 0)
+		add("latest-10 over HTTP p99 <= 5 ms under full ingest", ms(q.LoadLatest.P99), q.LoadLatest.P99 <= targetLatestLoad, q.LoadLatest.N > 0)
+		add("1-hour range over HTTP p99 <= 20 ms (idle)", ms(q.IdleRange.P99), q.IdleRange.P99 <= targetRange, q.IdleRange.N > 0)
+		add("1-hour range over HTTP p99 <= 20 ms (under ingest, for information)", ms(q.LoadRange.P99), q.LoadRange.P99 <= targetRange, q.LoadRange.N > 0)
+		b := float64(q.DiskCompacted) / float64(q.Readings)
+		add("bytes on disk per 3-value reading <= 40 after compaction", fmt.Sprintf("%.1f", b), b <= targetDiskBytes, q.DiskCompacted > 0)
+	}
+	s.notes = []string{strings.Join([]string{
+		"Peer (VictoriaMetrics, same readings, same kind of machine): 340,000 readings/s in 10,000-line requests,",
+		"190,000/s in 100-line requests, latest value p50 0.2 ms / p99 0.6 ms; it acknowledges writes before they are durable,",
+		"telemetryd acks a message only after its readings are committed to Badger."}, " ")}
+	return s
+}
