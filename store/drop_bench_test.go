@@ -28,6 +28,7 @@ const (
 	baselineWrites = time.Second            // writer runs this long before the drop
 	tailWrites     = 200 * time.Millisecond // and this long after it
 	blockedFactor  = 10                     // a commit slower than 10x the baseline median was blocked
+	compactionWait = 1500 * time.Millisecond
 )
 
 // dropTarget is one way of keeping two days of readings: the old day
@@ -35,6 +36,8 @@ const (
 type dropTarget interface {
 	// writeToday commits rs (readings of today) in one transaction.
 	writeToday(ctx context.Context, rs []buckets.Reading) error
+	// beforeDrop runs right before the drop, untimed.
+	beforeDrop(ctx context.Context) error
 	// drop deletes every reading of the old day.
 	drop(ctx context.Context) error
 	// settle lets the database reclaim space (flush, compaction) and
@@ -51,7 +54,8 @@ type dropMethod struct {
 }
 
 var dropMethods = []dropMethod{
-	{"table", setupTableDrop},
+	{"table", setupTableDrop(false)},
+	{"table-compacting", setupTableDrop(true)},
 	{"keys", setupSharedDB(deleteKeys)},
 	{"prefix", setupSharedDB(func(_ context.Context, db *badger.DB, prefix []byte) error { return db.DropPrefix(prefix) })},
 }
@@ -60,7 +64,11 @@ var dropMethods = []dropMethod{
 // readings, on the same data, while a writer commits small batches to
 // today:
 //
-//   - table: Store.DropTable of the day's own Badger database;
+//   - table: Store.DropTable of the day's own Badger database, closed
+//     as a day table 30 days old is in a running service;
+//   - table-compacting: the same table opened by Store.Tables (as the
+//     first retention run after a restart does) and dropped once the
+//     compaction that opening started is writing: the drop waits for it;
 //   - keys: one shared Badger database (hot-table options) with a day
 //     prefix in front of every key, deleting the day's keys one by one
 //     (a key-only scan feeding a WriteBatch of deletes);
@@ -141,6 +149,10 @@ func runDrop(b *testing.B, m dropMethod, n int) dropResult {
 	}()
 	w := startWriter(ctx, target)
 	time.Sleep(baselineWrites)
+	if err := target.beforeDrop(ctx); err != nil {
+		w.stop()
+		b.Fatalf("before drop %s: %v", m.name, err)
+	}
 	before := duBytes(dir)
 
 	start := time.Now()
@@ -172,44 +184,76 @@ func runDrop(b *testing.B, m dropMethod, n int) dropResult {
 
 // tableTarget is a Store with the old day in its own table.
 type tableTarget struct {
-	s   *Store
-	old buckets.Day
+	s       *Store
+	old     buckets.Day
+	openOld bool
 }
 
-// setupTableDrop fills a store (clock on the old day, so its table is
-// written hot), reopens it with the clock on today and lists the
-// tables, which opens them, as the retention worker does before it
-// drops one.
-func setupTableDrop(ctx context.Context, dir string, n int) (dropTarget, error) {
-	clock := &testClock{}
-	opts := DefaultOptions()
-	opts.Logger = quietLogger()
-	opts.Now = clock.Now
-	old := today - dropAge
-	clock.set(old.Start().Time().Add(12 * time.Hour))
-	s, err := Open(ctx, dir, opts)
-	if err != nil {
-		return nil, err
+// setupTableDrop returns a setup that fills a store (the clock on the
+// old day, so its table is written hot, as it was on that day) and
+// reopens it with the clock on today. The old table stays closed until
+// beforeDrop, which opens it when openOld.
+func setupTableDrop(openOld bool) func(context.Context, string, int) (dropTarget, error) {
+	return func(ctx context.Context, dir string, n int) (dropTarget, error) {
+		clock := &testClock{}
+		opts := DefaultOptions()
+		opts.Logger = quietLogger()
+		opts.Now = clock.Now
+		old := today - dropAge
+		clock.set(old.Start().Time().Add(12 * time.Hour))
+		s, err := Open(ctx, dir, opts)
+		if err != nil {
+			return nil, err
+		}
+		err = errors.Join(
+			fillDay(old.Start(), buckets.TicksPerDay, n, func(rs []buckets.Reading) error { return s.Write(ctx, rs) }),
+			fillDay(today.Start(), buckets.TicksPerDay/2, todayPrefill, func(rs []buckets.Reading) error { return s.Write(ctx, rs) }),
+			s.Close())
+		if err != nil {
+			return nil, err
+		}
+		clock.set(baseTime)
+		if s, err = Open(ctx, dir, opts); err != nil {
+			return nil, err
+		}
+		return &tableTarget{s: s, old: old, openOld: openOld}, nil
 	}
-	err = errors.Join(
-		fillDay(old.Start(), buckets.TicksPerDay, n, func(rs []buckets.Reading) error { return s.Write(ctx, rs) }),
-		fillDay(today.Start(), buckets.TicksPerDay/2, todayPrefill, func(rs []buckets.Reading) error { return s.Write(ctx, rs) }),
-		s.Close())
-	if err != nil {
-		return nil, err
-	}
-	clock.set(baseTime)
-	if s, err = Open(ctx, dir, opts); err != nil {
-		return nil, err
-	}
-	if _, err := s.Tables(ctx); err != nil {
-		return nil, errors.Join(err, s.Close())
-	}
-	return &tableTarget{s: s, old: old}, nil
 }
 
 func (t *tableTarget) writeToday(ctx context.Context, rs []buckets.Reading) error {
 	return t.s.Write(ctx, rs)
+}
+
+// beforeDrop, when openOld, lists the tables, which opens the old one
+// (its reading count is not known since the restart), and waits up to
+// compactionWait for a compaction of its level 0 to start writing, seen
+// as a new SSTable file. Badger starts compactions after a random delay
+// of up to a second; a table whose level 0 needs no compaction (a small
+// day) is dropped after compactionWait.
+func (t *tableTarget) beforeDrop(ctx context.Context) error {
+	if !t.openOld {
+		return nil
+	}
+	pattern := filepath.Join(t.s.tableDir(t.old), "*.sst")
+	ssts, err := filepath.Glob(pattern)
+	if err != nil {
+		return err
+	}
+	if _, err := t.s.Tables(ctx); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(compactionWait); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		now, err := filepath.Glob(pattern)
+		if err != nil {
+			return err
+		}
+		for _, f := range now {
+			if !slices.Contains(ssts, f) {
+				return nil
+			}
+		}
+	}
+	return nil
 }
 
 func (t *tableTarget) drop(ctx context.Context) error {
@@ -309,6 +353,8 @@ func (t *sharedTarget) writeToday(_ context.Context, rs []buckets.Reading) error
 	}
 	return txn.Commit()
 }
+
+func (t *sharedTarget) beforeDrop(context.Context) error { return nil }
 
 func (t *sharedTarget) drop(ctx context.Context) error { return t.dropFn(ctx, t.db, t.old) }
 
