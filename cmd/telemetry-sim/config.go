@@ -70,7 +70,7 @@ func (c *config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Count, "count", c.Count, "stop after this many readings (0 = unlimited)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "readings per message; more than 1 sends a JSON array")
 	fs.StringVar(&c.Format, "format", c.Format, `payload shape: nested {"ts":..,"values":{..}} or flat {"ts":..,"temp":..}`)
-	fs.StringVar(&c.TSFormat, "ts-format", c.TSFormat, "timestamp form: rfc3339 (milliseconds, UTC) or epoch-ms")
+	fs.StringVar(&c.TSFormat, "ts-format", c.TSFormat, "timestamp form: rfc3339 (UTC, milliseconds; microseconds when a device sends faster) or epoch-ms")
 	fs.IntVar(&c.Values, "values", c.Values, "values per reading: temp, humidity, battery, then sensor_4, sensor_5, ...")
 	fs.IntVar(&c.MaxPending, "max-pending", c.MaxPending, "most messages published but not yet acked")
 	fs.BoolVar(&c.MsgID, "msg-id", c.MsgID, "set Nats-Msg-Id to <device>-<seq> so JetStream drops duplicates")

@@ -21,7 +21,7 @@ type device struct {
 	subject string
 	sensors *sensors
 	seq     uint64 // sequence number of the next message
-	lastMS  int64  // timestamp of the latest reading, epoch ms
+	lastUS  int64  // timestamp of the latest reading, epoch microseconds
 }
 
 // message is one encoded message, ready to publish.
@@ -39,6 +39,7 @@ type fleet struct {
 	devices []*device
 	names   []string
 	pf      payloadFormat
+	stepUS  int64 // smallest step between two readings of one device
 	now     func() time.Time
 	next    int       // index of the device that sends next
 	scratch []reading // reused between messages
@@ -51,7 +52,11 @@ func newFleet(cfg config, seed uint64, now func() time.Time) *fleet {
 		devices: make([]*device, cfg.Devices),
 		names:   valueNames(cfg.Values),
 		pf:      cfg.payloadFormat(),
+		stepUS:  1,
 		now:     now,
+	}
+	if f.pf.ts == tsEpochMillis {
+		f.stepUS = 1000
 	}
 	for i := range f.devices {
 		id := deviceID(cfg.DevicePrefix, i+1)
@@ -68,9 +73,12 @@ func newFleet(cfg config, seed uint64, now func() time.Time) *fleet {
 
 // nextMessage encodes the next n readings of the next device into buf
 // (reset to length zero) and returns the message. Readings of one
-// device get strictly increasing millisecond timestamps: the current
-// time, or one millisecond after the previous reading when a device
-// sends more than one reading per millisecond.
+// device get strictly increasing timestamps, so none merges into
+// another at the service: the current time in whole milliseconds, or
+// one step after the device's previous reading when it sends more than
+// one per millisecond. The step is a microsecond for RFC 3339 and a
+// millisecond for epoch-ms, which therefore runs ahead of the clock
+// above 1000 readings/s per device.
 func (f *fleet) nextMessage(n int, buf []byte) message {
 	d := f.devices[f.next]
 	f.next = (f.next + 1) % len(f.devices)
@@ -79,16 +87,16 @@ func (f *fleet) nextMessage(n int, buf []byte) message {
 		f.scratch = make([]reading, n)
 	}
 	rs := f.scratch[:n]
-	nowMS := f.now().UnixMilli()
+	nowUS := f.now().UnixMilli() * 1000
 	for i := range rs {
-		ms := max(nowMS, d.lastMS+1)
-		d.lastMS = ms
+		us := max(nowUS, d.lastUS+f.stepUS)
+		d.lastUS = us
 		if cap(rs[i].vals) < len(f.names) {
 			rs[i].vals = make([]float64, len(f.names))
 		}
-		rs[i].ms = ms
+		rs[i].us = us
 		rs[i].vals = rs[i].vals[:len(f.names)]
-		d.sensors.sample(ms, rs[i].vals)
+		d.sensors.sample(us, rs[i].vals)
 	}
 	m := message{
 		subject:  d.subject,

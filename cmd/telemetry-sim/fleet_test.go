@@ -53,23 +53,43 @@ func TestFleetDeviceIDsAreValid(t *testing.T) {
 }
 
 // With a frozen clock every reading of one device still gets its own
-// millisecond, so none of them merge into another at the service.
+// instant, so none of them merge into another at the service: a
+// microsecond apart in RFC 3339, a millisecond apart in epoch-ms.
 func TestFleetTimestampsStrictlyIncreasePerDevice(t *testing.T) {
 	frozen := time.Date(2026, 11, 22, 1, 2, 3, 456_000_000, time.UTC)
-	f, _ := newTestFleet(t, 2, 50, func() time.Time { return frozen })
-	last := map[string]buckets.Ticks{}
-	for range 10 {
-		m := f.nextMessage(50, nil)
-		decoded := decodePayload(t, m.data, true)
-		require.Len(t, decoded, 50)
-		for _, r := range decoded {
-			require.Greater(t, r.ticks, last[m.subject], "%s", m.subject)
-			last[m.subject] = r.ticks
-			assert.Equal(t, []string{"battery", "humidity", "temp"}, sortedKeys(r.values))
-		}
+	for _, tt := range []struct {
+		tsFormat string
+		step     buckets.Ticks
+	}{{"rfc3339", 10}, {"epoch-ms", 10_000}} {
+		t.Run(tt.tsFormat, func(t *testing.T) {
+			cfg := defaultConfig()
+			cfg.Devices, cfg.Batch, cfg.TSFormat = 2, 50, tt.tsFormat
+			f := newFleet(cfg, 1, func() time.Time { return frozen })
+			last := map[string]buckets.Ticks{}
+			for range 10 {
+				m := f.nextMessage(50, nil)
+				decoded := decodePayload(t, m.data, true)
+				require.Len(t, decoded, 50)
+				for _, r := range decoded {
+					require.Greater(t, r.ticks, last[m.subject], "%s", m.subject)
+					last[m.subject] = r.ticks
+					assert.Equal(t, []string{"battery", "humidity", "temp"}, sortedKeys(r.values))
+				}
+			}
+			assert.Equal(t, buckets.MustTicks(frozen)+249*tt.step, last["telemetry.sim-0001"], "250 readings one step apart from the clock")
+		})
 	}
-	first := buckets.MustTicks(frozen)
-	assert.Equal(t, first+249*10_000, last["telemetry.sim-0001"], "250 readings 1 ms apart from the clock")
+}
+
+// A reading a millisecond later than the previous one is stamped with
+// the clock again: timestamps catch up instead of drifting.
+func TestFleetTimestampsFollowClockAfterBurst(t *testing.T) {
+	now := time.Date(2026, 11, 22, 1, 2, 3, 456_000_000, time.UTC)
+	f, _ := newTestFleet(t, 1, 100, func() time.Time { return now })
+	f.nextMessage(100, nil)
+	now = now.Add(time.Millisecond)
+	m := f.nextMessage(1, nil)
+	assert.Contains(t, string(m.data), `"ts":"2026-11-22T01:02:03.457Z"`)
 }
 
 func TestFleetUsesClock(t *testing.T) {

@@ -22,8 +22,11 @@ const (
 	tsEpochMillis               // 1795309323456
 )
 
-// rfc3339Millis is RFC 3339 in UTC with exactly three fraction digits.
-const rfc3339Millis = "2006-01-02T15:04:05.000Z"
+// RFC 3339 in UTC with three or six fraction digits.
+const (
+	rfc3339Millis = "2006-01-02T15:04:05.000Z"
+	rfc3339Micros = "2006-01-02T15:04:05.000000Z"
+)
 
 // payloadFormat selects the shape and timestamp form of payloads.
 type payloadFormat struct {
@@ -32,9 +35,9 @@ type payloadFormat struct {
 }
 
 // reading is one simulated reading before it is encoded: a timestamp
-// in epoch milliseconds and one value per name of the fleet.
+// in epoch microseconds and one value per name of the fleet.
 type reading struct {
-	ms   int64
+	us   int64
 	vals []float64
 }
 
@@ -59,7 +62,7 @@ func appendPayload(dst []byte, pf payloadFormat, names []string, readings []read
 // appendReading appends one reading as a JSON object.
 func appendReading(dst []byte, pf payloadFormat, names []string, r reading) []byte {
 	dst = append(dst, `{"ts":`...)
-	dst = appendTS(dst, pf.ts, r.ms)
+	dst = appendTS(dst, pf.ts, r.us)
 	if pf.shape == shapeNested {
 		dst = append(dst, `,"values":{`...)
 		dst = appendValues(dst, names, r.vals)
@@ -94,13 +97,19 @@ func appendNumber(dst []byte, v float64) []byte {
 	return strconv.AppendFloat(dst, v, 'f', -1, 64)
 }
 
-// appendTS appends a timestamp in the chosen form.
-func appendTS(dst []byte, form tsForm, ms int64) []byte {
+// appendTS appends a timestamp given in epoch microseconds: epoch
+// milliseconds (truncated), or RFC 3339 with milliseconds, or with
+// microseconds when the instant is not a whole millisecond.
+func appendTS(dst []byte, form tsForm, us int64) []byte {
 	if form == tsEpochMillis {
-		return strconv.AppendInt(dst, ms, 10)
+		return strconv.AppendInt(dst, us/1000, 10)
+	}
+	layout := rfc3339Millis
+	if us%1000 != 0 {
+		layout = rfc3339Micros
 	}
 	dst = append(dst, '"')
-	dst = time.UnixMilli(ms).UTC().AppendFormat(dst, rfc3339Millis)
+	dst = time.UnixMicro(us).UTC().AppendFormat(dst, layout)
 	return append(dst, '"')
 }
 

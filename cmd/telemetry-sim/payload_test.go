@@ -100,8 +100,8 @@ func decodeReading(t *testing.T, obj map[string]any, nested bool) decodedReading
 func TestAppendPayloadShapes(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 1, 2, 3, 456_000_000, time.UTC)
 	names := []string{"temp", "humidity", "battery"}
-	one := reading{ms: t0.UnixMilli(), vals: []float64{21.5, 40.25, 99}}
-	two := reading{ms: t0.UnixMilli() + 1, vals: []float64{-3.75, 0, 100}}
+	one := reading{us: t0.UnixMicro(), vals: []float64{21.5, 40.25, 99}}
+	two := reading{us: t0.UnixMicro() + 1000, vals: []float64{-3.75, 0, 100}}
 	tests := []struct {
 		name     string
 		pf       payloadFormat
@@ -127,7 +127,7 @@ func TestAppendPayloadShapes(t *testing.T) {
 			decoded := decodePayload(t, got, tt.pf.shape == shapeNested)
 			require.Len(t, decoded, len(tt.readings))
 			for i, r := range tt.readings {
-				assert.Equal(t, buckets.MustTicks(time.UnixMilli(r.ms)), decoded[i].ticks, "reading %d ts", i)
+				assert.Equal(t, buckets.MustTicks(time.UnixMicro(r.us)), decoded[i].ticks, "reading %d ts", i)
 				want := map[string]any{}
 				for j, n := range names {
 					want[n] = r.vals[j]
@@ -138,8 +138,37 @@ func TestAppendPayloadShapes(t *testing.T) {
 	}
 }
 
+func TestAppendTS(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 1, 2, 3, 456_000_000, time.UTC).UnixMicro()
+	tests := []struct {
+		form tsForm
+		us   int64
+		want string
+	}{
+		{tsRFC3339, t0, `"2026-11-22T01:02:03.456Z"`},
+		{tsRFC3339, t0 + 1, `"2026-11-22T01:02:03.456001Z"`},
+		{tsRFC3339, t0 + 999, `"2026-11-22T01:02:03.456999Z"`},
+		{tsRFC3339, 0, `"1970-01-01T00:00:00.000Z"`},
+		{tsEpochMillis, t0, `1795309323456`},
+		{tsEpochMillis, t0 + 999, `1795309323456`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			got := string(appendTS(nil, tt.form, tt.us))
+			assert.Equal(t, tt.want, got)
+			k, err := buckets.ParseTime(strings.Trim(got, `"`))
+			require.NoError(t, err)
+			wantUS := tt.us
+			if tt.form == tsEpochMillis {
+				wantUS -= wantUS % 1000
+			}
+			assert.Equal(t, buckets.MustTicks(time.UnixMicro(wantUS)), k)
+		})
+	}
+}
+
 func TestAppendPayloadAppendsToDst(t *testing.T) {
-	r := reading{ms: 0, vals: []float64{1}}
+	r := reading{us: 0, vals: []float64{1}}
 	got := appendPayload([]byte("prefix:"), payloadFormat{shapeFlat, tsEpochMillis}, []string{"temp"}, []reading{r})
 	assert.Equal(t, `prefix:{"ts":0,"temp":1}`, string(got))
 }
@@ -149,7 +178,7 @@ func TestAppendPayloadAtLimits(t *testing.T) {
 		names := valueNames(3)
 		rs := make([]reading, buckets.MaxBatch)
 		for i := range rs {
-			rs[i] = reading{ms: int64(1_700_000_000_000 + i), vals: []float64{float64(i), 50, 99.5}}
+			rs[i] = reading{us: int64(1_700_000_000_000_000 + 1000*i), vals: []float64{float64(i), 50, 99.5}}
 		}
 		decoded := decodePayload(t, appendPayload(nil, payloadFormat{shapeFlat, tsRFC3339}, names, rs), false)
 		require.Len(t, decoded, buckets.MaxBatch)
@@ -161,7 +190,7 @@ func TestAppendPayloadAtLimits(t *testing.T) {
 		for i := range vals {
 			vals[i] = float64(i) + 0.25
 		}
-		r := reading{ms: 1_700_000_000_000, vals: vals}
+		r := reading{us: 1_700_000_000_000_000, vals: vals}
 		decoded := decodePayload(t, appendPayload(nil, payloadFormat{shapeNested, tsEpochMillis}, names, []reading{r}), true)
 		require.Len(t, decoded, 1)
 		assert.Len(t, decoded[0].values, buckets.MaxValues)
@@ -202,7 +231,7 @@ func BenchmarkAppendPayload(b *testing.B) {
 	names := valueNames(3)
 	rs := make([]reading, 100)
 	for i := range rs {
-		rs[i] = reading{ms: int64(1_700_000_000_000 + i), vals: []float64{21.53, 45.12, 87.4}}
+		rs[i] = reading{us: int64(1_700_000_000_000_000 + 1000*i), vals: []float64{21.53, 45.12, 87.4}}
 	}
 	buf := make([]byte, 0, 16<<10)
 	b.ReportAllocs()

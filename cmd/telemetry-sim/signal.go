@@ -55,7 +55,7 @@ type sensors struct {
 	battery  float64
 	drainPS  float64 // battery percent lost per second
 	extra    []wave
-	lastMS   int64 // timestamp of the previous sample; 0 before the first
+	lastUS   int64 // timestamp of the previous sample; 0 before the first
 }
 
 // newSensors draws a device's personality from rng: its base
@@ -85,16 +85,16 @@ func newSensors(rng *rand.Rand, values int) *sensors {
 	return s
 }
 
-// sample advances the signals to ms (epoch milliseconds, never before
+// sample advances the signals to us (epoch microseconds, never before
 // the previous sample) and fills dst with one value per name, rounded
 // to two decimals.
-func (s *sensors) sample(ms int64, dst []float64) {
+func (s *sensors) sample(us int64, dst []float64) {
 	dt := 0.0
-	if s.lastMS != 0 {
-		dt = min(float64(ms-s.lastMS)/1000, maxStepSeconds)
+	if s.lastUS != 0 {
+		dt = min(float64(us-s.lastUS)/1e6, maxStepSeconds)
 	}
-	s.lastMS = ms
-	t := float64(ms) / 1000
+	s.lastUS = us
+	t := float64(us) / 1e6
 
 	s.humidity += humidityPull*dt*(s.humBase-s.humidity) + humidityStep*math.Sqrt(dt)*s.rng.NormFloat64()
 	s.humidity = min(max(s.humidity, 0), 100)

@@ -17,11 +17,11 @@ func newTestSensors(t *testing.T, seed uint64, values int) *sensors {
 
 // sampleAll runs s through n samples step apart and returns them.
 func sampleAll(s *sensors, values, n int, step time.Duration) [][]float64 {
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 	out := make([][]float64, n)
 	for i := range out {
 		out[i] = make([]float64, values)
-		s.sample(start+int64(i)*step.Milliseconds(), out[i])
+		s.sample(start+int64(i)*step.Microseconds(), out[i])
 	}
 	return out
 }

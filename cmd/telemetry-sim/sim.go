@@ -22,7 +22,7 @@ const (
 	drainTimeout   = 5 * time.Second        // longest wait for outstanding acks at the end
 	errorBackoff   = 100 * time.Millisecond // pause after a publish the connection refused
 	tracerName     = "github.com/telemetryd/telemetryd/cmd/telemetry-sim"
-	maxDeviceRate  = 1000 // readings/s per device above which timestamps run ahead of the clock
+	maxDeviceRate  = 1000 // readings/s per device above which epoch-ms timestamps run ahead of the clock
 	stopCount      = "count"
 	stopDuration   = "duration"
 	stopSignal     = "signal"
@@ -115,9 +115,9 @@ func run(ctx context.Context, cfg config, deps runDeps) (summary, error) {
 		"first", fl.devices[0].subject, "rate", cfg.Rate, "batch", cfg.Batch, "count", cfg.Count,
 		"duration", cfg.Duration, "format", cfg.Format, "ts_format", cfg.TSFormat, "values", cfg.Values,
 		"max_pending", cfg.MaxPending, "msg_id", cfg.MsgID, "trace", cfg.Trace, "seed", seed)
-	if perDevice := cfg.Rate / float64(cfg.Devices); perDevice > maxDeviceRate {
-		log.Warn("more than 1000 readings/s per device: timestamps are 1 ms apart and will run ahead of the clock; add -devices",
-			"per_device_rate", perDevice)
+	if perDevice := cfg.Rate / float64(cfg.Devices); cfg.TSFormat == "epoch-ms" && (cfg.Rate == 0 || perDevice > maxDeviceRate) {
+		log.Warn("epoch-ms timestamps are at least 1 ms apart per device and run ahead of the clock above 1000 readings/s per device; "+
+			"add -devices or use -ts-format rfc3339", "per_device_rate", perDevice)
 	}
 
 	runCtx, cancel := context.WithCancelCause(ctx)
