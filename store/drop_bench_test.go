@@ -28,7 +28,7 @@ const (
 	baselineWrites = time.Second            // writer runs this long before the drop
 	tailWrites     = 200 * time.Millisecond // and this long after it
 	blockedFactor  = 10                     // a commit slower than 10x the baseline median was blocked
-	compactionWait = 1500 * time.Millisecond
+	compactionWait = 1500 * time.Millisecond // table-compacting waits this long at most for a compaction to start
 )
 
 // dropTarget is one way of keeping two days of readings: the old day
@@ -60,9 +60,9 @@ var dropMethods = []dropMethod{
 	{"prefix", setupSharedDB(func(_ context.Context, db *badger.DB, prefix []byte) error { return db.DropPrefix(prefix) })},
 }
 
-// BenchmarkDropDay measures three ways to delete one UTC day of
-// readings, on the same data, while a writer commits small batches to
-// today:
+// BenchmarkDropDay measures ways to delete one UTC day of readings
+// (1000 devices, 3 float values each), on the same data, while a writer
+// commits writerBatch readings of today every writerPeriod:
 //
 //   - table: Store.DropTable of the day's own Badger database, closed
 //     as a day table 30 days old is in a running service;
@@ -74,10 +74,20 @@ var dropMethods = []dropMethod{
 //     (a key-only scan feeding a WriteBatch of deletes);
 //   - prefix: the same shared database, badger DB.DropPrefix.
 //
-// ns/op is the drop alone (filling is untimed). Each iteration fills up
-// to a million readings, so it runs only with a fixed iteration count:
+// ns/op and drop-s are the drop alone (filling is untimed; allocations
+// include the writer's). The writer's commits that overlap the drop
+// give write-p99-ms, write-max-ms and blocked-ms (the sum of those
+// slower than blockedFactor x write-median-ms, the median before the
+// drop); rejected-commits counts attempts refused (ErrBlockedWrites)
+// and retried. freed-MiB is the drop in du of the data directory right
+// after the drop; freed-compacted-MiB after the store is closed or the
+// shared database is compacted into one level. Both include what the
+// writer added meanwhile. Metrics are means over iterations.
 //
-//	go test ./store -run XXX -bench BenchmarkDropDay -benchtime 1x -timeout 20m
+// Each iteration fills up to a million readings, so it runs only with
+// a fixed iteration count:
+//
+//	go test ./store -run XXX -bench BenchmarkDropDay -benchtime 1x -timeout 30m
 func BenchmarkDropDay(b *testing.B) {
 	if f := flag.Lookup("test.benchtime"); f == nil || !strings.HasSuffix(f.Value.String(), "x") {
 		b.Skip("each iteration fills up to 1M readings: run with -benchtime 1x")
