@@ -19,15 +19,15 @@ import (
 
 // Parameters of BenchmarkDropDay.
 const (
-	dropAge        = 30                     // the dropped day is this many days before today
-	todayPrefill   = 10_000                 // readings in today's table before the writer starts
-	fillBatch      = buckets.MaxBatch       // readings per Write or WriteBatch chunk while filling
-	writerBatch    = 100                    // readings per commit of the concurrent writer
-	writerPeriod   = 5 * time.Millisecond   // one writer commit per period (20,000 readings/s)
-	writerRetry    = 100 * time.Microsecond // pause before retrying a rejected commit
-	baselineWrites = time.Second            // writer runs this long before the drop
-	tailWrites     = 200 * time.Millisecond // and this long after it
-	blockedFactor  = 10                     // a commit slower than 10x the baseline median was blocked
+	dropAge        = 30                      // the dropped day is this many days before today
+	todayPrefill   = 10_000                  // readings in today's table before the writer starts
+	fillBatch      = buckets.MaxBatch        // readings per Write or WriteBatch chunk while filling
+	writerBatch    = 100                     // readings per commit of the concurrent writer
+	writerPeriod   = 5 * time.Millisecond    // one writer commit per period (20,000 readings/s)
+	writerRetry    = 100 * time.Microsecond  // pause before retrying a rejected commit
+	baselineWrites = time.Second             // writer runs this long before the drop
+	tailWrites     = 200 * time.Millisecond  // and this long after it
+	blockedFactor  = 10                      // a commit slower than 10x the baseline median was blocked
 	compactionWait = 1500 * time.Millisecond // table-compacting waits this long at most for a compaction to start
 )
 
