@@ -94,3 +94,43 @@ func BenchmarkStoreWrite(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(benchDevices))/time.Since(start).Seconds(), "readings/s")
 }
+
+// BenchmarkStoreWriteDeviceRuns is Store.Write of what the ingester
+// commits when devices send 100 readings per message: each call holds
+// 50 devices x 100 consecutive seconds, and the next call the next 50
+// devices over the same 100 seconds, so most readings are not newer
+// than the newest one in the table.
+func BenchmarkStoreWriteDeviceRuns(b *testing.B) {
+	o := DefaultOptions()
+	o.Logger = quietLogger()
+	o.Now = func() time.Time { return baseTime }
+	s, err := Open(context.Background(), b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	start0 := buckets.MustTicks(baseTime.Add(-3 * time.Hour))
+	rs := make([]buckets.Reading, 0, 5000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for n := 0; n < b.N; n++ {
+		rs = rs[:0]
+		round, group := n/20, n%20 // 20 groups of 50 devices per 100-second window
+		for d := group * 50; d < group*50+50; d++ {
+			for i := range 100 {
+				k := start0 + buckets.Ticks(round*100+i)*buckets.TicksPerSecond
+				rs = append(rs, buckets.Reading{Device: benchDevices[d], Ticks: k, Values: []buckets.Field{
+					{Name: "hum", Value: buckets.Int(int64(40 + i%30))},
+					{Name: "ok", Value: buckets.Bool(i%3 != 0)},
+					{Name: "temp", Value: buckets.Float(18 + float64(i%100)/7)},
+				}})
+			}
+		}
+		if err := s.Write(ctx, rs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*5000)/time.Since(start).Seconds(), "readings/s")
+}

@@ -122,7 +122,7 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	defer s.release(t)
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	entries, err := planWrites(t.db, t.newest, rs)
+	entries, err := planWrites(t, rs)
 	if err != nil {
 		return classify(fmt.Errorf("write table %s: %w", day, err))
 	}
@@ -135,6 +135,7 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 // entry is one key to set in a day table.
 type entry struct {
 	key, value []byte
+	device     buckets.DeviceID
 	ticks      buckets.Ticks
 	isNew      bool // the key did not exist before: it adds one reading
 }
@@ -145,55 +146,115 @@ type readingKey struct {
 	ticks  buckets.Ticks
 }
 
+// maxWrittenDevices bounds table.written; past it a table falls back to
+// reading before writing anything not newer than its newest reading.
+// A variable so that tests can reach the bound.
+var maxWrittenDevices = 100_000
+
+// mayExist reports whether a reading of dev at k may already be stored,
+// so that writing it must read the stored one first to merge. A key the
+// table held when it was opened is not newer than floor (its newest
+// reading then); a key written since is not newer than what written
+// records for its device. Devices send readings in time order, so this
+// spares the read for almost every reading, also when many devices
+// report the same instants. It must run under the table's writeMu.
+func (t *table) mayExist(dev buckets.DeviceID, k buckets.Ticks) bool {
+	if k <= t.floor {
+		return true
+	}
+	last, ok := t.written[dev]
+	return ok && k <= last
+}
+
+// noteWritten records committed entries in written (entries of one
+// device are usually adjacent, so most of them cost no map access). It
+// must run under writeMu, after newest was updated.
+func (t *table) noteWritten(entries []entry) {
+	record := func(dev buckets.DeviceID, k buckets.Ticks) {
+		if last, ok := t.written[dev]; !ok {
+			t.written[buckets.DeviceID(strings.Clone(string(dev)))] = k
+		} else if k > last {
+			t.written[dev] = k
+		}
+	}
+	for i := 0; i < len(entries); {
+		dev, last := entries[i].device, entries[i].ticks
+		for i++; i < len(entries) && entries[i].device == dev; i++ {
+			last = max(last, entries[i].ticks)
+		}
+		record(dev, last)
+	}
+	if len(t.written) > maxWrittenDevices {
+		t.floor = t.newest
+		clear(t.written)
+	}
+}
+
 // planWrites merges rs with each other (in slice order) and with what
 // the table holds, and returns the entries that change the table.
-// Unchanged readings (a redelivery) produce no entry. Readings newer
-// than anything in the table (newest) are new without a read. It must
-// run under the table's writeMu.
-func planWrites(db *badger.DB, newest buckets.Ticks, rs []buckets.Reading) ([]entry, error) {
+// Unchanged readings (a redelivery) produce no entry. Only readings
+// that may exist (table.mayExist) are read first. It must run under the
+// table's writeMu.
+func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 	merged := mergeDuplicates(rs)
-	txn := db.NewTransaction(false)
-	defer txn.Discard()
+	var txn *badger.Txn
+	defer func() {
+		if txn != nil {
+			txn.Discard()
+		}
+	}()
 	entries := make([]entry, 0, len(merged))
 	arena := make([]byte, 0, len(merged)*64)
 	for _, r := range merged {
 		start := len(arena)
 		arena = buckets.AppendKey(arena, r.Device, r.Ticks)
 		key := arena[start:len(arena):len(arena)]
-		var item *badger.Item
-		err := badger.ErrKeyNotFound
-		if r.Ticks <= newest {
-			item, err = txn.Get(key)
-		}
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			start = len(arena)
-			arena = buckets.AppendValues(arena, r.Values)
-			entries = append(entries, entry{key: key, value: arena[start:len(arena):len(arena)], ticks: r.Ticks, isNew: true})
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", r.PartitionKey(), err)
-		}
-		var value []byte
-		err = item.Value(func(old []byte) error {
-			fields, err := buckets.DecodeValues(old)
+		if t.mayExist(r.Device, r.Ticks) {
+			if txn == nil {
+				txn = t.db.NewTransaction(false)
+			}
+			value, found, err := mergeStored(txn, key, r)
 			if err != nil {
-				return fmt.Errorf("stored reading %s %s: %w", r.PartitionKey(), r.RowKey(), err)
+				return nil, err
 			}
-			enc := buckets.AppendValues(nil, buckets.Merge(fields, r.Values))
-			if !bytes.Equal(enc, old) {
-				value = enc
+			if found {
+				if value != nil {
+					entries = append(entries, entry{key: key, value: value, device: r.Device, ticks: r.Ticks})
+				}
+				continue
 			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
-		if value != nil {
-			entries = append(entries, entry{key: key, value: value, ticks: r.Ticks})
-		}
+		start = len(arena)
+		arena = buckets.AppendValues(arena, r.Values)
+		entries = append(entries, entry{key: key, value: arena[start:len(arena):len(arena)],
+			device: r.Device, ticks: r.Ticks, isNew: true})
 	}
 	return entries, nil
+}
+
+// mergeStored reads the stored reading at key and merges r into it.
+// found is false when nothing is stored; value is nil when the merge
+// changes nothing (a redelivery).
+func mergeStored(txn *badger.Txn, key []byte, r buckets.Reading) (value []byte, found bool, err error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read %s: %w", r.PartitionKey(), err)
+	}
+	err = item.Value(func(old []byte) error {
+		fields, err := buckets.DecodeValues(old)
+		if err != nil {
+			return fmt.Errorf("stored reading %s %s: %w", r.PartitionKey(), r.RowKey(), err)
+		}
+		enc := buckets.AppendValues(nil, buckets.Merge(fields, r.Values))
+		if !bytes.Equal(enc, old) {
+			value = enc
+		}
+		return nil
+	})
+	return value, true, err
 }
 
 // mergeDuplicates merges readings with the same key in slice order,
@@ -297,6 +358,7 @@ func commitChunk(t *table, entries []entry) error {
 	}
 	t.readings.Store(n)
 	t.newest = newest
+	t.noteWritten(entries)
 	return nil
 }
 

@@ -235,3 +235,75 @@ func TestWriteMergesWithOlderAndReopenedReadings(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), tables[0].Readings)
 }
+
+// Devices report the same instants, so most readings of a write are
+// older than the newest reading of the table; they are read before
+// writing only when their own device may already hold them. Merges must
+// keep working either way.
+func TestWriteMergesWhenDevicesShareInstants(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	k := at(-time.Hour)
+	sec := buckets.Ticks(buckets.TicksPerSecond)
+	ts.write(t, reading("a", k, "v", 1), reading("a", k+sec, "v", 2), reading("a", k+2*sec, "v", 3))
+	ts.write(t, reading("b", k, "v", 10), reading("b", k+sec, "v", 11)) // older than the table's newest, new for b
+	ts.write(t, reading("b", k+sec, "w", true), reading("a", k, "w", false))
+	ts = ts.reopen(t) // everything is now at or before the table's newest when opened
+	ts.write(t, reading("b", k, "x", "y"))
+
+	for dev, want := range map[buckets.DeviceID][]buckets.Reading{
+		"a": {reading("a", k+2*sec, "v", 3), reading("a", k+sec, "v", 2), reading("a", k, "v", 1, "w", false)},
+		"b": {reading("b", k+sec, "v", 11, "w", true), reading("b", k, "v", 10, "x", "y")},
+	} {
+		got, err := ts.Latest(ctx, dev, 10)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "device %s", dev)
+	}
+	tables, err := ts.Tables(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), tables[0].Readings)
+}
+
+// The per-device record of what a table wrote is bounded: at the bound
+// it is kept, one device past it the table falls back to its newest
+// reading for every device, and merges still work.
+func TestWriteBoundsDevicesTracked(t *testing.T) {
+	old := maxWrittenDevices
+	maxWrittenDevices = 2
+	t.Cleanup(func() { maxWrittenDevices = old })
+	ts := newTestStore(t)
+	ctx := context.Background()
+	k := at(-time.Hour)
+	tracked := func() (int, buckets.Ticks) {
+		h, err := ts.acquire(ctx, today, forWrite)
+		require.NoError(t, err)
+		defer ts.release(h)
+		h.writeMu.Lock()
+		defer h.writeMu.Unlock()
+		return len(h.written), h.floor
+	}
+
+	ts.write(t, reading("a", k+3, "v", 1), reading("b", k+2, "v", 2))
+	n, floor := tracked()
+	assert.Equal(t, 2, n, "at the bound every device is tracked")
+	assert.Equal(t, buckets.Ticks(-1), floor, "a new table holds nothing")
+
+	ts.write(t, reading("c", k+1, "v", 3))
+	n, floor = tracked()
+	assert.Equal(t, 0, n, "one past the bound the record is dropped")
+	assert.Equal(t, k+3, floor, "and the table's newest reading bounds every device")
+
+	ts.write(t, reading("c", k+1, "w", 4), reading("b", k+2, "w", 5), reading("d", k+4, "v", 6))
+	for dev, want := range map[buckets.DeviceID]buckets.Reading{
+		"b": reading("b", k+2, "v", 2, "w", 5),
+		"c": reading("c", k+1, "v", 3, "w", 4),
+		"d": reading("d", k+4, "v", 6),
+	} {
+		got, err := ts.Get(ctx, dev, want.Ticks)
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	tables, err := ts.Tables(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), tables[0].Readings)
+}
