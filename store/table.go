@@ -49,10 +49,9 @@ type table struct {
 	// newest is the newest ticks stored (metaNewestKey), -1 for none.
 	// Set when db opens, then guarded by writeMu.
 	newest buckets.Ticks
-	// floor and written decide whether a write must read the key first
-	// (see mayExist). Set when db opens, then guarded by writeMu.
-	floor   buckets.Ticks
-	written map[buckets.DeviceID]buckets.Ticks
+	// wt is what this process wrote since db was opened (write.go).
+	// Guarded by writeMu.
+	wt writeTracker
 
 	// Guarded by Store.mu.
 	db       *badger.DB
@@ -162,7 +161,6 @@ func (s *Store) openLocked(t *table) error {
 	t.db, t.hot, t.failErr = db, hot, nil
 	t.readings.Store(meta.readings)
 	t.newest = meta.newest
-	t.floor, t.written = meta.newest, make(map[buckets.DeviceID]buckets.Ticks)
 	// Keep the number of open cold tables bounded, and close tables
 	// that a new day made cold. This closes other tables only (t is
 	// referenced), in the background.

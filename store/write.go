@@ -146,35 +146,57 @@ type readingKey struct {
 	ticks  buckets.Ticks
 }
 
-// maxWrittenDevices bounds table.written; past it a table falls back to
-// reading before writing anything not newer than its newest reading.
-// A variable so that tests can reach the bound.
+// maxWrittenDevices bounds writeTracker.written; past it a table falls
+// back to reading before writing anything not newer than its newest
+// reading. A variable so that tests can reach the bound.
 var maxWrittenDevices = 100_000
 
+// writeTracker remembers what this process wrote to one open table, so
+// that most writes need no read first (see mayExist). It describes one
+// opening of the table's database and is reset when it is opened again.
+// Guarded by the table's writeMu.
+type writeTracker struct {
+	db *badger.DB // the opening it describes
+	// floor: a key the table held when it was opened is not newer than
+	// floor (its newest reading then).
+	floor buckets.Ticks
+	// written is the newest reading written since, per device.
+	written map[buckets.DeviceID]buckets.Ticks
+}
+
+// tracker returns the write tracker of t's current database, resetting
+// it when the database was (re)opened since it was last used. It must
+// run under writeMu with a reference to t held.
+func (t *table) tracker() *writeTracker {
+	if t.wt.db != t.db {
+		t.wt = writeTracker{db: t.db, floor: t.newest, written: make(map[buckets.DeviceID]buckets.Ticks)}
+	}
+	return &t.wt
+}
+
 // mayExist reports whether a reading of dev at k may already be stored,
-// so that writing it must read the stored one first to merge. A key the
-// table held when it was opened is not newer than floor (its newest
-// reading then); a key written since is not newer than what written
-// records for its device. Devices send readings in time order, so this
-// spares the read for almost every reading, also when many devices
-// report the same instants. It must run under the table's writeMu.
-func (t *table) mayExist(dev buckets.DeviceID, k buckets.Ticks) bool {
-	if k <= t.floor {
+// so that writing it must read the stored one first to merge: only if
+// it is not newer than floor, or not newer than what was written for
+// its device since. Devices send readings in time order, so this spares
+// the read for almost every reading, also when many devices report the
+// same instants.
+func (w *writeTracker) mayExist(dev buckets.DeviceID, k buckets.Ticks) bool {
+	if k <= w.floor {
 		return true
 	}
-	last, ok := t.written[dev]
+	last, ok := w.written[dev]
 	return ok && k <= last
 }
 
-// noteWritten records committed entries in written (entries of one
-// device are usually adjacent, so most of them cost no map access). It
-// must run under writeMu, after newest was updated.
-func (t *table) noteWritten(entries []entry) {
+// noteWritten records committed entries (entries of one device are
+// usually adjacent, so most of them cost no map access). newest is the
+// table's newest reading after the commit.
+func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	record := func(dev buckets.DeviceID, k buckets.Ticks) {
-		if last, ok := t.written[dev]; !ok {
-			t.written[buckets.DeviceID(strings.Clone(string(dev)))] = k
+		if last, ok := w.written[dev]; !ok {
+			w.written[buckets.DeviceID(strings.Clone(string(dev)))] = k
 		} else if k > last {
-			t.written[dev] = k
+			w.written[dev] = k
 		}
 	}
 	for i := 0; i < len(entries); {
@@ -184,9 +206,9 @@ func (t *table) noteWritten(entries []entry) {
 		}
 		record(dev, last)
 	}
-	if len(t.written) > maxWrittenDevices {
-		t.floor = t.newest
-		clear(t.written)
+	if len(w.written) > maxWrittenDevices {
+		w.floor = newest
+		clear(w.written)
 	}
 }
 
@@ -197,6 +219,7 @@ func (t *table) noteWritten(entries []entry) {
 // table's writeMu.
 func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 	merged := mergeDuplicates(rs)
+	w := t.tracker()
 	var txn *badger.Txn
 	defer func() {
 		if txn != nil {
@@ -209,7 +232,7 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 		start := len(arena)
 		arena = buckets.AppendKey(arena, r.Device, r.Ticks)
 		key := arena[start:len(arena):len(arena)]
-		if t.mayExist(r.Device, r.Ticks) {
+		if w.mayExist(r.Device, r.Ticks) {
 			if txn == nil {
 				txn = t.db.NewTransaction(false)
 			}
@@ -358,7 +381,7 @@ func commitChunk(t *table, entries []entry) error {
 	}
 	t.readings.Store(n)
 	t.newest = newest
-	t.noteWritten(entries)
+	t.tracker().noteWritten(entries, newest)
 	return nil
 }
 

@@ -280,7 +280,8 @@ func TestWriteBoundsDevicesTracked(t *testing.T) {
 		defer ts.release(h)
 		h.writeMu.Lock()
 		defer h.writeMu.Unlock()
-		return len(h.written), h.floor
+		w := h.tracker()
+		return len(w.written), w.floor
 	}
 
 	ts.write(t, reading("a", k+3, "v", 1), reading("b", k+2, "v", 2))
