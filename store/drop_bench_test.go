@@ -54,8 +54,9 @@ type dropMethod struct {
 }
 
 var dropMethods = []dropMethod{
-	{"table", setupTableDrop(false)},
-	{"table-compacting", setupTableDrop(true)},
+	{"table", setupTableDrop(untouched)},
+	{"table-compacting", setupTableDrop(listed)},
+	{"table-queried", setupTableDrop(queried)},
 	{"keys", setupSharedDB(deleteKeys)},
 	{"prefix", setupSharedDB(func(_ context.Context, db *badger.DB, prefix []byte) error { return db.DropPrefix(prefix) })},
 }
@@ -66,9 +67,14 @@ var dropMethods = []dropMethod{
 //
 //   - table: Store.DropTable of the day's own Badger database, closed
 //     as a day table 30 days old is in a running service;
-//   - table-compacting: the same table opened by Store.Tables (as the
-//     first retention run after a restart does) and dropped once the
-//     compaction that opening started is writing: the drop waits for it;
+//   - table-compacting: the same table right after Store.Tables listed
+//     it, as the first retention run after a restart does, dropped once
+//     a compaction of it is writing, if one starts. Tables used to open
+//     every table whose count it did not know yet, which started a
+//     compaction the drop then waited for; it now opens none;
+//   - table-queried: the same after a query read the old day, which
+//     opens its table (cold tables open read-only for reads: no
+//     compaction starts);
 //   - keys: one shared Badger database (hot-table options) with a day
 //     prefix in front of every key, deleting the day's keys one by one
 //     (a key-only scan feeding a WriteBatch of deletes);
@@ -192,18 +198,28 @@ func runDrop(b *testing.B, m dropMethod, n int) dropResult {
 	}
 }
 
+// tableUse is what happens to the old table after the restart, before
+// it is dropped.
+type tableUse int
+
+const (
+	untouched tableUse = iota // nothing: it stays closed
+	listed                    // Store.Tables lists it
+	queried                   // Store.Get reads a reading of it
+)
+
 // tableTarget is a Store with the old day in its own table.
 type tableTarget struct {
-	s       *Store
-	old     buckets.Day
-	openOld bool
+	s   *Store
+	old buckets.Day
+	use tableUse
 }
 
 // setupTableDrop returns a setup that fills a store (the clock on the
 // old day, so its table is written hot, as it was on that day) and
-// reopens it with the clock on today. The old table stays closed until
-// beforeDrop, which opens it when openOld.
-func setupTableDrop(openOld bool) func(context.Context, string, int) (dropTarget, error) {
+// reopens it with the clock on today. beforeDrop then uses the old
+// table as use says.
+func setupTableDrop(use tableUse) func(context.Context, string, int) (dropTarget, error) {
 	return func(ctx context.Context, dir string, n int) (dropTarget, error) {
 		clock := &testClock{}
 		opts := DefaultOptions()
@@ -226,7 +242,7 @@ func setupTableDrop(openOld bool) func(context.Context, string, int) (dropTarget
 		if s, err = Open(ctx, dir, opts); err != nil {
 			return nil, err
 		}
-		return &tableTarget{s: s, old: old, openOld: openOld}, nil
+		return &tableTarget{s: s, old: old, use: use}, nil
 	}
 }
 
@@ -234,14 +250,14 @@ func (t *tableTarget) writeToday(ctx context.Context, rs []buckets.Reading) erro
 	return t.s.Write(ctx, rs)
 }
 
-// beforeDrop, when openOld, lists the tables, which opens the old one
-// (its reading count is not known since the restart), and waits up to
-// compactionWait for a compaction of its level 0 to start writing, seen
-// as a new SSTable file. Badger starts compactions after a random delay
-// of up to a second; a table whose level 0 needs no compaction (a small
-// day) is dropped after compactionWait.
+// beforeDrop lists the tables or reads a reading of the old day, as
+// t.use says, and then waits up to compactionWait for a compaction of
+// the old table to start writing, seen as a new SSTable file. Badger
+// starts compactions after a random delay of up to a second; when none
+// starts (the table is not open, or open read-only, or its level 0
+// needs no compaction) it is dropped after compactionWait.
 func (t *tableTarget) beforeDrop(ctx context.Context) error {
-	if !t.openOld {
+	if t.use == untouched {
 		return nil
 	}
 	pattern := filepath.Join(t.s.tableDir(t.old), "*.sst")
@@ -249,7 +265,12 @@ func (t *tableTarget) beforeDrop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := t.s.Tables(ctx); err != nil {
+	if t.use == listed {
+		_, err = t.s.Tables(ctx)
+	} else {
+		_, err = t.s.Get(ctx, benchDevices[0], t.old.Start())
+	}
+	if err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(compactionWait); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {

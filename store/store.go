@@ -8,14 +8,16 @@
 // Layout under the data directory:
 //
 //	LOCK                 exclusive flock while a Store is open
-//	tables/YYYY-MM-DD/   one Badger database per day table
+//	tables/YYYY-MM-DD/   one Badger database per day table, plus its
+//	                     reading count (READINGS, see countfile.go)
 //	index/               the device index (first/last seen, latest values)
 //
 // Only the newest days (Options.HotDays) are opened with write-sized
 // memtables. Older tables open lazily on first use with small buffers
-// and are closed again when idle or when more than
-// Options.MaxOpenTables of them are open, so memory stays bounded
-// however many days are kept.
+// (read-only when they are opened for a read) and are closed again when
+// idle or when more than Options.MaxOpenTables of them are open, so
+// memory stays bounded however many days are kept. Listing the tables
+// opens none of them.
 package store
 
 import (
@@ -31,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -176,9 +179,29 @@ func (s *Store) discover() error {
 			s.log.Warn("ignoring unexpected entry in tables directory", "name", name)
 			continue
 		}
-		s.tables[day] = newTable(day, filepath.Join(s.tablesDir, name))
+		s.tables[day] = s.discoverTable(day, filepath.Join(s.tablesDir, name))
 	}
 	return nil
+}
+
+// discoverTable registers the closed table of day in dir with the count
+// from its count file, if it has a valid one. An invalid one is removed.
+func (s *Store) discoverTable(day buckets.Day, dir string) *table {
+	t := newTable(day, dir)
+	n, ok, err := readCountFile(dir)
+	switch {
+	case err != nil:
+		s.log.Warn("ignoring day table reading count file", "table", day.String(), "err", err)
+		if !s.opts.ReadOnly {
+			if err := removeCountFile(dir); err != nil {
+				s.log.Warn("remove day table reading count file", "table", day.String(), "err", err)
+			}
+		}
+	case ok:
+		t.readings.Store(n)
+		t.countFile = true
+	}
+	return t
 }
 
 // Close waits for running calls to release their tables, closes every
@@ -199,20 +222,20 @@ func (s *Store) close() error {
 	var errs []error
 	s.mu.Lock()
 	type openDB struct {
-		day buckets.Day
-		db  interface{ Close() error }
+		t  *table
+		db *badger.DB
 	}
 	open := make([]openDB, 0, len(s.tables))
 	for _, t := range s.tables {
 		if t.db != nil {
-			open = append(open, openDB{t.day, t.db})
+			open = append(open, openDB{t, t.db})
 			t.db = nil
 		}
 	}
 	s.mu.Unlock()
 	for _, o := range open {
-		if err := o.db.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close table %s: %w", o.day, err))
+		if err := s.closeDB(o.t, o.db); err != nil {
+			errs = append(errs, fmt.Errorf("close table %s: %w", o.t.day, err))
 		}
 	}
 	if err := s.metrics.registration.Unregister(); err != nil {
@@ -241,7 +264,8 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// janitor closes idle cold tables and persists index updates until the
+// janitor closes idle cold tables, saves the reading counts of tables
+// that stopped being written and persists index updates until the
 // store closes. Close stops it and waits for it.
 func (s *Store) janitor() {
 	defer close(s.done)
@@ -256,6 +280,7 @@ func (s *Store) janitor() {
 			return
 		case <-sweep.C:
 			s.closeIdle()
+			s.saveQuietCounts()
 		case <-flush.C:
 			if err := s.index.flushDirty(); err != nil {
 				s.log.Error("persist device index", "err", err)

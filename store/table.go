@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,12 +36,18 @@ var (
 // Every read and write holds a reference (Store.acquire, Store.release)
 // for as long as it uses db; a table is closed or dropped only when no
 // reference is held.
+//
+// A cold table (a day that is not hot) opened for a read is opened
+// read-only: Badger then runs no compactions and writes nothing, so
+// closing it, as a drop does, never waits for a compaction. A write to
+// it reopens it writable once the readers holding it are done.
 type table struct {
 	day buckets.Day
 	dir string
 
-	// readings is the exact number of readings, or -1 until the table
-	// has been opened once. Writers update it under writeMu.
+	// readings is the exact number of readings, or -1 when it is not
+	// known: the table was not opened in this process and has no count
+	// file (see countfile.go). Writers update it under writeMu.
 	readings atomic.Int64
 	// writeMu serializes writers, which makes read-modify-write (the
 	// merge of readings with the same key) safe without Badger's
@@ -52,16 +59,23 @@ type table struct {
 	// wt is what this process wrote since db was opened (write.go).
 	// Guarded by writeMu.
 	wt writeTracker
+	// countFile says that the count file exists: it must be removed
+	// before the next commit. Guarded by writeMu.
+	countFile bool
+	// lastCommit is when the table was last written to in this
+	// process, by the store's clock. Guarded by writeMu.
+	lastCommit time.Time
 
 	// Guarded by Store.mu.
 	db       *badger.DB
 	hot      bool          // db was opened with hot options
+	readOnly bool          // db was opened read-only
 	refs     int           // references held
 	lastUsed time.Time     // when the last reference was taken or released
 	useSeq   uint64        // Store.useSeq at that moment: orders tables for LRU
-	busy     chan struct{} // non-nil while db is being opened or closed
+	busy     chan struct{} // non-nil while db is being opened, closed or reopened
 	dropping bool          // DropTable is under way: route nothing new here
-	drained  chan struct{} // closed when refs reaches zero while dropping
+	released chan struct{} // closed (and cleared) when a reference is given up
 	failErr  error         // why the last open failed
 	failedAt time.Time     // when it failed
 }
@@ -109,22 +123,26 @@ func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table,
 			}
 			return nil, &buckets.TableError{Day: day, Reason: "is being dropped", Err: errDropping}
 		}
+		if t.busy != nil {
+			if err := s.waitBusyLocked(ctx, t); err != nil {
+				s.releaseLocked(t)
+				s.mu.Unlock()
+				return nil, err
+			}
+			continue
+		}
 		if t.db != nil {
+			if a == forWrite && t.readOnly && !s.opts.ReadOnly {
+				if err := s.reopenWritableLocked(ctx, t); err != nil {
+					s.releaseLocked(t)
+					s.mu.Unlock()
+					return nil, err
+				}
+				continue
+			}
 			s.touchLocked(t)
 			s.mu.Unlock()
 			return t, nil
-		}
-		if t.busy != nil {
-			ch := t.busy
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				s.release(t)
-				return nil, ctx.Err()
-			}
-			s.mu.Lock()
-			continue
 		}
 		if t.failErr != nil && s.now().Sub(t.failedAt) < reopenAfter {
 			err := t.failErr
@@ -132,7 +150,7 @@ func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table,
 			s.mu.Unlock()
 			return nil, unavailableTable(day, err)
 		}
-		if err := s.openLocked(t); err != nil {
+		if err := s.openLocked(t, a); err != nil {
 			s.releaseLocked(t)
 			s.mu.Unlock()
 			return nil, err
@@ -140,27 +158,53 @@ func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table,
 	}
 }
 
-// openLocked opens the database of t. It is called with s.mu held and
-// returns with it held, releasing it while Badger opens.
-func (s *Store) openLocked(t *table) error {
+// waitBusyLocked waits, with s.mu held (released while waiting), for
+// the open, close or reopen of t under way to finish. The caller's
+// reference does not count while it waits: a reopen waits for the
+// other holders to leave.
+func (s *Store) waitBusyLocked(ctx context.Context, t *table) error {
+	ch := t.busy
+	s.unrefLocked(t)
+	s.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.mu.Lock()
+	t.refs++
+	return err
+}
+
+// waitReleaseLocked waits, with s.mu held (released while waiting),
+// until a reference to t is given up.
+func (s *Store) waitReleaseLocked(ctx context.Context, t *table) error {
+	if t.released == nil {
+		t.released = make(chan struct{})
+	}
+	ch := t.released
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// openLocked opens the database of t for a. It is called with s.mu held
+// and returns with it held, releasing it while Badger opens.
+func (s *Store) openLocked(t *table, a access) error {
 	ch := make(chan struct{})
 	t.busy = ch
-	hot := s.isHot(t.day)
-	s.mu.Unlock()
-	db, meta, err := s.openTableDB(t, hot)
-	s.mu.Lock()
+	err := s.openBusyLocked(t, a)
 	t.busy = nil
 	close(ch)
 	if err != nil {
-		t.failErr, t.failedAt = err, s.now()
-		s.metrics.tableErrors.Add(context.Background(), 1)
-		s.log.Error("day table cannot be opened; its queries fail until it is repaired or dropped",
-			"table", t.day.String(), "dir", t.dir, "err", err)
-		return unavailableTable(t.day, err)
+		return err
 	}
-	t.db, t.hot, t.failErr = db, hot, nil
-	t.readings.Store(meta.readings)
-	t.newest = meta.newest
 	// Keep the number of open cold tables bounded, and close tables
 	// that a new day made cold. This closes other tables only (t is
 	// referenced), in the background.
@@ -172,32 +216,100 @@ func (s *Store) openLocked(t *table) error {
 	return nil
 }
 
+// openBusyLocked opens the database of t for a while t.busy is set. It
+// is called with s.mu held and returns with it held, releasing it while
+// Badger opens.
+func (s *Store) openBusyLocked(t *table, a access) error {
+	hot := s.isHot(t.day)
+	s.mu.Unlock()
+	db, readOnly, meta, err := s.openTableDB(t, hot, a)
+	s.mu.Lock()
+	if err != nil {
+		t.failErr, t.failedAt = err, s.now()
+		s.metrics.tableErrors.Add(context.Background(), 1)
+		s.log.Error("day table cannot be opened; its queries fail until it is repaired or dropped",
+			"table", t.day.String(), "dir", t.dir, "err", err)
+		return unavailableTable(t.day, err)
+	}
+	t.db, t.hot, t.readOnly, t.failErr = db, hot, readOnly, nil
+	if known := t.readings.Load(); known >= 0 && known != meta.readings {
+		s.log.Warn("day table reading count file disagreed with the table; using the table's count",
+			"table", t.day.String(), "file", known, "table_count", meta.readings)
+	}
+	t.readings.Store(meta.readings)
+	t.newest = meta.newest
+	return nil
+}
+
+// reopenWritableLocked replaces the read-only database of t with a
+// writable one, for a writer holding a reference. New callers wait
+// (t.busy) while the other holders finish with the read-only one. It
+// is called with s.mu held and returns with it held. If a drop starts
+// meanwhile it gives up and leaves t.db unchanged or nil.
+func (s *Store) reopenWritableLocked(ctx context.Context, t *table) error {
+	ch := make(chan struct{})
+	t.busy = ch
+	defer func() {
+		t.busy = nil
+		close(ch)
+	}()
+	for t.refs > 1 && !t.dropping {
+		if err := s.waitReleaseLocked(ctx, t); err != nil {
+			return err
+		}
+	}
+	if t.dropping {
+		return nil // the caller sees it
+	}
+	db := t.db
+	t.db = nil
+	s.mu.Unlock()
+	err := db.Close()
+	s.mu.Lock()
+	if err != nil {
+		s.log.Error("close read-only table", "table", t.day.String(), "err", err)
+	}
+	return s.openBusyLocked(t, forWrite)
+}
+
 // unavailableTable is the error of a table that cannot be opened.
 func unavailableTable(day buckets.Day, err error) error {
 	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected", Err: err}
 }
 
-// openTableDB opens the Badger database of t and reads its metadata.
-// Badger panics on some kinds of damage; that is turned into an error
-// so one damaged day cannot take the process down.
-func (s *Store) openTableDB(t *table, hot bool) (db *badger.DB, meta tableMeta, err error) {
+// openTableDB opens the Badger database of t and reads its metadata. A
+// cold table opened for a read is opened read-only, unless it was not
+// closed cleanly (Badger must then replay and truncate its write-ahead
+// log, which needs write access). Badger panics on some kinds of
+// damage; that is turned into an error so one damaged day cannot take
+// the process down.
+func (s *Store) openTableDB(t *table, hot bool, a access) (db *badger.DB, readOnly bool, meta tableMeta, err error) {
 	class := classCold
 	if hot {
 		class = classHot
 	}
-	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, s.opts.ReadOnly, s.log.With("table", t.day.String()))
+	readOnly = s.opts.ReadOnly || (!hot && a == forRead && closedCleanly(t.dir))
+	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("table", t.day.String()))
 	if err := checkTableFiles(t.dir, opts); err != nil {
-		return nil, meta, err
+		return nil, false, meta, err
 	}
 	db, err = openBadger(opts)
 	if err != nil {
-		return nil, meta, err
+		return nil, false, meta, err
 	}
 	if meta, err = readMeta(db); err != nil {
 		_ = db.Close()
-		return nil, meta, err
+		return nil, false, meta, err
 	}
-	return db, meta, nil
+	return db, readOnly, meta, nil
+}
+
+// closedCleanly reports whether the Badger database in dir was closed
+// cleanly: it has no write-ahead log (*.mem) files, which Badger
+// removes on Close after flushing them.
+func closedCleanly(dir string) bool {
+	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	return err == nil && len(mems) == 0
 }
 
 // openBadger is badger.Open with panics turned into errors.
@@ -274,13 +386,19 @@ func (s *Store) release(t *table) {
 }
 
 func (s *Store) releaseLocked(t *table) {
-	t.refs--
+	s.unrefLocked(t)
 	s.touchLocked(t)
-	if t.refs == 0 && t.drained != nil {
-		close(t.drained)
-		t.drained = nil
-	}
 	s.inflight.Done()
+}
+
+// unrefLocked gives up a reference to t and wakes whoever waits for
+// one to be given up.
+func (s *Store) unrefLocked(t *table) {
+	t.refs--
+	if t.released != nil {
+		close(t.released)
+		t.released = nil
+	}
 }
 
 // touchLocked records a use of t.
@@ -323,7 +441,7 @@ func (s *Store) closeIdle() {
 	}
 	s.mu.Unlock()
 	for i, t := range victims {
-		err := dbs[i].Close()
+		err := s.closeDB(t, dbs[i])
 		s.mu.Lock()
 		close(t.busy)
 		t.busy = nil
@@ -333,4 +451,17 @@ func (s *Store) closeIdle() {
 			s.log.Error("close idle table", "table", t.day.String(), "err", err)
 		}
 	}
+}
+
+// closeDB closes db, the database of t, which nobody holds any more,
+// and then saves the count file of t if it is missing. A table whose
+// close failed keeps no count file.
+func (s *Store) closeDB(t *table, db *badger.DB) error {
+	if err := db.Close(); err != nil {
+		return err
+	}
+	t.writeMu.Lock()
+	s.saveCount(t)
+	t.writeMu.Unlock()
+	return nil
 }

@@ -18,52 +18,43 @@ func (s *Store) tableDir(day buckets.Day) string {
 
 // Tables lists the day tables on disk, ascending by day. SizeBytes is
 // the disk space of the table's files; Readings is the exact number of
-// distinct readings, kept in the table itself. A table that was not
-// opened since the store started is opened (as a cold table) to read
-// its count; a table that cannot be opened reports -1.
+// distinct readings, or -1 when it is not known. Tables never opens a
+// table: the count of a table that is not open comes from its count
+// file (see countfile.go), so it is -1 for a table that was being
+// written when the process last stopped without closing it, until the
+// table is opened again; and -1 for a table that cannot be opened.
 func (s *Store) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
+	type listed struct {
+		t      *table
+		failed bool
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, errClosed
 	}
-	list := make([]*table, 0, len(s.tables))
+	list := make([]listed, 0, len(s.tables))
 	for _, t := range s.tables {
 		if !t.dropping {
-			list = append(list, t)
+			list = append(list, listed{t: t, failed: t.failErr != nil})
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(list, func(a, b *table) int { return int(a.day - b.day) })
+	slices.SortFunc(list, func(a, b listed) int { return int(a.t.day - b.t.day) })
 
 	infos := make([]buckets.TableInfo, 0, len(list))
-	for _, t := range list {
+	for _, l := range list {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		n := t.readings.Load()
-		if n < 0 {
-			h, err := s.acquire(ctx, t.day, forRead)
-			switch {
-			case err != nil && ctx.Err() != nil:
-				return nil, ctx.Err()
-			case err != nil && !isUnavailableTable(err):
-				return nil, err
-			case err == nil && h == nil:
-				continue // dropped meanwhile
-			case err == nil:
-				n = h.readings.Load()
-				s.release(h)
-			}
+		n := l.t.readings.Load()
+		if l.failed {
+			n = -1
 		}
-		infos = append(infos, buckets.TableInfo{Day: t.day, SizeBytes: dirSize(t.dir), Readings: n})
+		infos = append(infos, buckets.TableInfo{Day: l.t.day, SizeBytes: dirSize(l.t.dir), Readings: n})
 	}
 	return infos, nil
 }
-
-// isUnavailableTable reports whether err is about one damaged table
-// (as opposed to the store closing).
-func isUnavailableTable(err error) bool { return err != errClosed }
 
 // DropTable drops the table of day: it stops routing reads and writes
 // to it (later reads see an empty day, writes that race with the drop
@@ -134,21 +125,21 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 // until no call holds t and no open or close of it is under way.
 func (s *Store) waitUnusedLocked(ctx context.Context, t *table) error {
 	for t.refs > 0 || t.busy != nil {
-		ch := t.busy
-		if ch == nil {
-			if t.drained == nil {
-				t.drained = make(chan struct{})
+		var err error
+		if ch := t.busy; ch != nil {
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				err = ctx.Err()
 			}
-			ch = t.drained
-		}
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
 			s.mu.Lock()
-			return ctx.Err()
+		} else {
+			err = s.waitReleaseLocked(ctx, t)
 		}
-		s.mu.Lock()
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

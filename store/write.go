@@ -126,6 +126,12 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	if err != nil {
 		return classify(fmt.Errorf("write table %s: %w", day, err))
 	}
+	if len(entries) == 0 {
+		return nil // a redelivery: nothing changes
+	}
+	if err := s.beforeCommit(t); err != nil {
+		return classify(fmt.Errorf("write table %s: %w", day, err))
+	}
 	if err := commitEntries(t, entries); err != nil {
 		return classify(fmt.Errorf("write table %s: %w", day, err))
 	}
