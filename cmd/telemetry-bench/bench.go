@@ -19,6 +19,7 @@ type Results struct {
 	Machine    machine
 	Started    time.Time
 	Elapsed    time.Duration
+	LoadEnd    string     // /proc/loadavg when the run ended
 	RawBadger  float64    // readings/s, one WriteBatch
 	RawJS      []jsResult // at 1 and 100 readings per message
 	StoreWrite float64    // readings/s through store.Write
@@ -64,11 +65,11 @@ func Run(ctx context.Context, cfg Config, progressOut io.Writer) (*Results, erro
 			continue
 		}
 		if err := st.run(ctx); err != nil {
-			b.res.Elapsed = time.Since(b.res.Started)
+			b.res.Elapsed, b.res.LoadEnd = time.Since(b.res.Started), loadavg()
 			return b.res, fmt.Errorf("%s: %w", st.name, err)
 		}
 	}
-	b.res.Elapsed = time.Since(b.res.Started)
+	b.res.Elapsed, b.res.LoadEnd = time.Since(b.res.Started), loadavg()
 	b.prog.logf("finished in %s", b.res.Elapsed.Round(time.Second))
 	return b.res, nil
 }
@@ -124,7 +125,10 @@ func (b *bench) runAllE2E(ctx context.Context) error {
 	if err := b.ensureBinary(ctx); err != nil {
 		return err
 	}
-	for _, run := range e2eRuns() {
+	runs := slices.DeleteFunc(e2eRuns(), func(r e2eRun) bool {
+		return len(b.cfg.Runs) > 0 && !slices.Contains(b.cfg.Runs, r.Name)
+	})
+	for _, run := range e2eSchedule(runs, b.cfg.Repeat) {
 		r, err := b.runE2E(ctx, run)
 		removeAll(filepath.Join(b.work, "e2e-"+sanitize(run.Name)), b.cfg.Keep)
 		if err != nil {

@@ -26,7 +26,7 @@ func TestTinyRun(t *testing.T) {
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "report.md")
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"-readings", "3000", "-devices", "10", "-query-readings", "40000", "-queries", "20",
+	code := run(ctx, []string{"-readings", "3000", "-devices", "10", "-query-readings", "40000", "-queries", "20", "-repeat", "2",
 		"-work-dir", t.TempDir(), "-progress", "0", "-out", out}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
 
@@ -37,6 +37,7 @@ func TestTinyRun(t *testing.T) {
 		assert.Contains(t, text, want)
 	}
 	assert.NotContains(t, text, " 0 MiB", "every service run reports its peak RSS")
+	assert.Contains(t, text, "(2 runs: ", "repeated runs show their range")
 	md, err := os.ReadFile(out)
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "| end to end 100/msg |")
@@ -134,4 +135,28 @@ func TestSummarize(t *testing.T) {
 	assert.Equal(t, 199*time.Millisecond, l.P99)
 	assert.Equal(t, 200*time.Millisecond, l.Max)
 	assert.True(t, strings.HasSuffix(ms(l.P99), " ms"))
+}
+
+func TestScheduleRepeatsOnlyComparedRuns(t *testing.T) {
+	var names []string
+	for _, r := range e2eSchedule(e2eRuns(), 2) {
+		names = append(names, r.Name)
+	}
+	assert.Equal(t, []string{
+		"1/msg", "1/msg telemetry off", "100/msg", "100/msg telemetry off",
+		"1/msg", "1/msg telemetry off", "100/msg", "100/msg telemetry off",
+		"1/msg sync-writes", "100/msg sync-writes", "10000/msg",
+	}, names)
+}
+
+func TestReportUsesMedianRun(t *testing.T) {
+	res := &Results{E2E: []e2eResult{
+		{Run: e2eRun{Name: "1/msg"}, Rate: 30}, {Run: e2eRun{Name: "1/msg"}, Rate: 10},
+		{Run: e2eRun{Name: "1/msg"}, Rate: 20}, {Run: e2eRun{Name: "100/msg"}, Rate: 5},
+	}}
+	assert.Equal(t, 20.0, res.e2eRate("1/msg"))
+	assert.Equal(t, " (3 runs: 10-30)", res.e2eSpread("1/msg"))
+	assert.Equal(t, 5.0, res.e2eRate("100/msg"))
+	assert.Equal(t, "", res.e2eSpread("100/msg"))
+	assert.Zero(t, res.e2eRate("10000/msg"))
 }

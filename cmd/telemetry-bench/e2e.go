@@ -19,6 +19,7 @@ type e2eRun struct {
 	PerMsg    int  // readings per message
 	Sync      bool // -sync-writes
 	Telemetry bool // false: OTEL_SDK_DISABLED=true
+	Repeated  bool // run Config.Repeat times
 }
 
 // e2eResult is what one end-to-end run measured.
@@ -34,21 +35,49 @@ type e2eResult struct {
 	DiskBytes   int64         // day tables after the service stopped
 }
 
+// syncShare: the -sync-writes runs publish this fraction of -readings
+// (at least one message per device). With -sync-writes the embedded
+// JetStream fsyncs every stored message, which makes them slow.
+const syncShare = 10
+
 // cpuPerMillion is CPU seconds per million readings.
 func cpuPerMillion(d time.Duration, readings int) float64 {
 	return d.Seconds() / float64(readings) * 1e6
 }
 
-// e2eRuns lists the end-to-end configurations measured.
+// e2eRuns lists the end-to-end configurations measured. Repeated ones
+// run Config.Repeat times, interleaved, and the report shows their
+// median; the others run once, after them.
 func e2eRuns() []e2eRun {
 	var runs []e2eRun
 	for _, n := range []int{1, 100} {
 		runs = append(runs,
-			e2eRun{Name: fmt.Sprintf("%d/msg", n), PerMsg: n, Telemetry: true},
-			e2eRun{Name: fmt.Sprintf("%d/msg telemetry off", n), PerMsg: n},
-			e2eRun{Name: fmt.Sprintf("%d/msg sync-writes", n), PerMsg: n, Sync: true, Telemetry: true})
+			e2eRun{Name: fmt.Sprintf("%d/msg", n), PerMsg: n, Telemetry: true, Repeated: true},
+			e2eRun{Name: fmt.Sprintf("%d/msg telemetry off", n), PerMsg: n, Repeated: true})
+	}
+	for _, n := range []int{1, 100} {
+		runs = append(runs, e2eRun{Name: fmt.Sprintf("%d/msg sync-writes", n), PerMsg: n, Sync: true, Telemetry: true})
 	}
 	return append(runs, e2eRun{Name: "10000/msg", PerMsg: 10000, Telemetry: true})
+}
+
+// e2eSchedule is the order of the end-to-end runs: the repeated ones
+// round-robin, repeat times, then the others.
+func e2eSchedule(runs []e2eRun, repeat int) []e2eRun {
+	var out []e2eRun
+	for range repeat {
+		for _, r := range runs {
+			if r.Repeated {
+				out = append(out, r)
+			}
+		}
+	}
+	for _, r := range runs {
+		if !r.Repeated {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // runE2E starts a fresh service, publishes b.cfg.Readings readings with
@@ -80,7 +109,11 @@ func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
 		return e2eResult{}, err
 	}
 	defer nc.Close()
-	w := newWorkload(b.devices, b.cfg.Readings, run.PerMsg, time.Second, time.Now().Add(-time.Minute))
+	readings := b.cfg.Readings
+	if run.Sync {
+		readings = max(readings/syncShare, len(b.devices)*run.PerMsg) // fsync per publish makes these slow
+	}
+	w := newWorkload(b.devices, readings, run.PerMsg, time.Second, time.Now().Add(-time.Minute))
 	res := e2eResult{Run: run, Readings: w.readings()}
 	ph := b.prog.begin("end to end "+run.Name+" (stored)", w.readings(), "readings")
 	defer ph.end("")
@@ -159,8 +192,9 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// profile fetches a CPU profile of the service for ProfileSeconds into
-// ProfileDir when profiling is on. The returned func waits for it.
+// profile fetches a CPU profile of the service for ProfileSeconds, and
+// then an execution trace of one second, into ProfileDir when profiling
+// is on. The returned func waits for both.
 func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
 	if b.cfg.ProfileDir == "" || svc.pprofAddr == "" {
 		return func() {}
@@ -168,18 +202,25 @@ func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		path := filepath.Join(b.cfg.ProfileDir, name+".pprof")
-		if err := fetchProfile(ctx, svc.pprofAddr, b.cfg.ProfileSeconds, path); err != nil {
-			b.prog.logf("profile %s: %v", name, err)
-			return
+		for _, p := range []struct{ query, file string }{
+			{fmt.Sprintf("profile?seconds=%d", b.cfg.ProfileSeconds), name + ".pprof"},
+			{"trace?seconds=1", name + ".trace"},
+		} {
+			path := filepath.Join(b.cfg.ProfileDir, p.file)
+			if err := fetchProfile(ctx, svc.pprofAddr, p.query, path); err != nil {
+				b.prog.logf("profile %s: %v", name, err)
+				return
+			}
+			b.prog.logf("profile written to %s", path)
 		}
-		b.prog.logf("profile %s written to %s", name, path)
 	}()
 	return func() { <-done }
 }
 
-func fetchProfile(ctx context.Context, addr string, secs int, path string) error {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs)
+// fetchProfile saves GET /debug/pprof/<query> of the pprof server at
+// addr to path.
+func fetchProfile(ctx context.Context, addr, query, path string) error {
+	url := "http://" + addr + "/debug/pprof/" + query
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -47,7 +47,9 @@ type Config struct {
 	Devices        int           // devices the readings are spread over
 	QueryReadings  int           // readings prefilled for the query measurement
 	Queries        int           // requests per latency figure
+	Repeat         int           // runs of each repeated end-to-end configuration
 	Phases         []string      // which parts to run: raw, store, e2e, query
+	Runs           []string      // which end-to-end runs (names as in the report); empty: all
 	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
 	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
 	Keep           bool          // keep WorkDir
@@ -62,14 +64,14 @@ var allPhases = []string{"raw", "store", "e2e", "query"}
 
 // DefaultConfig is the full run.
 func DefaultConfig() Config {
-	return Config{Readings: 2_000_000, Devices: 1000, QueryReadings: 10_000_000, Queries: 2000,
+	return Config{Readings: 2_000_000, Devices: 1000, QueryReadings: 10_000_000, Queries: 2000, Repeat: 3,
 		Phases: allPhases, ProfileSeconds: 5, Progress: 5 * time.Second}
 }
 
 // QuickConfig is the scaled-down run of -quick.
 func QuickConfig() Config {
 	c := DefaultConfig()
-	c.Readings, c.QueryReadings, c.Queries, c.Progress = 200_000, 1_000_000, 300, 2*time.Second
+	c.Readings, c.QueryReadings, c.Queries, c.Repeat, c.Progress = 200_000, 1_000_000, 300, 1, 2*time.Second
 	return c
 }
 
@@ -113,12 +115,14 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("telemetry-bench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	cfg := DefaultConfig()
-	quick := fs.Bool("quick", false, "scaled-down run of about 1-2 minutes (200k readings, 1M query readings, 300 queries)")
+	quick := fs.Bool("quick", false, "scaled-down run of about 1-2 minutes (200k readings, 1M query readings, 300 queries, no repeats)")
 	phases := fs.String("phases", strings.Join(allPhases, ","), "parts to run, comma-separated: "+strings.Join(allPhases, ","))
 	fs.IntVar(&cfg.Readings, "readings", cfg.Readings, "readings per ingest measurement (raw ceilings, store write, each end-to-end run)")
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "devices the readings are spread over")
 	fs.IntVar(&cfg.QueryReadings, "query-readings", cfg.QueryReadings, "readings prefilled for the query latencies")
 	fs.IntVar(&cfg.Queries, "queries", cfg.Queries, "requests per latency figure")
+	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "runs of the end-to-end configurations compared with each other (telemetry on and off); the report shows the median")
+	runs := fs.String("runs", "", "end-to-end runs to do, comma-separated names as in the report (default: all)")
 	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
@@ -133,6 +137,9 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 		applyQuick(fs, &cfg)
 	}
 	cfg.Phases = strings.Split(*phases, ",")
+	if *runs != "" {
+		cfg.Runs = strings.Split(*runs, ",")
+	}
 	return cfg, cfg.validate()
 }
 
@@ -150,6 +157,9 @@ func applyQuick(fs *flag.FlagSet, cfg *Config) {
 	if !set["queries"] {
 		cfg.Queries = q.Queries
 	}
+	if !set["repeat"] {
+		cfg.Repeat = q.Repeat
+	}
 	if !set["progress"] {
 		cfg.Progress = q.Progress
 	}
@@ -162,6 +172,11 @@ func (c Config) validate() error {
 			return fmt.Errorf("-phases: unknown part %q (want some of %s)", p, strings.Join(allPhases, ","))
 		}
 	}
+	for _, r := range c.Runs {
+		if !slices.ContainsFunc(e2eRuns(), func(e e2eRun) bool { return e.Name == r }) {
+			return fmt.Errorf("-runs: unknown run %q", r)
+		}
+	}
 	switch {
 	case c.Devices < 1:
 		return fmt.Errorf("-devices %d: want at least 1", c.Devices)
@@ -171,6 +186,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-query-readings %d: want at least one per device (%d)", c.QueryReadings, c.Devices)
 	case c.Queries < 1:
 		return fmt.Errorf("-queries %d: want at least 1", c.Queries)
+	case c.Repeat < 1:
+		return fmt.Errorf("-repeat %d: want at least 1", c.Repeat)
 	}
 	return nil
 }

@@ -59,6 +59,7 @@ type queryResult struct {
 	IdleLatest, IdleRange latency // HTTP, nothing else running
 	LoadLatest, LoadRange latency // HTTP while readings are ingested at full speed
 	LoadRate              float64 // readings/s stored while the loaded queries ran
+	LoadServiceCores      float64 // service CPU time / wall time while they ran
 	PeakRSS               int64   // service VmHWM
 }
 
@@ -214,6 +215,13 @@ func timeN(n int, ph *phase, f func() error) (latency, error) {
 func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *queryResult) error {
 	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
 		telemetry: true}
+	if b.cfg.ProfileDir != "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		svc.pprofAddr = addr
+	}
 	if err := svc.start(ctx); err != nil {
 		return err
 	}
@@ -262,8 +270,14 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res
 		return err
 	}
 	ph := b.prog.begin("HTTP queries under full-speed ingest", 2*b.cfg.Queries, "queries")
+	stopProfile := b.profile(ctx, svc, "query-under-ingest")
+	defer stopProfile()
 	start := time.Now()
 	if n0, err = svc.stored(ctx); err != nil {
+		return err
+	}
+	st0, err := svc.stats()
+	if err != nil {
 		return err
 	}
 	if res.LoadLatest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
@@ -276,8 +290,14 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res
 	if err != nil {
 		return err
 	}
+	st1, err := svc.stats()
+	if err != nil {
+		return err
+	}
 	res.LoadRate = float64(n1-n0) / time.Since(start).Seconds()
+	res.LoadServiceCores = (st1.cpu - st0.cpu).Seconds() / time.Since(start).Seconds()
 	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s, ingesting %.0f readings/s", res.LoadLatest.P99, res.LoadRange.P99, res.LoadRate))
+	stopProfile()
 	return stopLoad()
 }
 

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -11,7 +14,8 @@ func buildReport(r *Results) report {
 	m := r.Machine
 	rep := report{head: []string{
 		fmt.Sprintf("telemetry-bench, %s, took %s", r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second)),
-		fmt.Sprintf("machine: %d CPUs (%s), %s memory, %s, %s", m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.GoVersion),
+		fmt.Sprintf("machine: %d CPUs (%s), %s memory, %s, %s; load average %s at the start, %s at the end",
+			m.CPUs, m.CPUModel, m.Memory, m.Kernel, m.GoVersion, m.LoadStart, r.LoadEnd),
 		fmt.Sprintf("sizes: %s readings per ingest measurement over %d devices, 3 values per reading; %s query readings; %d requests per latency figure",
 			num(float64(r.Config.Readings)), r.Config.Devices, num(float64(r.Config.QueryReadings)), r.Config.Queries),
 	}}
@@ -23,14 +27,26 @@ func buildReport(r *Results) report {
 	return rep
 }
 
-// e2e returns the end-to-end result named name, if measured.
+// e2e returns the end-to-end result named name, the run with the
+// median rate when it ran more than once, or nil.
 func (r *Results) e2e(name string) *e2eResult {
+	runs := r.e2eAll(name)
+	if len(runs) == 0 {
+		return nil
+	}
+	slices.SortFunc(runs, func(a, b *e2eResult) int { return cmp.Compare(a.Rate, b.Rate) })
+	return runs[(len(runs)-1)/2]
+}
+
+// e2eAll returns every run named name.
+func (r *Results) e2eAll(name string) []*e2eResult {
+	var runs []*e2eResult
 	for i := range r.E2E {
 		if r.E2E[i].Run.Name == name {
-			return &r.E2E[i]
+			runs = append(runs, &r.E2E[i])
 		}
 	}
-	return nil
+	return runs
 }
 
 func (r *Results) e2eRate(name string) float64 {
@@ -38,6 +54,19 @@ func (r *Results) e2eRate(name string) float64 {
 		return e.Rate
 	}
 	return 0
+}
+
+// e2eSpread is "min-max" of the rates of the runs named name, or "".
+func (r *Results) e2eSpread(name string) string {
+	runs := r.e2eAll(name)
+	if len(runs) < 2 {
+		return ""
+	}
+	lo, hi := runs[0].Rate, runs[0].Rate
+	for _, e := range runs {
+		lo, hi = min(lo, e.Rate), max(hi, e.Rate)
+	}
+	return fmt.Sprintf(" (%d runs: %s-%s)", len(runs), num(lo), num(hi))
 }
 
 // jsCeiling is raw JetStream consume-and-ack at perMsg readings per
@@ -90,8 +119,12 @@ func e2eSection(r *Results) section {
 	s := section{title: "End to end: publish to committed, telemetryd child process with embedded NATS",
 		header: []string{"run", "readings", "publish alone/s", "publish to stored/s", "service CPU s per M readings",
 			"publisher CPU s per M", "service peak RSS", "disk bytes/reading"}}
-	for _, e := range r.E2E {
-		s.rows = append(s.rows, []string{e.Run.Name, num(float64(e.Readings)), num(e.PublishRate), num(e.Rate),
+	for _, run := range e2eRuns() {
+		e := r.e2e(run.Name)
+		if e == nil {
+			continue
+		}
+		s.rows = append(s.rows, []string{e.Run.Name, num(float64(e.Readings)), num(e.PublishRate), num(e.Rate) + r.e2eSpread(run.Name),
 			fmt.Sprintf("%.2f", cpuPerMillion(e.ServiceCPU, e.Readings)),
 			fmt.Sprintf("%.2f", cpuPerMillion(e.ClientCPU, e.Readings)),
 			mib(e.PeakRSS), fmt.Sprintf("%.1f", float64(e.DiskBytes)/float64(e.Readings))})
@@ -100,7 +133,8 @@ func e2eSection(r *Results) section {
 		on, off, sync := r.e2eRate(n), r.e2eRate(n+" telemetry off"), r.e2eRate(n+" sync-writes")
 		s.notes = append(s.notes, fmt.Sprintf("%s: telemetry on/off = %s; sync-writes/async = %s.", n, ratio(on, off), ratio(sync, on)))
 	}
-	s.notes = append(s.notes, "Disk is the day tables after the service stopped (memtables flushed), before any forced compaction.")
+	s.notes = append(s.notes, "Disk is the day tables after the service stopped (memtables flushed), before any forced compaction.",
+		fmt.Sprintf("Runs done more than once show the median run and the range of the rates; -sync-writes runs publish 1/%d of the readings.", syncShare))
 	return s
 }
 
@@ -119,6 +153,7 @@ func querySection(q *queryResult) section {
 		fmt.Sprintf("Readings prefilled through store.Write at %s readings/s into day table %s; raw Badger reads that table opened read-only before the service starts.",
 			num(q.PrefillRate), q.Day),
 		"HTTP times are client-side: request sent to the whole body read, one keep-alive connection, one request at a time; under ingest, latest-10 reads today's table while it is being written.",
+		fmt.Sprintf("Under ingest the service used %.2f CPU cores on average (of %d).", q.LoadServiceCores, runtime.NumCPU()),
 	}
 	return s
 }
