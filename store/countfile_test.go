@@ -362,3 +362,24 @@ func TestWriteToReadOnlyTableReopensItAfterReaders(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, got, 12)
 }
+
+func TestColdTableThatCannotOpenReadOnlyOpensWritable(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	d := today - 5
+	ts.write(t, reading("a", at(0), "v", 1)) // the index is not empty: no rebuild at Open
+	// A crash right after the directory of a new table was made.
+	require.NoError(t, os.MkdirAll(ts.tableDir(d), 0o755))
+	ts = ts.reopen(t)
+	tables, err := ts.Tables(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[buckets.Day]int64{d: -1, today: 1}, countsOf(tables))
+
+	h, err := ts.acquire(ctx, d, forRead)
+	require.NoError(t, err, "a directory without a MANIFEST cannot open read-only")
+	assert.False(t, h.readOnly)
+	ts.release(h)
+	tables, err = ts.Tables(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[buckets.Day]int64{d: 0, today: 1}, countsOf(tables))
+}

@@ -59,6 +59,8 @@ type table struct {
 	// wt is what this process wrote since db was opened (write.go).
 	// Guarded by writeMu.
 	wt writeTracker
+	// ver numbers commits and tracks readers' versions (versions.go).
+	ver versions
 	// countFile says that the count file exists: it must be removed
 	// before the next commit. Guarded by writeMu.
 	countFile bool
@@ -293,7 +295,14 @@ func (s *Store) openTableDB(t *table, hot bool, a access) (db *badger.DB, readOn
 	if err := checkTableFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
 	}
-	db, err = openBadger(opts)
+	db, err = openTableBadger(opts)
+	if err != nil && readOnly && !s.opts.ReadOnly {
+		// Such as a directory whose creation a crash interrupted: a
+		// writable open completes what it can.
+		s.log.Debug("opening day table read-only failed; opening it writable", "table", t.day.String(), "err", err)
+		readOnly = false
+		db, err = openTableBadger(opts.WithReadOnly(false))
+	}
 	if err != nil {
 		return nil, false, meta, err
 	}
@@ -332,7 +341,7 @@ type tableMeta struct {
 // key but with readings gets MaxTicks: every write reads first.
 func readMeta(db *badger.DB) (tableMeta, error) {
 	var m tableMeta
-	err := db.View(func(txn *badger.Txn) error {
+	err := viewLatest(db, func(txn *badger.Txn) error {
 		readings, err := readUint64(txn, metaReadingsKey)
 		if err != nil {
 			return err
