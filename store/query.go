@@ -78,15 +78,15 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 	defer s.release(t)
 	r := buckets.Reading{Device: dev, Ticks: k}
 	err = s.guard(t, func() error {
-		return t.db.View(func(txn *badger.Txn) error {
-			item, err := txn.Get(buckets.AppendKey(nil, dev, k))
-			if err != nil {
-				return err
-			}
-			return item.Value(func(v []byte) error {
-				r.Values, err = buckets.DecodeValues(v)
-				return err
-			})
+		txn, done := t.readTxn()
+		defer done()
+		item, err := txn.Get(buckets.AppendKey(nil, dev, k))
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			r.Values, err = buckets.DecodeValues(v)
+			return err
 		})
 	})
 	switch {
@@ -169,8 +169,8 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 	if lo >= hi {
 		return out, nil
 	}
-	txn := t.db.NewTransaction(false)
-	defer txn.Discard()
+	txn, done := t.readTxn()
+	defer done()
 	prefix := buckets.DevicePrefix(dev)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: order == buckets.Asc})
 	defer it.Close()

@@ -57,7 +57,7 @@ func indexTable(db *badger.DB, idx *deviceIndex) (int, error) {
 	const batchSize = 1024
 	batch := make([]buckets.Reading, 0, batchSize)
 	n := 0
-	err := db.View(func(txn *badger.Txn) error {
+	err := viewLatest(db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {

@@ -227,11 +227,8 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 	merged := mergeDuplicates(rs)
 	w := t.tracker()
 	var txn *badger.Txn
-	defer func() {
-		if txn != nil {
-			txn.Discard()
-		}
-	}()
+	done := func() {}
+	defer func() { done() }()
 	entries := make([]entry, 0, len(merged))
 	arena := make([]byte, 0, len(merged)*64)
 	for _, r := range merged {
@@ -240,7 +237,7 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 		key := arena[start:len(arena):len(arena)]
 		if w.mayExist(r.Device, r.Ticks) {
 			if txn == nil {
-				txn = t.db.NewTransaction(false)
+				txn, done = t.readTxn()
 			}
 			value, found, err := mergeStored(txn, key, r)
 			if err != nil {
@@ -359,7 +356,7 @@ func entrySize(e entry) int64 {
 // commitChunk commits entries and the updated table metadata in one
 // transaction.
 func commitChunk(t *table, entries []entry) error {
-	txn := t.db.NewTransaction(true)
+	txn := t.writeTxn()
 	defer txn.Discard()
 	added, newest := int64(0), t.newest
 	for _, e := range entries {
@@ -382,7 +379,7 @@ func commitChunk(t *table, entries []entry) error {
 			return err
 		}
 	}
-	if err := txn.Commit(); err != nil {
+	if err := t.commitTxn(txn); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	t.readings.Store(n)

@@ -121,7 +121,9 @@ func rawTable(t *testing.T, ts *testStore, day buckets.Day) []rawItem {
 	require.NotNil(t, h)
 	defer ts.release(h)
 	var out []rawItem
-	require.NoError(t, h.db.View(func(txn *badger.Txn) error {
+	txn, done := h.readTxn()
+	defer done()
+	require.NoError(t, func() error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -132,7 +134,7 @@ func rawTable(t *testing.T, ts *testStore, day buckets.Day) []rawItem {
 			out = append(out, rawItem{string(it.Item().Key()), string(v), it.Item().Version()})
 		}
 		return nil
-	}))
+	}())
 	return out
 }
 
@@ -220,7 +222,11 @@ func TestWriteMergesWithOlderAndReopenedReadings(t *testing.T) {
 	// existed) reads before every write.
 	h, err := ts.acquire(ctx, today, forWrite)
 	require.NoError(t, err)
-	require.NoError(t, h.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaNewestKey) }))
+	h.writeMu.Lock()
+	txn := h.writeTxn()
+	require.NoError(t, txn.Delete(metaNewestKey))
+	require.NoError(t, h.commitTxn(txn))
+	h.writeMu.Unlock()
 	ts.release(h)
 	ts = ts.reopen(t)
 	ts.write(t, reading("dev", k2, "c", "x"))
