@@ -193,7 +193,7 @@ func selfCPU() time.Duration {
 }
 
 // profile fetches a CPU profile of the service for ProfileSeconds, and
-// then an execution trace of one second, into ProfileDir when profiling
+// then an execution trace of up to three seconds, into ProfileDir when profiling
 // is on. The returned func waits for both.
 func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
 	if b.cfg.ProfileDir == "" || svc.pprofAddr == "" {
@@ -204,7 +204,7 @@ func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
 		defer close(done)
 		for _, p := range []struct{ query, file string }{
 			{fmt.Sprintf("profile?seconds=%d", b.cfg.ProfileSeconds), name + ".pprof"},
-			{"trace?seconds=1", name + ".trace"},
+			{fmt.Sprintf("trace?seconds=%d", min(b.cfg.ProfileSeconds, 3)), name + ".trace"},
 		} {
 			path := filepath.Join(b.cfg.ProfileDir, p.file)
 			if err := fetchProfile(ctx, svc.pprofAddr, p.query, path); err != nil {
