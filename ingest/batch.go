@@ -148,9 +148,18 @@ func (in *Ingester) writeOneByOne(ctx context.Context, items []item) int {
 	return failed
 }
 
-// committed acks the messages whose readings rs were just written and
-// records the metrics.
+// committed records the metrics of readings rs, which were just
+// written, then acks their messages. Metrics come first so that a
+// reading is counted by the time its publisher can see it stored.
 func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Reading) {
+	in.m.readings.Add(ctx, int64(len(rs)), in.m.accepted)
+	in.m.batchSize.Record(ctx, int64(len(rs)))
+	if now, err := buckets.TicksOf(in.now()); err == nil {
+		for i := range rs {
+			lag := float64(now-rs[i].Ticks) / buckets.TicksPerSecond
+			in.m.lag.Record(ctx, max(lag, 0))
+		}
+	}
 	var ackErr error
 	acked := 0
 	for _, it := range items {
@@ -169,16 +178,6 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 			"messages", len(items)-acked, "error", ackErr)
 	}
 	in.m.messages.Add(ctx, int64(acked), in.m.acked)
-	in.m.readings.Add(ctx, int64(len(rs)), in.m.accepted)
-	in.m.batchSize.Record(ctx, int64(len(rs)))
-	now, err := buckets.TicksOf(in.now())
-	if err != nil {
-		return
-	}
-	for i := range rs {
-		lag := float64(now-rs[i].Ticks) / buckets.TicksPerSecond
-		in.m.lag.Record(ctx, max(lag, 0))
-	}
 }
 
 // ack acks a committed message: a plain ack normally, one confirmed by

@@ -127,7 +127,9 @@ func TestIngestWritesAndAcks(t *testing.T) {
 	assert.Empty(t, e.deadLetters())
 
 	assert.Equal(t, int64(4), e.counter("telemetry.ingest.readings", outcome("accepted")))
-	assert.Equal(t, int64(3), e.counter("telemetry.ingest.messages", outcome("acked")))
+	// The acked count is recorded just after the acks are sent.
+	assert.Eventually(t, func() bool { return e.counter("telemetry.ingest.messages", outcome("acked")) == 3 },
+		5*time.Second, 5*time.Millisecond, "messages acked")
 	lag, ok := e.collect()["telemetry.ingest.lag"].(metricdata.Histogram[float64])
 	require.True(t, ok)
 	require.Len(t, lag.DataPoints, 1)
@@ -343,7 +345,9 @@ func TestIngestRetriesTransientWriteError(t *testing.T) {
 	assert.Empty(t, e.deadLetters())
 	assert.GreaterOrEqual(t, e.counter("telemetry.ingest.messages", outcome("nak")), int64(3))
 	assert.GreaterOrEqual(t, e.counter("telemetry.ingest.redeliveries"), int64(3))
-	assert.Equal(t, int64(1), e.counter("telemetry.ingest.messages", outcome("acked")))
+	// The acked count is recorded just after the acks are sent.
+	assert.Eventually(t, func() bool { return e.counter("telemetry.ingest.messages", outcome("acked")) == 1 },
+		5*time.Second, 5*time.Millisecond, "messages acked")
 }
 
 // A message the store always refuses reaches the dead letter subject

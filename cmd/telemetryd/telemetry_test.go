@@ -137,7 +137,8 @@ func TestMetricsCountReadingsByOutcomeAndCode(t *testing.T) {
 				return false
 			}
 		}
-		return true
+		acked, _ := sample(mfs, "telemetry_ingest_messages_total", map[string]string{"outcome": "acked"})
+		return acked == 2
 	}, 10*time.Second, 50*time.Millisecond)
 	for _, w := range want {
 		got, ok := sample(mfs, "telemetry_ingest_readings_total", w.labels)
