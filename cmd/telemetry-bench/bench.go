@@ -15,16 +15,17 @@ import (
 // Results is everything one run measured. Parts that were not run (or
 // failed) are zero.
 type Results struct {
-	Config     Config
-	Machine    machine
-	Started    time.Time
-	Elapsed    time.Duration
-	LoadEnd    string     // /proc/loadavg when the run ended
-	RawBadger  float64    // readings/s, one WriteBatch
-	RawJS      []jsResult // at 1 and 100 readings per message
-	StoreWrite float64    // readings/s through store.Write
-	E2E        []e2eResult
-	Query      *queryResult
+	Config            Config
+	Machine           machine
+	Started           time.Time
+	Elapsed           time.Duration
+	LoadEnd           string  // /proc/loadavg when the run ended
+	RawBadger         float64 // readings/s, the best of RawBadgerVariants
+	RawBadgerVariants []rawVariant
+	RawJS             []jsResult // at 1 and 100 readings per message
+	StoreWrite        float64    // readings/s through store.Write
+	E2E               []e2eResult
+	Query             *queryResult
 }
 
 // bench is one run in progress.
@@ -84,15 +85,19 @@ func (b *bench) ingestWorkload(perMsg int) workload {
 // runRaw measures the raw ceilings.
 func (b *bench) runRaw(ctx context.Context) error {
 	w := b.ingestWorkload(1)
-	dir := filepath.Join(b.work, "raw-badger")
-	ph := b.prog.begin("raw Badger WriteBatch", w.readings(), "readings")
-	rate, err := rawBadger(dir, w, ph)
-	removeAll(dir, b.cfg.Keep)
-	if err != nil {
-		return err
+	for _, v := range rawVariants() {
+		dir := filepath.Join(b.work, "raw-badger")
+		ph := b.prog.begin("raw Badger, "+v.Name, w.readings(), "readings")
+		rate, err := rawBadger(dir, w, v, ph)
+		removeAll(dir, b.cfg.Keep)
+		if err != nil {
+			return err
+		}
+		v.Rate = rate
+		b.res.RawBadgerVariants = append(b.res.RawBadgerVariants, v)
+		b.res.RawBadger = max(b.res.RawBadger, rate)
+		ph.end(fmt.Sprintf("%.0f readings/s", rate))
 	}
-	b.res.RawBadger = rate
-	ph.end(fmt.Sprintf("%.0f readings/s", rate))
 	for _, perMsg := range []int{1, 100} {
 		dir := filepath.Join(b.work, fmt.Sprintf("raw-jetstream-%d", perMsg))
 		r, err := rawJetStream(ctx, dir, b.ingestWorkload(perMsg), b.prog)

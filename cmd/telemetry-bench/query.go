@@ -55,12 +55,39 @@ type queryResult struct {
 	DiskService   int64   // after the service ran on it and stopped
 	DiskCompacted int64   // after a Badger Flatten and close
 
-	RawLatest, RawRange   latency // Badger prefix seek, read-only DB
-	IdleLatest, IdleRange latency // HTTP, nothing else running
-	LoadLatest, LoadRange latency // HTTP while readings are ingested at full speed
-	LoadRate              float64 // readings/s stored while the loaded queries ran
-	LoadServiceCores      float64 // service CPU time / wall time while they ran
-	PeakRSS               int64   // service VmHWM
+	RawLatest, RawRange   latency       // Badger prefix seek, read-only DB
+	IdleLatest, IdleRange latency       // HTTP, nothing else running
+	LoadLatest, LoadRange latency       // HTTP while readings are ingested at full speed
+	LoadRate              float64       // readings/s stored while the loaded queries ran
+	LoadServiceCores      float64       // service CPU time / wall time while they ran
+	PeakRSS               int64         // service VmHWM
+	Settle                time.Duration // until the service was idle after opening the data
+}
+
+// waitIdle waits until svc used less than cores CPU over one second (its
+// compactions are done), at most limit, and returns how long it waited.
+func waitIdle(ctx context.Context, svc *service, cores float64, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	prev, err := svc.stats()
+	if err != nil {
+		return 0, err
+	}
+	for time.Since(start) < limit {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		st, err := svc.stats()
+		if err != nil {
+			return 0, err
+		}
+		if (st.cpu - prev.cpu).Seconds() < cores {
+			break
+		}
+		prev = st
+	}
+	return time.Since(start), nil
 }
 
 // queryWorkload is the prefill: one reading per second per device from
@@ -230,11 +257,17 @@ func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *qu
 	if err := q.check(ctx); err != nil {
 		return err
 	}
-	ph := b.prog.begin("HTTP queries, idle", 2*b.cfg.Queries, "queries")
+	ph := b.prog.begin("wait for the service to go idle (compactions after opening the prefilled table)", 0, "")
+	settle, err := waitIdle(ctx, svc, 0.05, 3*time.Minute)
+	if err != nil {
+		return err
+	}
+	res.Settle = settle
+	ph.end(settle.Round(time.Second).String())
+	ph = b.prog.begin("HTTP queries, idle", 2*b.cfg.Queries, "queries")
 	if _, err := timeN(b.cfg.Queries/5, ph, func() error { return q.latest(ctx) }); err != nil { // warm up
 		return err
 	}
-	var err error
 	if res.IdleLatest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
 		return err
 	}

@@ -24,24 +24,72 @@ const storeBatch = 5000
 // quietLogger drops everything.
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// rawVariant is one way of writing with Badger alone.
+type rawVariant struct {
+	Name    string
+	chunk   int // readings per WriteBatch; 0: one WriteBatch for everything
+	writers int // goroutines writing chunks at once
+	Rate    float64
+}
+
+// rawVariants are the raw Badger measurements; the best is the ceiling.
+func rawVariants() []rawVariant {
+	return []rawVariant{
+		{Name: "one WriteBatch for all readings", writers: 1},
+		{Name: fmt.Sprintf("WriteBatch per %d readings, 2 writers", storeBatch), chunk: storeBatch, writers: 2},
+	}
+}
+
 // rawBadger writes the keys and values the store would write for w
-// (buckets.AppendKey, buckets.AppendValues) with one Badger WriteBatch,
+// (buckets.AppendKey, buckets.AppendValues) with Badger WriteBatches,
 // on a DB with the store's hot day table options, and returns
-// readings/s. This is the ceiling of the store's write path: no reads,
-// no merge, no reading counter, no device index, and WriteBatch
-// pipelines its commits.
-func rawBadger(dir string, w workload, ph *phase) (float64, error) {
+// readings/s. It is the ceiling of the store's write path: no reads, no
+// merge, no reading counter, no device index. With v.chunk 0 one
+// WriteBatch takes everything (Badger sizes its transactions and
+// pipelines their commits); otherwise v.writers goroutines each flush
+// a WriteBatch of v.chunk readings at a time.
+func rawBadger(dir string, w workload, v rawVariant, ph *phase) (float64, error) {
 	db, err := badger.Open(store.TableBadgerOptions(dir, false, false, quietLogger()))
 	if err != nil {
 		return 0, fmt.Errorf("open badger: %w", err)
 	}
 	defer db.Close()
+	perChunk := w.msgs
+	if v.chunk > 0 {
+		perChunk = max(1, v.chunk/w.perMsg)
+	}
+	chunks := (w.msgs + perChunk - 1) / perChunk
+	start := time.Now()
+	errs := make(chan error, v.writers)
+	for g := range v.writers {
+		go func() {
+			for c := g; c < chunks; c += v.writers {
+				if err := writeChunk(db, w, c*perChunk, min((c+1)*perChunk, w.msgs), ph); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range v.writers {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return float64(w.readings()) / time.Since(start).Seconds(), nil
+}
+
+// writeChunk writes messages [from, to) of w with one WriteBatch.
+func writeChunk(db *badger.DB, w workload, from, to int, ph *phase) error {
 	wb := db.NewWriteBatch()
 	defer wb.Cancel()
-	start := time.Now()
 	var arena []byte
 	fields := make([]buckets.Field, 0, 3)
-	for m := range w.msgs {
+	for m := from; m < to; m++ {
 		if cap(arena)-len(arena) < 4096 {
 			arena = make([]byte, 0, 1<<20) // WriteBatch keeps the slices until it commits
 		}
@@ -52,15 +100,15 @@ func rawBadger(dir string, w workload, ph *phase) (float64, error) {
 			v := len(arena)
 			arena = buckets.AppendValues(arena, w.fields(fields[:0], m, i))
 			if err := wb.Set(arena[k:v:v], arena[v:len(arena):len(arena)]); err != nil {
-				return 0, fmt.Errorf("write batch: %w", err)
+				return fmt.Errorf("write batch: %w", err)
 			}
 		}
 		ph.add(w.perMsg)
 	}
 	if err := wb.Flush(); err != nil {
-		return 0, fmt.Errorf("flush write batch: %w", err)
+		return fmt.Errorf("flush write batch: %w", err)
 	}
-	return float64(w.readings()) / time.Since(start).Seconds(), nil
+	return nil
 }
 
 // storeWrite writes w through store.Write in batches of storeBatch
