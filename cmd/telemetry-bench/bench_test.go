@@ -31,7 +31,7 @@ func TestTinyRun(t *testing.T) {
 	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
 
 	text := stdout.String()
-	for _, want := range []string{"raw Badger WriteBatch", "raw JetStream 1/msg: consume+ack", "store.Write",
+	for _, want := range []string{"raw Badger: one WriteBatch", "raw Badger: WriteBatch per 5000 readings, 2 writers", "raw JetStream 1/msg: consume+ack", "store.Write",
 		"1/msg telemetry off", "100/msg sync-writes", "10000/msg", "latest-10", "1-hour range (3,600 readings)",
 		"after Badger Flatten", "Targets"} {
 		assert.Contains(t, text, want)
@@ -56,7 +56,11 @@ func TestRunMeasuresEveryPart(t *testing.T) {
 	cfg.Phases, cfg.WorkDir, cfg.Progress = []string{"raw", "store", "query"}, t.TempDir(), 0
 	res, err := Run(ctx, cfg, &bytes.Buffer{})
 	require.NoError(t, err)
-	assert.Positive(t, res.RawBadger)
+	require.Len(t, res.RawBadgerVariants, 2)
+	for _, v := range res.RawBadgerVariants {
+		assert.Positive(t, v.Rate, v.Name)
+		assert.LessOrEqual(t, v.Rate, res.RawBadger, "the ceiling is the best variant")
+	}
 	assert.Positive(t, res.StoreWrite)
 	require.Len(t, res.RawJS, 2)
 	for _, j := range res.RawJS {
