@@ -130,7 +130,7 @@ func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
 	defer cancel()
 	waited := make(chan error, 1)
 	go func() { waited <- waitStored(wctx, svc, int64(w.readings()), ph, 50*time.Millisecond) }()
-	pub, err := publishAll(ctx, nc, w, nil)
+	pub, err := publishAll(ctx, nc, w, 0)
 	if err != nil {
 		cancel()
 		<-waited

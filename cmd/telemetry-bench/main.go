@@ -48,6 +48,7 @@ type Config struct {
 	QueryReadings  int           // readings prefilled for the query measurement
 	Queries        int           // requests per latency figure
 	Repeat         int           // runs of each repeated end-to-end configuration
+	LoadRate       int           // readings/s ingested during the loaded queries; 0: as fast as the service takes them
 	Phases         []string      // which parts to run: raw, store, e2e, query
 	Runs           []string      // which end-to-end runs (names as in the report); empty: all
 	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
@@ -121,6 +122,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "devices the readings are spread over")
 	fs.IntVar(&cfg.QueryReadings, "query-readings", cfg.QueryReadings, "readings prefilled for the query latencies")
 	fs.IntVar(&cfg.Queries, "queries", cfg.Queries, "requests per latency figure")
+	fs.IntVar(&cfg.LoadRate, "load-rate", 0, "readings/s ingested while the loaded queries run (0: full speed, as fast as the service acks)")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "runs of the end-to-end configurations compared with each other (telemetry on and off); the report shows the median")
 	runs := fs.String("runs", "", "end-to-end runs to do, comma-separated names as in the report (default: all)")
 	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
@@ -186,6 +188,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-query-readings %d: want at least one per device (%d)", c.QueryReadings, c.Devices)
 	case c.Queries < 1:
 		return fmt.Errorf("-queries %d: want at least 1", c.Queries)
+	case c.LoadRate < 0:
+		return fmt.Errorf("-load-rate %d: want 0 (full speed) or a positive rate", c.LoadRate)
 	case c.Repeat < 1:
 		return fmt.Errorf("-repeat %d: want at least 1", c.Repeat)
 	}

@@ -25,11 +25,12 @@ type pubStats struct {
 }
 
 // publishAll publishes messages [0, w.msgs) of w with async JetStream
-// publishes, at most maxPending unacked, and waits for every ack. When
+// publishes, at most maxPending unacked, and waits for every ack. With
+// rate > 0 it publishes at most rate readings per second. When
 // ctx is cancelled it stops publishing, waits for the acks of what it
 // sent and returns them with ctx's error. A publish that fails is an
 // error: the benchmark counts only readings that were accepted.
-func publishAll(ctx context.Context, nc *nats.Conn, w workload, ph *phase) (pubStats, error) {
+func publishAll(ctx context.Context, nc *nats.Conn, w workload, rate float64) (pubStats, error) {
 	var acked, failed atomic.Int64
 	var firstErr atomic.Pointer[error]
 	js, err := jetstream.New(nc,
@@ -37,9 +38,6 @@ func publishAll(ctx context.Context, nc *nats.Conn, w workload, ph *phase) (pubS
 		jetstream.WithPublishAsyncTimeout(pubAckTimeout),
 		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) {
 			acked.Add(1)
-			if ph != nil {
-				ph.add(w.perMsg)
-			}
 		}),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
 			failed.Add(1)
@@ -52,7 +50,7 @@ func publishAll(ctx context.Context, nc *nats.Conn, w workload, ph *phase) (pubS
 	start := time.Now()
 	var stopped error
 	for m := 0; m < w.msgs; m++ {
-		if err := ctx.Err(); err != nil {
+		if err := pace(ctx, start, m*w.perMsg, rate); err != nil {
 			stopped = err
 			break
 		}
@@ -77,4 +75,24 @@ func publishAll(ctx context.Context, nc *nats.Conn, w workload, ph *phase) (pubS
 // stop.
 func isStopped(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// pace waits until reading n is due at rate readings per second after
+// start (at once when rate is 0), or ctx is done (its error).
+func pace(ctx context.Context, start time.Time, n int, rate float64) error {
+	if rate <= 0 {
+		return ctx.Err()
+	}
+	d := time.Until(start.Add(time.Duration(float64(n) / rate * float64(time.Second))))
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

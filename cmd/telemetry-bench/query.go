@@ -59,6 +59,7 @@ type queryResult struct {
 	IdleLatest, IdleRange latency       // HTTP, nothing else running
 	LoadLatest, LoadRange latency       // HTTP while readings are ingested at full speed
 	LoadRate              float64       // readings/s stored while the loaded queries ran
+	LoadTarget            int           // Config.LoadRate: 0 is full speed
 	LoadServiceCores      float64       // service CPU time / wall time while they ran
 	PeakRSS               int64         // service VmHWM
 	Settle                time.Duration // until the service was idle after opening the data
@@ -288,9 +289,9 @@ func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *qu
 
 // loadedQueries measures the queries while a publisher ingests 100-
 // reading messages for the same devices as fast as the service takes
-// them.
+// them (or at Config.LoadRate).
 func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res *queryResult) error {
-	stopLoad, err := startLoad(ctx, svc, b.devices)
+	stopLoad, err := startLoad(ctx, svc, b.devices, float64(b.cfg.LoadRate))
 	if err != nil {
 		return err
 	}
@@ -302,7 +303,7 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res
 	if err != nil {
 		return err
 	}
-	ph := b.prog.begin("HTTP queries under full-speed ingest", 2*b.cfg.Queries, "queries")
+	ph := b.prog.begin("HTTP queries under ingest", 2*b.cfg.Queries, "queries")
 	stopProfile := b.profile(ctx, svc, "query-under-ingest")
 	defer stopProfile()
 	start := time.Now()
@@ -327,7 +328,7 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res
 	if err != nil {
 		return err
 	}
-	res.LoadRate = float64(n1-n0) / time.Since(start).Seconds()
+	res.LoadRate, res.LoadTarget = float64(n1-n0)/time.Since(start).Seconds(), b.cfg.LoadRate
 	res.LoadServiceCores = (st1.cpu - st0.cpu).Seconds() / time.Since(start).Seconds()
 	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s, ingesting %.0f readings/s", res.LoadLatest.P99, res.LoadRange.P99, res.LoadRate))
 	stopProfile()
@@ -335,10 +336,10 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res
 }
 
 // startLoad publishes 100-reading messages for devices to svc as fast
-// as it acks them, with timestamps of the last few minutes, until the
-// returned stop is called; stop waits for the publisher and returns its
+// as it acks them (or at rate readings/s when rate > 0), with
+// timestamps of the last few minutes, until the returned stop is called; stop waits for the publisher and returns its
 // error. It may be called more than once.
-func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID) (stop func() error, err error) {
+func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, rate float64) (stop func() error, err error) {
 	nc, err := nats.Connect(svc.natsURL())
 	if err != nil {
 		return nil, err
@@ -347,7 +348,7 @@ func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID) (s
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := publishAll(lctx, nc, load, nil)
+		_, err := publishAll(lctx, nc, load, rate)
 		done <- err
 	}()
 	var once sync.Once
@@ -453,4 +454,12 @@ func removeAll(dir string, keep bool) {
 	if !keep {
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// loadKind names the ingest of the loaded queries.
+func (q *queryResult) loadKind() string {
+	if q.LoadTarget > 0 {
+		return "paced"
+	}
+	return "full-speed"
 }

@@ -144,7 +144,7 @@ func e2eSection(r *Results) section {
 func querySection(q *queryResult) section {
 	lat := func(l latency) string { return ms(l.P50) + " / " + ms(l.P99) }
 	s := section{title: fmt.Sprintf("Queries at %s readings over the devices (p50 / p99)", num(float64(q.Readings))),
-		header: []string{"query", "raw Badger prefix seek", "HTTP idle", fmt.Sprintf("HTTP under ingest (%s readings/s)", num(q.LoadRate)),
+		header: []string{"query", "raw Badger prefix seek", "HTTP idle", fmt.Sprintf("HTTP under %s ingest (%s readings/s)", q.loadKind(), num(q.LoadRate)),
 			"target p99", "VictoriaMetrics"}}
 	s.rows = [][]string{
 		{"latest-10", lat(q.RawLatest), lat(q.IdleLatest), lat(q.LoadLatest),
@@ -193,7 +193,7 @@ func targetSection(r *Results) section {
 	}
 	if q := r.Query; q != nil {
 		add("latest-10 over HTTP p99 <= 1 ms idle", ms(q.IdleLatest.P99), q.IdleLatest.P99 <= targetLatestIdle, q.IdleLatest.N > 0)
-		add("latest-10 over HTTP p99 <= 5 ms under full ingest", ms(q.LoadLatest.P99), q.LoadLatest.P99 <= targetLatestLoad, q.LoadLatest.N > 0)
+		add("latest-10 over HTTP p99 <= 5 ms under "+q.loadKind()+" ingest", ms(q.LoadLatest.P99), q.LoadLatest.P99 <= targetLatestLoad, q.LoadLatest.N > 0)
 		add("1-hour range over HTTP p99 <= 20 ms (idle)", ms(q.IdleRange.P99), q.IdleRange.P99 <= targetRange, q.IdleRange.N > 0)
 		add("1-hour range over HTTP p99 <= 20 ms (under ingest, for information)", ms(q.LoadRange.P99), q.LoadRange.P99 <= targetRange, q.LoadRange.N > 0)
 		b := float64(q.DiskCompacted) / float64(q.Readings)
