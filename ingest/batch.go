@@ -155,10 +155,7 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 	in.m.readings.Add(ctx, int64(len(rs)), in.m.accepted)
 	in.m.batchSize.Record(ctx, int64(len(rs)))
 	if now, err := buckets.TicksOf(in.now()); err == nil {
-		for i := range rs {
-			lag := float64(now-rs[i].Ticks) / buckets.TicksPerSecond
-			in.m.lag.Record(ctx, max(lag, 0))
-		}
+		in.m.recordLag(ctx, rs, now)
 	}
 	var ackErr error
 	acked := 0

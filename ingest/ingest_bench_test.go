@@ -6,6 +6,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/telemetryd/telemetryd/buckets"
 )
 
 // BenchmarkIngest measures the pipeline without storage: messages of
@@ -57,4 +62,26 @@ func BenchmarkIngest(b *testing.B) {
 	if n := len(e.w.stored("")); n != 10*b.N {
 		b.Fatalf("stored %d readings, want %d", n, 10*b.N)
 	}
+}
+
+// BenchmarkRecordLag records the lag histogram of one 5000-reading
+// batch with the SDK, from the batch span's context as commit does.
+func BenchmarkRecordLag(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	m, err := newMetrics(mp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, span := sdktrace.NewTracerProvider().Tracer("bench").Start(context.Background(), "ingest.batch")
+	defer span.End()
+	now := buckets.MustTicks(time.Now())
+	rs := make([]buckets.Reading, 5000)
+	for i := range rs {
+		rs[i].Ticks = now - buckets.Ticks(i)*buckets.TicksPerSecond
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.recordLag(ctx, rs, now)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rs)), "ns/reading")
 }
