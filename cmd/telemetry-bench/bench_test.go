@@ -26,7 +26,7 @@ func TestTinyRun(t *testing.T) {
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "report.md")
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"-readings", "3000", "-devices", "10", "-query-readings", "40000", "-queries", "20", "-repeat", "2",
+	code := run(ctx, []string{"-readings", "3000", "-devices", "10", "-query-readings", "40000", "-queries", "20", "-repeat", "2", "-paced-rates", "",
 		"-work-dir", t.TempDir(), "-progress", "0", "-out", out}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
 
@@ -53,7 +53,7 @@ func TestRunMeasuresEveryPart(t *testing.T) {
 	defer cancel()
 	cfg := DefaultConfig()
 	cfg.Readings, cfg.Devices, cfg.QueryReadings, cfg.Queries = 2000, 10, 40000, 10
-	cfg.Phases, cfg.WorkDir, cfg.Progress = []string{"raw", "store", "query"}, t.TempDir(), 0
+	cfg.Phases, cfg.WorkDir, cfg.Progress, cfg.PacedRates = []string{"raw", "store", "query"}, t.TempDir(), 0, []int{5000}
 	res, err := Run(ctx, cfg, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Len(t, res.RawBadgerVariants, 2)
@@ -72,12 +72,16 @@ func TestRunMeasuresEveryPart(t *testing.T) {
 	require.NotNil(t, q)
 	assert.Equal(t, 40000, q.Readings)
 	assert.Equal(t, 3600, q.RangeReadings)
-	for _, l := range []latency{q.RawLatest, q.RawRange, q.IdleLatest, q.IdleRange, q.LoadLatest, q.LoadRange} {
+	require.Len(t, q.Loaded, 2, "full speed, then paced")
+	assert.Zero(t, q.Loaded[0].Target)
+	assert.Equal(t, 5000, q.Loaded[1].Target)
+	assert.InDelta(t, 5000, q.Loaded[1].Rate, 2500, "the paced ingest keeps its rate")
+	for _, l := range []latency{q.RawLatest, q.RawRange, q.IdleLatest, q.IdleRange, q.Loaded[0].Latest, q.Loaded[0].Range, q.Loaded[1].Latest} {
 		assert.Equal(t, 10, l.N)
 		assert.Positive(t, l.P50)
 		assert.GreaterOrEqual(t, l.P99, l.P50)
 	}
-	assert.Positive(t, q.LoadRate, "readings were ingested during the loaded queries")
+	assert.Positive(t, q.Loaded[0].Rate, "readings were ingested during the loaded queries")
 	assert.Positive(t, q.DiskCompacted)
 	assert.Positive(t, q.PeakRSS)
 }
@@ -121,6 +125,17 @@ func TestQuickFlagKeepsExplicitSizes(t *testing.T) {
 	assert.Equal(t, 5000, cfg.Readings)
 	assert.Equal(t, QuickConfig().QueryReadings, cfg.QueryReadings)
 	assert.Equal(t, QuickConfig().Queries, cfg.Queries)
+
+	assert.Empty(t, cfg.PacedRates, "-quick measures under full-speed ingest only")
+
+	cfg, err = parseFlags(nil, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, []int{100_000, 200_000}, cfg.PacedRates)
+	cfg, err = parseFlags([]string{"-quick", "-paced-rates", "5,7"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, []int{5, 7}, cfg.PacedRates)
+	_, err = parseFlags([]string{"-paced-rates", "5,x"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `"x" is not a positive number`)
 
 	_, err = parseFlags([]string{"-phases", "raw,bogus"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, `unknown part "bogus"`)

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -48,7 +49,7 @@ type Config struct {
 	QueryReadings  int           // readings prefilled for the query measurement
 	Queries        int           // requests per latency figure
 	Repeat         int           // runs of each repeated end-to-end configuration
-	LoadRate       int           // readings/s ingested during the loaded queries; 0: as fast as the service takes them
+	PacedRates     []int         // after full speed, measure the loaded queries again with ingest paced at these readings/s
 	Phases         []string      // which parts to run: raw, store, e2e, query
 	Runs           []string      // which end-to-end runs (names as in the report); empty: all
 	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
@@ -66,13 +67,15 @@ var allPhases = []string{"raw", "store", "e2e", "query"}
 // DefaultConfig is the full run.
 func DefaultConfig() Config {
 	return Config{Readings: 2_000_000, Devices: 1000, QueryReadings: 10_000_000, Queries: 2000, Repeat: 3,
-		Phases: allPhases, ProfileSeconds: 5, Progress: 5 * time.Second}
+		PacedRates: []int{100_000, 200_000},
+		Phases:     allPhases, ProfileSeconds: 5, Progress: 5 * time.Second}
 }
 
 // QuickConfig is the scaled-down run of -quick.
 func QuickConfig() Config {
 	c := DefaultConfig()
 	c.Readings, c.QueryReadings, c.Queries, c.Repeat, c.Progress = 200_000, 1_000_000, 300, 1, 2*time.Second
+	c.PacedRates = nil
 	return c
 }
 
@@ -122,7 +125,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Devices, "devices", cfg.Devices, "devices the readings are spread over")
 	fs.IntVar(&cfg.QueryReadings, "query-readings", cfg.QueryReadings, "readings prefilled for the query latencies")
 	fs.IntVar(&cfg.Queries, "queries", cfg.Queries, "requests per latency figure")
-	fs.IntVar(&cfg.LoadRate, "load-rate", 0, "readings/s ingested while the loaded queries run (0: full speed, as fast as the service acks)")
+	paced := fs.String("paced-rates", intList(cfg.PacedRates), "after the queries under full-speed ingest, measure them again with ingest paced at these readings/s (comma-separated; empty: none)")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "runs of the end-to-end configurations compared with each other (telemetry on and off); the report shows the median")
 	runs := fs.String("runs", "", "end-to-end runs to do, comma-separated names as in the report (default: all)")
 	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
@@ -139,6 +142,15 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 		applyQuick(fs, &cfg)
 	}
 	cfg.Phases = strings.Split(*phases, ",")
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["paced-rates"] || !*quick {
+		rates, err := parseInts(*paced)
+		if err != nil {
+			return cfg, fmt.Errorf("-paced-rates: %w", err)
+		}
+		cfg.PacedRates = rates
+	}
 	if *runs != "" {
 		cfg.Runs = strings.Split(*runs, ",")
 	}
@@ -165,6 +177,7 @@ func applyQuick(fs *flag.FlagSet, cfg *Config) {
 	if !set["progress"] {
 		cfg.Progress = q.Progress
 	}
+	cfg.PacedRates = q.PacedRates
 }
 
 // validate reports the first setting that cannot work.
@@ -188,10 +201,35 @@ func (c Config) validate() error {
 		return fmt.Errorf("-query-readings %d: want at least one per device (%d)", c.QueryReadings, c.Devices)
 	case c.Queries < 1:
 		return fmt.Errorf("-queries %d: want at least 1", c.Queries)
-	case c.LoadRate < 0:
-		return fmt.Errorf("-load-rate %d: want 0 (full speed) or a positive rate", c.LoadRate)
+	case len(c.PacedRates) > 9:
+		return fmt.Errorf("-paced-rates: at most 9 rates, got %d", len(c.PacedRates))
 	case c.Repeat < 1:
 		return fmt.Errorf("-repeat %d: want at least 1", c.Repeat)
 	}
 	return nil
+}
+
+// intList renders ints comma-separated.
+func intList(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// parseInts parses comma-separated positive integers; "" is none.
+func parseInts(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

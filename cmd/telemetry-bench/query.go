@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -55,14 +56,11 @@ type queryResult struct {
 	DiskService   int64   // after the service ran on it and stopped
 	DiskCompacted int64   // after a Badger Flatten and close
 
-	RawLatest, RawRange   latency       // Badger prefix seek, read-only DB
-	IdleLatest, IdleRange latency       // HTTP, nothing else running
-	LoadLatest, LoadRange latency       // HTTP while readings are ingested at full speed
-	LoadRate              float64       // readings/s stored while the loaded queries ran
-	LoadTarget            int           // Config.LoadRate: 0 is full speed
-	LoadServiceCores      float64       // service CPU time / wall time while they ran
-	PeakRSS               int64         // service VmHWM
-	Settle                time.Duration // until the service was idle after opening the data
+	RawLatest, RawRange   latency        // Badger prefix seek, read-only DB
+	IdleLatest, IdleRange latency        // HTTP, nothing else running
+	Loaded                []loadedResult // HTTP while readings are ingested: at full speed, then paced
+	PeakRSS               int64          // service VmHWM
+	Settle                time.Duration  // until the service was idle after opening the data
 }
 
 // waitIdle waits until svc used less than cores CPU over one second (its
@@ -276,8 +274,12 @@ func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *qu
 		return err
 	}
 	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s", res.IdleLatest.P99, res.IdleRange.P99))
-	if err := b.loadedQueries(ctx, svc, q, res); err != nil {
-		return err
+	for i, rate := range append([]int{0}, b.cfg.PacedRates...) {
+		l, err := b.loadedQueries(ctx, svc, q, rate, i)
+		if err != nil {
+			return err
+		}
+		res.Loaded = append(res.Loaded, l)
 	}
 	st, err := svc.stats()
 	if err != nil {
@@ -287,13 +289,30 @@ func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *qu
 	return svc.stop(30 * time.Second)
 }
 
+// loadedResult is what the queries measured under one ingest rate.
+type loadedResult struct {
+	Target        int     // readings/s the publisher was paced at; 0: full speed
+	Rate          float64 // readings/s stored while the queries ran
+	Cores         float64 // service CPU time / wall time while they ran
+	Latest, Range latency
+}
+
+// name says how fast readings were ingested.
+func (l loadedResult) name() string {
+	if l.Target > 0 {
+		return "ingest paced at " + num(float64(l.Target)) + "/s"
+	}
+	return "full-speed ingest"
+}
+
 // loadedQueries measures the queries while a publisher ingests 100-
 // reading messages for the same devices as fast as the service takes
-// them (or at Config.LoadRate).
-func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res *queryResult) error {
-	stopLoad, err := startLoad(ctx, svc, b.devices, float64(b.cfg.LoadRate))
+// them, or at rate readings/s when rate > 0.
+func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, rate, phase int) (loadedResult, error) {
+	res := loadedResult{Target: rate}
+	stopLoad, err := startLoad(ctx, svc, b.devices, float64(rate), phase)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer stopLoad()
 	n0, err := svc.stored(ctx)
@@ -301,50 +320,80 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, res
 		n, err = svc.stored(ctx) // wait until ingest is under way
 	}
 	if err != nil {
-		return err
+		return res, err
 	}
-	ph := b.prog.begin("HTTP queries under ingest", 2*b.cfg.Queries, "queries")
-	stopProfile := b.profile(ctx, svc, "query-under-ingest")
+	ph := b.prog.begin("HTTP queries under "+res.name(), 2*b.cfg.Queries, "queries")
+	stopProfile := func() {}
+	if rate == 0 {
+		stopProfile = b.profile(ctx, svc, "query-under-ingest")
+	}
 	defer stopProfile()
 	start := time.Now()
 	if n0, err = svc.stored(ctx); err != nil {
-		return err
+		return res, err
 	}
 	st0, err := svc.stats()
 	if err != nil {
-		return err
+		return res, err
 	}
-	if res.LoadLatest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
-		return err
+	if res.Latest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
+		return res, err
 	}
-	if res.LoadRange, err = timeN(b.cfg.Queries, ph, func() error { return q.hour(ctx) }); err != nil {
-		return err
+	if res.Range, err = timeN(b.cfg.Queries, ph, func() error { return q.hour(ctx) }); err != nil {
+		return res, err
 	}
 	n1, err := svc.stored(ctx)
 	if err != nil {
-		return err
+		return res, err
 	}
 	st1, err := svc.stats()
 	if err != nil {
-		return err
+		return res, err
 	}
-	res.LoadRate, res.LoadTarget = float64(n1-n0)/time.Since(start).Seconds(), b.cfg.LoadRate
-	res.LoadServiceCores = (st1.cpu - st0.cpu).Seconds() / time.Since(start).Seconds()
-	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s, ingesting %.0f readings/s", res.LoadLatest.P99, res.LoadRange.P99, res.LoadRate))
+	el := time.Since(start).Seconds()
+	res.Rate, res.Cores = float64(n1-n0)/el, (st1.cpu-st0.cpu).Seconds()/el
+	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s, ingesting %.0f readings/s", res.Latest.P99, res.Range.P99, res.Rate))
 	stopProfile()
-	return stopLoad()
+	if err := stopLoad(); err != nil {
+		return res, err
+	}
+	return res, waitDrained(ctx, svc)
+}
+
+// waitDrained waits until the service stored every reading it was sent:
+// its count stops growing.
+func waitDrained(ctx context.Context, svc *service) error {
+	last := int64(-1)
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); {
+		n, err := svc.stored(ctx)
+		if err != nil {
+			return err
+		}
+		if n == last {
+			return nil
+		}
+		last = n
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	return errors.New("the service kept storing readings for 5 minutes after the publisher stopped")
 }
 
 // startLoad publishes 100-reading messages for devices to svc as fast
 // as it acks them (or at rate readings/s when rate > 0), with
-// timestamps of the last few minutes, until the returned stop is called; stop waits for the publisher and returns its
+// timestamps of the last minutes (offset by phase milliseconds, so that
+// each phase writes new readings), until the returned stop is called; stop waits for the publisher and returns its
 // error. It may be called more than once.
-func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, rate float64) (stop func() error, err error) {
+func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, rate float64, phase int) (stop func() error, err error) {
 	nc, err := nats.Connect(svc.natsURL())
 	if err != nil {
 		return nil, err
 	}
-	load := newWorkload(devices, 20_000*len(devices), 100, 10*time.Millisecond, time.Now())
+	load := newWorkload(devices, 100_000*len(devices), 100, 10*time.Millisecond, time.Now().Add(-time.Second))
+	load.offset = time.Duration(phase) * time.Millisecond // earlier loads wrote the same instants
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -456,10 +505,12 @@ func removeAll(dir string, keep bool) {
 	}
 }
 
-// loadKind names the ingest of the loaded queries.
-func (q *queryResult) loadKind() string {
-	if q.LoadTarget > 0 {
-		return "paced"
+// fullSpeed is the loaded result at full-speed ingest, if measured.
+func (q *queryResult) fullSpeed() loadedResult {
+	for _, l := range q.Loaded {
+		if l.Target == 0 {
+			return l
+		}
 	}
-	return "full-speed"
+	return loadedResult{}
 }
