@@ -23,7 +23,7 @@
 //
 // Usage:
 //
-//	telemetry-bench -out BENCHMARKS-run.md          full run (15-30 min on 2 cores)
+//	telemetry-bench -out run.md                     full run (about 12 minutes on 2 cores)
 //	telemetry-bench -quick                          about 1-2 minutes
 //	telemetry-bench -phases e2e -readings 200000    one part, scaled down
 package main
@@ -66,7 +66,7 @@ var allPhases = []string{"raw", "store", "e2e", "query"}
 
 // DefaultConfig is the full run.
 func DefaultConfig() Config {
-	return Config{Readings: 2_000_000, Devices: 1000, QueryReadings: 10_000_000, Queries: 2000, Repeat: 3,
+	return Config{Readings: 3_000_000, Devices: 1000, QueryReadings: 10_000_000, Queries: 2000, Repeat: 3,
 		PacedRates: []int{100_000, 200_000},
 		Phases:     allPhases, ProfileSeconds: 5, Progress: 5 * time.Second}
 }
