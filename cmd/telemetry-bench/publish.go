@@ -25,12 +25,13 @@ type pubStats struct {
 }
 
 // publishAll publishes messages [0, w.msgs) of w with async JetStream
-// publishes, at most maxPending unacked, and waits for every ack. With
-// rate > 0 it publishes at most rate readings per second. When
+// publishes, at most maxPending unacked, and waits for every ack. When
+// hold is set it is called before each message with the readings sent
+// so far and may wait (pacing, a bound on the backlog). When
 // ctx is cancelled it stops publishing, waits for the acks of what it
 // sent and returns them with ctx's error. A publish that fails is an
 // error: the benchmark counts only readings that were accepted.
-func publishAll(ctx context.Context, nc *nats.Conn, w workload, rate float64) (pubStats, error) {
+func publishAll(ctx context.Context, nc *nats.Conn, w workload, hold func(ctx context.Context, sent int) error) (pubStats, error) {
 	var acked, failed atomic.Int64
 	var firstErr atomic.Pointer[error]
 	js, err := jetstream.New(nc,
@@ -50,9 +51,15 @@ func publishAll(ctx context.Context, nc *nats.Conn, w workload, rate float64) (p
 	start := time.Now()
 	var stopped error
 	for m := 0; m < w.msgs; m++ {
-		if err := pace(ctx, start, m*w.perMsg, rate); err != nil {
+		if err := ctx.Err(); err != nil {
 			stopped = err
 			break
+		}
+		if hold != nil {
+			if err := hold(ctx, m*w.perMsg); err != nil {
+				stopped = err
+				break
+			}
 		}
 		msg := &nats.Msg{Subject: w.subject(m), Data: w.payload(make([]byte, 0, size), m)}
 		if _, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(pubAckTimeout)); err != nil {
@@ -77,22 +84,25 @@ func isStopped(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// pace waits until reading n is due at rate readings per second after
-// start (at once when rate is 0), or ctx is done (its error).
-func pace(ctx context.Context, start time.Time, n int, rate float64) error {
-	if rate <= 0 {
-		return ctx.Err()
-	}
-	d := time.Until(start.Add(time.Duration(float64(n) / rate * float64(time.Second))))
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+// pacer returns a hold for publishAll that sends at most rate readings
+// per second, counted from its first call.
+func pacer(rate float64) func(ctx context.Context, sent int) error {
+	var start time.Time
+	return func(ctx context.Context, sent int) error {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		d := time.Until(start.Add(time.Duration(float64(sent) / rate * float64(time.Second))))
+		if d <= 0 {
+			return nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
 	}
 }

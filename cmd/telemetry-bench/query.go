@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -310,6 +310,10 @@ func (l loadedResult) name() string {
 // them, or at rate readings/s when rate > 0.
 func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, rate, phase int) (loadedResult, error) {
 	res := loadedResult{Target: rate}
+	before, err := svc.stored(ctx)
+	if err != nil {
+		return res, err
+	}
 	stopLoad, err := startLoad(ctx, svc, b.devices, float64(rate), phase)
 	if err != nil {
 		return res, err
@@ -354,40 +358,37 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, rat
 	res.Rate, res.Cores = float64(n1-n0)/el, (st1.cpu-st0.cpu).Seconds()/el
 	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s, ingesting %.0f readings/s", res.Latest.P99, res.Range.P99, res.Rate))
 	stopProfile()
-	if err := stopLoad(); err != nil {
+	sent, err := stopLoad()
+	if err != nil {
 		return res, err
 	}
-	return res, waitDrained(ctx, svc)
+	// Let the service store what was sent, and finish the compactions
+	// it caused, before the next measurement.
+	if err := waitStored(ctx, svc, before+int64(sent), nil, 50*time.Millisecond); err != nil {
+		return res, err
+	}
+	_, err = waitIdle(ctx, svc, 0.05, 3*time.Minute)
+	return res, err
 }
 
-// waitDrained waits until the service stored every reading it was sent:
-// its count stops growing.
-func waitDrained(ctx context.Context, svc *service) error {
-	last := int64(-1)
-	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); {
-		n, err := svc.stored(ctx)
-		if err != nil {
-			return err
-		}
-		if n == last {
-			return nil
-		}
-		last = n
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-	return errors.New("the service kept storing readings for 5 minutes after the publisher stopped")
-}
+// maxBacklog bounds how far the load publisher runs ahead of what the
+// service stored: JetStream acks publishes long before the service
+// commits them, and an unbounded backlog would fill the stream (memory
+// and disk of the embedded server) instead of measuring the service.
+const maxBacklog = 500_000
 
 // startLoad publishes 100-reading messages for devices to svc as fast
-// as it acks them (or at rate readings/s when rate > 0), with
-// timestamps of the last minutes (offset by phase milliseconds, so that
-// each phase writes new readings), until the returned stop is called; stop waits for the publisher and returns its
-// error. It may be called more than once.
-func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, rate float64, phase int) (stop func() error, err error) {
+// as the service stores them (at most maxBacklog readings ahead), or at
+// rate readings/s when rate > 0, with timestamps of the last minutes
+// (offset by phase milliseconds, so that each phase writes new
+// readings), until the returned stop is called. stop waits for the
+// publisher and returns the readings JetStream acked, or its error; it
+// may be called more than once.
+func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, rate float64, phase int) (stop func() (int, error), err error) {
+	n0, err := svc.stored(ctx)
+	if err != nil {
+		return nil, err
+	}
 	nc, err := nats.Connect(svc.natsURL())
 	if err != nil {
 		return nil, err
@@ -395,23 +396,63 @@ func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, ra
 	load := newWorkload(devices, 100_000*len(devices), 100, 10*time.Millisecond, time.Now().Add(-time.Second))
 	load.offset = time.Duration(phase) * time.Millisecond // earlier loads wrote the same instants
 	lctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := publishAll(lctx, nc, load, rate)
-		done <- err
-	}()
-	var once sync.Once
+	var stored atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() { pollStored(lctx, svc, &stored, n0) })
+	pace := func(context.Context, int) error { return nil }
+	if rate > 0 {
+		pace = pacer(rate)
+	}
+	hold := func(ctx context.Context, sent int) error {
+		for int64(sent)-stored.Load() > maxBacklog {
+			if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		return pace(ctx, sent)
+	}
+	var pub pubStats
 	var perr error
-	return func() error {
+	wg.Go(func() {
+		pub, perr = publishAll(lctx, nc, load, hold)
+		if isStopped(perr) {
+			perr = nil
+		}
+	})
+	var once sync.Once
+	return func() (int, error) {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil && !isStopped(err) {
-				perr = fmt.Errorf("load publisher: %w", err)
-			}
+			wg.Wait()
 			nc.Close()
+			if perr != nil {
+				perr = fmt.Errorf("load publisher: %w", perr)
+			}
 		})
-		return perr
+		return pub.msgs * load.perMsg, perr
 	}, nil
+}
+
+// pollStored keeps stored at the readings svc stored since it held n0,
+// until ctx is done.
+func pollStored(ctx context.Context, svc *service, stored *atomic.Int64, n0 int64) {
+	for sleepCtx(ctx, 20*time.Millisecond) == nil {
+		if n, err := svc.stored(ctx); err == nil {
+			stored.Store(n - n0)
+		}
+	}
+}
+
+// sleepCtx sleeps d or until ctx is done (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // querier sends the benchmark's queries to the service.

@@ -168,7 +168,7 @@ func rawJetStream(ctx context.Context, dir string, w workload, prog *progress) (
 	defer shutdownNATS(ns)
 	name := fmt.Sprintf("raw JetStream %d/msg", w.perMsg)
 	ph := prog.begin(name+" publish", w.msgs, "msgs")
-	pub, err := withStream(ctx, ns, func(nc *nats.Conn) (pubStats, error) { return publishAll(ctx, nc, w, 0) })
+	pub, err := withStream(ctx, ns, func(nc *nats.Conn) (pubStats, error) { return publishAll(ctx, nc, w, nil) })
 	if err != nil {
 		return res, err
 	}
@@ -193,7 +193,7 @@ func rawJetStream(ctx context.Context, dir string, w workload, prog *progress) (
 		return res, err
 	}
 	el, err = consumeAll(ctx, ns2, w.msgs, ph, func(nc *nats.Conn) error {
-		_, err := publishAll(ctx, nc, w, 0)
+		_, err := publishAll(ctx, nc, w, nil)
 		return err
 	})
 	if err != nil {
