@@ -52,8 +52,12 @@ func (p *progress) begin(name string, total int, unit string) *phase {
 	return ph
 }
 
-// add counts n more units done.
-func (ph *phase) add(n int) { ph.n.Add(int64(n)) }
+// add counts n more units done. A nil phase counts nothing.
+func (ph *phase) add(n int) {
+	if ph != nil {
+		ph.n.Add(int64(n))
+	}
+}
 
 // set sets the units done.
 func (ph *phase) set(n int64) { ph.n.Store(n) }

@@ -101,10 +101,13 @@ func queryWorkload(devices []buckets.DeviceID, readings int, now time.Time) (wor
 }
 
 // runQuery prefills the store, measures the raw Badger reads, then the
-// HTTP queries of a service started on the data, idle and under ingest.
+// HTTP queries of a service started on a copy of the data: idle and
+// under full-speed ingest on the first copy, then under each paced
+// ingest rate on a fresh copy each, so that no measurement inherits the
+// compactions of another.
 func (b *bench) runQuery(ctx context.Context) (*queryResult, error) {
 	dir := filepath.Join(b.work, "query")
-	dataDir := filepath.Join(dir, "data")
+	prefilled := filepath.Join(dir, "prefilled")
 	w, err := queryWorkload(b.devices, b.cfg.QueryReadings, time.Now())
 	if err != nil {
 		return nil, err
@@ -112,25 +115,41 @@ func (b *bench) runQuery(ctx context.Context) (*queryResult, error) {
 	res := &queryResult{Readings: w.readings(), RangeReadings: min(int(rangeSpan/w.step), w.perDevice())}
 	day := buckets.DayOfTime(w.base)
 	res.Day = day.String()
-	tableDir := store.TableDir(dataDir, day)
-	if err := b.prefill(ctx, dataDir, w, res); err != nil {
+	if err := b.prefill(ctx, prefilled, w, res); err != nil {
 		return nil, err
 	}
-	res.DiskPrefill = dirSize(tableDir)
-	if err := b.rawQueries(tableDir, w, res); err != nil {
+	res.DiskPrefill = dirSize(store.TableDir(prefilled, day))
+	if err := b.rawQueries(store.TableDir(prefilled, day), w, res); err != nil {
 		return nil, err
 	}
-	if err := b.httpQueries(ctx, dir, w, res); err != nil {
-		return nil, err
+	for i, rate := range append([]int{0}, b.cfg.PacedRates...) {
+		runDir := filepath.Join(dir, fmt.Sprintf("run-%d", i))
+		if err := os.CopyFS(filepath.Join(runDir, "data"), os.DirFS(prefilled)); err != nil {
+			return nil, fmt.Errorf("copy the prefilled data: %w", err)
+		}
+		err := b.queryRun(ctx, runDir, w, res, rate, i == 0)
+		if err == nil && i == 0 {
+			err = b.measureDisk(store.TableDir(filepath.Join(runDir, "data"), day), res)
+		}
+		removeAll(runDir, b.cfg.Keep)
+		if err != nil {
+			return nil, err
+		}
 	}
+	return res, nil
+}
+
+// measureDisk records the size of the day table after the service ran
+// on it, then after a Badger Flatten.
+func (b *bench) measureDisk(tableDir string, res *queryResult) error {
 	res.DiskService = dirSize(tableDir)
 	ph := b.prog.begin("compact the day table (Flatten)", 0, "")
 	if err := flatten(tableDir); err != nil {
-		return nil, err
+		return err
 	}
 	res.DiskCompacted = dirSize(tableDir)
 	ph.end(fmt.Sprintf("%.1f bytes/reading", float64(res.DiskCompacted)/float64(res.Readings)))
-	return res, nil
+	return nil
 }
 
 // prefill writes w into a store in dataDir with store.Write.
@@ -236,12 +255,13 @@ func timeN(n int, ph *phase, f func() error) (latency, error) {
 	return summarize(ds), nil
 }
 
-// httpQueries starts the service on the prefilled data and measures
-// the queries idle, then while readings are ingested at full speed.
-func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *queryResult) error {
+// queryRun starts the service on the data in dir, waits until it is
+// idle, measures the idle queries when idle is set, then the queries
+// while readings are ingested (at full speed when rate is 0).
+func (b *bench) queryRun(ctx context.Context, dir string, w workload, res *queryResult, rate int, idle bool) error {
 	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
 		telemetry: true}
-	if b.cfg.ProfileDir != "" {
+	if b.cfg.ProfileDir != "" && rate == 0 {
 		addr, err := freeAddr()
 		if err != nil {
 			return err
@@ -261,31 +281,31 @@ func (b *bench) httpQueries(ctx context.Context, dir string, w workload, res *qu
 	if err != nil {
 		return err
 	}
-	res.Settle = settle
+	res.Settle = max(res.Settle, settle)
 	ph.end(settle.Round(time.Second).String())
-	ph = b.prog.begin("HTTP queries, idle", 2*b.cfg.Queries, "queries")
-	if _, err := timeN(b.cfg.Queries/5, ph, func() error { return q.latest(ctx) }); err != nil { // warm up
+	if _, err := timeN(b.cfg.Queries/5, nil, func() error { return q.latest(ctx) }); err != nil { // warm up
 		return err
 	}
-	if res.IdleLatest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
-		return err
-	}
-	if res.IdleRange, err = timeN(b.cfg.Queries, ph, func() error { return q.hour(ctx) }); err != nil {
-		return err
-	}
-	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s", res.IdleLatest.P99, res.IdleRange.P99))
-	for i, rate := range append([]int{0}, b.cfg.PacedRates...) {
-		l, err := b.loadedQueries(ctx, svc, q, rate, i)
-		if err != nil {
+	if idle {
+		ph = b.prog.begin("HTTP queries, idle", 2*b.cfg.Queries, "queries")
+		if res.IdleLatest, err = timeN(b.cfg.Queries, ph, func() error { return q.latest(ctx) }); err != nil {
 			return err
 		}
-		res.Loaded = append(res.Loaded, l)
+		if res.IdleRange, err = timeN(b.cfg.Queries, ph, func() error { return q.hour(ctx) }); err != nil {
+			return err
+		}
+		ph.end(fmt.Sprintf("latest p99 %s, range p99 %s", res.IdleLatest.P99, res.IdleRange.P99))
 	}
+	l, err := b.loadedQueries(ctx, svc, q, rate)
+	if err != nil {
+		return err
+	}
+	res.Loaded = append(res.Loaded, l)
 	st, err := svc.stats()
 	if err != nil {
 		return err
 	}
-	res.PeakRSS = st.hwm
+	res.PeakRSS = max(res.PeakRSS, st.hwm)
 	return svc.stop(30 * time.Second)
 }
 
@@ -308,13 +328,9 @@ func (l loadedResult) name() string {
 // loadedQueries measures the queries while a publisher ingests 100-
 // reading messages for the same devices as fast as the service takes
 // them, or at rate readings/s when rate > 0.
-func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, rate, phase int) (loadedResult, error) {
+func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, rate int) (loadedResult, error) {
 	res := loadedResult{Target: rate}
-	before, err := svc.stored(ctx)
-	if err != nil {
-		return res, err
-	}
-	stopLoad, err := startLoad(ctx, svc, b.devices, float64(rate), phase)
+	stopLoad, err := startLoad(ctx, svc, b.devices, float64(rate))
 	if err != nil {
 		return res, err
 	}
@@ -358,17 +374,7 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, rat
 	res.Rate, res.Cores = float64(n1-n0)/el, (st1.cpu-st0.cpu).Seconds()/el
 	ph.end(fmt.Sprintf("latest p99 %s, range p99 %s, ingesting %.0f readings/s", res.Latest.P99, res.Range.P99, res.Rate))
 	stopProfile()
-	sent, err := stopLoad()
-	if err != nil {
-		return res, err
-	}
-	// Let the service store what was sent, and finish the compactions
-	// it caused, before the next measurement.
-	if err := waitStored(ctx, svc, before+int64(sent), nil, 50*time.Millisecond); err != nil {
-		return res, err
-	}
-	_, err = waitIdle(ctx, svc, 0.05, 3*time.Minute)
-	return res, err
+	return res, stopLoad()
 }
 
 // maxBacklog bounds how far the load publisher runs ahead of what the
@@ -379,12 +385,10 @@ const maxBacklog = 500_000
 
 // startLoad publishes 100-reading messages for devices to svc as fast
 // as the service stores them (at most maxBacklog readings ahead), or at
-// rate readings/s when rate > 0, with timestamps of the last minutes
-// (offset by phase milliseconds, so that each phase writes new
-// readings), until the returned stop is called. stop waits for the
-// publisher and returns the readings JetStream acked, or its error; it
-// may be called more than once.
-func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, rate float64, phase int) (stop func() (int, error), err error) {
+// rate readings/s when rate > 0, with timestamps of the last minutes,
+// until the returned stop is called. stop waits for the
+// publisher and returns its error; it may be called more than once.
+func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, rate float64) (stop func() error, err error) {
 	n0, err := svc.stored(ctx)
 	if err != nil {
 		return nil, err
@@ -394,7 +398,6 @@ func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, ra
 		return nil, err
 	}
 	load := newWorkload(devices, 100_000*len(devices), 100, 10*time.Millisecond, time.Now().Add(-time.Second))
-	load.offset = time.Duration(phase) * time.Millisecond // earlier loads wrote the same instants
 	lctx, cancel := context.WithCancel(ctx)
 	var stored atomic.Int64
 	var wg sync.WaitGroup
@@ -411,16 +414,15 @@ func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, ra
 		}
 		return pace(ctx, sent)
 	}
-	var pub pubStats
 	var perr error
 	wg.Go(func() {
-		pub, perr = publishAll(lctx, nc, load, hold)
+		_, perr = publishAll(lctx, nc, load, hold)
 		if isStopped(perr) {
 			perr = nil
 		}
 	})
 	var once sync.Once
-	return func() (int, error) {
+	return func() error {
 		once.Do(func() {
 			cancel()
 			wg.Wait()
@@ -429,7 +431,7 @@ func startLoad(ctx context.Context, svc *service, devices []buckets.DeviceID, ra
 				perr = fmt.Errorf("load publisher: %w", perr)
 			}
 		})
-		return pub.msgs * load.perMsg, perr
+		return perr
 	}, nil
 }
 

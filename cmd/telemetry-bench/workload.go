@@ -31,7 +31,6 @@ type workload struct {
 	msgs    int
 	base    time.Time
 	step    time.Duration
-	offset  time.Duration // added to every reading time; less than step keeps workloads with the same base apart
 }
 
 // newWorkload returns a workload of at least readings readings (whole
@@ -81,7 +80,7 @@ func (w workload) subject(m int) string { return "telemetry." + string(w.device(
 // at is the time of reading i of message m.
 func (w workload) at(m, i int) time.Time {
 	k := (m/len(w.devices))*w.perMsg + i
-	return w.base.Add(time.Duration(k)*w.step + w.offset)
+	return w.base.Add(time.Duration(k) * w.step)
 }
 
 // sample returns the values of reading i of message m: a temperature
