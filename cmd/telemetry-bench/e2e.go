@@ -84,23 +84,8 @@ func e2eSchedule(runs []e2eRun, repeat int) []e2eRun {
 // run.PerMsg per message over the devices, and measures until the
 // service's day tables hold all of them.
 func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
-	dir := filepath.Join(b.work, "e2e-"+sanitize(run.Name))
-	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
-		telemetry: run.Telemetry}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return e2eResult{}, err
-	}
-	if run.Sync {
-		svc.args = append(svc.args, "-sync-writes")
-	}
-	if b.cfg.ProfileDir != "" {
-		addr, err := freeAddr()
-		if err != nil {
-			return e2eResult{}, err
-		}
-		svc.pprofAddr = addr
-	}
-	if err := svc.start(ctx); err != nil {
+	svc, err := b.startE2EService(ctx, run)
+	if err != nil {
 		return e2eResult{}, err
 	}
 	defer svc.stop(30 * time.Second)
@@ -119,10 +104,45 @@ func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
 	defer ph.end("")
 	stopProfile := b.profile(ctx, svc, "e2e-"+sanitize(run.Name))
 	defer stopProfile()
+	if err := measureE2E(ctx, svc, nc, w, ph, &res); err != nil {
+		return res, err
+	}
+	ph.end(fmt.Sprintf("%.0f readings/s end to end (publish alone %.0f/s)", res.Rate, res.PublishRate))
+	stopProfile()
+	if err := svc.stop(30 * time.Second); err != nil {
+		return res, err
+	}
+	res.DiskBytes = dirSize(filepath.Join(svc.dataDir, "tables"))
+	return res, nil
+}
 
+// startE2EService starts a fresh service for run.
+func (b *bench) startE2EService(ctx context.Context, run e2eRun) (*service, error) {
+	dir := filepath.Join(b.work, "e2e-"+sanitize(run.Name))
+	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
+		telemetry: run.Telemetry}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if run.Sync {
+		svc.args = append(svc.args, "-sync-writes")
+	}
+	if b.cfg.ProfileDir != "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		svc.pprofAddr = addr
+	}
+	return svc, svc.start(ctx)
+}
+
+// measureE2E publishes w to svc and waits until svc stored all of it,
+// filling in the rates, CPU times and peak RSS of res.
+func measureE2E(ctx context.Context, svc *service, nc *nats.Conn, w workload, ph *phase, res *e2eResult) error {
 	before, err := svc.stats()
 	if err != nil {
-		return res, err
+		return err
 	}
 	ru0 := selfCPU()
 	start := time.Now()
@@ -134,27 +154,21 @@ func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
 	if err != nil {
 		cancel()
 		<-waited
-		return res, err
+		return err
 	}
 	res.PublishRate = float64(pub.msgs*w.perMsg) / pub.elapsed.Seconds()
 	if err := <-waited; err != nil {
-		return res, err
+		return err
 	}
 	res.Elapsed = time.Since(start)
 	res.ClientCPU = selfCPU() - ru0
 	after, err := svc.stats()
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.Rate = float64(res.Readings) / res.Elapsed.Seconds()
 	res.ServiceCPU, res.PeakRSS = after.cpu-before.cpu, after.hwm
-	ph.end(fmt.Sprintf("%.0f readings/s end to end (publish alone %.0f/s)", res.Rate, res.PublishRate))
-	stopProfile()
-	if err := svc.stop(30 * time.Second); err != nil {
-		return res, err
-	}
-	res.DiskBytes = dirSize(filepath.Join(svc.dataDir, "tables"))
-	return res, nil
+	return nil
 }
 
 // waitStored polls the service until its tables hold want readings,

@@ -48,7 +48,8 @@ type service struct {
 	client   *http.Client
 }
 
-// start launches the service and waits until /readyz answers 200.
+// start launches the service and waits until /readyz answers 200; a
+// service that does not get ready is killed.
 func (s *service) start(ctx context.Context) error {
 	var err error
 	if s.httpAddr, err = freeAddr(); err != nil {
@@ -80,7 +81,13 @@ func (s *service) start(ctx context.Context) error {
 	}(s.cmd, s.exited)
 	s.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: 16, DisableCompression: true}}
-	return s.waitReady(ctx, 60*time.Second)
+	if err := s.waitReady(ctx, 60*time.Second); err != nil {
+		_ = s.cmd.Process.Kill() // a service that never got ready is not left behind
+		<-s.exited
+		s.cmd = nil
+		return err
+	}
+	return nil
 }
 
 // serviceEnv is env without TELEMETRY_* and OTEL_SDK_DISABLED settings
