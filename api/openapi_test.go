@@ -56,7 +56,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	slices.Sort(documented)
 	slices.Sort(registered)
 	assert.Equal(t, registered, documented, "routes and openapi.json must match both ways")
-	assert.Len(t, registered, 11)
+	assert.Len(t, registered, 12)
 }
 
 func TestOpenAPIReferencesResolve(t *testing.T) {

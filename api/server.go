@@ -75,6 +75,9 @@ type Config struct {
 	Reader Reader
 	// Admin runs admin operations; nil makes them answer 501.
 	Admin Admin
+	// Aggregator answers GET /v1/devices/{device}/aggregates; nil makes
+	// it answer 501.
+	Aggregator Aggregator
 	// Ready reports readiness: nil error => /readyz 200, else 503 with
 	// the error text as the reason. A nil func is always ready.
 	Ready func(ctx context.Context) error
@@ -119,6 +122,7 @@ type Config struct {
 type Server struct {
 	reader       Reader
 	admin        Admin
+	aggregator   Aggregator
 	ready        func(ctx context.Context) error
 	metrics      http.Handler
 	skew         time.Duration
@@ -155,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		reader:       cfg.Reader,
 		admin:        cfg.Admin,
+		aggregator:   cfg.Aggregator,
 		ready:        cfg.Ready,
 		metrics:      cfg.Metrics,
 		skew:         orDefault(cfg.MaxFutureSkew, DefaultMaxFutureSkew),

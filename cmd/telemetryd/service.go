@@ -180,7 +180,7 @@ func (m *Main) retentionConfig() retention.Config {
 }
 
 func (m *Main) startHTTP() error {
-	srv, err := api.New(api.Config{
+	acfg := api.Config{
 		Addr:           m.cfg.HTTPAddr,
 		Reader:         m.store,
 		Admin:          admin{store: m.store, ret: m.ret, log: m.log},
@@ -193,7 +193,9 @@ func (m *Main) startHTTP() error {
 		TracerProvider: m.tel.tracer,
 		MeterProvider:  m.tel.meter,
 		Now:            m.now,
-	})
+	}
+	withDashboards(&acfg, m.store)
+	srv, err := api.New(acfg)
 	if err != nil {
 		return fmt.Errorf("api: %w", err)
 	}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store"
+)
+
+// dashEnv is a real store on a temp dir behind a real API server on
+// loopback, wired exactly as the service wires it.
+type dashEnv struct {
+	st   *store.Store
+	srv  *api.Server
+	base string
+	now  time.Time
+}
+
+// newDashEnv opens the store and the API with the clock fixed at now.
+func newDashEnv(t testing.TB, now time.Time) *dashEnv {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sopts := store.DefaultOptions()
+	sopts.Logger = log
+	sopts.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), t.TempDir(), sopts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: func() time.Time { return now }}
+	withDashboards(&acfg, st)
+	srv, err := api.New(acfg)
+	require.NoError(t, err)
+	require.NoError(t, srv.Open())
+	t.Cleanup(func() { _ = srv.Close(context.Background()) })
+	return &dashEnv{st: st, srv: srv, base: "http://" + srv.Addr(), now: now}
+}
+
+// write stores rs and fails the test on error.
+func (e *dashEnv) write(t testing.TB, rs ...buckets.Reading) {
+	t.Helper()
+	require.NoError(t, e.st.Write(context.Background(), rs))
+}
+
+// getJSON fetches path with query q and decodes a 200 answer into out;
+// it returns the status and the body.
+func (e *dashEnv) getJSON(t testing.TB, path string, q url.Values, out any) (int, []byte) {
+	t.Helper()
+	u := e.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	resp, err := http.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil && resp.StatusCode == http.StatusOK {
+		require.NoError(t, json.Unmarshal(body, out), "body %s", body)
+	}
+	return resp.StatusCode, body
+}
+
+// newReading builds a reading with its values sorted by name.
+func newReading(dev string, k buckets.Ticks, fields ...buckets.Field) buckets.Reading {
+	r := buckets.Reading{Device: buckets.DeviceID(dev), Ticks: k, Values: fields}
+	if _, ok := buckets.SortValues(r.Values); !ok {
+		panic("duplicate value name")
+	}
+	return r
+}
