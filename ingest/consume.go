@@ -52,7 +52,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	st, err := in.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        in.cfg.Stream,
 		Description: "Device readings published on " + subjects,
-		Subjects:    []string{subjects},
+		Subjects:    append([]string{subjects}, in.cfg.ExtraSubjects...),
 		Storage:     jetstream.FileStorage,
 		MaxAge:      in.cfg.StreamMaxAge,
 	})
@@ -93,7 +93,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 // ensureStream creates the stream from want when it is missing. An
 // existing stream keeps the settings an operator gave it (replicas,
 // placement, limits); only what the ingester relies on is updated: its
-// subject is added and MaxAge set.
+// subjects are added and MaxAge set.
 func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfig) (jetstream.Stream, error) {
 	st, err := in.js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -110,11 +110,15 @@ func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfi
 	if cfg.Storage != want.Storage {
 		in.log.Warn("stream does not use file storage; keeping it", "stream", want.Name, "storage", cfg.Storage.String())
 	}
-	if slices.Contains(cfg.Subjects, want.Subjects[0]) && cfg.MaxAge == want.MaxAge {
-		return st, nil
+	changed := cfg.MaxAge != want.MaxAge
+	for _, subj := range want.Subjects {
+		if !slices.Contains(cfg.Subjects, subj) {
+			cfg.Subjects = append(cfg.Subjects, subj)
+			changed = true
+		}
 	}
-	if !slices.Contains(cfg.Subjects, want.Subjects[0]) {
-		cfg.Subjects = append(cfg.Subjects, want.Subjects[0])
+	if !changed {
+		return st, nil
 	}
 	cfg.MaxAge = want.MaxAge
 	st, err = in.js.UpdateStream(ctx, cfg)

@@ -43,6 +43,7 @@ type service struct {
 
 	httpAddr string
 	natsAddr string
+	mqttAddr string
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	client   *http.Client
@@ -58,13 +59,16 @@ func (s *service) start(ctx context.Context) error {
 	if s.natsAddr, err = freeAddr(); err != nil {
 		return err
 	}
+	if s.mqttAddr, err = freeAddr(); err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	args := append([]string{"-data-dir", s.dataDir, "-http-addr", s.httpAddr, "-nats-listen", s.natsAddr,
-		"-log-level", "warn"}, s.args...)
+		"-mqtt-listen", s.mqttAddr, "-log-level", "warn"}, s.args...)
 	if s.pprofAddr != "" {
 		args = append(args, "-pprof-addr", s.pprofAddr)
 	}

@@ -4,11 +4,16 @@
 // service at random (seeded, replayable) moments, restarts it, and at
 // the end reads everything back over HTTP: every acked reading must be
 // stored exactly once, and nothing that was never published may appear.
+// With -protocol mqtt it publishes MQTT QoS 1 on telemetry/<device>
+// through the service's MQTT listener instead, and a reading counts as
+// acked once its PUBACK arrived.
 //
 //	go run ./cmd/telemetry-crashloop -kills 50 -readings 500000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -protocol mqtt -kills 10 -readings 200000 -rate 5000
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -35,6 +40,7 @@ type Config struct {
 	Seed     int64         // seeds the kill schedule
 	Progress time.Duration // progress line interval
 	Args     []string      // extra telemetryd flags (e.g. -sync-writes)
+	Protocol string        // nats (JetStream publish acks) or mqtt (QoS 1 PUBACKs)
 }
 
 // Result is what the final check found.
@@ -66,6 +72,7 @@ func main() {
 	flag.DurationVar(&cfg.MinUp, "min-up", 500*time.Millisecond, "shortest uptime between kills")
 	flag.DurationVar(&cfg.MaxUp, "max-up", 3*time.Second, "longest uptime between kills")
 	flag.Int64Var(&cfg.Seed, "seed", time.Now().UnixNano(), "seed of the kill schedule (printed, for replay)")
+	flag.StringVar(&cfg.Protocol, "protocol", "nats", "publish with nats (JetStream acks) or mqtt (QoS 1, PUBACKs)")
 	flag.DurationVar(&cfg.Progress, "progress", time.Second, "progress interval")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.Parse()
@@ -87,6 +94,6 @@ func main() {
 }
 
 func printResult(w io.Writer, cfg Config, r Result) {
-	fmt.Fprintf(w, "seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d elapsed=%s\n",
-		cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d elapsed=%s\n",
+		cmp.Or(cfg.Protocol, "nats"), cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected, r.Elapsed.Round(time.Millisecond))
 }

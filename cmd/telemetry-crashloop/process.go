@@ -22,6 +22,7 @@ type service struct {
 	logPath  string
 	httpAddr string
 	natsAddr string
+	mqttAddr string
 	args     []string
 	log      *slog.Logger
 
@@ -58,7 +59,7 @@ func (s *service) start(ctx context.Context) error {
 	}
 	defer logf.Close()
 	args := append([]string{"-data-dir", s.dataDir, "-http-addr", s.httpAddr, "-nats-listen", s.natsAddr,
-		"-log-format", "json", "-log-level", "warn"}, s.args...)
+		"-mqtt-listen", s.mqttAddr, "-log-format", "json", "-log-level", "warn"}, s.args...)
 	s.cmd = exec.Command(s.bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {

@@ -16,6 +16,7 @@ import (
 // retrying with the same Nats-Msg-Id across service restarts.
 type publisher struct {
 	js     jetstream.JetStream
+	send   func(m int) (<-chan error, error) // publishes message m; the channel reports its ack; nil: JetStream
 	cfg    Config
 	base   time.Time // reading seq is stamped base + seq ms
 	acked  atomic.Int64
@@ -86,7 +87,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 				m, next = next, next+1
 				p.pace(ctx, started, m)
 			}
-			fut, err := p.js.PublishMsgAsync(p.message(m))
+			done, err := p.publish(m)
 			if err != nil {
 				p.errors.Add(1)
 				retry = append(retry, m)
@@ -94,7 +95,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 				continue
 			}
 			inflight++
-			go waitAck(ctx, fut, m, results)
+			go waitAck(ctx, done, m, results)
 		} else {
 			select {
 			case r := <-results:
@@ -131,11 +132,31 @@ func (p *publisher) pace(ctx context.Context, started time.Time, m int) {
 	}
 }
 
-func waitAck(ctx context.Context, fut jetstream.PubAckFuture, m int, out chan<- pubResult) {
+// publish sends message m through p.send, or JetStream when it is
+// nil; the channel yields nil once m is acknowledged.
+func (p *publisher) publish(m int) (<-chan error, error) {
+	if p.send != nil {
+		return p.send(m)
+	}
+	fut, err := p.js.PublishMsgAsync(p.message(m))
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		select {
+		case <-fut.Ok():
+			done <- nil
+		case err := <-fut.Err():
+			done <- err
+		}
+	}()
+	return done, nil
+}
+
+func waitAck(ctx context.Context, done <-chan error, m int, out chan<- pubResult) {
 	select {
-	case <-fut.Ok():
-		out <- pubResult{m: m}
-	case err := <-fut.Err():
+	case err := <-done:
 		out <- pubResult{m: m, err: err}
 	case <-ctx.Done():
 	}

@@ -37,7 +37,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	log.Info("crash loop", "seed", cfg.Seed, "kills", cfg.Kills, "readings", cfg.Readings, "data_dir", cfg.DataDir, "log", svc.logPath)
+	log.Info("crash loop", "protocol", cfg.Protocol, "seed", cfg.Seed, "kills", cfg.Kills, "readings", cfg.Readings, "data_dir", cfg.DataDir, "log", svc.logPath)
 	if err := svc.start(ctx); err != nil {
 		return res, err
 	}
@@ -55,6 +55,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, err
 	}
 	pub := &publisher{js: js, cfg: cfg, base: time.Now().Add(-time.Hour).Truncate(time.Second)}
+	switch cfg.Protocol {
+	case "", "nats":
+	case "mqtt":
+		ms, err := newMQTTSender(pub, svc.mqttAddr)
+		if err != nil {
+			return res, err
+		}
+		defer ms.close()
+		pub.send = ms.send
+	default:
+		return res, fmt.Errorf("-protocol %q: want nats or mqtt", cfg.Protocol)
+	}
 	pubCtx, cancelPub := context.WithCancel(ctx)
 	defer cancelPub()
 	pubErr := make(chan error, 1)
@@ -105,8 +117,12 @@ func newService(cfg Config, work string, log *slog.Logger) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
+	mqttAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	return &service{bin: cfg.Binary, dataDir: cfg.DataDir, logPath: filepath.Join(work, "telemetryd.log"),
-		httpAddr: httpAddr, natsAddr: natsAddr, args: cfg.Args, log: log}, nil
+		httpAddr: httpAddr, natsAddr: natsAddr, mqttAddr: mqttAddr, args: cfg.Args, log: log}, nil
 }
 
 // progress logs acked readings and kills every interval until stopped.

@@ -32,6 +32,9 @@ type Config struct {
 	ShutdownTimeout   time.Duration
 	HotDays           int
 	MaxOpenTables     int
+	MQTTListen        string // embedded server's MQTT listener; empty: off
+	LineDeviceTags    string // comma-separated tag keys naming a line's device
+	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
 }
 
 // DefaultConfig returns the embedded, single-machine defaults.
@@ -49,6 +52,9 @@ func DefaultConfig() Config {
 		ShutdownTimeout:   10 * time.Second,
 		HotDays:           2,
 		MaxOpenTables:     8,
+		MQTTListen:        "127.0.0.1:1883",
+		LineDeviceTags:    "device,host",
+		MaxWriteBytes:     16 << 20,
 	}
 }
 
@@ -71,6 +77,9 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful shutdown before giving up")
 	fs.IntVar(&c.HotDays, "hot-days", c.HotDays, "newest days kept open with write-sized memtables")
 	fs.IntVar(&c.MaxOpenTables, "max-open-tables", c.MaxOpenTables, "most older day tables kept open at once (closed when idle)")
+	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0 and 1 (empty: off; ignored with -nats-url)")
+	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
+	fs.Int64Var(&c.MaxWriteBytes, "max-write-bytes", c.MaxWriteBytes, "largest line protocol write body in bytes, before and after gunzip (past it: 413)")
 }
 
 // Validate checks the values that flags cannot check alone.
@@ -100,10 +109,34 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("-log-format %q must be text or json", c.LogFormat))
 	}
+	if c.MQTTListen != "" {
+		if _, _, err := splitListen("-mqtt-listen", c.MQTTListen); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := c.lineDeviceTags(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxWriteBytes < 1 {
+		errs = append(errs, fmt.Errorf("-max-write-bytes %d must be positive", c.MaxWriteBytes))
+	}
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
 	}
 	return errors.Join(errs...)
+}
+
+// lineDeviceTags splits -line-device-tags.
+func (c *Config) lineDeviceTags() ([]string, error) {
+	var tags []string
+	for t := range strings.SplitSeq(c.LineDeviceTags, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			return nil, fmt.Errorf("-line-device-tags %q: want comma-separated tag keys, none empty", c.LineDeviceTags)
+		}
+		tags = append(tags, t)
+	}
+	return tags, nil
 }
 
 func validSubjectToken(s string) bool {

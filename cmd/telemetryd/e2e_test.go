@@ -43,6 +43,7 @@ func newTestConfig(t *testing.T) Config {
 	cfg.DataDir = t.TempDir()
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.NATSListen = "127.0.0.1:-1"
+	cfg.MQTTListen = "127.0.0.1:-1"
 	cfg.RetentionInterval = time.Hour
 	cfg.LogLevel = "warn"
 	return cfg

@@ -42,7 +42,7 @@ func TestServiceMemoryThirtyDays(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	httpAddr, natsAddr := freeLoopback(t), freeLoopback(t)
-	cmd := exec.Command(bin, "-data-dir", filepath.Join(dir, "data"), "-http-addr", httpAddr, "-nats-listen", natsAddr, "-log-level", "warn")
+	cmd := exec.Command(bin, "-data-dir", filepath.Join(dir, "data"), "-http-addr", httpAddr, "-nats-listen", natsAddr, "-mqtt-listen", "", "-log-level", "warn")
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()

@@ -13,18 +13,13 @@ import (
 
 // startEmbeddedNATS runs an in-process NATS server with JetStream,
 // storing streams under <dataDir>/nats. With syncAlways JetStream
-// fsyncs every write, matching -sync-writes.
-func startEmbeddedNATS(listen, dataDir string, syncAlways bool, log *slog.Logger) (*server.Server, error) {
-	host, portStr, err := net.SplitHostPort(listen)
+// fsyncs every write, matching -sync-writes. A non-empty mqttListen
+// also opens the server's MQTT 3.1.1 listener there.
+// mqttPort is the MQTT listener's actual port (0 when off).
+func startEmbeddedNATS(listen, mqttListen, dataDir string, syncAlways bool, log *slog.Logger) (ns *server.Server, mqttPort int, err error) {
+	host, port, err := splitListen("-nats-listen", listen)
 	if err != nil {
-		return nil, fmt.Errorf("-nats-listen %q: %w", listen, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("-nats-listen %q: port: %w", listen, err)
-	}
-	if port == 0 {
-		port = server.RANDOM_PORT
+		return nil, 0, err
 	}
 	opts := &server.Options{
 		ServerName: "telemetryd",
@@ -37,17 +32,41 @@ func startEmbeddedNATS(listen, dataDir string, syncAlways bool, log *slog.Logger
 		// Batches of up to 10,000 readings need more than the 1 MiB default.
 		MaxPayload: 8 << 20,
 	}
-	ns, err := server.NewServer(opts)
+	if mqttListen != "" {
+		// MQTT needs JetStream and a server name, both set above.
+		if opts.MQTT.Host, opts.MQTT.Port, err = splitListen("-mqtt-listen", mqttListen); err != nil {
+			return nil, 0, err
+		}
+	}
+	ns, err = server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("embedded nats: %w", err)
+		return nil, 0, fmt.Errorf("embedded nats: %w", err)
 	}
 	ns.SetLoggerV2(natsLogger{log.With("component", "nats")}, false, false, false)
 	ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
 		ns.Shutdown()
-		return nil, fmt.Errorf("embedded nats on %s: not ready after 10s (port in use?)", listen)
+		return nil, 0, fmt.Errorf("embedded nats on %s (mqtt %q): not ready after 10s (port in use?)", listen, mqttListen)
 	}
-	return ns, nil
+	// The server writes the port it picked back into its options.
+	return ns, max(opts.MQTT.Port, 0), nil
+}
+
+// splitListen parses a host:port listen address; port 0 or -1 picks a
+// free port.
+func splitListen(flag, listen string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s %q: %w", flag, listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s %q: port: %w", flag, listen, err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
 }
 
 // natsLogger forwards the embedded server's log to slog.

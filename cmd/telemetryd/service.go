@@ -40,6 +40,8 @@ type Main struct {
 	ret    *retention.Worker
 	pprof  *http.Server
 
+	mqttPort        int // embedded MQTT listener's port; 0 when off
+	cancelMQTT      context.CancelFunc
 	cancelIngest    context.CancelFunc
 	cancelRetention context.CancelFunc
 	ingestDone      chan struct{}
@@ -85,7 +87,7 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := m.startHTTP(); err != nil {
 		return err
 	}
-	m.log.Info("telemetryd started", "http_addr", m.api.Addr(), "nats_url", m.NATSURL(),
+	m.log.Info("telemetryd started", "http_addr", m.api.Addr(), "nats_url", m.NATSURL(), "mqtt_addr", m.MQTTAddr(),
 		"embedded_nats", m.ns != nil, "data_dir", m.cfg.DataDir, "subject", m.cfg.SubjectPrefix+".*")
 	return nil
 }
@@ -95,11 +97,11 @@ func (m *Main) Open(ctx context.Context) error {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		ns, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log)
+		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log)
 		if err != nil {
 			return err
 		}
-		m.ns = ns
+		m.ns, m.mqttPort = ns, mqttPort
 		url = ns.ClientURL()
 	}
 	log := m.log.With("component", "nats")
@@ -125,13 +127,16 @@ func (m *Main) connectNATS() error {
 		return fmt.Errorf("connect nats %s: %w", url, err)
 	}
 	m.nc = nc
-	return nil
+	return m.startMQTT()
 }
 
 func (m *Main) startIngest() error {
 	icfg := ingest.DefaultConfig()
 	icfg.SubjectPrefix = m.cfg.SubjectPrefix
 	icfg.Window = m.window()
+	if m.mqttPort != 0 {
+		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)}
+	}
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
@@ -275,6 +280,9 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if m.cancelRetention != nil {
 		m.cancelRetention()
+	}
+	if m.cancelMQTT != nil {
+		m.cancelMQTT()
 	}
 	if m.api != nil {
 		errs = append(errs, m.api.Close(ctx))

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigConnectFlags(t *testing.T) {
+	c := DefaultConfig()
+	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(nil), &bytes.Buffer{}))
+	assert.Equal(t, "127.0.0.1:1883", c.MQTTListen)
+	assert.Equal(t, "device,host", c.LineDeviceTags)
+	assert.Equal(t, int64(16<<20), c.MaxWriteBytes)
+	tags, err := c.lineDeviceTags()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"device", "host"}, tags)
+
+	c = DefaultConfig()
+	require.NoError(t, c.parseFlags("telemetryd", []string{"-mqtt-listen="},
+		envMap(map[string]string{"TELEMETRY_LINE_DEVICE_TAGS": "sensor, node", "TELEMETRY_MAX_WRITE_BYTES": "1024"}), &bytes.Buffer{}))
+	assert.Empty(t, c.MQTTListen, "an empty -mqtt-listen turns MQTT off")
+	tags, err = c.lineDeviceTags()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"sensor", "node"}, tags)
+	assert.Equal(t, int64(1024), c.MaxWriteBytes)
+
+	for name, args := range map[string][]string{
+		"empty tag":         {"-line-device-tags", "device,,host"},
+		"no tag":            {"-line-device-tags", ""},
+		"zero write bytes":  {"-max-write-bytes", "0"},
+		"negative bytes":    {"-max-write-bytes", "-1"},
+		"bad mqtt port":     {"-mqtt-listen", "127.0.0.1:x"},
+		"mqtt without port": {"-mqtt-listen", "127.0.0.1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := DefaultConfig()
+			err := c.parseFlags("telemetryd", args, envMap(nil), &bytes.Buffer{})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), args[0])
+		})
+	}
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// newMQTTClient connects a paho MQTT 3.1.1 client to the service.
+func newMQTTClient(t *testing.T, s *testService, id string) mqtt.Client {
+	t.Helper()
+	require.NotEmpty(t, s.MQTTAddr(), "MQTT listener not running")
+	opts := mqtt.NewClientOptions().
+		AddBroker("tcp://" + s.MQTTAddr()).
+		SetClientID(id).
+		SetProtocolVersion(4). // 3.1.1
+		SetCleanSession(true).
+		SetAutoReconnect(false).
+		SetConnectTimeout(5 * time.Second)
+	c := mqtt.NewClient(opts)
+	tok := c.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second), "connect timed out")
+	require.NoError(t, tok.Error())
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c
+}
+
+// mqttBatch is a JSON batch of n readings of device starting at first
+// (one per second), each with its sequence number.
+func mqttBatch(first time.Time, seq0, n int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"ts":%q,"seq":%d,"temp":%d.25}`,
+			first.Add(time.Duration(seq0+i)*time.Second).Format(time.RFC3339Nano), seq0+i, seq0+i)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func TestMQTTStoresExactlyWhatWasPublished(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	const devices, messages, batch = 12, 10, 5
+	first := testEpoch.Add(-time.Hour)
+	var wg sync.WaitGroup
+	for qos := byte(0); qos <= 1; qos++ {
+		c := newMQTTClient(t, s, fmt.Sprintf("test-qos%d", qos))
+		for d := range devices {
+			device := fmt.Sprintf("mqtt-q%d-%02d", qos, d)
+			wg.Go(func() {
+				var toks []mqtt.Token
+				for m := range messages {
+					toks = append(toks, c.Publish("telemetry/"+device, qos, false, mqttBatch(first, m*batch, batch)))
+				}
+				for _, tok := range toks {
+					if assert.True(t, tok.WaitTimeout(10*time.Second)) {
+						assert.NoError(t, tok.Error())
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for qos := 0; qos <= 1; qos++ {
+		for d := range devices {
+			device := fmt.Sprintf("mqtt-q%d-%02d", qos, d)
+			waitStored(t, s, device, messages*batch)
+			rs := pageAll(t, s, device, "asc", 1000, url.Values{})
+			require.Len(t, rs, messages*batch)
+			for i, r := range rs {
+				assert.Equal(t, first.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), r.TS)
+				assert.Equal(t, map[string]any{"seq": float64(i), "temp": float64(i) + 0.25}, r.Values)
+			}
+		}
+	}
+}
+
+// TestMQTTPubAckFollowsTheStoredMessage checks that once a QoS 1
+// publish is acknowledged, the telemetry stream already holds it.
+func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	c := newMQTTClient(t, s, "ack-order")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	assert.Contains(t, st.CachedInfo().Config.Subjects, "$MQTT.msgs.telemetry.*")
+	for i := range 200 {
+		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), i)
+		tok := c.Publish("telemetry/acked", 1, false, payload)
+		require.True(t, tok.WaitTimeout(10*time.Second))
+		require.NoError(t, tok.Error())
+		m, err := st.GetLastMsgForSubject(ctx, "telemetry.acked")
+		require.NoError(t, err, "publish %d acknowledged but not in the stream", i)
+		require.Equal(t, payload, string(m.Data), "publish %d acknowledged before it was stored", i)
+	}
+	waitStored(t, s, "acked", 200)
+}
+
+func TestMQTTBadPayloadGoesToDeadLetters(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	sub, err := s.nc.SubscribeSync("rejected.telemetry.>")
+	require.NoError(t, err)
+	c := newMQTTClient(t, s, "bad-payload")
+	bad := fmt.Sprintf(`{"ts":%q,"temp":null}`, testEpoch.Format(time.RFC3339Nano))
+	tok := c.Publish("telemetry/mqtt-bad", 1, false, bad)
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	msg, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "rejected.telemetry.mqtt-bad", msg.Subject)
+	assert.Equal(t, bad, string(msg.Data))
+	assert.Equal(t, string(buckets.CodeInvalidValue), msg.Header.Get("Telemetry-Error-Code"))
+	assert.Contains(t, msg.Header.Get("Telemetry-Error"), "temp")
+
+	good := fmt.Sprintf(`{"ts":%q,"temp":1.5}`, testEpoch.Format(time.RFC3339Nano))
+	require.True(t, c.Publish("telemetry/mqtt-bad", 1, false, good).WaitTimeout(10*time.Second))
+	waitStored(t, s, "mqtt-bad", 1)
+}
+
+func TestMQTTStoreCopiesArePurged(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	c := newMQTTClient(t, s, "purge")
+	for i := range 20 {
+		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), i)
+		require.True(t, c.Publish("telemetry/purged", 1, false, payload).WaitTimeout(10*time.Second))
+	}
+	waitStored(t, s, "purged", 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$MQTT.msgs.>"))
+	require.NoError(t, err)
+	require.Equal(t, 20, int(info.State.Subjects["$MQTT.msgs.telemetry.purged"]), "each QoS 1 publish leaves one store copy")
+	// The periodic purge removes them; run one round now.
+	require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject(mqttStoreSubject("telemetry"))))
+	info, err = st.Info(ctx, jetstream.WithSubjectFilter("$MQTT.msgs.>"))
+	require.NoError(t, err)
+	assert.Empty(t, info.State.Subjects)
+	ms, err := s.js.Stream(ctx, mqttMsgsStream)
+	require.NoError(t, err)
+	assert.Equal(t, []string{mqttMsgsStream}, ms.CachedInfo().Config.Subjects)
+	assert.Zero(t, ms.CachedInfo().State.Msgs)
+}
+
+func TestMQTTOff(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.MQTTListen = ""
+	s := startService(t, cfg)
+	assert.Empty(t, s.MQTTAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"telemetry.*"}, st.CachedInfo().Config.Subjects)
+}
+
+// TestMosquittoPub publishes one reading with Debian's mosquitto_pub.
+func TestMosquittoPub(t *testing.T) {
+	bin, err := exec.LookPath("mosquitto_pub")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("mosquitto_pub not installed; .ci/run installs mosquitto-clients")
+		}
+		t.Skip("mosquitto_pub not installed (apt-get install mosquitto-clients)")
+	}
+	s := startService(t, newTestConfig(t))
+	host, port, _ := strings.Cut(s.MQTTAddr(), ":")
+	payload := fmt.Sprintf(`{"ts":%q,"temp":21.5,"door":"open"}`, testEpoch.Format(time.RFC3339Nano))
+	out, err := exec.Command(bin, "-h", host, "-p", port, "-V", "mqttv311", "-q", "1",
+		"-t", "telemetry/mosq-1", "-m", payload).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	waitStored(t, s, "mosq-1", 1)
+	var r apiReading
+	code, body := s.get(t, "/v1/devices/mosq-1/readings/"+testEpoch.Format(time.RFC3339Nano), &r)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Equal(t, map[string]any{"temp": 21.5, "door": "open"}, r.Values)
+}
