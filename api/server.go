@@ -10,6 +10,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,12 +57,11 @@ type Admin interface {
 	RunRetention(ctx context.Context, dryRun bool) (buckets.RetentionReport, error)
 }
 
-// Defaults applied by New to zero Config fields.
+// Defaults applied by New to zero Config fields (MaxFutureSkew takes
+// buckets.DefaultMaxFutureSkew).
 const (
-	DefaultMaxInFlight   = 256
-	DefaultQueryTimeout  = 10 * time.Second
-	DefaultMaxFutureSkew = 5 * time.Minute
-	DefaultRetention     = 720 * time.Hour
+	DefaultMaxInFlight  = 256
+	DefaultQueryTimeout = 10 * time.Second
 	// MaxBodyBytes is the largest request body accepted (413 beyond).
 	MaxBodyBytes = 1 << 20
 )
@@ -85,11 +85,13 @@ type Config struct {
 	// makes it answer 404.
 	Metrics http.Handler
 	// MaxFutureSkew sets the default `to` of a range query (now +
-	// skew). Default DefaultMaxFutureSkew.
+	// skew). Default buckets.DefaultMaxFutureSkew.
 	MaxFutureSkew time.Duration
-	// Retention sets each table's expiry time in GET /v1/tables (day
-	// end + Retention). Default DefaultRetention.
-	Retention time.Duration
+	// ExpiresAt returns when the retention policy drops each table
+	// (same order), reported as expiresAt by GET /v1/tables; the
+	// service passes retention.Policy.ExpiresAt. Nil leaves expiresAt
+	// out.
+	ExpiresAt func(tables []buckets.TableInfo, now time.Time) []time.Time
 	// AdminToken, if set, makes admin endpoints require
 	// "Authorization: Bearer <token>" (401 when missing, 403 when
 	// wrong). If empty, admin endpoints accept only loopback clients.
@@ -126,7 +128,7 @@ type Server struct {
 	ready        func(ctx context.Context) error
 	metrics      http.Handler
 	skew         time.Duration
-	retention    time.Duration
+	expiresAt    func(tables []buckets.TableInfo, now time.Time) []time.Time
 	adminToken   string
 	queryTimeout time.Duration
 	addrCfg      string
@@ -153,8 +155,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Reader == nil {
 		return nil, errors.New("api: Config.Reader is required")
 	}
-	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.Retention < 0 || cfg.QueryTimeout < 0 {
-		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, Retention and QueryTimeout must not be negative")
+	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.QueryTimeout < 0 {
+		return nil, errors.New("api: MaxInFlight, MaxFutureSkew and QueryTimeout must not be negative")
 	}
 	s := &Server{
 		reader:       cfg.Reader,
@@ -162,15 +164,15 @@ func New(cfg Config) (*Server, error) {
 		aggregator:   cfg.Aggregator,
 		ready:        cfg.Ready,
 		metrics:      cfg.Metrics,
-		skew:         orDefault(cfg.MaxFutureSkew, DefaultMaxFutureSkew),
-		retention:    orDefault(cfg.Retention, DefaultRetention),
+		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),
+		expiresAt:    cfg.ExpiresAt,
 		adminToken:   cfg.AdminToken,
-		queryTimeout: orDefault(cfg.QueryTimeout, DefaultQueryTimeout),
+		queryTimeout: cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
 		addrCfg:      cfg.Addr,
 		log:          cfg.Logger,
 		now:          cfg.Now,
 		cursors:      newCursorCodec(cfg.CursorKey),
-		maxInFlight:  orDefault(cfg.MaxInFlight, DefaultMaxInFlight),
+		maxInFlight:  cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -197,14 +199,6 @@ func New(cfg Config) (*Server, error) {
 	s.echo.HTTPErrorHandler = s.handleError
 	s.registerRoutes()
 	return s, nil
-}
-
-func orDefault[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Handler returns the HTTP handler of the API, for httptest or for

@@ -208,6 +208,18 @@ func Merge(old, upd []Field) []Field {
 	return append(out, upd[j:]...)
 }
 
+// Defaults of the accepted window (DESIGN §3 and §6). Every package and
+// the service's flags take these; nothing else spells them out.
+const (
+	// DefaultRetention is how long readings are kept: 30 days.
+	DefaultRetention = 720 * time.Hour
+	// DefaultMaxFutureSkew is how far ahead of the clock a reading may be.
+	DefaultMaxFutureSkew = 5 * time.Minute
+)
+
+// DefaultWindow is the accepted window with both defaults.
+var DefaultWindow = Window{Retention: DefaultRetention, MaxFutureSkew: DefaultMaxFutureSkew}
+
 // Window is the accepted time window of ingest: readings must be no
 // older than now - Retention and no newer than now + MaxFutureSkew.
 type Window struct {

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,7 +38,8 @@ type Config struct {
 	// Consumer is the durable pull consumer on Stream. Default "ingest".
 	Consumer string
 	// Window is the accepted time window (retention and max future
-	// skew). Default 720h and 5m; each zero half takes its default.
+	// skew). Default buckets.DefaultWindow; each zero half takes its
+	// default.
 	Window buckets.Window
 	// MaxBatchReadings is how many readings one store commit gathers.
 	// A single message with more readings is committed alone. Default
@@ -84,7 +86,7 @@ func DefaultConfig() Config {
 		StreamMaxAge:     7 * 24 * time.Hour,
 		RejectedStream:   "TELEMETRY_REJECTED",
 		Consumer:         "ingest",
-		Window:           buckets.Window{Retention: 720 * time.Hour, MaxFutureSkew: 5 * time.Minute},
+		Window:           buckets.DefaultWindow,
 		MaxBatchReadings: 5000,
 		MaxBatchWait:     5 * time.Millisecond,
 		AckWait:          30 * time.Second,
@@ -99,18 +101,18 @@ func DefaultConfig() Config {
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	setDefault(&c.SubjectPrefix, d.SubjectPrefix)
-	setDefault(&c.Stream, d.Stream)
-	setDefault(&c.StreamMaxAge, d.StreamMaxAge)
-	setDefault(&c.RejectedStream, d.RejectedStream)
-	setDefault(&c.Consumer, d.Consumer)
-	setDefault(&c.Window.Retention, d.Window.Retention)
-	setDefault(&c.Window.MaxFutureSkew, d.Window.MaxFutureSkew)
-	setDefault(&c.MaxBatchReadings, d.MaxBatchReadings)
-	setDefault(&c.MaxBatchWait, d.MaxBatchWait)
-	setDefault(&c.AckWait, d.AckWait)
-	setDefault(&c.MaxDeliver, d.MaxDeliver)
-	setDefault(&c.MaxAckPending, d.MaxAckPending)
+	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, d.SubjectPrefix)
+	c.Stream = cmp.Or(c.Stream, d.Stream)
+	c.StreamMaxAge = cmp.Or(c.StreamMaxAge, d.StreamMaxAge)
+	c.RejectedStream = cmp.Or(c.RejectedStream, d.RejectedStream)
+	c.Consumer = cmp.Or(c.Consumer, d.Consumer)
+	c.Window.Retention = cmp.Or(c.Window.Retention, d.Window.Retention)
+	c.Window.MaxFutureSkew = cmp.Or(c.Window.MaxFutureSkew, d.Window.MaxFutureSkew)
+	c.MaxBatchReadings = cmp.Or(c.MaxBatchReadings, d.MaxBatchReadings)
+	c.MaxBatchWait = cmp.Or(c.MaxBatchWait, d.MaxBatchWait)
+	c.AckWait = cmp.Or(c.AckWait, d.AckWait)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, d.MaxDeliver)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, d.MaxAckPending)
 	if len(c.BackOff) == 0 {
 		c.BackOff = d.BackOff
 	}
@@ -124,17 +126,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
-}
-
 // validate reports the first setting that cannot work.
 func (c Config) validate() error {
-	if !validSubject(c.SubjectPrefix) {
-		return fmt.Errorf("subject prefix %q: want dot-separated tokens without spaces or wildcards", c.SubjectPrefix)
+	if err := ValidateSubjectPrefix(c.SubjectPrefix); err != nil {
+		return err
 	}
 	for _, name := range []string{c.Stream, c.RejectedStream, c.Consumer} {
 		if strings.ContainsAny(name, " \t\r\n.*>/\\") {
@@ -179,6 +174,18 @@ func (c Config) serverBackOff() []time.Duration {
 func (c Config) nakDelay(delivered uint64) time.Duration {
 	i := int(min(delivered, uint64(len(c.BackOff)))) - 1
 	return c.BackOff[max(i, 0)]
+}
+
+// ValidateSubjectPrefix checks a subject prefix: devices publish on
+// <prefix>.<device>, so it must be a literal NATS subject of one or more
+// dot-separated tokens ("telemetry", "site1.telemetry") without
+// whitespace or wildcards. It is the one rule for the prefix; the
+// service's -subject-prefix flag is checked with it.
+func ValidateSubjectPrefix(prefix string) error {
+	if !validSubject(prefix) {
+		return fmt.Errorf("subject prefix %q: want dot-separated tokens without spaces or wildcards", prefix)
+	}
+	return nil
 }
 
 // validSubject reports whether s is a literal NATS subject: non-empty

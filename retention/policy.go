@@ -82,3 +82,26 @@ func Expired(tables []buckets.TableInfo, now time.Time, p Policy) (drops []bucke
 func dropOf(t buckets.TableInfo, reason string) buckets.TableDrop {
 	return buckets.TableDrop{Day: t.Day, SizeBytes: t.SizeBytes, Readings: t.Readings, Reason: reason}
 }
+
+// ExpiresAt returns when the policy drops each of tables (same order):
+// the end of the table's day plus Retention, or now for a table that
+// the size cap (MaxBytes) drops at the next run although its day has
+// not expired. It is what GET /v1/tables reports as expiresAt, so the
+// API and the worker apply the same rule.
+func (p Policy) ExpiresAt(tables []buckets.TableInfo, now time.Time) []time.Time {
+	drops, _ := Expired(tables, now, p)
+	bySize := make(map[buckets.Day]bool, len(drops))
+	for _, d := range drops {
+		if d.Reason == ReasonSizeLimit {
+			bySize[d.Day] = true
+		}
+	}
+	out := make([]time.Time, len(tables))
+	for i, t := range tables {
+		out[i] = t.Day.End().Time().Add(p.Retention)
+		if bySize[t.Day] && now.Before(out[i]) {
+			out[i] = now
+		}
+	}
+	return out
+}

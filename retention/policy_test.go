@@ -228,3 +228,37 @@ func TestExpiredInvariants(t *testing.T) {
 		}
 	}
 }
+
+func TestExpiresAtAppliesTheSizeLimit(t *testing.T) {
+	tables := []buckets.TableInfo{
+		table(t, "2026-11-22", 500), // today: never dropped by the size cap
+		table(t, "2026-11-20", 300),
+		table(t, "2026-11-21", 300),
+		table(t, "2026-10-01", 100), // its day expired long ago
+	}
+	p := retention.Policy{Retention: 720 * time.Hour}
+	dayEnd := func(i int) time.Time { return tables[i].Day.End().Time().Add(p.Retention) }
+
+	got := p.ExpiresAt(tables, now)
+	require.Len(t, got, len(tables))
+	for i := range tables {
+		assert.Equal(t, dayEnd(i), got[i], "without a size cap every table expires at its day end + retention (%s)", tables[i].Day)
+	}
+
+	// 1,200 bytes against a cap of 900: the expired day goes first, then
+	// the oldest day the cap still needs (11-20) expires now; 11-21 and
+	// today stay on their retention.
+	p.MaxBytes = 900
+	got = p.ExpiresAt(tables, now)
+	assert.Equal(t, dayEnd(0), got[0])
+	assert.Equal(t, now, got[1], "dropped by the size cap at the next run")
+	assert.Equal(t, dayEnd(2), got[2])
+	assert.Equal(t, dayEnd(3), got[3], "an expired day keeps its (past) expiry")
+
+	// The answer agrees with what the worker would drop.
+	drops, _ := retention.Expired(tables, now, p)
+	for i, tb := range tables {
+		willDrop := slices.ContainsFunc(drops, func(d buckets.TableDrop) bool { return d.Day == tb.Day })
+		assert.Equal(t, willDrop, !got[i].After(now), "%s", tb.Day)
+	}
+}

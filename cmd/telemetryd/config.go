@@ -8,6 +8,11 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/retention"
+	"github.com/telemetryd/telemetryd/store"
 )
 
 // Config is the whole service configuration. It is filled from flags,
@@ -37,21 +42,24 @@ type Config struct {
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
 }
 
-// DefaultConfig returns the embedded, single-machine defaults.
+// DefaultConfig returns the embedded, single-machine defaults. Each
+// default that a library also applies is taken from the package that
+// owns it, so a flag's default and the library's agree.
 func DefaultConfig() Config {
+	sopts := store.DefaultOptions()
 	return Config{
 		DataDir:           "./data",
 		HTTPAddr:          ":8080",
 		NATSListen:        "127.0.0.1:4222",
-		SubjectPrefix:     "telemetry",
-		Retention:         720 * time.Hour,
-		RetentionInterval: time.Hour,
-		MaxFutureSkew:     5 * time.Minute,
+		SubjectPrefix:     ingest.DefaultConfig().SubjectPrefix,
+		Retention:         buckets.DefaultRetention,
+		RetentionInterval: retention.DefaultInterval,
+		MaxFutureSkew:     buckets.DefaultMaxFutureSkew,
 		LogLevel:          "info",
 		LogFormat:         "text",
 		ShutdownTimeout:   10 * time.Second,
-		HotDays:           2,
-		MaxOpenTables:     8,
+		HotDays:           sopts.HotDays,
+		MaxOpenTables:     sopts.MaxOpenTables,
 		MQTTListen:        "127.0.0.1:1883",
 		LineDeviceTags:    "device,host",
 		MaxWriteBytes:     16 << 20,
@@ -100,8 +108,8 @@ func (c *Config) Validate() error {
 	if c.MaxFutureSkew < 0 {
 		errs = append(errs, fmt.Errorf("-max-future-skew %s must not be negative", c.MaxFutureSkew))
 	}
-	if !validSubjectToken(c.SubjectPrefix) {
-		errs = append(errs, fmt.Errorf("-subject-prefix %q must be one NATS subject token (no '.', '*', '>' or spaces)", c.SubjectPrefix))
+	if err := ingest.ValidateSubjectPrefix(c.SubjectPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("-subject-prefix: %w", err))
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
@@ -137,10 +145,6 @@ func (c *Config) lineDeviceTags() ([]string, error) {
 		tags = append(tags, t)
 	}
 	return tags, nil
-}
-
-func validSubjectToken(s string) bool {
-	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
 }
 
 // parseFlags fills c from args and the environment. Flags set on the

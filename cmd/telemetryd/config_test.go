@@ -7,6 +7,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/retention"
+	"github.com/telemetryd/telemetryd/store"
 )
 
 func envMap(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -52,7 +57,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 	}{
 		"negative retention":   {args: []string{"-retention", "-1h"}, want: "-retention"},
 		"zero interval":        {args: []string{"-retention-interval", "0s"}, want: "-retention-interval"},
-		"prefix with a dot":    {args: []string{"-subject-prefix", "a.b"}, want: "-subject-prefix"},
+		"empty prefix token":   {args: []string{"-subject-prefix", "a..b"}, want: "-subject-prefix"},
 		"wildcard prefix":      {args: []string{"-subject-prefix", "*"}, want: "-subject-prefix"},
 		"unknown log level":    {args: []string{"-log-level", "loud"}, want: "-log-level"},
 		"unknown log format":   {args: []string{"-log-format", "xml"}, want: "-log-format"},
@@ -67,6 +72,25 @@ func TestConfigRejectsBadValues(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
+	}
+}
+
+// The flags' defaults are the libraries' own, and the prefix rule is
+// the ingester's: what one accepts the other accepts.
+func TestConfigDefaultsAgreeWithLibraries(t *testing.T) {
+	c := DefaultConfig()
+	sopts := store.DefaultOptions()
+	icfg := ingest.DefaultConfig()
+	assert.Equal(t, sopts.HotDays, c.HotDays)
+	assert.Equal(t, sopts.MaxOpenTables, c.MaxOpenTables)
+	assert.Equal(t, icfg.SubjectPrefix, c.SubjectPrefix)
+	assert.Equal(t, icfg.Window, buckets.Window{Retention: c.Retention, MaxFutureSkew: c.MaxFutureSkew})
+	assert.Equal(t, retention.DefaultInterval, c.RetentionInterval)
+
+	for _, prefix := range []string{"telemetry", "site1.telemetry", "a.b.c", "a..b", "*", "a.>", "a b", ""} {
+		c := DefaultConfig()
+		flagErr := c.parseFlags("telemetryd", []string{"-subject-prefix=" + prefix}, envMap(nil), &bytes.Buffer{})
+		assert.Equal(t, ingest.ValidateSubjectPrefix(prefix) == nil, flagErr == nil, "prefix %q: %v", prefix, flagErr)
 	}
 }
 

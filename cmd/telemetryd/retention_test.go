@@ -250,3 +250,37 @@ func TestRetentionRunsAtStartAndOnRequest(t *testing.T) {
 	code, body = s.do(t, http.MethodDelete, "/v1/tables/"+day(1))
 	assert.Equal(t, http.StatusNotFound, code, body)
 }
+
+// GET /v1/tables reports the expiry the retention policy applies,
+// -retention-max-bytes included: a table the size limit drops at the
+// next run expires now, not at its day end + retention.
+func TestTablesExpiryFollowsTheSizeLimit(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.RetentionMaxBytes = 1 // every table but today's is over the limit
+	s := startService(t, cfg)
+	fillDays(t, s, "dev-x", []int{2, 1, 0}, 100)
+	waitStored(t, s, "dev-x", 300)
+
+	var got struct {
+		Tables []struct {
+			Day       string    `json:"day"`
+			SizeBytes int64     `json:"sizeBytes"`
+			ExpiresAt time.Time `json:"expiresAt"`
+		} `json:"tables"`
+	}
+	code, body := s.get(t, "/v1/tables", &got)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Len(t, got.Tables, 3, body)
+	today := testEpoch.Truncate(24 * time.Hour)
+	for _, tb := range got.Tables {
+		day, err := time.Parse("2006-01-02", tb.Day)
+		require.NoError(t, err)
+		if day.Equal(today) {
+			assert.Equal(t, today.Add(24*time.Hour+cfg.Retention), tb.ExpiresAt, "today's table is never dropped by the size limit")
+			continue
+		}
+		require.Positive(t, tb.SizeBytes, body)
+		assert.WithinDuration(t, s.now(), tb.ExpiresAt, time.Minute, "%s is over the size limit: it expires at the next run, not on %s",
+			tb.Day, day.Add(24*time.Hour+cfg.Retention).Format(time.RFC3339))
+	}
+}

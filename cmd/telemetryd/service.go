@@ -72,8 +72,11 @@ func (m *Main) Open(ctx context.Context) error {
 	sopts.MaxOpenTables = m.cfg.MaxOpenTables
 	sopts.Logger = m.log // the store adds component=store itself
 	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.tracer, tel.meter, m.now
+	// Library errors name their package and operation ("open store:
+	// ...", "api: listen ..."); they are returned as they are, so no
+	// prefix appears twice.
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
-		return fmt.Errorf("open store: %w", err)
+		return err
 	}
 	if err := m.connectNATS(); err != nil {
 		return err
@@ -141,7 +144,7 @@ func (m *Main) startIngest() error {
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
 	if err != nil {
-		return fmt.Errorf("ingest: %w", err)
+		return err
 	}
 	m.ingest = ing
 	ctx, cancel := context.WithCancel(context.Background())
@@ -159,7 +162,7 @@ func (m *Main) startIngest() error {
 func (m *Main) startRetention() error {
 	w, err := retention.NewWorker(m.store, m.retentionConfig())
 	if err != nil {
-		return fmt.Errorf("retention: %w", err)
+		return err
 	}
 	m.ret = w
 	ctx, cancel := context.WithCancel(context.Background())
@@ -174,7 +177,7 @@ func (m *Main) startRetention() error {
 
 func (m *Main) retentionConfig() retention.Config {
 	return retention.Config{
-		Policy:         retention.Policy{Retention: m.cfg.Retention, MaxBytes: m.cfg.RetentionMaxBytes},
+		Policy:         m.retentionPolicy(),
 		Interval:       m.cfg.RetentionInterval,
 		Jitter:         0.1,
 		Logger:         m.log.With("component", "retention"),
@@ -184,15 +187,21 @@ func (m *Main) retentionConfig() retention.Config {
 	}
 }
 
+// retentionPolicy is the one policy of the worker, the admin endpoint
+// and the expiry times of GET /v1/tables.
+func (m *Main) retentionPolicy() retention.Policy {
+	return retention.Policy{Retention: m.cfg.Retention, MaxBytes: m.cfg.RetentionMaxBytes}
+}
+
 func (m *Main) startHTTP() error {
 	acfg := api.Config{
 		Addr:           m.cfg.HTTPAddr,
 		Reader:         m.store,
-		Admin:          admin{store: m.store, ret: m.ret, log: m.log},
+		Admin:          admin{store: m.store, ret: m.ret},
 		Ready:          m.ready,
 		Metrics:        m.tel.metrics,
 		MaxFutureSkew:  m.cfg.MaxFutureSkew,
-		Retention:      m.cfg.Retention,
+		ExpiresAt:      m.retentionPolicy().ExpiresAt,
 		AdminToken:     m.cfg.AdminToken,
 		Logger:         m.log.With("component", "api"),
 		TracerProvider: m.tel.tracer,
@@ -202,10 +211,10 @@ func (m *Main) startHTTP() error {
 	withDashboards(&acfg, m.store)
 	srv, err := api.New(acfg)
 	if err != nil {
-		return fmt.Errorf("api: %w", err)
+		return err
 	}
 	if err := srv.Open(); err != nil {
-		return fmt.Errorf("listen %s: %w", m.cfg.HTTPAddr, err)
+		return err
 	}
 	m.api = srv
 	if m.cfg.PprofAddr != "" {
