@@ -1,6 +1,8 @@
 package api
 
 import (
+	"net/http"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -36,29 +38,9 @@ func (s *Server) handleDevices(c echo.Context) error {
 	if more && len(devs) > 0 {
 		next = s.cursors.encodeDevices(devicesCursor{Prefix: prefix, Last: devs[len(devs)-1].Device})
 	}
-	return sendJSON(c, func(b []byte) []byte { return appendDeviceList(b, devs, next) })
-}
-
-// appendDeviceList appends
-// {"devices":[{"device","firstSeen","lastSeen","latest":{...}}],"next"}.
-func appendDeviceList(dst []byte, devs []buckets.DeviceInfo, next string) []byte {
-	dst = append(dst, `{"devices":[`...)
+	out := DeviceList{Devices: make([]Device, len(devs)), Next: next}
 	for i := range devs {
-		d := &devs[i]
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, `{"device":`...)
-		dst = appendString(dst, string(d.Device))
-		dst = append(dst, `,"firstSeen":`...)
-		dst = appendTicksTime(dst, d.FirstSeen)
-		dst = append(dst, `,"lastSeen":`...)
-		dst = appendTicksTime(dst, d.LastSeen)
-		dst = append(dst, `,"latest":`...)
-		dst = appendValues(dst, sortedFields(d.Latest), nil)
-		dst = append(dst, '}')
+		out.Devices[i] = deviceOf(&devs[i])
 	}
-	dst = append(dst, ']')
-	dst = appendNext(dst, next)
-	return append(dst, "}\n"...)
+	return sendValue(c, http.StatusOK, out)
 }

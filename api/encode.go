@@ -13,9 +13,12 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// Responses that carry readings are written by appending JSON into a
-// pooled byte slice: no reflection, no intermediate maps, and value
-// names come out in the stored (sorted) order.
+// Responses that carry readings (ReadingList, Reading) are the hot
+// paths of the API and are written by appending JSON into a pooled byte
+// slice: no reflection, no intermediate maps, and value names come out
+// in the stored (sorted) order. The bytes are exactly what
+// encoding/json writes for the response types (encode_test.go); every
+// other response goes through sendValue.
 
 // maxPooledBuf is the largest buffer returned to the pool; bigger ones
 // (a 10,000-reading page of wide readings) are left to the GC.
@@ -36,18 +39,9 @@ func putBuf(b *[]byte) {
 	bufPool.Put(b)
 }
 
-// writeJSON writes b as the whole response. A failed write means the
-// client went away; there is nobody left to tell.
-func writeJSON(c echo.Context, status int, b []byte) {
-	res := c.Response()
-	res.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
-	res.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	res.WriteHeader(status)
-	_, _ = res.Write(b)
-}
-
-// sendJSON runs fill on a pooled buffer and writes the result with 200.
-func sendJSON(c echo.Context, fill func(b []byte) []byte) error {
+// sendAppended runs fill on a pooled buffer and writes the result with
+// 200.
+func sendAppended(c echo.Context, fill func(b []byte) []byte) error {
 	buf := getBuf()
 	defer putBuf(buf)
 	*buf = fill(*buf)
@@ -179,14 +173,6 @@ func appendValues(dst []byte, fields []buckets.Field, proj []string) []byte {
 func appendTicksTime(dst []byte, k buckets.Ticks) []byte {
 	dst = append(dst, '"')
 	dst = k.Time().AppendFormat(dst, time.RFC3339Nano)
-	return append(dst, '"')
-}
-
-// appendTime appends t as a quoted RFC 3339 time with nanoseconds in
-// UTC.
-func appendTime(dst []byte, t time.Time) []byte {
-	dst = append(dst, '"')
-	dst = t.UTC().AppendFormat(dst, time.RFC3339Nano)
 	return append(dst, '"')
 }
 

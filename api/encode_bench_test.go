@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -29,47 +31,38 @@ func benchReadings(n int) []buckets.Reading {
 	return rs
 }
 
-func BenchmarkAppendReadingList1000(b *testing.B) {
-	rs := benchReadings(1000)
-	b.ReportAllocs()
-	var size int
-	for b.Loop() {
-		buf := getBuf()
-		*buf = appendReadingList(*buf, "sensor-0042", rs, nil, "cursor")
-		size = len(*buf)
-		putBuf(buf)
-	}
-	b.ReportMetric(float64(size), "bytes/page")
-}
+// The hot paths answer with reading lists: latest-10 (10 readings), a
+// range page (1,000 by default) and a one-hour range at one reading per
+// second (3,600). Each is written by the appenders and, for comparison,
+// by encoding/json from the response types.
+var benchListSizes = []int{10, 1000, 3600}
 
-// BenchmarkEncodingJSONReadingList1000 is the same page through
-// encoding/json with maps, for comparison.
-func BenchmarkEncodingJSONReadingList1000(b *testing.B) {
-	rs := benchReadings(1000)
-	type jr struct {
-		TS           string         `json:"ts"`
-		PartitionKey string         `json:"partitionKey"`
-		RowKey       string         `json:"rowKey"`
-		Values       map[string]any `json:"values"`
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		out := struct {
-			Device   string `json:"device"`
-			Readings []jr   `json:"readings"`
-			Next     string `json:"next,omitempty"`
-		}{Device: "sensor-0042", Next: "cursor"}
-		for i := range rs {
-			r := &rs[i]
-			v := make(map[string]any, len(r.Values))
-			for _, f := range r.Values {
-				v[f.Name] = f.Value.Any()
+func BenchmarkReadingList(b *testing.B) {
+	for _, n := range benchListSizes {
+		rs := benchReadings(n)
+		b.Run(fmt.Sprintf("appenders/%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var size int
+			for b.Loop() {
+				buf := getBuf()
+				*buf = appendReadingList(*buf, "sensor-0042", rs, nil, "cursor")
+				size = len(*buf)
+				putBuf(buf)
 			}
-			out.Readings = append(out.Readings, jr{r.Ticks.FormatTime(), r.PartitionKey(), r.RowKey(), v})
-		}
-		if _, err := json.Marshal(out); err != nil {
-			b.Fatal(err)
-		}
+			b.ReportMetric(float64(size), "bytes/page")
+		})
+		b.Run(fmt.Sprintf("encoding-json/%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var w bytes.Buffer
+			for b.Loop() {
+				w.Reset()
+				enc := json.NewEncoder(&w)
+				enc.SetEscapeHTML(false)
+				if err := enc.Encode(readingListOf("sensor-0042", rs, nil, "cursor")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

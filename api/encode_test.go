@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,4 +144,73 @@ func FuzzDecodeCursor(f *testing.F) {
 			assert.Equal(t, s, cc.encodeDevices(c))
 		}
 	})
+}
+
+// The hand-written appenders must write exactly what encoding/json
+// writes for the response types, so the types are the one description
+// of the responses and the appenders only a faster way to the same
+// bytes.
+func TestAppendersMatchEncodingJSON(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(13, 14))
+	randString := func() string {
+		b := make([]byte, rnd.IntN(12))
+		for i := range b {
+			b[i] = "ab<>&\"\\\x00\x1f\x7f\xff\xc3"[rnd.IntN(12)]
+		}
+		return string(b) + []string{"", "é", "\u2028", "🙂"}[rnd.IntN(4)]
+	}
+	randValue := func() buckets.Value {
+		switch rnd.IntN(4) {
+		case 0:
+			for {
+				f := math.Float64frombits(rnd.Uint64())
+				if rnd.IntN(2) == 0 {
+					f = float64(rnd.IntN(100000)) / 100
+				}
+				if !math.IsNaN(f) && !math.IsInf(f, 0) {
+					return buckets.Float(f)
+				}
+			}
+		case 1:
+			return buckets.Int(int64(rnd.Uint64()))
+		case 2:
+			return buckets.Bool(rnd.IntN(2) == 0)
+		}
+		return buckets.String(randString())
+	}
+	names := []string{"a", "b.c", "temp", "t_2", "Z", "ok"}
+	encode := func(v any) string {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		require.NoError(t, enc.Encode(v))
+		return b.String()
+	}
+	for range 500 {
+		rs := make([]buckets.Reading, rnd.IntN(4))
+		for i := range rs {
+			rs[i] = buckets.Reading{Device: "dev-1", Ticks: buckets.Ticks(rnd.Int64N(int64(buckets.MaxTicks)))}
+			for _, n := range names {
+				if rnd.IntN(2) == 0 {
+					rs[i].Values = append(rs[i].Values, buckets.Field{Name: n, Value: randValue()})
+				}
+			}
+			rnd.Shuffle(len(rs[i].Values), func(a, b int) { rs[i].Values[a], rs[i].Values[b] = rs[i].Values[b], rs[i].Values[a] })
+		}
+		var proj []string
+		if rnd.IntN(2) == 0 {
+			proj = []string{}
+			for _, n := range names {
+				if rnd.IntN(2) == 0 {
+					proj = append(proj, n)
+				}
+			}
+			slices.Sort(proj)
+		}
+		next := []string{"", "AQID"}[rnd.IntN(2)]
+		require.Equal(t, encode(readingListOf("dev-1", rs, proj, next)), string(appendReadingList(nil, "dev-1", rs, proj, next)))
+		for i := range rs {
+			require.Equal(t, encode(readingOf(&rs[i], proj)), string(appendReading(nil, &rs[i], proj))+"\n")
+		}
+	}
 }

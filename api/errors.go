@@ -195,6 +195,10 @@ func (s *Server) logFailure(c echo.Context, ae *apiError, err error) {
 		span.SetStatus(codes.Error, internalMessage)
 	case errors.Is(err, context.Canceled):
 		s.log.DebugContext(ctx, "http request canceled by the client", attrs...)
+	case ae.status >= 500 && errors.As(err, new(*buckets.TableError)):
+		// The store logged the table's failure when it happened and
+		// counts it in telemetry.store.table_errors.
+		s.log.DebugContext(ctx, "http request touched a failed day table", attrs...)
 	case ae.status >= 500:
 		s.log.WarnContext(ctx, "http request could not be served", attrs...)
 	}
@@ -202,13 +206,7 @@ func (s *Server) logFailure(c echo.Context, ae *apiError, err error) {
 
 // writeError writes {"error":{"code":...,"message":...}}.
 func writeError(c echo.Context, ae *apiError) {
-	buf := getBuf()
-	defer putBuf(buf)
-	b := append(*buf, `{"error":{"code":`...)
-	b = appendString(b, ae.code)
-	b = append(b, `,"message":`...)
-	b = appendString(b, ae.msg)
-	b = append(b, "}}\n"...)
-	*buf = b
-	writeJSON(c, ae.status, b)
+	if err := sendValue(c, ae.status, ErrorResponse{Error: ErrorDetail{Code: ae.code, Message: ae.msg}}); err != nil {
+		c.Response().WriteHeader(ae.status) // two strings always encode; keep the status regardless
+	}
 }

@@ -15,7 +15,8 @@ import (
 // Parameter parsing. Every error is a 400 invalid_argument whose
 // message starts with the parameter name. Query parameters that are
 // empty count as absent (so `?from=&to=` means the defaults), unknown
-// ones are ignored, and of a repeated one the first wins.
+// ones are ignored, fields may be repeated (its lists are joined), and
+// of any other repeated one the first wins.
 
 // Limits of the limit parameters (DESIGN §5).
 const (
@@ -124,16 +125,21 @@ func orderParam(c echo.Context) (o buckets.Order, ok bool, err error) {
 	}
 }
 
-// fieldsParam parses fields=a,b into a sorted, unique list of value
-// names; nil when absent (all values). Projection keeps only these
-// names in "values"; names a reading lacks are left out, and a reading
-// with none of them is still returned, with an empty values object.
+// fieldsParam parses fields=a,b (or fields=a&fields=b, or both) into a
+// sorted, unique list of value names; nil when absent (all values).
+// Projection keeps only these names in "values"; names a reading lacks
+// are left out, and a reading with none of them is still returned, with
+// an empty values object.
 func fieldsParam(c echo.Context) ([]string, error) {
-	s := c.QueryParam("fields")
-	if s == "" {
+	var names []string
+	for _, s := range c.QueryParams()["fields"] {
+		if s != "" {
+			names = append(names, strings.Split(s, ",")...)
+		}
+	}
+	if names == nil {
 		return nil, nil
 	}
-	names := strings.Split(s, ",")
 	if len(names) > buckets.MaxValues {
 		return nil, invalidArg("fields", "%d names is more than %d", len(names), buckets.MaxValues)
 	}

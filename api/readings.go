@@ -37,7 +37,7 @@ func (s *Server) handleLatest(c echo.Context) error {
 	if err != nil {
 		return readerError(err, "latest %d of %s", limit, dev)
 	}
-	return sendJSON(c, func(b []byte) []byte { return appendReadingList(b, dev, rs, fields, "") })
+	return sendAppended(c, func(b []byte) []byte { return appendReadingList(b, dev, rs, fields, "") })
 }
 
 // unknownDevice answers a reader that does not know the device at all
@@ -72,7 +72,7 @@ func (s *Server) handlePoint(c echo.Context) error {
 	if err != nil {
 		return readerError(err, "get %s at %s", dev, k.FormatTime())
 	}
-	return sendJSON(c, func(b []byte) []byte {
+	return sendAppended(c, func(b []byte) []byte {
 		b = appendReading(b, &r, fields)
 		return append(b, '\n')
 	})
@@ -106,7 +106,7 @@ func (s *Server) handleRange(c echo.Context) error {
 		rc.Last = page.Readings[len(page.Readings)-1].Ticks
 		next = s.cursors.encodeRange(rc)
 	}
-	return sendJSON(c, func(b []byte) []byte { return appendReadingList(b, dev, page.Readings, rc.Fields, next) })
+	return sendAppended(c, func(b []byte) []byte { return appendReadingList(b, dev, page.Readings, rc.Fields, next) })
 }
 
 // rangeQuery resolves from, to, order and fields of a range request.

@@ -31,8 +31,11 @@ func (s *Server) registerRoutes() {
 	e.DELETE("/v1/tables/:day", s.handleDropTable, s.requireAdmin)
 	e.POST("/v1/retention/run", s.handleRetention, s.requireAdmin)
 
+	// Probes answer HEAD too: load balancers and uptime checkers use it.
 	e.GET("/healthz", s.handleHealth)
+	e.HEAD("/healthz", s.handleHealth)
 	e.GET("/readyz", s.handleReady)
+	e.HEAD("/readyz", s.handleReady)
 	e.GET("/metrics", s.handleMetrics)
 	e.GET("/openapi.json", s.handleOpenAPI)
 
@@ -58,12 +61,12 @@ func routeTemplate(path string) string {
 // it matched none (so raw paths never become metric attributes).
 func (s *Server) routeOf(c echo.Context) string { return s.routes[c.Path()] }
 
-// handleHealth serves GET /healthz: the process is alive.
+// handleHealth serves GET and HEAD /healthz: the process is alive.
 func (s *Server) handleHealth(c echo.Context) error {
-	return sendJSON(c, func(b []byte) []byte { return append(b, `{"status":"ok"}`+"\n"...) })
+	return sendValue(c, http.StatusOK, Status{Status: "ok"})
 }
 
-// handleReady serves GET /readyz: 200 when Config.Ready reports no
+// handleReady serves GET and HEAD /readyz: 200 when Config.Ready reports no
 // error, else 503 unavailable with the reason.
 func (s *Server) handleReady(c echo.Context) error {
 	if s.ready != nil {
@@ -74,7 +77,7 @@ func (s *Server) handleReady(c echo.Context) error {
 			return &apiError{http.StatusServiceUnavailable, codeUnavailable, "readiness: " + err.Error()}
 		}
 	}
-	return sendJSON(c, func(b []byte) []byte { return append(b, `{"status":"ready"}`+"\n"...) })
+	return sendValue(c, http.StatusOK, Status{Status: "ready"})
 }
 
 // handleMetrics serves GET /metrics from Config.Metrics, 404 without.

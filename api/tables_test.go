@@ -22,7 +22,16 @@ func mustDay(t *testing.T, s string) buckets.Day {
 }
 
 func TestTablesJSONShape(t *testing.T) {
-	env := newTestEnv(t, func(c *api.Config) { c.Retention = 48 * time.Hour })
+	var gotTables []buckets.TableInfo
+	var gotNow time.Time
+	env := newTestEnv(t, func(c *api.Config) {
+		// The policy's answer is reported as it is: day end + 48h for the
+		// first table, "now" (dropped by a size cap) for the second.
+		c.ExpiresAt = func(tables []buckets.TableInfo, now time.Time) []time.Time {
+			gotTables, gotNow = tables, now
+			return []time.Time{tables[0].Day.End().Time().Add(48 * time.Hour), now.In(time.FixedZone("x", 3600))}
+		}
+	})
 	env.reader.tables = []buckets.TableInfo{
 		{Day: mustDay(t, "2026-11-21"), SizeBytes: 1234, Readings: 56},
 		{Day: mustDay(t, "2026-11-22"), SizeBytes: 99, Readings: -1},
@@ -31,15 +40,17 @@ func TestTablesJSONShape(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
 	assert.JSONEq(t, `{"tables":[
 		{"day":"2026-11-21","sizeBytes":1234,"readings":56,"expiresAt":"2026-11-24T00:00:00Z"},
-		{"day":"2026-11-22","sizeBytes":99,"expiresAt":"2026-11-25T00:00:00Z"}]}`, string(res.body))
+		{"day":"2026-11-22","sizeBytes":99,"expiresAt":"`+env.clock.Now().UTC().Format(time.RFC3339Nano)+`"}]}`, string(res.body))
+	assert.Equal(t, env.reader.tables, gotTables)
+	assert.True(t, gotNow.Equal(env.clock.Now()), "the policy is asked with the server's clock")
 }
 
-func TestTablesDefaultRetention(t *testing.T) {
+func TestTablesWithoutPolicy(t *testing.T) {
 	env := newTestEnv(t)
 	env.reader.tables = []buckets.TableInfo{{Day: mustDay(t, "2026-11-22"), Readings: 0}}
 	body := env.get(t, "/v1/tables").json(t)
 	tbl := body["tables"].([]any)[0].(map[string]any)
-	assert.Equal(t, "2026-12-23T00:00:00Z", tbl["expiresAt"], "day end + 720h")
+	assert.NotContains(t, tbl, "expiresAt", "no policy, no expiry")
 	assert.Contains(t, tbl, "readings", "0 is a known count")
 }
 

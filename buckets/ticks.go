@@ -118,11 +118,20 @@ func ParseTime(s string) (Ticks, error) {
 		}
 		return TicksFromEpochMillis(ms)
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	// RFC 3339 (section 5.6) allows the "T" and "Z" in lower case; Go's
+	// layout wants them upper case. No other letter can appear.
+	t, err := time.Parse(time.RFC3339Nano, strings.Map(upperTZ, s))
 	if err != nil {
 		return 0, fmt.Errorf("cannot parse %q as RFC 3339 or epoch milliseconds", s)
 	}
 	return TicksOf(t)
+}
+
+func upperTZ(r rune) rune {
+	if r == 't' || r == 'z' {
+		return r - 'a' + 'A'
+	}
+	return r
 }
 
 func isInteger(s string) bool {

@@ -141,6 +141,8 @@ func TestParseTime(t *testing.T) {
 		want buckets.Ticks
 	}{
 		{"2026-11-22T01:02:03.456Z", exampleTicks},
+		{"2026-11-22t01:02:03.456z", exampleTicks}, // RFC 3339 5.6: "T" and "Z" may be lower case
+		{"2026-11-22t02:02:03.456+01:00", exampleTicks},
 		{"2026-11-22T01:02:03.456000000Z", exampleTicks},
 		{"2026-11-22T02:02:03.456+01:00", exampleTicks},
 		{"2026-11-21T20:32:03.456-04:30", exampleTicks},
@@ -175,6 +177,8 @@ func TestParseTime(t *testing.T) {
 		{"12 34", `cannot parse "12 34" as RFC 3339 or epoch milliseconds`},
 		{"2026-11-22", `cannot parse "2026-11-22" as RFC 3339 or epoch milliseconds`},
 		{"2026-11-22 01:02:03Z", `cannot parse "2026-11-22 01:02:03Z" as RFC 3339 or epoch milliseconds`},
+		{"2026-11-22x01:02:03.456Z", `cannot parse "2026-11-22x01:02:03.456Z" as RFC 3339`},
+		{"2026-11-22T01:02:03.456y", `cannot parse "2026-11-22T01:02:03.456y" as RFC 3339`},
 		{"2026-11-22T01:02:03", `cannot parse "2026-11-22T01:02:03" as RFC 3339 or epoch milliseconds`},
 		{"2026-02-30T00:00:00Z", `cannot parse "2026-02-30T00:00:00Z" as RFC 3339 or epoch milliseconds`},
 		{"10000-01-01T00:00:00Z", `cannot parse "10000-01-01T00:00:00Z" as RFC 3339 or epoch milliseconds`},

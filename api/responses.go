@@ -1,0 +1,192 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// The response bodies of the API, one Go type each. They are encoded
+// with encoding/json, except ReadingList and Reading: those answer the
+// hot paths (latest-N, range and point queries) and are written by the
+// appenders in encode.go, which produce exactly the bytes encoding/json
+// would produce for these types (a test compares them) several times
+// faster (BENCHMARKS.md, "API response encoding").
+
+// Reading is one reading (DESIGN §5). Values holds float64, int64, bool
+// or string values by name.
+type Reading struct {
+	TS           time.Time      `json:"ts"`
+	PartitionKey string         `json:"partitionKey"`
+	RowKey       string         `json:"rowKey"`
+	Values       map[string]any `json:"values"`
+}
+
+// ReadingList is the answer of the latest-N and range queries. Next is
+// the cursor of the following page, absent when nothing remains.
+type ReadingList struct {
+	Device   string    `json:"device"`
+	Readings []Reading `json:"readings"`
+	Next     string    `json:"next,omitempty"`
+}
+
+// Device is one entry of GET /v1/devices.
+type Device struct {
+	Device    string         `json:"device"`
+	FirstSeen time.Time      `json:"firstSeen"`
+	LastSeen  time.Time      `json:"lastSeen"`
+	Latest    map[string]any `json:"latest"`
+}
+
+// DeviceList is the answer of GET /v1/devices.
+type DeviceList struct {
+	Devices []Device `json:"devices"`
+	Next    string   `json:"next,omitempty"`
+}
+
+// Table is one day table in GET /v1/tables. Readings is absent when
+// the count is not known; ExpiresAt when the server has no retention
+// policy.
+type Table struct {
+	Day       string     `json:"day"`
+	SizeBytes int64      `json:"sizeBytes"`
+	Readings  *int64     `json:"readings,omitempty"`
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
+// TableList is the answer of GET /v1/tables.
+type TableList struct {
+	Tables []Table `json:"tables"`
+}
+
+// DroppedTable is one table dropped (or, on a dry run, to be dropped).
+type DroppedTable struct {
+	Day       string `json:"day"`
+	SizeBytes int64  `json:"sizeBytes"`
+	Readings  *int64 `json:"readings,omitempty"`
+	Reason    string `json:"reason"`
+}
+
+// DropResult is the answer of DELETE /v1/tables/{day}.
+type DropResult struct {
+	Dropped []DroppedTable `json:"dropped"`
+}
+
+// RetentionRun is the answer of POST /v1/retention/run.
+type RetentionRun struct {
+	DryRun    bool           `json:"dryRun"`
+	StartedAt time.Time      `json:"startedAt"`
+	Cutoff    time.Time      `json:"cutoff"`
+	Dropped   []DroppedTable `json:"dropped"`
+	Kept      int            `json:"kept"`
+	BytesNow  int64          `json:"bytesNow"`
+}
+
+// Status is the answer of /healthz and /readyz.
+type Status struct {
+	Status string `json:"status"`
+}
+
+// ErrorResponse is the body of every JSON error answer.
+type ErrorResponse struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the code and the message of an error; the message
+// starts with the name of the parameter (or part of the request) at
+// fault.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// valuesOf returns fields as a Values map, keeping only the names in
+// proj when proj is not nil.
+func valuesOf(fields []buckets.Field, proj []string) map[string]any {
+	out := make(map[string]any, len(fields))
+	for _, f := range fields {
+		if proj == nil || containsSorted(proj, f.Name) {
+			out[f.Name] = f.Value.Any()
+		}
+	}
+	return out
+}
+
+func containsSorted(sorted []string, s string) bool {
+	for _, x := range sorted {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// readingOf is the response form of r.
+func readingOf(r *buckets.Reading, proj []string) Reading {
+	return Reading{TS: r.Ticks.Time(), PartitionKey: r.PartitionKey(), RowKey: r.RowKey(), Values: valuesOf(r.Values, proj)}
+}
+
+// readingListOf is the response form of a page of readings.
+func readingListOf(dev buckets.DeviceID, rs []buckets.Reading, proj []string, next string) ReadingList {
+	out := ReadingList{Device: string(dev), Readings: make([]Reading, len(rs)), Next: next}
+	for i := range rs {
+		out.Readings[i] = readingOf(&rs[i], proj)
+	}
+	return out
+}
+
+func deviceOf(d *buckets.DeviceInfo) Device {
+	return Device{Device: string(d.Device), FirstSeen: d.FirstSeen.Time(), LastSeen: d.LastSeen.Time(), Latest: valuesOf(d.Latest, nil)}
+}
+
+// knownCount is a reading count for the JSON, nil when unknown (< 0).
+func knownCount(n int64) *int64 {
+	if n < 0 {
+		return nil
+	}
+	return &n
+}
+
+func droppedOf(drops []buckets.TableDrop) []DroppedTable {
+	out := make([]DroppedTable, len(drops))
+	for i, d := range drops {
+		out[i] = DroppedTable{Day: d.Day.String(), SizeBytes: d.SizeBytes, Readings: knownCount(d.Readings), Reason: d.Reason}
+	}
+	return out
+}
+
+// sendValue writes v as the whole JSON response with status, encoded
+// by encoding/json (HTML characters are not escaped: the API serves
+// JSON, never HTML).
+func sendValue(c echo.Context, status int, v any) error {
+	buf := getBuf()
+	defer putBuf(buf)
+	b := bytes.NewBuffer(*buf)
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encode %T: %w", v, err)
+	}
+	*buf = b.Bytes()
+	writeJSON(c, status, *buf)
+	return nil
+}
+
+// writeJSON writes b as the whole response. A failed write means the
+// client went away; there is nobody left to tell.
+func writeJSON(c echo.Context, status int, b []byte) {
+	res := c.Response()
+	res.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	res.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	res.WriteHeader(status)
+	if c.Request().Method != http.MethodHead {
+		_, _ = res.Write(b)
+	}
+}
