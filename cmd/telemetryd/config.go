@@ -153,15 +153,32 @@ func (c *Config) parseFlags(name string, args []string, getenv func(string) stri
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	c.bind(fs)
-	return parseInto(fs, c, args, getenv)
-}
-
-// parseInto parses args on fs (which c is bound to), applies the
-// TELEMETRY_* environment to every flag not given, and validates c.
-func parseInto(fs *flag.FlagSet, c *Config, args []string, getenv func(string) string) error {
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	setUsage(fs, serviceUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *showVersion {
+		return errVersion
+	}
+	return applyEnv(fs, c, getenv)
+}
+
+// bindRetention registers the flags that `telemetryd retention` uses:
+// the data dir, the policy and the log.
+func (c *Config) bindRetention(fs *flag.FlagSet) {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	c.bind(all)
+	for _, name := range []string{"data-dir", "retention", "retention-max-bytes", "log-level", "log-format"} {
+		f := all.Lookup(name)
+		fs.Var(f.Value, f.Name, f.Usage)
+	}
+}
+
+// applyEnv applies the TELEMETRY_* environment to every flag of fs
+// (which c is bound to, and which has parsed its arguments) that was
+// not given, and validates c.
+func applyEnv(fs *flag.FlagSet, c *Config, getenv func(string) string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}

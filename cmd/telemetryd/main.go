@@ -7,7 +7,8 @@
 //	telemetryd [flags]                       run the service
 //	telemetryd retention [-dry-run] [flags]  run retention once on a data dir
 //
-// Every flag may also be set as TELEMETRY_<NAME>; see -help.
+// Every flag may also be set as TELEMETRY_<NAME>; see -h. -version
+// prints the version.
 package main
 
 import (
@@ -33,6 +34,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg := DefaultConfig()
 	if err := cfg.parseFlags("telemetryd", args, getenv, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if errors.Is(err, errVersion) {
+			fmt.Fprintln(stdout, version())
 			return 0
 		}
 		fmt.Fprintln(stderr, "telemetryd:", err)

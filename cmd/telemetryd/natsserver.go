@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -42,12 +43,25 @@ func startEmbeddedNATS(listen, mqttListen, dataDir string, syncAlways bool, log 
 	if err != nil {
 		return nil, 0, fmt.Errorf("embedded nats: %w", err)
 	}
-	ns.SetLoggerV2(natsLogger{log.With("component", "nats")}, false, false, false)
+	logger := natsLogger{l: log.With("component", "nats"), fatal: make(chan string, 1), started: new(atomic.Bool)}
+	ns.SetLoggerV2(logger, false, false, false)
 	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, 0, fmt.Errorf("embedded nats on %s (mqtt %q): not ready after 10s (port in use?)", listen, mqttListen)
+	// A listener that cannot bind (a busy port) is reported through
+	// Fatalf at once; fail then instead of waiting out the timeout.
+	deadline := time.Now().Add(natsReadyTimeout)
+	for !ns.ReadyForConnections(20 * time.Millisecond) {
+		select {
+		case msg := <-logger.fatal:
+			ns.Shutdown()
+			return nil, 0, fmt.Errorf("embedded nats (-nats-listen %s, -mqtt-listen %q): %s", listen, mqttListen, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			ns.Shutdown()
+			return nil, 0, fmt.Errorf("embedded nats (-nats-listen %s, -mqtt-listen %q): not ready after %s", listen, mqttListen, natsReadyTimeout)
+		}
 	}
+	logger.started.Store(true)
 	// The server writes the port it picked back into its options.
 	return ns, max(opts.MQTT.Port, 0), nil
 }
@@ -69,12 +83,32 @@ func splitListen(flag, listen string) (string, int, error) {
 	return host, port, nil
 }
 
-// natsLogger forwards the embedded server's log to slog.
-type natsLogger struct{ l *slog.Logger }
+// natsReadyTimeout bounds the embedded server's start.
+const natsReadyTimeout = 10 * time.Second
+
+// natsLogger forwards the embedded server's log to slog. Until the
+// server has started, its first fatal message goes to fatal instead, so
+// that a server that cannot start fails the start at once (and is
+// reported once, by whoever handles that error).
+type natsLogger struct {
+	l       *slog.Logger
+	fatal   chan string
+	started *atomic.Bool
+}
 
 func (n natsLogger) Noticef(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
 func (n natsLogger) Warnf(format string, v ...any)   { n.l.Warn(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Fatalf(format string, v ...any)  { n.l.Error(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Errorf(format string, v ...any)  { n.l.Error(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Debugf(format string, v ...any)  { n.l.Debug(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Tracef(format string, v ...any)  {}
+func (n natsLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if !n.started.Load() {
+		select {
+		case n.fatal <- msg:
+			return
+		default:
+		}
+	}
+	n.l.Error(msg)
+}
+func (n natsLogger) Errorf(format string, v ...any) { n.l.Error(fmt.Sprintf(format, v...)) }
+func (n natsLogger) Debugf(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
+func (n natsLogger) Tracef(format string, v ...any) {}

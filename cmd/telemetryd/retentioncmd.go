@@ -22,9 +22,14 @@ func runRetention(ctx context.Context, args []string, getenv func(string) string
 	dryRun := false
 	fs := flag.NewFlagSet("telemetryd retention", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.bind(fs)
+	cfg.bindRetention(fs)
 	fs.BoolVar(&dryRun, "dry-run", false, "list what would be dropped; change nothing")
-	if err := parseInto(fs, &cfg, args, getenv); err != nil {
+	setUsage(fs, retentionUsage)
+	err := fs.Parse(args)
+	if err == nil {
+		err = applyEnv(fs, &cfg, getenv)
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
