@@ -16,6 +16,7 @@ const instrumentationName = "github.com/telemetryd/telemetryd/store"
 type metrics struct {
 	commitDuration metric.Float64Histogram
 	tableErrors    metric.Int64Counter
+	compactions    metric.Int64Counter
 	registration   metric.Registration
 }
 
@@ -35,6 +36,11 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 		metric.WithDescription("Day tables that failed to open (damaged or unreadable)."),
 		metric.WithUnit("{error}")); err != nil {
 		return nil, fmt.Errorf("table errors counter: %w", err)
+	}
+	if m.compactions, err = meter.Int64Counter("telemetry.store.compactions",
+		metric.WithDescription("Merges of a device's open blocks into sealed blocks."),
+		metric.WithUnit("{compaction}")); err != nil {
+		return nil, fmt.Errorf("compactions counter: %w", err)
 	}
 	tables, err := meter.Int64ObservableGauge("telemetry.store.tables",
 		metric.WithDescription("Day tables on disk."), metric.WithUnit("{table}"))

@@ -30,6 +30,20 @@ type Options struct {
 	// IdleClose closes a cold table that nobody used for this long.
 	// Default 2m.
 	IdleClose time.Duration
+	// CompactInterval is how often the compactor looks for devices
+	// whose open blocks should be merged. Default 1s.
+	CompactInterval time.Duration
+	// MemTableSize is the memtable size of a hot day table, in bytes;
+	// a hot table keeps two (one filling, one flushing). Default 32 MiB.
+	MemTableSize int64
+	// BlockCacheSize is the Badger block cache of a hot day table, in
+	// bytes (cold tables and the index use 1 MiB). Default 8 MiB.
+	BlockCacheSize int64
+	// IndexCacheSize bounds the memory of each table's SSTable indexes
+	// and bloom filters, in bytes. Default 0: Badger keeps them all in
+	// memory (a few hundred KiB per day table at the store's block
+	// sizes).
+	IndexCacheSize int64
 	// ReadOnly opens every database read-only and refuses writes and
 	// drops, so that inspecting a data dir (a retention dry run)
 	// changes nothing on disk. It still takes the directory lock.
@@ -46,14 +60,18 @@ const (
 	defaultHotDays       = 2
 	defaultMaxOpenTables = 8
 	defaultIdleClose     = 2 * time.Minute
+	defaultCompact       = time.Second
 )
 
 // DefaultOptions returns Options with every default filled in.
 func DefaultOptions() Options {
 	return Options{
-		HotDays:       defaultHotDays,
-		MaxOpenTables: defaultMaxOpenTables,
-		IdleClose:     defaultIdleClose,
+		HotDays:         defaultHotDays,
+		MaxOpenTables:   defaultMaxOpenTables,
+		IdleClose:       defaultIdleClose,
+		CompactInterval: defaultCompact,
+		MemTableSize:    hotMemTableSize,
+		BlockCacheSize:  hotBlockCacheSize,
 	}
 }
 
@@ -67,6 +85,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IdleClose <= 0 {
 		o.IdleClose = defaultIdleClose
+	}
+	if o.CompactInterval <= 0 {
+		o.CompactInterval = defaultCompact
+	}
+	if o.MemTableSize <= 0 {
+		o.MemTableSize = hotMemTableSize
+	}
+	if o.BlockCacheSize <= 0 {
+		o.BlockCacheSize = hotBlockCacheSize
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -88,10 +115,12 @@ func (o Options) withDefaults() Options {
 // of them live on disk at once, so the per-table footprint matters more
 // than peak write speed of any one of them.
 const (
-	// valueThreshold keeps ordinary readings inside the LSM tree (one
-	// read per reading, no value log GC); only unusually large readings
-	// (long strings) go to the value log.
-	valueThreshold = 1 << 10
+	// valueThreshold keeps blocks inside the LSM tree (no value log
+	// GC, a block is read with its key); only blocks of unusually large
+	// readings (long strings) go to the value log. It is Badger's
+	// largest allowed threshold, and at most an eighth of a memtable
+	// (Badger requires it to be below the largest transaction).
+	valueThreshold = 1 << 20
 	// valueLogFileSize bounds each value log file (it is mapped, and
 	// preallocated sparsely, at twice this size while open).
 	valueLogFileSize = 64 << 20
@@ -164,13 +193,18 @@ func badgerOptions(dir string, c tableClass, syncWrites, readOnly bool, log *slo
 		WithNumVersionsToKeep(1).
 		WithCompression(options.ZSTD).
 		WithZSTDCompressionLevel(1).
-		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(valueLogFileSize).
 		WithDetectConflicts(false). // writers are serialized per table by the store
 		WithMetricsEnabled(false).  // sizes are measured from the directory instead
 		WithIndexCacheSize(0).
 		WithNumCompactors(2). // the minimum that keeps compaction going
 		WithCompactL0OnClose(false)
+	o = withClass(o, c)
+	return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
+}
+
+// withClass sets the sizes of a DB of class c.
+func withClass(o badger.Options, c tableClass) badger.Options {
 	switch c {
 	case classHot:
 		return o.WithMemTableSize(hotMemTableSize).

@@ -1,8 +1,8 @@
 package store
 
 import (
+	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +10,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/block"
 )
 
 // Reads never open a table that cannot hold the device: the device
@@ -76,24 +77,19 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 		return buckets.Reading{}, notFound
 	}
 	defer s.release(t)
-	r := buckets.Reading{Device: dev, Ticks: k}
+	var r buckets.Reading
+	var found bool
 	err = s.guard(t, func() error {
 		txn, done := t.readTxn()
 		defer done()
-		item, err := txn.Get(buckets.AppendKey(nil, dev, k))
-		if err != nil {
-			return err
-		}
-		return item.Value(func(v []byte) error {
-			r.Values, err = buckets.DecodeValues(v)
-			return err
-		})
+		r, found, err = getReading(txn, dev, k)
+		return err
 	})
 	switch {
-	case errors.Is(err, badger.ErrKeyNotFound):
-		return buckets.Reading{}, notFound
 	case err != nil:
 		return buckets.Reading{}, classify(fmt.Errorf("get from table %s: %w", t.day, err))
+	case !found:
+		return buckets.Reading{}, notFound
 	}
 	return r, nil
 }
@@ -161,50 +157,99 @@ func (s *Store) daysBetween(lo, hi buckets.Day, order buckets.Order) []buckets.D
 // scanTable appends to out the readings of dev in t with lo <= ticks <
 // hi, in order, until out holds limit readings.
 //
-// Row keys hold inverted ticks, so a forward iteration from the key of
-// hi-1 walks newest to oldest (Desc) and a reverse iteration from the
-// key of lo walks oldest to newest (Asc). Values are small and stored
-// inline in the LSM tree, so prefetching them would only add work.
+// Keys sort a device's blocks newest first. Newest first (Desc), a
+// reading newer than the newest reading of every block not yet read is
+// final, so the scan stops as soon as limit readings are final. Oldest
+// first (Asc), the blocks that may hold readings of the range are
+// gathered (their keys say which) and read by their oldest reading.
 func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi buckets.Ticks, order buckets.Order, limit int, out []buckets.Reading) ([]buckets.Reading, error) {
-	if lo >= hi {
+	if lo >= hi || len(out) >= limit {
 		return out, nil
 	}
 	txn, done := t.readTxn()
 	defer done()
-	prefix := buckets.DevicePrefix(dev)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: order == buckets.Asc})
-	defer it.Close()
-	seek := buckets.AppendKey(nil, dev, hi-1)
-	if order == buckets.Asc {
-		seek = buckets.AppendKey(nil, dev, lo)
-	}
-	for it.Seek(seek); it.Valid() && len(out) < limit; it.Next() {
-		item := it.Item()
-		key := item.Key()
-		if len(key) != len(prefix)+8 {
-			continue // not a reading key of this device
-		}
-		k := buckets.TicksFromInverted(binary.BigEndian.Uint64(key[len(prefix):]))
-		if k < lo || k >= hi {
-			break
-		}
-		var fields []buckets.Field
-		err := item.Value(func(v []byte) error {
-			var err error
-			fields, err = buckets.DecodeValues(v)
-			return err
-		})
-		if err != nil {
-			return out, fmt.Errorf("read table %s: %s %s: %w", t.day, dev, k.FormatTime(), err)
-		}
-		out = append(out, buckets.Reading{Device: dev, Ticks: k, Values: fields})
-		if len(out)%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return out, err
+	res := newResolver()
+	var err error
+	if order == buckets.Desc {
+		err = eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
+			if bi.ref.oldest >= hi {
+				return true, nil
 			}
+			if out = append(out, res.take(order, bi.ref.newest)...); len(out) >= limit {
+				return false, nil
+			}
+			rs, err := decodeItem(bi, dev)
+			if err != nil {
+				return false, err
+			}
+			res.add(rs, bi.ref.seq, lo, hi)
+			return true, ctx.Err()
+		})
+		if len(out) < limit {
+			out = append(out, res.take(order, lo-1)...)
+		}
+	} else {
+		out, err = scanAsc(ctx, txn, dev, lo, hi, limit, out, res)
+	}
+	if err != nil {
+		return out, fmt.Errorf("read table %s: %s: %w", t.day, dev, err)
+	}
+	return out[:min(len(out), limit)], nil
+}
+
+// scanAsc is the oldest-first half of scanTable.
+func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, out []buckets.Reading, res *resolver) ([]buckets.Reading, error) {
+	type found struct {
+		ref   blockRef
+		value []byte
+	}
+	var blocks []found
+	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
+		if bi.ref.oldest >= hi {
+			return true, nil
+		}
+		v, err := bi.item.ValueCopy(nil)
+		blocks = append(blocks, found{bi.ref, v})
+		return true, err
+	})
+	if err != nil {
+		return out, err
+	}
+	slices.SortFunc(blocks, func(a, b found) int { return cmp.Compare(a.ref.oldest, b.ref.oldest) })
+	for _, b := range blocks {
+		if out = append(out, res.take(buckets.Asc, b.ref.oldest)...); len(out) >= limit {
+			return out, nil
+		}
+		_, rs, err := block.Decode(b.value, dev)
+		if err != nil {
+			return out, fmt.Errorf("block %s..%s: %w", b.ref.oldest.FormatTime(), b.ref.newest.FormatTime(), err)
+		}
+		res.add(rs, b.ref.seq, lo, hi)
+		if err := ctx.Err(); err != nil {
+			return out, err
 		}
 	}
-	return out, nil
+	return append(out, res.take(buckets.Asc, hi)...), nil
+}
+
+// getReading returns the reading of dev at k in txn; ok is false when
+// there is none.
+func getReading(txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks) (r buckets.Reading, ok bool, err error) {
+	var best uint64
+	err = eachBlock(txn, dev, k, func(bi blockItem) (bool, error) {
+		if bi.ref.oldest > k || (ok && bi.ref.seq < best) {
+			return true, nil
+		}
+		rs, err := decodeItem(bi, dev)
+		if err != nil {
+			return false, err
+		}
+		if i, found := slices.BinarySearchFunc(rs, k, func(x buckets.Reading, k buckets.Ticks) int { return cmp.Compare(x.Ticks, k) }); found {
+			r, ok, best = rs[i], true, bi.ref.seq
+		}
+		return true, nil
+	})
+	return r, ok, err
 }
 
 // guard runs a read of t, turning a Badger panic (it panics on some

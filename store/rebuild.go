@@ -52,11 +52,17 @@ func (s *Store) rebuildIndex(ctx context.Context) error {
 	return nil
 }
 
-// indexTable feeds every reading of db to the index.
+// indexTable feeds every reading of db to the index, one device at a
+// time (the blocks of a device are adjacent and resolved together).
 func indexTable(db *badger.DB, idx *deviceIndex) (int, error) {
-	const batchSize = 1024
-	batch := make([]buckets.Reading, 0, batchSize)
 	n := 0
+	var dev buckets.DeviceID
+	res := newResolver()
+	flush := func() {
+		rs := res.take(buckets.Asc, buckets.MaxTicks+1)
+		idx.observe(rs)
+		n += len(rs)
+	}
 	err := viewLatest(db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
@@ -65,25 +71,22 @@ func indexTable(db *badger.DB, idx *deviceIndex) (int, error) {
 			if k := item.Key(); len(k) > 0 && k[0] == 0 {
 				continue // table metadata
 			}
-			dev, k, err := buckets.ParseKey(item.Key())
+			d, ref, ok := parseAnyBlockKey(item.Key())
+			if !ok {
+				return fmt.Errorf("unexpected key %x", item.Key())
+			}
+			if d != dev {
+				flush()
+				dev = buckets.DeviceID(string(d))
+			}
+			rs, err := decodeItem(blockItem{ref: ref, item: item}, dev)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", dev, err)
 			}
-			r := buckets.Reading{Device: dev, Ticks: k}
-			if err := item.Value(func(v []byte) error {
-				r.Values, err = buckets.DecodeValues(v)
-				return err
-			}); err != nil {
-				return fmt.Errorf("%s: %w", r.PartitionKey(), err)
-			}
-			if batch = append(batch, r); len(batch) == batchSize {
-				idx.observe(batch)
-				n += len(batch)
-				batch = batch[:0]
-			}
+			res.add(rs, ref.seq, 0, buckets.MaxTicks+1)
 		}
 		return nil
 	})
-	idx.observe(batch)
-	return n + len(batch), err
+	flush()
+	return n, err
 }

@@ -84,10 +84,11 @@ type Store struct {
 	dropSeq  int            // makes drop directory names unique
 	useSeq   uint64         // counts table uses, for LRU order
 
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	stop        chan struct{}
+	done        chan struct{} // the janitor stopped
+	compactDone chan struct{} // the compactor stopped
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // Open opens (creating if needed) the store under dataDir. It takes an
@@ -101,14 +102,15 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	}
 	opts = opts.withDefaults()
 	s := &Store{
-		opts:      opts,
-		dir:       dataDir,
-		tablesDir: filepath.Join(dataDir, tablesDirName),
-		log:       opts.Logger.With("component", "store"),
-		tracer:    opts.TracerProvider.Tracer(instrumentationName),
-		tables:    make(map[buckets.Day]*table),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+		opts:        opts,
+		dir:         dataDir,
+		tablesDir:   filepath.Join(dataDir, tablesDirName),
+		log:         opts.Logger.With("component", "store"),
+		tracer:      opts.TracerProvider.Tracer(instrumentationName),
+		tables:      make(map[buckets.Day]*table),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		compactDone: make(chan struct{}),
 	}
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(s.tablesDir, 0o755); err != nil {
@@ -142,6 +144,11 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		}
 	}
 	go s.janitor()
+	if opts.ReadOnly {
+		close(s.compactDone)
+	} else {
+		go s.compactor()
+	}
 	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", idx.len())
 	return s, nil
 }
@@ -150,6 +157,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 // running yet, so it is marked done and Close does the rest.
 func (s *Store) closeAfterFailedOpen() {
 	close(s.done)
+	close(s.compactDone)
 	s.closeOnce.Do(func() { s.closeErr = s.close() })
 }
 
@@ -214,6 +222,10 @@ func (s *Store) Close() error {
 func (s *Store) close() error {
 	close(s.stop)
 	<-s.done
+	<-s.compactDone
+	if !s.opts.ReadOnly {
+		s.compactAll(true) // merge every device's open blocks before the tables close
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()

@@ -28,7 +28,15 @@ var (
 	// big-endian). A reading newer than that cannot exist yet, so
 	// writing it needs no read of the old value.
 	metaNewestKey = []byte("\x00meta/newest")
+	// metaFormatKey holds the format version of the table (one byte),
+	// written with the first commit.
+	metaFormatKey = []byte("\x00meta/format")
 )
+
+// formatVersion is the table format this build writes and reads:
+// readings kept as blocks of package block, keyed as series.go says.
+// Version 1 (no format key) kept one Badger entry per reading.
+const formatVersion = 2
 
 // table is one day table: a Badger database that is opened lazily and
 // may be closed and reopened while the store runs.
@@ -67,6 +75,12 @@ type table struct {
 	// lastCommit is when the table was last written to in this
 	// process, by the store's clock. Guarded by writeMu.
 	lastCommit time.Time
+	// formatSaved says that the table records its format version.
+	// Guarded by writeMu.
+	formatSaved bool
+	// comp is what the compactor has to look at (compact.go). Guarded
+	// by writeMu.
+	comp compactState
 
 	// Guarded by Store.mu.
 	db       *badger.DB
@@ -240,6 +254,8 @@ func (s *Store) openBusyLocked(t *table, a access) error {
 	}
 	t.readings.Store(meta.readings)
 	t.newest = meta.newest
+	t.formatSaved = meta.format != 0
+	t.comp = compactState{scanAll: !readOnly}
 	return nil
 }
 
@@ -276,6 +292,10 @@ func (s *Store) reopenWritableLocked(ctx context.Context, t *table) error {
 
 // unavailableTable is the error of a table that cannot be opened.
 func unavailableTable(day buckets.Day, err error) error {
+	var fe *formatError
+	if errors.As(err, &fe) {
+		return &buckets.TableError{Day: day, Reason: fmt.Sprintf("has table format version %s, which this build does not read (it reads version %d); other days are unaffected", fe.version, formatVersion), Err: err}
+	}
 	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected", Err: err}
 }
 
@@ -291,7 +311,12 @@ func (s *Store) openTableDB(t *table, hot bool, a access) (db *badger.DB, readOn
 		class = classHot
 	}
 	readOnly = s.opts.ReadOnly || (!hot && a == forRead && closedCleanly(t.dir))
-	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("table", t.day.String()))
+	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("table", t.day.String())).
+		WithIndexCacheSize(s.opts.IndexCacheSize)
+	if hot {
+		opts = opts.WithMemTableSize(s.opts.MemTableSize).WithBlockCacheSize(s.opts.BlockCacheSize).
+			WithValueThreshold(min(valueThreshold, s.opts.MemTableSize/8))
+	}
 	if err := checkTableFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
 	}
@@ -335,6 +360,7 @@ func openBadger(opts badger.Options) (db *badger.DB, err error) {
 type tableMeta struct {
 	readings int64
 	newest   buckets.Ticks
+	format   byte // 0: not recorded yet (a new table)
 }
 
 // readMeta reads the metadata of a day table. A table without a newest
@@ -348,6 +374,9 @@ func readMeta(db *badger.DB) (tableMeta, error) {
 		}
 		newest, err := readUint64(txn, metaNewestKey)
 		if err != nil {
+			return err
+		}
+		if m.format, err = readFormat(txn, readings > 0); err != nil {
 			return err
 		}
 		m.readings = int64(max(readings, 0))
@@ -365,6 +394,40 @@ func readMeta(db *badger.DB) (tableMeta, error) {
 		return m, fmt.Errorf("read table metadata: %w", err)
 	}
 	return m, nil
+}
+
+// readFormat reads the format version of a table and refuses any but
+// formatVersion. A table with readings but no version is version 1.
+func readFormat(txn *badger.Txn, hasReadings bool) (byte, error) {
+	item, err := txn.Get(metaFormatKey)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		if hasReadings {
+			return 0, &formatError{version: "1 (one entry per reading)"}
+		}
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1 || v[0] != formatVersion {
+		version := fmt.Sprintf("%x", v)
+		if len(v) == 1 {
+			version = fmt.Sprint(v[0])
+		}
+		return 0, &formatError{version: version}
+	}
+	return v[0], nil
+}
+
+// formatError is the cause of a table of an unknown format version.
+type formatError struct{ version string }
+
+func (e *formatError) Error() string {
+	return fmt.Sprintf("table format version %s is unknown; this build reads version %d", e.version, formatVersion)
 }
 
 // readUint64 reads an 8-byte big-endian metadata value; -1 if absent.

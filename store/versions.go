@@ -65,12 +65,26 @@ func (t *table) readTxn() (txn *badger.Txn, done func()) {
 // and publishes it to readers once it completed. It must run under
 // t.writeMu. A failed commit uses up its version.
 func (t *table) commitTxn(txn *badger.Txn) error {
-	v, db := &t.ver, t.db
+	return t.commitTxnAt(txn, t.reserveVersion())
+}
+
+// reserveVersion takes the version of the next commit, for a writer
+// that needs it before committing (block keys hold it). It must run
+// under t.writeMu, and the version must go to commitTxnAt.
+func (t *table) reserveVersion() uint64 {
+	v := &t.ver
 	v.mu.Lock()
-	v.syncLocked(db)
+	defer v.mu.Unlock()
+	v.syncLocked(t.db)
 	version := v.next
 	v.next++
-	v.mu.Unlock()
+	return version
+}
+
+// commitTxnAt commits txn as version, from reserveVersion, and
+// publishes it to readers once it completed.
+func (t *table) commitTxnAt(txn *badger.Txn, version uint64) error {
+	v, db := &t.ver, t.db
 	if err := txn.CommitAt(version, nil); err != nil {
 		return err
 	}

@@ -15,13 +15,9 @@ import (
 // getAt reads the reading at key k of dev with txn.
 func getAt(t *testing.T, txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks) buckets.Reading {
 	t.Helper()
-	item, err := txn.Get(buckets.AppendKey(nil, dev, k))
+	r, ok, err := getReading(txn, dev, k)
 	require.NoError(t, err)
-	r := buckets.Reading{Device: dev, Ticks: k}
-	require.NoError(t, item.Value(func(v []byte) error {
-		r.Values, err = buckets.DecodeValues(v)
-		return err
-	}))
+	require.True(t, ok, "no reading at %d", k)
 	return r
 }
 

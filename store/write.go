@@ -1,7 +1,7 @@
 package store
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/block"
 )
 
 // Write stores rs. Readings are grouped by day table and each table
@@ -138,12 +139,13 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	return nil
 }
 
-// entry is one key to set in a day table.
+// entry is one block to write to a day table.
 type entry struct {
-	key, value []byte
-	device     buckets.DeviceID
-	ticks      buckets.Ticks
-	isNew      bool // the key did not exist before: it adds one reading
+	dev    buckets.DeviceID
+	ref    blockRef // its sequence is set when it is committed
+	value  []byte
+	added  int64         // readings new to the table
+	newest buckets.Ticks // newest new reading, -1 for none
 }
 
 // readingKey is the identity of a reading.
@@ -194,23 +196,15 @@ func (w *writeTracker) mayExist(dev buckets.DeviceID, k buckets.Ticks) bool {
 	return ok && k <= last
 }
 
-// noteWritten records committed entries (entries of one device are
-// usually adjacent, so most of them cost no map access). newest is the
-// table's newest reading after the commit.
+// noteWritten records committed blocks. newest is the table's newest
+// reading after the commit.
 func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
-	record := func(dev buckets.DeviceID, k buckets.Ticks) {
-		if last, ok := w.written[dev]; !ok {
-			w.written[buckets.DeviceID(strings.Clone(string(dev)))] = k
-		} else if k > last {
-			w.written[dev] = k
+	for _, e := range entries {
+		if last, ok := w.written[e.dev]; !ok {
+			w.written[buckets.DeviceID(strings.Clone(string(e.dev)))] = e.ref.newest
+		} else if e.ref.newest > last {
+			w.written[e.dev] = e.ref.newest
 		}
-	}
-	for i := 0; i < len(entries); {
-		dev, last := entries[i].device, entries[i].ticks
-		for i++; i < len(entries) && entries[i].device == dev; i++ {
-			last = max(last, entries[i].ticks)
-		}
-		record(dev, last)
 	}
 	if len(w.written) > maxWrittenDevices {
 		w.floor = newest
@@ -218,69 +212,129 @@ func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	}
 }
 
+// maxBlockReadings is the most readings the store puts in one block.
+const maxBlockReadings = 4096
+
 // planWrites merges rs with each other (in slice order) and with what
-// the table holds, and returns the entries that change the table.
-// Unchanged readings (a redelivery) produce no entry. Only readings
-// that may exist (table.mayExist) are read first. It must run under the
-// table's writeMu.
+// the table holds, and returns one block per device (more when a device
+// has more than a block holds) with the readings that change the table.
+// Unchanged readings (a redelivery) are left out. A reading that may
+// already be stored (writeTracker.mayExist) is read first and written
+// whole, merged, so the newest block holding a (device, ticks) holds
+// its answer. It must run under the table's writeMu.
 func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 	merged := mergeDuplicates(rs)
+	slices.SortStableFunc(merged, func(a, b buckets.Reading) int {
+		if c := strings.Compare(string(a.Device), string(b.Device)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Ticks, b.Ticks)
+	})
 	w := t.tracker()
 	var txn *badger.Txn
 	done := func() {}
 	defer func() { done() }()
-	entries := make([]entry, 0, len(merged))
-	arena := make([]byte, 0, len(merged)*64)
-	for _, r := range merged {
-		start := len(arena)
-		arena = buckets.AppendKey(arena, r.Device, r.Ticks)
-		key := arena[start:len(arena):len(arena)]
-		if w.mayExist(r.Device, r.Ticks) {
+	var entries []entry
+	for len(merged) > 0 {
+		n := 1
+		for n < len(merged) && merged[n].Device == merged[0].Device {
+			n++
+		}
+		g := merged[:n]
+		merged = merged[n:]
+		lo, hi := buckets.MaxTicks, buckets.Ticks(-1)
+		for _, r := range g {
+			if w.mayExist(r.Device, r.Ticks) {
+				lo, hi = min(lo, r.Ticks), max(hi, r.Ticks)
+			}
+		}
+		var stored map[buckets.Ticks][]buckets.Field
+		if hi >= 0 {
 			if txn == nil {
 				txn, done = t.readTxn()
 			}
-			value, found, err := mergeStored(txn, key, r)
-			if err != nil {
-				return nil, err
-			}
-			if found {
-				if value != nil {
-					entries = append(entries, entry{key: key, value: value, device: r.Device, ticks: r.Ticks})
-				}
-				continue
+			var err error
+			if stored, err = storedReadings(txn, g[0].Device, lo, hi+1); err != nil {
+				return nil, fmt.Errorf("read %s: %w", g[0].Device, err)
 			}
 		}
-		start = len(arena)
-		arena = buckets.AppendValues(arena, r.Values)
-		entries = append(entries, entry{key: key, value: arena[start:len(arena):len(arena)],
-			device: r.Device, ticks: r.Ticks, isNew: true})
+		es, err := deviceEntries(g, stored)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, es...)
 	}
 	return entries, nil
 }
 
-// mergeStored reads the stored reading at key and merges r into it.
-// found is false when nothing is stored; value is nil when the merge
-// changes nothing (a redelivery).
-func mergeStored(txn *badger.Txn, key []byte, r buckets.Reading) (value []byte, found bool, err error) {
-	item, err := txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s: %w", r.PartitionKey(), err)
-	}
-	err = item.Value(func(old []byte) error {
-		fields, err := buckets.DecodeValues(old)
-		if err != nil {
-			return fmt.Errorf("stored reading %s %s: %w", r.PartitionKey(), r.RowKey(), err)
+// storedReadings returns the stored readings of dev with lo <= ticks <
+// hi, by ticks.
+func storedReadings(txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks) (map[buckets.Ticks][]buckets.Field, error) {
+	res := newResolver()
+	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
+		if bi.ref.oldest >= hi {
+			return true, nil
 		}
-		enc := buckets.AppendValues(nil, buckets.Merge(fields, r.Values))
-		if !bytes.Equal(enc, old) {
-			value = enc
-		}
-		return nil
+		rs, err := decodeItem(bi, dev)
+		res.add(rs, bi.ref.seq, lo, hi)
+		return true, err
 	})
-	return value, true, err
+	out := make(map[buckets.Ticks][]buckets.Field, len(res.rs))
+	for _, r := range res.rs {
+		out[r.Ticks] = r.Values
+	}
+	return out, err
+}
+
+// deviceEntries merges the readings g of one device, sorted by ticks,
+// into the stored ones and encodes those that change into blocks.
+func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field) ([]entry, error) {
+	out := make([]buckets.Reading, 0, len(g))
+	isNew := make([]bool, 0, len(g))
+	for _, r := range g {
+		old, ok := stored[r.Ticks]
+		if ok {
+			m := buckets.Merge(old, r.Values)
+			if slices.Equal(m, old) {
+				continue // a redelivery: nothing changes
+			}
+			r.Values = m
+		}
+		out = append(out, r)
+		isNew = append(isNew, !ok)
+	}
+	var entries []entry
+	for len(out) > 0 {
+		n := blockCut(out)
+		e := entry{dev: out[0].Device, newest: -1,
+			ref: blockRef{oldest: out[0].Ticks, newest: out[n-1].Ticks, count: n}}
+		for i := range n {
+			if isNew[i] {
+				e.added++
+				e.newest = out[i].Ticks
+			}
+		}
+		var err error
+		if e.value, err = block.Encode(nil, out[:n]); err != nil {
+			return nil, err
+		}
+		entries = append(entries, e)
+		out, isNew = out[n:], isNew[n:]
+	}
+	return entries, nil
+}
+
+// blockCut returns how many of rs (at least one) go in one block: at
+// most maxBlockReadings readings and block.MaxFields values.
+func blockCut(rs []buckets.Reading) int {
+	fields := 0
+	for i, r := range rs {
+		fields += len(r.Values)
+		if i == maxBlockReadings || (i > 0 && fields > block.MaxFields) {
+			return i
+		}
+	}
+	return len(rs)
 }
 
 // mergeDuplicates merges readings with the same key in slice order,
@@ -322,17 +376,18 @@ func mayRepeat(merged []buckets.Reading, r buckets.Reading) bool {
 }
 
 // commitEntries writes entries in as few transactions as Badger allows,
-// updating the reading counter in each. It must run under writeMu.
+// updating the table metadata in each. It must run under writeMu.
 func commitEntries(t *table, entries []entry) error {
 	maxSize := t.db.MaxBatchSize() * 9 / 10
-	maxCount := t.db.MaxBatchCount() - 3
+	maxCount := t.db.MaxBatchCount() - 4
 	for start := 0; start < len(entries); {
-		end, size := start, int64(len(metaReadingsKey)+len(metaNewestKey)+2*(8+2))
-		for end < len(entries) && (end == start || (size+entrySize(entries[end]) <= maxSize && int64(end-start) < maxCount)) {
-			size += entrySize(entries[end])
+		end, size := start, int64(len(metaReadingsKey)+len(metaNewestKey)+len(metaFormatKey)+3*(8+2))
+		threshold := t.db.Opts().ValueThreshold
+		for end < len(entries) && (end == start || (size+entrySize(entries[end], threshold) <= maxSize && int64(end-start) < maxCount)) {
+			size += entrySize(entries[end], threshold)
 			end++
 		}
-		err := commitChunk(t, entries[start:end])
+		err := commitChunk(t, entries[start:end], nil)
 		if errors.Is(err, badger.ErrTxnTooBig) && end-start > 1 {
 			maxSize, maxCount = maxSize/2, max(maxCount/2, 1)
 			continue
@@ -346,27 +401,35 @@ func commitEntries(t *table, entries []entry) error {
 }
 
 // entrySize is Badger's estimate of what an entry costs a transaction.
-func entrySize(e entry) int64 {
-	if len(e.value) < valueThreshold {
-		return int64(len(e.key) + len(e.value) + 2)
+func entrySize(e entry, threshold int64) int64 {
+	key := int64(len(e.dev) + 1 + blockKeyLen)
+	if int64(len(e.value)) < threshold {
+		return key + int64(len(e.value)) + 2
 	}
-	return int64(len(e.key) + 12 + 2)
+	return key + 12 + 2
 }
 
-// commitChunk commits entries and the updated table metadata in one
-// transaction.
-func commitChunk(t *table, entries []entry) error {
+// commitChunk commits entries, the deletion of the keys in drop and the
+// updated table metadata in one transaction, as the next version of
+// the table, which is also the sequence of the blocks written.
+func commitChunk(t *table, entries []entry, drop [][]byte) error {
+	version := t.reserveVersion()
 	txn := t.writeTxn()
 	defer txn.Discard()
 	added, newest := int64(0), t.newest
-	for _, e := range entries {
-		if err := txn.Set(e.key, e.value); err != nil {
+	for _, k := range drop {
+		if err := txn.Delete(k); err != nil {
 			return err
 		}
-		if e.isNew {
-			added++
-			newest = max(newest, e.ticks)
+	}
+	for i := range entries {
+		e := &entries[i]
+		e.ref.seq = version
+		if err := txn.Set(appendBlockKey(nil, e.dev, e.ref), e.value); err != nil {
+			return err
 		}
+		added += e.added
+		newest = max(newest, e.newest)
 	}
 	n := t.readings.Load() + added
 	if added > 0 {
@@ -379,12 +442,19 @@ func commitChunk(t *table, entries []entry) error {
 			return err
 		}
 	}
-	if err := t.commitTxn(txn); err != nil {
+	if !t.formatSaved {
+		if err := txn.Set(metaFormatKey, []byte{formatVersion}); err != nil {
+			return err
+		}
+	}
+	if err := t.commitTxnAt(txn, version); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	t.readings.Store(n)
 	t.newest = newest
+	t.formatSaved = true
 	t.tracker().noteWritten(entries, newest)
+	t.noteBlocks(entries)
 	return nil
 }
 

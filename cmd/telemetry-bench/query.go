@@ -119,7 +119,18 @@ func (b *bench) runQuery(ctx context.Context) (*queryResult, error) {
 		return nil, err
 	}
 	res.DiskPrefill = dirSize(store.TableDir(prefilled, day))
-	if err := b.rawQueries(store.TableDir(prefilled, day), w, res); err != nil {
+	// The raw baseline is the same readings as one Badger entry each
+	// (buckets.AppendKey, buckets.AppendValues), the layout before
+	// blocks, in a directory of its own.
+	rawDir := filepath.Join(dir, "raw")
+	ph := b.prog.begin("raw Badger one entry per reading, for the raw queries", w.readings(), "readings")
+	if _, err := rawBadger(rawDir, w, rawVariants()[0], ph); err != nil {
+		return nil, err
+	}
+	ph.end("")
+	err = b.rawQueries(rawDir, w, res)
+	removeAll(rawDir, b.cfg.Keep)
+	if err != nil {
 		return nil, err
 	}
 	for i, rate := range append([]int{0}, b.cfg.PacedRates...) {
@@ -174,7 +185,8 @@ func (b *bench) prefill(ctx context.Context, dataDir string, w workload, res *qu
 }
 
 // rawQueries measures latest-10 and the 1-hour range as Badger prefix
-// seeks on the day table, opened read-only while no service runs.
+// seeks on a day table of one entry per reading (tableDir), opened
+// read-only.
 func (b *bench) rawQueries(tableDir string, w workload, res *queryResult) error {
 	db, err := badger.Open(store.TableBadgerOptions(tableDir, false, true, quietLogger()))
 	if err != nil {

@@ -1,0 +1,61 @@
+package block_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/block"
+)
+
+func mustTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// FuzzDecode feeds arbitrary bytes to the decoder: it must never panic,
+// and whatever it accepts must encode again into a block that decodes
+// to the same readings. The seed corpus is in testdata/fuzz/FuzzDecode.
+func FuzzDecode(f *testing.F) {
+	for _, rs := range [][]buckets.Reading{series(1, 1), series(50, 2), {
+		{Ticks: 5, Values: []buckets.Field{{Name: "a", Value: buckets.Float(math.Pi)}, {Name: "b", Value: buckets.String("x")}}},
+		{Ticks: 9, Values: []buckets.Field{{Name: "a", Value: buckets.Int(-1)}}},
+	}} {
+		b, err := block.Encode(nil, rs)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, rs, err := block.Decode(data, "dev-1")
+		if err != nil {
+			return
+		}
+		require.Len(t, rs, h.Count)
+		again, err := block.Encode(nil, rs)
+		require.NoError(t, err, "a decoded block encodes again")
+		h2, rs2, err := block.Decode(again, "dev-1")
+		require.NoError(t, err)
+		require.Equal(t, h.Count, h2.Count)
+		require.Equal(t, len(rs), len(rs2))
+		for i := range rs {
+			require.Equal(t, rs[i].Ticks, rs2[i].Ticks)
+			require.Equal(t, len(rs[i].Values), len(rs2[i].Values))
+			for j := range rs[i].Values {
+				a, b := rs[i].Values[j], rs2[i].Values[j]
+				require.Equal(t, a.Name, b.Name)
+				require.Equal(t, a.Value.Kind, b.Value.Kind)
+				if a.Value.Kind == buckets.KindFloat {
+					require.Equal(t, math.Float64bits(a.Value.AsFloat()), math.Float64bits(b.Value.AsFloat()))
+				} else {
+					require.Equal(t, a.Value, b.Value)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,202 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/block"
+)
+
+// Inside a day table a device's readings are kept as blocks (package
+// block), not one key per reading. A block's key is
+//
+//	<device> '/' <inverted newest ticks, 8 bytes> <oldest ticks, 8 bytes>
+//	             <sequence, 8 bytes> <reading count | sealed bit, 2 bytes>
+//
+// all big-endian, so the first key of a device prefix is its newest
+// block, and a key alone tells which time span a block covers, which
+// write produced it (the sequence is the table version that committed
+// it) and whether it still takes part in compaction (an open block) or
+// is done (sealed).
+//
+// Blocks of one device may overlap in time: a commit writes one block
+// per device touched, and a reading can arrive late or twice. A writer
+// that stores a reading whose (device, ticks) may exist reads the stored
+// one first and writes the whole merged reading, so among the blocks
+// holding the same (device, ticks) the one with the highest sequence
+// holds the answer. Readers resolve overlaps that way; the compactor
+// (compact.go) merges a device's open blocks into sealed ones.
+
+// blockKeyLen is the length of a block key after the device prefix.
+const blockKeyLen = 8 + 8 + 8 + 2
+
+// sealedBit marks a sealed block in the count field of its key.
+const sealedBit = 1 << 15
+
+// blockRef is what a block key says.
+type blockRef struct {
+	newest, oldest buckets.Ticks
+	seq            uint64
+	count          int
+	sealed         bool
+}
+
+// overlaps reports whether the time spans of a and b intersect.
+func (a blockRef) overlaps(b blockRef) bool {
+	return a.oldest <= b.newest && b.oldest <= a.newest
+}
+
+// appendBlockKey appends the key of the block ref of dev to dst.
+func appendBlockKey(dst []byte, dev buckets.DeviceID, ref blockRef) []byte {
+	dst = append(dst, dev...)
+	dst = append(dst, '/')
+	dst = binary.BigEndian.AppendUint64(dst, ref.newest.Inverted())
+	dst = binary.BigEndian.AppendUint64(dst, uint64(ref.oldest))
+	dst = binary.BigEndian.AppendUint64(dst, ref.seq)
+	c := uint16(ref.count)
+	if ref.sealed {
+		c |= sealedBit
+	}
+	return binary.BigEndian.AppendUint16(dst, c)
+}
+
+// parseBlockKey parses a key of the device whose prefix is prefixLen
+// bytes long; ok is false for a key of another shape.
+func parseBlockKey(key []byte, prefixLen int) (blockRef, bool) {
+	if len(key) != prefixLen+blockKeyLen {
+		return blockRef{}, false
+	}
+	k := key[prefixLen:]
+	inv := binary.BigEndian.Uint64(k)
+	oldest := binary.BigEndian.Uint64(k[8:])
+	if inv > uint64(buckets.MaxTicks) || oldest > uint64(buckets.MaxTicks) {
+		return blockRef{}, false
+	}
+	c := binary.BigEndian.Uint16(k[24:])
+	ref := blockRef{
+		newest: buckets.TicksFromInverted(inv), oldest: buckets.Ticks(oldest),
+		seq: binary.BigEndian.Uint64(k[16:]), count: int(c &^ sealedBit), sealed: c&sealedBit != 0,
+	}
+	return ref, ref.oldest <= ref.newest
+}
+
+// parseAnyBlockKey splits a block key into device and block.
+func parseAnyBlockKey(key []byte) (buckets.DeviceID, blockRef, bool) {
+	n := len(key) - blockKeyLen - 1
+	if n < 1 || key[n] != '/' {
+		return "", blockRef{}, false
+	}
+	ref, ok := parseBlockKey(key, n+1)
+	return buckets.DeviceID(key[:n]), ref, ok
+}
+
+// blockItem is a block found by eachBlock.
+type blockItem struct {
+	ref  blockRef
+	item *badger.Item
+}
+
+// eachBlock calls fn for every block of dev in txn whose newest reading
+// is not older than lo, newest block first, until fn returns false.
+// Keys of another shape under the prefix are skipped.
+func eachBlock(txn *badger.Txn, dev buckets.DeviceID, lo buckets.Ticks, fn func(blockItem) (bool, error)) error {
+	prefix := buckets.DevicePrefix(dev)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		ref, ok := parseBlockKey(it.Item().Key(), len(prefix))
+		if !ok {
+			continue
+		}
+		if ref.newest < lo {
+			return nil
+		}
+		more, err := fn(blockItem{ref: ref, item: it.Item()})
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeItem decodes the block of bi.
+func decodeItem(bi blockItem, dev buckets.DeviceID) ([]buckets.Reading, error) {
+	var rs []buckets.Reading
+	err := bi.item.Value(func(v []byte) error {
+		var err error
+		_, rs, err = block.Decode(v, dev)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+	}
+	return rs, nil
+}
+
+// resolver merges the readings of overlapping blocks: for each ticks
+// the reading of the block with the highest sequence wins.
+type resolver struct {
+	at map[buckets.Ticks]int // ticks -> index in rs
+	rs []buckets.Reading
+	sq []uint64 // sequence of the block each reading came from
+}
+
+func newResolver() *resolver { return &resolver{at: make(map[buckets.Ticks]int)} }
+
+// add takes the readings of a block with sequence seq that lie in
+// [lo, hi).
+func (r *resolver) add(rs []buckets.Reading, seq uint64, lo, hi buckets.Ticks) {
+	for _, x := range rs {
+		if x.Ticks < lo || x.Ticks >= hi {
+			continue
+		}
+		if i, ok := r.at[x.Ticks]; ok {
+			if seq > r.sq[i] {
+				r.rs[i], r.sq[i] = x, seq
+			}
+			continue
+		}
+		r.at[x.Ticks] = len(r.rs)
+		r.rs = append(r.rs, x)
+		r.sq = append(r.sq, seq)
+	}
+}
+
+// take removes and returns, sorted in order, the readings with ticks
+// above bound (Desc) or below it (Asc).
+func (r *resolver) take(order buckets.Order, bound buckets.Ticks) []buckets.Reading {
+	var out []buckets.Reading
+	keepRs, keepSq := r.rs[:0], r.sq[:0]
+	for i, x := range r.rs {
+		if (order == buckets.Desc && x.Ticks > bound) || (order == buckets.Asc && x.Ticks < bound) {
+			out = append(out, x)
+			delete(r.at, x.Ticks)
+			continue
+		}
+		r.at[x.Ticks] = len(keepRs)
+		keepRs, keepSq = append(keepRs, x), append(keepSq, r.sq[i])
+	}
+	r.rs, r.sq = keepRs, keepSq
+	sortReadings(out, order)
+	return out
+}
+
+// sortReadings sorts rs by ticks in order.
+func sortReadings(rs []buckets.Reading, order buckets.Order) {
+	slices.SortFunc(rs, func(a, b buckets.Reading) int {
+		if order == buckets.Desc {
+			a, b = b, a
+		}
+		switch {
+		case a.Ticks < b.Ticks:
+			return -1
+		case a.Ticks > b.Ticks:
+			return 1
+		}
+		return 0
+	})
+}
