@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// naiveAggregate computes the answer of q from a full range read.
+func naiveAggregate(t *testing.T, ts *testStore, q buckets.AggregateQuery) []buckets.AggregateBucket {
+	t.Helper()
+	page, err := ts.Range(context.Background(), buckets.RangeQuery{Device: q.Device, From: q.From, To: q.To, Order: buckets.Asc, Limit: 1 << 20})
+	require.NoError(t, err)
+	sums := map[buckets.Ticks]map[string]*buckets.Summary{}
+	for _, r := range page.Readings {
+		off := (r.Ticks - unixEpoch) % q.Interval
+		if off < 0 {
+			off += q.Interval
+		}
+		start := r.Ticks - off
+		for _, f := range r.Values {
+			if len(q.Fields) > 0 && !slices.Contains(q.Fields, f.Name) {
+				continue
+			}
+			x, ok := buckets.Numeric(f.Value)
+			if !ok {
+				continue
+			}
+			if sums[start] == nil {
+				sums[start] = map[string]*buckets.Summary{}
+			}
+			if sums[start][f.Name] == nil {
+				sums[start][f.Name] = &buckets.Summary{}
+			}
+			sums[start][f.Name].Add(r.Ticks, x)
+		}
+	}
+	var out []buckets.AggregateBucket
+	for start, m := range sums {
+		b := buckets.AggregateBucket{Start: start}
+		for name, s := range m {
+			b.Values = append(b.Values, buckets.NamedSummary{Name: name, Summary: *s})
+		}
+		slices.SortFunc(b.Values, func(x, y buckets.NamedSummary) int { return compareStrings(x.Name, y.Name) })
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(x, y buckets.AggregateBucket) int { return int(x.Start - y.Start) })
+	return out
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// assertSameBuckets compares buckets, sums within rounding (a header
+// sum adds in a different order).
+func assertSameBuckets(t *testing.T, want, got []buckets.AggregateBucket) {
+	t.Helper()
+	require.Equal(t, len(want), len(got), "bucket count")
+	for i := range want {
+		require.Equal(t, want[i].Start, got[i].Start, "bucket %d start", i)
+		require.Equal(t, len(want[i].Values), len(got[i].Values), "bucket %d names", i)
+		for j, w := range want[i].Values {
+			g := got[i].Values[j]
+			require.Equal(t, w.Name, g.Name)
+			ws, gs := w.Summary, g.Summary
+			assert.InDelta(t, ws.Sum, gs.Sum, 1e-6*math.Max(1, math.Abs(ws.Sum)), "bucket %d %s sum", i, w.Name)
+			ws.Sum, gs.Sum = 0, 0
+			assert.Equal(t, ws, gs, "bucket %d %s", i, w.Name)
+		}
+	}
+}
+
+// aggregateAll pages through q with its limit.
+func aggregateAll(t *testing.T, ts *testStore, q buckets.AggregateQuery) []buckets.AggregateBucket {
+	t.Helper()
+	var out []buckets.AggregateBucket
+	for {
+		p, err := ts.Aggregate(context.Background(), q)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(p.Buckets), q.Limit)
+		out = append(out, p.Buckets...)
+		if !p.More {
+			return out
+		}
+		require.NotEmpty(t, p.Buckets)
+		after := p.Buckets[len(p.Buckets)-1].Start
+		q.After = &after
+	}
+}
+
+func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
+	ts := newTestStore(t)
+	step := 10 * time.Second
+	k0 := dayTick(today-1, 0)
+	var rs []buckets.Reading
+	for i := range 2 * 8640 {
+		k := k0 + buckets.Ticks(i)*buckets.Ticks(step/100)
+		rs = append(rs, reading("dev", k, "temp", 20+float64(i%97)/10, "n", i, "ok", i%3 == 0, "s", "x"))
+	}
+	for i := 0; i < len(rs); i += 500 {
+		ts.write(t, rs[i:min(i+500, len(rs))]...)
+	}
+	// Same-key merges and late readings: overlapping blocks.
+	ts.write(t, reading("dev", rs[100].Ticks, "temp", 99.5), reading("dev", rs[9000].Ticks, "extra", 7))
+	queries := []buckets.AggregateQuery{
+		{Device: "dev", From: 0, To: buckets.MaxTicks, Interval: buckets.Ticks(time.Hour / 100), Limit: 1000},
+		{Device: "dev", From: k0 + 12345, To: k0 + buckets.TicksPerDay + 777, Interval: buckets.Ticks(time.Hour / 100), Limit: 7},
+		{Device: "dev", From: 0, To: buckets.MaxTicks, Interval: buckets.Ticks(7 * time.Minute / 100), Limit: 100, Fields: []string{"temp"}},
+		{Device: "dev", From: 0, To: buckets.MaxTicks, Interval: buckets.TicksPerDay, Limit: 1},
+	}
+	check := func(what string) {
+		for _, q := range queries {
+			assertSameBuckets(t, naiveAggregate(t, ts, q), aggregateAll(t, ts, q))
+		}
+	}
+	check("open blocks")
+	ts.compact(true)
+	check("sealed blocks")
+	ts.write(t, reading("dev", rs[5000].Ticks, "temp", -1.0), reading("dev", rs[5000].Ticks+1, "temp", -2.0))
+	check("sealed and late blocks")
+
+	// Hourly buckets over sealed hourly blocks come from headers.
+	h, err := ts.acquire(context.Background(), today-1, forRead)
+	require.NoError(t, err)
+	defer ts.release(h)
+	agg := newAggregator(queries[0])
+	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	require.NoError(t, err)
+	assert.Greater(t, agg.headers, 20, "whole blocks are read from their headers")
+	assert.Less(t, agg.decoded, 4, "only overlapping blocks are decoded")
+}
+
+func TestAggregateRejectsBadQueries(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	_, err := ts.Aggregate(ctx, buckets.AggregateQuery{Device: "d", To: 10, Interval: buckets.TicksPerSecond - 1, Limit: 1})
+	assert.ErrorIs(t, err, buckets.ErrInvalidArgument)
+	_, err = ts.Aggregate(ctx, buckets.AggregateQuery{Device: "d", To: 10, Interval: buckets.TicksPerSecond, Limit: 0})
+	assert.ErrorIs(t, err, buckets.ErrInvalidArgument)
+	p, err := ts.Aggregate(ctx, buckets.AggregateQuery{Device: "unknown", To: buckets.MaxTicks, Interval: buckets.TicksPerSecond, Limit: 1})
+	require.NoError(t, err)
+	assert.Empty(t, p.Buckets)
+	assert.False(t, p.More)
+}
