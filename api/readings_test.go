@@ -203,7 +203,7 @@ func TestPointQuery(t *testing.T) {
 	env.reader.add(buckets.Reading{Device: "dev-1", Ticks: k, Values: []buckets.Field{
 		{Name: "ok", Value: buckets.Bool(false)}, {Name: "temp", Value: buckets.Float(21.5)},
 	}})
-	for _, ts := range []string{contractTS, "1795309323456", "2026-11-22T02:02:03.456+01:00", "2026-11-22T01%3A02%3A03.456Z"} {
+	for _, ts := range []string{contractTS, "1795309323456", "2026-11-22T02:02:03.456+01:00", "2026-11-22T01%3A02%3A03.456Z", "2026-11-22t01:02:03.456z"} {
 		t.Run("found "+ts, func(t *testing.T) {
 			res := env.get(t, "/v1/devices/dev-1/readings/"+ts)
 			require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
@@ -254,6 +254,13 @@ func TestFieldsProjection(t *testing.T) {
 			map[string]any{}, // none of the fields: still returned, values empty
 			map[string]any{"ok": true, "temp": json.Number("20.5")},
 		}, got)
+	})
+	t.Run("repeated", func(t *testing.T) {
+		got := valuesOf(t, env.get(t, "/v1/devices/dev-1/readings/latest?fields=temp&fields=&fields=missing,ok&fields=temp"))
+		assert.Equal(t, []any{
+			map[string]any{},
+			map[string]any{"ok": true, "temp": json.Number("20.5")},
+		}, got, "fields=a&fields=b is fields=a,b")
 	})
 	t.Run("range", func(t *testing.T) {
 		got := valuesOf(t, env.get(t, "/v1/devices/dev-1/readings?fields=volt&order=asc"))

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"flag"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/api"
+)
+
+// A README example is a promise. These tests check every name the
+// README gives to users against the code: flags and their defaults,
+// endpoints, error codes and metric names.
+
+func readme(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// section returns the README text from the heading "## name" to the
+// next "## " heading.
+func section(t *testing.T, doc, name string) string {
+	t.Helper()
+	start := strings.Index(doc, "\n## "+name+"\n")
+	require.NotEqual(t, -1, start, "README has a section %q", name)
+	rest := doc[start+1:]
+	if end := strings.Index(rest[3:], "\n## "); end >= 0 {
+		return rest[:end+3]
+	}
+	return rest
+}
+
+// serviceFlagSet and retentionFlags are the flag sets of telemetryd and
+// of telemetryd retention.
+func serviceFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("telemetryd", flag.ContinueOnError)
+	cfg := DefaultConfig()
+	cfg.bind(fs)
+	fs.Bool("version", false, "")
+	return fs
+}
+
+func retentionFlags() *flag.FlagSet {
+	fs := flag.NewFlagSet("retention", flag.ContinueOnError)
+	cfg := DefaultConfig()
+	cfg.bindRetention(fs)
+	fs.Bool("dry-run", false, "")
+	return fs
+}
+
+// sameDefault compares a README default with a flag's: durations by
+// value ("720h" is "720h0m0s"), "empty" or "0 (off)" by meaning.
+func sameDefault(readme, def string) bool {
+	readme = strings.TrimSpace(readme)
+	if readme == "" || readme == "empty" {
+		return def == ""
+	}
+	if a, err := time.ParseDuration(readme); err == nil {
+		b, err := time.ParseDuration(def)
+		return err == nil && a == b
+	}
+	return readme == def
+}
+
+// TestReadmeFlags: the Configuration table lists every flag of the
+// service with its real default, and every telemetryd command line in
+// the README uses flags that exist.
+func TestReadmeFlags(t *testing.T) {
+	doc := readme(t)
+	cfgSection := section(t, doc, "Configuration")
+	row := regexp.MustCompile("(?m)^\\| `-([a-z0-9-]+)` \\| ([^|]*)\\|")
+	firstCode := regexp.MustCompile("`([^`]*)`")
+	fs := serviceFlagSet()
+	listed := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(cfgSection, -1) {
+		name, def := m[1], m[2]
+		if c := firstCode.FindStringSubmatch(def); c != nil {
+			def = c[1]
+		}
+		listed[name] = true
+		f := fs.Lookup(name)
+		if !assert.NotNil(t, f, "README lists -%s, which telemetryd does not have", name) {
+			continue
+		}
+		assert.True(t, sameDefault(def, f.DefValue), "README says -%s defaults to %q; it is %q", name, def, f.DefValue)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "version" {
+			assert.True(t, listed[f.Name], "-%s is missing from the README's Configuration table", f.Name)
+		}
+	})
+
+	// Command lines: `telemetryd ...` and `go run ./cmd/telemetryd ...`.
+	cmd := regexp.MustCompile(`(?:^|[\s` + "`" + `])(?:go run \./cmd/)?telemetryd((?: +[^\s#` + "`" + `]+)*)`)
+	ret := retentionFlags()
+	uses := 0
+	for _, line := range strings.Split(doc, "\n") {
+		for _, m := range cmd.FindAllStringSubmatch(line, -1) {
+			args := strings.Fields(m[1])
+			set := fs
+			if len(args) > 0 && args[0] == "retention" {
+				set, args = ret, args[1:]
+			}
+			for _, a := range args {
+				if !strings.HasPrefix(a, "-") {
+					continue
+				}
+				name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+				if name == "h" || name == "help" {
+					continue
+				}
+				uses++
+				assert.NotNil(t, set.Lookup(name), "README line %q uses %s, which %s does not have", strings.TrimSpace(line), a, set.Name())
+			}
+		}
+	}
+	assert.Greater(t, uses, 3, "the command lines were found")
+	assert.NotContains(t, doc, "date -d", "GNU-only date -d")
+	assert.NotContains(t, doc, "date -u -d", "GNU-only date -d")
+}
+
+// normPath turns "/v1/devices/{device}/readings?x=1" into
+// "/v1/devices/{}/readings".
+func normPath(p string) string {
+	p, _, _ = strings.Cut(p, "?")
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+			segs[i] = "{}"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// matchTemplate reports whether a concrete path matches a normalized
+// template.
+func matchTemplate(path, tmpl string) bool {
+	ps, ts := strings.Split(path, "/"), strings.Split(tmpl, "/")
+	if len(ps) != len(ts) {
+		return false
+	}
+	for i := range ps {
+		if ts[i] != "{}" && ts[i] != ps[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestReadmeEndpoints: every endpoint the README names is an operation
+// of the OpenAPI document (which a test in api checks against the
+// routes), every documented path is in the README, every URL of a curl
+// example is a route, and the error codes are the API's.
+func TestReadmeEndpoints(t *testing.T) {
+	doc := readme(t)
+	loader := openapi3.NewLoader()
+	spec, err := loader.LoadFromData(api.OpenAPI())
+	require.NoError(t, err)
+	ops := map[string]bool{}
+	var templates []string
+	for p, item := range spec.Paths.Map() {
+		templates = append(templates, normPath(p))
+		for m := range item.Operations() {
+			ops[m+" "+normPath(p)] = true
+		}
+	}
+
+	named := regexp.MustCompile("`((?:GET|HEAD|POST|PUT|PATCH|DELETE)(?:\\|(?:GET|HEAD|POST|PUT|PATCH|DELETE))*) (/[^`\\s]*)`")
+	inReadme := map[string]bool{}
+	for _, m := range named.FindAllStringSubmatch(doc, -1) {
+		p := normPath(m[2])
+		inReadme[p] = true
+		for _, method := range strings.Split(m[1], "|") {
+			assert.True(t, ops[method+" "+p], "README names %s %s, which the API does not document", method, m[2])
+		}
+	}
+	for _, tmpl := range templates {
+		assert.True(t, inReadme[tmpl], "the API serves %s but the README does not name it", tmpl)
+	}
+
+	curl := regexp.MustCompile(`localhost:8080(/[^'"\s?]*)`)
+	examples := 0
+	for _, m := range curl.FindAllStringSubmatch(doc, -1) {
+		examples++
+		assert.True(t, slices.ContainsFunc(templates, func(tmpl string) bool { return matchTemplate(m[1], tmpl) }),
+			"README example URL %s is not a route", m[1])
+	}
+	assert.Greater(t, examples, 5)
+
+	// Error codes: the README lists exactly the codes of the Error schema.
+	errSchema := spec.Components.Schemas["Error"].Value.Properties["error"].Value.Properties["code"].Value
+	var codes []string
+	for _, c := range errSchema.Enum {
+		codes = append(codes, c.(string))
+	}
+	statusCode := regexp.MustCompile("[0-9]{3}\\s+`([a-z_]+)`")
+	var listed []string
+	for _, m := range statusCode.FindAllStringSubmatch(section(t, doc, "HTTP API"), -1) {
+		listed = append(listed, m[1])
+	}
+	slices.Sort(codes)
+	slices.Sort(listed)
+	assert.Equal(t, codes, slices.Compact(listed), "README's error codes and the API's")
+}
+
+// TestReadmeMetrics runs a service through a workload that moves every
+// metric (ingest accepted and rejected, a nak and redelivery, queries,
+// a damaged table, a retention drop), then checks that each metric the
+// README names, with its labels, is exported at /metrics.
+func TestReadmeMetrics(t *testing.T) {
+	doc := readme(t)
+	cfg := newTestConfig(t)
+	s := startService(t, cfg)
+	fillDays(t, s, "dev-m", []int{2, 1, 0}, 100)
+	waitStored(t, s, "dev-m", 300)
+	s.stop(t)
+
+	// Damage yesterday's table; restart with a retention that expires
+	// the day before it.
+	yesterday := testEpoch.AddDate(0, 0, -1)
+	dir := filepath.Join(cfg.DataDir, "tables", yesterday.Format("2006-01-02"))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.Name() == "MANIFEST" || filepath.Ext(e.Name()) == ".sst" || filepath.Ext(e.Name()) == ".vlog" || filepath.Ext(e.Name()) == ".mem" {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, e.Name()), []byte("not a badger file"), 0o644))
+		}
+	}
+	cfg.Retention = 36 * time.Hour
+	s = startService(t, cfg)
+	q := url.Values{"from": {yesterday.Format(time.RFC3339)}, "to": {yesterday.Add(time.Hour).Format(time.RFC3339)}}
+	code, body := s.get(t, "/v1/devices/dev-m/readings?"+q.Encode(), nil)
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	code, body = s.get(t, "/v1/devices/dev-m/readings/latest", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	s.publish(t, "dev-m", `{"ts":`+strconv.FormatInt(testEpoch.UnixMilli(), 10)+`,"v":1}`)                // accepted
+	s.publish(t, "dev-m", `{"ts":"not a time","v":1}`)                                                    // rejected
+	s.publish(t, "dev-m", `{"ts":`+strconv.FormatInt(yesterday.Add(time.Hour).UnixMilli(), 10)+`,"v":1}`) // the damaged day: nak, redelivered
+
+	family := regexp.MustCompile(`\b((?:telemetry|http_server)_[a-z_]+)(?:\{([a-z_,]+)\})?`)
+	otelName := regexp.MustCompile("`(telemetry\\.[a-z_.]+)`")
+	require.Eventually(t, func() bool {
+		mfs := scrape(t, s)
+		return mfs["telemetry_ingest_redeliveries_total"] != nil && mfs["telemetry_ingest_lag_seconds"] != nil
+	}, 15*time.Second, 50*time.Millisecond, "the workload moves the redelivery counter and the lag histogram")
+	mfs := scrape(t, s)
+	var exported []string
+	for name := range mfs {
+		exported = append(exported, name)
+	}
+	hasPrefix := func(p string) bool {
+		return slices.ContainsFunc(exported, func(n string) bool { return strings.HasPrefix(n, p) })
+	}
+	checked := 0
+	for _, line := range strings.Split(doc, "\n") {
+		for _, m := range family.FindAllStringSubmatch(line, -1) {
+			name := m[1]
+			checked++
+			if strings.Contains(line, "grep") {
+				assert.True(t, hasPrefix(name), "README greps /metrics for %s, which matches nothing", name)
+				continue
+			}
+			base := name
+			if mfs[base] == nil {
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if b, ok := strings.CutSuffix(name, suffix); ok && mfs[b] != nil {
+						base = b
+					}
+				}
+			}
+			mf := mfs[base]
+			if !assert.NotNil(t, mf, "README names metric %s; /metrics has %v", name, exported) {
+				continue
+			}
+			if m[2] == "" {
+				continue
+			}
+			for _, label := range strings.Split(m[2], ",") {
+				assert.True(t, hasLabel(mf, label), "README says %s has label %s", base, label)
+			}
+		}
+		for _, m := range otelName.FindAllStringSubmatch(line, -1) {
+			checked++
+			assert.True(t, hasPrefix(strings.ReplaceAll(m[1], ".", "_")), "README names instrument %s; /metrics has no such family", m[1])
+		}
+	}
+	assert.Greater(t, checked, 20)
+}
+
+// hasLabel reports whether some series of mf carries label.
+func hasLabel(mf *dto.MetricFamily, label string) bool {
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label {
+				return true
+			}
+		}
+	}
+	return false
+}
