@@ -23,6 +23,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 )
 
 // fakeReader is an in-memory api.Reader that answers like the store
@@ -230,42 +231,6 @@ func (a *fakeAdmin) RunRetention(_ context.Context, dryRun bool) (buckets.Retent
 	return r, nil
 }
 
-// testClock is a settable clock.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testNow is the fixed clock of every test server.
 var testNow = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
@@ -276,10 +241,10 @@ type testEnv struct {
 	url     string
 	reader  *fakeReader
 	admin   *fakeAdmin
-	clock   *testClock
+	clock   *bucketstest.Clock
 	metrics *sdkmetric.ManualReader
 	spans   *tracetest.SpanRecorder
-	logs    *syncBuffer
+	logs    *bucketstest.SyncBuffer
 }
 
 // newTestEnv builds a test server; edit adjusts the Config first.
@@ -288,10 +253,10 @@ func newTestEnv(t testing.TB, edit ...func(*api.Config)) *testEnv {
 	env := &testEnv{
 		reader:  newFakeReader(),
 		admin:   &fakeAdmin{tables: map[buckets.Day]buckets.TableDrop{}},
-		clock:   &testClock{t: testNow},
+		clock:   bucketstest.NewClock(testNow),
 		metrics: sdkmetric.NewManualReader(),
 		spans:   tracetest.NewSpanRecorder(),
-		logs:    &syncBuffer{},
+		logs:    &bucketstest.SyncBuffer{},
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(env.metrics))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(env.spans))

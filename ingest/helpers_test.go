@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 )
 
 // runServer starts an in-process NATS server with JetStream storing
@@ -115,24 +115,6 @@ func hasDevice(rs []buckets.Reading, device buckets.DeviceID) bool {
 	return slices.ContainsFunc(rs, func(r buckets.Reading) bool { return r.Device == device })
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testEnv is a NATS server, a connection, a fake writer and an Ingester
 // with in-memory traces and metrics.
 type testEnv struct {
@@ -145,7 +127,7 @@ type testEnv struct {
 	w       *fakeWriter
 	in      *Ingester
 	cfg     Config
-	logs    *syncBuffer
+	logs    *bucketstest.SyncBuffer
 	metrics *sdkmetric.ManualReader
 	spans   *tracetest.InMemoryExporter
 
@@ -157,7 +139,7 @@ type testEnv struct {
 // Ingester is not running yet (see start).
 func newTestEnv(t testing.TB, mod func(*Config)) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, dir: t.TempDir(), w: &fakeWriter{}, logs: &syncBuffer{}}
+	e := &testEnv{t: t, dir: t.TempDir(), w: &fakeWriter{}, logs: &bucketstest.SyncBuffer{}}
 	e.srv = runServer(t, e.dir, -1)
 	e.port = e.srv.Addr().(*net.TCPAddr).Port
 	nc, err := nats.Connect(e.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),

@@ -1,14 +1,11 @@
 package retention_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 	"github.com/telemetryd/telemetryd/retention"
 )
 
@@ -118,44 +116,22 @@ func (f *fakeStore) dropCalls() []string {
 type harness struct {
 	reader *sdkmetric.ManualReader
 	spans  *tracetest.SpanRecorder
-	logs   *syncBuffer
+	logs   *bucketstest.SyncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log records whose msg is msg.
-func (s *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
+// logRecords returns the JSON log records whose msg is msg.
+func logRecords(t *testing.T, logs *bucketstest.SyncBuffer, msg string) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
-		if rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
+	recs, err := logs.Records(msg)
+	require.NoError(t, err)
+	return recs
 }
 
 // newTestWorker builds a worker over f with the test clock, a fixed
 // jitter draw (the middle: no jitter) and recording telemetry.
 func newTestWorker(t *testing.T, f retention.Dropper, cfg retention.Config) (*retention.Worker, *harness) {
 	t.Helper()
-	h := &harness{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder(), logs: &syncBuffer{}}
+	h := &harness{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder(), logs: &bucketstest.SyncBuffer{}}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans))
 	t.Cleanup(func() {
@@ -302,8 +278,8 @@ func TestRunOnceDryRun(t *testing.T) {
 	assert.Zero(t, h.sum(t, "telemetry.retention.tables_dropped"), "nothing was dropped")
 	assert.Zero(t, h.sum(t, "telemetry.retention.bytes_freed"))
 	assert.Equal(t, int64(1), h.sum(t, "telemetry.retention.runs", attribute.String("outcome", "ok"), attribute.Bool("dry_run", true)))
-	assert.Len(t, h.logs.lines(t, "retention would drop table"), 3)
-	assert.Empty(t, h.logs.lines(t, "retention dropped table"))
+	assert.Len(t, logRecords(t, h.logs, "retention would drop table"), 3)
+	assert.Empty(t, logRecords(t, h.logs, "retention dropped table"))
 }
 
 func TestRunOnceDrops(t *testing.T) {
@@ -342,7 +318,7 @@ func TestRunOnceDrops(t *testing.T) {
 	assert.Equal(t, int64(1), h.sum(t, "telemetry.retention.runs", attribute.String("outcome", "ok"), attribute.Bool("dry_run", false)))
 	assert.Equal(t, uint64(1), h.histogramCount(t, "telemetry.retention.run.duration"))
 
-	logs := h.logs.lines(t, "retention dropped table")
+	logs := logRecords(t, h.logs, "retention dropped table")
 	require.Len(t, logs, 3, "one line per dropped table")
 	assert.Equal(t, "2026-11-19", logs[2]["day"])
 	assert.Equal(t, float64(301), logs[2]["size_bytes"])
@@ -536,7 +512,7 @@ func TestRunLogsFailureAndKeepsGoing(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 
-	failures := h.logs.lines(t, "retention run failed")
+	failures := logRecords(t, h.logs, "retention run failed")
 	require.NotEmpty(t, failures)
 	for _, l := range failures {
 		assert.Contains(t, l["error"], "disk unavailable")

@@ -26,6 +26,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 )
 
 // testJetStream is an in-process NATS server with JetStream and the
@@ -227,7 +229,7 @@ func TestRunTraceInjectsPublishSpan(t *testing.T) {
 // summary line, and a traceparent on every message.
 func TestMainTraceFromEnv(t *testing.T) {
 	tj := newTestJetStream(t)
-	var logs syncBuffer
+	var logs bucketstest.SyncBuffer
 	env := envOf(map[string]string{"TELEMETRY_SIM_NATS_URL": tj.url, "TELEMETRY_SIM_LOG_FORMAT": "json"})
 	code := Main(context.Background(), []string{"-count", "20", "-rate", "0", "-batch", "5", "-devices", "2", "-trace"}, env, &logs)
 	require.Equal(t, 0, code, "logs:\n%s", logs.String())
@@ -260,7 +262,7 @@ func TestRunStopsAfterDuration(t *testing.T) {
 	tj := newTestJetStream(t)
 	cfg := testConfig(tj.url)
 	cfg.Rate, cfg.Count, cfg.Duration, cfg.Progress = 100, 0, 300*time.Millisecond, 50*time.Millisecond
-	var logs syncBuffer
+	var logs bucketstest.SyncBuffer
 	sum := runSim(t, cfg, runDeps{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	assert.Equal(t, stopDuration, sum.Stopped)
 	assert.InDelta(t, 30, sum.Published, 12, "readings in 300ms at 100/s")
@@ -300,7 +302,7 @@ func TestRunWindowOfOne(t *testing.T) {
 
 func TestRunCountsReadingsNoStreamAccepts(t *testing.T) {
 	tj := newTestJetStream(t)
-	var logs syncBuffer
+	var logs bucketstest.SyncBuffer
 	code := Main(context.Background(), []string{"-nats-url", tj.url, "-subject-prefix", "nostream", "-count", "3",
 		"-rate", "0", "-devices", "1", "-progress", "0"}, envOf(nil), &logs)
 	assert.Equal(t, 1, code, "exit code when readings were not acked")
@@ -336,24 +338,6 @@ func TestMainCannotConnect(t *testing.T) {
 	assert.Contains(t, out.String(), "connect to nats://127.0.0.1:1")
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // lastLogLine returns the last JSON log record whose msg is msg.
 func lastLogLine(t *testing.T, logs, msg string) map[string]any {
 	t.Helper()
@@ -385,7 +369,7 @@ func TestMainExportsSpansOverOTLP(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 
-	var logs syncBuffer
+	var logs bucketstest.SyncBuffer
 	code := Main(context.Background(), []string{"-nats-url", tj.url, "-count", "10", "-rate", "0", "-trace", "-progress", "0"},
 		os.Getenv, &logs)
 	require.Equal(t, 0, code, "logs:\n%s", logs.String())
