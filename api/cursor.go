@@ -2,6 +2,7 @@ package api
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -35,10 +36,6 @@ const (
 	maxCursorLen = 32 << 10
 )
 
-// builtinCursorKey signs cursors when Config.CursorKey is empty. It is
-// public, so such cursors are checked for integrity only.
-var builtinCursorKey = []byte("telemetryd api cursor key v1: integrity, not secrecy")
-
 // errCursorMalformed marks a cursor payload that does not decode.
 var errCursorMalformed = errors.New("malformed")
 
@@ -63,7 +60,8 @@ type cursorCodec struct{ key []byte }
 
 func newCursorCodec(key []byte) cursorCodec {
 	if len(key) == 0 {
-		key = builtinCursorKey
+		key = make([]byte, 32)
+		_, _ = rand.Read(key) // never fails (crypto/rand)
 	}
 	return cursorCodec{key: slices.Clone(key)}
 }

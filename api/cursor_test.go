@@ -175,14 +175,25 @@ func TestRangeCursorSurvivesRestart(t *testing.T) {
 	assert.Equal(t, []string{"2026-11-22T10:00:00Z"}, tss)
 }
 
-func TestBuiltinCursorKeyIsStable(t *testing.T) {
-	noKey := func(c *api.Config) { c.CursorKey = nil }
-	first, second := newTestEnv(t, noKey), newTestEnv(t, noKey)
-	for _, env := range []*testEnv{first, second} {
-		env.reader.add(reading(t, "dev-1", mustTicks(t, "2026-11-22T10:00:00Z"), 1),
-			reading(t, "dev-1", mustTicks(t, "2026-11-22T10:00:01Z"), 1))
+func TestCursorOfAnotherKeyIsRejected(t *testing.T) {
+	for name, keys := range map[string][2][]byte{
+		"two installations":         {[]byte("installation one"), []byte("installation two")},
+		"no key makes a random one": {nil, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			first := newTestEnv(t, func(c *api.Config) { c.CursorKey = keys[0] })
+			second := newTestEnv(t, func(c *api.Config) { c.CursorKey = keys[1] })
+			for _, env := range []*testEnv{first, second} {
+				env.reader.add(reading(t, "dev-1", mustTicks(t, "2026-11-22T10:00:00Z"), 1),
+					reading(t, "dev-1", mustTicks(t, "2026-11-22T10:00:01Z"), 1))
+			}
+			_, next := page(t, first, "dev-1", q("limit", "1"))
+			require.NotEmpty(t, next)
+			msg := requireError(t, second.get(t, "/v1/devices/dev-1/readings"+q("cursor", next)),
+				http.StatusBadRequest, "invalid_argument", "cursor")
+			assert.Contains(t, msg, "signed with another key")
+			tss, _ := page(t, first, "dev-1", q("cursor", next))
+			assert.Equal(t, []string{"2026-11-22T10:00:00Z"}, tss, "the signing installation still accepts it")
+		})
 	}
-	_, next := page(t, first, "dev-1", q("limit", "1"))
-	tss, _ := page(t, second, "dev-1", q("cursor", next))
-	assert.Equal(t, []string{"2026-11-22T10:00:00Z"}, tss)
 }

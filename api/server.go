@@ -12,6 +12,7 @@ package api
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -104,11 +105,27 @@ type Config struct {
 	QueryTimeout time.Duration
 	// CursorKey is the HMAC-SHA256 key that signs pagination cursors.
 	// It must stay the same across restarts (and across replicas) for
-	// cursors to keep working. If empty, a fixed built-in key is used:
-	// cursors are then integrity-checked against accidental damage and
-	// casual tampering, but anyone who reads the source can forge them.
+	// cursors to keep working; the service keeps one per installation.
+	// If empty, a random key is made for this Server only.
 	// Cursors are never secret: they only hold query parameters.
 	CursorKey []byte
+	// Auth, when set, makes every route but /healthz, /readyz and
+	// /openapi.json need a token with the route's scope (DESIGN §11;
+	// see authn.go). Nil leaves the API open.
+	Auth Tokens
+	// RateLimit is the requests per second allowed per token (or per
+	// client address without one), with bursts of RateBurst; past it a
+	// request gets 429 with Retry-After. It also bounds the new
+	// connections per second of one address. 0 means no limit.
+	RateLimit float64
+	RateBurst int
+	// MaxConns bounds the open connections, MaxConnsPerClient those of
+	// one client address; a connection past either is refused at once.
+	// 0 means no limit.
+	MaxConns          int
+	MaxConnsPerClient int
+	// TLSConfig, when set, makes the server speak HTTPS only.
+	TLSConfig *tls.Config
 
 	// Logger, TracerProvider, MeterProvider and Now default to
 	// slog.Default, the otel global providers and time.Now. Now decides
@@ -135,6 +152,12 @@ type Server struct {
 	log          *slog.Logger
 	now          func() time.Time
 	cursors      cursorCodec
+	tokens       Tokens
+	rates        *rateLimiter
+	maxConns     int
+	maxPerClient int
+	tlsConfig    *tls.Config
+	conns        *connLimiter
 	inFlight     chan struct{}
 	maxInFlight  int
 	echo         *echo.Echo
@@ -155,8 +178,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Reader == nil {
 		return nil, errors.New("api: Config.Reader is required")
 	}
-	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.QueryTimeout < 0 {
-		return nil, errors.New("api: MaxInFlight, MaxFutureSkew and QueryTimeout must not be negative")
+	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.QueryTimeout < 0 ||
+		cfg.RateLimit < 0 || cfg.RateBurst < 0 || cfg.MaxConns < 0 || cfg.MaxConnsPerClient < 0 {
+		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, QueryTimeout, RateLimit, RateBurst, MaxConns and MaxConnsPerClient must not be negative")
 	}
 	s := &Server{
 		reader:       cfg.Reader,
@@ -173,6 +197,11 @@ func New(cfg Config) (*Server, error) {
 		now:          cfg.Now,
 		cursors:      newCursorCodec(cfg.CursorKey),
 		maxInFlight:  cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight),
+		tokens:       cfg.Auth,
+		rates:        newRateLimiter(cfg.RateLimit, cfg.RateBurst),
+		maxConns:     cfg.MaxConns,
+		maxPerClient: cfg.MaxConnsPerClient,
+		tlsConfig:    cfg.TLSConfig,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -222,11 +251,18 @@ func (s *Server) Open() error {
 		return fmt.Errorf("api: listen %s: %w", addr, err)
 	}
 	s.listener = ln
+	s.conns = newConnLimiter(ln, s.maxConns, s.maxPerClient, s.connRates(), s.tlsConfig == nil)
+	ln = s.conns
+	if s.tlsConfig != nil {
+		ln = tls.NewListener(ln, s.tlsConfig)
+	}
 	s.httpSrv = &http.Server{
 		Handler:           s.echo,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.done = make(chan struct{})

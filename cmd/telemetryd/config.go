@@ -40,6 +40,7 @@ type Config struct {
 	MQTTListen        string // embedded server's MQTT listener; empty: off
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
+	Security          SecurityConfig
 }
 
 // DefaultConfig returns the embedded, single-machine defaults. Each
@@ -49,7 +50,7 @@ func DefaultConfig() Config {
 	sopts := store.DefaultOptions()
 	return Config{
 		DataDir:           "./data",
-		HTTPAddr:          ":8080",
+		HTTPAddr:          "127.0.0.1:8080",
 		NATSListen:        "127.0.0.1:4222",
 		SubjectPrefix:     ingest.DefaultConfig().SubjectPrefix,
 		Retention:         buckets.DefaultRetention,
@@ -63,6 +64,7 @@ func DefaultConfig() Config {
 		MQTTListen:        "127.0.0.1:1883",
 		LineDeviceTags:    "device,host",
 		MaxWriteBytes:     16 << 20,
+		Security:          defaultSecurity(),
 	}
 }
 
@@ -80,7 +82,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "fsync Badger (and the embedded JetStream) before acking: survives power loss, costs throughput")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
-	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "bearer token for admin endpoints; empty allows them from loopback clients only")
+	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "an extra admin-scoped bearer token (at least 16 characters; prefer a token in -auth-file); without -auth-file it guards only the admin endpoints, which otherwise accept loopback clients")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this address (empty: off)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful shutdown before giving up")
 	fs.IntVar(&c.HotDays, "hot-days", c.HotDays, "newest days kept open with write-sized memtables")
@@ -88,6 +90,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0 and 1 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
 	fs.Int64Var(&c.MaxWriteBytes, "max-write-bytes", c.MaxWriteBytes, "largest line protocol write body in bytes, before and after gunzip (past it: 413)")
+	c.Security.bind(fs)
 }
 
 // Validate checks the values that flags cannot check alone.
@@ -131,6 +134,7 @@ func (c *Config) Validate() error {
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
 	}
+	errs = append(errs, c.validateSecurity())
 	return errors.Join(errs...)
 }
 

@@ -20,7 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 	c := DefaultConfig()
 	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(nil), &bytes.Buffer{}))
 	assert.Equal(t, "./data", c.DataDir)
-	assert.Equal(t, ":8080", c.HTTPAddr)
+	assert.Equal(t, "127.0.0.1:8080", c.HTTPAddr)
 	assert.Equal(t, "", c.NATSURL)
 	assert.Equal(t, "127.0.0.1:4222", c.NATSListen)
 	assert.Equal(t, "telemetry", c.SubjectPrefix)

@@ -6,6 +6,7 @@
 //
 //	telemetryd [flags]                       run the service
 //	telemetryd retention [-dry-run] [flags]  run retention once on a data dir
+//	telemetryd auth add-device|add-token|revoke|list  edit the auth file
 //
 // Every flag may also be set as TELEMETRY_<NAME>; see -h. -version
 // prints the version.
@@ -30,6 +31,9 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "retention" {
 		return runRetention(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "auth" {
+		return runAuth(args[1:], getenv, stdout, stderr)
 	}
 	cfg := DefaultConfig()
 	if err := cfg.parseFlags("telemetryd", args, getenv, stderr); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,7 +18,11 @@ import (
 // fsyncs every write, matching -sync-writes. A non-empty mqttListen
 // also opens the server's MQTT 3.1.1 listener there.
 // mqttPort is the MQTT listener's actual port (0 when off).
-func startEmbeddedNATS(listen, mqttListen, dataDir string, syncAlways bool, log *slog.Logger) (ns *server.Server, mqttPort int, err error) {
+//
+// configure, if given, adjusts the options (authentication, TLS,
+// connection limits) and may return the sampling logger to use.
+func startEmbeddedNATS(listen, mqttListen, dataDir string, syncAlways bool, log *slog.Logger,
+	configure ...func(*server.Options) *natsLogger) (ns *server.Server, mqttPort int, err error) {
 	host, port, err := splitListen("-nats-listen", listen)
 	if err != nil {
 		return nil, 0, err
@@ -39,11 +44,17 @@ func startEmbeddedNATS(listen, mqttListen, dataDir string, syncAlways bool, log 
 			return nil, 0, err
 		}
 	}
+	logger := &natsLogger{l: log.With("component", "nats")}
+	for _, c := range configure {
+		if l := c(opts); l != nil {
+			logger = l
+		}
+	}
+	logger.fatal, logger.started = make(chan string, 1), new(atomic.Bool)
 	ns, err = server.NewServer(opts)
 	if err != nil {
 		return nil, 0, fmt.Errorf("embedded nats: %w", err)
 	}
-	logger := natsLogger{l: log.With("component", "nats"), fatal: make(chan string, 1), started: new(atomic.Bool)}
 	ns.SetLoggerV2(logger, false, false, false)
 	ns.Start()
 	// A listener that cannot bind (a busy port) is reported through
@@ -89,16 +100,22 @@ const natsReadyTimeout = 10 * time.Second
 // natsLogger forwards the embedded server's log to slog. Until the
 // server has started, its first fatal message goes to fatal instead, so
 // that a server that cannot start fails the start at once (and is
-// reported once, by whoever handles that error).
+// reported once, by whoever handles that error). Permission violations
+// go to denied (counted, sampled); other warnings and errors pass
+// through sampler when set, so clients cannot flood the log.
 type natsLogger struct {
 	l       *slog.Logger
 	fatal   chan string
 	started *atomic.Bool
+	denied  *deniedReporter
+	sampler *logSampler
 }
 
-func (n natsLogger) Noticef(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Warnf(format string, v ...any)   { n.l.Warn(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Fatalf(format string, v ...any) {
+func (n *natsLogger) Noticef(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
+func (n *natsLogger) Warnf(format string, v ...any) {
+	n.sampled(slog.LevelWarn, fmt.Sprintf(format, v...))
+}
+func (n *natsLogger) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	if !n.started.Load() {
 		select {
@@ -109,6 +126,25 @@ func (n natsLogger) Fatalf(format string, v ...any) {
 	}
 	n.l.Error(msg)
 }
-func (n natsLogger) Errorf(format string, v ...any) { n.l.Error(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Debugf(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
-func (n natsLogger) Tracef(format string, v ...any) {}
+func (n *natsLogger) Errorf(format string, v ...any) {
+	n.sampled(slog.LevelError, fmt.Sprintf(format, v...))
+}
+func (n *natsLogger) Debugf(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
+func (n *natsLogger) Tracef(format string, v ...any) {}
+
+func (n *natsLogger) sampled(level slog.Level, msg string) {
+	if n.denied != nil && n.denied.violation(msg) {
+		return
+	}
+	if n.sampler != nil {
+		ok, held := n.sampler.allow(time.Now())
+		if !ok {
+			return
+		}
+		if held > 0 {
+			n.l.Log(context.Background(), level, msg, "lines_dropped_before", held)
+			return
+		}
+	}
+	n.l.Log(context.Background(), level, msg)
+}

@@ -39,6 +39,7 @@ type Main struct {
 	api    *api.Server
 	ret    *retention.Worker
 	pprof  *http.Server
+	sec    *security
 
 	mqttPort        int // embedded MQTT listener's port; 0 when off
 	cancelMQTT      context.CancelFunc
@@ -75,6 +76,9 @@ func (m *Main) Open(ctx context.Context) error {
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
+	if m.sec, err = openSecurity(m.cfg, m.log, tel.meter); err != nil {
+		return err
+	}
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
 		return err
 	}
@@ -100,15 +104,16 @@ func (m *Main) Open(ctx context.Context) error {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log)
+		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log, m.sec.configureNATS)
 		if err != nil {
 			return err
 		}
 		m.ns, m.mqttPort = ns, mqttPort
 		url = ns.ClientURL()
+		m.sec.watchNATS(ns)
 	}
 	log := m.log.With("component", "nats")
-	nc, err := nats.Connect(url,
+	nc, err := nats.Connect(url, append(m.sec.natsClientOptions(m.ns != nil),
 		nats.Name("telemetryd"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
@@ -125,7 +130,7 @@ func (m *Main) connectNATS() error {
 				subj = s.Subject
 			}
 			log.Warn("nats async error", "subject", subj, "error", err)
-		}))
+		}))...)
 	if err != nil {
 		return fmt.Errorf("connect nats %s: %w", url, err)
 	}
@@ -195,18 +200,25 @@ func (m *Main) retentionPolicy() retention.Policy {
 
 func (m *Main) startHTTP() error {
 	acfg := api.Config{
-		Addr:           m.cfg.HTTPAddr,
-		Reader:         m.store,
-		Admin:          admin{store: m.store, ret: m.ret},
-		Ready:          m.ready,
-		Metrics:        m.tel.metrics,
-		MaxFutureSkew:  m.cfg.MaxFutureSkew,
-		ExpiresAt:      m.retentionPolicy().ExpiresAt,
-		AdminToken:     m.cfg.AdminToken,
-		Logger:         m.log.With("component", "api"),
-		TracerProvider: m.tel.tracer,
-		MeterProvider:  m.tel.meter,
-		Now:            m.now,
+		Addr:              m.cfg.HTTPAddr,
+		Reader:            m.store,
+		Admin:             admin{store: m.store, ret: m.ret},
+		Ready:             m.ready,
+		Metrics:           m.tel.metrics,
+		MaxFutureSkew:     m.cfg.MaxFutureSkew,
+		ExpiresAt:         m.retentionPolicy().ExpiresAt,
+		AdminToken:        m.sec.apiAdminToken(m.cfg.AdminToken),
+		CursorKey:         m.sec.cursorKey,
+		Auth:              m.sec.tokens(),
+		TLSConfig:         m.sec.tls,
+		RateLimit:         m.cfg.Security.HTTPRate,
+		RateBurst:         m.cfg.Security.HTTPBurst,
+		MaxConns:          m.sec.httpConns,
+		MaxConnsPerClient: m.cfg.Security.HTTPMaxConnsPerClient,
+		Logger:            m.log.With("component", "api"),
+		TracerProvider:    m.tel.tracer,
+		MeterProvider:     m.tel.meter,
+		Now:               m.now,
 	}
 	withDashboards(&acfg, m.store)
 	srv, err := api.New(acfg)
@@ -292,6 +304,9 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if m.cancelMQTT != nil {
 		m.cancelMQTT()
+	}
+	if m.sec != nil {
+		m.sec.Close()
 	}
 	if m.api != nil {
 		errs = append(errs, m.api.Close(ctx))

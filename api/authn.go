@@ -1,0 +1,148 @@
+package api
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/telemetryd/telemetryd/api/auth"
+)
+
+// Tokens checks API token secrets (implemented by *auth.Store). With a
+// nil Config.Auth the API is open (loopback-only mode, DESIGN §11).
+type Tokens interface {
+	// Token returns the principal of a token secret.
+	Token(secret string) (*auth.Principal, bool)
+}
+
+// maxAuthHeader bounds the Authorization header that is parsed.
+const maxAuthHeader = 4096
+
+// Credential schemes accepted in the Authorization header.
+const (
+	schemeBearer = "bearer"
+	schemeToken  = "token" // InfluxDB style, write endpoints only
+	schemeBasic  = "basic" // token as the password, write endpoints only
+)
+
+// parseAuthorization extracts the token secret of an Authorization
+// header. Bearer is accepted everywhere; Token and Basic (the token as
+// the password, any user name) only when influx is set, as Telegraf
+// and Influx clients send them. ok is false when the header is absent
+// or not a usable credential.
+func parseAuthorization(h string, influx bool) (secret string, ok bool) {
+	if h == "" || len(h) > maxAuthHeader {
+		return "", false
+	}
+	scheme, rest, found := strings.Cut(strings.TrimSpace(h), " ")
+	if !found {
+		return "", false
+	}
+	rest = strings.TrimSpace(rest)
+	switch strings.ToLower(scheme) {
+	case schemeBearer:
+	case schemeToken:
+		if !influx {
+			return "", false
+		}
+	case schemeBasic:
+		if !influx {
+			return "", false
+		}
+		raw, err := base64.StdEncoding.DecodeString(rest)
+		if err != nil {
+			return "", false
+		}
+		_, pass, hasColon := strings.Cut(string(raw), ":")
+		if !hasColon {
+			return "", false
+		}
+		rest = pass
+	default:
+		return "", false
+	}
+	if rest == "" || strings.ContainsAny(rest, " \t\r\n") {
+		return "", false
+	}
+	return rest, true
+}
+
+// access is what a route needs: open (no credential), or a scope.
+type access struct {
+	open   bool
+	scope  auth.Scope
+	influx bool // accepts Token and Basic credentials too
+}
+
+// influxPaths are the line-protocol endpoints (DESIGN §9).
+var influxPaths = map[string]bool{"/api/v2/write": true, "/write": true, "/query": true}
+
+// accessOf maps a request to what it needs. route is the matched Echo
+// route ("" when none matched: such requests still need a credential,
+// so unauthenticated clients cannot probe which paths exist).
+func accessOf(method, route, path string) access {
+	p := route
+	if p == "" {
+		p = path
+	}
+	switch {
+	case p == "/healthz" || p == "/readyz" || p == "/openapi.json":
+		return access{open: true}
+	case p == "/metrics":
+		return access{scope: auth.ScopeMetrics}
+	case influxPaths[p]:
+		return access{scope: auth.ScopeWrite, influx: true}
+	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) || p == "/v1/retention/run":
+		return access{scope: auth.ScopeAdmin}
+	default:
+		return access{scope: auth.ScopeRead}
+	}
+}
+
+// authenticate enforces DESIGN §11 when Config.Auth is set: 401 without
+// a valid credential, 403 when the token lacks the route's scope, 404
+// for a device outside the token's patterns (as if it did not exist).
+// The principal is put in the request context, where handlers ask
+// auth.Visible about each device they list.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.tokens == nil {
+			return next(c)
+		}
+		req := c.Request()
+		a := accessOf(req.Method, c.Path(), req.URL.Path)
+		if a.open {
+			return next(c)
+		}
+		secret, ok := parseAuthorization(req.Header.Get(echo.HeaderAuthorization), a.influx)
+		var p *auth.Principal
+		if ok {
+			p, ok = s.tokens.Token(secret)
+		}
+		if !ok {
+			if err := s.limitRate(c, ""); err != nil {
+				return err
+			}
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="telemetryd"`)
+			msg := `authorization: this endpoint needs "Authorization: Bearer <token>"`
+			if a.influx {
+				msg = `authorization: this endpoint needs "Authorization: Token <token>", Bearer, or Basic with the token as password`
+			}
+			if req.Header.Get(echo.HeaderAuthorization) != "" {
+				msg = "authorization: the token is not valid"
+			}
+			return &apiError{http.StatusUnauthorized, codeUnauthenticated, msg}
+		}
+		if !p.Has(a.scope) {
+			return &apiError{http.StatusForbidden, codePermissionDenied,
+				"authorization: token " + p.Name + " lacks the scope " + string(a.scope) + " this endpoint needs"}
+		}
+		if dev := c.Param("device"); dev != "" && !p.DeviceVisible(dev) {
+			return notFound("device", "%q is not known", dev)
+		}
+		c.SetRequest(req.WithContext(auth.WithPrincipal(req.Context(), p)))
+		return next(c)
+	}
+}

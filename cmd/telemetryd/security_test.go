@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/api/auth"
+)
+
+func TestAuthCommand(t *testing.T) {
+	f := newAuthFixture(t, []string{"dev-1"}, "grafana:read:sim-*,lab-?")
+	secret := f.devices["dev-1"]
+	assert.GreaterOrEqual(t, len(secret), 43, "at least 128 random bits (256 here)")
+	data, err := os.ReadFile(f.path)
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), secret, "the secret is never stored")
+	assert.NotContains(t, string(data), f.tokens["grafana"])
+	assert.Contains(t, string(data), auth.HashSecret(secret))
+	st, err := os.Stat(f.path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+	list := authCLI(t, f.path, "list")
+	assert.Regexp(t, `(?m)^device\s+dev-1\s`, list)
+	assert.Regexp(t, `(?m)^token\s+grafana\s+read\s+sim-\*,lab-\?$`, list)
+	assert.NotContains(t, list, "sha256")
+
+	run := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := runAuth(append(args, "-auth-file", f.path), func(string) string { return "" }, &out, &errb)
+		return code, errb.String()
+	}
+	code, msg := run("add-device", "dev-1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, msg, "-replace")
+	rotated := authCLI(t, f.path, "add-device", "dev-1", "-replace")
+	assert.NotEqual(t, secret, rotated)
+	file, err := auth.Load(f.path)
+	require.NoError(t, err)
+	assert.True(t, auth.Compile(file).Device("dev-1", rotated))
+	assert.False(t, auth.Compile(file).Device("dev-1", secret), "the old secret stops working")
+
+	code, msg = run("add-token", "x", "-scopes", "root")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, msg, `scope "root"`)
+	code, msg = run("add-device", "bad.id")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, msg, "bad.id")
+	authCLI(t, f.path, "revoke", "grafana")
+	assert.NotContains(t, authCLI(t, f.path, "list"), "grafana")
+	code, msg = run("revoke", "grafana")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, msg, `no device or token named "grafana"`)
+}
+
+func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
+	for _, tc := range []struct{ flag, addr string }{
+		{"-http-addr", "0.0.0.0:0"},
+		{"-http-addr", ":0"},
+		{"-nats-listen", "0.0.0.0:0"},
+		{"-pprof-addr", "[::]:0"},
+	} {
+		t.Run(tc.flag+"="+tc.addr, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := []string{"-data-dir", t.TempDir(), "-http-addr", "127.0.0.1:0", "-nats-listen", "127.0.0.1:0", tc.flag, tc.addr}
+			code := run(t.Context(), args, func(string) string { return "" }, &out, &errb)
+			assert.Equal(t, 2, code)
+			assert.Contains(t, errb.String(), tc.flag+` "`+tc.addr+`" listens beyond loopback`)
+			assert.Contains(t, errb.String(), "add -auth-file FILE")
+		})
+	}
+	t.Run("-insecure starts", func(t *testing.T) {
+		var out bytes.Buffer
+		errb := &lockedBuffer{}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, []string{"-data-dir", t.TempDir(), "-http-addr", "0.0.0.0:0", "-nats-listen", "0.0.0.0:0", "-insecure"},
+				func(string) string { return "" }, &out, errb)
+		}()
+		require.Eventually(t, func() bool { return strings.Contains(errb.String(), "telemetryd started") }, 30*time.Second, 20*time.Millisecond,
+			"log: %s", errb)
+		cancel()
+		assert.Equal(t, 0, <-done)
+	})
+	t.Run("with an auth file", func(t *testing.T) {
+		f := newAuthFixture(t, nil, "ops:admin")
+		c := DefaultConfig()
+		require.NoError(t, c.parseFlags("telemetryd", []string{"-http-addr", ":8080", "-auth-file", f.path}, envMap(nil), &bytes.Buffer{}))
+	})
+	t.Run("weak admin token", func(t *testing.T) {
+		c := DefaultConfig()
+		err := c.parseFlags("telemetryd", []string{"-admin-token", "change-me"}, envMap(nil), &bytes.Buffer{})
+		require.ErrorContains(t, err, "-admin-token has 9 characters")
+	})
+}
+
+// lockedBuffer is a goroutine-safe bytes.Buffer.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// newAuthService runs a service with an auth file of devices dev-1,
+// dev-2, sim-1 and tokens for every scope.
+func newAuthService(t *testing.T, edit ...func(*Config)) (*Main, *authFixture) {
+	t.Helper()
+	f := newAuthFixture(t, []string{"dev-1", "dev-2", "sim-1"},
+		"all:read", "sim:read:sim-*", "admin:admin", "metrics:metrics", "writer:write")
+	cfg := newTestConfig(t)
+	cfg.Security.AuthFile = f.path
+	for _, e := range edit {
+		e(&cfg)
+	}
+	return openTestService(t, cfg), f
+}
+
+// latestCount is how many readings GET latest returns for dev.
+func latestCount(t *testing.T, base, dev, token string) int {
+	t.Helper()
+	code, body := httpDo(t, nil, http.MethodGet, base+"/v1/devices/"+dev+"/readings/latest?limit=1000", token)
+	require.Equal(t, http.StatusOK, code, body)
+	var l apiList
+	require.NoError(t, json.Unmarshal([]byte(body), &l))
+	return len(l.Readings)
+}
+
+// deniedCount reads telemetry_auth_denied_total{reason} from /metrics.
+func deniedCount(t *testing.T, base, token, reason string) int {
+	t.Helper()
+	code, body := httpDo(t, nil, http.MethodGet, base+"/metrics", token)
+	require.Equal(t, http.StatusOK, code, body)
+	m := regexp.MustCompile(`(?m)^telemetry_auth_denied_total\{[^}]*reason="` + reason + `"[^}]*\} (\d+)`).FindStringSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func TestNATSDeviceAuth(t *testing.T) {
+	m, f := newAuthService(t)
+	base := "http://" + m.HTTPAddr()
+	url := m.NATSURL()
+	now := m.now().UTC()
+
+	t.Run("wrong secret, no secret, unknown device", func(t *testing.T) {
+		for _, c := range []struct{ user, pass string }{{"dev-1", f.devices["dev-2"]}, {"dev-1", ""}, {"", ""}, {"dev-9", f.devices["dev-1"]}, {internalUser, f.devices["dev-1"]}} {
+			_, _, err := deviceConn(url, c.user, c.pass, nats.MaxReconnects(0))
+			require.Error(t, err, "user %q", c.user)
+			assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
+		}
+		assert.GreaterOrEqual(t, deniedCount(t, base, f.tokens["metrics"], deniedCredentials), 5)
+	})
+
+	nc1, errs1, err := deviceConn(url, "dev-1", f.devices["dev-1"])
+	require.NoError(t, err, "right secret")
+	defer nc1.Close()
+	js1, err := jetstream.New(nc1)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err = js1.Publish(ctx, "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":1}`, now.Format(time.RFC3339Nano)))
+	require.NoError(t, err, "a device publishes its own readings")
+	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	t.Run("publish as another device stores nothing and is counted", func(t *testing.T) {
+		before := deniedCount(t, base, f.tokens["metrics"], deniedPublish)
+		require.NoError(t, nc1.Publish("telemetry.dev-2", fmt.Appendf(nil, `{"ts":%q,"temp":66}`, now.Format(time.RFC3339Nano))))
+		require.NoError(t, nc1.Flush())
+		waitAsyncError(t, errs1, `Permissions Violation for Publish to "telemetry.dev-2"`)
+		short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+		defer cancelShort()
+		_, err := js1.Publish(short, "telemetry.dev-2", []byte(`{"temp":67}`), jetstream.WithRetryAttempts(0))
+		require.Error(t, err, "no ack for a denied publish")
+		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], deniedPublish) >= before+2 }, 5*time.Second, 20*time.Millisecond)
+		assert.Equal(t, 0, latestCount(t, base, "dev-2", f.tokens["all"]), "nothing stored for dev-2")
+		short2, cancelShort2 := context.WithTimeout(ctx, 2*time.Second)
+		defer cancelShort2()
+		_, err = js1.Publish(short2, "rejected.telemetry.dev-1", []byte(`{}`), jetstream.WithRetryAttempts(0))
+		require.Error(t, err, "nor to the dead letters")
+	})
+
+	t.Run("device cannot manage streams or consumers", func(t *testing.T) {
+		// Each call gets its own deadline: a denied request is never
+		// answered, an allowed one would be at once.
+		short := func() context.Context {
+			c, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
+			t.Cleanup(cancel)
+			return c
+		}
+		_, err := js1.Stream(short(), "TELEMETRY")
+		assert.Error(t, err, "stream info")
+		names := js1.StreamNames(short())
+		for range names.Name() {
+		}
+		assert.Error(t, names.Err(), "list streams")
+		assert.Error(t, js1.DeleteStream(short(), "TELEMETRY"), "delete stream")
+		_, err = js1.CreateOrUpdateConsumer(short(), "TELEMETRY", jetstream.ConsumerConfig{Durable: "evil"})
+		assert.Error(t, err, "create consumer")
+		assert.Error(t, js1.DeleteConsumer(short(), "TELEMETRY", "ingest"), "delete the ingest consumer")
+		_, err = js1.CreateStream(short(), jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
+		assert.Error(t, err, "create stream")
+		_, err = nc1.Request("$JS.API.STREAM.DELETE.TELEMETRY", nil, 700*time.Millisecond)
+		assert.Error(t, err, "raw stream delete request")
+		_, err = nc1.SubscribeSync(serviceInboxPrefix + ".>")
+		require.NoError(t, err)
+		require.NoError(t, nc1.Flush())
+		waitAsyncError(t, errs1, "Permissions Violation for Subscription")
+		// The service still ingests: the stream and consumer are intact.
+		_, err = js1.Publish(ctx, "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":2}`, now.Add(time.Second).Format(time.RFC3339Nano)))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 }, 10*time.Second, 20*time.Millisecond)
+	})
+
+	t.Run("a device removed from the file is refused after reload; others stay", func(t *testing.T) {
+		nc2, _, err := deviceConn(url, "dev-2", f.devices["dev-2"])
+		require.NoError(t, err)
+		defer nc2.Close()
+		authCLI(t, f.path, "revoke", "dev-2")
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+		require.Eventually(t, func() bool { return !nc2.IsConnected() }, 10*time.Second, 20*time.Millisecond,
+			"the removed device is disconnected")
+		_, _, err = deviceConn(url, "dev-2", f.devices["dev-2"], nats.MaxReconnects(0))
+		require.Error(t, err, "and refused at its next connect")
+		assert.True(t, nc1.IsConnected(), "dev-1 stays connected")
+		_, err = js1.Publish(ctx, "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":3}`, now.Add(2*time.Second).Format(time.RFC3339Nano)))
+		require.NoError(t, err, "and keeps publishing")
+		require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 3 }, 10*time.Second, 20*time.Millisecond)
+	})
+}
+
+func TestHTTPAuthService(t *testing.T) {
+	m, f := newAuthService(t)
+	base := "http://" + m.HTTPAddr()
+	nc, _, err := deviceConn(m.NATSURL(), "dev-1", f.devices["dev-1"])
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.Publish(t.Context(), "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":1}`, m.now().UTC().Format(time.RFC3339Nano)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	code, _ := httpDo(t, nil, http.MethodGet, base+"/v1/devices/dev-1/readings/latest", "")
+	assert.Equal(t, http.StatusUnauthorized, code, "no token")
+	code, _ = httpDo(t, nil, http.MethodGet, base+"/v1/devices/dev-1/readings/latest", f.tokens["sim"])
+	assert.Equal(t, http.StatusNotFound, code, "a sim-* token cannot see dev-1")
+	code, body := httpDo(t, nil, http.MethodGet, base+"/v1/devices", f.tokens["sim"])
+	require.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, body, "dev-1")
+	code, body = httpDo(t, nil, http.MethodGet, base+"/v1/devices", f.tokens["all"])
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `"dev-1"`)
+	code, _ = httpDo(t, nil, http.MethodPost, base+"/v1/retention/run?dry_run=true", "")
+	assert.Equal(t, http.StatusUnauthorized, code, "admin from loopback without a token")
+	code, _ = httpDo(t, nil, http.MethodPost, base+"/v1/retention/run?dry_run=true", f.tokens["all"])
+	assert.Equal(t, http.StatusForbidden, code, "read token on an admin endpoint")
+	code, _ = httpDo(t, nil, http.MethodPost, base+"/v1/retention/run?dry_run=true", f.tokens["admin"])
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = httpDo(t, nil, http.MethodGet, base+"/healthz", "")
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = httpDo(t, nil, http.MethodGet, base+"/metrics", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	code, _ = httpDo(t, nil, http.MethodGet, base+"/metrics", f.tokens["all"])
+	assert.Equal(t, http.StatusForbidden, code)
+	code, _ = httpDo(t, nil, http.MethodGet, base+"/metrics", f.tokens["metrics"])
+	assert.Equal(t, http.StatusOK, code)
+
+	t.Run("a token added to the file works after the poll", func(t *testing.T) {
+		secret := authCLI(t, f.path, "add-token", "late", "-scopes", "read")
+		require.Eventually(t, func() bool {
+			code, _ := httpDo(t, nil, http.MethodGet, base+"/v1/tables", secret)
+			return code == http.StatusOK
+		}, 10*time.Second, 100*time.Millisecond)
+	})
+}
+
+func TestCursorKeyPerInstallation(t *testing.T) {
+	cfg := newTestConfig(t)
+	sec := cfg.Security
+	k1, err := sec.cursorKey(cfg.DataDir)
+	require.NoError(t, err)
+	k2, err := sec.cursorKey(cfg.DataDir)
+	require.NoError(t, err)
+	assert.Equal(t, k1, k2, "the key survives restarts")
+	st, err := os.Stat(cfg.DataDir + "/" + cursorKeyFile)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	other, err := sec.cursorKey(t.TempDir())
+	require.NoError(t, err)
+	assert.NotEqual(t, k1, other, "each installation has its own")
+	sec.CursorKey = strings.Repeat("k", 32)
+	k3, err := sec.cursorKey(cfg.DataDir)
+	require.NoError(t, err)
+	assert.Equal(t, []byte(sec.CursorKey), k3, "-cursor-key wins")
+}
+
+// waitAsyncError waits for an async error containing want.
+func waitAsyncError(t *testing.T, errs chan error, want string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case err := <-errs:
+			if strings.Contains(err.Error(), want) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no async error %q", want)
+		}
+	}
+}
