@@ -34,12 +34,12 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 		return 0
 	}
 	cmd := args[0]
-	fs := flag.NewFlagSet("telemetryd auth "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("auth-file", getenv("TELEMETRY_AUTH_FILE"), "the auth file to edit (created when missing)")
-	scopes := fs.String("scopes", "", "add-token: comma-separated scopes: read, write, admin, metrics")
-	devices := fs.String("devices", "", "add-token: comma-separated device patterns (shell globs); empty: every device")
-	replace := fs.Bool("replace", false, "add-device, add-token: replace an existing entry's secret (rotation)")
+	fs := authFlagSet(stderr)
+	file, scopes := fs.Lookup("auth-file").Value, fs.Lookup("scopes").Value
+	devices, replace := fs.Lookup("devices").Value, fs.Lookup("replace").Value.(flag.Getter)
+	if err := file.Set(getenv("TELEMETRY_AUTH_FILE")); err != nil {
+		return 2
+	}
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -48,7 +48,7 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 		fmt.Fprintln(stderr, "telemetryd auth:", err)
 		return 2
 	}
-	if *file == "" {
+	if file.String() == "" {
 		fmt.Fprintln(stderr, "telemetryd auth: -auth-file (or TELEMETRY_AUTH_FILE) is required")
 		return 2
 	}
@@ -62,7 +62,7 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "telemetryd auth %s: want %d argument(s), got %q\n%s", cmd, n, pos, authUsage)
 		return 2
 	}
-	f, err := loadOrEmpty(*file)
+	f, err := loadOrEmpty(file.String())
 	if err != nil {
 		fmt.Fprintln(stderr, "telemetryd auth:", err)
 		return 1
@@ -73,14 +73,14 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 		listAuth(stdout, f)
 		return 0
 	case "add-device":
-		secret, err = addDevice(f, pos[0], *replace)
+		secret, err = addDevice(f, pos[0], replace.Get().(bool))
 	case "add-token":
-		secret, err = addToken(f, pos[0], *scopes, *devices, *replace)
+		secret, err = addToken(f, pos[0], scopes.String(), devices.String(), replace.Get().(bool))
 	case "revoke":
 		err = revoke(f, pos[0])
 	}
 	if err == nil {
-		err = auth.Save(*file, f)
+		err = auth.Save(file.String(), f)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "telemetryd auth %s: %v\n", cmd, err)
@@ -88,9 +88,21 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 	}
 	if secret != "" {
 		fmt.Fprintln(stdout, secret)
-		fmt.Fprintf(stderr, "the secret of %s is printed above, once; %s keeps only its SHA-256\n", pos[0], *file)
+		fmt.Fprintf(stderr, "the secret of %s is printed above, once; %s keeps only its SHA-256\n", pos[0], file)
 	}
 	return 0
+}
+
+// authFlagSet is the flag set of the auth subcommands.
+func authFlagSet(out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("telemetryd auth", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.String("auth-file", "", "the auth file to edit (created when missing; TELEMETRY_AUTH_FILE)")
+	fs.String("scopes", "", "add-token: comma-separated scopes: read, write, admin, metrics")
+	fs.String("devices", "", "add-token: comma-separated device patterns (shell globs); empty: every device")
+	fs.Bool("replace", false, "add-device, add-token: replace an existing entry's secret (rotation)")
+	fs.Usage = func() { fmt.Fprint(out, authUsage); fs.PrintDefaults() }
+	return fs
 }
 
 // parseInterleaved parses flags given before, between or after the

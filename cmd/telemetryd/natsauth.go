@@ -130,6 +130,11 @@ func newDeniedReporter(meter metric.Meter, log *slog.Logger, interval time.Durat
 	if err != nil {
 		return nil, err
 	}
+	// Every reason is exported from the start (at 0), so alerts on a
+	// rate see the series before the first denial.
+	for _, r := range []string{deniedCredentials, deniedPublish, deniedSubscribe} {
+		c.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", r)))
+	}
 	return &deniedReporter{counter: c, log: log, interval: interval, windows: map[string]*sampleWindow{}}, nil
 }
 

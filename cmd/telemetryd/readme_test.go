@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -115,6 +116,9 @@ func TestReadmeFlags(t *testing.T) {
 			set := fs
 			if len(args) > 0 && args[0] == "retention" {
 				set, args = ret, args[1:]
+			}
+			if len(args) > 0 && args[0] == "auth" {
+				set, args = authFlagSet(io.Discard), args[1:]
 			}
 			for _, a := range args {
 				if !strings.HasPrefix(a, "-") {
