@@ -134,13 +134,13 @@ func TestStoreReloadRace(t *testing.T) {
 	require.Error(t, err, "SIGHUP with a broken file")
 	assert.True(t, st.Device("dev-c", secret(2)+"c"), "a broken file leaves the previous credentials in force")
 
+	cancel() // the watcher would race the explicit reload below
+	wg.Wait()
 	writeFile(t, path, file(1))
 	changed, err = st.Reload()
 	require.NoError(t, err)
 	assert.True(t, changed)
 	assert.False(t, st.Device("dev-b", secret(1)+"b"), "a removed device is refused")
-	cancel()
-	wg.Wait()
 }
 
 func TestOpenRefusesBrokenFile(t *testing.T) {

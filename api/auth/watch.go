@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 )
+
+// errSameBad is a reload of content that already failed to parse.
+var errSameBad = errors.New("auth file unchanged since it failed to load")
 
 // DefaultPollInterval is how often a Store looks for a changed file.
 const DefaultPollInterval = 2 * time.Second
@@ -28,6 +32,7 @@ type Store struct {
 
 	mu       sync.Mutex // serializes reloads; guards sum, onChange
 	sum      [sha256.Size]byte
+	bad      [sha256.Size]byte // content that last failed to parse
 	onChange []func(*Set)
 }
 
@@ -71,6 +76,9 @@ func (s *Store) Reload() (bool, error) {
 		return false, nil
 	}
 	changed, err := s.reload()
+	if errors.Is(err, errSameBad) {
+		return false, err // logged when first seen
+	}
 	if err != nil {
 		s.log.Error("auth file not reloaded; the previous credentials stay in force", "path", s.path, "error", err)
 		return false, err
@@ -92,8 +100,12 @@ func (s *Store) reload() (bool, error) {
 	if s.cur.Load() != nil && bytes.Equal(sum[:], s.sum[:]) {
 		return false, nil
 	}
+	if s.cur.Load() != nil && bytes.Equal(sum[:], s.bad[:]) {
+		return false, errSameBad
+	}
 	f, err := Parse(data)
 	if err != nil {
+		s.bad = sum
 		return false, fmt.Errorf("%s: %w", s.path, err)
 	}
 	set := Compile(f, s.extra...)
