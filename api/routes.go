@@ -26,6 +26,7 @@ func (s *Server) registerRoutes() {
 	e.GET("/v1/devices/:device/readings/:ts", s.handlePoint, query...)
 	e.GET("/v1/devices", s.handleDevices, query...)
 	e.GET("/v1/devices/:device/aggregates", s.handleAggregates, query...)
+	s.registerDashboards(query)
 	e.GET("/v1/tables", s.handleTables, query...)
 
 	e.DELETE("/v1/tables/:day", s.handleDropTable, s.requireAdmin)

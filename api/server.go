@@ -79,6 +79,9 @@ type Config struct {
 	// Aggregator answers GET /v1/devices/{device}/aggregates; nil makes
 	// it answer 501.
 	Aggregator Aggregator
+	// PromQL serves the Prometheus query API under /api/v1/ (package
+	// promapi); nil leaves those paths unrouted.
+	PromQL http.Handler
 	// Ready reports readiness: nil error => /readyz 200, else 503 with
 	// the error text as the reason. A nil func is always ready.
 	Ready func(ctx context.Context) error
@@ -142,6 +145,7 @@ type Server struct {
 	reader       Reader
 	admin        Admin
 	aggregator   Aggregator
+	promql       http.Handler
 	ready        func(ctx context.Context) error
 	metrics      http.Handler
 	skew         time.Duration
@@ -186,6 +190,7 @@ func New(cfg Config) (*Server, error) {
 		reader:       cfg.Reader,
 		admin:        cfg.Admin,
 		aggregator:   cfg.Aggregator,
+		promql:       cfg.PromQL,
 		ready:        cfg.Ready,
 		metrics:      cfg.Metrics,
 		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),

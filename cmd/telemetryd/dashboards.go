@@ -1,13 +1,30 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/store"
 )
 
 // withDashboards wires the dashboard parts of the API (aggregates,
 // the Prometheus query API and the built-in page) to the store. The
 // service and its tests share it, so tests run what the service runs.
-func withDashboards(c *api.Config, st *store.Store) {
+func withDashboards(c *api.Config, st *store.Store) error {
 	c.Aggregator = rangeAggregator{r: st}
+	timeout := c.QueryTimeout
+	if timeout == 0 {
+		timeout = api.DefaultQueryTimeout
+	}
+	log := c.Logger
+	if log != nil {
+		log = log.With("component", "promql")
+	}
+	p, err := promapi.New(promapi.Config{Source: st, Timeout: timeout, Logger: log, Now: c.Now})
+	if err != nil {
+		return fmt.Errorf("prometheus query api: %w", err)
+	}
+	c.PromQL = p
+	return nil
 }

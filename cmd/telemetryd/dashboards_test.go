@@ -37,7 +37,7 @@ func newDashEnv(t testing.TB, now time.Time) *dashEnv {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: func() time.Time { return now }}
-	withDashboards(&acfg, st)
+	require.NoError(t, withDashboards(&acfg, st))
 	srv, err := api.New(acfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.Open())
@@ -78,3 +78,5 @@ func newReading(dev string, k buckets.Ticks, fields ...buckets.Field) buckets.Re
 	}
 	return r
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -220,7 +220,9 @@ func (m *Main) startHTTP() error {
 		MeterProvider:     m.tel.meter,
 		Now:               m.now,
 	}
-	withDashboards(&acfg, m.store)
+	if err := withDashboards(&acfg, m.store); err != nil {
+		return err
+	}
 	srv, err := api.New(acfg)
 	if err != nil {
 		return err

@@ -1,0 +1,459 @@
+// Package promapi serves the subset of the Prometheus HTTP query API
+// that Grafana's Prometheus data source uses (DESIGN §10): instant and
+// range queries, series, label names and label values. PromQL is
+// evaluated by the Prometheus engine itself (promql.Engine) over a
+// storage.Queryable on the store: each numeric value of a device is
+// the series {__name__="<value name>", device="<device>"} (bool as
+// 0/1, strings are not series). Device and __name__ matchers are pushed
+// down, so temp{device="d1"} reads only d1's readings.
+//
+// Answers and errors use the Prometheus API's JSON envelope
+// ({"status":"success","data":...} and {"status":"error","errorType":...,"error":...}).
+package promapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/storage"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultTimeout       = 30 * time.Second
+	DefaultMaxSamples    = 10_000_000
+	DefaultMaxSeries     = 100_000
+	DefaultLookbackDelta = 5 * time.Minute
+	// MaxPoints is the most points per series a range query may ask for
+	// (as Prometheus: 11,000).
+	MaxPoints = 11000
+	// defaultPageSize is how many readings one store read returns.
+	defaultPageSize = 4096
+)
+
+// Config configures an API. Only Source is required.
+type Config struct {
+	// Source is the store.
+	Source Source
+	// Visible, when set, hides devices for which it returns false
+	// (devices outside a token's patterns): they are in no answer.
+	Visible func(ctx context.Context, dev buckets.DeviceID) bool
+	// Timeout bounds one query's evaluation (a request's timeout
+	// parameter may only lower it). Default DefaultTimeout.
+	Timeout time.Duration
+	// MaxSamples bounds the samples one query holds in memory at once
+	// (about 16 bytes each). Default DefaultMaxSamples.
+	MaxSamples int
+	// MaxSeries bounds the series one selector may match. Default
+	// DefaultMaxSeries.
+	MaxSeries int
+	// LookbackDelta is how far back an instant selector looks for a
+	// sample. Default DefaultLookbackDelta.
+	LookbackDelta time.Duration
+	// Logger and Now default to slog.Default and time.Now.
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// API is the query API; it is an http.Handler for the paths under
+// /api/v1/.
+type API struct {
+	engine  *promql.Engine
+	parser  parser.Parser
+	q       *queryable
+	timeout time.Duration
+	log     *slog.Logger
+	now     func() time.Time
+	mux     *http.ServeMux
+}
+
+// New builds the API for cfg.
+func New(cfg Config) (*API, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("promapi: Config.Source is required")
+	}
+	if cfg.Timeout < 0 || cfg.MaxSamples < 0 || cfg.MaxSeries < 0 || cfg.LookbackDelta < 0 {
+		return nil, errors.New("promapi: Timeout, MaxSamples, MaxSeries and LookbackDelta must not be negative")
+	}
+	a := &API{
+		q: &queryable{src: cfg.Source, visible: cfg.Visible, maxSeries: orDefault(cfg.MaxSeries, DefaultMaxSeries),
+			pageSize: defaultPageSize},
+		timeout: orDefault(cfg.Timeout, DefaultTimeout),
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		parser:  parser.NewParser(parser.Options{}),
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	a.engine = promql.NewEngine(promql.EngineOpts{
+		Logger:                   a.log,
+		MaxSamples:               orDefault(cfg.MaxSamples, DefaultMaxSamples),
+		Timeout:                  a.timeout,
+		LookbackDelta:            orDefault(cfg.LookbackDelta, DefaultLookbackDelta),
+		NoStepSubqueryIntervalFn: func(int64) int64 { return time.Minute.Milliseconds() },
+		EnableAtModifier:         true,
+		EnableNegativeOffset:     true,
+		EnableDelayedNameRemoval: true,
+		Parser:                   a.parser,
+	})
+	a.mux = http.NewServeMux()
+	a.mux.HandleFunc("GET /api/v1/query", a.handleQuery)
+	a.mux.HandleFunc("POST /api/v1/query", a.handleQuery)
+	a.mux.HandleFunc("GET /api/v1/query_range", a.handleQueryRange)
+	a.mux.HandleFunc("POST /api/v1/query_range", a.handleQueryRange)
+	a.mux.HandleFunc("GET /api/v1/series", a.handleSeries)
+	a.mux.HandleFunc("POST /api/v1/series", a.handleSeries)
+	a.mux.HandleFunc("GET /api/v1/labels", a.handleLabels)
+	a.mux.HandleFunc("POST /api/v1/labels", a.handleLabels)
+	a.mux.HandleFunc("GET /api/v1/label/{name}/values", a.handleLabelValues)
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{typ: errNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	})
+	return a, nil
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// ServeHTTP serves the /api/v1/ paths.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// queryData is the data of a query answer.
+type queryData struct {
+	ResultType parser.ValueType `json:"resultType"`
+	Result     parser.Value     `json:"result"`
+}
+
+// handleQuery serves /api/v1/query: an instant query.
+func (a *API) handleQuery(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		writeError(w, badData("", "cannot parse the form: %v", err))
+		return
+	}
+	ts := a.now()
+	if s := r.Form.Get("time"); s != "" {
+		t, err := parseTime(s)
+		if err != nil {
+			writeError(w, badData("time", "%v", err))
+			return
+		}
+		ts = t
+	}
+	ctx, cancel, aerr := a.withTimeout(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	defer cancel()
+	qs := r.Form.Get("query")
+	if qs == "" {
+		writeError(w, badData("query", "missing; give a PromQL expression"))
+		return
+	}
+	qry, err := a.engine.NewInstantQuery(ctx, a.q, nil, qs, ts)
+	if err != nil {
+		writeError(w, badData("query", "%v", err))
+		return
+	}
+	a.exec(ctx, w, r, qry)
+}
+
+// handleQueryRange serves /api/v1/query_range.
+func (a *API) handleQueryRange(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		writeError(w, badData("", "cannot parse the form: %v", err))
+		return
+	}
+	start, err := parseTimeParam(r, "start", time.Time{})
+	if err != nil {
+		writeError(w, err.(*apiError))
+		return
+	}
+	end, err := parseTimeParam(r, "end", time.Time{})
+	if err != nil {
+		writeError(w, err.(*apiError))
+		return
+	}
+	if end.Before(start) {
+		writeError(w, badData("end", "end timestamp must not be before start time"))
+		return
+	}
+	s := r.Form.Get("step")
+	if s == "" {
+		writeError(w, badData("step", "missing; give a duration (\"5m\") or seconds"))
+		return
+	}
+	step, perr := parseDuration(s)
+	if perr != nil {
+		writeError(w, badData("step", "%v", perr))
+		return
+	}
+	if step <= 0 {
+		writeError(w, badData("step", "zero or negative query resolution step widths are not accepted. Try a positive integer"))
+		return
+	}
+	if end.Sub(start)/step > MaxPoints {
+		writeError(w, badData("step", "exceeded maximum resolution of %d points per timeseries. Try decreasing the query resolution (?step=XX)", MaxPoints))
+		return
+	}
+	ctx, cancel, aerr := a.withTimeout(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	defer cancel()
+	qs := r.Form.Get("query")
+	if qs == "" {
+		writeError(w, badData("query", "missing; give a PromQL expression"))
+		return
+	}
+	qry, err := a.engine.NewRangeQuery(ctx, a.q, nil, qs, start, end, step)
+	if err != nil {
+		writeError(w, badData("query", "%v", err))
+		return
+	}
+	a.exec(ctx, w, r, qry)
+}
+
+// exec runs a query and writes its result or error.
+func (a *API) exec(ctx context.Context, w http.ResponseWriter, r *http.Request, qry promql.Query) {
+	defer qry.Close()
+	res := qry.Exec(ctx)
+	if res.Err != nil {
+		writeError(w, a.execError(r, res.Err))
+		return
+	}
+	warnings, _ := res.Warnings.AsStrings(qry.String(), 10, 10)
+	writeData(w, queryData{ResultType: res.Value.Type(), Result: res.Value}, warnings)
+}
+
+// execError maps an evaluation error as the Prometheus API does:
+// timeouts and cancellations 503, store failures 500 (logged here,
+// never shown), everything else 422 execution.
+func (a *API) execError(r *http.Request, err error) *apiError {
+	var (
+		eqc promql.ErrQueryCanceled
+		eqt promql.ErrQueryTimeout
+		es  promql.ErrStorage
+	)
+	switch {
+	case errors.As(err, &eqt), errors.Is(err, context.DeadlineExceeded):
+		return &apiError{typ: errTimeout, msg: "query timed out; narrow it or retry later"}
+	case errors.As(err, &eqc), errors.Is(err, context.Canceled):
+		return &apiError{typ: errCanceled, msg: "query canceled"}
+	case errors.Is(err, errTooManySeries):
+		return &apiError{typ: errExec, msg: err.Error()}
+	case errors.Is(err, buckets.ErrUnavailable):
+		a.log.WarnContext(r.Context(), "query could not be served", "path", r.URL.Path, "err", err)
+		return &apiError{typ: errUnavailable, msg: "store temporarily unavailable; retry later"}
+	case errors.As(err, &es):
+		a.log.ErrorContext(r.Context(), "query failed in the store", "path", r.URL.Path, "err", err)
+		return &apiError{typ: errInternal, msg: "internal error"}
+	}
+	return &apiError{typ: errExec, msg: err.Error()}
+}
+
+// withTimeout applies the request's timeout parameter (never above the
+// configured one).
+func (a *API) withTimeout(r *http.Request) (context.Context, context.CancelFunc, *apiError) {
+	d := a.timeout
+	if s := r.Form.Get("timeout"); s != "" {
+		t, err := parseDuration(s)
+		if err != nil || t <= 0 {
+			return nil, nil, badData("timeout", "cannot parse %q as a positive duration", s)
+		}
+		d = min(d, t)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	return ctx, cancel, nil
+}
+
+// selection parses match[], start and end of the metadata endpoints.
+func (a *API) selection(r *http.Request, required bool) (sets [][]*labels.Matcher, mint, maxt int64, _ *apiError) {
+	if err := r.ParseForm(); err != nil {
+		return nil, 0, 0, badData("", "cannot parse the form: %v", err)
+	}
+	ms := r.Form["match[]"]
+	if required && len(ms) == 0 {
+		return nil, 0, 0, badData("match[]", "no match[] parameter provided")
+	}
+	for _, s := range ms {
+		m, err := a.parser.ParseMetricSelector(s)
+		if err != nil {
+			return nil, 0, 0, badData("match[]", "%v", err)
+		}
+		sets = append(sets, m)
+	}
+	if len(sets) == 0 {
+		sets = [][]*labels.Matcher{nil}
+	}
+	start, err := parseTimeParam(r, "start", minTime)
+	if err != nil {
+		return nil, 0, 0, err.(*apiError)
+	}
+	end, err := parseTimeParam(r, "end", maxTime)
+	if err != nil {
+		return nil, 0, 0, err.(*apiError)
+	}
+	if end.Before(start) {
+		return nil, 0, 0, badData("end", "end timestamp must not be before start time")
+	}
+	return sets, start.UnixMilli(), end.UnixMilli(), nil
+}
+
+// limitParam parses the limit of the metadata endpoints (0: none).
+func limitParam(r *http.Request) (int, *apiError) {
+	s := r.Form.Get("limit")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, badData("limit", "cannot parse %q to a non-negative integer", s)
+	}
+	return n, nil
+}
+
+// handleSeries serves /api/v1/series: the label sets matching match[].
+func (a *API) handleSeries(w http.ResponseWriter, r *http.Request) {
+	sets, mint, maxt, aerr := a.selection(r, true)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	limit, aerr := limitParam(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	qr := &querier{q: a.q, mint: mint, maxt: maxt}
+	seen := map[string]bool{}
+	out := []labels.Labels{}
+	var warnings []string
+	for _, ms := range sets {
+		refs, err := qr.match(r.Context(), mint, maxt, ms)
+		if err != nil {
+			writeError(w, a.execError(r, err))
+			return
+		}
+		for _, ref := range refs {
+			k := ref.lset.String()
+			if seen[k] {
+				continue
+			}
+			if limit > 0 && len(out) == limit {
+				warnings = []string{"results truncated due to limit"}
+				break
+			}
+			seen[k] = true
+			out = append(out, ref.lset)
+		}
+	}
+	writeData(w, out, warnings)
+}
+
+// handleLabels serves /api/v1/labels.
+func (a *API) handleLabels(w http.ResponseWriter, r *http.Request) {
+	a.labelValues(w, r, "")
+}
+
+// handleLabelValues serves /api/v1/label/{name}/values.
+func (a *API) handleLabelValues(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !model.UTF8Validation.IsValidLabelName(name) {
+		writeError(w, badData("name", "invalid label name: %q", name))
+		return
+	}
+	a.labelValues(w, r, name)
+}
+
+// labelValues answers the values of label name, or the label names
+// when name is "".
+func (a *API) labelValues(w http.ResponseWriter, r *http.Request, name string) {
+	sets, mint, maxt, aerr := a.selection(r, false)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	limit, aerr := limitParam(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	qr := &querier{q: a.q, mint: mint, maxt: maxt}
+	var all []string
+	for _, ms := range sets {
+		var vals []string
+		var err error
+		if name == "" {
+			vals, _, err = qr.LabelNames(r.Context(), nil, ms...)
+		} else {
+			vals, _, err = qr.LabelValues(r.Context(), name, nil, ms...)
+		}
+		if err != nil {
+			writeError(w, a.execError(r, err))
+			return
+		}
+		all = append(all, vals...)
+	}
+	all = sortedUnique(all)
+	var warnings []string
+	if limit > 0 && len(all) > limit {
+		all, warnings = all[:limit], []string{"results truncated due to limit"}
+	}
+	writeData(w, all, warnings)
+}
+
+// minTime and maxTime stand for an absent start and end.
+var (
+	minTime = time.UnixMilli(math.MinInt64 / 1000 / 1000)
+	maxTime = time.UnixMilli(math.MaxInt64 / 1000 / 1000)
+)
+
+// parseTimeParam parses a time parameter; def when absent (a zero def
+// makes it required).
+func parseTimeParam(r *http.Request, name string, def time.Time) (time.Time, error) {
+	s := r.Form.Get(name)
+	if s == "" {
+		if def.IsZero() {
+			return time.Time{}, badData(name, "missing; give RFC 3339 or Unix seconds")
+		}
+		return def, nil
+	}
+	t, err := parseTime(s)
+	if err != nil {
+		return time.Time{}, badData(name, "%v", err)
+	}
+	return t, nil
+}
+
+var _ storage.Queryable = (*queryable)(nil)
+
+// describe names a parameter in an error message as Prometheus does.
+func describe(param string) string {
+	if param == "" {
+		return ""
+	}
+	return fmt.Sprintf("invalid parameter %q: ", param)
+}

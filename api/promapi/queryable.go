@@ -1,0 +1,430 @@
+package promapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Source is what the query API needs from the store.
+type Source interface {
+	// Devices lists at most limit devices whose ID starts with prefix
+	// and sorts after after, with their first and last seen times and
+	// latest values; more is true when more remain.
+	Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) (devs []buckets.DeviceInfo, more bool, err error)
+	// Range returns one page of a device's readings.
+	Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error)
+}
+
+// Label names of every series.
+const (
+	labelDevice = "device"
+)
+
+// unixEpoch is 1970-01-01T00:00:00Z in ticks.
+var unixEpoch = buckets.MustTicks(time.Unix(0, 0))
+
+// Millisecond timestamps of the representable range.
+var (
+	minMillis = msOf(0)
+	maxMillis = msOf(buckets.MaxTicks)
+)
+
+// msOf converts ticks to Unix milliseconds, rounding down.
+func msOf(k buckets.Ticks) int64 {
+	d := int64(k - unixEpoch)
+	ms := d / 10000
+	if d%10000 < 0 {
+		ms--
+	}
+	return ms
+}
+
+// ticksOf converts Unix milliseconds to ticks, clamped to the
+// representable range.
+func ticksOf(ms int64) buckets.Ticks {
+	switch {
+	case ms <= minMillis:
+		return 0
+	case ms >= maxMillis:
+		return buckets.MaxTicks
+	}
+	return unixEpoch + buckets.Ticks(ms)*10000
+}
+
+// queryable implements storage.Queryable over a Source. Each numeric
+// value name of a device is the series {__name__=<name>, device=<id>}.
+type queryable struct {
+	src       Source
+	visible   func(ctx context.Context, dev buckets.DeviceID) bool
+	maxSeries int
+	pageSize  int
+}
+
+var _ storage.Queryable = (*queryable)(nil)
+
+// Querier implements storage.Queryable.
+func (q *queryable) Querier(mint, maxt int64) (storage.Querier, error) {
+	return &querier{q: q, mint: mint, maxt: maxt}, nil
+}
+
+// querier answers selects for [mint, maxt] (milliseconds, inclusive).
+type querier struct {
+	q          *queryable
+	mint, maxt int64
+}
+
+// errTooManySeries is returned when a selector matches more series than
+// Config.MaxSeries.
+var errTooManySeries = errors.New("too many series")
+
+// seriesRef is one series before its samples are read.
+type seriesRef struct {
+	lset labels.Labels
+	dev  buckets.DeviceID
+	name string
+}
+
+// match resolves matchers to series whose device was seen in [mint,
+// maxt]: device matchers choose which devices are listed at all (an
+// equality or a regex of alternatives looks devices up one by one, a
+// regex with a literal prefix lists only that prefix), __name__
+// matchers choose among each device's value names.
+func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]seriesRef, error) {
+	var devMs, nameMs []*labels.Matcher
+	for _, m := range ms {
+		switch m.Name {
+		case labels.MetricName:
+			nameMs = append(nameMs, m)
+		case labelDevice:
+			devMs = append(devMs, m)
+		default: // a label no series has: matches only if "" does
+			if !m.Matches("") {
+				return nil, nil
+			}
+		}
+	}
+	from, to := ticksOf(mint), ticksOf(maxt)
+	var out []seriesRef
+	err := qr.q.devices(ctx, devMs, func(d *buckets.DeviceInfo) error {
+		if d.LastSeen < from || d.FirstSeen > to {
+			return nil
+		}
+		for _, f := range d.Latest {
+			if _, ok := buckets.Numeric(f.Value); !ok || !matchAll(nameMs, f.Name) {
+				continue
+			}
+			if len(out) >= qr.q.maxSeries {
+				return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
+			}
+			out = append(out, seriesRef{
+				lset: labels.FromStrings(labels.MetricName, f.Name, labelDevice, string(d.Device)),
+				dev:  d.Device, name: f.Name,
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b seriesRef) int { return labels.Compare(a.lset, b.lset) })
+	return out, nil
+}
+
+func matchAll(ms []*labels.Matcher, v string) bool {
+	for _, m := range ms {
+		if !m.Matches(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// devicesPage is how many devices one listing call asks for.
+const devicesPage = 1000
+
+// devices calls fn for every visible device that the device matchers
+// accept, reading from the device index only the devices they can
+// match.
+func (q *queryable) devices(ctx context.Context, ms []*labels.Matcher, fn func(*buckets.DeviceInfo) error) error {
+	visit := func(d *buckets.DeviceInfo) error {
+		if !matchAll(ms, string(d.Device)) || (q.visible != nil && !q.visible(ctx, d.Device)) {
+			return nil
+		}
+		return fn(d)
+	}
+	// Exact names: look each one up.
+	for _, m := range ms {
+		var names []string
+		switch {
+		case m.Type == labels.MatchEqual:
+			names = []string{m.Value}
+		case m.Type == labels.MatchRegexp && len(m.SetMatches()) > 0:
+			names = m.SetMatches()
+		default:
+			continue
+		}
+		for _, n := range names {
+			dev := buckets.DeviceID(n)
+			if dev.Validate() != nil {
+				continue
+			}
+			devs, _, err := q.src.Devices(ctx, n, "", 1)
+			if err != nil {
+				return fmt.Errorf("look up device %s: %w", n, err)
+			}
+			if len(devs) == 1 && devs[0].Device == dev {
+				if err := visit(&devs[0]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	// Otherwise list, narrowed to a literal prefix when a regex has one.
+	prefix := ""
+	for _, m := range ms {
+		if m.Type == labels.MatchRegexp && len(m.Prefix()) > len(prefix) && buckets.DeviceID(m.Prefix()).Validate() == nil {
+			prefix = m.Prefix()
+		}
+	}
+	var after buckets.DeviceID
+	for {
+		devs, more, err := q.src.Devices(ctx, prefix, after, devicesPage)
+		if err != nil {
+			return fmt.Errorf("list devices: %w", err)
+		}
+		for i := range devs {
+			if err := visit(&devs[i]); err != nil {
+				return err
+			}
+		}
+		if !more || len(devs) == 0 {
+			return nil
+		}
+		after = devs[len(devs)-1].Device
+	}
+}
+
+// Select implements storage.Querier.
+func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	mint, maxt := qr.mint, qr.maxt
+	if hints != nil {
+		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
+	}
+	refs, err := qr.match(ctx, mint, maxt, ms)
+	if err != nil {
+		return storage.ErrSeriesSet(err)
+	}
+	if hints != nil && hints.Func == "series" {
+		mint, maxt = 0, -1 // labels only: no samples
+	}
+	return &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
+}
+
+// LabelValues implements storage.LabelQuerier.
+func (qr *querier) LabelValues(ctx context.Context, name string, _ *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
+	if err != nil {
+		return nil, nil, err
+	}
+	var vals []string
+	for _, r := range refs {
+		if v := r.lset.Get(name); v != "" {
+			vals = append(vals, v)
+		}
+	}
+	slices.Sort(vals)
+	return slices.Compact(vals), nil, nil
+}
+
+// LabelNames implements storage.LabelQuerier.
+func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
+	if err != nil || len(refs) == 0 {
+		return []string{}, nil, err
+	}
+	return []string{labels.MetricName, labelDevice}, nil, nil
+}
+
+// Close implements storage.Querier.
+func (qr *querier) Close() error { return nil }
+
+// seriesSet walks the matched series; samples are read only when the
+// engine iterates a series.
+type seriesSet struct {
+	ctx        context.Context
+	q          *queryable
+	refs       []seriesRef
+	i          int
+	mint, maxt int64
+}
+
+func (s *seriesSet) Next() bool {
+	s.i++
+	return s.i < len(s.refs)
+}
+
+func (s *seriesSet) At() storage.Series {
+	return &series{set: s, ref: s.refs[s.i]}
+}
+
+func (s *seriesSet) Err() error                        { return nil }
+func (s *seriesSet) Warnings() annotations.Annotations { return nil }
+
+// series is one value name of one device.
+type series struct {
+	set *seriesSet
+	ref seriesRef
+}
+
+func (s *series) Labels() labels.Labels { return s.ref.lset }
+
+func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
+	return seekingIter[int64]{&sampleIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, name: s.ref.name,
+		from: ticksOf(s.set.mint), to: ticksOf(s.set.maxt) + 10000, i: -1}}
+}
+
+// sample is one point of a series.
+type sample struct {
+	t int64
+	f float64
+}
+
+// sampleIter reads a series from the store page by page, oldest first.
+// Readings less than a millisecond apart share a timestamp; the newest
+// of them is the sample. A Seek past the loaded page starts reading at
+// the sought time, so sparse steps skip what they do not need.
+type sampleIter struct {
+	ctx      context.Context
+	q        *queryable
+	dev      buckets.DeviceID
+	name     string
+	from, to buckets.Ticks // the next page starts at from
+	after    *buckets.Ticks
+	done     bool
+	buf      []sample
+	i        int
+	err      error
+}
+
+// fill loads the next page that has samples; false at the end.
+func (it *sampleIter) fill() bool {
+	for !it.done && it.err == nil {
+		if it.from >= it.to {
+			it.done = true
+			break
+		}
+		page, err := it.q.src.Range(it.ctx, buckets.RangeQuery{Device: it.dev, From: it.from, To: it.to,
+			Order: buckets.Asc, Limit: it.q.pageSize, After: it.after})
+		if err != nil {
+			it.err = fmt.Errorf("read %s of %s: %w", it.name, it.dev, err)
+			break
+		}
+		it.buf, it.i = it.buf[:0], 0
+		for i := range page.Readings {
+			r := &page.Readings[i]
+			v, ok := r.Get(it.name)
+			if !ok {
+				continue
+			}
+			f, ok := buckets.Numeric(v)
+			if !ok {
+				continue
+			}
+			t := msOf(r.Ticks)
+			if n := len(it.buf); n > 0 && it.buf[n-1].t == t {
+				it.buf[n-1].f = f
+				continue
+			}
+			it.buf = append(it.buf, sample{t, f})
+		}
+		if !page.More || len(page.Readings) == 0 {
+			it.done = true
+		} else {
+			last := page.Readings[len(page.Readings)-1].Ticks
+			// The next page starts at the next millisecond, so readings of
+			// one millisecond never straddle two pages.
+			if n := len(it.buf); n > 0 && it.buf[n-1].t == msOf(last) {
+				it.from, it.after = ticksOf(msOf(last)+1), nil
+			} else {
+				it.after = &last
+			}
+		}
+		if len(it.buf) > 0 {
+			return true
+		}
+	}
+	it.buf, it.i = it.buf[:0], 0
+	return false
+}
+
+func (it *sampleIter) Next() chunkenc.ValueType {
+	if it.i >= 0 && it.i+1 < len(it.buf) {
+		it.i++
+		return chunkenc.ValFloat
+	}
+	if it.fill() {
+		return chunkenc.ValFloat
+	}
+	return chunkenc.ValNone
+}
+
+// seekingIter adds Seek to a sampleIter. Its parameter is a type
+// parameter only because go vet's stdmethods check expects every
+// method named Seek to be io.Seeker's; instantiated with int64 it is
+// chunkenc.Iterator's Seek.
+type seekingIter[T ~int64] struct{ *sampleIter }
+
+// Seek implements chunkenc.Iterator.
+func (it seekingIter[T]) Seek(t T) chunkenc.ValueType { return it.seek(int64(t)) }
+
+var _ chunkenc.Iterator = seekingIter[int64]{}
+
+// seek advances to the first sample at or after t.
+func (it *sampleIter) seek(t int64) chunkenc.ValueType {
+	if it.i >= 0 && it.i < len(it.buf) && it.buf[it.i].t >= t {
+		return chunkenc.ValFloat
+	}
+	if n := len(it.buf); n > 0 && it.buf[n-1].t >= t {
+		it.i = max(it.i, 0)
+		it.i += slices.IndexFunc(it.buf[it.i:], func(s sample) bool { return s.t >= t })
+		return chunkenc.ValFloat
+	}
+	// Past the loaded page: start the next read at t.
+	if k := ticksOf(t); !it.done && k > it.from {
+		it.from, it.after = k, nil
+	}
+	it.buf, it.i = it.buf[:0], 0
+	for it.fill() {
+		if j := slices.IndexFunc(it.buf, func(s sample) bool { return s.t >= t }); j >= 0 {
+			it.i = j
+			return chunkenc.ValFloat
+		}
+	}
+	return chunkenc.ValNone
+}
+
+func (it *sampleIter) At() (int64, float64) { s := it.buf[it.i]; return s.t, s.f }
+
+func (it *sampleIter) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
+	return it.buf[it.i].t, nil
+}
+
+func (it *sampleIter) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	return it.buf[it.i].t, nil
+}
+
+func (it *sampleIter) AtT() int64  { return it.buf[it.i].t }
+func (it *sampleIter) AtST() int64 { return 0 }
+func (it *sampleIter) Err() error  { return it.err }

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	promapi "github.com/prometheus/client_golang/api"
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// promFixture is a store with one detailed device (d1, a reading every
+// 10 s for 6 hours) and 100 more devices with a few temperatures each.
+type promFixture struct {
+	env  *dashEnv
+	api  v1.API
+	now  time.Time
+	d1   []promSample // temp of d1, oldest first
+	ok   []promSample // ok (bool) of d1
+	last map[string]float64
+}
+
+type promSample struct {
+	t time.Time
+	v float64
+}
+
+func newPromFixture(t *testing.T) *promFixture {
+	t.Helper()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	f := &promFixture{env: newDashEnv(t, now), now: now, last: map[string]float64{}}
+	rng := rand.New(rand.NewPCG(7, 7))
+	var rs []buckets.Reading
+	for i := range 6 * 360 {
+		ts := now.Add(-6 * time.Hour).Add(time.Duration(i) * 10 * time.Second)
+		temp := math.Round((20+5*math.Sin(float64(i)/50)+rng.Float64())*1000) / 1000
+		ok := rng.IntN(3) == 0
+		f.d1 = append(f.d1, promSample{ts, temp})
+		f.ok = append(f.ok, promSample{ts, map[bool]float64{true: 1, false: 0}[ok]})
+		rs = append(rs, newReading("d1", buckets.MustTicks(ts),
+			buckets.Field{Name: "temp", Value: buckets.Float(temp)},
+			buckets.Field{Name: "hum", Value: buckets.Int(int64(40 + i%20))},
+			buckets.Field{Name: "ok", Value: buckets.Bool(ok)},
+			buckets.Field{Name: "state", Value: buckets.String("idle")},
+			buckets.Field{Name: "cpu.usage_idle", Value: buckets.Float(float64(i % 100))}))
+	}
+	f.last["d1"] = f.d1[len(f.d1)-1].v
+	for d := range 100 {
+		dev := fmt.Sprintf("dev-%03d", d)
+		for j := range 20 { // every 30 s over the last 10 minutes
+			ts := now.Add(-10 * time.Minute).Add(time.Duration(j) * 30 * time.Second)
+			v := math.Round(rng.Float64()*10000) / 100
+			rs = append(rs, newReading(dev, buckets.MustTicks(ts), buckets.Field{Name: "temp", Value: buckets.Float(v)}))
+			f.last[dev] = v
+		}
+	}
+	f.env.write(t, rs...)
+	client, err := promapi.NewClient(promapi.Config{Address: f.env.base})
+	require.NoError(t, err)
+	f.api = v1.NewAPI(client)
+	return f
+}
+
+// latestAt is the Prometheus instant-selector value at t: the newest
+// sample in (t-5m, t].
+func latestAt(ss []promSample, t time.Time) (float64, bool) {
+	for i := len(ss) - 1; i >= 0; i-- {
+		if !ss[i].t.After(t) {
+			if ss[i].t.After(t.Add(-5 * time.Minute)) {
+				return ss[i].v, true
+			}
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// avgOver is avg_over_time over (t-r, t].
+func avgOver(ss []promSample, t time.Time, r time.Duration) (float64, bool) {
+	sum, n := 0.0, 0
+	for _, s := range ss {
+		if s.t.After(t.Add(-r)) && !s.t.After(t) {
+			sum += s.v
+			n++
+		}
+	}
+	return sum / float64(n), n > 0
+}
+
+func TestPromQLWithPrometheusClient(t *testing.T) {
+	f := newPromFixture(t)
+	ctx := context.Background()
+
+	t.Run("query_range of a selector", func(t *testing.T) {
+		r := v1.Range{Start: f.now.Add(-2 * time.Hour), End: f.now.Add(-1 * time.Hour), Step: 45 * time.Second}
+		val, _, _, err := f.api.QueryRange(ctx, `temp{device="d1"}`, r)
+		require.NoError(t, err)
+		m, ok := val.(model.Matrix)
+		require.True(t, ok, "%T", val)
+		require.Len(t, m, 1)
+		assert.Equal(t, model.LabelValue("d1"), m[0].Metric["device"])
+		assert.Equal(t, model.LabelValue("temp"), m[0].Metric["__name__"])
+		var want []model.SamplePair
+		for ts := r.Start; !ts.After(r.End); ts = ts.Add(r.Step) {
+			if v, ok := latestAt(f.d1, ts); ok {
+				want = append(want, model.SamplePair{Timestamp: model.TimeFromUnixNano(ts.UnixNano()), Value: model.SampleValue(v)})
+			}
+		}
+		require.Len(t, want, 81)
+		assert.Equal(t, want, m[0].Values)
+	})
+
+	t.Run("avg_over_time", func(t *testing.T) {
+		r := v1.Range{Start: f.now.Add(-5 * time.Hour), End: f.now, Step: 15 * time.Minute}
+		val, _, _, err := f.api.QueryRange(ctx, `avg_over_time(temp{device="d1"}[1h])`, r)
+		require.NoError(t, err)
+		m := val.(model.Matrix)
+		require.Len(t, m, 1)
+		require.Len(t, m[0].Values, 21)
+		for i, p := range m[0].Values {
+			ts := r.Start.Add(time.Duration(i) * r.Step)
+			want, ok := avgOver(f.d1, ts, time.Hour)
+			require.True(t, ok)
+			assert.Equal(t, ts.UnixMilli(), int64(p.Timestamp))
+			assert.InDelta(t, want, float64(p.Value), 1e-9, "at %s", ts)
+		}
+	})
+
+	t.Run("max by device across 101 devices", func(t *testing.T) {
+		val, _, _, err := f.api.Query(ctx, `max by (device) (temp)`, f.now)
+		require.NoError(t, err)
+		vec := val.(model.Vector)
+		require.Len(t, vec, 101)
+		got := map[string]float64{}
+		for _, s := range vec {
+			require.Len(t, s.Metric, 1, "only device survives the aggregation")
+			got[string(s.Metric["device"])] = float64(s.Value)
+		}
+		assert.Equal(t, f.last, got)
+	})
+
+	t.Run("max over devices matched by regex", func(t *testing.T) {
+		val, _, _, err := f.api.Query(ctx, `max(temp{device=~"dev-00.*"})`, f.now)
+		require.NoError(t, err)
+		vec := val.(model.Vector)
+		require.Len(t, vec, 1)
+		want := math.Inf(-1)
+		for d := range 10 {
+			want = math.Max(want, f.last[fmt.Sprintf("dev-%03d", d)])
+		}
+		assert.Equal(t, want, float64(vec[0].Value))
+	})
+
+	t.Run("bool as 0/1 and a value name with a dot", func(t *testing.T) {
+		ts := f.now.Add(-90 * time.Minute)
+		val, _, _, err := f.api.Query(ctx, `sum_over_time(ok{device="d1"}[1h])`, ts)
+		require.NoError(t, err)
+		want := 0.0
+		for _, s := range f.ok {
+			if s.t.After(ts.Add(-time.Hour)) && !s.t.After(ts) {
+				want += s.v
+			}
+		}
+		require.Len(t, val.(model.Vector), 1)
+		assert.Equal(t, want, float64(val.(model.Vector)[0].Value))
+		val, _, _, err = f.api.Query(ctx, `{"cpu.usage_idle", device="d1"}`, f.now)
+		require.NoError(t, err)
+		require.Len(t, val.(model.Vector), 1)
+		assert.Equal(t, float64((6*360-1)%100), float64(val.(model.Vector)[0].Value))
+	})
+
+	t.Run("label values of device", func(t *testing.T) {
+		vals, _, _, err := f.api.LabelValues(ctx, "device", nil, f.now.Add(-time.Hour), f.now)
+		require.NoError(t, err)
+		var want model.LabelValues
+		for dev := range f.last {
+			want = append(want, model.LabelValue(dev))
+		}
+		slices.Sort(want)
+		assert.Equal(t, want, vals)
+
+		vals, _, _, err = f.api.LabelValues(ctx, "device", []string{`hum`}, f.now.Add(-time.Hour), f.now)
+		require.NoError(t, err)
+		assert.Equal(t, model.LabelValues{"d1"}, vals)
+
+		names, _, _, err := f.api.LabelValues(ctx, "__name__", []string{`{device="d1"}`}, f.now.Add(-time.Hour), f.now)
+		require.NoError(t, err)
+		assert.Equal(t, model.LabelValues{"cpu.usage_idle", "hum", "ok", "temp"}, names, "strings are not series")
+
+		labels, _, _, err := f.api.LabelNames(ctx, nil, f.now.Add(-time.Hour), f.now)
+		require.NoError(t, err)
+		assert.Equal(t, model.LabelNames{"__name__", "device"}, labels)
+	})
+
+	t.Run("series", func(t *testing.T) {
+		sets, _, _, err := f.api.Series(ctx, []string{`{device="d1"}`, `temp{device=~"dev-09[0-2]"}`}, f.now.Add(-time.Hour), f.now)
+		require.NoError(t, err)
+		var got []string
+		for _, s := range sets {
+			got = append(got, s.String())
+		}
+		assert.ElementsMatch(t, []string{
+			`{__name__="cpu.usage_idle", device="d1"}`, `{__name__="hum", device="d1"}`,
+			`{__name__="ok", device="d1"}`, `{__name__="temp", device="d1"}`,
+			`{__name__="temp", device="dev-090"}`, `{__name__="temp", device="dev-091"}`, `{__name__="temp", device="dev-092"}`,
+		}, got)
+		// A window before every device was seen lists none.
+		sets, _, _, err = f.api.Series(ctx, []string{`temp`}, f.now.Add(-30*24*time.Hour), f.now.Add(-29*24*time.Hour))
+		require.NoError(t, err)
+		assert.Empty(t, sets)
+	})
+
+	t.Run("errors in the Prometheus shape", func(t *testing.T) {
+		_, _, _, err := f.api.Query(ctx, `max by (device) (temp`, f.now)
+		var perr *v1.Error
+		require.True(t, errors.As(err, &perr), "%v", err)
+		assert.Equal(t, v1.ErrBadData, perr.Type)
+		assert.Contains(t, perr.Msg, `invalid parameter "query"`)
+
+		_, _, _, err = f.api.QueryRange(ctx, `temp`, v1.Range{Start: f.now.Add(-30 * 24 * time.Hour), End: f.now, Step: time.Second})
+		require.True(t, errors.As(err, &perr), "%v", err)
+		assert.Equal(t, v1.ErrBadData, perr.Type)
+		assert.Contains(t, perr.Msg, "11000 points")
+
+		for _, tc := range []struct {
+			path  string
+			q     url.Values
+			param string
+		}{
+			{"/api/v1/query_range", url.Values{"query": {"temp"}, "start": {"x"}, "end": {"1"}, "step": {"1"}}, "start"},
+			{"/api/v1/query_range", url.Values{"query": {"temp"}, "start": {"1"}, "end": {"2"}, "step": {"0"}}, "step"},
+			{"/api/v1/query_range", url.Values{"query": {"temp"}, "start": {"5"}, "end": {"2"}, "step": {"1"}}, "end"},
+			{"/api/v1/query", url.Values{"query": {"temp"}, "time": {"yesterday"}}, "time"},
+			{"/api/v1/query", url.Values{}, "query"},
+			{"/api/v1/series", url.Values{}, "match[]"},
+			{"/api/v1/series", url.Values{"match[]": {"{"}}, "match[]"},
+			{"/api/v1/label/device/values", url.Values{"limit": {"-1"}}, "limit"},
+		} {
+			var body struct {
+				Status, ErrorType, Error string
+			}
+			code, raw := f.env.getJSON(t, tc.path, tc.q, nil)
+			require.Equal(t, http.StatusBadRequest, code, "%s %v: %s", tc.path, tc.q, raw)
+			require.NoError(t, jsonUnmarshal(raw, &body))
+			assert.Equal(t, "error", body.Status)
+			assert.Equal(t, "bad_data", body.ErrorType)
+			assert.Contains(t, body.Error, fmt.Sprintf("invalid parameter %q", tc.param))
+		}
+	})
+}
