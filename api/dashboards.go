@@ -1,14 +1,17 @@
 package api
 
 import (
+	"io/fs"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/telemetryd/telemetryd/api/ui"
 )
 
 // registerDashboards routes the Prometheus query API through the same
-// query middleware as the other queries. Without Config.PromQL those
-// paths answer 501.
+// query middleware as the other queries (without Config.PromQL those
+// paths answer 501), and the built-in page under /ui/.
 func (s *Server) registerDashboards(query []echo.MiddlewareFunc) {
 	prom := func(c echo.Context) error {
 		if s.promql == nil {
@@ -22,4 +25,36 @@ func (s *Server) registerDashboards(query []echo.MiddlewareFunc) {
 		s.echo.POST(p, prom, query...)
 	}
 	s.echo.GET("/api/v1/label/:name/values", prom, query...)
+
+	files := ui.Files()
+	s.echo.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/ui/") })
+	s.echo.GET("/ui/", func(c echo.Context) error { return serveUIFile(c, files, "index.html") })
+	s.echo.GET("/ui/:file", func(c echo.Context) error {
+		name := c.Param("file")
+		if name == "index.html" {
+			return c.Redirect(http.StatusMovedPermanently, "/ui/")
+		}
+		return serveUIFile(c, files, name)
+	})
+}
+
+// uiPolicy lets the page load only its own files and call only this
+// server.
+const uiPolicy = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
+
+// serveUIFile serves one embedded file of the page, 404 when there is
+// no such file.
+func serveUIFile(c echo.Context, files fs.FS, name string) error {
+	if !fs.ValidPath(name) {
+		return notFound("path", "no such file")
+	}
+	if st, err := fs.Stat(files, name); err != nil || st.IsDir() {
+		return notFound("path", "no such file")
+	}
+	h := c.Response().Header()
+	h.Set("Content-Security-Policy", uiPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-cache")
+	http.ServeFileFS(c.Response(), c.Request(), files, name)
+	return nil
 }
