@@ -19,6 +19,19 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
+// unixEpoch is 1970-01-01T00:00:00Z in ticks: buckets align to it.
+var unixEpoch = buckets.MustTicks(time.Unix(0, 0))
+
+// bucketStart returns the start of the interval-wide bucket holding k.
+func bucketStart(k, interval buckets.Ticks) buckets.Ticks {
+	d := k - unixEpoch
+	q := d / interval
+	if d%interval < 0 {
+		q--
+	}
+	return unixEpoch + q*interval
+}
+
 // aggResponse is the JSON of GET /v1/devices/{device}/aggregates.
 type aggResponse struct {
 	Device   string `json:"device"`
@@ -143,7 +156,7 @@ func TestAggregatesMatchBruteForce(t *testing.T) {
 	rng.Shuffle(len(late), func(i, j int) { late[i], late[j] = late[j], late[i] })
 	// Writes of 1..60 readings; a device and instant appears at most
 	// once per write, a repeat goes to a later one (a merge).
-	for _, pending := range [][]buckets.Reading{first, late} {
+	write := func(pending []buckets.Reading) {
 		for len(pending) > 0 {
 			n := min(len(pending), 1+rng.IntN(60))
 			seen := map[string]bool{}
@@ -167,7 +180,7 @@ func TestAggregatesMatchBruteForce(t *testing.T) {
 
 	intervals := []time.Duration{time.Second, 7 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute,
 		time.Hour, 6 * time.Hour, 24 * time.Hour, 2 * 24 * time.Hour, 7 * 24 * time.Hour}
-	for i := range 120 {
+	query := func(phase string, i int) {
 		dev := devs[rng.IntN(len(devs))]
 		iv := intervals[rng.IntN(len(intervals))]
 		if rng.IntN(5) == 0 {
@@ -206,7 +219,7 @@ func TestAggregatesMatchBruteForce(t *testing.T) {
 			pageSize = 1 + rng.IntN(40)
 			q.Set("limit", strconv.Itoa(pageSize))
 		}
-		name := fmt.Sprintf("%d %s %s", i, dev, q.Encode())
+		name := fmt.Sprintf("%s %d %s %s", phase, i, dev, q.Encode())
 
 		want := model.expect(buckets.DeviceID(dev), from, to, buckets.Ticks(iv/100), fields)
 		var got []aggBucket
@@ -234,6 +247,25 @@ func TestAggregatesMatchBruteForce(t *testing.T) {
 			}
 		}
 		compareBuckets(t, name, want, got, fns)
+	}
+
+	// Open blocks as written, sealed blocks after a reopen, late readings
+	// merged over sealed blocks, and all of it sealed again.
+	write(first)
+	for i := range 30 {
+		query("written", i)
+	}
+	env.reopen(t)
+	for i := range 30 {
+		query("sealed", i)
+	}
+	write(late)
+	for i := range 30 {
+		query("late", i)
+	}
+	env.reopen(t)
+	for i := range 30 {
+		query("late sealed", i)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // the Prometheus query API and the built-in page) to the store. The
 // service and its tests share it, so tests run what the service runs.
 func withDashboards(c *api.Config, st *store.Store) error {
-	c.Aggregator = rangeAggregator{r: st}
+	c.Aggregator = st
 	timeout := c.QueryTimeout
 	if timeout == 0 {
 		timeout = api.DefaultQueryTimeout

@@ -22,6 +22,7 @@ import (
 type dashEnv struct {
 	st   *store.Store
 	srv  *api.Server
+	dir  string
 	base string
 	now  time.Time
 }
@@ -29,20 +30,43 @@ type dashEnv struct {
 // newDashEnv opens the store and the API with the clock fixed at now.
 func newDashEnv(t testing.TB, now time.Time) *dashEnv {
 	t.Helper()
+	e := &dashEnv{dir: t.TempDir(), now: now}
+	e.open(t)
+	t.Cleanup(func() { e.close() })
+	return e
+}
+
+func (e *dashEnv) open(t testing.TB) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	now := func() time.Time { return e.now }
 	sopts := store.DefaultOptions()
 	sopts.Logger = log
-	sopts.Now = func() time.Time { return now }
-	st, err := store.Open(context.Background(), t.TempDir(), sopts)
+	sopts.Now = now
+	st, err := store.Open(context.Background(), e.dir, sopts)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: func() time.Time { return now }}
+	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: now}
 	require.NoError(t, withDashboards(&acfg, st))
 	srv, err := api.New(acfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.Open())
-	t.Cleanup(func() { _ = srv.Close(context.Background()) })
-	return &dashEnv{st: st, srv: srv, base: "http://" + srv.Addr(), now: now}
+	e.st, e.srv, e.base = st, srv, "http://"+srv.Addr()
+}
+
+func (e *dashEnv) close() {
+	if e.srv != nil {
+		_ = e.srv.Close(context.Background())
+		_ = e.st.Close()
+		e.srv, e.st = nil, nil
+	}
+}
+
+// reopen closes the API and the store (which merges every device's
+// open blocks into sealed ones) and opens both again.
+func (e *dashEnv) reopen(t testing.TB) {
+	t.Helper()
+	e.close()
+	e.open(t)
 }
 
 // write stores rs and fails the test on error.
