@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/api/promapi"
+	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store"
 )
 
@@ -21,7 +24,11 @@ func withDashboards(c *api.Config, st *store.Store) error {
 	if log != nil {
 		log = log.With("component", "promql")
 	}
-	p, err := promapi.New(promapi.Config{Source: st, Timeout: timeout, Logger: log, Now: c.Now})
+	p, err := promapi.New(promapi.Config{Source: st, Timeout: timeout, Logger: log, Now: c.Now,
+		// A token limited to device patterns sees only those devices in
+		// series, label values and query results.
+		Visible: func(ctx context.Context, dev buckets.DeviceID) bool { return auth.Visible(ctx, string(dev)) },
+	})
 	if err != nil {
 		return fmt.Errorf("prometheus query api: %w", err)
 	}

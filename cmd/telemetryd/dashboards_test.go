@@ -25,6 +25,7 @@ type dashEnv struct {
 	dir  string
 	base string
 	now  time.Time
+	auth api.Tokens // nil: no auth file
 }
 
 // newDashEnv opens the store and the API with the clock fixed at now.
@@ -45,7 +46,7 @@ func (e *dashEnv) open(t testing.TB) {
 	sopts.Now = now
 	st, err := store.Open(context.Background(), e.dir, sopts)
 	require.NoError(t, err)
-	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: now}
+	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: now, Auth: e.auth}
 	require.NoError(t, withDashboards(&acfg, st))
 	srv, err := api.New(acfg)
 	require.NoError(t, err)

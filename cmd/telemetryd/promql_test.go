@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -259,4 +260,60 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 			assert.Contains(t, body.Error, fmt.Sprintf("invalid parameter %q", tc.param))
 		}
 	})
+}
+
+// fixedTokens is an api.Tokens with one read token limited to dev-00*.
+type fixedTokens struct{}
+
+func (fixedTokens) Token(secret string) (*auth.Principal, bool) {
+	if secret != "grafana-secret" {
+		return nil, false
+	}
+	return auth.NewPrincipal("grafana", []auth.Scope{auth.ScopeRead}, []string{"dev-00*"}), true
+}
+
+// TestPromQLHidesDevicesOutsideToken: with auth, a token limited to
+// device patterns sees only those devices through the query API.
+func TestPromQLHidesDevicesOutsideToken(t *testing.T) {
+	f := newPromFixture(t)
+	f.env.auth = fixedTokens{}
+	f.env.reopen(t)
+	client, err := promapi.NewClient(promapi.Config{Address: f.env.base,
+		RoundTripper: bearer{"grafana-secret", http.DefaultTransport}})
+	require.NoError(t, err)
+	api := v1.NewAPI(client)
+	ctx := context.Background()
+	want := model.LabelValues{}
+	for d := range 10 {
+		want = append(want, model.LabelValue(fmt.Sprintf("dev-%03d", d)))
+	}
+
+	vals, _, _, err := api.LabelValues(ctx, "device", nil, f.now.Add(-time.Hour), f.now)
+	require.NoError(t, err)
+	assert.Equal(t, want, vals)
+	sets, _, _, err := api.Series(ctx, []string{`temp`}, f.now.Add(-time.Hour), f.now)
+	require.NoError(t, err)
+	assert.Len(t, sets, 10)
+	val, _, _, err := api.Query(ctx, `max by (device) (temp)`, f.now)
+	require.NoError(t, err)
+	assert.Len(t, val.(model.Vector), 10)
+	val, _, _, err = api.Query(ctx, `temp{device="d1"}`, f.now)
+	require.NoError(t, err)
+	assert.Empty(t, val.(model.Vector), "d1 is outside the token's patterns")
+
+	// Without the token: 401.
+	code, _ := f.env.getJSON(t, "/api/v1/label/device/values", nil, nil)
+	assert.Equal(t, http.StatusUnauthorized, code)
+}
+
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
