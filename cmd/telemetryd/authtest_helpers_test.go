@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -66,8 +67,13 @@ func openTestService(t *testing.T, cfg Config) *Main {
 		defer cancel()
 		require.NoError(t, m.Close(ctx))
 	})
+	scheme, client := "http://", http.DefaultClient
+	if cfg.Security.TLSCert != "" {
+		scheme = "https://"
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	}
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + m.HTTPAddr() + "/readyz")
+		resp, err := client.Get(scheme + m.HTTPAddr() + "/readyz")
 		if err != nil {
 			return false
 		}

@@ -125,6 +125,8 @@ func (s *security) configureNATS(o *server.Options) *natsLogger {
 		o.TLSConfig = s.tls.Clone()
 		o.TLS = true
 		o.TLSTimeout = 5
+		o.MQTT.TLSConfig = s.tls.Clone()
+		o.MQTT.TLSTimeout = 5
 	}
 	if s.creds != nil {
 		o.CustomClientAuthentication = &deviceAuth{creds: s.creds, prefix: s.cfg.SubjectPrefix, internal: s.internal, denied: s.denied}
