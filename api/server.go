@@ -61,6 +61,9 @@ type Admin interface {
 // Defaults applied by New to zero Config fields (MaxFutureSkew takes
 // buckets.DefaultMaxFutureSkew).
 const (
+	// DefaultAddr is loopback only: serving other hosts is a decision
+	// (DESIGN §11).
+	DefaultAddr         = "127.0.0.1:8080"
 	DefaultMaxInFlight  = 256
 	DefaultQueryTimeout = 10 * time.Second
 	// MaxBodyBytes is the largest request body accepted (413 beyond).
@@ -69,8 +72,8 @@ const (
 
 // Config configures a Server. Only Reader is required.
 type Config struct {
-	// Addr is the listen address, e.g. ":8080" ("127.0.0.1:0" in
-	// tests). Default ":8080".
+	// Addr is the listen address, e.g. "127.0.0.1:8080" ("127.0.0.1:0"
+	// in tests). Default DefaultAddr.
 	Addr string
 	// Reader answers queries.
 	Reader Reader
@@ -247,10 +250,7 @@ func (s *Server) Open() error {
 	if s.httpSrv != nil || s.closed {
 		return errors.New("api: server already opened or closed")
 	}
-	addr := s.addrCfg
-	if addr == "" {
-		addr = ":8080"
-	}
+	addr := cmp.Or(s.addrCfg, DefaultAddr)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("api: listen %s: %w", addr, err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/retention"
@@ -50,7 +51,7 @@ func DefaultConfig() Config {
 	sopts := store.DefaultOptions()
 	return Config{
 		DataDir:           "./data",
-		HTTPAddr:          "127.0.0.1:8080",
+		HTTPAddr:          api.DefaultAddr,
 		NATSListen:        "127.0.0.1:4222",
 		SubjectPrefix:     ingest.DefaultConfig().SubjectPrefix,
 		Retention:         buckets.DefaultRetention,

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/retention"
@@ -86,6 +87,7 @@ func TestConfigDefaultsAgreeWithLibraries(t *testing.T) {
 	assert.Equal(t, icfg.SubjectPrefix, c.SubjectPrefix)
 	assert.Equal(t, icfg.Window, buckets.Window{Retention: c.Retention, MaxFutureSkew: c.MaxFutureSkew})
 	assert.Equal(t, retention.DefaultInterval, c.RetentionInterval)
+	assert.Equal(t, api.DefaultAddr, c.HTTPAddr)
 
 	for _, prefix := range []string{"telemetry", "site1.telemetry", "a.b.c", "a..b", "*", "a.>", "a b", ""} {
 		c := DefaultConfig()
