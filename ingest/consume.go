@@ -69,14 +69,14 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, err
 	}
 	cons, err := in.js.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       in.cfg.Consumer,
-		Description:   "Commits readings to storage",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       in.cfg.AckWait,
-		MaxDeliver:    in.cfg.MaxDeliver,
-		BackOff:       in.cfg.serverBackOff(),
-		MaxAckPending: in.cfg.MaxAckPending,
-		FilterSubject: subjects,
+		Durable:        in.cfg.Consumer,
+		Description:    "Commits readings to storage",
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        in.cfg.AckWait,
+		MaxDeliver:     in.cfg.MaxDeliver,
+		BackOff:        in.cfg.serverBackOff(),
+		MaxAckPending:  in.cfg.MaxAckPending,
+		FilterSubjects: consumerFilters(st.CachedInfo().Config.Subjects, in.cfg.SubjectPrefix, in.cfg.ExtraSubjects),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create or update consumer %s: %w", in.cfg.Consumer, err)
@@ -123,6 +123,69 @@ func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfi
 	cfg.MaxAge = want.MaxAge
 	st, err = in.js.UpdateStream(ctx, cfg)
 	return st, wrapStreamErr(want.Name, "update", err)
+}
+
+// consumerFilters is the consumer's filter for a stream capturing
+// subjects: every subject of the stream but the extra ones (which the
+// ingester captures without reading), so that every message the stream
+// keeps is delivered and then stored or dead-lettered. The ingester's
+// own <prefix>.* is widened to <prefix>.>: a message published on a
+// subject whose device token is a literal wildcard (the subject
+// "telemetry.>" is stored by a stream capturing "telemetry.*") is not
+// matched by the filter "telemetry.*" and would sit in the stream
+// unread. Subjects another filter already covers are left out (the
+// server refuses overlapping filters).
+func consumerFilters(streamSubjects []string, prefix string, extra []string) []string {
+	var cands []string
+	for _, s := range streamSubjects {
+		switch {
+		case slices.Contains(extra, s):
+		case s == prefix+".*":
+			cands = append(cands, prefix+".>")
+		default:
+			cands = append(cands, s)
+		}
+	}
+	if len(cands) == 0 {
+		cands = []string{prefix + ".>"}
+	}
+	var out []string
+	for i, s := range cands {
+		covered := false
+		for j, o := range cands {
+			if i != j && subjectCovers(o, s) && (!subjectCovers(s, o) || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// subjectCovers reports whether every subject matched by sub is also
+// matched by filter ('*' matches one token, a final '>' one or more).
+func subjectCovers(filter, sub string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(sub, ".")
+	for i, f := range ft {
+		if f == ">" && i == len(ft)-1 {
+			return len(st) > i
+		}
+		if i >= len(st) {
+			return false
+		}
+		switch {
+		case f == "*":
+			if st[i] == ">" {
+				return false
+			}
+		case f != st[i]:
+			return false
+		}
+	}
+	return len(ft) == len(st)
 }
 
 func wrapStreamErr(name, op string, err error) error {

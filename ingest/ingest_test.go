@@ -435,3 +435,54 @@ func TestIngestMaxDeliveriesAdvisory(t *testing.T) {
 	assert.Equal(t, int64(2), int64(calls.Load()), "no delivery after the last one")
 	assert.Equal(t, int64(1), e.counter("telemetry.ingest.messages", outcome("rejected")))
 }
+
+// Every message the stream keeps is delivered: one published on a
+// subject whose device token is a literal wildcard (the stream's
+// "telemetry.*" captures "telemetry.>"), or on a subject an operator
+// added to the stream, is dead-lettered with invalid_device, not left
+// unread in the stream.
+func TestIngestDeadLettersEverySubjectTheStreamKeeps(t *testing.T) {
+	e := newTestEnv(t, nil)
+	ctx := context.Background()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "TELEMETRY", Subjects: []string{"legacy.*"}, Storage: jetstream.FileStorage,
+	})
+	require.NoError(t, err)
+	e.start()
+	e.publish("telemetry.>", flat(nowMillis(), 1))
+	e.publish("telemetry.*", flat(nowMillis(), 2))
+	e.publish("legacy.dev-1", flat(nowMillis(), 3))
+	last := e.publish("telemetry.dev-1", flat(nowMillis(), 4))
+
+	e.waitStored("dev-1", 1)
+	e.waitAcked(last)
+	info := e.consumerInfo()
+	assert.Equal(t, uint64(0), info.NumPending, "messages left unread in the stream")
+	assert.ElementsMatch(t, []string{"legacy.*", "telemetry.>"}, info.Config.FilterSubjects)
+	dl := e.waitDeadLetters(3)
+	var subjects []string
+	for _, m := range dl {
+		subjects = append(subjects, m.Subject+" "+m.Header.Get(HeaderErrorCode))
+	}
+	assert.ElementsMatch(t, []string{
+		"rejected.telemetry._invalid invalid_device",
+		"rejected.telemetry._invalid invalid_device",
+		"rejected.telemetry._invalid invalid_device",
+	}, subjects)
+	assert.Len(t, e.w.stored(""), 1)
+	assert.Equal(t, int64(3), e.counter("telemetry.ingest.messages", outcome("rejected")))
+}
+
+func TestConsumerFilters(t *testing.T) {
+	for _, tc := range []struct {
+		stream, extra, want []string
+	}{
+		{[]string{"telemetry.*"}, nil, []string{"telemetry.>"}},
+		{[]string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, []string{"$MQTT.msgs.telemetry.*"}, []string{"telemetry.>"}},
+		{[]string{"legacy.>", "telemetry.*"}, nil, []string{"legacy.>", "telemetry.>"}},
+		{[]string{"telemetry.>", "telemetry.*"}, nil, []string{"telemetry.>"}},
+		{[]string{"site.*.x", "site.>", "telemetry.*"}, nil, []string{"site.>", "telemetry.>"}},
+	} {
+		assert.Equal(t, tc.want, consumerFilters(tc.stream, "telemetry", tc.extra), "%v", tc.stream)
+	}
+}
