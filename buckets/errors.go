@@ -28,6 +28,10 @@ const (
 	CodeMaxDeliveries   Code = "max_deliveries" // the store kept failing; set aside as poison
 	CodeDuplicateValue  Code = "duplicate_value_name"
 	CodeInternalFailure Code = "internal"
+	// CodeDayDropped: the reading's day table was dropped after the
+	// message was published (a replay after the drop). Such readings are
+	// skipped and counted, not dead-lettered: the operator deleted them.
+	CodeDayDropped Code = "day_dropped"
 )
 
 // ValidationError says which rule a reading broke and where. Its

@@ -106,6 +106,13 @@ func (in *Ingester) commit(ctx context.Context, items []item, n int) {
 			attribute.Int("telemetry.readings", n)))
 	defer span.End()
 
+	if in.cfg.Tombstones != nil {
+		release := in.cfg.Tombstones.HoldDrops()
+		defer release()
+		if items, n = in.skipDropped(ctx, items, n); len(items) == 0 {
+			return
+		}
+	}
 	rs := items[0].readings
 	if len(items) > 1 {
 		rs = make([]buckets.Reading, 0, n)

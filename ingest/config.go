@@ -66,6 +66,20 @@ type Config struct {
 	// Default 10000 (twice the default batch).
 	MaxAckPending int
 
+	// Positions, when set, keeps the stream sequence settled up to
+	// (see replay.go), so that a consumer created anew starts after it
+	// instead of replaying the whole stream. Nil: a new consumer
+	// starts at the beginning of the stream.
+	Positions Positions
+	// Tombstones, when set, reports the days dropped from storage, so
+	// that readings of a dropped day from messages published before
+	// the drop are skipped (counted with code day_dropped), never
+	// written again.
+	Tombstones Tombstones
+	// PositionEvery is how often the settled position is saved while
+	// it moves. Default 1s.
+	PositionEvery time.Duration
+
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider defaults to the otel global.
@@ -95,6 +109,7 @@ func DefaultConfig() Config {
 			time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
 		},
 		MaxAckPending: 10000,
+		PositionEvery: time.Second,
 	}
 }
 
@@ -113,6 +128,7 @@ func (c Config) withDefaults() Config {
 	c.AckWait = cmp.Or(c.AckWait, d.AckWait)
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, d.MaxDeliver)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, d.MaxAckPending)
+	c.PositionEvery = cmp.Or(c.PositionEvery, d.PositionEvery)
 	if len(c.BackOff) == 0 {
 		c.BackOff = d.BackOff
 	}

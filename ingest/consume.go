@@ -37,8 +37,9 @@ const (
 // item is one delivered message, decoded and validated.
 type item struct {
 	msg       jetstream.Msg
-	seq       uint64 // stream sequence
-	delivered uint64 // delivery count, 1 on first delivery
+	seq       uint64    // stream sequence
+	published time.Time // when the stream stored it
+	delivered uint64    // delivery count, 1 on first delivery
 	readings  []buckets.Reading
 	reject    *buckets.ValidationError // why the message cannot be stored
 	link      trace.SpanContext        // the publisher's span, if any
@@ -68,7 +69,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}); err != nil {
 		return nil, err
 	}
-	cons, err := in.js.CreateOrUpdateConsumer(ctx, in.cfg.Stream, jetstream.ConsumerConfig{
+	ccfg := jetstream.ConsumerConfig{
 		Durable:        in.cfg.Consumer,
 		Description:    "Commits readings to storage",
 		AckPolicy:      jetstream.AckExplicitPolicy,
@@ -77,12 +78,17 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		BackOff:        in.cfg.serverBackOff(),
 		MaxAckPending:  in.cfg.MaxAckPending,
 		FilterSubjects: consumerFilters(st.CachedInfo().Config.Subjects, in.cfg.SubjectPrefix, in.cfg.ExtraSubjects),
-	})
+	}
+	if err := in.startPosition(ctx, st, &ccfg); err != nil {
+		return nil, err
+	}
+	cons, err := in.js.CreateOrUpdateConsumer(ctx, in.cfg.Stream, ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("create or update consumer %s: %w", in.cfg.Consumer, err)
 	}
 	in.mu.Lock()
 	in.stream = st
+	in.cons = cons
 	// Dead letter IDs name the stream incarnation, so a stream that was
 	// deleted and created again never reuses the ID of an older message.
 	in.dedupPrefix = in.cfg.Stream + "." + strconv.FormatInt(st.CachedInfo().Created.UnixNano(), 36) + "."
@@ -381,7 +387,7 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 		it.reject = buckets.Invalid(buckets.CodeInternalFailure, -1, "", "message without JetStream metadata: %v", err)
 		return it
 	}
-	it.seq, it.delivered = meta.Sequence.Stream, meta.NumDelivered
+	it.seq, it.delivered, it.published = meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp
 	if it.delivered > 1 {
 		in.m.redeliveries.Add(context.Background(), 1)
 	}

@@ -83,8 +83,10 @@ type Ingester struct {
 	syncAcks bool                  // wait for ack confirmations; owned by the batch loop
 
 	mu          sync.Mutex
-	stream      jetstream.Stream // cfg.Stream, once set up
-	dedupPrefix string           // of dead letter message IDs, see setup
+	stream      jetstream.Stream       // cfg.Stream, once set up
+	cons        jetstream.Consumer     // the durable consumer, once set up
+	saved       buckets.StreamPosition // last position saved; owned by savePositions, then Run
+	dedupPrefix string                 // of dead letter message IDs, see setup
 }
 
 // Errors Ready reports.
@@ -162,6 +164,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { in.watchAdvisories(ctx, advisories) })
+	wg.Go(func() { in.savePositions(ctx) })
 	intakeDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(intakeDone)
@@ -180,6 +183,11 @@ func (in *Ingester) Run(ctx context.Context) error {
 			in.log.Warn("flush acks on shutdown", "error", err)
 		}
 	}
+	// Every settled message is acked and confirmed: save where the
+	// stream is settled up to, for a consumer created anew.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	in.savePosition(sctx)
+	cancel()
 	in.log.Info("ingest stopped")
 	return nil
 }

@@ -22,6 +22,7 @@ type metrics struct {
 	redeliveries metric.Int64Counter     // telemetry.ingest.redeliveries
 
 	accepted, acked, nak, rejected metric.MeasurementOption
+	skippedDropped                 metric.MeasurementOption // readings of a dropped day in a replay
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -32,9 +33,11 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		acked:    metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "acked"))),
 		nak:      metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "nak"))),
 		rejected: metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "rejected"))),
+		skippedDropped: metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "skipped"),
+			attribute.String("code", string(buckets.CodeDayDropped)))),
 	}
 	if out.readings, err = m.Int64Counter("telemetry.ingest.readings",
-		metric.WithDescription("Readings ingested, by outcome (accepted, rejected) and rejection code."),
+		metric.WithDescription("Readings ingested, by outcome (accepted, rejected, skipped) and code."),
 		metric.WithUnit("{reading}")); err != nil {
 		return nil, fmt.Errorf("readings counter: %w", err)
 	}

@@ -76,6 +76,7 @@ type Store struct {
 	metrics   *metrics
 	lock      *dirLock
 	index     *deviceIndex
+	replay    replayState // stream positions and tombstones (checkpoint.go, tombstone.go)
 
 	mu       sync.Mutex
 	tables   map[buckets.Day]*table // every day table on disk (or being created)
@@ -122,6 +123,10 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s.lock = lock
+	if err := s.loadTombstones(); err != nil {
+		_ = lock.unlock()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	if err := s.discover(); err != nil {
 		_ = lock.unlock()
 		return nil, fmt.Errorf("open store: %w", err)

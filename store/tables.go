@@ -95,6 +95,7 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 	s.dropSeq++
 	trash := filepath.Join(s.tablesDir, dropPrefix+day.String()+"-"+strconv.Itoa(s.dropSeq))
 	s.mu.Unlock()
+	s.recordTombstone(day)
 
 	drop := buckets.TableDrop{Day: day, SizeBytes: dirSize(t.dir), Readings: t.readings.Load()}
 	if db != nil {

@@ -145,6 +145,7 @@ func (m *Main) startIngest() error {
 	if m.mqttPort != 0 {
 		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)}
 	}
+	icfg.Positions, icfg.Tombstones = m.store, m.store
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)

@@ -1,0 +1,207 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Replay never resurrects. Two things keep a replay of the stream from
+// writing what storage already settled or deliberately dropped:
+//
+//   - Positions: the consumer's ack floor (every message at or below it
+//     was committed or dead-lettered) is saved every PositionEvery while
+//     it moves and once more at shutdown. When the durable consumer is
+//     missing (deleted by hand, or lost with the server's state) it is
+//     created to deliver from the saved sequence + 1 instead of the
+//     whole stream. A position saved for an earlier stream of the same
+//     name (its creation time differs) is ignored. The saved floor may
+//     lag the real one by up to PositionEvery; what lies between is
+//     delivered again and written idempotently (same keys, same values).
+//   - Tombstones: a day dropped by hand, by the size guard or by
+//     retention is recorded with its drop time. A reading of that day in
+//     a message the stream stored (its JetStream timestamp) before the
+//     drop is skipped: the message is acked, the reading counted in
+//     telemetry.ingest.readings with outcome "skipped" and code
+//     day_dropped. Readings of the day in messages published after the
+//     drop are new data and are stored. The check and the write hold
+//     the store's drop gate (HoldDrops), so a drop cannot fall between
+//     them.
+
+// Positions keeps the stream sequence storage has settled up to
+// (implemented by store.Store).
+type Positions interface {
+	// LoadPosition returns the saved position of stream; false when
+	// none was saved.
+	LoadPosition(ctx context.Context, stream string) (buckets.StreamPosition, bool, error)
+	// SavePosition durably replaces the saved position of p.Stream.
+	SavePosition(ctx context.Context, p buckets.StreamPosition) error
+}
+
+// Tombstones reports the days dropped from storage (implemented by
+// store.Store).
+type Tombstones interface {
+	// DroppedAt is when the table of day was last dropped.
+	DroppedAt(day buckets.Day) (time.Time, bool)
+	// HoldDrops keeps drops from recording a tombstone until release
+	// is called.
+	HoldDrops() (release func())
+}
+
+// startPosition sets where a consumer about to be created starts. An
+// existing consumer keeps its deliver policy (the server refuses to
+// change it); a missing one starts after the saved position, when
+// there is a valid one.
+func (in *Ingester) startPosition(ctx context.Context, st jetstream.Stream, cfg *jetstream.ConsumerConfig) error {
+	existing, err := in.js.Consumer(ctx, in.cfg.Stream, in.cfg.Consumer)
+	switch {
+	case err == nil:
+		c := existing.CachedInfo().Config
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = c.DeliverPolicy, c.OptStartSeq, c.OptStartTime
+		return nil
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return fmt.Errorf("look up consumer %s: %w", in.cfg.Consumer, err)
+	}
+	if in.cfg.Positions == nil {
+		return nil
+	}
+	pos, ok, err := in.cfg.Positions.LoadPosition(ctx, in.cfg.Stream)
+	if err != nil {
+		in.log.Warn("saved stream position unreadable; the new consumer starts at the beginning of the stream",
+			"stream", in.cfg.Stream, "error", err)
+		return nil
+	}
+	if !ok || pos.Seq == 0 {
+		return nil
+	}
+	if created := st.CachedInfo().Created; !pos.Created.Equal(created) {
+		in.log.Warn("saved stream position belongs to an earlier stream of that name; starting at the beginning",
+			"stream", in.cfg.Stream, "saved_seq", pos.Seq, "saved_created", pos.Created, "stream_created", created)
+		return nil
+	}
+	cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+	cfg.OptStartSeq = pos.Seq + 1
+	in.log.Info("creating the consumer after the saved stream position", "stream", in.cfg.Stream,
+		"consumer", in.cfg.Consumer, "start_seq", cfg.OptStartSeq)
+	return nil
+}
+
+// savePositions saves the consumer's ack floor every PositionEvery
+// while it moves, until ctx is done.
+func (in *Ingester) savePositions(ctx context.Context) {
+	if in.cfg.Positions == nil {
+		return
+	}
+	t := time.NewTicker(in.cfg.PositionEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			in.savePosition(ctx)
+		}
+	}
+}
+
+// savePosition saves the consumer's current ack floor if it moved.
+func (in *Ingester) savePosition(ctx context.Context) {
+	if in.cfg.Positions == nil {
+		return
+	}
+	in.mu.Lock()
+	cons, st := in.cons, in.stream
+	in.mu.Unlock()
+	if cons == nil || st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		in.log.Debug("consumer info for the stream position", "error", err)
+		return
+	}
+	pos := buckets.StreamPosition{Stream: in.cfg.Stream, Created: st.CachedInfo().Created, Seq: info.AckFloor.Stream}
+	if pos == in.saved || pos.Seq == 0 {
+		return
+	}
+	if err := in.cfg.Positions.SavePosition(ctx, pos); err != nil {
+		in.log.Warn("save stream position", "stream_seq", pos.Seq, "error", err)
+		return
+	}
+	in.saved = pos
+}
+
+// skipDropped removes from items the readings of dropped days that
+// their message was published before the drop, acks the messages left
+// without readings and returns the rest with their reading count. The
+// caller holds the drop gate.
+func (in *Ingester) skipDropped(ctx context.Context, items []item, n int) ([]item, int) {
+	tombs := in.cfg.Tombstones
+	var kept []item
+	for i, it := range items {
+		drop := droppedBefore(tombs, it)
+		if drop == nil {
+			if kept != nil {
+				kept = append(kept, it)
+			}
+			continue
+		}
+		if kept == nil {
+			kept = append(make([]item, 0, len(items)), items[:i]...)
+		}
+		rs := make([]buckets.Reading, 0, len(it.readings))
+		for _, r := range it.readings {
+			if !drop[r.Day()] {
+				rs = append(rs, r)
+			}
+		}
+		skipped := len(it.readings) - len(rs)
+		n -= skipped
+		in.m.readings.Add(ctx, int64(skipped), in.m.skippedDropped)
+		in.log.Debug("readings of a dropped day skipped", "subject", it.msg.Subject(), "stream_seq", it.seq,
+			"readings", skipped)
+		if len(rs) == 0 {
+			if err := in.ack(ctx, it); err != nil {
+				in.log.Warn("ack of a message of a dropped day failed; it will be redelivered and skipped again",
+					"stream_seq", it.seq, "error", err)
+				continue
+			}
+			in.m.messages.Add(ctx, 1, in.m.acked)
+			continue
+		}
+		it.readings = rs
+		kept = append(kept, it)
+	}
+	if kept == nil {
+		return items, n
+	}
+	return kept, n
+}
+
+// droppedBefore returns the days of it's readings whose table was
+// dropped after the message was published, or nil.
+func droppedBefore(tombs Tombstones, it item) map[buckets.Day]bool {
+	var out map[buckets.Day]bool
+	last, lastDropped := buckets.Day(-1), false
+	for _, r := range it.readings {
+		d := r.Day()
+		if d != last {
+			at, ok := tombs.DroppedAt(d)
+			last, lastDropped = d, ok && at.After(it.published)
+		}
+		if lastDropped {
+			if out == nil {
+				out = map[buckets.Day]bool{}
+			}
+			out[d] = true
+		}
+	}
+	return out
+}

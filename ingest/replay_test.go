@@ -1,0 +1,129 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// fakeTombs is a Tombstones with settable drops.
+type fakeTombs struct {
+	mu    sync.Mutex
+	drops map[buckets.Day]time.Time
+	gate  sync.RWMutex
+}
+
+func (f *fakeTombs) DroppedAt(d buckets.Day) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.drops[d]
+	return at, ok
+}
+
+func (f *fakeTombs) HoldDrops() func() { f.gate.RLock(); return f.gate.RUnlock }
+
+func (f *fakeTombs) drop(d buckets.Day) {
+	f.gate.Lock()
+	defer f.gate.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drops[d] = time.Now()
+}
+
+// fakePositions is a Positions in memory.
+type fakePositions struct {
+	mu  sync.Mutex
+	pos map[string]buckets.StreamPosition
+}
+
+func (f *fakePositions) LoadPosition(_ context.Context, stream string) (buckets.StreamPosition, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pos[stream]
+	return p, ok, nil
+}
+
+func (f *fakePositions) SavePosition(_ context.Context, p buckets.StreamPosition) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pos[p.Stream] = p
+	return nil
+}
+
+func (f *fakePositions) get(stream string) buckets.StreamPosition {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pos[stream]
+}
+
+// Readings of a dropped day in messages published before the drop are
+// skipped and counted; the message is acked; readings of other days in
+// the same message, and readings of the day published after the drop,
+// are stored.
+func TestIngestSkipsReadingsOfADayDroppedAfterPublication(t *testing.T) {
+	tombs := &fakeTombs{drops: map[buckets.Day]time.Time{}}
+	e := newTestEnv(t, func(c *Config) { c.Tombstones = tombs })
+	e.setup()
+	now := time.Now()
+	yesterday := buckets.DayOfTime(now) - 1
+	old := yesterday.Start().Time().Add(time.Hour).UnixMilli()
+	fresh := now.Add(-time.Second).UnixMilli()
+	e.publish("telemetry.dev-1", flat(old, 1))
+	e.publish("telemetry.dev-1", fmt.Sprintf(`[{"ts":%d,"v":2},{"ts":%d,"v":3}]`, old+1, fresh))
+	tombs.drop(yesterday)
+	time.Sleep(2 * time.Millisecond)
+	last := e.publish("telemetry.dev-1", flat(old+2, 4))
+	e.start()
+	e.waitAcked(last)
+
+	var vs []int64
+	for _, r := range e.w.stored("dev-1") {
+		vs = append(vs, r.Values[0].Value.AsInt())
+	}
+	assert.ElementsMatch(t, []int64{3, 4}, vs, "kept: the other day's reading and the one published after the drop")
+	assert.Equal(t, int64(2), e.counter("telemetry.ingest.readings",
+		attribute.String("outcome", "skipped"), attribute.String("code", "day_dropped")))
+	assert.Equal(t, int64(3), e.counter("telemetry.ingest.messages", outcome("acked")))
+	assert.Empty(t, e.deadLetters())
+}
+
+// The ack floor is saved; a consumer created anew starts after it.
+func TestIngestRecreatedConsumerStartsAfterSavedPosition(t *testing.T) {
+	pos := &fakePositions{pos: map[string]buckets.StreamPosition{}}
+	e := newTestEnv(t, func(c *Config) { c.Positions = pos; c.PositionEvery = 20 * time.Millisecond })
+	e.start()
+	var last uint64
+	for i := range 5 {
+		last = e.publish("telemetry.dev-1", flat(nowMillis()+int64(i), i))
+	}
+	e.waitAcked(last)
+	require.Eventually(t, func() bool { return pos.get("TELEMETRY").Seq == last }, 5*time.Second, 10*time.Millisecond)
+
+	ctx := context.Background()
+	require.NoError(t, e.js.DeleteConsumer(ctx, "TELEMETRY", "ingest"))
+	next := e.publish("telemetry.dev-1", flat(nowMillis()+10, 10))
+	e.waitStored("dev-1", 6)
+	e.waitAcked(next)
+	info := e.consumerInfo()
+	assert.Equal(t, jetstream.DeliverByStartSequencePolicy, info.Config.DeliverPolicy)
+	assert.Equal(t, last+1, info.Config.OptStartSeq)
+	assert.Len(t, e.w.stored("dev-1"), 6, "nothing written twice")
+
+	// A position of an earlier stream of the same name is ignored.
+	require.NoError(t, e.stop())
+	require.NoError(t, e.js.DeleteStream(ctx, "TELEMETRY"))
+	e2 := newTestEnv(t, func(c *Config) { c.Positions = pos })
+	_ = e2 // a fresh server: its stream is new, the saved position is stale
+	e2.setup()
+	info2 := e2.consumerInfo()
+	assert.Equal(t, jetstream.DeliverAllPolicy, info2.Config.DeliverPolicy)
+}

@@ -1,0 +1,106 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+func TestStreamPositionSurvivesReopen(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	_, ok, err := ts.LoadPosition(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	assert.False(t, ok, "no position before one is saved")
+
+	created := time.Date(2026, 11, 1, 2, 3, 4, 567891234, time.UTC)
+	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: created, Seq: 41}))
+	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "OTHER", Created: created, Seq: 7}))
+	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: created, Seq: 42}))
+	_, err = os.Stat(filepath.Join(ts.dir, positionsFileName+".tmp"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the temporary file is renamed over the positions file")
+
+	ts = ts.reopen(t)
+	p, ok, err := ts.LoadPosition(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, uint64(42), p.Seq)
+	assert.True(t, created.Equal(p.Created), "creation time kept to the nanosecond: %s", p.Created)
+	p, ok, err = ts.LoadPosition(ctx, "OTHER")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, uint64(7), p.Seq)
+
+	// A damaged file is an error on load and is replaced on save.
+	require.NoError(t, os.WriteFile(filepath.Join(ts.dir, positionsFileName), []byte("{torn"), 0o644))
+	_, _, err = ts.LoadPosition(ctx, "TELEMETRY")
+	assert.ErrorContains(t, err, positionsFileName)
+	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: created, Seq: 43}))
+	p, _, err = ts.LoadPosition(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(43), p.Seq)
+
+	ro := ts.reopen(t, func(o *Options) { o.ReadOnly = true })
+	assert.ErrorIs(t, ro.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Seq: 44}), errReadOnly)
+}
+
+func TestDropRecordsATombstoneThatSurvivesReopen(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	day := buckets.DayOfTime(baseTime)
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{reading("dev-1", at(0), "v", 1.0)}))
+	_, ok := ts.DroppedAt(day)
+	assert.False(t, ok)
+
+	before := time.Now()
+	_, err := ts.DropTable(ctx, day)
+	require.NoError(t, err)
+	after := time.Now()
+	at1, ok := ts.DroppedAt(day)
+	require.True(t, ok)
+	assert.False(t, at1.Before(before) || at1.After(after), "drop time %s is the wall clock", at1)
+	_, ok = ts.DroppedAt(day - 1)
+	assert.False(t, ok, "only the dropped day")
+
+	ts = ts.reopen(t)
+	at2, ok := ts.DroppedAt(day)
+	require.True(t, ok, "tombstone kept across a restart")
+	assert.True(t, at1.Equal(at2))
+	assert.Equal(t, []buckets.Tombstone{{Day: day, Dropped: at2}}, ts.Tombstones())
+
+	// A later drop of the recreated day moves the tombstone.
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{reading("dev-1", at(time.Minute), "v", 2.0)}))
+	_, err = ts.DropTable(ctx, day)
+	require.NoError(t, err)
+	at3, _ := ts.DroppedAt(day)
+	assert.True(t, at3.After(at2))
+}
+
+// A drop waits for a writer that holds the drop gate before it records
+// its tombstone.
+func TestHoldDropsDelaysTheTombstone(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	day := buckets.DayOfTime(baseTime)
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{reading("dev-1", at(0), "v", 1.0)}))
+	release := ts.HoldDrops()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ts.DropTable(ctx, day)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_, ok := ts.DroppedAt(day)
+	assert.False(t, ok, "tombstone recorded while a writer held the gate")
+	release()
+	require.NoError(t, <-done)
+	_, ok = ts.DroppedAt(day)
+	assert.True(t, ok)
+}
