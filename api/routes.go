@@ -39,6 +39,7 @@ func (s *Server) registerRoutes() {
 	e.HEAD("/readyz", s.handleReady)
 	e.GET("/metrics", s.handleMetrics)
 	e.GET("/openapi.json", s.handleOpenAPI)
+	s.registerWriteRoutes(e)
 
 	s.routes = make(map[string]string)
 	for _, r := range e.Routes() {

@@ -132,6 +132,9 @@ type Config struct {
 	MaxConnsPerClient int
 	// TLSConfig, when set, makes the server speak HTTPS only.
 	TLSConfig *tls.Config
+	// Writes configures the line protocol write endpoints; nil (or a
+	// nil Publisher) makes them answer 501.
+	Writes *WriteConfig
 
 	// Logger, TracerProvider, MeterProvider and Now default to
 	// slog.Default, the otel global providers and time.Now. Now decides
@@ -170,6 +173,7 @@ type Server struct {
 	echo         *echo.Echo
 	routes       map[string]string // echo path -> route template
 	obs          observer
+	writes       *writer
 	mu           sync.Mutex // guards httpSrv, listener, done, closed
 	httpSrv      *http.Server
 	listener     net.Listener
@@ -218,6 +222,7 @@ func New(cfg Config) (*Server, error) {
 		s.now = time.Now
 	}
 	s.inFlight = make(chan struct{}, s.maxInFlight)
+	s.writes = newWriter(cfg.Writes, buckets.Window{Retention: s.retention, MaxFutureSkew: s.skew}, s.now)
 	tp, mp := cfg.TracerProvider, cfg.MeterProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()

@@ -224,6 +224,9 @@ func (m *Main) startHTTP() error {
 	if err := withDashboards(&acfg, m.store); err != nil {
 		return err
 	}
+	if err := m.withWrites(&acfg); err != nil {
+		return err
+	}
 	srv, err := api.New(acfg)
 	if err != nil {
 		return err

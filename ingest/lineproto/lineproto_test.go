@@ -1,0 +1,164 @@
+package lineproto
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func opts() Options {
+	return Options{SubjectPrefix: "telemetry", DeviceTags: []string{"device", "host"}, Precision: time.Nanosecond,
+		Now: now, Window: buckets.Window{Retention: 720 * time.Hour, MaxFutureSkew: 5 * time.Minute}}
+}
+
+// batch decodes one published message.
+func batch(t *testing.T, m Message) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	require.NoError(t, json.Unmarshal(m.Data, &out), "%s", m.Data)
+	return out
+}
+
+func TestSplitLines(t *testing.T) {
+	body := "# comment\n\n  \r\nm,device=a s=\"x\ny\" 1\r\nm,device=b v=1\n   # indented comment\nm,device=c v=\"a\\\"\nb\"\nlast v=1"
+	var got []string
+	var nums []int
+	for l := range splitLines([]byte(body)) {
+		got = append(got, string(l.text))
+		nums = append(nums, l.number)
+	}
+	assert.Equal(t, []string{"m,device=a s=\"x\ny\" 1", "m,device=b v=1", "m,device=c v=\"a\\\"\nb\"", "last v=1"}, got)
+	assert.Equal(t, []int{4, 6, 8, 10}, nums, "entries are numbered by the physical line they start on")
+}
+
+func TestDeviceTagPriority(t *testing.T) {
+	o := opts()
+	res := Map([]byte("m,host=h1,device=d1,site=s v=1 1795309323000000000\nm,host=h2 v=2 1795309323000000000\n"), o)
+	require.Empty(t, res.Rejected)
+	require.Len(t, res.Messages, 2)
+	assert.Equal(t, "telemetry.d1", res.Messages[0].Subject, "device outranks host whatever the tag order")
+	assert.Equal(t, map[string]any{"m.v": 1.0, "m.host": "h1", "m.site": "s"}, batch(t, res.Messages[0])[0]["values"])
+	assert.Equal(t, "telemetry.h2", res.Messages[1].Subject)
+
+	o.DeviceTags = []string{"sensor"}
+	res = Map([]byte("m,device=d1 v=1\n"), o)
+	require.Len(t, res.Rejected, 1)
+	assert.Equal(t, buckets.CodeInvalidDevice, res.Rejected[0].Err.Code)
+	assert.Equal(t, "rejected.telemetry._invalid", res.DeadLetters[0].Subject)
+
+	res = Map([]byte("m,device=bad.id v=1\n"), opts())
+	require.Len(t, res.Rejected, 1)
+	assert.Equal(t, buckets.CodeInvalidDevice, res.Rejected[0].Err.Code)
+	assert.Contains(t, res.Rejected[0].Error(), "line 1: tag device:")
+}
+
+func TestFloatsStayFloats(t *testing.T) {
+	res := Map([]byte("m,device=a f=1,g=-0,h=1e21,i=1i 1795309323000000000\n"), opts())
+	require.Empty(t, res.Rejected)
+	data := string(res.Messages[0].Data)
+	assert.Contains(t, data, `"m.f":1.0`)
+	assert.Contains(t, data, `"m.g":-0.0`)
+	assert.Contains(t, data, `"m.h":1e+21`)
+	assert.Contains(t, data, `"m.i":1}`)
+}
+
+func TestMessagesSplitByCountAndBytes(t *testing.T) {
+	var b strings.Builder
+	for i := range buckets.MaxBatch + 1 {
+		fmt.Fprintf(&b, "m,device=a v=%di %d\n", i, now.Add(-time.Hour+time.Duration(i)*time.Microsecond).UnixNano())
+	}
+	res := Map([]byte(b.String()), opts())
+	require.Len(t, res.Messages, 2)
+	assert.Len(t, batch(t, res.Messages[0]), buckets.MaxBatch)
+	assert.Len(t, batch(t, res.Messages[1]), 1)
+	assert.Equal(t, buckets.MaxBatch+1, res.Readings)
+
+	o := opts()
+	o.MaxMessageBytes = 500
+	res = Map([]byte(b.String()[:20000]), o)
+	total := 0
+	for _, m := range res.Messages {
+		assert.LessOrEqual(t, len(m.Data), 500)
+		total += len(batch(t, m))
+	}
+	assert.Equal(t, res.Readings, total)
+	assert.Greater(t, len(res.Messages), 10)
+}
+
+func TestMsgIDsAreDeterministic(t *testing.T) {
+	body := []byte("m,device=a v=1 1795309323000000000\nm,device=b v=x\n")
+	r1, r2 := Map(body, opts()), Map(body, opts())
+	require.Len(t, r1.Messages, 1)
+	assert.Equal(t, r1.Messages[0].MsgID, r2.Messages[0].MsgID)
+	assert.Equal(t, r1.DeadLetters[0].MsgID, r2.DeadLetters[0].MsgID)
+	r3 := Map([]byte("m,device=a v=2 1795309323000000000\n"), opts())
+	assert.NotEqual(t, r1.Messages[0].MsgID, r3.Messages[0].MsgID)
+}
+
+func TestTimestampLimits(t *testing.T) {
+	o := opts()
+	o.Precision = time.Hour
+	res := Map([]byte("m,device=a v=1 9223372036854775807\nm,device=a v=1 x\n"), o)
+	require.Len(t, res.Rejected, 2)
+	assert.Equal(t, buckets.CodeInvalidTime, res.Rejected[0].Err.Code)
+	assert.Contains(t, res.Rejected[0].Error(), "out of range")
+	assert.Equal(t, buckets.CodeInvalidPayload, res.Rejected[1].Err.Code)
+}
+
+func TestParsePrecision(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		v1   bool
+		want time.Duration
+		ok   bool
+	}{
+		{"", false, time.Nanosecond, true}, {"ns", false, time.Nanosecond, true}, {"us", false, time.Microsecond, true},
+		{"ms", false, time.Millisecond, true}, {"s", false, time.Second, true}, {"n", false, 0, false},
+		{"m", false, 0, false}, {"h", false, 0, false}, {"u", false, 0, false},
+		{"n", true, time.Nanosecond, true}, {"u", true, time.Microsecond, true}, {"m", true, time.Minute, true},
+		{"h", true, time.Hour, true}, {"d", true, 0, false}, {"MS", true, 0, false},
+	} {
+		got, err := ParsePrecision(tc.s, tc.v1)
+		if !tc.ok {
+			assert.Error(t, err, "%q v1=%v", tc.s, tc.v1)
+			continue
+		}
+		require.NoError(t, err, "%q v1=%v", tc.s, tc.v1)
+		assert.Equal(t, tc.want, got)
+	}
+}
+
+func TestTooManyValuesAfterMerge(t *testing.T) {
+	var b strings.Builder
+	for i := range buckets.MaxValues + 1 {
+		fmt.Fprintf(&b, "m,device=a v%d=1 1795309323000000000\n", i)
+	}
+	res := Map([]byte(b.String()), opts())
+	require.Len(t, res.Rejected, 1)
+	assert.Equal(t, buckets.MaxValues+1, res.Rejected[0].Line)
+	assert.Equal(t, buckets.CodeTooManyValues, res.Rejected[0].Err.Code)
+	assert.Len(t, batch(t, res.Messages[0])[0]["values"], buckets.MaxValues)
+}
+
+func FuzzMap(f *testing.F) {
+	f.Add([]byte("m,device=a v=1 1795309323000000000\n"))
+	f.Add([]byte("m,device=a s=\"x\ny\",b=t,u=1u,i=-1i 1\r\n# c\n"))
+	f.Add([]byte("m\\ x,device=a\\,b v=1\nbad line\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		res := Map(body, opts())
+		assert.Len(t, res.DeadLetters, len(res.Rejected))
+		for _, m := range res.Messages {
+			var out []map[string]any
+			require.NoError(t, json.Unmarshal(m.Data, &out), "%s", m.Data)
+		}
+	})
+}
