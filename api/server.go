@@ -222,7 +222,7 @@ func New(cfg Config) (*Server, error) {
 		s.now = time.Now
 	}
 	s.inFlight = make(chan struct{}, s.maxInFlight)
-	s.writes = newWriter(cfg.Writes, buckets.Window{Retention: s.retention, MaxFutureSkew: s.skew}, s.now)
+	s.writes = newWriter(cfg.Writes, s.now)
 	tp, mp := cfg.TracerProvider, cfg.MeterProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()

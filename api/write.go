@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -53,27 +54,31 @@ type WriteConfig struct {
 	// MaxMessageBytes bounds one published message (the NATS server's
 	// max payload). Default lineproto.DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// Window is the accepted time window, the ingester's; each zero
+	// half takes its buckets default.
+	Window buckets.Window
 }
 
 // writer serves the write endpoints.
 type writer struct {
-	cfg    WriteConfig
-	window buckets.Window
-	now    func() time.Time
+	cfg WriteConfig
+	now func() time.Time
 }
 
 // writePaths are the routes that enforce their own body limit
 // (WriteConfig.MaxBytes) instead of MaxBodyBytes.
 var writePaths = map[string]bool{"/api/v2/write": true, "/write": true}
 
-func newWriter(cfg *WriteConfig, window buckets.Window, now func() time.Time) *writer {
-	w := &writer{window: window, now: now}
+func newWriter(cfg *WriteConfig, now func() time.Time) *writer {
+	w := &writer{now: now}
 	if cfg != nil {
 		w.cfg = *cfg
 	}
-	w.cfg.SubjectPrefix = orDefault(w.cfg.SubjectPrefix, "telemetry")
-	w.cfg.MaxBytes = orDefault(w.cfg.MaxBytes, DefaultMaxWriteBytes)
-	w.cfg.MaxMessageBytes = orDefault(w.cfg.MaxMessageBytes, lineproto.DefaultMaxMessageBytes)
+	w.cfg.SubjectPrefix = cmp.Or(w.cfg.SubjectPrefix, "telemetry")
+	w.cfg.MaxBytes = cmp.Or(w.cfg.MaxBytes, DefaultMaxWriteBytes)
+	w.cfg.MaxMessageBytes = cmp.Or(w.cfg.MaxMessageBytes, lineproto.DefaultMaxMessageBytes)
+	w.cfg.Window.Retention = cmp.Or(w.cfg.Window.Retention, buckets.DefaultRetention)
+	w.cfg.Window.MaxFutureSkew = cmp.Or(w.cfg.Window.MaxFutureSkew, buckets.DefaultMaxFutureSkew)
 	if len(w.cfg.DeviceTags) == 0 {
 		w.cfg.DeviceTags = []string{"device", "host"}
 	}
@@ -134,7 +139,7 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 		DeviceTags:      w.cfg.DeviceTags,
 		Precision:       precision,
 		Now:             w.now(),
-		Window:          w.window,
+		Window:          w.cfg.Window,
 		MaxMessageBytes: w.cfg.MaxMessageBytes,
 	})
 	ctx, cancel := context.WithTimeout(req.Context(), writeTimeout)

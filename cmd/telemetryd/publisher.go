@@ -87,6 +87,7 @@ func (m *Main) withWrites(acfg *api.Config) error {
 		SubjectPrefix: m.cfg.SubjectPrefix,
 		DeviceTags:    tags,
 		MaxBytes:      m.cfg.MaxWriteBytes,
+		Window:        m.window(),
 	}
 	// Leave room for headers within the server's max payload (unknown,
 	// so the 1 MiB default, until the first connect).
