@@ -194,3 +194,19 @@ func TestMosquittoPub(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Equal(t, map[string]any{"temp": 21.5, "door": "open"}, r.Values)
 }
+
+// TestMQTTOtherTopicsStoreNothing: a publish outside <prefix>/<device>
+// is not stored; with QoS 1 nothing can persist it, so it is never
+// acknowledged and the connection is closed.
+func TestMQTTOtherTopicsStoreNothing(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	c := newMQTTClient(t, s, "stray")
+	tok := c.Publish("elsewhere/dev-1", 1, false, `{"temp":1}`)
+	require.True(t, tok.WaitTimeout(15*time.Second), "no answer at all")
+	assert.Error(t, tok.Error(), "a QoS 1 publish nothing stores must not be acknowledged")
+	assert.False(t, c.IsConnectionOpen())
+	var l apiList
+	code, body := s.get(t, "/v1/devices/dev-1/readings/latest", &l)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Empty(t, l.Readings)
+}
