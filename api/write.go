@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest/lineproto"
 )
@@ -30,8 +31,8 @@ type Publisher interface {
 // Defaults of WriteConfig.
 const (
 	DefaultMaxWriteBytes = 16 << 20
-	// writeTimeout bounds the publishing of one write request.
-	writeTimeout = 30 * time.Second
+	// publishTimeout bounds the publishing of one write request.
+	publishTimeout = 30 * time.Second
 	// maxNamedLines is how many rejected lines a 400 names.
 	maxNamedLines = 3
 )
@@ -141,8 +142,9 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 		Now:             w.now(),
 		Window:          w.cfg.Window,
 		MaxMessageBytes: w.cfg.MaxMessageBytes,
+		Allow:           func(dev string) bool { return auth.Visible(req.Context(), dev) },
 	})
-	ctx, cancel := context.WithTimeout(req.Context(), writeTimeout)
+	ctx, cancel := context.WithTimeout(req.Context(), publishTimeout)
 	defer cancel()
 	msgs := append(res.Messages, res.DeadLetters...)
 	if err := w.cfg.Publisher.Publish(ctx, msgs); err != nil {
@@ -150,9 +152,23 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 			"not every line was stored (%s); retry the request: lines already stored are not stored twice", err.Error())
 	}
 	if len(res.Rejected) > 0 {
+		if res.Readings == 0 && allDenied(res.Rejected) {
+			return influxErr(http.StatusForbidden, "forbidden", "%s", partialWrite(res))
+		}
 		return influxErr(http.StatusBadRequest, "invalid", "%s", partialWrite(res))
 	}
 	return nil
+}
+
+// allDenied reports whether every rejection is a device the token may
+// not write.
+func allDenied(les []lineproto.LineError) bool {
+	for _, le := range les {
+		if le.Err.Code != lineproto.CodeDeviceNotAllowed {
+			return false
+		}
+	}
+	return true
 }
 
 // partialWrite is "partial write: X of Y lines rejected; line N: ...".

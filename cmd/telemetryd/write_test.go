@@ -376,3 +376,40 @@ func TestDeadLetterHeadersMatchTheIngester(t *testing.T) {
 	assert.Equal(t, ingest.HeaderErrorCode, lineproto.HeaderErrorCode)
 	assert.Equal(t, ingest.HeaderError, lineproto.HeaderError)
 }
+
+// TestLineProtocolWriteAuth: with an auth file a write needs a token
+// with scope write (Token, Bearer or Basic); a token limited to some
+// devices writes only their lines.
+func TestLineProtocolWriteAuth(t *testing.T) {
+	f := newAuthFixture(t, nil, "writer:write", "simwriter:write:sim-*", "reader:read")
+	cfg := newTestConfig(t)
+	cfg.Security.AuthFile = f.path
+	m := openTestService(t, cfg)
+	s := &testService{Main: m, cfg: cfg, base: "http://" + m.HTTPAddr()}
+	at := testEpoch.Add(-time.Minute).UnixNano()
+	body := []byte(fmt.Sprintf("m,device=sim-1 v=1 %d\nm,device=other v=2 %d\n", at, at))
+
+	code, resp := s.post(t, "/api/v2/write", body, nil)
+	assert.Equal(t, http.StatusUnauthorized, code, resp)
+	code, resp = s.post(t, "/api/v2/write", body, map[string]string{"Authorization": "Token " + f.tokens["reader"]})
+	assert.Equal(t, http.StatusForbidden, code, resp)
+
+	code, resp = s.post(t, "/api/v2/write", body, map[string]string{"Authorization": "Token " + f.tokens["simwriter"]})
+	require.Equal(t, http.StatusBadRequest, code, resp)
+	_, msg := influxBody(t, resp)
+	assert.Contains(t, msg, "partial write: 1 of 2 lines rejected; line 2: ")
+	assert.Contains(t, msg, "device_not_allowed")
+	code, resp = s.post(t, "/write", body[len(body)/2:], map[string]string{"Authorization": "Token " + f.tokens["simwriter"]})
+	assert.Equal(t, http.StatusForbidden, code, resp)
+
+	req, err := http.NewRequest(http.MethodPost, s.base+"/write?db=x", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.SetBasicAuth("telegraf", f.tokens["writer"])
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusNoContent, res.StatusCode)
+	require.Eventually(t, func() bool {
+		return latestCount(t, s.base, "other", f.tokens["reader"]) == 1 && latestCount(t, s.base, "sim-1", f.tokens["reader"]) == 1
+	}, 20*time.Second, 20*time.Millisecond)
+}

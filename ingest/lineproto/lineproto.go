@@ -42,6 +42,11 @@ import (
 // time.
 const CodeConflictingLines buckets.Code = "conflicting_lines"
 
+// CodeDeviceNotAllowed rejects a line whose device the writer may not
+// write (Options.Allow). Such a line gets no dead letter: it is a
+// refused request, not bad device data.
+const CodeDeviceNotAllowed buckets.Code = "device_not_allowed"
+
 // Headers of dead letters; the same names the ingester uses.
 const (
 	HeaderErrorCode = "Telemetry-Error-Code"
@@ -71,6 +76,9 @@ type Options struct {
 	Now time.Time
 	// Window is the accepted time window, as the ingester applies it.
 	Window buckets.Window
+	// Allow, when set, says whether the writer may write for a device;
+	// the lines of other devices are rejected (CodeDeviceNotAllowed).
+	Allow func(device string) bool
 	// MaxMessageBytes bounds one published payload; a device's readings
 	// are split over several messages beyond it (or beyond
 	// buckets.MaxBatch readings). Default DefaultMaxMessageBytes.
@@ -191,6 +199,9 @@ func Map(body []byte, opts Options) Result {
 func (m *mapper) reject(l rawLine, dev string, ve *buckets.ValidationError) {
 	le := LineError{Line: l.number, Err: ve}
 	m.res.Rejected = append(m.res.Rejected, le)
+	if ve.Code == CodeDeviceNotAllowed {
+		return
+	}
 	if buckets.DeviceID(dev).Validate() != nil {
 		dev = invalidDeviceToken
 	}
@@ -269,6 +280,9 @@ func (m *mapper) line(text []byte) (dev string, _ *buckets.ValidationError) {
 		ve := err.(*buckets.ValidationError)
 		ve.Field = "tag " + m.opts.DeviceTags[devTag]
 		return dev, ve
+	}
+	if m.opts.Allow != nil && !m.opts.Allow(dev) {
+		return dev, invalid(CodeDeviceNotAllowed, "tag "+m.opts.DeviceTags[devTag], "the token may not write for device %q", dev)
 	}
 	for _, t := range tags {
 		m.fields = append(m.fields, buckets.Field{Name: measurement + "." + t.Name, Value: t.Value})
