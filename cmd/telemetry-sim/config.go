@@ -33,6 +33,13 @@ type config struct {
 	Seed          int64         // 0 = pick one from the clock
 	Progress      time.Duration // 0 = no progress lines
 	LogFormat     string        // text or json
+	Protocol      string        // nats, mqtt or line
+	MQTTURL       string        // MQTT broker (the service's -mqtt-listen)
+	MQTTQoS       int           // 0 or 1
+	MQTTClients   int           // MQTT connections sharing the devices
+	HTTPURL       string        // base URL of the service for -protocol line
+	LineWriters   int           // concurrent line protocol requests
+	Token         string        // write token for -protocol line (with an auth file)
 }
 
 // maxDevices bounds -devices so the fleet fits in memory comfortably.
@@ -56,6 +63,12 @@ func defaultConfig() config {
 		SeqStart:      1,
 		Progress:      time.Second,
 		LogFormat:     "text",
+		Protocol:      "nats",
+		MQTTURL:       "tcp://127.0.0.1:1883",
+		MQTTQoS:       1,
+		MQTTClients:   4,
+		HTTPURL:       "http://127.0.0.1:8080",
+		LineWriters:   2,
 	}
 }
 
@@ -79,6 +92,13 @@ func (c *config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "random seed for the signals (0 = from the clock; the seed used is logged)")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "progress line interval (0 = off)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
+	fs.StringVar(&c.Protocol, "protocol", c.Protocol, "nats (JetStream publish acks), mqtt (topic <prefix>/<device>) or line (InfluxDB line protocol over HTTP, one request per message)")
+	fs.StringVar(&c.MQTTURL, "mqtt-url", c.MQTTURL, "MQTT broker for -protocol mqtt")
+	fs.IntVar(&c.MQTTQoS, "mqtt-qos", c.MQTTQoS, "MQTT QoS 0 or 1 (1: a message counts as acked on its PUBACK)")
+	fs.IntVar(&c.MQTTClients, "mqtt-clients", c.MQTTClients, "MQTT connections; each device always uses the same one")
+	fs.StringVar(&c.HTTPURL, "http-url", c.HTTPURL, "service base URL for -protocol line (POST /api/v2/write)")
+	fs.IntVar(&c.LineWriters, "line-writers", c.LineWriters, "concurrent line protocol requests")
+	fs.StringVar(&c.Token, "token", c.Token, "write token sent as \"Authorization: Token ...\" with -protocol line")
 }
 
 // parse fills c from args, then from the environment for every flag
@@ -143,6 +163,10 @@ func (c *config) validate() error {
 	check(c.TSFormat == "rfc3339" || c.TSFormat == "epoch-ms", "-ts-format %q must be rfc3339 or epoch-ms", c.TSFormat)
 	check(c.Values >= 1 && c.Values <= buckets.MaxValues, "-values %d must be 1..%d", c.Values, buckets.MaxValues)
 	check(c.MaxPending >= 1, "-max-pending %d must be at least 1", c.MaxPending)
+	check(c.Protocol == "nats" || c.Protocol == "mqtt" || c.Protocol == "line", "-protocol %q must be nats, mqtt or line", c.Protocol)
+	check(c.MQTTQoS == 0 || c.MQTTQoS == 1, "-mqtt-qos %d must be 0 or 1", c.MQTTQoS)
+	check(c.MQTTClients >= 1, "-mqtt-clients %d must be at least 1", c.MQTTClients)
+	check(c.LineWriters >= 1, "-line-writers %d must be at least 1", c.LineWriters)
 	check(c.SeqStart >= 1, "-seq-start must be at least 1")
 	check(c.Progress >= 0, "-progress %s must not be negative", c.Progress)
 	check(c.LogFormat == "text" || c.LogFormat == "json", "-log-format %q must be text or json", c.LogFormat)

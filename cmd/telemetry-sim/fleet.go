@@ -39,6 +39,7 @@ type fleet struct {
 	devices []*device
 	names   []string
 	pf      payloadFormat
+	line    bool  // encode line protocol (-protocol line)
 	stepUS  int64 // smallest step between two readings of one device
 	now     func() time.Time
 	next    int       // index of the device that sends next
@@ -52,6 +53,7 @@ func newFleet(cfg config, seed uint64, now func() time.Time) *fleet {
 		devices: make([]*device, cfg.Devices),
 		names:   valueNames(cfg.Values),
 		pf:      cfg.payloadFormat(),
+		line:    cfg.Protocol == "line",
 		stepUS:  1,
 		now:     now,
 	}
@@ -102,7 +104,7 @@ func (f *fleet) nextMessage(n int, buf []byte) message {
 		subject:  d.subject,
 		msgID:    string(d.id) + "-" + strconv.FormatUint(d.seq, 10),
 		readings: n,
-		data:     appendPayload(buf[:0], f.pf, f.names, rs),
+		data:     f.encode(buf[:0], string(d.id), rs),
 	}
 	d.seq++
 	return m

@@ -85,33 +85,48 @@ func run(ctx context.Context, cfg config, deps runDeps) (summary, error) {
 	if seed == 0 {
 		seed = uint64(deps.Now().UnixNano())
 	}
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("telemetry-sim"), nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "error", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }))
-	if err != nil {
-		return summary{}, fmt.Errorf("connect to %s: %w", cfg.NATSURL, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
-		jetstream.WithPublishAsyncTimeout(ackTimeout))
-	if err != nil {
-		return summary{}, fmt.Errorf("jetstream: %w", err)
+	var js asyncPublisher
+	var url string
+	switch cfg.Protocol {
+	case "mqtt":
+		t, err := newMQTTTransport(cfg)
+		if err != nil {
+			return summary{}, err
+		}
+		defer t.close()
+		js, url = t, cfg.MQTTURL
+	case "line":
+		js, url = newLineTransport(cfg), cfg.HTTPURL
+	default:
+		nc, err := nats.Connect(cfg.NATSURL, nats.Name("telemetry-sim"), nats.MaxReconnects(-1),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					log.Warn("nats disconnected", "error", err)
+				}
+			}),
+			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }))
+		if err != nil {
+			return summary{}, fmt.Errorf("connect to %s: %w", cfg.NATSURL, err)
+		}
+		defer nc.Close()
+		jsc, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending),
+			jetstream.WithPublishAsyncTimeout(ackTimeout))
+		if err != nil {
+			return summary{}, fmt.Errorf("jetstream: %w", err)
+		}
+		js, url = jsc, nc.ConnectedUrlRedacted()
 	}
 	var tracer trace.Tracer
 	if cfg.Trace {
 		tracer = deps.TracerProvider.Tracer(tracerName)
 	}
 	pub := newPublisher(js, cfg.MaxPending, tracer, []attribute.KeyValue{
-		attribute.String("messaging.system", "nats"),
+		attribute.String("messaging.system", cfg.Protocol),
 		attribute.String("messaging.operation.type", "send"),
 	}, log)
 	fl := newFleet(cfg, seed, deps.Now)
 
-	log.Info("simulating", "url", nc.ConnectedUrlRedacted(), "devices", cfg.Devices,
+	log.Info("simulating", "protocol", cfg.Protocol, "url", url, "devices", cfg.Devices,
 		"first", fl.devices[0].subject, "rate", cfg.Rate, "batch", cfg.Batch, "count", cfg.Count,
 		"duration", cfg.Duration, "format", cfg.Format, "ts_format", cfg.TSFormat, "values", cfg.Values,
 		"max_pending", cfg.MaxPending, "msg_id", cfg.MsgID, "trace", cfg.Trace, "seed", seed)
