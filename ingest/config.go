@@ -32,9 +32,15 @@ type Config struct {
 	// StreamMaxAge bounds how long Stream keeps messages (acked or not),
 	// so the raw stream cannot fill the disk. Default 7 days.
 	StreamMaxAge time.Duration
+	// StreamMaxBytes bounds the disk space of Stream; past it the
+	// oldest messages are removed (acked or not). Default 4 GiB.
+	StreamMaxBytes int64
 	// RejectedStream captures the dead letters rejected.<prefix>.* and
 	// keeps them RejectedMaxAge. Default "TELEMETRY_REJECTED".
 	RejectedStream string
+	// RejectedMaxBytes bounds the disk space of RejectedStream; past it
+	// the oldest dead letters are removed. Default 1 GiB.
+	RejectedMaxBytes int64
 	// Consumer is the durable pull consumer on Stream. Default "ingest".
 	Consumer string
 	// Window is the accepted time window (retention and max future
@@ -66,6 +72,10 @@ type Config struct {
 	// Default 10000 (twice the default batch).
 	MaxAckPending int
 
+	// PullMaxBytes bounds the bytes of messages pulled from the server
+	// and not yet handed to the batch loop; it is raised to twice the
+	// server's max payload when smaller. Default 32 MiB.
+	PullMaxBytes int
 	// Positions, when set, keeps the stream sequence settled up to
 	// (see replay.go), so that a consumer created anew starts after it
 	// instead of replaying the whole stream. Nil: a new consumer
@@ -98,6 +108,9 @@ func DefaultConfig() Config {
 		SubjectPrefix:    "telemetry",
 		Stream:           "TELEMETRY",
 		StreamMaxAge:     7 * 24 * time.Hour,
+		StreamMaxBytes:   4 << 30,
+		RejectedMaxBytes: 1 << 30,
+		PullMaxBytes:     32 << 20,
 		RejectedStream:   "TELEMETRY_REJECTED",
 		Consumer:         "ingest",
 		Window:           buckets.DefaultWindow,
@@ -119,6 +132,9 @@ func (c Config) withDefaults() Config {
 	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, d.SubjectPrefix)
 	c.Stream = cmp.Or(c.Stream, d.Stream)
 	c.StreamMaxAge = cmp.Or(c.StreamMaxAge, d.StreamMaxAge)
+	c.StreamMaxBytes = cmp.Or(c.StreamMaxBytes, d.StreamMaxBytes)
+	c.RejectedMaxBytes = cmp.Or(c.RejectedMaxBytes, d.RejectedMaxBytes)
+	c.PullMaxBytes = cmp.Or(c.PullMaxBytes, d.PullMaxBytes)
 	c.RejectedStream = cmp.Or(c.RejectedStream, d.RejectedStream)
 	c.Consumer = cmp.Or(c.Consumer, d.Consumer)
 	c.Window.Retention = cmp.Or(c.Window.Retention, d.Window.Retention)
@@ -160,6 +176,8 @@ func (c Config) validate() error {
 		return errors.New("window durations must be positive")
 	case c.MaxBatchReadings < 0, c.MaxBatchWait < 0, c.AckWait < 0, c.StreamMaxAge < 0:
 		return errors.New("batch size, batch wait, ack wait and stream max age must be positive")
+	case c.StreamMaxBytes < 0, c.RejectedMaxBytes < 0, c.PullMaxBytes < 0:
+		return errors.New("stream max bytes, rejected stream max bytes and pull max bytes must be positive")
 	case c.MaxDeliver < 1:
 		return fmt.Errorf("max deliver %d: must be at least 1", c.MaxDeliver)
 	case len(c.BackOff) > c.MaxDeliver:

@@ -26,9 +26,6 @@ const (
 	// idle heartbeats every half of it, so a dead consumer is noticed
 	// within about pullExpiry.
 	pullExpiry = 10 * time.Second
-	// pullMaxBytes bounds the raw messages buffered in the client (at
-	// least two of the largest the server accepts).
-	pullMaxBytes = 32 << 20
 	// stopTimeout bounds the wait for a stopped consume to finish its
 	// last callback.
 	stopTimeout = 5 * time.Second
@@ -56,6 +53,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		Subjects:    append([]string{subjects}, in.cfg.ExtraSubjects...),
 		Storage:     jetstream.FileStorage,
 		MaxAge:      in.cfg.StreamMaxAge,
+		MaxBytes:    in.cfg.StreamMaxBytes,
 	})
 	if err != nil {
 		return nil, err
@@ -66,6 +64,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		Subjects:    []string{rejectedPrefix(in.cfg.SubjectPrefix) + ".*"},
 		Storage:     jetstream.FileStorage,
 		MaxAge:      RejectedMaxAge,
+		MaxBytes:    in.cfg.RejectedMaxBytes,
 	}); err != nil {
 		return nil, err
 	}
@@ -98,8 +97,8 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 
 // ensureStream creates the stream from want when it is missing. An
 // existing stream keeps the settings an operator gave it (replicas,
-// placement, limits); only what the ingester relies on is updated: its
-// subjects are added and MaxAge set.
+// placement, other limits); only what the ingester relies on is
+// updated: its subjects are added and MaxAge and MaxBytes set.
 func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfig) (jetstream.Stream, error) {
 	st, err := in.js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -116,7 +115,7 @@ func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfi
 	if cfg.Storage != want.Storage {
 		in.log.Warn("stream does not use file storage; keeping it", "stream", want.Name, "storage", cfg.Storage.String())
 	}
-	changed := cfg.MaxAge != want.MaxAge
+	changed := cfg.MaxAge != want.MaxAge || cfg.MaxBytes != want.MaxBytes
 	for _, subj := range want.Subjects {
 		if !slices.Contains(cfg.Subjects, subj) {
 			cfg.Subjects = append(cfg.Subjects, subj)
@@ -126,7 +125,7 @@ func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfi
 	if !changed {
 		return st, nil
 	}
-	cfg.MaxAge = want.MaxAge
+	cfg.MaxAge, cfg.MaxBytes = want.MaxAge, want.MaxBytes
 	st, err = in.js.UpdateStream(ctx, cfg)
 	return st, wrapStreamErr(want.Name, "update", err)
 }
@@ -245,7 +244,7 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 		}
 		started := time.Now()
 		cc, err := cons.Consume(handle,
-			jetstream.PullMaxBytes(max(pullMaxBytes, 2*int(in.nc.MaxPayload()))),
+			jetstream.PullMaxBytes(max(in.cfg.PullMaxBytes, 2*int(in.nc.MaxPayload()))),
 			jetstream.PullExpiry(pullExpiry),
 			jetstream.ConsumeErrHandler(in.onConsumeError))
 		if err != nil {

@@ -63,12 +63,14 @@ func TestRunCreatesStreamsAndConsumer(t *testing.T) {
 	assert.Equal(t, []string{"telemetry.*"}, st.CachedInfo().Config.Subjects)
 	assert.Equal(t, jetstream.FileStorage, st.CachedInfo().Config.Storage)
 	assert.Equal(t, 7*24*time.Hour, st.CachedInfo().Config.MaxAge)
+	assert.Equal(t, int64(4<<30), st.CachedInfo().Config.MaxBytes)
 
 	rej, err := e.js.Stream(ctx, "TELEMETRY_REJECTED")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"rejected.telemetry.*"}, rej.CachedInfo().Config.Subjects)
 	assert.Equal(t, jetstream.FileStorage, rej.CachedInfo().Config.Storage)
 	assert.Equal(t, 7*24*time.Hour, rej.CachedInfo().Config.MaxAge)
+	assert.Equal(t, int64(1<<30), rej.CachedInfo().Config.MaxBytes)
 
 	cc := e.consumerInfo().Config
 	assert.Equal(t, "ingest", cc.Durable)

@@ -41,6 +41,10 @@ type Config struct {
 	MQTTListen        string // embedded server's MQTT listener; empty: off
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
+	MemoryLimit       int64  // the whole process's memory budget (budget.go)
+	StreamMaxAge      time.Duration
+	StreamMaxBytes    int64
+	RejectedMaxBytes  int64
 	Security          SecurityConfig
 }
 
@@ -49,11 +53,12 @@ type Config struct {
 // owns it, so a flag's default and the library's agree.
 func DefaultConfig() Config {
 	sopts := store.DefaultOptions()
+	icfg := ingest.DefaultConfig()
 	return Config{
 		DataDir:           "./data",
 		HTTPAddr:          api.DefaultAddr,
 		NATSListen:        "127.0.0.1:4222",
-		SubjectPrefix:     ingest.DefaultConfig().SubjectPrefix,
+		SubjectPrefix:     icfg.SubjectPrefix,
 		Retention:         buckets.DefaultRetention,
 		RetentionInterval: retention.DefaultInterval,
 		MaxFutureSkew:     buckets.DefaultMaxFutureSkew,
@@ -65,6 +70,10 @@ func DefaultConfig() Config {
 		MQTTListen:        "127.0.0.1:1883",
 		LineDeviceTags:    "device,host",
 		MaxWriteBytes:     16 << 20,
+		MemoryLimit:       defaultMemoryLimit,
+		StreamMaxAge:      icfg.StreamMaxAge,
+		StreamMaxBytes:    icfg.StreamMaxBytes,
+		RejectedMaxBytes:  icfg.RejectedMaxBytes,
 		Security:          defaultSecurity(),
 	}
 }
@@ -91,6 +100,10 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0 and 1 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
 	fs.Int64Var(&c.MaxWriteBytes, "max-write-bytes", c.MaxWriteBytes, "largest line protocol write body in bytes, before and after gunzip (past it: 413)")
+	fs.Var(byteSize{&c.MemoryLimit}, "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
+	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the TELEMETRY stream keeps messages at most this long (the replay buffer)")
+	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; past it the oldest messages are removed")
+	fs.Var(byteSize{&c.RejectedMaxBytes}, "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
 	c.Security.bind(fs)
 }
 
@@ -131,6 +144,16 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxWriteBytes < 1 {
 		errs = append(errs, fmt.Errorf("-max-write-bytes %d must be positive", c.MaxWriteBytes))
+	}
+	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.StreamMaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("-stream-max-age %s must be positive", c.StreamMaxAge))
+	}
+	if c.StreamMaxBytes < 1<<20 || c.RejectedMaxBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("-stream-max-bytes %s and -rejected-max-bytes %s must be at least 1MiB",
+			formatBytes(c.StreamMaxBytes), formatBytes(c.RejectedMaxBytes)))
 	}
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))

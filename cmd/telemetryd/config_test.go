@@ -66,6 +66,11 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		"negative max bytes":   {args: []string{"-retention-max-bytes", "-5"}, want: "-retention-max-bytes"},
 		"stray argument":       {args: []string{"serve"}, want: "unexpected arguments"},
 		"negative future skew": {args: []string{"-max-future-skew", "-1s"}, want: "-max-future-skew"},
+		"memory limit unit":    {args: []string{"-memory-limit", "lots"}, want: "-memory-limit"},
+		"memory limit small":   {args: []string{"-memory-limit", "255MiB"}, want: "-memory-limit 255 MiB is below the minimum 256 MiB"},
+		"stream max bytes":     {args: []string{"-stream-max-bytes", "1KiB"}, want: "-stream-max-bytes"},
+		"rejected max bytes":   {env: map[string]string{"TELEMETRY_REJECTED_MAX_BYTES": "12QB"}, want: "TELEMETRY_REJECTED_MAX_BYTES"},
+		"stream max age":       {args: []string{"-stream-max-age", "0s"}, want: "-stream-max-age"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -88,6 +93,9 @@ func TestConfigDefaultsAgreeWithLibraries(t *testing.T) {
 	assert.Equal(t, icfg.Window, buckets.Window{Retention: c.Retention, MaxFutureSkew: c.MaxFutureSkew})
 	assert.Equal(t, retention.DefaultInterval, c.RetentionInterval)
 	assert.Equal(t, api.DefaultAddr, c.HTTPAddr)
+	assert.Equal(t, icfg.StreamMaxAge, c.StreamMaxAge)
+	assert.Equal(t, icfg.StreamMaxBytes, c.StreamMaxBytes)
+	assert.Equal(t, icfg.RejectedMaxBytes, c.RejectedMaxBytes)
 
 	for _, prefix := range []string{"telemetry", "site1.telemetry", "a.b.c", "a..b", "*", "a.>", "a b", ""} {
 		c := DefaultConfig()

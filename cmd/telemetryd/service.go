@@ -40,6 +40,7 @@ type Main struct {
 	ret    *retention.Worker
 	pprof  *http.Server
 	sec    *security
+	budget memoryBudget
 
 	mqttPort        int // embedded MQTT listener's port; 0 when off
 	cancelMQTT      context.CancelFunc
@@ -67,7 +68,15 @@ func (m *Main) Open(ctx context.Context) error {
 	m.tel = tel
 	tel.install()
 
+	if m.budget, err = planMemory(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables); err != nil {
+		return err
+	}
+	m.budget.apply()
+	m.budget.log(m.log)
+
 	sopts := store.DefaultOptions()
+	sopts.MemTableSize, sopts.BlockCacheSize = m.budget.MemTable, m.budget.BlockCache
+	sopts.IndexCacheSize = m.budget.IndexCache
 	sopts.SyncWrites = m.cfg.SyncWrites
 	sopts.HotDays = m.cfg.HotDays
 	sopts.MaxOpenTables = m.cfg.MaxOpenTables
@@ -104,7 +113,8 @@ func (m *Main) Open(ctx context.Context) error {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log, m.sec.configureNATS)
+		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log, m.sec.configureNATS,
+			func(o *server.Options) *natsLogger { o.JetStreamMaxMemory = m.budget.JetStream; return nil })
 		if err != nil {
 			return err
 		}
@@ -146,6 +156,9 @@ func (m *Main) startIngest() error {
 		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)}
 	}
 	icfg.Positions, icfg.Tombstones = m.store, m.store
+	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
+	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
+	icfg.PullMaxBytes = int(m.budget.PullBytes)
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)

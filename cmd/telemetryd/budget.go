@@ -1,0 +1,154 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/dustin/go-humanize"
+)
+
+// defaultMemoryLimit is the default of -memory-limit: the memory limit
+// of the shipped Kubernetes manifest.
+const defaultMemoryLimit = 1 << 30
+
+// minMemoryLimit is the smallest -memory-limit accepted: below it the
+// fixed costs (the runtime, the binary, the device index, the largest
+// message the server accepts twice over) leave nothing to divide.
+const minMemoryLimit = 256 << 20
+
+// Shares of -memory-limit, in percent. What is left (46%) covers what
+// is not sized by a knob: Badger compactions and the device index, cold
+// day tables (-max-open-tables of them, about 2.4 MiB each), the
+// embedded NATS server's file store caches, the HTTP server, stacks and
+// the binary itself, and the garbage the Go runtime lets pile up
+// between collections.
+const (
+	shareMemtables  = 25 // hot tables' memtables and their write-ahead log pages
+	shareBlockCache = 4  // hot tables' Badger block caches
+	shareIndexCache = 4  // SSTable indexes and bloom filters of every open table
+	shareJetStream  = 5  // embedded JetStream memory-storage limit
+	shareConsumer   = 6  // messages pulled but not yet settled
+	shareQueries    = 10 // query responses in flight
+	// goSoftLimitShare is the Go runtime's soft limit: memory the
+	// runtime does not see (memtable write-ahead logs and SSTables
+	// mapped from disk, thread stacks, the binary) takes the rest.
+	goSoftLimitShare = 75
+)
+
+// Floors that keep each part working at the smallest limit.
+const (
+	minMemTable     = 4 << 20  // Badger's transactions are a fraction of a memtable
+	minBlockCache   = 1 << 20  // Badger needs a block cache when compression is on
+	minIndexCache   = 1 << 20  //
+	minPullBytes    = 16 << 20 // twice the largest message the embedded server accepts (8 MiB)
+	minQueryBudget  = 8 << 20  // a few full pages of 10,000 readings
+	minJetStreamMem = 16 << 20 //
+)
+
+// memoryBudget is how -memory-limit is divided. Create it with
+// planMemory.
+type memoryBudget struct {
+	Limit       int64 // -memory-limit
+	GoSoftLimit int64 // debug.SetMemoryLimit
+	HotTables   int   // -hot-days
+	OpenTables  int   // hot tables plus -max-open-tables cold ones
+	MemTable    int64 // each memtable of a hot table (two per table)
+	BlockCache  int64 // block cache of each hot table
+	IndexCache  int64 // index cache of each open table
+	JetStream   int64 // embedded JetStream max memory
+	PullBytes   int64 // bytes of messages pulled at most (half the consumer share)
+	Consumer    int64 // the consumer share: pulled messages plus decoded readings
+	Queries     int64 // response bytes in flight
+}
+
+// planMemory divides limit among the parts of the service, for hotDays
+// hot tables and maxOpen cold ones.
+func planMemory(limit int64, hotDays, maxOpen int) (memoryBudget, error) {
+	if limit < minMemoryLimit {
+		return memoryBudget{}, fmt.Errorf("-memory-limit %s is below the minimum %s",
+			humanize.IBytes(uint64(max(limit, 0))), humanize.IBytes(minMemoryLimit))
+	}
+	share := func(pct int64) int64 { return limit * pct / 100 }
+	b := memoryBudget{
+		Limit:       limit,
+		GoSoftLimit: share(goSoftLimitShare),
+		HotTables:   hotDays,
+		OpenTables:  hotDays + maxOpen,
+		Consumer:    share(shareConsumer),
+	}
+	// Two memtables per hot table, each also written to a memory-mapped
+	// write-ahead log whose pages count as much again.
+	b.MemTable = max(share(shareMemtables)/int64(4*hotDays), minMemTable)
+	b.BlockCache = max(share(shareBlockCache)/int64(hotDays), minBlockCache)
+	b.IndexCache = max(share(shareIndexCache)/int64(b.OpenTables), minIndexCache)
+	b.JetStream = max(share(shareJetStream), minJetStreamMem)
+	b.PullBytes = max(b.Consumer/2, minPullBytes)
+	b.Queries = max(share(shareQueries), minQueryBudget)
+	return b, nil
+}
+
+// apply sets the Go runtime's soft memory limit.
+func (b memoryBudget) apply() {
+	debug.SetMemoryLimit(b.GoSoftLimit)
+}
+
+// log writes the division as a table, one record per row.
+func (b memoryBudget) log(l *slog.Logger) {
+	ib := func(n int64) string { return humanize.IBytes(uint64(n)) }
+	rows := []struct {
+		part  string
+		total int64
+		how   string
+	}{
+		{"go runtime soft limit", b.GoSoftLimit, "debug.SetMemoryLimit; the rest is memory the runtime does not see"},
+		{"hot table memtables", int64(4*b.HotTables) * b.MemTable,
+			fmt.Sprintf("%d hot tables x 2 memtables x %s, plus their write-ahead log pages", b.HotTables, ib(b.MemTable))},
+		{"block caches", int64(b.HotTables) * b.BlockCache, fmt.Sprintf("%d hot tables x %s", b.HotTables, ib(b.BlockCache))},
+		{"index caches", int64(b.OpenTables) * b.IndexCache, fmt.Sprintf("up to %d open tables x %s", b.OpenTables, ib(b.IndexCache))},
+		{"embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
+		{"consumer buffers", b.Consumer, fmt.Sprintf("pulls of at most %s plus decoded readings", ib(b.PullBytes))},
+		{"query responses", b.Queries, "response bytes in flight; past it 503 with Retry-After"},
+	}
+	l.Info("memory budget", "memory_limit", ib(b.Limit))
+	for _, r := range rows {
+		l.Info("memory budget", "part", r.part, "bytes", ib(r.total), "detail", r.how)
+	}
+}
+
+// byteSize is a flag.Value of a byte count written as 512MiB, 2GiB,
+// 1GB or a plain number of bytes.
+type byteSize struct{ n *int64 }
+
+func (s byteSize) String() string {
+	if s.n == nil {
+		return "0"
+	}
+	return formatBytes(*s.n)
+}
+
+// formatBytes writes n in the largest binary unit that divides it
+// (1GiB, 512MiB, 1000 bytes as 1000), the form -memory-limit accepts.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n != 0 && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%d", n)
+}
+
+func (s byteSize) Set(v string) error {
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return fmt.Errorf("want a size such as 512MiB, 2GiB or a number of bytes: %w", err)
+	}
+	if n > 1<<62 {
+		return fmt.Errorf("size %s is too large", v)
+	}
+	*s.n = int64(n)
+	return nil
+}

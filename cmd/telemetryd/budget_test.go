@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets/bucketstest"
+)
+
+func TestMemoryLimitFlag(t *testing.T) {
+	for in, want := range map[string]int64{
+		"512MiB": 512 << 20, "2GiB": 2 << 30, "1GB": 1e9, "1073741824": 1 << 30, "1.5GiB": 3 << 29,
+	} {
+		c := DefaultConfig()
+		require.NoError(t, c.parseFlags("telemetryd", []string{"-memory-limit", in}, envMap(nil), &bytes.Buffer{}), in)
+		assert.Equal(t, want, c.MemoryLimit, in)
+	}
+	c := DefaultConfig()
+	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(map[string]string{"TELEMETRY_MEMORY_LIMIT": "768MiB"}), &bytes.Buffer{}))
+	assert.Equal(t, int64(768<<20), c.MemoryLimit)
+	assert.Equal(t, int64(1<<30), DefaultConfig().MemoryLimit)
+	assert.Equal(t, "1GiB", formatBytes(1<<30))
+	assert.Equal(t, "512MiB", formatBytes(512<<20))
+	assert.Equal(t, "1000", formatBytes(1000))
+}
+
+func TestPlanMemory(t *testing.T) {
+	b, err := planMemory(1<<30, 2, 8)
+	require.NoError(t, err)
+	assert.Equal(t, int64(32<<20), b.MemTable/(1<<20)*(1<<20), "1 GiB keeps 32 MiB memtables")
+	small, err := planMemory(512<<20, 2, 8)
+	require.NoError(t, err)
+	assert.Equal(t, b.MemTable/2, small.MemTable, "half the limit, half the memtables")
+	assert.Less(t, small.Queries, b.Queries)
+	assert.GreaterOrEqual(t, small.PullBytes, int64(minPullBytes), "two of the largest messages always fit")
+
+	// The parts sized by a knob stay within the limit, and the Go
+	// runtime's soft limit is below it.
+	for _, limit := range []int64{256 << 20, 512 << 20, 1 << 30, 4 << 30} {
+		b, err := planMemory(limit, 2, 8)
+		require.NoError(t, err)
+		sized := 4*int64(b.HotTables)*b.MemTable + int64(b.HotTables)*b.BlockCache +
+			int64(b.OpenTables)*b.IndexCache + b.JetStream + b.Consumer + b.Queries
+		assert.Less(t, sized, limit*3/4, "limit %d", limit)
+		assert.Less(t, b.GoSoftLimit, limit)
+	}
+	_, err = planMemory(100<<20, 2, 8)
+	assert.ErrorContains(t, err, "below the minimum")
+}
+
+// The service applies the budget: the runtime's soft limit and a table
+// of what got what in the log.
+func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	cfg := newTestConfig(t)
+	cfg.MemoryLimit = 512 << 20
+	cfg.LogLevel = "info"
+	var logs bucketstest.SyncBuffer
+	m := NewMain(cfg, slog.New(slog.NewTextHandler(&logs, nil)), func(string) string { return "" })
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	require.NoError(t, m.Open(context.Background()))
+	assert.Equal(t, int64(384<<20), debug.SetMemoryLimit(-1))
+	out := logs.String()
+	for _, part := range []string{"hot table memtables", "block caches", "index caches", "embedded jetstream memory",
+		"consumer buffers", "query responses", "go runtime soft limit"} {
+		assert.Contains(t, out, `part="`+part+`"`)
+	}
+	assert.Contains(t, out, "memory_limit=\"512 MiB\"")
+	assert.Contains(t, out, "2 hot tables x 2 memtables x 16 MiB")
+	assert.Equal(t, int64(m.budget.JetStream), m.ns.JetStreamConfig().MaxMemory)
+}
