@@ -38,6 +38,7 @@ func (in *Ingester) batchLoop(ctx context.Context, intakeDone <-chan struct{}) {
 	flush := func() {
 		timer.Stop()
 		if len(b.items) > 0 {
+			in.settled.Add(int64(len(b.items)))
 			in.commit(wctx, b.items, b.readings)
 			in.release(b.readings)
 			b.reset()
@@ -45,6 +46,7 @@ func (in *Ingester) batchLoop(ctx context.Context, intakeDone <-chan struct{}) {
 	}
 	add := func(it item) {
 		if it.reject != nil {
+			in.settled.Add(1)
 			in.deadLetter(wctx, it, it.reject)
 			return
 		}

@@ -69,9 +69,13 @@ type Config struct {
 	// MaxDeliver entries. Default 1s, 2s, 5s, 10s, 30s, 60s.
 	BackOff []time.Duration
 	// MaxAckPending bounds the messages delivered but not yet acked.
-	// Default 10000 (twice the default batch).
+	// The consumer's own MaxAckPending starts lower and follows the
+	// commit rate up to this (backpressure.go). Default 10000.
 	MaxAckPending int
 
+	// PaceEvery is how often the consumer's MaxAckPending is paced to
+	// the commit rate (see backpressure.go). Default 1s.
+	PaceEvery time.Duration
 	// PullMaxBytes bounds the bytes of messages pulled from the server
 	// and not yet handed to the batch loop; it is raised to twice the
 	// server's max payload when smaller. Default 32 MiB.
@@ -123,6 +127,7 @@ func DefaultConfig() Config {
 		},
 		MaxAckPending: 10000,
 		PositionEvery: time.Second,
+		PaceEvery:     time.Second,
 	}
 }
 
@@ -145,6 +150,7 @@ func (c Config) withDefaults() Config {
 	c.MaxDeliver = cmp.Or(c.MaxDeliver, d.MaxDeliver)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, d.MaxAckPending)
 	c.PositionEvery = cmp.Or(c.PositionEvery, d.PositionEvery)
+	c.PaceEvery = cmp.Or(c.PaceEvery, d.PaceEvery)
 	if len(c.BackOff) == 0 {
 		c.BackOff = d.BackOff
 	}

@@ -75,7 +75,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		AckWait:        in.cfg.AckWait,
 		MaxDeliver:     in.cfg.MaxDeliver,
 		BackOff:        in.cfg.serverBackOff(),
-		MaxAckPending:  in.cfg.MaxAckPending,
+		MaxAckPending:  int(in.window.Load()), // paced from here on (backpressure.go)
 		FilterSubjects: consumerFilters(st.CachedInfo().Config.Subjects, in.cfg.SubjectPrefix, in.cfg.ExtraSubjects),
 	}
 	if err := in.startPosition(ctx, st, &ccfg); err != nil {
@@ -88,6 +88,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	in.mu.Lock()
 	in.stream = st
 	in.cons = cons
+	in.window.Store(int64(cons.CachedInfo().Config.MaxAckPending))
 	// Dead letter IDs name the stream incarnation, so a stream that was
 	// deleted and created again never reuses the ID of an older message.
 	in.dedupPrefix = in.cfg.Stream + "." + strconv.FormatInt(st.CachedInfo().Created.UnixNano(), 36) + "."

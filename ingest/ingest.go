@@ -81,6 +81,8 @@ type Ingester struct {
 	started  atomic.Bool           // Run was called
 	state    atomic.Pointer[error] // why not ready; nil when consuming
 	syncAcks bool                  // wait for ack confirmations; owned by the batch loop
+	settled  atomic.Int64          // messages settled since the pacer last looked
+	window   atomic.Int64          // the consumer's MaxAckPending (backpressure.go)
 
 	mu          sync.Mutex
 	stream      jetstream.Stream       // cfg.Stream, once set up
@@ -134,6 +136,10 @@ func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
 		broken:   make(chan error, 1),
 		lastErrs: newLastErrors(4096),
 	}
+	in.window.Store(int64(min(minAckPending, cfg.MaxAckPending))) // slow start, see backpressure.go
+	if err := in.observeWindow(mp); err != nil {
+		return nil, fmt.Errorf("ingest: metrics: %w", err)
+	}
 	in.setState(errNotStarted)
 	return in, nil
 }
@@ -165,6 +171,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { in.watchAdvisories(ctx, advisories) })
 	wg.Go(func() { in.savePositions(ctx) })
+	wg.Go(func() { in.pace(ctx) })
 	intakeDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(intakeDone)

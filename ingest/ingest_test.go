@@ -78,7 +78,7 @@ func TestRunCreatesStreamsAndConsumer(t *testing.T) {
 	assert.Equal(t, 4, cc.MaxDeliver)
 	assert.Equal(t, []time.Duration{3 * time.Second, 10 * time.Second}, cc.BackOff, "steps never below AckWait")
 	assert.Equal(t, 3*time.Second, cc.AckWait)
-	assert.Equal(t, 10000, cc.MaxAckPending)
+	assert.Equal(t, minAckPending, cc.MaxAckPending, "slow start; paced up to 10000 by the commit rate")
 
 	require.NoError(t, e.stop())
 	assert.ErrorIs(t, e.in.Ready(), errStopped)

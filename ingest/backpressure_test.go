@@ -1,0 +1,82 @@
+package ingest
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+func TestAckWindow(t *testing.T) {
+	assert.Equal(t, minAckPending, ackWindow(0, 10000), "idle: the floor")
+	assert.Equal(t, minAckPending, ackWindow(100, 10000), "two seconds of commits, at least the floor")
+	assert.Equal(t, 10000, ackWindow(1e6, 10000), "never above the configured maximum")
+	assert.Equal(t, 10, ackWindow(0, 10), "a maximum below the floor wins")
+	assert.Equal(t, 600, ackWindow(300, 10000))
+}
+
+// When commits fall behind, the consumer's window of delivered,
+// unacked messages shrinks to what commits keep up with; when they
+// speed up it grows back to the configured maximum.
+func TestIngestPacesTheConsumerToTheCommitRate(t *testing.T) {
+	var slow atomic.Bool
+	slow.Store(true)
+	e := newTestEnv(t, func(c *Config) {
+		c.PaceEvery = 100 * time.Millisecond
+		c.MaxBatchReadings = 10
+		c.MaxBatchWait = time.Millisecond
+		c.AckWait = 30 * time.Second
+	})
+	e.w.setFail(func([]buckets.Reading) error {
+		if slow.Load() {
+			time.Sleep(50 * time.Millisecond) // 200 messages/s at 10 a batch
+		}
+		return nil
+	})
+	e.start()
+	publishN := func(n int) {
+		for i := range n {
+			_, err := e.js.PublishAsync("telemetry.dev-1", []byte(flat(nowMillis()+int64(i), i)))
+			require.NoError(t, err)
+		}
+		select {
+		case <-e.js.PublishAsyncComplete():
+		case <-time.After(10 * time.Second):
+			t.Fatal("publish did not complete")
+		}
+	}
+	publishN(5000)
+	var info = e.consumerInfo()
+	require.Eventually(t, func() bool {
+		info = e.consumerInfo()
+		return info.Config.MaxAckPending <= 1000
+	}, 10*time.Second, 20*time.Millisecond, "window not paced down: %d", info.Config.MaxAckPending)
+	time.Sleep(300 * time.Millisecond)
+	info = e.consumerInfo()
+	assert.LessOrEqual(t, info.NumAckPending, 1000, "delivered and unacked messages follow the window")
+	assert.Greater(t, info.NumPending, uint64(1000), "the backlog waits in the stream")
+	assert.Less(t, e.in.window.Load(), int64(1001))
+
+	slow.Store(false)
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; !stop.Load(); i++ {
+			if _, err := e.js.PublishAsync("telemetry.dev-2", []byte(flat(nowMillis()+int64(i), i))); err != nil {
+				return
+			}
+			if i%1000 == 999 {
+				<-e.js.PublishAsyncComplete()
+			}
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	require.Eventually(t, func() bool {
+		return e.consumerInfo().Config.MaxAckPending == 10000
+	}, 30*time.Second, 50*time.Millisecond, "window did not grow back")
+}
