@@ -191,10 +191,14 @@ func (in *Ingester) Run(ctx context.Context) error {
 		}
 	}
 	// Every settled message is acked and confirmed: save where the
-	// stream is settled up to, for a consumer created anew.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	in.savePosition(sctx)
-	cancel()
+	// stream is settled up to, for a consumer created anew. Without a
+	// connection the last periodic save stands (shutdown must not wait
+	// for a server that is gone).
+	if in.nc.Status() == nats.CONNECTED {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalPositionTimeout)
+		in.savePosition(sctx)
+		cancel()
+	}
 	in.log.Info("ingest stopped")
 	return nil
 }

@@ -33,6 +33,9 @@ import (
 //     the store's drop gate (HoldDrops), so a drop cannot fall between
 //     them.
 
+// finalPositionTimeout bounds the position saved at shutdown.
+const finalPositionTimeout = time.Second
+
 // Positions keeps the stream sequence storage has settled up to
 // (implemented by store.Store).
 type Positions interface {
