@@ -65,6 +65,9 @@ const hashPrefix = "sha256:"
 type Device struct {
 	ID     string `json:"id"`
 	Secret string `json:"secret"` // "sha256:<hex>"
+	// PublishAs makes the credential a gateway's: it may also publish
+	// the readings of these device IDs, or of every device with "*".
+	PublishAs []string `json:"publishAs,omitempty"`
 }
 
 // Token is one HTTP API token.
@@ -175,6 +178,15 @@ func (f *File) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: secret %w", who, err))
 		} else {
 			seen(strings.ToLower(d.Secret), who)
+		}
+		if len(d.PublishAs) > MaxPatterns {
+			errs = append(errs, fmt.Errorf("%s: publishAs has %d entries, more than %d", who, len(d.PublishAs), MaxPatterns))
+			continue
+		}
+		for _, id := range d.PublishAs {
+			if id != "*" && buckets.DeviceID(id).Validate() != nil {
+				errs = append(errs, fmt.Errorf("%s: publishAs %q must be a device ID or \"*\"", who, id))
+			}
 		}
 	}
 	names := map[string]bool{}

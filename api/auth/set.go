@@ -68,20 +68,24 @@ func Visible(ctx context.Context, id string) bool {
 // Set is an immutable, indexed auth file: what the service checks
 // credentials against. The zero of *Set (nil) knows no credential.
 type Set struct {
-	devices map[string][sha256.Size]byte
-	tokens  map[[sha256.Size]byte]*Principal
+	devices  map[string][sha256.Size]byte
+	gateways map[string][]string // device ID -> publishAs
+	tokens   map[[sha256.Size]byte]*Principal
 }
 
 // Compile indexes a validated file. extra tokens (e.g. the one mapped
 // from -admin-token) are added as given.
 func Compile(f *File, extra ...Token) *Set {
-	s := &Set{devices: map[string][sha256.Size]byte{}, tokens: map[[sha256.Size]byte]*Principal{}}
+	s := &Set{devices: map[string][sha256.Size]byte{}, gateways: map[string][]string{}, tokens: map[[sha256.Size]byte]*Principal{}}
 	if f == nil {
 		f = &File{}
 	}
 	for _, d := range f.Devices {
 		if h, err := parseHash(d.Secret); err == nil {
 			s.devices[d.ID] = h
+			if len(d.PublishAs) > 0 {
+				s.gateways[d.ID] = slices.Clone(d.PublishAs)
+			}
 		}
 	}
 	for _, t := range append(slices.Clone(f.Tokens), extra...) {
@@ -124,4 +128,13 @@ func (s *Set) Token(secret string) (*Principal, bool) {
 	}
 	p, ok := s.tokens[sha256.Sum256([]byte(secret))]
 	return p, ok
+}
+
+// PublishAs returns the other devices credential id may publish for
+// ("*": every device); nil for a plain device.
+func (s *Set) PublishAs(id string) []string {
+	if s == nil {
+		return nil
+	}
+	return s.gateways[id]
 }

@@ -15,7 +15,7 @@ import (
 )
 
 const authUsage = `usage:
-  telemetryd auth add-device ID [-replace]                  new device secret (NATS/MQTT password)
+  telemetryd auth add-device ID [-publish-as ID,...|*] [-replace]  new device (or gateway) secret: NATS/MQTT password
   telemetryd auth add-token NAME -scopes read,write,admin,metrics [-devices PATTERN,...] [-replace]
   telemetryd auth revoke NAME|ID                            remove a token or a device
   telemetryd auth list                                      devices and tokens, never secrets
@@ -73,7 +73,7 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 		listAuth(stdout, f)
 		return 0
 	case "add-device":
-		secret, err = addDevice(f, pos[0], replace.Get().(bool))
+		secret, err = addDevice(f, pos[0], splitList(fs.Lookup("publish-as").Value.String()), replace.Get().(bool))
 	case "add-token":
 		secret, err = addToken(f, pos[0], scopes.String(), devices.String(), replace.Get().(bool))
 	case "revoke":
@@ -100,6 +100,7 @@ func authFlagSet(out io.Writer) *flag.FlagSet {
 	fs.String("auth-file", "", "the auth file to edit (created when missing; TELEMETRY_AUTH_FILE)")
 	fs.String("scopes", "", "add-token: comma-separated scopes: read, write, admin, metrics")
 	fs.String("devices", "", "add-token: comma-separated device patterns (shell globs); empty: every device")
+	fs.String("publish-as", "", "add-device: a gateway's credential: comma-separated device IDs it may also publish for, or * for every device")
 	fs.Bool("replace", false, "add-device, add-token: replace an existing entry's secret (rotation)")
 	fs.Usage = func() { fmt.Fprint(out, authUsage); fs.PrintDefaults() }
 	return fs
@@ -130,7 +131,7 @@ func loadOrEmpty(path string) (*auth.File, error) {
 	return f, err
 }
 
-func addDevice(f *auth.File, id string, replace bool) (string, error) {
+func addDevice(f *auth.File, id string, publishAs []string, replace bool) (string, error) {
 	if err := buckets.DeviceID(id).Validate(); err != nil {
 		return "", err
 	}
@@ -144,10 +145,11 @@ func addDevice(f *auth.File, id string, replace bool) (string, error) {
 		return "", fmt.Errorf("device %q exists; add -replace to give it a new secret", id)
 	case i >= 0:
 		f.Devices[i].Secret = auth.HashSecret(secret)
+		f.Devices[i].PublishAs = publishAs
 	default:
-		f.Devices = append(f.Devices, auth.Device{ID: id, Secret: auth.HashSecret(secret)})
+		f.Devices = append(f.Devices, auth.Device{ID: id, Secret: auth.HashSecret(secret), PublishAs: publishAs})
 	}
-	return secret, nil
+	return secret, f.Validate()
 }
 
 func splitList(s string) []string {
@@ -199,7 +201,7 @@ func listAuth(w io.Writer, f *auth.File) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tSCOPES\tDEVICES")
 	for _, d := range f.Devices {
-		fmt.Fprintf(tw, "device\t%s\tpublish\t%s\n", d.ID, d.ID)
+		fmt.Fprintf(tw, "device\t%s\tpublish\t%s\n", d.ID, strings.Join(append([]string{d.ID}, d.PublishAs...), ","))
 	}
 	for _, t := range f.Tokens {
 		scopes := make([]string, len(t.Scopes))

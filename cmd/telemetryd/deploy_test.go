@@ -41,12 +41,18 @@ var deployDir = filepath.Join("..", "..", "deploy")
 
 // serviceFlags are telemetryd's flags (DESIGN §7) with their defaults.
 var serviceFlags = map[string]string{
-	"data-dir": "./data", "http-addr": ":8080", "nats-url": "", "nats-listen": "127.0.0.1:4222",
+	"data-dir": "./data", "http-addr": "127.0.0.1:8080", "nats-url": "", "nats-listen": "127.0.0.1:4222",
 	"subject-prefix": "telemetry", "retention": "720h", "retention-interval": "1h",
 	"retention-max-bytes": "0", "max-future-skew": "5m", "sync-writes": "false",
 	"log-level": "info", "log-format": "text", "admin-token": "", "pprof-addr": "",
 	"shutdown-timeout": "10s", "hot-days": "2", "max-open-tables": "8",
+	"auth-file": "", "insecure": "false", "tls-cert": "", "tls-key": "", "http-max-conns": "1024",
+	"http-max-conns-per-client": "64", "http-rate": "1000", "http-burst": "2000", "cursor-key": "",
+	"nats-creds": "", "nats-user": "", "nats-password": "",
 }
+
+// knownEnv are other TELEMETRY_* settings the deploy files may use.
+var knownEnv = []string{"TELEMETRY_MQTT_LISTEN", "TELEMETRY_LINE_DEVICE_TAGS", "TELEMETRY_MAX_WRITE_BYTES"}
 
 // simFlags are telemetry-sim's flags.
 var simFlags = []string{
@@ -68,6 +74,9 @@ func checkEnvKeys(t *testing.T, where string, keys []string) {
 	}
 	for _, f := range simFlags {
 		known[envVar("TELEMETRY_SIM_", f)] = true
+	}
+	for _, k := range knownEnv {
+		known[k] = true
 	}
 	for _, k := range keys {
 		if strings.HasPrefix(k, "TELEMETRY_") {
@@ -176,6 +185,14 @@ func (s composeService) mounts(t *testing.T, declared map[string]any) map[string
 		parts := strings.Split(v, ":")
 		require.GreaterOrEqual(t, len(parts), 2, "volume %q", v)
 		src, dst := parts[0], parts[1]
+		if clean := filepath.ToSlash(filepath.Clean(src)); strings.HasPrefix(clean, "secrets") {
+			// Made by deploy/secrets.sh, never committed.
+			script := string(readDeploy(t, "secrets.sh"))
+			assert.True(t, clean == "secrets" || strings.Contains(script, `$out/`+strings.TrimPrefix(clean, "secrets/")),
+				"bind mount source %s is not made by secrets.sh", src)
+			out[dst] = clean
+			continue
+		}
 		if strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
 			_, err := os.Stat(filepath.Join(deployDir, src))
 			assert.NoError(t, err, "bind mount source %s", src)
@@ -211,13 +228,16 @@ func TestDeployCompose(t *testing.T) {
 
 	svc := c.Services["telemetryd"]
 	require.NotNil(t, svc.Healthcheck)
-	assert.Regexp(t, `http://127\.0\.0\.1:8080/(healthz|readyz)$`, strings.Join(svc.Healthcheck.Test, " "))
+	assert.Regexp(t, `https://127\.0\.0\.1:8080/(healthz|readyz)$`, strings.Join(svc.Healthcheck.Test, " "))
+	assert.Equal(t, "secrets", svc.mounts(t, c.Volumes)["/etc/telemetryd"], "credentials and certificate")
 	assert.Equal(t, "volume:telemetry-data", svc.mounts(t, c.Volumes)["/data"])
 
 	sim := c.Services["simulator"]
 	assert.Equal(t, []string{"telemetry-sim"}, sim.Entrypoint)
 	assert.Equal(t, svc.Image, sim.Image, "the simulator runs from the service image")
-	assert.Equal(t, "nats://telemetryd:4222", sim.Environment["TELEMETRY_SIM_NATS_URL"])
+	assert.Regexp(t, `^tls://simulator:\$\{TELEMETRY_SIM_SECRET[^}]*\}@telemetryd:4222$`, sim.Environment["TELEMETRY_SIM_NATS_URL"],
+		"the simulator logs in over TLS")
+	assert.Equal(t, "/etc/telemetryd/ca.crt", sim.Environment["SSL_CERT_FILE"])
 	assert.Equal(t, "service_healthy", sim.DependsOn["telemetryd"].Condition)
 
 	col := c.Services["otel-collector"]
@@ -536,8 +556,9 @@ type k8sPodTemplate struct {
 
 type k8sProbe struct {
 	HTTPGet struct {
-		Path string `yaml:"path"`
-		Port string `yaml:"port"`
+		Path   string `yaml:"path"`
+		Port   string `yaml:"port"`
+		Scheme string `yaml:"scheme"`
 	} `yaml:"httpGet"`
 }
 
@@ -637,6 +658,13 @@ func TestDeployKubernetes(t *testing.T) {
 	assert.Equal(t, "/data", cm.Data["TELEMETRY_DATA_DIR"])
 	assert.Equal(t, ":8080", cm.Data["TELEMETRY_HTTP_ADDR"])
 	assert.Equal(t, "0.0.0.0:4222", cm.Data["TELEMETRY_NATS_LISTEN"])
+	assert.Equal(t, "", cm.Data["TELEMETRY_MQTT_LISTEN"], "MQTT is bound only where devices use it")
+	for k, mount := range map[string]string{"TELEMETRY_AUTH_FILE": "auth", "TELEMETRY_TLS_CERT": "tls", "TELEMETRY_TLS_KEY": "tls"} {
+		require.NotEmpty(t, cm.Data[k], k)
+		assert.Equal(t, mount, mounts[filepath.Dir(cm.Data[k])], "%s is not on the %s volume", k, mount)
+	}
+	assert.Equal(t, "HTTPS", c.Readiness.HTTPGet.Scheme)
+	assert.Equal(t, "HTTPS", c.Liveness.HTTPGet.Scheme)
 
 	svc, ok := objs["Service/telemetryd"]
 	require.True(t, ok)
@@ -689,7 +717,7 @@ func checkRetentionCronJob(t *testing.T, objs map[string]k8sObject, svc k8sObjec
 			http = p.Port
 		}
 	}
-	assert.Contains(t, call, "http://"+svc.Metadata.Name+":"+strconv.Itoa(http)+"/v1/retention/run")
+	assert.Contains(t, call, "https://"+svc.Metadata.Name+":"+strconv.Itoa(http)+"/v1/retention/run")
 	var fromSecret bool
 	for _, e := range cs[0].Env {
 		fromSecret = fromSecret || (e.Name == "TELEMETRY_ADMIN_TOKEN" && e.ValueFrom.SecretKeyRef.Name != "")
@@ -742,6 +770,12 @@ func TestDeploySystemdUnit(t *testing.T) {
 	env := envFile(t, "systemd/telemetryd.env")
 	checkEnvKeys(t, "systemd/telemetryd.env", slices.Collect(maps.Keys(env)))
 	assert.Equal(t, "/var/lib/telemetry", env["TELEMETRY_DATA_DIR"])
+	assert.NotEmpty(t, svc["ExecReload"], "systemctl reload re-reads the auth file")
+	cfg := DefaultConfig()
+	require.NoError(t, cfg.parseFlags("telemetryd", nil, envMap(env), io.Discard),
+		"the unit's environment passes the start-up checks (auth file and TLS for its listeners)")
+	assert.NotEmpty(t, cfg.Security.AuthFile)
+	assert.NotEmpty(t, cfg.Security.TLSCert)
 }
 
 // envFile parses VARIABLE=value lines; '#' starts a comment line.
@@ -805,10 +839,13 @@ func TestDeployDockerfile(t *testing.T) {
 	require.NotNil(t, ep, "no exec-form ENTRYPOINT")
 	var argv []string
 	require.NoError(t, json.Unmarshal([]byte(ep[1]), &argv))
-	assert.Equal(t, []string{"telemetryd", "-data-dir", "/data", "-http-addr", ":8080", "-nats-listen", "0.0.0.0:4222"}, argv)
-	_, port, err := net.SplitHostPort(argv[len(argv)-1])
+	assert.Equal(t, []string{"telemetryd", "-data-dir", "/data", "-http-addr", ":8080", "-nats-listen", "0.0.0.0:4222",
+		"-auth-file", "/etc/telemetryd/auth.json", "-tls-cert", "/etc/telemetryd/tls.crt", "-tls-key", "/etc/telemetryd/tls.key"}, argv)
+	_, port, err := net.SplitHostPort(argv[6])
 	require.NoError(t, err)
 	assert.Equal(t, "4222", port)
+	cfg := DefaultConfig()
+	require.NoError(t, cfg.parseFlags("telemetryd", argv[1:], envMap(nil), io.Discard), "the image's flags pass the start-up checks")
 
 	readme := string(readDeploy(t, "README.md"))
 	assert.True(t, strings.Contains(readme, "docker build -f deploy/Dockerfile"), "README does not say how to build the image")

@@ -55,7 +55,8 @@ func (a *deviceAuth) Check(c server.ClientAuthentication) bool {
 		a.denied.report(context.Background(), deniedCredentials, "nats login refused", "user", o.Username, "remote", addrOf(c))
 		return false
 	}
-	c.RegisterUser(&server.User{Username: o.Username, Permissions: devicePermissions(a.prefix, o.Username)})
+	c.RegisterUser(&server.User{Username: o.Username,
+		Permissions: devicePermissions(a.prefix, o.Username, a.creds.Current().PublishAs(o.Username))})
 	return true
 }
 
@@ -63,9 +64,15 @@ func (a *deviceAuth) Check(c server.ClientAuthentication) bool {
 // replies (JetStream publish acks) in the default inbox namespace. The
 // service's connection uses its own inbox prefix, so devices never see
 // what the ingester consumes.
-func devicePermissions(prefix, device string) *server.Permissions {
+// A gateway's credential may publish for the devices of publishAs too
+// ("*" is every device: the subject wildcard <prefix>.*).
+func devicePermissions(prefix, device string, publishAs []string) *server.Permissions {
+	allow := []string{prefix + "." + device}
+	for _, id := range publishAs {
+		allow = append(allow, prefix+"."+id)
+	}
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{prefix + "." + device}},
+		Publish:   &server.SubjectPermission{Allow: allow},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 	}
 }

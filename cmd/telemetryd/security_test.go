@@ -339,3 +339,29 @@ func waitAsyncError(t *testing.T, errs chan error, want string) {
 		}
 	}
 }
+
+func TestNATSGatewayPublishAs(t *testing.T) {
+	f := newAuthFixture(t, nil, "all:read")
+	gw := authCLI(t, f.path, "add-device", "gw-1", "-publish-as", "sim-1,sim-2")
+	cfg := newTestConfig(t)
+	cfg.Security.AuthFile = f.path
+	m := openTestService(t, cfg)
+	base := "http://" + m.HTTPAddr()
+	nc, errs, err := deviceConn(m.NATSURL(), "gw-1", gw)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ts := m.now().UTC().Format(time.RFC3339Nano)
+	for _, dev := range []string{"gw-1", "sim-1", "sim-2"} {
+		_, err := js.Publish(t.Context(), "telemetry."+dev, fmt.Appendf(nil, `{"ts":%q,"v":1}`, ts))
+		require.NoError(t, err, dev)
+	}
+	require.NoError(t, nc.Publish("telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"v":1}`, ts)))
+	waitAsyncError(t, errs, `Permissions Violation for Publish to "telemetry.dev-1"`)
+	for _, dev := range []string{"gw-1", "sim-1", "sim-2"} {
+		require.Eventually(t, func() bool { return latestCount(t, base, dev, f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond, dev)
+	}
+	assert.Equal(t, 0, latestCount(t, base, "dev-1", f.tokens["all"]))
+	assert.Contains(t, authCLI(t, f.path, "list"), "gw-1,sim-1,sim-2")
+}
