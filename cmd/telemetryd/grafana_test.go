@@ -69,7 +69,7 @@ func TestGrafanaFleetProvisioning(t *testing.T) {
 	assert.Equal(t, "telemetryd", src.UID)
 	assert.Equal(t, "prometheus", src.Type, "Grafana's built-in Prometheus data source")
 	assert.Equal(t, "proxy", src.Access)
-	assert.Equal(t, "http://telemetryd:8080", src.URL, "the compose service and port of the HTTP API")
+	assert.Equal(t, "https://telemetryd:8080", src.URL, "the compose service and port of the HTTPS API")
 	assert.Equal(t, "POST", src.JSONData["httpMethod"])
 
 	var d fleetDashboard

@@ -146,7 +146,7 @@ func (s *security) watchNATS(ns *server.Server) {
 // natsClientOptions are the service connection's credentials and TLS:
 // the internal user (embedded) or -nats-creds / -nats-user (external).
 func (s *security) natsClientOptions(embedded bool) []nats.Option {
-	opts := []nats.Option{nats.CustomInboxPrefix(serviceInboxPrefix)}
+	var opts []nats.Option
 	if !embedded {
 		switch {
 		case s.cfg.Security.NATSCreds != "":
@@ -156,6 +156,9 @@ func (s *security) natsClientOptions(embedded bool) []nats.Option {
 		}
 		return opts
 	}
+	// Devices share the embedded server: the service's replies and
+	// pulled messages go to an inbox prefix they may not subscribe to.
+	opts = append(opts, nats.CustomInboxPrefix(serviceInboxPrefix))
 	if s.creds != nil {
 		opts = append(opts, nats.UserInfo(internalUser, s.internal))
 	}
