@@ -215,7 +215,14 @@ type keyedRef struct {
 func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	txn, done := t.readTxn()
+	txn, release := t.readTxn()
+	released := false
+	done := func() {
+		if !released {
+			released = true
+			release()
+		}
+	}
 	defer done()
 	var refs []keyedRef
 	err := eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
@@ -244,6 +251,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 		drop = append(drop, r.key)
 	}
 	merged := res.take(buckets.Asc, buckets.MaxTicks+1)
+	done() // before the commit, so that its deletions fall below the discard version
 	newestAll := refs[0].newest // keys sort newest first
 	entries, err := sealedEntries(dev, merged, windowStart(newestAll))
 	if err != nil {

@@ -57,7 +57,7 @@ func newTestStore(t *testing.T, opts ...func(*Options)) *testStore {
 }
 
 // openTestStore opens a store in dir and closes it at the end of the test.
-func openTestStore(t *testing.T, dir string, clock *testClock, opts ...func(*Options)) *testStore {
+func openTestStore(t testing.TB, dir string, clock *testClock, opts ...func(*Options)) *testStore {
 	t.Helper()
 	o := DefaultOptions()
 	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -72,7 +72,7 @@ func openTestStore(t *testing.T, dir string, clock *testClock, opts ...func(*Opt
 }
 
 // reopen closes ts and opens a new store on the same dir and clock.
-func (ts *testStore) reopen(t *testing.T, opts ...func(*Options)) *testStore {
+func (ts *testStore) reopen(t testing.TB, opts ...func(*Options)) *testStore {
 	t.Helper()
 	require.NoError(t, ts.Close())
 	return openTestStore(t, ts.dir, ts.clock, append([]func(*Options){func(o *Options) { *o = ts.opts }}, opts...)...)

@@ -198,7 +198,7 @@ func badgerOptions(dir string, c tableClass, syncWrites, readOnly bool, log *slo
 		WithMetricsEnabled(false).  // sizes are measured from the directory instead
 		WithIndexCacheSize(0).
 		WithNumCompactors(2). // the minimum that keeps compaction going
-		WithCompactL0OnClose(false)
+		WithCompactL0OnClose(!readOnly)
 	o = withClass(o, c)
 	return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
 }

@@ -513,6 +513,19 @@ func (s *Store) closeIdle() {
 	}
 	s.mu.Unlock()
 	for i, t := range victims {
+		if !t.readOnly && !s.opts.ReadOnly {
+			// Merge the open blocks first (t.busy keeps everyone
+			// else out meanwhile).
+			s.mu.Lock()
+			t.db = dbs[i]
+			s.mu.Unlock()
+			if err := s.compactTable(t, true); err != nil {
+				s.log.Error("compact table before closing it", "table", t.day.String(), "err", err)
+			}
+			s.mu.Lock()
+			t.db = nil
+			s.mu.Unlock()
+		}
 		err := s.closeDB(t, dbs[i])
 		s.mu.Lock()
 		close(t.busy)

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// thirtyDays is one device reporting every 10 s for 30 days (259,200
+// readings of a temperature, a humidity and a battery level with two
+// decimals, like the simulator's), written 100 readings per Write with
+// the clock following the data, so every day is written while hot and
+// compacted as it turns cold. The store is reopened after a clean
+// Close. maxOpen is Options.MaxOpenTables.
+func thirtyDays(tb testing.TB, maxOpen int) (*testStore, buckets.AggregateQuery) {
+	tb.Helper()
+	clock := newTestClock()
+	first := today - 29
+	clock.t = first.Start().Time()
+	ts := openTestStore(tb, tb.TempDir(), clock, func(o *Options) { o.MaxOpenTables = maxOpen })
+	rng := rand.New(rand.NewPCG(7, 7))
+	temp, hum, bat := 21.0, 45.0, 100.0
+	step := 10 * time.Second
+	batch := make([]buckets.Reading, 0, 100)
+	for i := range 30 * 8640 {
+		t := first.Start().Time().Add(time.Duration(i) * step)
+		temp += 0.05 * rng.NormFloat64()
+		hum = min(max(hum+1.5*rng.NormFloat64(), 0), 100)
+		bat = max(bat-0.001, 5)
+		batch = append(batch, buckets.Reading{Device: "dev", Ticks: buckets.MustTicks(t), Values: []buckets.Field{
+			{Name: "battery", Value: buckets.Float(math.Round(bat*100) / 100)},
+			{Name: "humidity", Value: buckets.Float(math.Round(hum*100) / 100)},
+			{Name: "temp", Value: buckets.Float(math.Round(temp*100) / 100)},
+		}})
+		if len(batch) == cap(batch) {
+			clock.mu.Lock()
+			clock.t = t
+			clock.mu.Unlock()
+			require.NoError(tb, ts.Write(context.Background(), batch))
+			batch = batch[:0]
+		}
+	}
+	ts = ts.reopen(tb)
+	q := buckets.AggregateQuery{Device: "dev", From: first.Start(), To: today.End(),
+		Interval: buckets.Ticks(time.Hour / 100), Limit: 1000}
+	return ts, q
+}
+
+// BenchmarkAggregateThirtyDays: 1-hour buckets over 30 days of one
+// device at 10 s (720 buckets from 720 block headers).
+func BenchmarkAggregateThirtyDays(b *testing.B) {
+	ts, q := thirtyDays(b, 32)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		p, err := ts.Aggregate(ctx, q)
+		if err != nil || len(p.Buckets) != 720 {
+			b.Fatalf("%d buckets, %v", len(p.Buckets), err)
+		}
+	}
+}
+
+// TestAggregateThirtyDaysLatency measures the p99 of the query of
+// BenchmarkAggregateThirtyDays (acceptance: at most 5 ms). It asserts
+// the bound only with TELEMETRY_LONG=1, on a quiet machine.
+func TestAggregateThirtyDaysLatency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 259,200 readings")
+	}
+	ts, q := thirtyDays(t, 32)
+	ctx := context.Background()
+	start := time.Now()
+	_, err := ts.Aggregate(ctx, q) // opens the 30 day tables
+	require.NoError(t, err)
+	t.Logf("first query, opening 30 day tables: %s", time.Since(start))
+	var lat []time.Duration
+	for range 300 {
+		start := time.Now()
+		p, err := ts.Aggregate(ctx, q)
+		lat = append(lat, time.Since(start))
+		require.NoError(t, err)
+		require.Len(t, p.Buckets, 720)
+		require.Equal(t, int64(360), p.Buckets[5].Values[0].Summary.Count)
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("aggregate 30 days, 1-hour buckets: p50 %s p99 %s max %s", p50, p99, lat[len(lat)-1])
+	if os.Getenv("TELEMETRY_LONG") == "1" {
+		require.LessOrEqual(t, p99, 5*time.Millisecond)
+	}
+	tables, err := ts.Tables(ctx)
+	require.NoError(t, err)
+	var bytes int64
+	for _, tb := range tables {
+		bytes += tb.SizeBytes
+	}
+	t.Logf("disk after a clean stop: %d bytes, %.2f B/reading", bytes, float64(bytes)/float64(30*8640))
+}
