@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
@@ -82,14 +81,21 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 type aggregator struct {
 	q        buckets.AggregateQuery
 	fields   map[string]bool // nil: every name
-	buckets  map[buckets.Ticks]map[string]*buckets.Summary
+	buckets  map[buckets.Ticks]*aggBucket
 	headers  int           // blocks summarised from their header (for tests)
 	decoded  int           // blocks decoded
 	maxStart buckets.Ticks // the latest bucket start seen
+	names    map[string]string // interned value names
+}
+
+// aggBucket is one bucket being summed: few names, so a slice.
+type aggBucket struct {
+	names []string
+	sums  []buckets.Summary
 }
 
 func newAggregator(q buckets.AggregateQuery) *aggregator {
-	a := &aggregator{q: q, buckets: make(map[buckets.Ticks]map[string]*buckets.Summary)}
+	a := &aggregator{q: q, buckets: make(map[buckets.Ticks]*aggBucket), names: make(map[string]string)}
 	if len(q.Fields) > 0 {
 		a.fields = make(map[string]bool, len(q.Fields))
 		for _, f := range q.Fields {
@@ -109,23 +115,31 @@ func (a *aggregator) bucketOf(k buckets.Ticks) buckets.Ticks {
 }
 
 // summary returns the summary of name in the bucket starting at start,
-// or nil when the query leaves name out.
-func (a *aggregator) summary(start buckets.Ticks, name string) *buckets.Summary {
-	if a.fields != nil && !a.fields[name] {
+// or nil when the query leaves name out. name may be a byte slice
+// converted in the call: it is copied only when first seen.
+func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary {
+	if a.fields != nil && !a.fields[string(name)] {
 		return nil
 	}
 	b := a.buckets[start]
 	if b == nil {
-		b = make(map[string]*buckets.Summary)
+		b = &aggBucket{names: make([]string, 0, 4), sums: make([]buckets.Summary, 0, 4)}
 		a.buckets[start] = b
 		a.maxStart = max(a.maxStart, start)
 	}
-	s := b[name]
-	if s == nil {
-		s = &buckets.Summary{}
-		b[name] = s
+	for i, n := range b.names {
+		if n == string(name) {
+			return &b.sums[i]
+		}
 	}
-	return s
+	interned, ok := a.names[string(name)]
+	if !ok {
+		interned = string(name)
+		a.names[interned] = interned
+	}
+	b.names = append(b.names, interned)
+	b.sums = append(b.sums, buckets.Summary{})
+	return &b.sums[len(b.sums)-1]
 }
 
 // finalBefore counts the buckets that start before start.
@@ -142,114 +156,110 @@ func (a *aggregator) finalBefore(start buckets.Ticks) int {
 	return n
 }
 
-// found is a block read for an aggregate.
-type found struct {
-	ref   blockRef
-	value []byte
-}
-
 // table adds the readings of t in [lo, hi). done says that the page is
 // complete: more than Limit buckets are final.
+//
+// A first pass over the keys finds the blocks and which of them lie
+// alone in one bucket; a second pass reads those from their headers in
+// place and decodes the others, each group of overlapping blocks
+// resolved together.
 func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) (done bool, err error) {
+	if a.finalBefore(a.bucketOf(lo)) > a.q.Limit {
+		return true, nil
+	}
 	txn, release := t.readTxn()
 	defer release()
-	blocks, err := overlappingBlocks(txn, a.q.Device, lo, hi)
-	if err != nil {
+	var refs []blockRef
+	err = eachBlock(txn, a.q.Device, lo, func(bi blockItem) (bool, error) {
+		if bi.ref.oldest < hi {
+			refs = append(refs, bi.ref)
+		}
+		return true, nil
+	})
+	if err != nil || len(refs) == 0 {
 		return false, err
 	}
-	for len(blocks) > 0 {
-		n, end := 1, blocks[0].ref.newest // a cluster of blocks overlapping each other
-		for n < len(blocks) && blocks[n].ref.oldest <= end {
-			end = max(end, blocks[n].ref.newest)
-			n++
-		}
-		cluster := blocks[:n]
-		blocks = blocks[n:]
-		if a.finalBefore(a.bucketOf(max(cluster[0].ref.oldest, lo))) > a.q.Limit {
+	group := a.groups(refs, lo, hi)
+	res := make(map[int]*resolver)
+	err = eachBlock(txn, a.q.Device, lo, func(bi blockItem) (bool, error) {
+		g, ok := group[bi.ref]
+		if !ok {
 			return true, nil
 		}
-		r := cluster[0].ref
-		if n == 1 && r.oldest >= lo && r.newest < hi && a.bucketOf(r.oldest) == a.bucketOf(r.newest) {
-			if err := a.addHeader(cluster[0]); err != nil {
-				return false, err
+		return true, bi.item.Value(func(v []byte) error {
+			if g < 0 {
+				return a.addHeader(bi.ref, v)
 			}
-			continue
-		}
-		if err := a.addDecoded(cluster, lo, hi); err != nil {
-			return false, err
-		}
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
+			_, rs, err := block.Decode(v, a.q.Device)
+			if err != nil {
+				return fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+			}
+			a.decoded++
+			if res[g] == nil {
+				res[g] = newResolver()
+			}
+			res[g].add(rs, bi.ref.seq, lo, hi)
+			return ctx.Err()
+		})
+	})
+	for _, r := range res {
+		a.addReadings(r.rs)
 	}
-	return false, nil
+	return false, err
 }
 
-// overlappingBlocks returns the blocks of dev in txn that may hold
-// readings in [lo, hi), by oldest reading.
-func overlappingBlocks(txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks) ([]found, error) {
-	var blocks []found
-	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
-		if bi.ref.oldest >= hi {
-			return true, nil
+// groups maps each block of refs to the group of blocks overlapping
+// it, or to -1 when it overlaps none and lies in one bucket inside
+// [lo, hi), so that its header is enough.
+func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) map[blockRef]int {
+	slices.SortFunc(refs, func(x, y blockRef) int { return cmp.Compare(x.oldest, y.oldest) })
+	group := make(map[blockRef]int, len(refs))
+	for i := 0; i < len(refs); {
+		n, end := 1, refs[i].newest
+		for i+n < len(refs) && refs[i+n].oldest <= end {
+			end = max(end, refs[i+n].newest)
+			n++
 		}
-		v, err := bi.item.ValueCopy(nil)
-		blocks = append(blocks, found{bi.ref, v})
-		return true, err
-	})
-	slices.SortFunc(blocks, func(a, b found) int { return cmp.Compare(a.ref.oldest, b.ref.oldest) })
-	return blocks, err
+		r := refs[i]
+		whole := n == 1 && r.oldest >= lo && r.newest < hi && a.bucketOf(r.oldest) == a.bucketOf(r.newest)
+		for _, x := range refs[i : i+n] {
+			group[x] = i
+			if whole {
+				group[x] = -1
+			}
+		}
+		i += n
+	}
+	return group
 }
 
 // addHeader adds a block that lies in one bucket from its header.
-func (a *aggregator) addHeader(f found) error {
-	h, err := block.ReadHeader(f.value)
+func (a *aggregator) addHeader(ref blockRef, v []byte) error {
+	start := a.bucketOf(ref.oldest)
+	_, _, err := block.EachSummary(v, func(name []byte, sum buckets.Summary) {
+		if s := a.summary(start, name); s != nil {
+			s.Merge(sum)
+		}
+	})
 	if err != nil {
-		return fmt.Errorf("block %s..%s: %w", f.ref.oldest.FormatTime(), f.ref.newest.FormatTime(), err)
+		return fmt.Errorf("block %s..%s: %w", ref.oldest.FormatTime(), ref.newest.FormatTime(), err)
 	}
 	a.headers++
-	start := a.bucketOf(h.Oldest)
-	for _, in := range h.Names {
-		if in.Num.Count == 0 {
-			continue
-		}
-		if s := a.summary(start, in.Name); s != nil {
-			s.Merge(in.Num)
-		}
-	}
 	return nil
 }
 
-// addDecoded decodes a cluster of overlapping blocks and adds its
-// readings in [lo, hi), each (device, ticks) once.
-func (a *aggregator) addDecoded(cluster []found, lo, hi buckets.Ticks) error {
-	res := newResolver()
-	for _, f := range cluster {
-		_, rs, err := block.Decode(f.value, a.q.Device)
-		if err != nil {
-			return fmt.Errorf("block %s..%s: %w", f.ref.oldest.FormatTime(), f.ref.newest.FormatTime(), err)
-		}
-		a.decoded++
-		if len(cluster) == 1 {
-			res.rs = rs // nothing to resolve
-			break
-		}
-		res.add(rs, f.ref.seq, lo, hi)
-	}
-	for _, r := range res.rs {
-		if r.Ticks < lo || r.Ticks >= hi {
-			continue
-		}
+// addReadings adds resolved readings, each (device, ticks) once.
+func (a *aggregator) addReadings(rs []buckets.Reading) {
+	for _, r := range rs {
 		start := a.bucketOf(r.Ticks)
 		for _, f := range r.Values {
 			if x, ok := buckets.Numeric(f.Value); ok {
-				if s := a.summary(start, f.Name); s != nil {
+				if s := a.summary(start, []byte(f.Name)); s != nil {
 					s.Add(r.Ticks, x)
 				}
 			}
 		}
 	}
-	return nil
 }
 
 // page returns the first Limit buckets with numeric values, oldest
@@ -257,7 +267,7 @@ func (a *aggregator) addDecoded(cluster []found, lo, hi buckets.Ticks) error {
 func (a *aggregator) page() buckets.AggregatePage {
 	starts := make([]buckets.Ticks, 0, len(a.buckets))
 	for k, b := range a.buckets {
-		if len(b) > 0 {
+		if len(b.names) > 0 {
 			starts = append(starts, k)
 		}
 	}
@@ -267,9 +277,10 @@ func (a *aggregator) page() buckets.AggregatePage {
 		starts, p.More = starts[:a.q.Limit], true
 	}
 	for _, k := range starts {
-		b := buckets.AggregateBucket{Start: k, Values: make([]buckets.NamedSummary, 0, len(a.buckets[k]))}
-		for name, s := range a.buckets[k] {
-			b.Values = append(b.Values, buckets.NamedSummary{Name: name, Summary: *s})
+		ab := a.buckets[k]
+		b := buckets.AggregateBucket{Start: k, Values: make([]buckets.NamedSummary, len(ab.names))}
+		for i, name := range ab.names {
+			b.Values[i] = buckets.NamedSummary{Name: name, Summary: ab.sums[i]}
 		}
 		slices.SortFunc(b.Values, func(x, y buckets.NamedSummary) int { return cmp.Compare(x.Name, y.Name) })
 		p.Buckets = append(p.Buckets, b)

@@ -168,3 +168,28 @@ func TestDecodeRejectsDamage(t *testing.T) {
 	assert.Contains(t, err.Error(), "2")
 	assert.False(t, errors.Is(err, block.ErrCorrupt))
 }
+
+func TestEachSummaryAgreesWithReadHeader(t *testing.T) {
+	b, err := block.Encode(nil, series(300, 9))
+	require.NoError(t, err)
+	h, err := block.ReadHeader(b)
+	require.NoError(t, err)
+	var got []block.NameInfo
+	oldest, newest, err := block.EachSummary(b, func(name []byte, s buckets.Summary) {
+		got = append(got, block.NameInfo{Name: string(name), Num: s})
+	})
+	require.NoError(t, err)
+	assert.Equal(t, h.Oldest, oldest)
+	assert.Equal(t, h.Newest, newest)
+	var want []block.NameInfo
+	for _, in := range h.Names {
+		if in.Num.Count > 0 {
+			want = append(want, block.NameInfo{Name: in.Name, Num: in.Num})
+		}
+	}
+	assert.Equal(t, want, got)
+	for n := 0; n < len(b)/4; n++ {
+		_, _, err := block.EachSummary(b[:n], func([]byte, buckets.Summary) {})
+		require.Error(t, err, "truncated at %d", n)
+	}
+}

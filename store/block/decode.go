@@ -407,3 +407,45 @@ func readStrings(r *reader, n int) []string {
 	}
 	return strs
 }
+
+// EachSummary calls fn with every value name of the block b that has
+// numeric values and the summary of those values, reading the header
+// only and allocating nothing: name is only valid during the call. It
+// returns the block's oldest and newest ticks.
+func EachSummary(b []byte, fn func(name []byte, s buckets.Summary)) (oldest, newest buckets.Ticks, err error) {
+	if len(b) == 0 {
+		return 0, 0, fmt.Errorf("%w: empty", ErrCorrupt)
+	}
+	if b[0] != Version {
+		return 0, 0, fmt.Errorf("%w %d", ErrVersion, b[0])
+	}
+	r := reader{b: b[1:]}
+	n, o, span, names := r.uvarint("count"), r.uvarint("oldest"), r.uvarint("span"), r.uvarint("names")
+	if r.err != nil || n == 0 || n > MaxReadings || names == 0 || names > MaxNames ||
+		o > uint64(buckets.MaxTicks) || span > uint64(buckets.MaxTicks)-o {
+		return 0, 0, fmt.Errorf("%w: bad header", ErrCorrupt)
+	}
+	oldest, newest = buckets.Ticks(o), buckets.Ticks(o+span)
+	for range names {
+		name := r.bytes(r.uvarint("name length"), "name")
+		r.byte("kinds")
+		r.uvarint("name count")
+		num := r.uvarint("numeric count")
+		if r.err != nil {
+			return 0, 0, r.err
+		}
+		if num == 0 {
+			continue
+		}
+		s := buckets.Summary{Count: int64(num)}
+		s.Sum, s.Min, s.Max = r.float("sum"), r.float("min"), r.float("max")
+		s.First, s.Last = r.float("first"), r.float("last")
+		ft, lt := r.uvarint("first ticks"), r.uvarint("last ticks")
+		if r.err != nil || ft > span || lt > span {
+			return 0, 0, fmt.Errorf("%w: bad summary", ErrCorrupt)
+		}
+		s.FirstTicks, s.LastTicks = oldest+buckets.Ticks(ft), oldest+buckets.Ticks(lt)
+		fn(name, s)
+	}
+	return oldest, newest, nil
+}
