@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
 )
@@ -82,9 +81,9 @@ type aggregator struct {
 	q        buckets.AggregateQuery
 	fields   map[string]bool // nil: every name
 	buckets  map[buckets.Ticks]*aggBucket
-	headers  int           // blocks summarised from their header (for tests)
-	decoded  int           // blocks decoded
-	maxStart buckets.Ticks // the latest bucket start seen
+	headers  int               // blocks summarised from their header (for tests)
+	decoded  int               // blocks decoded
+	maxStart buckets.Ticks     // the latest bucket start seen
 	names    map[string]string // interned value names
 }
 

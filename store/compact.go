@@ -43,6 +43,10 @@ import (
 // sealWindow is the time span one sealed block covers at most.
 const sealWindow = buckets.Ticks(time.Hour / 100)
 
+// testHookCompactCommit, when set (by tests), runs just before a
+// compaction commits.
+var testHookCompactCommit func()
+
 // compactTierBlocks is how many open blocks of one size tier trigger a
 // merge.
 const compactTierBlocks = 4
@@ -251,11 +255,14 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 		drop = append(drop, r.key)
 	}
 	merged := res.take(buckets.Asc, buckets.MaxTicks+1)
-	done() // before the commit, so that its deletions fall below the discard version
+	done()                      // before the commit, so that its deletions fall below the discard version
 	newestAll := refs[0].newest // keys sort newest first
 	entries, err := sealedEntries(dev, merged, windowStart(newestAll))
 	if err != nil {
 		return err
+	}
+	if testHookCompactCommit != nil {
+		testHookCompactCommit()
 	}
 	if err := commitChunk(t, entries, drop); err != nil {
 		return classify(fmt.Errorf("commit compaction: %w", err))
