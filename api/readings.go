@@ -30,6 +30,11 @@ func (s *Server) handleLatest(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	res, err := s.reserve(c, limit)
+	if err != nil {
+		return err
+	}
+	defer res.release()
 	rs, err := s.reader.Latest(c.Request().Context(), dev, limit)
 	if errors.Is(err, buckets.ErrNotFound) {
 		return unknownDevice(dev)
@@ -37,7 +42,8 @@ func (s *Server) handleLatest(c echo.Context) error {
 	if err != nil {
 		return readerError(err, "latest %d of %s", limit, dev)
 	}
-	return sendAppended(c, func(b []byte) []byte { return appendReadingList(b, dev, rs, fields, "") })
+	res.trim(len(rs))
+	return s.sendReadingList(c, dev, rs, fields, "")
 }
 
 // unknownDevice answers a reader that does not know the device at all
@@ -94,6 +100,11 @@ func (s *Server) handleRange(c echo.Context) error {
 		return err
 	}
 	q := buckets.RangeQuery{Device: dev, From: rc.From, To: rc.To, Order: rc.Order, Limit: limit, After: after}
+	res, err := s.reserve(c, limit)
+	if err != nil {
+		return err
+	}
+	defer res.release()
 	page, err := s.reader.Range(c.Request().Context(), q)
 	if errors.Is(err, buckets.ErrNotFound) {
 		return unknownDevice(dev)
@@ -106,7 +117,8 @@ func (s *Server) handleRange(c echo.Context) error {
 		rc.Last = page.Readings[len(page.Readings)-1].Ticks
 		next = s.cursors.encodeRange(rc)
 	}
-	return sendAppended(c, func(b []byte) []byte { return appendReadingList(b, dev, page.Readings, rc.Fields, next) })
+	res.trim(len(page.Readings))
+	return s.sendReadingList(c, dev, page.Readings, rc.Fields, next)
 }
 
 // rangeQuery resolves from, to, order and fields of a range request.

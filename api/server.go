@@ -132,6 +132,13 @@ type Config struct {
 	MaxConnsPerClient int
 	// TLSConfig, when set, makes the server speak HTTPS only.
 	TLSConfig *tls.Config
+	// ResponseBudget bounds the bytes of query responses in flight
+	// (stream.go); past it a query is answered 503 with Retry-After.
+	// Default DefaultResponseBudget.
+	ResponseBudget int64
+	// StallTimeout cuts off a client that does not take a chunk of a
+	// streamed response within it. Default DefaultStallTimeout.
+	StallTimeout time.Duration
 	// Writes configures the line protocol write endpoints; nil (or a
 	// nil Publisher) makes them answer 501.
 	Writes *WriteConfig
@@ -174,6 +181,9 @@ type Server struct {
 	routes       map[string]string // echo path -> route template
 	obs          observer
 	writes       *writer
+	budget       *responseBudget
+	stallTimeout time.Duration
+	respM        responseMetrics
 	mu           sync.Mutex // guards httpSrv, listener, done, closed
 	httpSrv      *http.Server
 	listener     net.Listener
@@ -190,7 +200,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("api: Config.Reader is required")
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.QueryTimeout < 0 ||
-		cfg.RateLimit < 0 || cfg.RateBurst < 0 || cfg.MaxConns < 0 || cfg.MaxConnsPerClient < 0 {
+		cfg.RateLimit < 0 || cfg.RateBurst < 0 || cfg.MaxConns < 0 || cfg.MaxConnsPerClient < 0 ||
+		cfg.ResponseBudget < 0 || cfg.StallTimeout < 0 {
 		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, QueryTimeout, RateLimit, RateBurst, MaxConns and MaxConnsPerClient must not be negative")
 	}
 	s := &Server{
@@ -214,6 +225,8 @@ func New(cfg Config) (*Server, error) {
 		maxConns:     cfg.MaxConns,
 		maxPerClient: cfg.MaxConnsPerClient,
 		tlsConfig:    cfg.TLSConfig,
+		budget:       newResponseBudget(cmp.Or(cfg.ResponseBudget, DefaultResponseBudget)),
+		stallTimeout: cmp.Or(cfg.StallTimeout, DefaultStallTimeout),
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -235,6 +248,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	s.obs = obs
+	if s.respM, err = newResponseMetrics(mp); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	s.echo = echo.New()
 	s.echo.HideBanner = true
 	s.echo.HidePort = true

@@ -220,6 +220,7 @@ func (m *Main) startHTTP() error {
 		Ready:             m.ready,
 		Metrics:           m.tel.metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
+		ResponseBudget:    m.budget.Queries,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
 		AdminToken:        m.sec.apiAdminToken(m.cfg.AdminToken),
 		CursorKey:         m.sec.cursorKey,

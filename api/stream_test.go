@@ -1,0 +1,163 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// wideReadings adds n readings of dev, one second apart before testNow,
+// each with a string value of size bytes.
+func wideReadings(t *testing.T, env *testEnv, dev string, n, size int) {
+	t.Helper()
+	s := strings.Repeat("x", size)
+	rs := make([]buckets.Reading, n)
+	for i := range rs {
+		rs[i] = buckets.Reading{Device: buckets.DeviceID(dev), Ticks: mustTicks(t, testNow.Add(-time.Duration(n-i)*time.Second).Format(time.RFC3339Nano)),
+			Values: []buckets.Field{{Name: "s", Value: buckets.String(s)}, {Name: "i", Value: buckets.Int(int64(i))}}}
+	}
+	env.reader.add(rs...)
+}
+
+func rangePath(dev string, limit int) string {
+	return "/v1/devices/" + dev + "/readings" + q("from", testNow.Add(-24*time.Hour).Format(time.RFC3339), "to",
+		testNow.Format(time.RFC3339), "order", "asc", "limit", fmt.Sprint(limit))
+}
+
+// A large page is streamed in chunks (no Content-Length) and is the
+// same JSON; a small one keeps its Content-Length.
+func TestLargeReadingListIsStreamed(t *testing.T) {
+	env := newTestEnv(t)
+	wideReadings(t, env, "dev-w", 10000, 100)
+	res, err := http.Get(env.url + rangePath("dev-w", 10000))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Equal(t, int64(-1), res.ContentLength, "streamed")
+	assert.Equal(t, []string{"chunked"}, res.TransferEncoding)
+	assert.Equal(t, "application/json", res.Header.Get("Content-Type"))
+	var body struct {
+		Device   string `json:"device"`
+		Readings []struct {
+			TS     string         `json:"ts"`
+			Values map[string]any `json:"values"`
+		} `json:"readings"`
+		Next string `json:"next"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	assert.Equal(t, "dev-w", body.Device)
+	require.Len(t, body.Readings, 10000)
+	for i, r := range body.Readings {
+		require.Equal(t, float64(i), r.Values["i"], "reading %d in order", i)
+	}
+	assert.Empty(t, body.Next)
+
+	small := env.get(t, rangePath("dev-w", 10))
+	require.Equal(t, http.StatusOK, small.status)
+	assert.NotEmpty(t, small.header.Get("Content-Length"))
+	assert.Len(t, small.json(t)["readings"], 10)
+	assert.NotEmpty(t, small.json(t)["next"])
+}
+
+// Past the budget of response bytes in flight a query is refused at
+// once with 503 and Retry-After; when the responses in flight are done,
+// queries are answered again.
+func TestResponseBudgetRefusesPastIt(t *testing.T) {
+	const perPage = 10000 * 256 // what a page of 10,000 readings reserves
+	env := newTestEnv(t, func(c *api.Config) { c.ResponseBudget = 2 * perPage })
+	wideReadings(t, env, "dev-b", 100, 10)
+	env.reader.mu.Lock()
+	env.reader.gate = make(chan struct{})
+	env.reader.entered = make(chan struct{}, 4)
+	env.reader.mu.Unlock()
+
+	held := make(chan response, 2)
+	for range 2 {
+		go func() { held <- env.get(t, rangePath("dev-b", 10000)) }()
+	}
+	for range 2 {
+		select {
+		case <-env.reader.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("queries did not reach the reader")
+		}
+	}
+	r := env.get(t, "/v1/devices/dev-b/readings/latest?limit=10")
+	requireError(t, r, http.StatusServiceUnavailable, "unavailable", "query responses")
+	assert.Equal(t, "1", r.header.Get("Retry-After"))
+	assert.Equal(t, int64(1), counterValue(t, env, "telemetry.http.responses.refused"))
+
+	env.reader.mu.Lock()
+	close(env.reader.gate)
+	env.reader.gate = nil
+	env.reader.mu.Unlock()
+	for range 2 {
+		assert.Equal(t, http.StatusOK, (<-held).status)
+	}
+	// Each page held 100 readings: the reservations were trimmed and
+	// given back.
+	assert.Equal(t, http.StatusOK, env.get(t, rangePath("dev-b", 10000)).status)
+	assert.Equal(t, http.StatusOK, env.get(t, "/v1/devices/dev-b/readings/latest?limit=1000").status)
+}
+
+// A client that stops reading a streamed response is cut off after the
+// stall timeout, and what its response held goes back to the budget.
+func TestClientThatStopsReadingIsCutOff(t *testing.T) {
+	env := newTestEnv(t, func(c *api.Config) {
+		c.ResponseBudget = 10000 * 256 // one full page
+		c.StallTimeout = 300 * time.Millisecond
+	})
+	wideReadings(t, env, "dev-s", 10000, 4000) // 40 MB of JSON: more than socket buffers hold
+	u, err := url.Parse(env.url)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", rangePath("dev-s", 10000), u.Host)
+	require.NoError(t, err)
+	status, err := bufio.NewReader(conn).ReadString('\n') // the status line, then nothing more
+	require.NoError(t, err)
+	require.Contains(t, status, "200")
+
+	refused := env.get(t, "/v1/devices/dev-s/readings/latest?limit=1")
+	require.Equal(t, http.StatusServiceUnavailable, refused.status, "the stalled response holds the whole budget")
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		return env.get(t, "/v1/devices/dev-s/readings/latest?limit=1").status == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond, "the stalled client was never cut off")
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Equal(t, int64(1), counterValue(t, env, "telemetry.http.responses.cut_off"))
+}
+
+// counterValue sums an int64 counter's data points.
+func counterValue(t *testing.T, env *testEnv, name string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, env.metrics.Collect(context.Background(), &rm))
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				n += dp.Value
+			}
+		}
+	}
+	return n
+}
