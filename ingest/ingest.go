@@ -72,17 +72,18 @@ type Ingester struct {
 	prop   propagation.TextMapPropagator
 	m      *metrics
 
-	items    chan item             // decoded messages, from the consume handler to the batch loop
-	queued   atomic.Int64          // readings sent on items and not yet settled
-	freed    chan struct{}         // signals the handler that queued went down
-	broken   chan error            // asks the consume loop to rebuild the consumer
-	missedHB atomic.Int32          // consecutive missed heartbeats while connected
-	lastErrs *lastErrors           // last store error of messages waiting for redelivery
-	started  atomic.Bool           // Run was called
-	state    atomic.Pointer[error] // why not ready; nil when consuming
-	syncAcks bool                  // wait for ack confirmations; owned by the batch loop
-	settled  atomic.Int64          // messages settled since the pacer last looked
-	window   atomic.Int64          // the consumer's MaxAckPending (backpressure.go)
+	items     chan item             // decoded messages, from the consume handler to the batch loop
+	queued    atomic.Int64          // readings sent on items and not yet settled
+	freed     chan struct{}         // signals the handler that queued went down
+	broken    chan error            // asks the consume loop to rebuild the consumer
+	missedHB  atomic.Int32          // consecutive missed heartbeats while connected
+	lastErrs  *lastErrors           // last store error of messages waiting for redelivery
+	rejectLog logSampler            // samples the "message rejected" line
+	started   atomic.Bool           // Run was called
+	state     atomic.Pointer[error] // why not ready; nil when consuming
+	syncAcks  bool                  // wait for ack confirmations; owned by the batch loop
+	settled   atomic.Int64          // messages settled since the pacer last looked
+	window    atomic.Int64          // the consumer's MaxAckPending (backpressure.go)
 
 	mu          sync.Mutex
 	stream      jetstream.Stream       // cfg.Stream, once set up
@@ -123,18 +124,19 @@ func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
 		return nil, fmt.Errorf("ingest: metrics: %w", err)
 	}
 	in := &Ingester{
-		nc:       nc,
-		js:       js,
-		w:        w,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		tracer:   tp.Tracer(instrumentationName),
-		prop:     propagation.TraceContext{},
-		m:        m,
-		items:    make(chan item, 1024),
-		freed:    make(chan struct{}, 1),
-		broken:   make(chan error, 1),
-		lastErrs: newLastErrors(4096),
+		nc:        nc,
+		js:        js,
+		w:         w,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		tracer:    tp.Tracer(instrumentationName),
+		prop:      propagation.TraceContext{},
+		m:         m,
+		items:     make(chan item, 1024),
+		freed:     make(chan struct{}, 1),
+		broken:    make(chan error, 1),
+		lastErrs:  newLastErrors(4096),
+		rejectLog: logSampler{burst: rejectLogBurst, interval: rejectLogInterval},
 	}
 	in.window.Store(int64(min(minAckPending, cfg.MaxAckPending))) // slow start, see backpressure.go
 	if err := in.observeWindow(mp); err != nil {
