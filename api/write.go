@@ -94,11 +94,14 @@ func (s *Server) registerWriteRoutes(e *echo.Echo) {
 	e.POST("/query", s.writes.query)
 }
 
-// influxError is the InfluxDB error body {"code":..,"message":..}.
+// influxError is the InfluxDB error body {"code":..,"message":..}; on
+// the 1.x endpoint it also carries the message as "error", where 1.x
+// clients (Telegraf's influxdb output) read it.
 type influxError struct {
 	status int
 	Code   string `json:"code"`
 	Msg    string `json:"message"`
+	V1     string `json:"error,omitempty"`
 }
 
 func (e *influxError) Error() string { return e.Msg }
@@ -113,6 +116,9 @@ func (w *writer) write(c echo.Context, v1 bool) error {
 		var ie *influxError
 		if !errors.As(err, &ie) {
 			ie = influxErr(http.StatusInternalServerError, "internal error", "internal error")
+		}
+		if v1 {
+			ie.V1 = ie.Msg
 		}
 		if ie.status == http.StatusServiceUnavailable {
 			c.Response().Header().Set("Retry-After", "1")

@@ -233,6 +233,7 @@ func TestLineProtocolConflicts(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code, resp)
 	_, msg := influxBody(t, resp)
 	assert.Contains(t, msg, "partial write: 1 of 5 lines rejected; line 4: ")
+	assert.Contains(t, resp, `"error":"partial write: 1 of 5`, "1.x clients read the message from \"error\"")
 	assert.Contains(t, msg, "conflicting_lines")
 	assert.Contains(t, msg, "line 1")
 	waitStored(t, s, "cf", 1)
