@@ -204,7 +204,12 @@ func (w *writer) readBody(req *http.Request) ([]byte, error) {
 	if req.ContentLength > limit {
 		return nil, tooLarge("body")
 	}
-	raw, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+	var buf bytes.Buffer
+	if req.ContentLength > 0 {
+		buf.Grow(int(req.ContentLength) + 1)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(req.Body, limit+1))
+	raw := buf.Bytes()
 	if err != nil {
 		return nil, influxErr(http.StatusBadRequest, "invalid", "body: %s", err.Error())
 	}

@@ -26,6 +26,7 @@ type Results struct {
 	StoreWrite        float64    // readings/s through store.Write
 	E2E               []e2eResult
 	Query             *queryResult
+	Connect           []connectResult // the "connect" phase
 }
 
 // bench is one run in progress.
@@ -60,7 +61,7 @@ func Run(ctx context.Context, cfg Config, progressOut io.Writer) (*Results, erro
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"raw", b.runRaw}, {"store", b.runStore}, {"e2e", b.runAllE2E}, {"query", b.runQueryPhase}}
+	}{{"raw", b.runRaw}, {"store", b.runStore}, {"e2e", b.runAllE2E}, {"query", b.runQueryPhase}, {"connect", b.runConnect}}
 	for _, st := range steps {
 		if !slices.Contains(cfg.Phases, st.name) {
 			continue

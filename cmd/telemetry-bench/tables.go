@@ -23,6 +23,9 @@ func buildReport(r *Results) report {
 	if r.Query != nil {
 		rep.sections = append(rep.sections, querySection(r.Query), diskSection(r))
 	}
+	if len(r.Connect) > 0 {
+		rep.sections = append(rep.sections, connectSection(r))
+	}
 	rep.sections = append(rep.sections, targetSection(r))
 	return rep
 }

@@ -1,6 +1,7 @@
 package lineproto
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -20,11 +21,10 @@ const maxHeaderValue = 1024
 // would pass buckets.MaxBatch readings or MaxMessageBytes.
 func (m *mapper) build() {
 	var buf, one []byte
-	names := make([]string, 0, 16)
-	for _, dev := range m.devices {
-		subject := m.opts.SubjectPrefix + "." + string(dev)
-		ticks := m.order[dev]
-		slices.Sort(ticks)
+	for _, d := range m.devices {
+		subject := m.opts.SubjectPrefix + "." + string(d.id)
+		rs := d.readings
+		slices.SortFunc(rs, func(a, b int32) int { return cmp.Compare(m.pending[a].ticks, m.pending[b].ticks) })
 		buf = buf[:0]
 		n := 0
 		flush := func() {
@@ -36,14 +36,9 @@ func (m *mapper) build() {
 			m.res.Messages = append(m.res.Messages, Message{Subject: subject, Data: data, MsgID: msgID(subject, data)})
 			buf, n = buf[:0], 0
 		}
-		for _, k := range ticks {
-			vals := m.readings[readingKey{dev, k}]
-			names = names[:0]
-			for name := range vals {
-				names = append(names, name)
-			}
-			slices.Sort(names)
-			one = appendReading(one[:0], k, names, vals)
+		for _, pi := range rs {
+			p := &m.pending[pi]
+			one = appendReading(one[:0], p.ticks, p.fields)
 			if n > 0 && (n == buckets.MaxBatch || len(buf)+1+len(one)+1 > m.opts.MaxMessageBytes) {
 				flush()
 			}
@@ -61,20 +56,37 @@ func (m *mapper) build() {
 }
 
 // appendReading appends {"ts":"<RFC 3339>","values":{...}}.
-func appendReading(b []byte, k buckets.Ticks, names []string, vals map[string]slot) []byte {
-	b = append(b, `{"ts":"`...)
-	b = k.Time().AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","values":{`...)
-	for i, name := range names {
+func appendReading(b []byte, k buckets.Ticks, fields []buckets.Field) []byte {
+	b = append(b, `{"ts":`...)
+	b = appendTS(b, k)
+	b = append(b, `,"values":{`...)
+	for i, f := range fields {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, '"')
-		b = append(b, name...) // value names need no escaping
+		b = append(b, f.Name...) // value names need no escaping
 		b = append(b, `":`...)
-		b = appendValue(b, vals[name].value)
+		b = appendValue(b, f.Value)
 	}
 	return append(b, "}}"...)
+}
+
+// ticksPerMilli is the number of ticks in a millisecond.
+const ticksPerMilli = buckets.TicksPerSecond / 1000
+
+// appendTS appends the time of k: epoch milliseconds when k is a whole
+// millisecond (cheaper to write and to read back), else RFC 3339 with
+// the 100 ns digits.
+func appendTS(b []byte, k buckets.Ticks) []byte {
+	if k%ticksPerMilli == 0 {
+		if ms := k.Time().UnixMilli(); ms >= 0 {
+			return strconv.AppendInt(b, ms, 10)
+		}
+	}
+	b = append(b, '"')
+	b = k.Time().AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }
 
 // appendValue appends v as JSON the ingester decodes back to the same

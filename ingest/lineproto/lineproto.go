@@ -29,7 +29,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	lp "github.com/influxdata/line-protocol/v2/lineprotocol"
@@ -157,21 +159,51 @@ type readingKey struct {
 	ticks  buckets.Ticks
 }
 
-// slot is one value of a merged reading and the line that gave it.
-type slot struct {
-	value buckets.Value
-	line  int
+// pending is one merged reading: its values sorted by name, and for
+// each the line that gave it.
+type pending struct {
+	ticks  buckets.Ticks
+	fields []buckets.Field
+	line   int32   // the line that gave every value, until a merge
+	lines  []int32 // per value, once another line merged in
+}
+
+// lineOf is the line that gave value i.
+func (p *pending) lineOf(i int) int32 {
+	if p.lines == nil {
+		return p.line
+	}
+	return p.lines[i]
+}
+
+// deviceReadings are the readings of one device, in first-seen order.
+type deviceReadings struct {
+	id       buckets.DeviceID
+	readings []int32 // indexes into mapper.pending
 }
 
 // mapper holds the state of one Map call.
 type mapper struct {
-	opts     Options
-	res      Result
-	readings map[readingKey]map[string]slot
-	order    map[buckets.DeviceID][]buckets.Ticks // per device, first-seen order of its readings
-	devices  []buckets.DeviceID                   // first-seen order
-	fields   []buckets.Field                      // scratch: values of the current line
-	cur      int                                  // physical number of the line being mapped
+	opts    Options
+	res     Result
+	index   map[readingKey]int32 // reading -> pending index
+	pending []pending
+	devices []deviceReadings
+	devIdx  map[buckets.DeviceID]int32 // device -> devices index
+	names   map[string]string          // interned "<measurement>.<key>" names
+	badName map[string]*buckets.ValidationError
+	arena   []buckets.Field // backs the values of new readings
+	fields  []buckets.Field // scratch: values of the current line
+	tags    []tagKV         // scratch: other tags of the current line
+	nameBuf []byte          // scratch: a value name being built
+	meas    []byte          // scratch: the measurement of the current line
+	cur     int             // physical number of the line being mapped
+}
+
+// tagKV is a tag other than the device tag.
+type tagKV struct {
+	key   []byte
+	value string
 }
 
 // Map parses body and maps every line (see the package comment).
@@ -179,20 +211,67 @@ func Map(body []byte, opts Options) Result {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	m := &mapper{
-		opts:     opts,
-		readings: make(map[readingKey]map[string]slot),
-		order:    make(map[buckets.DeviceID][]buckets.Ticks),
-	}
+	var entries []rawLine
 	for line := range splitLines(body) {
-		m.res.Lines++
+		entries = append(entries, line)
+	}
+	m := newMapper(opts, len(entries))
+	if !m.fast(body, entries) {
+		// Some line is bad: map line by line, each with its own decoder,
+		// so every error is pinned to its line and its raw text.
+		m = mapEach(opts, entries)
+	}
+	return m.finish(len(entries))
+}
+
+// mapEach maps every entry with a decoder of its own.
+func mapEach(opts Options, entries []rawLine) *mapper {
+	m := newMapper(opts, len(entries))
+	for _, line := range entries {
 		m.cur = line.number
 		if dev, ve := m.line(line.text); ve != nil {
 			m.reject(line, dev, ve)
 		}
 	}
+	return m
+}
+
+// finish encodes the messages and returns the result.
+func (m *mapper) finish(lines int) Result {
+	m.res.Lines = lines
 	m.build()
 	return m.res
+}
+
+func newMapper(opts Options, lines int) *mapper {
+	return &mapper{
+		opts:    opts,
+		index:   make(map[readingKey]int32, lines),
+		pending: make([]pending, 0, lines),
+		devIdx:  make(map[buckets.DeviceID]int32),
+		names:   make(map[string]string),
+		badName: make(map[string]*buckets.ValidationError),
+	}
+}
+
+// fast maps the whole body with one decoder, the entries of the
+// splitter giving the line numbers. It reports false, leaving m to be
+// discarded, as soon as a line is bad or the two disagree on the
+// entries.
+func (m *mapper) fast(body []byte, entries []rawLine) bool {
+	dec := lp.NewDecoderWithBytes(body)
+	i := 0
+	for dec.Next() {
+		if i == len(entries) {
+			return false
+		}
+		m.cur = entries[i].number
+		if _, ve := m.entry(dec); ve != nil {
+			return false
+		}
+		i++
+	}
+	return i == len(entries)
 }
 
 // reject records a bad line and its dead letter.
@@ -218,6 +297,26 @@ func (m *mapper) reject(l rawLine, dev string, ve *buckets.ValidationError) {
 	})
 }
 
+// name returns the interned value name <measurement>.<key>, or why it
+// is not a valid value name.
+func (m *mapper) name(meas, key []byte) (string, *buckets.ValidationError) {
+	m.nameBuf = append(append(append(m.nameBuf[:0], meas...), '.'), key...)
+	if n, ok := m.names[string(m.nameBuf)]; ok {
+		return n, nil
+	}
+	if ve, ok := m.badName[string(m.nameBuf)]; ok {
+		return "", ve
+	}
+	n := string(m.nameBuf)
+	if err := buckets.ValidateValueName(n); err != nil {
+		ve := err.(*buckets.ValidationError)
+		m.badName[n] = ve
+		return "", ve
+	}
+	m.names[n] = n
+	return n, nil
+}
+
 // line validates one entry and merges it into the request's readings.
 // dev is the device, as far as it was found (for the dead letter).
 func (m *mapper) line(text []byte) (dev string, _ *buckets.ValidationError) {
@@ -225,13 +324,20 @@ func (m *mapper) line(text []byte) (dev string, _ *buckets.ValidationError) {
 	if !dec.Next() {
 		return "", syntax(errors.New("empty line"))
 	}
+	return m.entry(dec)
+}
+
+// entry validates the entry dec stands on and merges it.
+func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError) {
 	meas, err := dec.Measurement()
 	if err != nil {
 		return "", syntax(err)
 	}
-	measurement := string(meas)
-	m.fields = m.fields[:0]
-	var tags []buckets.Field
+	// The decoder's slices are valid only until its next call: keep a
+	// copy of the measurement.
+	m.meas = append(m.meas[:0], meas...)
+	meas = m.meas
+	m.fields, m.tags = m.fields[:0], m.tags[:0]
 	devTag := len(m.opts.DeviceTags)
 	for {
 		k, v, err := dec.NextTag()
@@ -244,12 +350,12 @@ func (m *mapper) line(text []byte) (dev string, _ *buckets.ValidationError) {
 		if i := indexOf(m.opts.DeviceTags, k); i >= 0 && i < devTag {
 			if devTag < len(m.opts.DeviceTags) {
 				// A device tag of lower rank becomes a value.
-				tags = append(tags, buckets.Field{Name: m.opts.DeviceTags[devTag], Value: buckets.String(dev)})
+				m.tags = append(m.tags, tagKV{key: []byte(m.opts.DeviceTags[devTag]), value: dev})
 			}
 			devTag, dev = i, string(v)
 			continue
 		}
-		tags = append(tags, buckets.Field{Name: string(k), Value: buckets.String(string(v))})
+		m.tags = append(m.tags, tagKV{key: append([]byte(nil), k...), value: string(v)})
 	}
 	for {
 		k, v, err := dec.NextField()
@@ -267,7 +373,14 @@ func (m *mapper) line(text []byte) (dev string, _ *buckets.ValidationError) {
 			ve.Field = "field " + string(k)
 			return dev, ve
 		}
-		m.fields = append(m.fields, buckets.Field{Name: measurement + "." + string(k), Value: val})
+		name, ve := m.name(meas, k)
+		if ve != nil {
+			return dev, ve
+		}
+		if ve := valueOK(name, val); ve != nil {
+			return dev, ve
+		}
+		m.fields = append(m.fields, buckets.Field{Name: name, Value: val})
 	}
 	tb, err := dec.TimeBytes()
 	if err != nil {
@@ -276,27 +389,39 @@ func (m *mapper) line(text []byte) (dev string, _ *buckets.ValidationError) {
 	if devTag == len(m.opts.DeviceTags) {
 		return "", invalid(buckets.CodeInvalidDevice, "tags", "no device tag: want one of %v", m.opts.DeviceTags)
 	}
-	if err := buckets.DeviceID(dev).Validate(); err != nil {
-		ve := err.(*buckets.ValidationError)
-		ve.Field = "tag " + m.opts.DeviceTags[devTag]
+	device, ve := m.device(dev, devTag)
+	if ve != nil {
 		return dev, ve
 	}
 	if m.opts.Allow != nil && !m.opts.Allow(dev) {
 		return dev, invalid(CodeDeviceNotAllowed, "tag "+m.opts.DeviceTags[devTag], "the token may not write for device %q", dev)
 	}
-	for _, t := range tags {
-		m.fields = append(m.fields, buckets.Field{Name: measurement + "." + t.Name, Value: t.Value})
+	for _, t := range m.tags {
+		name, ve := m.name(meas, t.key)
+		if ve != nil {
+			return dev, ve
+		}
+		val := buckets.String(t.value)
+		if ve := valueOK(name, val); ve != nil {
+			return dev, ve
+		}
+		m.fields = append(m.fields, buckets.Field{Name: name, Value: val})
+	}
+	switch n := len(m.fields); {
+	case n == 0:
+		return dev, invalid(buckets.CodeNoValues, "values", "a reading needs at least one value")
+	case n > buckets.MaxValues:
+		return dev, invalid(buckets.CodeTooManyValues, "values", "%d values is more than %d", n, buckets.MaxValues)
+	}
+	if name, ok := buckets.SortValues(m.fields); !ok {
+		return dev, invalid(buckets.CodeDuplicateValue, name, "the line gives this value name twice (a tag and a field, or a field twice)")
 	}
 	ticks, ve := m.ticks(tb)
 	if ve != nil {
 		return dev, ve
 	}
-	r := buckets.Reading{Device: buckets.DeviceID(dev), Ticks: ticks, Values: m.fields}
-	if name, ok := buckets.SortValues(r.Values); !ok {
-		return dev, invalid(buckets.CodeDuplicateValue, name, "the line gives this value name twice (a tag and a field, or a field twice)")
-	}
-	if err := r.Validate(); err != nil {
-		return dev, err.(*buckets.ValidationError)
+	if !ticks.Valid() {
+		return dev, invalid(buckets.CodeInvalidTime, "timestamp", "tick count %d is outside 0001..9999", int64(ticks))
 	}
 	if err := m.opts.Window.Check(ticks, m.opts.Now); err != nil {
 		var ve *buckets.ValidationError
@@ -305,7 +430,30 @@ func (m *mapper) line(text []byte) (dev string, _ *buckets.ValidationError) {
 		}
 		return dev, invalid(buckets.CodeInvalidTime, "timestamp", "%s", err.Error())
 	}
-	return dev, m.merge(r, m.cur)
+	return dev, m.merge(device, ticks, m.fields, int32(m.cur))
+}
+
+// device returns the interned, validated device ID of dev.
+func (m *mapper) device(dev string, devTag int) (buckets.DeviceID, *buckets.ValidationError) {
+	if i, ok := m.devIdx[buckets.DeviceID(dev)]; ok {
+		return m.devices[i].id, nil
+	}
+	if err := buckets.DeviceID(dev).Validate(); err != nil {
+		ve := err.(*buckets.ValidationError)
+		ve.Field = "tag " + m.opts.DeviceTags[devTag]
+		return "", ve
+	}
+	return buckets.DeviceID(dev), nil
+}
+
+// valueOK validates one value, naming it.
+func valueOK(name string, v buckets.Value) *buckets.ValidationError {
+	if err := v.Validate(); err != nil {
+		ve := err.(*buckets.ValidationError)
+		ve.Field = "values." + name
+		return ve
+	}
+	return nil
 }
 
 // ticks converts the line's timestamp (or Now) to ticks.
@@ -329,38 +477,59 @@ func (m *mapper) ticks(tb []byte) (buckets.Ticks, *buckets.ValidationError) {
 	return k, nil
 }
 
-// merge adds r's values to the request's reading of the same device
-// and time, unless one of them conflicts with an earlier line.
-func (m *mapper) merge(r buckets.Reading, line int) *buckets.ValidationError {
-	key := readingKey{r.Device, r.Ticks}
-	cur, ok := m.readings[key]
+// merge adds the sorted fields of a line to the request's reading of
+// the same device and time, unless one of them conflicts with an
+// earlier line.
+func (m *mapper) merge(dev buckets.DeviceID, ticks buckets.Ticks, fields []buckets.Field, line int32) *buckets.ValidationError {
+	key := readingKey{dev, ticks}
+	pi, ok := m.index[key]
 	if !ok {
-		cur = make(map[string]slot, len(r.Values))
-		m.readings[key] = cur
-		if _, seen := m.order[r.Device]; !seen {
-			m.devices = append(m.devices, r.Device)
+		if cap(m.arena)-len(m.arena) < len(fields) {
+			m.arena = make([]buckets.Field, 0, max(4096, len(fields)))
 		}
-		m.order[r.Device] = append(m.order[r.Device], r.Ticks)
-	}
-	added := 0
-	for _, f := range r.Values {
-		s, ok := cur[f.Name]
+		start := len(m.arena)
+		m.arena = append(m.arena, fields...)
+		p := pending{ticks: ticks, fields: m.arena[start:len(m.arena):len(m.arena)], line: line}
+		pi = int32(len(m.pending))
+		m.pending = append(m.pending, p)
+		m.index[key] = pi
+		di, ok := m.devIdx[dev]
 		if !ok {
+			di = int32(len(m.devices))
+			m.devices = append(m.devices, deviceReadings{id: dev})
+			m.devIdx[dev] = di
+		}
+		m.devices[di].readings = append(m.devices[di].readings, pi)
+		return nil
+	}
+	p := &m.pending[pi]
+	added := 0
+	for _, f := range fields {
+		i, found := slices.BinarySearchFunc(p.fields, f.Name, func(x buckets.Field, n string) int { return strings.Compare(x.Name, n) })
+		if !found {
 			added++
 			continue
 		}
-		if s.value != f.Value {
+		if p.fields[i].Value != f.Value {
 			return invalid(CodeConflictingLines, f.Name, "line %d gives %v at the same device and time; this line gives %v",
-				s.line, s.value.Any(), f.Value.Any())
+				p.lineOf(i), p.fields[i].Value.Any(), f.Value.Any())
 		}
 	}
-	if len(cur)+added > buckets.MaxValues {
+	if len(p.fields)+added > buckets.MaxValues {
 		return invalid(buckets.CodeTooManyValues, "", "merged with earlier lines of the same device and time this reading has %d values, more than %d",
-			len(cur)+added, buckets.MaxValues)
+			len(p.fields)+added, buckets.MaxValues)
 	}
-	for _, f := range r.Values {
-		if _, ok := cur[f.Name]; !ok {
-			cur[f.Name] = slot{value: f.Value, line: line}
+	if p.lines == nil {
+		p.lines = make([]int32, len(p.fields))
+		for i := range p.lines {
+			p.lines[i] = p.line
+		}
+	}
+	for _, f := range fields {
+		i, found := slices.BinarySearchFunc(p.fields, f.Name, func(x buckets.Field, n string) int { return strings.Compare(x.Name, n) })
+		if !found {
+			p.fields = slices.Insert(p.fields, i, f)
+			p.lines = slices.Insert(p.lines, i, line)
 		}
 	}
 	return nil

@@ -153,8 +153,17 @@ func FuzzMap(f *testing.F) {
 	f.Add([]byte("m,device=a v=1 1795309323000000000\n"))
 	f.Add([]byte("m,device=a s=\"x\ny\",b=t,u=1u,i=-1i 1\r\n# c\n"))
 	f.Add([]byte("m\\ x,device=a\\,b v=1\nbad line\n"))
+	f.Add([]byte("m,device=a s=\"x\ny\",v=1i 1795309323000000000\n\n# c\nm,device=b v=2 1795309323000000000\nm,device=a s=\"z\" 1795309323000000000\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		res := Map(body, opts())
+		var entries []rawLine
+		for l := range splitLines(body) {
+			entries = append(entries, l)
+		}
+		o := opts()
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+		slow := mapEach(o, entries).finish(len(entries))
+		assert.Equal(t, slow, res, "one decoder for the body and one per line must agree")
 		assert.Len(t, res.DeadLetters, len(res.Rejected))
 		for _, m := range res.Messages {
 			var out []map[string]any

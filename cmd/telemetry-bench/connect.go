@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nats.go"
+)
+
+// The "connect" phase compares the device-facing doors of the service,
+// each end to end on a fresh service, interleaved and repeated:
+//
+//   - JSON over JetStream at 100 readings per message (the baseline of
+//     line protocol) and InfluxDB line protocol over HTTP: the same
+//     readings, 5,000 lines (50 such messages, 50 devices) per POST
+//     /api/v2/write, 2 writers;
+//   - JSON over JetStream at 1 reading per message (the baseline of
+//     MQTT) and MQTT QoS 1 at 1 reading per message, acked on PUBACK.
+const (
+	connectLinesPerRequest = 5000
+	connectLineWriters     = 2
+	connectMQTTClients     = 4
+	connectMQTTWindow      = 512 // QoS 1 publishes in flight per MQTT connection
+)
+
+// connectRun is one door measured.
+type connectRun struct {
+	Name     string
+	Protocol string // nats, line or mqtt
+	PerMsg   int    // readings per JSON message (the workload's grouping)
+}
+
+// connectResult is what one connect run measured.
+type connectResult struct {
+	Run         connectRun
+	Readings    int
+	PublishRate float64       // readings/s from the first send to the last ack (204, PUBACK)
+	Rate        float64       // readings/s from the first send until stored
+	ServiceCPU  time.Duration // service CPU over the run
+}
+
+func connectRuns() []connectRun {
+	return []connectRun{
+		{Name: "JSON over JetStream, 100/msg", Protocol: "nats", PerMsg: 100},
+		{Name: "line protocol, 5000 lines/request, 2 writers", Protocol: "line", PerMsg: 100},
+		{Name: "JSON over JetStream, 1/msg", Protocol: "nats", PerMsg: 1},
+		{Name: "MQTT QoS 1, 1/msg", Protocol: "mqtt", PerMsg: 1},
+	}
+}
+
+// runConnect runs every connect configuration Config.Repeat times,
+// interleaved so that a noisy moment of the machine hits all of them.
+func (b *bench) runConnect(ctx context.Context) error {
+	if err := b.ensureBinary(ctx); err != nil {
+		return err
+	}
+	for range max(b.cfg.Repeat, 1) {
+		for _, run := range connectRuns() {
+			r, err := b.connectOnce(ctx, run)
+			removeAll(filepath.Join(b.work, "connect"), b.cfg.Keep)
+			if err != nil {
+				return fmt.Errorf("%s: %w", run.Name, err)
+			}
+			b.res.Connect = append(b.res.Connect, r)
+		}
+	}
+	return nil
+}
+
+func (b *bench) connectOnce(ctx context.Context, run connectRun) (connectResult, error) {
+	dir := filepath.Join(b.work, "connect")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return connectResult{}, err
+	}
+	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"), telemetry: true}
+	if err := svc.start(ctx); err != nil {
+		return connectResult{}, err
+	}
+	defer svc.stop(30 * time.Second)
+	w := b.ingestWorkload(run.PerMsg)
+	res := connectResult{Run: run, Readings: w.readings()}
+	ph := b.prog.begin("connect: "+run.Name+" (stored)", w.readings(), "readings")
+	defer ph.end("")
+	before, err := svc.stats()
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- waitStored(wctx, svc, int64(w.readings()), ph, 50*time.Millisecond) }()
+	var sent time.Duration
+	switch run.Protocol {
+	case "nats":
+		var nc *nats.Conn
+		if nc, err = nats.Connect(svc.natsURL()); err == nil {
+			var st pubStats
+			st, err = publishAll(ctx, nc, w, nil)
+			sent = st.elapsed
+			nc.Close()
+		}
+	case "line":
+		sent, err = postLines(ctx, "http://"+svc.httpAddr, w)
+	case "mqtt":
+		sent, err = publishMQTT(ctx, svc.mqttAddr, w)
+	}
+	if err != nil {
+		cancel()
+		<-waited
+		return res, err
+	}
+	if err := <-waited; err != nil {
+		return res, err
+	}
+	elapsed := time.Since(start)
+	after, err := svc.stats()
+	if err != nil {
+		return res, err
+	}
+	res.PublishRate = float64(res.Readings) / sent.Seconds()
+	res.Rate = float64(res.Readings) / elapsed.Seconds()
+	res.ServiceCPU = after.cpu - before.cpu
+	ph.end(fmt.Sprintf("%.0f readings/s end to end (accepted at %.0f/s)", res.Rate, res.PublishRate))
+	return res, nil
+}
+
+// appendLine appends reading i of message m of w as line protocol.
+func (w workload) appendLine(dst []byte, m, i int) []byte {
+	temp, hum, ok := w.sample(m, i)
+	dst = append(dst, "env,device="...)
+	dst = append(dst, w.device(m)...)
+	dst = append(dst, " temp="...)
+	dst = strconv.AppendFloat(dst, temp, 'f', 2, 64)
+	dst = append(dst, ",hum="...)
+	dst = strconv.AppendInt(dst, hum, 10)
+	dst = append(dst, "i,ok="...)
+	dst = strconv.AppendBool(dst, ok)
+	dst = append(dst, ' ')
+	dst = strconv.AppendInt(dst, w.at(m, i).UnixNano(), 10)
+	return append(dst, '\n')
+}
+
+// postLines posts w as line protocol, connectLinesPerRequest lines per
+// request (consecutive messages, so many devices per request), with
+// connectLineWriters requests in flight. It returns the time from the
+// first request to the last 204.
+func postLines(ctx context.Context, base string, w workload) (time.Duration, error) {
+	perReq := max(connectLinesPerRequest/w.perMsg, 1)
+	requests := (w.msgs + perReq - 1) / perReq
+	client := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: connectLineWriters}}
+	url := base + "/api/v2/write?bucket=bench&precision=ns"
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range connectLineWriters {
+		wg.Go(func() {
+			buf := make([]byte, 0, 64*connectLinesPerRequest)
+			for {
+				r := int(next.Add(1)) - 1
+				if r >= requests || ctx.Err() != nil {
+					return
+				}
+				buf = buf[:0]
+				for m := r * perReq; m < min((r+1)*perReq, w.msgs); m++ {
+					for i := range w.perMsg {
+						buf = w.appendLine(buf, m, i)
+					}
+				}
+				if err := postOnce(ctx, client, url, buf); err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("request %d: %w", r, err) })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), firstErr
+}
+
+func postOnce(ctx context.Context, client *http.Client, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("%s: %s", resp.Status, msg)
+	}
+	return nil
+}
+
+// publishMQTT publishes every message of w with QoS 1 on
+// telemetry/<device> over connectMQTTClients connections (a device
+// always on the same one), at most connectMQTTWindow unacknowledged per
+// connection, and returns the time from the first publish to the last
+// PUBACK.
+func publishMQTT(ctx context.Context, addr string, w workload) (time.Duration, error) {
+	clients := make([]mqtt.Client, connectMQTTClients)
+	for i := range clients {
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).
+			SetClientID(fmt.Sprintf("bench-%d", i)).SetProtocolVersion(4).SetCleanSession(true).
+			SetAutoReconnect(false).SetWriteTimeout(time.Minute))
+		if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+			return 0, fmt.Errorf("mqtt connect %s: %v", addr, tok.Error())
+		}
+		defer c.Disconnect(250)
+		clients[i] = c
+	}
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for ci, c := range clients {
+		wg.Go(func() {
+			window := make(chan mqtt.Token, connectMQTTWindow)
+			settle := func(tok mqtt.Token) {
+				if !tok.WaitTimeout(time.Minute) {
+					err := fmt.Errorf("no PUBACK within a minute")
+					failed.CompareAndSwap(nil, &err)
+				} else if err := tok.Error(); err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			}
+			buf := make([]byte, 0, 128)
+			for m := 0; m < w.msgs; m++ {
+				if (m%len(w.devices))%len(clients) != ci {
+					continue
+				}
+				if ctx.Err() != nil || failed.Load() != nil {
+					break
+				}
+				if len(window) == cap(window) {
+					settle(<-window)
+				}
+				buf = w.payload(buf[:0], m)
+				// paho keeps the payload until the packet is written, so each
+				// publish gets its own copy.
+				window <- c.Publish("telemetry/"+string(w.device(m)), 1, false, bytes.Clone(buf))
+			}
+			close(window)
+			for tok := range window {
+				settle(tok)
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		return 0, *err
+	}
+	return time.Since(start), ctx.Err()
+}
+
+// connectSection is the report table of the connect phase: the median
+// of each run, and each door against its JetStream baseline.
+func connectSection(r *Results) section {
+	med := func(name string) *connectResult {
+		var rs []*connectResult
+		for i := range r.Connect {
+			if r.Connect[i].Run.Name == name {
+				rs = append(rs, &r.Connect[i])
+			}
+		}
+		if len(rs) == 0 {
+			return nil
+		}
+		slices.SortFunc(rs, func(a, b *connectResult) int { return cmp.Compare(a.Rate, b.Rate) })
+		return rs[len(rs)/2]
+	}
+	s := section{title: "Device doors, end to end (median of the interleaved runs)",
+		header: []string{"path", "readings", "accepted readings/s", "stored readings/s", "service CPU s/M readings", "vs baseline (stored)", "vs baseline (accepted)", "all runs stored/s"}}
+	runs := connectRuns()
+	for i, run := range runs {
+		c := med(run.Name)
+		if c == nil {
+			continue
+		}
+		vsStored, vsAcc := "baseline", "baseline"
+		if i%2 == 1 {
+			if base := med(runs[i-1].Name); base != nil {
+				vsStored, vsAcc = ratio(c.Rate, base.Rate), ratio(c.PublishRate, base.PublishRate)
+			}
+		}
+		var all string
+		for _, x := range r.Connect {
+			if x.Run.Name == run.Name {
+				if all != "" {
+					all += ", "
+				}
+				all += num(x.Rate)
+			}
+		}
+		s.rows = append(s.rows, []string{run.Name, num(float64(c.Readings)), num(c.PublishRate), num(c.Rate),
+			strconv.FormatFloat(cpuPerMillion(c.ServiceCPU, c.Readings), 'f', 1, 64), vsStored, vsAcc, all})
+	}
+	s.notes = append(s.notes, "targets: line protocol >= 0.8x JSON over JetStream at 100/msg; MQTT QoS 1 >= 0.7x JSON over JetStream at 1/msg (stored readings/s)")
+	return s
+}
