@@ -103,3 +103,23 @@ func BenchmarkRangeRequest1000(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLatestRequest10 measures a whole latest-10 request (routing,
+// parameters, tracing and metrics with the no-op providers, encoding).
+func BenchmarkLatestRequest10(b *testing.B) {
+	srv, err := New(Config{Reader: pageReader{buckets.Page{Readings: benchReadings(10)}},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := srv.Handler()
+	req := httptest.NewRequest(http.MethodGet, "/v1/devices/sensor-0042/readings/latest?limit=10", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Code, rec.Body.String())
+		}
+	}
+}
