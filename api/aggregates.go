@@ -233,8 +233,10 @@ func fnParam(s string) (aggFn, bool, error) {
 	return fns, true, nil
 }
 
-// appendAggregates appends
-// {"device","interval","buckets":[{"start","values":{name:{fn:...}}}],"next"}.
+// appendAggregates appends the Aggregates response,
+// {"device","interval","buckets":[{"start","values":{name:{fn:...}}}],"next"},
+// byte for byte as encoding/json writes it (encode_test.go), about 4
+// times faster (BENCHMARKS.md).
 func appendAggregates(dst []byte, dev buckets.DeviceID, ac aggregateCursor, bs []buckets.AggregateBucket, next string) []byte {
 	dst = append(dst, `{"device":`...)
 	dst = appendString(dst, string(dev))

@@ -123,3 +123,49 @@ func BenchmarkLatestRequest10(b *testing.B) {
 		}
 	}
 }
+
+// benchAggregates is a day of one-minute buckets of three values.
+func benchAggregates() []buckets.AggregateBucket {
+	base := buckets.MustTicks(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))
+	bs := make([]buckets.AggregateBucket, 1440)
+	for i := range bs {
+		bs[i].Start = base + buckets.Ticks(i)*60*buckets.TicksPerSecond
+		for _, name := range []string{"humidity", "rssi", "temp"} {
+			var sm buckets.Summary
+			for j := range 6 {
+				sm.Add(bs[i].Start+buckets.Ticks(j)*10*buckets.TicksPerSecond, 20+float64((i+j)%17)/4)
+			}
+			bs[i].Values = append(bs[i].Values, buckets.NamedSummary{Name: name, Summary: sm})
+		}
+	}
+	return bs
+}
+
+// BenchmarkAggregates encodes a day of one-minute buckets (1,440 x 3
+// values, count,min,max,avg) from the response type with encoding/json.
+func BenchmarkAggregates(b *testing.B) {
+	bs := benchAggregates()
+	b.ReportAllocs()
+	var w bytes.Buffer
+	for b.Loop() {
+		w.Reset()
+		enc := json.NewEncoder(&w)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(aggregatesOf("sensor-0042", 60*buckets.TicksPerSecond, fnDefault, bs, "")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(w.Len()), "bytes/page")
+}
+
+// BenchmarkAggregatesAppenders is the same page through hand-written
+// appenders.
+func BenchmarkAggregatesAppenders(b *testing.B) {
+	bs := benchAggregates()
+	b.ReportAllocs()
+	for b.Loop() {
+		buf := getBuf()
+		*buf = appendAggregates(*buf, "sensor-0042", aggregateCursor{Interval: 60 * buckets.TicksPerSecond, Fns: fnDefault}, bs, "")
+		putBuf(buf)
+	}
+}

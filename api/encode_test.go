@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -212,5 +213,41 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		for i := range rs {
 			require.Equal(t, encode(readingOf(&rs[i], proj)), string(appendReading(nil, &rs[i], proj))+"\n")
 		}
+	}
+}
+
+// The aggregates appenders write what encoding/json writes for the
+// Aggregates type, for every choice of functions.
+func TestAggregatesAppendersMatchEncodingJSON(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(15, 16))
+	base := buckets.MustTicks(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC))
+	for range 300 {
+		bs := make([]buckets.AggregateBucket, rnd.IntN(4))
+		for i := range bs {
+			bs[i].Start = base + buckets.Ticks(i)*60*buckets.TicksPerSecond
+			for _, name := range []string{"a", "b.c", "temp", "x_y"} {
+				if rnd.IntN(2) == 0 {
+					continue
+				}
+				var sm buckets.Summary
+				for j := range 1 + rnd.IntN(5) {
+					v := math.Float64frombits(rnd.Uint64() &^ (0x7ff << 52))
+					if rnd.IntN(2) == 0 {
+						v = float64(rnd.IntN(1000)) / 8
+					}
+					sm.Add(bs[i].Start+buckets.Ticks(j), v)
+				}
+				bs[i].Values = append(bs[i].Values, buckets.NamedSummary{Name: name, Summary: sm})
+			}
+		}
+		fns := aggFn(1 + rnd.IntN(int(fnAll)))
+		interval := buckets.Ticks(1+rnd.IntN(3600)) * buckets.TicksPerSecond
+		next := []string{"", "AQID"}[rnd.IntN(2)]
+		var want strings.Builder
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		require.NoError(t, enc.Encode(aggregatesOf("dev-1", interval, fns, bs, next)))
+		got := appendAggregates(nil, "dev-1", aggregateCursor{Interval: interval, Fns: fns}, bs, next)
+		require.Equal(t, want.String(), string(got))
 	}
 }

@@ -14,11 +14,12 @@ import (
 )
 
 // The response bodies of the API, one Go type each. They are encoded
-// with encoding/json, except ReadingList and Reading: those answer the
-// hot paths (latest-N, range and point queries) and are written by the
-// appenders in encode.go, which produce exactly the bytes encoding/json
-// would produce for these types (a test compares them) several times
-// faster (BENCHMARKS.md, "API response encoding").
+// with encoding/json, except ReadingList, Reading and Aggregates: those
+// answer the query paths (latest-N, range, point, and the dashboards'
+// aggregates) and are written by appenders (encode.go, aggregates.go)
+// that produce exactly the bytes encoding/json would produce for these
+// types (tests compare them), 4-9 times faster (BENCHMARKS.md,
+// "Hand-written JSON: kept only where it pays").
 
 // Reading is one reading (DESIGN §5). Values holds float64, int64, bool
 // or string values by name.
@@ -189,4 +190,71 @@ func writeJSON(c echo.Context, status int, b []byte) {
 	if c.Request().Method != http.MethodHead {
 		_, _ = res.Write(b)
 	}
+}
+
+// Aggregates is the answer of GET /v1/devices/{device}/aggregates.
+type Aggregates struct {
+	Device   string            `json:"device"`
+	Interval string            `json:"interval"`
+	Buckets  []AggregateBucket `json:"buckets"`
+	Next     string            `json:"next,omitempty"`
+}
+
+// AggregateBucket is one interval that held readings: its start and a
+// summary per value name.
+type AggregateBucket struct {
+	Start  time.Time                   `json:"start"`
+	Values map[string]AggregateSummary `json:"values"`
+}
+
+// AggregateSummary holds the functions the request asked for (fn);
+// the others are absent.
+type AggregateSummary struct {
+	Count *int64   `json:"count,omitempty"`
+	Sum   *float64 `json:"sum,omitempty"`
+	Min   *float64 `json:"min,omitempty"`
+	Max   *float64 `json:"max,omitempty"`
+	Avg   *float64 `json:"avg,omitempty"`
+	First *float64 `json:"first,omitempty"`
+	Last  *float64 `json:"last,omitempty"`
+}
+
+// aggregatesOf is the response form of a page of aggregate buckets,
+// keeping the functions in fns.
+func aggregatesOf(dev buckets.DeviceID, interval buckets.Ticks, fns aggFn, bs []buckets.AggregateBucket, next string) Aggregates {
+	out := Aggregates{Device: string(dev), Interval: (time.Duration(interval) * 100).String(),
+		Buckets: make([]AggregateBucket, len(bs)), Next: next}
+	for i := range bs {
+		values := make(map[string]AggregateSummary, len(bs[i].Values))
+		for _, v := range bs[i].Values {
+			values[v.Name] = summaryOf(&v.Summary, fns)
+		}
+		out.Buckets[i] = AggregateBucket{Start: bs[i].Start.Time(), Values: values}
+	}
+	return out
+}
+
+// summaryOf keeps the functions of sm selected by fns; the numbers
+// share one allocation.
+func summaryOf(sm *buckets.Summary, fns aggFn) AggregateSummary {
+	var out AggregateSummary
+	nums := new([7]float64)
+	pick := func(f aggFn, i int, v float64) *float64 {
+		if fns&f == 0 {
+			return nil
+		}
+		nums[i] = v
+		return &nums[i]
+	}
+	if fns&fnCount != 0 {
+		n := sm.Count
+		out.Count = &n
+	}
+	out.Sum = pick(fnSum, 0, sm.Sum)
+	out.Min = pick(fnMin, 1, sm.Min)
+	out.Max = pick(fnMax, 2, sm.Max)
+	out.Avg = pick(fnAvg, 3, sm.Avg())
+	out.First = pick(fnFirst, 4, sm.First)
+	out.Last = pick(fnLast, 5, sm.Last)
+	return out
 }
