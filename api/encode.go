@@ -225,23 +225,6 @@ func sortedFields(fields []buckets.Field) []buckets.Field {
 	return fields
 }
 
-// appendReadingList appends {"device":...,"readings":[...],"next":...};
-// next is left out when empty.
-func appendReadingList(dst []byte, dev buckets.DeviceID, rs []buckets.Reading, proj []string, next string) []byte {
-	dst = append(dst, `{"device":`...)
-	dst = appendString(dst, string(dev))
-	dst = append(dst, `,"readings":[`...)
-	for i := range rs {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendReading(dst, &rs[i], proj)
-	}
-	dst = append(dst, ']')
-	dst = appendNext(dst, next)
-	return append(dst, "}\n"...)
-}
-
 // appendNext appends `,"next":"..."` when next is set.
 func appendNext(dst []byte, next string) []byte {
 	if next == "" {

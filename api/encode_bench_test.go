@@ -41,13 +41,19 @@ func BenchmarkReadingList(b *testing.B) {
 	for _, n := range benchListSizes {
 		rs := benchReadings(n)
 		b.Run(fmt.Sprintf("appenders/%d", n), func(b *testing.B) {
+			srv, err := New(Config{Reader: pageReader{}, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
 			b.ReportAllocs()
 			var size int
 			for b.Loop() {
-				buf := getBuf()
-				*buf = appendReadingList(*buf, "sensor-0042", rs, nil, "cursor")
-				size = len(*buf)
-				putBuf(buf)
+				rec := httptest.NewRecorder()
+				if err := srv.sendReadingList(srv.echo.NewContext(req, rec), "sensor-0042", rs, nil, "cursor"); err != nil {
+					b.Fatal(err)
+				}
+				size = rec.Body.Len()
 			}
 			b.ReportMetric(float64(size), "bytes/page")
 		})

@@ -2,8 +2,11 @@ package api
 
 import (
 	"encoding/json"
+	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -147,6 +150,20 @@ func FuzzDecodeCursor(f *testing.F) {
 	})
 }
 
+// sendList writes a reading list the way the handlers do
+// (sendReadingList, which streams lists past one chunk) and returns the
+// body.
+func sendList(t testing.TB, rs []buckets.Reading, proj []string, next string) []byte {
+	t.Helper()
+	srv, err := New(Config{Reader: pageReader{}, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	c := srv.echo.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), rec)
+	require.NoError(t, srv.sendReadingList(c, "dev-1", rs, proj, next))
+	require.Equal(t, http.StatusOK, rec.Code)
+	return rec.Body.Bytes()
+}
+
 // The hand-written appenders must write exactly what encoding/json
 // writes for the response types, so the types are the one description
 // of the responses and the appenders only a faster way to the same
@@ -187,8 +204,12 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		require.NoError(t, enc.Encode(v))
 		return b.String()
 	}
-	for range 500 {
-		rs := make([]buckets.Reading, rnd.IntN(4))
+	for n := range 500 {
+		size := rnd.IntN(4)
+		if n%100 == 0 {
+			size = 2000 // past one chunk: the list is streamed
+		}
+		rs := make([]buckets.Reading, size)
 		for i := range rs {
 			rs[i] = buckets.Reading{Device: "dev-1", Ticks: buckets.Ticks(rnd.Int64N(int64(buckets.MaxTicks)))}
 			for _, n := range names {
@@ -209,7 +230,7 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 			slices.Sort(proj)
 		}
 		next := []string{"", "AQID"}[rnd.IntN(2)]
-		require.Equal(t, encode(readingListOf("dev-1", rs, proj, next)), string(appendReadingList(nil, "dev-1", rs, proj, next)))
+		require.Equal(t, encode(readingListOf("dev-1", rs, proj, next)), string(sendList(t, rs, proj, next)))
 		for i := range rs {
 			require.Equal(t, encode(readingOf(&rs[i], proj)), string(appendReading(nil, &rs[i], proj))+"\n")
 		}
