@@ -55,6 +55,7 @@ type Config struct {
 	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
 	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
 	Keep           bool          // keep WorkDir
+	TSBSFile       string        // -tsbs: measure this TSBS file instead of the run
 	Out            string        // also write the report as markdown here
 	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
 	ProfileSeconds int           // length of each profile
@@ -97,6 +98,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if cfg.TSBSFile != "" {
+		if err := runTSBS(ctx, cfg, cfg.TSBSFile, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
 	res, err := Run(ctx, cfg, stderr)
 	if res != nil {
 		report := buildReport(res)
@@ -133,6 +141,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
+	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "instead of the run, store this TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx) as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end run here")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each CPU profile")

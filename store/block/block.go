@@ -45,7 +45,7 @@ import (
 )
 
 // Version is the block format version this package writes and reads.
-const Version = 1
+const Version = 2
 
 // Limits of a block. Decode refuses anything beyond them, so damaged or
 // hostile bytes can never make it allocate without bound.
@@ -132,6 +132,17 @@ func codecs() (*zstd.Encoder, *zstd.Decoder) {
 // Validate requires); their Device is not stored. It fails when rs is
 // empty, unsorted or beyond the limits of a block.
 func Encode(dst []byte, rs []buckets.Reading) ([]byte, error) {
+	return encode(dst, rs, encoding{})
+}
+
+// encoding turns off choices of the format, to measure what each is
+// worth (the decoder reads every such block).
+type encoding struct {
+	noZstd  bool // leave the columns uncompressed
+	xorOnly bool // XOR every float column, never scaled decimals
+}
+
+func encode(dst []byte, rs []buckets.Reading, e encoding) ([]byte, error) {
 	if len(rs) == 0 || len(rs) > MaxReadings {
 		return dst, fmt.Errorf("encode block: %d readings (want 1..%d)", len(rs), MaxReadings)
 	}
@@ -148,7 +159,7 @@ func Encode(dst []byte, rs []buckets.Reading) ([]byte, error) {
 	}
 	raw := appendTimes(nil, rs)
 	for i := range cols {
-		raw = cols[i].appendTo(raw, len(rs))
+		raw = cols[i].appendTo(raw, len(rs), e.xorOnly)
 	}
 	if len(raw) > MaxRawBytes {
 		return dst, fmt.Errorf("encode block: %d bytes of columns is more than %d", len(raw), MaxRawBytes)
@@ -156,7 +167,7 @@ func Encode(dst []byte, rs []buckets.Reading) ([]byte, error) {
 	dst = appendHeader(dst, rs, cols)
 	enc, _ := codecs()
 	packed := enc.EncodeAll(raw, nil)
-	if len(packed) < len(raw) {
+	if len(packed) < len(raw) && !e.noZstd {
 		dst = append(dst, compressZstd)
 		dst = binary.AppendUvarint(dst, uint64(len(raw)))
 		return append(dst, packed...), nil
@@ -233,11 +244,48 @@ func appendHeader(dst []byte, rs []buckets.Reading, cols []column) []byte {
 		if in.Num.Count == 0 {
 			continue
 		}
-		for _, f := range [...]float64{in.Num.Sum, in.Num.Min, in.Num.Max, in.Num.First, in.Num.Last} {
-			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(f))
-		}
+		dst = appendSummary(dst, &cols[i])
 		dst = binary.AppendUvarint(dst, uint64(in.Num.FirstTicks-oldest))
 		dst = binary.AppendUvarint(dst, uint64(in.Num.LastTicks-oldest))
+	}
+	return dst
+}
+
+// appendSummary appends the numbers of a name's summary: when every
+// numeric value of the column is a scaled decimal of exponent e, the
+// byte e+1 and min, max, first, last and the exact sum as zigzag-varint
+// scaled integers (a few bytes each); otherwise 0 and five float64s.
+func appendSummary(dst []byte, c *column) []byte {
+	s := &c.info.Num
+	nums := make([]float64, 0, len(c.values))
+	for _, v := range c.values {
+		if x, ok := buckets.Numeric(v); ok {
+			nums = append(nums, x)
+		}
+	}
+	if e := decimalExponent(nums); e >= 0 {
+		var sum int64
+		exact := true
+		for _, x := range nums {
+			m, _ := scaled(x, e)
+			var overflow bool
+			if sum, overflow = addInt64(sum, m); overflow {
+				exact = false
+				break
+			}
+		}
+		if exact {
+			dst = append(dst, byte(e+1))
+			for _, x := range [...]float64{s.Min, s.Max, s.First, s.Last} {
+				m, _ := scaled(x, e)
+				dst = binary.AppendVarint(dst, m)
+			}
+			return binary.AppendVarint(dst, sum)
+		}
+	}
+	dst = append(dst, 0)
+	for _, f := range [...]float64{s.Sum, s.Min, s.Max, s.First, s.Last} {
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(f))
 	}
 	return dst
 }
@@ -255,7 +303,7 @@ func appendTimes(dst []byte, rs []buckets.Reading) []byte {
 }
 
 // appendTo appends the column's presence, kinds and values.
-func (c *column) appendTo(dst []byte, n int) []byte {
+func (c *column) appendTo(dst []byte, n int, xorOnly bool) []byte {
 	if c.info.Count < n {
 		dst = appendBitmap(dst, c.present)
 	}
@@ -281,7 +329,7 @@ func (c *column) appendTo(dst []byte, n int) []byte {
 		}
 	}
 	if len(floats) > 0 {
-		dst = appendFloats(dst, floats)
+		dst = appendFloats(dst, floats, xorOnly)
 	}
 	var prev int64
 	for _, x := range ints {
@@ -348,8 +396,8 @@ func scaled(f float64, e int) (int64, bool) {
 }
 
 // appendFloats appends a float column as scaled decimals or XOR.
-func appendFloats(dst []byte, fs []float64) []byte {
-	if e := decimalExponent(fs); e >= 0 {
+func appendFloats(dst []byte, fs []float64, xorOnly bool) []byte {
+	if e := decimalExponent(fs); e >= 0 && !xorOnly {
 		dst = append(dst, floatDecimal, byte(e))
 		var prev int64
 		for _, f := range fs {

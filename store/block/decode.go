@@ -112,8 +112,7 @@ func readHeader(b []byte) (Header, []byte, error) {
 		if num > 0 {
 			s := &in.Num
 			s.Count = int64(num)
-			s.Sum, s.Min, s.Max = r.float("sum"), r.float("min"), r.float("max")
-			s.First, s.Last = r.float("first"), r.float("last")
+			readSummary(&r, s)
 			ft, lt := r.uvarint("first ticks"), r.uvarint("last ticks")
 			if ft > span || lt > span {
 				r.fail("summary ticks")
@@ -125,6 +124,24 @@ func readHeader(b []byte) (Header, []byte, error) {
 		return h, nil, r.err
 	}
 	return h, r.b, nil
+}
+
+// readSummary reads the numbers appendSummary wrote.
+func readSummary(r *reader, s *buckets.Summary) {
+	mode := int(r.byte("summary encoding"))
+	if mode == 0 {
+		s.Sum, s.Min, s.Max = r.float("sum"), r.float("min"), r.float("max")
+		s.First, s.Last = r.float("first"), r.float("last")
+		return
+	}
+	if mode-1 > maxDecimals {
+		r.fail("summary encoding")
+		return
+	}
+	p := pow10[mode-1]
+	s.Min, s.Max = float64(r.varint("min"))/p, float64(r.varint("max"))/p
+	s.First, s.Last = float64(r.varint("first"))/p, float64(r.varint("last"))/p
+	s.Sum = float64(r.varint("sum")) / p
 }
 
 // validKinds has the bit of every known kind.
@@ -438,8 +455,7 @@ func EachSummary(b []byte, fn func(name []byte, s buckets.Summary)) (oldest, new
 			continue
 		}
 		s := buckets.Summary{Count: int64(num)}
-		s.Sum, s.Min, s.Max = r.float("sum"), r.float("min"), r.float("max")
-		s.First, s.Last = r.float("first"), r.float("last")
+		readSummary(&r, &s)
 		ft, lt := r.uvarint("first ticks"), r.uvarint("last ticks")
 		if r.err != nil || ft > span || lt > span {
 			return 0, 0, fmt.Errorf("%w: bad summary", ErrCorrupt)
