@@ -64,6 +64,11 @@ const (
 // scaled-decimal float encoding handles; other columns use XOR.
 const maxDecimals = 9
 
+// minCompress is the smallest column size worth handing to zstd: below
+// it (a commit's block of one or two readings) the frame overhead eats
+// the gain and the call costs more than the rest of the encoding.
+const minCompress = 128
+
 // Compression of the columns.
 const (
 	compressNone = 0
@@ -165,9 +170,14 @@ func encode(dst []byte, rs []buckets.Reading, e encoding) ([]byte, error) {
 		return dst, fmt.Errorf("encode block: %d bytes of columns is more than %d", len(raw), MaxRawBytes)
 	}
 	dst = appendHeader(dst, rs, cols)
+	if len(raw) < minCompress || e.noZstd {
+		dst = append(dst, compressNone)
+		dst = binary.AppendUvarint(dst, uint64(len(raw)))
+		return append(dst, raw...), nil
+	}
 	enc, _ := codecs()
 	packed := enc.EncodeAll(raw, nil)
-	if len(packed) < len(raw) && !e.noZstd {
+	if len(packed) < len(raw) {
 		dst = append(dst, compressZstd)
 		dst = binary.AppendUvarint(dst, uint64(len(raw)))
 		return append(dst, packed...), nil
