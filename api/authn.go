@@ -94,7 +94,8 @@ func accessOf(method, route, path string) access {
 		return access{scope: auth.ScopeMetrics}
 	case influxPaths[p]:
 		return access{scope: auth.ScopeWrite, influx: true}
-	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) || p == "/v1/retention/run":
+	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) || p == "/v1/retention/run",
+		strings.HasPrefix(p, internalPrefix):
 		return access{scope: auth.ScopeAdmin}
 	default:
 		return access{scope: auth.ScopeRead}

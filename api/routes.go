@@ -40,6 +40,7 @@ func (s *Server) registerRoutes() {
 	e.GET("/metrics", s.handleMetrics)
 	e.GET("/openapi.json", s.handleOpenAPI)
 	s.registerWriteRoutes(e)
+	s.registerInternal(query)
 
 	s.routes = make(map[string]string)
 	for _, r := range e.Routes() {

@@ -142,6 +142,10 @@ type Config struct {
 	// Writes configures the line protocol write endpoints; nil (or a
 	// nil Publisher) makes them answer 501.
 	Writes *WriteConfig
+	// Internal, when set, serves the node-to-node API of a cluster under
+	// /internal/ (package api/cluster); it needs the admin scope. Nil
+	// leaves those paths unrouted.
+	Internal http.Handler
 
 	// Logger, TracerProvider, MeterProvider and Now default to
 	// slog.Default, the otel global providers and time.Now. Now decides
@@ -159,6 +163,7 @@ type Server struct {
 	admin        Admin
 	aggregator   Aggregator
 	promql       http.Handler
+	internal     http.Handler
 	ready        func(ctx context.Context) error
 	metrics      http.Handler
 	skew         time.Duration
@@ -209,6 +214,7 @@ func New(cfg Config) (*Server, error) {
 		admin:        cfg.Admin,
 		aggregator:   cfg.Aggregator,
 		promql:       cfg.PromQL,
+		internal:     cfg.Internal,
 		ready:        cfg.Ready,
 		metrics:      cfg.Metrics,
 		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),

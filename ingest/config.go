@@ -94,6 +94,19 @@ type Config struct {
 	// it moves. Default 1s.
 	PositionEvery time.Duration
 
+	// Partitions, when positive, makes Stream partitioned (DESIGN §14,
+	// package partition): it is created with the partition subject
+	// transform, and this Ingester consumes only partition Partition.
+	// A stream partitioned into another count, or not at all, is
+	// refused, and so is a partitioned stream when Partitions is 0.
+	// Default 0: one consumer reads every device.
+	Partitions int
+	// Partition is the partition consumed, 0 to Partitions-1.
+	Partition int
+	// Replicas is the replica count of the streams this Ingester
+	// creates (an existing stream keeps its own). Default 1.
+	Replicas int
+
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider defaults to the otel global.
@@ -190,6 +203,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%d back-off steps for max deliver %d: at most one step per delivery", len(c.BackOff), c.MaxDeliver)
 	case c.MaxAckPending < 1:
 		return fmt.Errorf("max ack pending %d: must be at least 1", c.MaxAckPending)
+	}
+	if err := c.validatePartitions(); err != nil {
+		return err
 	}
 	for _, b := range c.BackOff {
 		if b <= 0 {

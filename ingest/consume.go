@@ -47,15 +47,18 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	subjects := in.cfg.SubjectPrefix + ".*"
-	st, err := in.ensureStream(ctx, jetstream.StreamConfig{
+	st, err := in.ensureStream(ctx, in.partitioned(jetstream.StreamConfig{
 		Name:        in.cfg.Stream,
 		Description: "Device readings published on " + subjects,
 		Subjects:    append([]string{subjects}, in.cfg.ExtraSubjects...),
 		Storage:     jetstream.FileStorage,
 		MaxAge:      in.cfg.StreamMaxAge,
 		MaxBytes:    in.cfg.StreamMaxBytes,
-	})
+	}))
 	if err != nil {
+		return nil, err
+	}
+	if err := in.checkPartitions(st.CachedInfo().Config); err != nil {
 		return nil, err
 	}
 	if _, err := in.ensureStream(ctx, jetstream.StreamConfig{
@@ -65,6 +68,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		Storage:     jetstream.FileStorage,
 		MaxAge:      RejectedMaxAge,
 		MaxBytes:    in.cfg.RejectedMaxBytes,
+		Replicas:    in.cfg.Replicas,
 	}); err != nil {
 		return nil, err
 	}
@@ -78,6 +82,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		MaxAckPending:  int(in.window.Load()), // paced from here on (backpressure.go)
 		FilterSubjects: consumerFilters(st.CachedInfo().Config.Subjects, in.cfg.SubjectPrefix, in.cfg.ExtraSubjects),
 	}
+	in.partitionFilter(&ccfg)
 	if err := in.startPosition(ctx, st, &ccfg); err != nil {
 		return nil, err
 	}
@@ -89,6 +94,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	in.stream = st
 	in.cons = cons
 	in.window.Store(int64(cons.CachedInfo().Config.MaxAckPending))
+	in.startSeq = st.CachedInfo().State.LastSeq
 	// Dead letter IDs name the stream incarnation, so a stream that was
 	// deleted and created again never reuses the ID of an older message.
 	in.dedupPrefix = in.cfg.Stream + "." + strconv.FormatInt(st.CachedInfo().Created.UnixNano(), 36) + "."
@@ -228,8 +234,11 @@ func (in *Ingester) setupUntilDone(ctx context.Context) (jetstream.Consumer, err
 // reason that retrying cannot fix (a 4xx answer).
 func refused(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500
+	return errors.Is(err, errPermanent) || errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500
 }
+
+// errPermanent marks a set-up error that retrying cannot fix.
+var errPermanent = errors.New("refused")
 
 // consume runs the continuous pull until ctx is done. When consuming
 // breaks (consumer deleted, server lost its state, connection closed)
@@ -394,7 +403,7 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 	if h := msg.Headers(); len(h) > 0 {
 		it.link = trace.SpanContextFromContext(in.prop.Extract(context.Background(), headerCarrier(h)))
 	}
-	device, err := buckets.ParseDeviceID(deviceToken(msg.Subject(), in.cfg.SubjectPrefix))
+	device, err := buckets.ParseDeviceID(in.deviceToken(msg.Subject()))
 	if err != nil {
 		it.reject = asValidation(err)
 		return it

@@ -34,7 +34,7 @@ func maxDeliveriesSubject(stream, consumer string) string {
 // subject, or rejected.<prefix>._invalid when its device token cannot
 // be used as a subject token.
 func (in *Ingester) deadLetterSubject(subject string) string {
-	tok := deviceToken(subject, in.cfg.SubjectPrefix)
+	tok := in.deviceToken(subject)
 	if !validToken(tok) {
 		tok = invalidDeviceToken
 	}

@@ -89,6 +89,7 @@ type Ingester struct {
 	stream      jetstream.Stream       // cfg.Stream, once set up
 	cons        jetstream.Consumer     // the durable consumer, once set up
 	saved       buckets.StreamPosition // last position saved; owned by savePositions, then Run
+	startSeq    uint64                 // stream's last sequence when the consumer was set up
 	dedupPrefix string                 // of dead letter message IDs, see setup
 }
 

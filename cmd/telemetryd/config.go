@@ -46,6 +46,7 @@ type Config struct {
 	StreamMaxBytes    int64
 	RejectedMaxBytes  int64
 	Security          SecurityConfig
+	Cluster           ClusterConfig
 }
 
 // DefaultConfig returns the embedded, single-machine defaults. Each
@@ -75,6 +76,7 @@ func DefaultConfig() Config {
 		StreamMaxBytes:    icfg.StreamMaxBytes,
 		RejectedMaxBytes:  icfg.RejectedMaxBytes,
 		Security:          defaultSecurity(),
+		Cluster:           defaultCluster(),
 	}
 }
 
@@ -105,6 +107,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; past it the oldest messages are removed")
 	fs.Var(byteSize{&c.RejectedMaxBytes}, "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
 	c.Security.bind(fs)
+	c.Cluster.bind(fs)
 }
 
 // Validate checks the values that flags cannot check alone.
@@ -158,7 +161,7 @@ func (c *Config) Validate() error {
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
 	}
-	errs = append(errs, c.validateSecurity())
+	errs = append(errs, c.validateSecurity(), c.validateCluster())
 	return errors.Join(errs...)
 }
 

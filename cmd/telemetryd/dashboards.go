@@ -8,13 +8,19 @@ import (
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/store"
 )
+
+// dashboardSource is what the dashboards read: the store, or the
+// cluster router.
+type dashboardSource interface {
+	api.Aggregator
+	promapi.Source
+}
 
 // withDashboards wires the dashboard parts of the API (aggregates,
 // the Prometheus query API and the built-in page) to the store. The
 // service and its tests share it, so tests run what the service runs.
-func withDashboards(c *api.Config, st *store.Store) error {
+func withDashboards(c *api.Config, st dashboardSource) error {
 	c.Aggregator = st
 	timeout := c.QueryTimeout
 	if timeout == 0 {

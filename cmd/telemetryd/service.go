@@ -41,6 +41,9 @@ type Main struct {
 	pprof  *http.Server
 	sec    *security
 	budget memoryBudget
+	// cluster is this node's share of a cluster (-partitions > 0); nil
+	// for a single node.
+	cluster *clusterNode
 
 	mqttPort        int // embedded MQTT listener's port; 0 when off
 	cancelMQTT      context.CancelFunc
@@ -94,7 +97,11 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := m.connectNATS(); err != nil {
 		return err
 	}
-	if err := m.startIngest(); err != nil {
+	if m.cfg.Cluster.Partitions > 0 {
+		if err := m.openCluster(ctx); err != nil {
+			return err
+		}
+	} else if err := m.startIngest(); err != nil {
 		return err
 	}
 	if err := m.startRetention(); err != nil {
@@ -102,6 +109,9 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	if err := m.startHTTP(); err != nil {
 		return err
+	}
+	if m.cluster != nil {
+		m.runCluster()
 	}
 	m.log.Info("telemetryd started", "http_addr", m.api.Addr(), "nats_url", m.NATSURL(), "mqtt_addr", m.MQTTAddr(),
 		"embedded_nats", m.ns != nil, "data_dir", m.cfg.DataDir, "subject", m.cfg.SubjectPrefix+".*")
@@ -235,7 +245,11 @@ func (m *Main) startHTTP() error {
 		MeterProvider:     m.tel.meter,
 		Now:               m.now,
 	}
-	if err := withDashboards(&acfg, m.store); err != nil {
+	if m.cluster != nil {
+		if err := m.withCluster(&acfg); err != nil {
+			return err
+		}
+	} else if err := withDashboards(&acfg, m.store); err != nil {
 		return err
 	}
 	if err := m.withWrites(&acfg); err != nil {
@@ -284,6 +298,9 @@ func (m *Main) ready(ctx context.Context) error {
 	if !m.nc.IsConnected() {
 		return fmt.Errorf("nats: %s", m.nc.Status())
 	}
+	if m.cluster != nil {
+		return m.cluster.readyErr()
+	}
 	if err := m.ingest.Ready(); err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
@@ -319,6 +336,7 @@ func (m *Main) close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("ingest did not finish its batch: %w", ctx.Err()))
 		}
 	}
+	errs = append(errs, m.closeCluster(ctx))
 	if m.cancelRetention != nil {
 		m.cancelRetention()
 	}

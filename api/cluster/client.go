@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// maxResponseBytes bounds an internal answer read into memory: a full
+// range page (10,000 readings) of wide readings fits many times over.
+const maxResponseBytes = 256 << 20
+
+// errTransport marks a failure to reach a node or a node's 5xx: the
+// caller tries another owner.
+var errTransport = errors.New("node unreachable")
+
+// client calls other nodes' internal API.
+type client struct {
+	http  *http.Client
+	token string // bearer token of the node-to-node calls ("" without auth)
+}
+
+// call POSTs (or GETs, when in is nil) to url+path and decodes the
+// answer into out. A 404 wraps buckets.ErrNotFound, a 400
+// buckets.ErrInvalidArgument; anything else failing wraps errTransport.
+func (c *client) call(ctx context.Context, base, path string, in, out any) error {
+	method, body := http.MethodGet, io.Reader(nil)
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode %s request: %w", path, err)
+		}
+		method, body = http.MethodPost, bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errTransport, err)
+	}
+	defer resp.Body.Close()
+	lr := &io.LimitedReader{R: resp.Body, N: maxResponseBytes + 1}
+	if resp.StatusCode != http.StatusOK {
+		var e errorResponse
+		_ = json.NewDecoder(io.LimitReader(lr, 64<<10)).Decode(&e)
+		msg := fmt.Sprintf("%s%s: %d %s", base, path, resp.StatusCode, e.Message)
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			if e.Code == "" { // the node has no internal API at all
+				return fmt.Errorf("%w: %s", errTransport, msg)
+			}
+			return fmt.Errorf("%s: %w", msg, buckets.ErrNotFound)
+		case http.StatusBadRequest:
+			return fmt.Errorf("%s: %w", e.Message, buckets.ErrInvalidArgument)
+		}
+		return fmt.Errorf("%w: %s", errTransport, msg)
+	}
+	if err := json.NewDecoder(lr).Decode(out); err != nil {
+		return fmt.Errorf("%w: decode %s%s: %w", errTransport, base, path, err)
+	}
+	if lr.N <= 0 {
+		return fmt.Errorf("%w: %s%s: answer larger than %d bytes", errTransport, base, path, maxResponseBytes)
+	}
+	return nil
+}

@@ -1,0 +1,375 @@
+// Package cluster answers the API's queries in a cluster of telemetryd
+// nodes (DESIGN §14), where each node stores the devices of the
+// partitions it owns.
+//
+// Router implements the readers the API is built on (api.Reader,
+// api.Aggregator, promapi.Source) and the cluster-wide table drop, so
+// every endpoint, cursor, aggregate and PromQL query works unchanged on
+// any node:
+//
+//   - a single-device call (latest, range, point, aggregates) is
+//     answered from the local store when this node has caught up on the
+//     device's partition, otherwise by an owner over the node-to-node
+//     API, trying the next owner when one fails;
+//   - the device list asks one owner per partition, each for the
+//     devices of the partitions it was chosen for, and merges the
+//     sorted answers; PromQL reads its series through the same calls,
+//     and the Prometheus engine evaluates on the merged series;
+//   - the table list and DELETE /v1/tables/{day} go to every live node.
+//
+// Cursors hold only query parameters and positions in the data, which
+// are the same on every copy; with the same cursor key on every node
+// (the auth file's directory, or -cursor-key-file) a cursor made by one
+// node continues on any other.
+//
+// Handler serves the node-to-node API from the local store; it needs
+// the admin scope when an auth file is used.
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Local is this node's store.
+type Local interface {
+	Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error)
+	Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error)
+	Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error)
+	Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error)
+	Tables(ctx context.Context) ([]buckets.TableInfo, error)
+	Aggregate(ctx context.Context, q buckets.AggregateQuery) (buckets.AggregatePage, error)
+	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+}
+
+// Peer is a node that answers for a partition.
+type Peer struct {
+	Node string
+	URL  string
+	Self bool
+}
+
+// Membership is what the router needs to know of the cluster.
+type Membership interface {
+	// Partitions is the partition count.
+	Partitions() int
+	// PartitionOf is the partition of a device.
+	PartitionOf(dev buckets.DeviceID) int
+	// Owners lists the nodes caught up on partition p, in the order
+	// to ask them (this node first when it is one).
+	Owners(p int) []Peer
+	// Nodes lists every live node.
+	Nodes() []Peer
+}
+
+// Config configures a Router.
+type Config struct {
+	Local      Local
+	Membership Membership
+	// Token is the bearer token of node-to-node calls; empty without
+	// an auth file.
+	Token string
+	// HTTPClient makes node-to-node calls; default one with a 30s
+	// timeout. Give it the cluster's TLS roots when nodes speak HTTPS.
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+}
+
+// Router answers queries from the owners of each device.
+type Router struct {
+	local   Local
+	members Membership
+	c       client
+	log     *slog.Logger
+}
+
+// New returns a Router.
+func New(cfg Config) (*Router, error) {
+	if cfg.Local == nil || cfg.Membership == nil {
+		return nil, errors.New("cluster: Local and Membership are required")
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Router{local: cfg.Local, members: cfg.Membership, c: client{http: hc, token: cfg.Token}, log: log}, nil
+}
+
+// Handler returns the node-to-node API of this node's store.
+func (r *Router) Handler() *Handler {
+	return NewHandler(r.local, r.members.PartitionOf, r.log)
+}
+
+// unavailable is the error when no owner of a partition answered.
+func unavailable(p int, errs []error) error {
+	if len(errs) == 0 {
+		return fmt.Errorf("partition %d has no caught-up owner yet: %w", p, buckets.ErrUnavailable)
+	}
+	return fmt.Errorf("partition %d: every owner failed: %w: %w", p, errors.Join(errs...), buckets.ErrUnavailable)
+}
+
+// onOwner runs local or remote against the owners of dev's partition in
+// turn until one answers (a not-found or invalid-argument answer is an
+// answer).
+func (r *Router) onOwner(ctx context.Context, dev buckets.DeviceID, local func() error, remote func(base string) error) error {
+	p := r.members.PartitionOf(dev)
+	var errs []error
+	for _, o := range r.members.Owners(p) {
+		if o.Self {
+			return local()
+		}
+		err := remote(o.URL)
+		if err == nil || !errors.Is(err, errTransport) {
+			return err
+		}
+		r.log.WarnContext(ctx, "owner did not answer; trying the next", "partition", p, "node", o.Node, "error", err)
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return unavailable(p, errs)
+}
+
+// Latest implements api.Reader.
+func (r *Router) Latest(ctx context.Context, dev buckets.DeviceID, n int) (rs []buckets.Reading, err error) {
+	err = r.onOwner(ctx, dev,
+		func() (err error) { rs, err = r.local.Latest(ctx, dev, n); return err },
+		func(base string) error {
+			var out readingsResponse
+			if err := r.c.call(ctx, base, pathLatest, latestRequest{Device: dev, N: n}, &out); err != nil {
+				return err
+			}
+			rs, err = fromWire(out.Readings)
+			return err
+		})
+	return rs, err
+}
+
+// Range implements api.Reader and promapi.Source.
+func (r *Router) Range(ctx context.Context, q buckets.RangeQuery) (p buckets.Page, err error) {
+	err = r.onOwner(ctx, q.Device,
+		func() (err error) { p, err = r.local.Range(ctx, q); return err },
+		func(base string) error {
+			var out readingsResponse
+			if err := r.c.call(ctx, base, pathRange, q, &out); err != nil {
+				return err
+			}
+			p.More = out.More
+			p.Readings, err = fromWire(out.Readings)
+			return err
+		})
+	return p, err
+}
+
+// Get implements api.Reader.
+func (r *Router) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (rd buckets.Reading, err error) {
+	err = r.onOwner(ctx, dev,
+		func() (err error) { rd, err = r.local.Get(ctx, dev, k); return err },
+		func(base string) error {
+			var out readingsResponse
+			if err := r.c.call(ctx, base, pathGet, getRequest{Device: dev, Ticks: k}, &out); err != nil {
+				return err
+			}
+			rs, err := fromWire(out.Readings)
+			if err == nil && len(rs) != 1 {
+				err = fmt.Errorf("%w: point answer with %d readings", errTransport, len(rs))
+			}
+			if err == nil {
+				rd = rs[0]
+			}
+			return err
+		})
+	return rd, err
+}
+
+// Aggregate implements api.Aggregator.
+func (r *Router) Aggregate(ctx context.Context, q buckets.AggregateQuery) (p buckets.AggregatePage, err error) {
+	err = r.onOwner(ctx, q.Device,
+		func() (err error) { p, err = r.local.Aggregate(ctx, q); return err },
+		func(base string) error { p = buckets.AggregatePage{}; return r.c.call(ctx, base, pathAggregate, q, &p) })
+	return p, err
+}
+
+// Devices implements api.Reader and promapi.Source: one owner per
+// partition lists the devices of the partitions it was chosen for; the
+// sorted lists are merged.
+func (r *Router) Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error) {
+	n := r.members.Partitions()
+	pending := make([]int, n)
+	for p := range n {
+		pending[p] = p
+	}
+	tried := map[int]int{} // partition -> owners tried
+	var all []buckets.DeviceInfo
+	more := false
+	for len(pending) > 0 {
+		groups := map[string][]int{} // owner URL ("" = self) -> partitions
+		peers := map[string]Peer{}
+		for _, p := range pending {
+			owners := r.members.Owners(p)
+			if tried[p] >= len(owners) {
+				return nil, false, unavailable(p, nil)
+			}
+			o := owners[tried[p]]
+			key := o.URL
+			if o.Self {
+				key = ""
+			}
+			groups[key] = append(groups[key], p)
+			peers[key] = o
+		}
+		pending = nil
+		for key, ps := range groups {
+			q := devicesRequest{Prefix: prefix, After: after, Limit: limit, Partitions: ps}
+			devs, m, err := r.devicesOn(ctx, key, q)
+			if errors.Is(err, errTransport) {
+				r.log.WarnContext(ctx, "owner did not list its devices; trying the next", "node", peers[key].Node, "error", err)
+				for _, p := range ps {
+					tried[p]++
+				}
+				pending = append(pending, ps...)
+				continue
+			}
+			if err != nil {
+				return nil, false, err
+			}
+			all = append(all, devs...)
+			more = more || m
+		}
+	}
+	slices.SortFunc(all, func(a, b buckets.DeviceInfo) int { return cmp.Compare(a.Device, b.Device) })
+	all = slices.CompactFunc(all, func(a, b buckets.DeviceInfo) bool { return a.Device == b.Device })
+	if len(all) > limit {
+		all, more = all[:limit], true
+	}
+	return all, more, nil
+}
+
+// devicesOn asks one node (key "" = this one) for the devices of some
+// partitions.
+func (r *Router) devicesOn(ctx context.Context, base string, q devicesRequest) ([]buckets.DeviceInfo, bool, error) {
+	if base == "" {
+		return localDevices(ctx, r.local, r.members.PartitionOf, q)
+	}
+	var out devicesResponse
+	if err := r.c.call(ctx, base, pathDevices, q, &out); err != nil {
+		return nil, false, err
+	}
+	devs := make([]buckets.DeviceInfo, len(out.Devices))
+	for i, d := range out.Devices {
+		latest, err := buckets.DecodeValues(d.Latest)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: device %s: %w", errTransport, d.Device, err)
+		}
+		devs[i] = buckets.DeviceInfo{Device: d.Device, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, Latest: latest}
+	}
+	return devs, out.More, nil
+}
+
+// Tables implements api.Reader: the day tables of every live node,
+// merged by day. SizeBytes is the disk the day takes across the
+// cluster, copies included; Readings is -1 (unknown), since the nodes'
+// tables overlap by partition and no node counts per partition.
+func (r *Router) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
+	byDay := map[buckets.Day]*buckets.TableInfo{}
+	err := r.everyNode(ctx, func(p Peer) error {
+		var ts []buckets.TableInfo
+		if p.Self {
+			var err error
+			if ts, err = r.local.Tables(ctx); err != nil {
+				return err
+			}
+		} else {
+			var out tablesResponse
+			if err := r.c.call(ctx, p.URL, pathTables, nil, &out); err != nil {
+				return err
+			}
+			ts = out.Tables
+		}
+		for _, t := range ts {
+			if m, ok := byDay[t.Day]; ok {
+				m.SizeBytes += t.SizeBytes
+				continue
+			}
+			byDay[t.Day] = &buckets.TableInfo{Day: t.Day, SizeBytes: t.SizeBytes, Readings: -1}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]buckets.TableInfo, 0, len(byDay))
+	for _, t := range byDay {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b buckets.TableInfo) int { return cmp.Compare(a.Day, b.Day) })
+	return out, nil
+}
+
+// DropTable drops the day on every live node. It reports the bytes
+// freed across the cluster; the error wraps buckets.ErrNotFound when no
+// node had the day, and names the nodes that failed (the drop is done
+// on the others; repeating it is safe).
+func (r *Router) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
+	total := buckets.TableDrop{Day: day, Readings: -1}
+	found := false
+	err := r.everyNode(ctx, func(p Peer) error {
+		var d buckets.TableDrop
+		var err error
+		if p.Self {
+			d, err = r.local.DropTable(ctx, day)
+		} else {
+			err = r.c.call(ctx, p.URL, pathDrop, dropRequest{Day: day}, &d)
+		}
+		if errors.Is(err, buckets.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		total.SizeBytes += d.SizeBytes
+		return nil
+	})
+	if err != nil {
+		return total, err
+	}
+	if !found {
+		return total, fmt.Errorf("table %s on no node: %w", day, buckets.ErrNotFound)
+	}
+	return total, nil
+}
+
+// everyNode runs f for every live node, one after the other; it
+// returns the failures, each naming its node.
+func (r *Router) everyNode(ctx context.Context, f func(Peer) error) error {
+	var errs []error
+	var names []string
+	for _, p := range r.members.Nodes() {
+		if err := f(p); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Errorf("node %s: %w", p.Node, err))
+			names = append(names, p.Node)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("nodes %s did not answer: %w: %w", strings.Join(names, ", "), errors.Join(errs...), buckets.ErrUnavailable)
+	}
+	return nil
+}

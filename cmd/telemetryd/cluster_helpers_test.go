@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// longCluster makes the cluster tests run their long variants.
+func longCluster() bool { return os.Getenv("TELEMETRY_LONG") != "" }
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// natsCluster is a JetStream cluster of in-process servers, each with
+// its own name, store and cluster port, routed to the others on
+// loopback.
+type natsCluster struct {
+	t       *testing.T
+	opts    []*server.Options
+	servers []*server.Server
+}
+
+func startNATSCluster(t *testing.T, n int) *natsCluster {
+	t.Helper()
+	c := &natsCluster{t: t}
+	routePorts := make([]int, n)
+	for i := range routePorts {
+		routePorts[i] = freePort(t)
+	}
+	var routes []string
+	for _, p := range routePorts {
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(p))
+	}
+	for i := range n {
+		c.opts = append(c.opts, &server.Options{
+			ServerName: fmt.Sprintf("nats-%d", i),
+			Host:       "127.0.0.1", Port: freePort(t),
+			JetStream: true, StoreDir: t.TempDir(), NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "telemetry-test", Host: "127.0.0.1", Port: routePorts[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		c.servers = append(c.servers, nil)
+	}
+	for i := range n {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.servers {
+			c.stop(i)
+		}
+	})
+	// JetStream answers once the meta group has a leader.
+	nc, err := nats.Connect(c.url(0))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.AccountInfo(ctx)
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the JetStream cluster never elected a meta leader")
+	return c
+}
+
+func (c *natsCluster) start(i int) {
+	c.t.Helper()
+	ns, err := server.NewServer(c.opts[i])
+	require.NoError(c.t, err)
+	ns.Start()
+	require.True(c.t, ns.ReadyForConnections(10*time.Second))
+	c.servers[i] = ns
+}
+
+func (c *natsCluster) stop(i int) {
+	if ns := c.servers[i]; ns != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		c.servers[i] = nil
+	}
+}
+
+func (c *natsCluster) url(i int) string {
+	return "nats://127.0.0.1:" + strconv.Itoa(c.opts[i].Port)
+}
+
+// urls is every server, so a client fails over.
+func (c *natsCluster) urls() string {
+	var out []string
+	for i := range c.opts {
+		out = append(out, c.url(i))
+	}
+	return strings.Join(out, ",")
+}
+
+// testCursorKey is the cursor key every node of a test cluster shares.
+const testCursorKey = "0123456789abcdef0123456789abcdef-cluster"
+
+// clusterNodeConfig is the configuration of node i of a test cluster.
+func clusterNodeConfig(t *testing.T, nc *natsCluster, i, partitions int) Config {
+	t.Helper()
+	cfg := newTestConfig(t)
+	port := freePort(t)
+	cfg.HTTPAddr = "127.0.0.1:" + strconv.Itoa(port)
+	cfg.NATSURL = nc.url(i % len(nc.opts))
+	cfg.MQTTListen = ""
+	cfg.Security.CursorKey = testCursorKey
+	cfg.Cluster.Partitions = partitions
+	cfg.Cluster.Copies = 2
+	cfg.Cluster.NodeName = fmt.Sprintf("node-%d", i)
+	cfg.Cluster.AdvertiseURL = "http://" + cfg.HTTPAddr
+	cfg.Cluster.LeaseTTL = 2 * time.Second
+	cfg.Cluster.StreamReplicas = len(nc.opts)
+	require.NoError(t, cfg.Validate())
+	return cfg
+}
+
+// clusterNode is one in-process telemetryd of a test cluster.
+type testNode struct {
+	t    *testing.T
+	cfg  Config
+	m    *Main
+	base string
+	mu   sync.Mutex
+}
+
+// startNode opens a node; the test closes it (or crashes it).
+func startNode(t *testing.T, cfg Config, clock func() time.Time) *testNode {
+	t.Helper()
+	n := &testNode{t: t, cfg: cfg, base: "http://" + cfg.HTTPAddr}
+	n.open(clock)
+	t.Cleanup(func() { n.close() })
+	return n
+}
+
+func (n *testNode) open(clock func() time.Time) {
+	n.t.Helper()
+	m := NewMain(n.cfg, newLogger(n.cfg, testLogWriter(n.t)), func(string) string { return "" })
+	m.now = clock
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := m.Open(ctx)
+	if err != nil {
+		_ = m.Close(context.Background())
+	}
+	require.NoError(n.t, err)
+	n.mu.Lock()
+	n.m = m
+	n.mu.Unlock()
+}
+
+// close stops the node cleanly (idempotent).
+func (n *testNode) close() {
+	n.mu.Lock()
+	m := n.m
+	n.m = nil
+	n.mu.Unlock()
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = m.Close(ctx)
+}
+
+// crash stops the node the way a killed process stops: its NATS
+// connection drops first, so nothing more is acked and its lease is
+// never deleted (it expires), then the rest is torn down.
+func (n *testNode) crash() {
+	n.mu.Lock()
+	m := n.m
+	n.m = nil
+	n.mu.Unlock()
+	m.nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = m.Close(ctx)
+}
+
+func (n *testNode) main() *Main {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.m
+}
+
+// get returns the status and body of a GET.
+func getBody(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// converged reports whether, as node m sees it, every partition has
+// exactly the desired copies caught up and no other node answers.
+func converged(m *Main, copies int, nodes []string) bool {
+	mem := m.cluster.members
+	live := mem.Nodes()
+	if len(live) != len(nodes) {
+		return false
+	}
+	for p := range mem.Partitions() {
+		owners := mem.Owners(p)
+		want := mem.Desired(p)
+		if len(want) != min(copies, len(nodes)) || len(owners) != len(want) {
+			return false
+		}
+		for _, o := range owners {
+			if !slices.Contains(want, o.Node) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// storedOn counts the readings of dev in node m's own store.
+func storedOn(t *testing.T, m *Main, dev string) int {
+	t.Helper()
+	rs, err := m.store.Latest(context.Background(), buckets.DeviceID(dev), 1000)
+	require.NoError(t, err)
+	return len(rs)
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/partition"
+)
+
+// clusterFixture is what a cluster test publishes: readings of devices
+// at fixed times, so any store that holds them answers the same.
+type clusterFixture struct {
+	devices  int
+	readings int // per device
+	start    time.Time
+}
+
+func (f clusterFixture) device(i int) string { return fmt.Sprintf("dev-%04d", i) }
+
+func (f clusterFixture) ts(r int) time.Time { return f.start.Add(time.Duration(r) * time.Minute) }
+
+func (f clusterFixture) payload(i, r int) []byte {
+	return fmt.Appendf(nil, `{"ts":%d,"temp":%d.5,"hum":%d,"ok":%t}`, f.ts(r).UnixMilli(), i%40, (i*7+r)%100, r%2 == 0)
+}
+
+// publishAll publishes every reading, spreading the messages over the
+// given connections (any NATS node), and waits for every ack.
+func (f clusterFixture) publishAll(t *testing.T, conns ...jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var acks []jetstream.PubAckFuture
+	k := 0
+	for r := range f.readings {
+		for i := range f.devices {
+			js := conns[k%len(conns)]
+			k++
+			a, err := js.PublishAsync("telemetry."+f.device(i), f.payload(i, r))
+			require.NoError(t, err)
+			acks = append(acks, a)
+		}
+	}
+	for _, a := range acks {
+		select {
+		case <-a.Ok():
+		case err := <-a.Err():
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("publish acks did not arrive")
+		}
+	}
+}
+
+func jsFor(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	require.NoError(t, err)
+	return js
+}
+
+// walk GETs path and follows its next cursors, asking the bases in
+// turn (so a cursor made by one node is continued by the next), and
+// returns every page's body.
+func walk(t *testing.T, bases []string, path string) []string {
+	t.Helper()
+	var pages []string
+	next := ""
+	for i := 0; ; i++ {
+		p := path
+		if next != "" {
+			p += "&cursor=" + url.QueryEscape(next)
+		}
+		code, body := getBody(t, bases[i%len(bases)]+p)
+		require.Equal(t, 200, code, "GET %s via %s: %s", p, bases[i%len(bases)], body)
+		pages = append(pages, body)
+		var v struct {
+			Next string `json:"next"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &v))
+		if v.Next == "" {
+			return pages
+		}
+		next = v.Next
+		require.Less(t, i, 10000, "cursor loop")
+	}
+}
+
+// TestClusterAcceptance: three NATS JetStream servers in a cluster,
+// three telemetryd nodes with -partitions 12 -copies 2. Devices publish
+// through every NATS server; every reading is stored on exactly two
+// nodes; every query through every node answers byte for byte what a
+// single node answers on the same data (cursors continued on other
+// nodes included).
+func TestClusterAcceptance(t *testing.T) {
+	fx := clusterFixture{devices: 1000, readings: 3, start: testEpoch.Add(-2 * time.Hour)}
+	if longCluster() {
+		fx.readings = 30
+	}
+	nc := startNATSCluster(t, 3)
+	clock := testClock()
+	var nodes []*testNode
+	var names []string
+	for i := range 3 {
+		cfg := clusterNodeConfig(t, nc, i, 12)
+		nodes = append(nodes, startNode(t, cfg, clock))
+		names = append(names, cfg.Cluster.NodeName)
+	}
+	for _, n := range nodes {
+		require.Eventually(t, func() bool { return converged(n.main(), 2, names) }, 30*time.Second, 50*time.Millisecond,
+			"%s never saw 12 partitions with two caught-up owners", n.cfg.Cluster.NodeName)
+	}
+	// The stream is partitioned and replicated on all three servers.
+	js := jsFor(t, nc.url(0))
+	st, err := js.Stream(context.Background(), "TELEMETRY")
+	require.NoError(t, err)
+	assert.Equal(t, 3, st.CachedInfo().Config.Replicas)
+	parts, err := partition.Count("telemetry", st.CachedInfo().Config.SubjectTransform)
+	require.NoError(t, err)
+	assert.Equal(t, 12, parts)
+
+	refCfg := newTestConfig(t)
+	refCfg.Security.CursorKey = testCursorKey
+	ref := startService(t, refCfg, func(m *Main) { m.now = clock })
+
+	fx.publishAll(t, jsFor(t, nc.url(0)), jsFor(t, nc.url(1)), jsFor(t, nc.url(2)))
+	fx.publishAll(t, ref.js)
+
+	// Every reading on exactly two nodes: the owners of its partition.
+	require.Eventually(t, func() bool {
+		for i := range fx.devices {
+			if storedOn(t, ref.Main, fx.device(i)) != fx.readings {
+				return false
+			}
+			full := 0
+			for _, n := range nodes {
+				switch storedOn(t, n.main(), fx.device(i)) {
+				case fx.readings:
+					full++
+				case 0:
+				default:
+					return false
+				}
+			}
+			if full != 2 {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 200*time.Millisecond, "every reading stored on exactly two nodes")
+	for i := range fx.devices {
+		dev := fx.device(i)
+		owners := nodes[0].main().cluster.members.Desired(partition.Of(12, dev))
+		for _, n := range nodes {
+			got := storedOn(t, n.main(), dev)
+			want := 0
+			for _, o := range owners {
+				if o == n.cfg.Cluster.NodeName {
+					want = fx.readings
+				}
+			}
+			require.Equal(t, want, got, "%s on %s (owners %v)", dev, n.cfg.Cluster.NodeName, owners)
+		}
+	}
+
+	bases := []string{nodes[0].base, nodes[1].base, nodes[2].base}
+	same := func(path string) {
+		t.Helper()
+		want := walk(t, []string{ref.base}, path)
+		for k := range bases {
+			rotated := append(append([]string{}, bases[k:]...), bases[:k]...)
+			assert.Equal(t, want, walk(t, rotated, path), "GET %s starting at node %d", path, k)
+		}
+	}
+	same("/v1/devices?limit=97")
+	same("/v1/devices?prefix=dev-01&limit=7")
+	from, to := fx.start.UnixMilli(), fx.ts(fx.readings).UnixMilli()
+	at := strconv.FormatInt(fx.ts(fx.readings-1).Unix(), 10)
+	for _, i := range []int{0, 1, 17, 333, 500, 998, 999} {
+		dev := fx.device(i)
+		same("/v1/devices/" + dev + "/readings/latest?limit=2&x=")
+		same(fmt.Sprintf("/v1/devices/%s/readings?from=%d&to=%d&limit=1", dev, from, to))
+		same(fmt.Sprintf("/v1/devices/%s/readings?from=%d&to=%d&order=asc&limit=2&fields=temp", dev, from, to))
+		same(fmt.Sprintf("/v1/devices/%s/readings/%d?x=", dev, fx.ts(1).UnixMilli()))
+		same(fmt.Sprintf("/v1/devices/%s/aggregates?from=%d&to=%d&interval=1m&limit=1", dev, from, to))
+	}
+	for _, q := range []string{"count(temp)", "sum(hum)", "max(max_over_time(temp[3h]))", `temp{device="dev-0500"}`, `count(ok == 1)`} {
+		same("/api/v1/query?query=" + url.QueryEscape(q) + "&time=" + at)
+		same("/api/v1/query_range?query=" + url.QueryEscape(q) + "&start=" + strconv.FormatInt(fx.start.Unix(), 10) + "&end=" + at + "&step=60")
+	}
+	same("/api/v1/label/device/values?x=")
+	// A device nobody has: an empty tail, and a point query is a 404
+	// on every node, like on one.
+	same("/v1/devices/nobody/readings/latest?x=")
+	for _, b := range append(bases, ref.base) {
+		code, _ := getBody(t, b+"/v1/devices/nobody/readings/"+strconv.FormatInt(fx.ts(1).UnixMilli(), 10))
+		assert.Equal(t, 404, code)
+	}
+	// Tables: the same days on every node.
+	var refTables, tables struct {
+		Tables []struct {
+			Day string `json:"day"`
+		} `json:"tables"`
+	}
+	_, body := getBody(t, ref.base+"/v1/tables")
+	require.NoError(t, json.Unmarshal([]byte(body), &refTables))
+	for _, b := range bases {
+		_, body := getBody(t, b+"/v1/tables")
+		require.NoError(t, json.Unmarshal([]byte(body), &tables))
+		assert.Equal(t, refTables, tables)
+	}
+}

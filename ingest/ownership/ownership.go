@@ -1,0 +1,457 @@
+// Package ownership decides which telemetryd nodes of a cluster own
+// which partitions of the telemetry stream (DESIGN §14), with leases in
+// a JetStream key-value bucket.
+//
+// Every node holds a lease: the key nodes.<name> of the bucket, whose
+// value names the node's advertised URL and the partitions it has
+// caught up on. The bucket's TTL is the lease TTL; a node renews its
+// lease every third of it, and a lease older than the TTL is dead
+// (whether or not the server has removed it yet). A node that stops
+// cleanly deletes its lease, so the others take over at once.
+//
+// The owners of a partition are computed, not negotiated: from the live
+// leases every node ranks the nodes for partition p by rendezvous
+// hashing (highest FNV-1a 64 of "<node>/<p>") and the first Copies are
+// its desired owners. Every node sees the same leases and computes the
+// same owners; when a node joins, only the partitions it now ranks
+// first or second for move (about Copies/nodes of them), and when one
+// vanishes, only its partitions get a new owner.
+//
+// Handing over never leaves a partition with fewer answering copies
+// than before: a node keeps consuming a partition it no longer owns
+// until that many of its desired owners have published it as caught
+// up. Queries go only to nodes that have published a partition as
+// caught up (Owners).
+package ownership
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of Config.
+const (
+	DefaultBucket   = "TELEMETRY_CLUSTER"
+	DefaultLeaseTTL = 10 * time.Second
+	DefaultCopies   = 2
+	// MinLeaseTTL is the shortest lease accepted: renewals every third
+	// of it must outrun the server's expiry checks.
+	MinLeaseTTL = time.Second
+	keyPrefix   = "nodes."
+)
+
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidateNodeName checks a node name: it is a key token and part of
+// consumer names, so letters, digits, '_' and '-' only, 1 to 64, not
+// starting with '_' or '-'.
+func ValidateNodeName(name string) error {
+	if !nodeNameRE.MatchString(name) {
+		return fmt.Errorf("node name %q: want 1 to 64 letters, digits, '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// Config configures a Membership.
+type Config struct {
+	// Bucket is the key-value bucket of the leases. Default
+	// DefaultBucket.
+	Bucket string
+	// Node is this node's unique name (ValidateNodeName).
+	Node string
+	// URL is the HTTP base URL other nodes use to reach this one.
+	URL string
+	// Partitions is the partition count (at least 1).
+	Partitions int
+	// Copies is how many nodes own each partition. Default
+	// DefaultCopies.
+	Copies int
+	// LeaseTTL is how long a lease lives without renewal. Default
+	// DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// Replicas of the bucket when this node creates it. Default 1
+	// (the server's default); a cluster wants 3.
+	Replicas int
+	// Logger defaults to slog.Default(); Now to time.Now.
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Lease is what a node publishes about itself.
+type Lease struct {
+	Node string `json:"node"`
+	URL  string `json:"url"`
+	// Ready lists the partitions the node has caught up on, ascending.
+	Ready []int `json:"ready"`
+	// Renewed is when the lease was last written (the bucket's own
+	// timestamp decides expiry; this is for people).
+	Renewed time.Time `json:"renewed"`
+}
+
+// Peer is a node that can answer for a partition.
+type Peer struct {
+	Node string
+	URL  string
+	Self bool
+}
+
+// Membership keeps this node's lease and the view of the others.
+type Membership struct {
+	cfg Config
+	js  jetstream.JetStream
+	log *slog.Logger
+
+	changed chan struct{}
+
+	mu      sync.Mutex
+	kv      jetstream.KeyValue
+	live    map[string]Lease // by node, this node included once it holds its lease
+	ready   []int            // this node's caught-up partitions
+	holding map[int]bool     // partitions this node consumes now
+}
+
+// New checks cfg and returns a Membership on js; Run keeps it.
+func New(js jetstream.JetStream, cfg Config) (*Membership, error) {
+	cfg.Bucket = cmp.Or(cfg.Bucket, DefaultBucket)
+	cfg.Copies = cmp.Or(cfg.Copies, DefaultCopies)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	switch {
+	case js == nil:
+		return nil, errors.New("ownership: nil JetStream")
+	case cfg.Partitions < 1:
+		return nil, fmt.Errorf("ownership: partitions %d: want at least 1", cfg.Partitions)
+	case cfg.Copies < 1:
+		return nil, fmt.Errorf("ownership: copies %d: want at least 1", cfg.Copies)
+	case cfg.LeaseTTL < MinLeaseTTL:
+		return nil, fmt.Errorf("ownership: lease TTL %s: want at least %s", cfg.LeaseTTL, MinLeaseTTL)
+	case cfg.URL == "":
+		return nil, errors.New("ownership: empty advertise URL")
+	}
+	if err := ValidateNodeName(cfg.Node); err != nil {
+		return nil, fmt.Errorf("ownership: %w", err)
+	}
+	return &Membership{
+		cfg: cfg, js: js, log: cfg.Logger,
+		changed: make(chan struct{}, 1),
+		live:    map[string]Lease{},
+		holding: map[int]bool{},
+	}, nil
+}
+
+// Open creates (or opens) the bucket and takes this node's lease. A
+// live lease of the same name held by another process is refused:
+// two nodes of one name would each believe the other's partitions are
+// theirs.
+func (m *Membership) Open(ctx context.Context) error {
+	kv, err := m.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      m.cfg.Bucket,
+		Description: "telemetryd node leases: advertised URL and caught-up partitions",
+		TTL:         m.cfg.LeaseTTL,
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    m.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("ownership: bucket %s: %w", m.cfg.Bucket, err)
+	}
+	m.mu.Lock()
+	m.kv = kv
+	m.mu.Unlock()
+	if e, err := kv.Get(ctx, keyPrefix+m.cfg.Node); err == nil && m.alive(e) {
+		var l Lease
+		if json.Unmarshal(e.Value(), &l) == nil && l.URL != m.cfg.URL {
+			return fmt.Errorf("ownership: node name %s is held by a live node at %s (lease renewed %s ago); names must be unique",
+				m.cfg.Node, l.URL, m.cfg.Now().Sub(e.Created()).Round(time.Millisecond))
+		}
+	}
+	if err := m.renew(ctx); err != nil {
+		return err
+	}
+	return m.refresh(ctx)
+}
+
+// Run renews the lease and refreshes the view every third of the lease
+// TTL until ctx is done, then deletes the lease.
+func (m *Membership) Run(ctx context.Context) {
+	t := time.NewTicker(m.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := m.kv.Delete(dctx, keyPrefix+m.cfg.Node); err != nil {
+				m.log.Warn("delete lease", "node", m.cfg.Node, "error", err)
+			}
+			cancel()
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/3)
+		if err := m.renew(rctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("renew lease", "node", m.cfg.Node, "error", err)
+		}
+		if err := m.refresh(rctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("read leases", "error", err)
+		}
+		cancel()
+	}
+}
+
+// Changes signals (coalesced) when the view or this node's readiness
+// changed: the consumer should compare Wanted with what it consumes.
+func (m *Membership) Changes() <-chan struct{} { return m.changed }
+
+func (m *Membership) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// renew writes this node's lease.
+func (m *Membership) renew(ctx context.Context) error {
+	m.mu.Lock()
+	l := Lease{Node: m.cfg.Node, URL: m.cfg.URL, Ready: slices.Clone(m.ready), Renewed: m.cfg.Now().UTC()}
+	m.mu.Unlock()
+	b, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("ownership: encode lease: %w", err)
+	}
+	if _, err := m.kv.Put(ctx, keyPrefix+m.cfg.Node, b); err != nil {
+		return fmt.Errorf("ownership: renew lease %s: %w", m.cfg.Node, err)
+	}
+	return nil
+}
+
+// alive reports whether a lease entry is younger than the TTL.
+func (m *Membership) alive(e jetstream.KeyValueEntry) bool {
+	return e.Operation() == jetstream.KeyValuePut && m.cfg.Now().Sub(e.Created()) < m.cfg.LeaseTTL
+}
+
+// refresh reads every live lease.
+func (m *Membership) refresh(ctx context.Context) error {
+	keys, err := m.kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return fmt.Errorf("ownership: list leases: %w", err)
+	}
+	live := map[string]Lease{}
+	for _, k := range keys {
+		e, err := m.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("ownership: read lease %s: %w", k, err)
+		}
+		var l Lease
+		if err := json.Unmarshal(e.Value(), &l); err != nil || !m.alive(e) || keyPrefix+l.Node != k {
+			continue
+		}
+		live[l.Node] = l
+	}
+	m.mu.Lock()
+	if _, ok := live[m.cfg.Node]; !ok { // our own lease is live by definition
+		live[m.cfg.Node] = Lease{Node: m.cfg.Node, URL: m.cfg.URL, Ready: slices.Clone(m.ready)}
+	} else {
+		l := live[m.cfg.Node]
+		l.Ready = slices.Clone(m.ready)
+		live[m.cfg.Node] = l
+	}
+	changed := !sameView(m.live, live)
+	m.live = live
+	m.mu.Unlock()
+	if changed {
+		m.log.Info("cluster view changed", "nodes", slices.Sorted(maps.Keys(live)))
+		m.notify()
+	}
+	return nil
+}
+
+// SetReady records the partitions this node has caught up on and
+// publishes them with a lease renewal.
+func (m *Membership) SetReady(ctx context.Context, ready []int) error {
+	ready = slices.Sorted(slices.Values(ready))
+	m.mu.Lock()
+	same := slices.Equal(ready, m.ready)
+	m.ready = ready
+	if l, ok := m.live[m.cfg.Node]; ok {
+		l.Ready = slices.Clone(ready)
+		m.live[m.cfg.Node] = l
+	}
+	m.mu.Unlock()
+	if same {
+		return nil
+	}
+	m.notify()
+	return m.renew(ctx)
+}
+
+// SetHolding records the partitions this node consumes now; Wanted
+// keeps them until their new owners caught up.
+func (m *Membership) SetHolding(ps []int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.holding = map[int]bool{}
+	for _, p := range ps {
+		m.holding[p] = true
+	}
+}
+
+// Wanted returns the partitions this node should consume: those it is
+// a desired owner of, and those it consumes now whose desired owners
+// have not all caught up yet.
+func (m *Membership) Wanted() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int
+	for p := range m.cfg.Partitions {
+		owners := m.desired(p)
+		if slices.Contains(owners, m.cfg.Node) {
+			out = append(out, p)
+			continue
+		}
+		if m.holding[p] && m.readyCount(p, owners) < len(owners) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Desired returns the desired owners of p among the live nodes, best
+// ranked first.
+func (m *Membership) Desired(p int) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.desired(p)
+}
+
+func (m *Membership) desired(p int) []string {
+	names := slices.Collect(maps.Keys(m.live))
+	return Rank(names, p)[:min(m.cfg.Copies, len(names))]
+}
+
+func (m *Membership) readyCount(p int, nodes []string) int {
+	n := 0
+	for _, name := range nodes {
+		if slices.Contains(m.live[name].Ready, p) {
+			n++
+		}
+	}
+	return n
+}
+
+// Owners returns the live nodes that have caught up on p, in the order
+// to ask them: this node first, then the desired owners by rank, then
+// any other (a node still handing p over). Empty when no node answers
+// for p yet.
+func (m *Membership) Owners(p int) []Peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := Rank(slices.Collect(maps.Keys(m.live)), p)
+	slices.SortStableFunc(names, func(a, b string) int {
+		return boolRank(b == m.cfg.Node) - boolRank(a == m.cfg.Node)
+	})
+	var out []Peer
+	for _, name := range names {
+		l := m.live[name]
+		if slices.Contains(l.Ready, p) {
+			out = append(out, Peer{Node: name, URL: l.URL, Self: name == m.cfg.Node})
+		}
+	}
+	return out
+}
+
+// Nodes returns the live leases, by node name.
+func (m *Membership) Nodes() []Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Lease, 0, len(m.live))
+	for _, name := range slices.Sorted(maps.Keys(m.live)) {
+		out = append(out, m.live[name])
+	}
+	return out
+}
+
+// Node is this node's name.
+func (m *Membership) Node() string { return m.cfg.Node }
+
+// Partitions is the partition count.
+func (m *Membership) Partitions() int { return m.cfg.Partitions }
+
+// Rank orders nodes for partition p by rendezvous hashing, best first:
+// descending FNV-1a 64 of "<node>/<p>", ties by name.
+func Rank(nodes []string, p int) []string {
+	type scored struct {
+		name  string
+		score uint64
+	}
+	s := make([]scored, len(nodes))
+	for i, n := range nodes {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(n + "/" + strconv.Itoa(p)))
+		s[i] = scored{n, mix(h.Sum64())}
+	}
+	slices.SortFunc(s, func(a, b scored) int {
+		if c := cmp.Compare(b.score, a.score); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	out := make([]string, len(s))
+	for i, x := range s {
+		out[i] = x.name
+	}
+	return out
+}
+
+// mix spreads FNV's output (whose high bits barely depend on the last
+// bytes hashed) so that nodes differing in one character rank apart.
+func mix(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sameView reports whether two views hold the same nodes, URLs and
+// ready partitions.
+func sameView(a, b map[string]Lease) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, x := range a {
+		y, ok := b[k]
+		if !ok || x.URL != y.URL || !slices.Equal(x.Ready, y.Ready) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,129 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/ingest/partition"
+)
+
+// Partitioned consumption (DESIGN §14). With Config.Partitions set, the
+// stream stores <prefix>.<device> as <prefix>.<partition>.<device> (a
+// subject transform, see package partition) and this Ingester reads
+// one partition. The partition count is fixed for the life of the
+// stream: a different count would send a device's later messages to
+// another partition than its earlier ones, so it is refused with the
+// count the stream has.
+
+// errMigration ends the refusal of a partition count change.
+const errMigration = "the partition count is fixed for the life of the stream (see README, \"Running a cluster\", on changing it)"
+
+// validatePartitions checks Partitions, Partition and Replicas.
+func (c Config) validatePartitions() error {
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("replicas %d: want 0 (server default) to 5", c.Replicas)
+	}
+	if c.Partitions == 0 {
+		if c.Partition != 0 {
+			return fmt.Errorf("partition %d without partitions", c.Partition)
+		}
+		return nil
+	}
+	if err := partition.Validate(c.Partitions); err != nil {
+		return err
+	}
+	if c.Partition < 0 || c.Partition >= c.Partitions {
+		return fmt.Errorf("partition %d: want 0 to %d", c.Partition, c.Partitions-1)
+	}
+	if len(c.ExtraSubjects) > 0 {
+		return errors.New("extra subjects cannot be captured by a partitioned stream")
+	}
+	return nil
+}
+
+// partitioned adds the partition transform and the replica count to the
+// configuration of a stream to create.
+func (in *Ingester) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
+	sc.Replicas = in.cfg.Replicas
+	if in.cfg.Partitions > 0 {
+		t := partition.Transform(in.cfg.SubjectPrefix, in.cfg.Partitions)
+		sc.SubjectTransform = &t
+	}
+	return sc
+}
+
+// checkPartitions refuses a stream whose partitioning differs from
+// Config.Partitions.
+func (in *Ingester) checkPartitions(sc jetstream.StreamConfig) error {
+	n, err := partition.Count(in.cfg.SubjectPrefix, sc.SubjectTransform)
+	switch {
+	case errors.Is(err, partition.ErrNotPartitioned):
+		n = 0
+	case err != nil:
+		return fmt.Errorf("%w: stream %s: %w", errPermanent, sc.Name, err)
+	}
+	if n == in.cfg.Partitions {
+		return nil
+	}
+	switch {
+	case n == 0:
+		return fmt.Errorf("%w: stream %s is not partitioned, so it cannot serve -partitions %d; %s",
+			errPermanent, sc.Name, in.cfg.Partitions, errMigration)
+	case in.cfg.Partitions == 0:
+		return fmt.Errorf("%w: stream %s is partitioned into %d; a single node (-partitions 0) cannot read it; %s",
+			errPermanent, sc.Name, n, errMigration)
+	default:
+		return fmt.Errorf("%w: stream %s is partitioned into %d, not -partitions %d; %s",
+			errPermanent, sc.Name, n, in.cfg.Partitions, errMigration)
+	}
+}
+
+// partitionFilter limits a consumer to the partition read.
+func (in *Ingester) partitionFilter(cc *jetstream.ConsumerConfig) {
+	if in.cfg.Partitions > 0 {
+		cc.FilterSubjects = []string{partition.Filter(in.cfg.SubjectPrefix, in.cfg.Partition)}
+	}
+}
+
+// deviceToken is the device token of a stored subject ("" when there
+// is none).
+func (in *Ingester) deviceToken(subject string) string {
+	if in.cfg.Partitions > 0 {
+		return partition.DeviceToken(in.cfg.SubjectPrefix, subject)
+	}
+	return deviceToken(subject, in.cfg.SubjectPrefix)
+}
+
+// Backlog reports how far the consumer is behind: the messages of its
+// partition not yet delivered plus those delivered and not yet acked,
+// and whether its ack floor has passed the stream's last sequence at
+// the time the consumer was set up (everything stored before it
+// started is settled). A node answers for a partition only once one
+// of the two says it caught up (see CaughtUp).
+func (in *Ingester) Backlog(ctx context.Context) (pending uint64, passedStart bool, err error) {
+	in.mu.Lock()
+	cons, start := in.cons, in.startSeq
+	in.mu.Unlock()
+	if cons == nil {
+		return 0, false, errNotStarted
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("consumer info: %w", err)
+	}
+	return info.NumPending + uint64(info.NumAckPending), info.AckFloor.Stream >= start, nil
+}
+
+// CaughtUp reports whether the consumer has settled everything the
+// stream held when it was set up: its backlog was empty or its ack
+// floor passed that point.
+func (in *Ingester) CaughtUp(ctx context.Context) (bool, error) {
+	pending, passed, err := in.Backlog(ctx)
+	if err != nil {
+		return false, err
+	}
+	return pending == 0 || passed, nil
+}
