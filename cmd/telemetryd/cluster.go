@@ -361,6 +361,11 @@ func (c *clusterNode) start(p int) error {
 	icfg.Consumer = c.consumerName(p)
 	icfg.Positions = partitionPositions{st: m.store, p: p}
 	icfg.Tombstones = m.store
+	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
+	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
+	// The consumer share of the memory budget is split between the
+	// partitions, each keeping room for the largest message.
+	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(m.cfg.Cluster.Partitions), minPullBytes))
 	icfg.Logger = m.log.With("component", "ingest", "partition", p)
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
