@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -364,4 +366,61 @@ func TestNATSGatewayPublishAs(t *testing.T) {
 	}
 	assert.Equal(t, 0, latestCount(t, base, "dev-1", f.tokens["all"]))
 	assert.Contains(t, authCLI(t, f.path, "list"), "gw-1,sim-1,sim-2")
+}
+
+func TestWriteAndDashboardAuth(t *testing.T) {
+	m, f := newAuthService(t)
+	base := "http://" + m.HTTPAddr()
+	ts := m.now().UnixNano()
+	write := func(path, authz, body string) int {
+		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	basic := func(user, pass string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	}
+	line := func(dev string, i int) string {
+		return fmt.Sprintf("env,device=%s temp=%d %d", dev, i, ts+int64(i)*int64(time.Millisecond))
+	}
+	assert.Equal(t, http.StatusUnauthorized, write("/api/v2/write?bucket=b", "", line("dev-1", 1)), "no token")
+	assert.Equal(t, http.StatusForbidden, write("/api/v2/write?bucket=b", "Token "+f.tokens["all"], line("dev-1", 1)), "read token")
+	assert.Equal(t, http.StatusNoContent, write("/api/v2/write?bucket=b", "Token "+f.tokens["writer"], line("dev-1", 1)), "Influx v2 Token")
+	assert.Equal(t, http.StatusNoContent, write("/write?db=d", basic("telegraf", f.tokens["writer"]), line("dev-1", 2)), "Basic, token as password")
+	assert.Equal(t, http.StatusNoContent, write("/api/v2/write?bucket=b", "Bearer "+f.tokens["writer"], line("sim-1", 3)), "Bearer")
+	assert.Equal(t, http.StatusUnauthorized, write("/write?db=d", basic("telegraf", "wrong-secret-0123456789"), line("dev-1", 4)))
+	require.Eventually(t, func() bool {
+		return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 && latestCount(t, base, "sim-1", f.tokens["all"]) == 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	get := func(path, token string) (int, string) { return httpDo(t, nil, http.MethodGet, base+path, token) }
+	code, body := get("/api/v1/label/device/values", f.tokens["all"])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"dev-1"`)
+	code, body = get("/api/v1/label/device/values", f.tokens["sim"])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.NotContains(t, body, "dev-1", "a sim-* token does not see dev-1 in label values")
+	assert.Contains(t, body, `"sim-1"`)
+	code, body = get("/api/v1/series?match[]="+url.QueryEscape(`{__name__="env.temp"}`), f.tokens["sim"])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.NotContains(t, body, "dev-1", "nor in series")
+	assert.Contains(t, body, `"sim-1"`)
+	code, body = get("/api/v1/query?query="+url.QueryEscape(`{__name__="env.temp"}`), f.tokens["sim"])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.NotContains(t, body, "dev-1", "nor in query results")
+	assert.Contains(t, body, `"sim-1"`)
+	code, _ = get("/v1/devices/dev-1/aggregates?interval=1h", f.tokens["sim"])
+	assert.Equal(t, http.StatusNotFound, code, "nor its aggregates")
+	code, _ = get("/v1/devices/sim-1/aggregates?interval=1h", f.tokens["sim"])
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = get("/api/v1/labels", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get("/ui/", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
 }
