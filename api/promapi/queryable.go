@@ -69,6 +69,9 @@ type queryable struct {
 	visible   func(ctx context.Context, dev buckets.DeviceID) bool
 	maxSeries int
 	pageSize  int
+	// noPushdown makes every select read raw readings (for tests that
+	// compare both ways).
+	noPushdown bool
 }
 
 var _ storage.Queryable = (*queryable)(nil)
@@ -229,7 +232,13 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	if hints != nil && hints.Func == "series" {
 		mint, maxt = 0, -1 // labels only: no samples
 	}
-	return &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
+	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
+	if agg, ok := qr.q.src.(Aggregator); ok && !qr.q.noPushdown {
+		if w, ok := windowsOf(hints); ok {
+			set.agg, set.windows = agg, &w
+		}
+	}
+	return set
 }
 
 // LabelValues implements storage.LabelQuerier.
@@ -268,6 +277,8 @@ type seriesSet struct {
 	refs       []seriesRef
 	i          int
 	mint, maxt int64
+	agg        Aggregator
+	windows    *windows // set: answer per window from summaries
 }
 
 func (s *seriesSet) Next() bool {
@@ -291,6 +302,9 @@ type series struct {
 func (s *series) Labels() labels.Labels { return s.ref.lset }
 
 func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
+	if s.set.windows != nil {
+		return windowSeekIter[int64]{&windowIter{ctx: s.set.ctx, agg: s.set.agg, dev: s.ref.dev, name: s.ref.name, w: *s.set.windows}}
+	}
 	return seekingIter[int64]{&sampleIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, name: s.ref.name,
 		from: ticksOf(s.set.mint), to: ticksOf(s.set.maxt) + 10000, i: -1}}
 }
@@ -302,8 +316,9 @@ type sample struct {
 }
 
 // sampleIter reads a series from the store page by page, oldest first.
-// Readings less than a millisecond apart share a timestamp; the newest
-// of them is the sample. A Seek past the loaded page starts reading at
+// A series has one sample per millisecond: readings less than a
+// millisecond apart share it, and the newest of them is the sample
+// (the engine's behaviour with equal timestamps is not defined). A Seek past the loaded page starts reading at
 // the sought time, so sparse steps skip what they do not need.
 type sampleIter struct {
 	ctx      context.Context

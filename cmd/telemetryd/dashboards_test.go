@@ -26,6 +26,10 @@ type dashEnv struct {
 	base string
 	now  time.Time
 	auth api.Tokens // nil: no auth file
+	// queryTimeout overrides the API's query deadline when set.
+	queryTimeout time.Duration
+	// maxOpenTables overrides the store's cold-table cap when set.
+	maxOpenTables int
 }
 
 // newDashEnv opens the store and the API with the clock fixed at now.
@@ -44,9 +48,12 @@ func (e *dashEnv) open(t testing.TB) {
 	sopts := store.DefaultOptions()
 	sopts.Logger = log
 	sopts.Now = now
+	if e.maxOpenTables > 0 {
+		sopts.MaxOpenTables = e.maxOpenTables
+	}
 	st, err := store.Open(context.Background(), e.dir, sopts)
 	require.NoError(t, err)
-	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: now, Auth: e.auth}
+	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: now, Auth: e.auth, QueryTimeout: e.queryTimeout}
 	require.NoError(t, withDashboards(&acfg, st))
 	srv, err := api.New(acfg)
 	require.NoError(t, err)

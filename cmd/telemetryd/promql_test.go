@@ -139,6 +139,59 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 		}
 	})
 
+	t.Run("windowed functions answered from summaries match the raw readings", func(t *testing.T) {
+		// step >= range and a step-aligned start: each window is read from
+		// the store's summaries; readings lie on window boundaries.
+		fns := map[string]func([]float64) float64{
+			"avg_over_time": func(v []float64) float64 {
+				s := 0.0
+				for _, x := range v {
+					s += x
+				}
+				return s / float64(len(v))
+			},
+			"sum_over_time": func(v []float64) float64 {
+				s := 0.0
+				for _, x := range v {
+					s += x
+				}
+				return s
+			},
+			"min_over_time": func(v []float64) float64 { return slices.Min(v) },
+			"max_over_time": func(v []float64) float64 { return slices.Max(v) },
+		}
+		for fn, ref := range fns {
+			for _, c := range []struct{ rng, step time.Duration }{
+				{time.Hour, time.Hour}, {10 * time.Minute, 30 * time.Minute}, {90 * time.Second, 90 * time.Second}, // one store call per series
+				{90 * time.Second, time.Hour}, {1500 * time.Millisecond, 20 * time.Minute}, // one store call per window
+			} {
+				r := v1.Range{Start: f.now.Add(-5 * time.Hour).Truncate(c.step), End: f.now, Step: c.step}
+				q := fmt.Sprintf(`%s(temp{device="d1"}[%s])`, fn, model.Duration(c.rng))
+				val, _, _, err := f.api.QueryRange(ctx, q, r)
+				require.NoError(t, err, q)
+				m := val.(model.Matrix)
+				require.Len(t, m, 1, q)
+				var want []model.SamplePair
+				for ts := r.Start; !ts.After(r.End); ts = ts.Add(r.Step) {
+					var vs []float64
+					for _, s := range f.d1 {
+						if ms := s.t.Truncate(time.Millisecond); ms.After(ts.Add(-c.rng)) && !ms.After(ts) {
+							vs = append(vs, s.v)
+						}
+					}
+					if len(vs) > 0 {
+						want = append(want, model.SamplePair{Timestamp: model.TimeFromUnixNano(ts.UnixNano()), Value: model.SampleValue(ref(vs))})
+					}
+				}
+				require.Len(t, m[0].Values, len(want), q)
+				for i := range want {
+					assert.Equal(t, want[i].Timestamp, m[0].Values[i].Timestamp, q)
+					assert.InDelta(t, float64(want[i].Value), float64(m[0].Values[i].Value), 1e-9, "%s at %s", q, want[i].Timestamp)
+				}
+			}
+		}
+	})
+
 	t.Run("max by device across 101 devices", func(t *testing.T) {
 		val, _, _, err := f.api.Query(ctx, `max by (device) (temp)`, f.now)
 		require.NoError(t, err)
