@@ -89,7 +89,7 @@ func New(cfg Config) (*API, error) {
 	}
 	a := &API{
 		q: &queryable{src: cfg.Source, visible: cfg.Visible, maxSeries: orDefault(cfg.MaxSeries, DefaultMaxSeries),
-			pageSize: defaultPageSize},
+			maxSamples: orDefault(cfg.MaxSamples, DefaultMaxSamples), pageSize: defaultPageSize},
 		timeout: orDefault(cfg.Timeout, DefaultTimeout),
 		log:     cfg.Logger,
 		now:     cfg.Now,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/storage"
@@ -57,6 +58,42 @@ func windowsOf(h *storage.SelectHints) (windows, bool) {
 		return windows{}, false
 	}
 	return windows{first: first, last: h.End, step: h.Step, rng: h.Range, fn: h.Func, value: value}, true
+}
+
+// prefetchWorkers is how many series' summaries are read at once.
+const prefetchWorkers = 8
+
+// newWindowIter returns an iterator over the windows of ref.
+func (s *seriesSet) newWindowIter(ref seriesRef) *windowIter {
+	return &windowIter{ctx: s.ctx, agg: s.agg, dev: ref.dev, name: ref.name, w: *s.windows}
+}
+
+// prefetch reads the summaries of every series with a few workers, so
+// the store's reads of different devices overlap. It is skipped when
+// the samples could exceed the engine's sample limit (the engine then
+// stops the query as it iterates).
+func (s *seriesSet) prefetch() {
+	perSeries := (s.windows.last-s.windows.first)/s.windows.step + 1
+	if len(s.refs) < 2 || int64(len(s.refs))*perSeries > int64(s.q.maxSamples) {
+		return
+	}
+	s.loaded = make([]*windowIter, len(s.refs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(prefetchWorkers, len(s.refs)) {
+		wg.Go(func() {
+			for i := range next {
+				it := s.newWindowIter(s.refs[i])
+				it.load()
+				s.loaded[i] = it
+			}
+		})
+	}
+	for i := range s.refs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // windowIter yields one sample per window that holds a reading, at the

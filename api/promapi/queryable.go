@@ -65,10 +65,11 @@ func ticksOf(ms int64) buckets.Ticks {
 // queryable implements storage.Queryable over a Source. Each numeric
 // value name of a device is the series {__name__=<name>, device=<id>}.
 type queryable struct {
-	src       Source
-	visible   func(ctx context.Context, dev buckets.DeviceID) bool
-	maxSeries int
-	pageSize  int
+	src        Source
+	visible    func(ctx context.Context, dev buckets.DeviceID) bool
+	maxSeries  int
+	maxSamples int
+	pageSize   int
 	// noPushdown makes every select read raw readings (for tests that
 	// compare both ways).
 	noPushdown bool
@@ -236,6 +237,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	if agg, ok := qr.q.src.(Aggregator); ok && !qr.q.noPushdown {
 		if w, ok := windowsOf(hints); ok {
 			set.agg, set.windows = agg, &w
+			set.prefetch()
 		}
 	}
 	return set
@@ -278,7 +280,8 @@ type seriesSet struct {
 	i          int
 	mint, maxt int64
 	agg        Aggregator
-	windows    *windows // set: answer per window from summaries
+	windows    *windows      // set: answer per window from summaries
+	loaded     []*windowIter // per ref, when prefetched
 }
 
 func (s *seriesSet) Next() bool {
@@ -287,7 +290,7 @@ func (s *seriesSet) Next() bool {
 }
 
 func (s *seriesSet) At() storage.Series {
-	return &series{set: s, ref: s.refs[s.i]}
+	return &series{set: s, ref: s.refs[s.i], i: s.i}
 }
 
 func (s *seriesSet) Err() error                        { return nil }
@@ -297,13 +300,19 @@ func (s *seriesSet) Warnings() annotations.Annotations { return nil }
 type series struct {
 	set *seriesSet
 	ref seriesRef
+	i   int
 }
 
 func (s *series) Labels() labels.Labels { return s.ref.lset }
 
 func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
 	if s.set.windows != nil {
-		return windowSeekIter[int64]{&windowIter{ctx: s.set.ctx, agg: s.set.agg, dev: s.ref.dev, name: s.ref.name, w: *s.set.windows}}
+		if s.set.loaded != nil {
+			it := *s.set.loaded[s.i] // a fresh position over the loaded samples
+			it.i = -1
+			return windowSeekIter[int64]{&it}
+		}
+		return windowSeekIter[int64]{s.set.newWindowIter(s.ref)}
 	}
 	return seekingIter[int64]{&sampleIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, name: s.ref.name,
 		from: ticksOf(s.set.mint), to: ticksOf(s.set.maxt) + 10000, i: -1}}

@@ -129,6 +129,7 @@ func TestDashboardBenchmarks(t *testing.T) {
 		for range 10 {
 			httpGet(t, avgURL)
 		}
+		httpGet(t, fleetURL)
 		pprof.StopCPUProfile()
 		require.NoError(t, f.Close())
 	}

@@ -31,6 +31,7 @@ type promFixture struct {
 	d1   []promSample // temp of d1, oldest first
 	ok   []promSample // ok (bool) of d1
 	last map[string]float64
+	devs map[string][]promSample // temp of dev-000..dev-099
 }
 
 type promSample struct {
@@ -41,7 +42,7 @@ type promSample struct {
 func newPromFixture(t *testing.T) *promFixture {
 	t.Helper()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	f := &promFixture{env: newDashEnv(t, now), now: now, last: map[string]float64{}}
+	f := &promFixture{env: newDashEnv(t, now), now: now, last: map[string]float64{}, devs: map[string][]promSample{}}
 	rng := rand.New(rand.NewPCG(7, 7))
 	var rs []buckets.Reading
 	for i := range 6 * 360 {
@@ -65,6 +66,7 @@ func newPromFixture(t *testing.T) *promFixture {
 			v := math.Round(rng.Float64()*10000) / 100
 			rs = append(rs, newReading(dev, buckets.MustTicks(ts), buckets.Field{Name: "temp", Value: buckets.Float(v)}))
 			f.last[dev] = v
+			f.devs[dev] = append(f.devs[dev], promSample{ts, v})
 		}
 	}
 	f.env.write(t, rs...)
@@ -189,6 +191,30 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 					assert.InDelta(t, float64(want[i].Value), float64(m[0].Values[i].Value), 1e-9, "%s at %s", q, want[i].Timestamp)
 				}
 			}
+		}
+	})
+
+	t.Run("windowed max by device across many devices", func(t *testing.T) {
+		r := v1.Range{Start: f.now.Add(-12 * time.Minute), End: f.now, Step: time.Minute}
+		val, _, _, err := f.api.QueryRange(ctx, `max by (device) (max_over_time(temp{device=~"dev-0.*"}[1m]))`, r)
+		require.NoError(t, err)
+		m := val.(model.Matrix)
+		require.Len(t, m, 100)
+		for _, s := range m {
+			dev := string(s.Metric["device"])
+			var want []model.SamplePair
+			for ts := r.Start; !ts.After(r.End); ts = ts.Add(r.Step) {
+				mx, n := math.Inf(-1), 0
+				for _, p := range f.devs[dev] {
+					if p.t.After(ts.Add(-time.Minute)) && !p.t.After(ts) {
+						mx, n = math.Max(mx, p.v), n+1
+					}
+				}
+				if n > 0 {
+					want = append(want, model.SamplePair{Timestamp: model.TimeFromUnixNano(ts.UnixNano()), Value: model.SampleValue(mx)})
+				}
+			}
+			assert.Equal(t, want, s.Values, dev)
 		}
 	})
 
