@@ -219,43 +219,14 @@ type keyedRef struct {
 func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	txn, release := t.readTxn()
-	released := false
-	done := func() {
-		if !released {
-			released = true
-			release()
-		}
-	}
-	defer done()
-	var refs []keyedRef
-	err := eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
-		refs = append(refs, keyedRef{bi.ref, bi.item.KeyCopy(nil)})
-		return true, nil
-	})
-	if err != nil {
+	refs, take, merged, err := readCompaction(t, dev, full)
+	if err != nil || len(take) == 0 {
 		return err
 	}
-	take := planCompaction(refs, full)
-	if len(take) == 0 {
-		return nil
-	}
-	res := newResolver()
 	drop := make([][]byte, 0, len(take))
 	for _, r := range take {
-		item, err := txn.Get(r.key)
-		if err != nil {
-			return err
-		}
-		rs, err := decodeItem(blockItem{ref: r.blockRef, item: item}, dev)
-		if err != nil {
-			return err
-		}
-		res.add(rs, r.seq, 0, buckets.MaxTicks+1)
 		drop = append(drop, r.key)
 	}
-	merged := res.take(buckets.Asc, buckets.MaxTicks+1)
-	done()                      // before the commit, so that its deletions fall below the discard version
 	newestAll := refs[0].newest // keys sort newest first
 	entries, err := sealedEntries(dev, merged, windowStart(newestAll))
 	if err != nil {
@@ -271,13 +242,71 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	return nil
 }
 
+// readCompaction lists the blocks of dev, picks those to merge and
+// reads them, merged; take is empty when nothing needs merging. Its read
+// ends before it returns, so that the commit's deletions fall below the
+// discard version and Badger drops the merged blocks. writeMu is held.
+func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs, take []keyedRef, merged []buckets.Reading, err error) {
+	txn, done := t.readTxn()
+	defer done()
+	err = eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
+		refs = append(refs, keyedRef{bi.ref, bi.item.KeyCopy(nil)})
+		return true, nil
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if take = planCompaction(refs, full); len(take) == 0 {
+		return refs, nil, nil, nil
+	}
+	res := newResolver()
+	for _, r := range take {
+		item, err := txn.Get(r.key)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rs, err := decodeItem(blockItem{ref: r.blockRef, item: item}, dev)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		res.add(rs, r.seq, 0, buckets.MaxTicks+1)
+	}
+	return refs, take, res.take(buckets.Asc, buckets.MaxTicks+1), nil
+}
+
 // planCompaction picks the blocks to merge from refs (newest first),
-// or none.
+// or none: the open blocks that trigger a merge (triggered), and every
+// block overlapping one of those (withOverlaps).
 func planCompaction(refs []keyedRef, full bool) []keyedRef {
+	take := triggered(refs, full)
+	if take == nil {
+		return nil
+	}
+	withOverlaps(refs, take)
+	var out []keyedRef
+	for i, r := range refs {
+		if take[i] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// tierOf is the size tier of a block: a factor of four per tier.
+func tierOf(count int) int { return min(bits.Len(uint(count))/2, maxTier) }
+
+// maxTier is the highest size tier.
+const maxTier = 7
+
+// triggered marks the open blocks of refs that must be merged now, or
+// returns nil when none must.
+func triggered(refs []keyedRef, full bool) []bool {
 	var open []int
+	var tiers [maxTier + 1]int
 	for i, r := range refs {
 		if !r.sealed {
 			open = append(open, i)
+			tiers[tierOf(r.count)]++
 		}
 	}
 	if len(open) == 0 {
@@ -286,33 +315,20 @@ func planCompaction(refs []keyedRef, full bool) []keyedRef {
 	current := windowStart(refs[0].newest)
 	take := make([]bool, len(refs))
 	any := false
-	mark := func(i int) { take[i], any = true, true }
-	overlapsOther := func(i int) bool {
-		for j := range refs {
-			if j != i && refs[i].overlaps(refs[j].blockRef) {
-				return true
-			}
-		}
-		return false
-	}
-	var tiers [8]int
-	for _, i := range open {
-		tiers[min(bits.Len(uint(refs[i].count))/2, len(tiers)-1)]++
-	}
 	for _, i := range open {
 		r := refs[i]
-		tier := min(bits.Len(uint(r.count))/2, len(tiers)-1)
+		tier := tierOf(r.count)
 		switch {
-		case full && (len(open) > 1 || r.oldest < current || overlapsOther(i)):
-			mark(i)
-		case r.oldest < current, overlapsOther(i):
+		case full && (len(open) > 1 || r.oldest < current || overlapsOther(refs, i)):
+			take[i], any = true, true
+		case r.oldest < current, overlapsOther(refs, i):
 			for _, j := range open {
-				mark(j)
+				take[j], any = true, true
 			}
 		case tiers[tier] >= compactTierBlocks:
 			for _, j := range open {
-				if min(bits.Len(uint(refs[j].count))/2, len(tiers)-1) <= tier {
-					mark(j)
+				if tierOf(refs[j].count) <= tier {
+					take[j], any = true, true
 				}
 			}
 		}
@@ -320,7 +336,23 @@ func planCompaction(refs []keyedRef, full bool) []keyedRef {
 	if !any {
 		return nil
 	}
-	for changed := true; changed; { // take every block overlapping one taken
+	return take
+}
+
+// overlapsOther reports whether refs[i] overlaps another block.
+func overlapsOther(refs []keyedRef, i int) bool {
+	for j := range refs {
+		if j != i && refs[i].overlaps(refs[j].blockRef) {
+			return true
+		}
+	}
+	return false
+}
+
+// withOverlaps adds to take every block that overlaps a taken one,
+// until none is left.
+func withOverlaps(refs []keyedRef, take []bool) {
+	for changed := true; changed; {
 		changed = false
 		for i := range refs {
 			if take[i] {
@@ -334,13 +366,6 @@ func planCompaction(refs []keyedRef, full bool) []keyedRef {
 			}
 		}
 	}
-	var out []keyedRef
-	for i, r := range refs {
-		if take[i] {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // sealedEntries cuts merged (sorted by ticks) into blocks: each within

@@ -513,19 +513,7 @@ func (s *Store) closeIdle() {
 	}
 	s.mu.Unlock()
 	for i, t := range victims {
-		if !t.readOnly && !s.opts.ReadOnly {
-			// Merge the open blocks first (t.busy keeps everyone
-			// else out meanwhile).
-			s.mu.Lock()
-			t.db = dbs[i]
-			s.mu.Unlock()
-			if err := s.compactTable(t, true); err != nil {
-				s.log.Error("compact table before closing it", "table", t.day.String(), "err", err)
-			}
-			s.mu.Lock()
-			t.db = nil
-			s.mu.Unlock()
-		}
+		s.compactBeforeClose(t, dbs[i])
 		err := s.closeDB(t, dbs[i])
 		s.mu.Lock()
 		close(t.busy)
@@ -536,6 +524,24 @@ func (s *Store) closeIdle() {
 			s.log.Error("close idle table", "table", t.day.String(), "err", err)
 		}
 	}
+}
+
+// compactBeforeClose merges the open blocks of t, whose database db
+// closeIdle is about to close, unless it is read-only. t.busy keeps
+// everyone else out meanwhile.
+func (s *Store) compactBeforeClose(t *table, db *badger.DB) {
+	if t.readOnly || s.opts.ReadOnly {
+		return
+	}
+	s.mu.Lock()
+	t.db = db
+	s.mu.Unlock()
+	if err := s.compactTable(t, true); err != nil {
+		s.log.Error("compact table before closing it", "table", t.day.String(), "err", err)
+	}
+	s.mu.Lock()
+	t.db = nil
+	s.mu.Unlock()
 }
 
 // closeDB closes db, the database of t, which nobody holds any more,

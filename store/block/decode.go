@@ -182,7 +182,15 @@ func Decode(b []byte, dev buckets.DeviceID) (Header, []buckets.Reading, error) {
 	if len(r.b) != 0 {
 		return h, nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
 	}
-	// Rows: names are sorted, so each reading's values come out sorted.
+	if err := assembleRows(h, cols, rs, slab); err != nil {
+		return h, nil, err
+	}
+	return h, rs, nil
+}
+
+// assembleRows gives each reading its values from the columns. Names
+// are sorted, so each reading's values come out sorted.
+func assembleRows(h Header, cols []decodedColumn, rs []buckets.Reading, slab []buckets.Field) error {
 	next := make([]int, len(cols))
 	for i := range rs {
 		start := len(slab)
@@ -195,11 +203,11 @@ func Decode(b []byte, dev buckets.DeviceID) (Header, []buckets.Reading, error) {
 			next[j]++
 		}
 		if len(slab) == start {
-			return h, nil, fmt.Errorf("%w: reading %d has no values", ErrCorrupt, i)
+			return fmt.Errorf("%w: reading %d has no values", ErrCorrupt, i)
 		}
 		rs[i].Values = slab[start:len(slab):len(slab)]
 	}
-	return h, rs, nil
+	return nil
 }
 
 // uncompress returns the raw columns that follow the header.
@@ -280,20 +288,7 @@ func decodeColumn(r *reader, in *NameInfo, n int) (decodedColumn, error) {
 			return c, fmt.Errorf("%w: presence bitmap has %d values, header says %d", ErrCorrupt, got, in.Count)
 		}
 	}
-	kinds := make([]buckets.Kind, in.Count)
-	single := bits.OnesCount8(in.Kinds) == 1
-	counts := map[buckets.Kind]int{}
-	for i := range kinds {
-		if single {
-			kinds[i] = buckets.Kind(bits.TrailingZeros8(in.Kinds))
-		} else {
-			kinds[i] = buckets.Kind(r.byte("kind"))
-			if in.Kinds&(1<<kinds[i]) == 0 || kinds[i] > buckets.KindString {
-				r.fail("kind")
-			}
-		}
-		counts[kinds[i]]++
-	}
+	kinds, counts := readKinds(r, in)
 	if r.err != nil {
 		return c, r.err
 	}
@@ -324,6 +319,26 @@ func decodeColumn(r *reader, in *NameInfo, n int) (decodedColumn, error) {
 		return c, fmt.Errorf("%w: %d numeric values, header says %d", ErrCorrupt, numeric, in.Num.Count)
 	}
 	return c, nil
+}
+
+// readKinds returns the kind of each value of the column of in, and
+// how many values each kind has.
+func readKinds(r *reader, in *NameInfo) ([]buckets.Kind, map[buckets.Kind]int) {
+	kinds := make([]buckets.Kind, in.Count)
+	single := bits.OnesCount8(in.Kinds) == 1
+	counts := map[buckets.Kind]int{}
+	for i := range kinds {
+		if single {
+			kinds[i] = buckets.Kind(bits.TrailingZeros8(in.Kinds))
+		} else {
+			kinds[i] = buckets.Kind(r.byte("kind"))
+			if in.Kinds&(1<<kinds[i]) == 0 || kinds[i] > buckets.KindString {
+				r.fail("kind")
+			}
+		}
+		counts[kinds[i]]++
+	}
+	return kinds, counts
 }
 
 // readBitmap reads n bits.
