@@ -49,7 +49,7 @@ type deviceEntry struct {
 
 // openIndex opens the index database in dir and loads it.
 func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*deviceIndex, error) {
-	db, err := openBadger(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("table", "index")))
+	db, err := openView(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("table", "index")), openBadger)
 	if err != nil {
 		return nil, fmt.Errorf("open device index: %w", err)
 	}
@@ -103,6 +103,7 @@ func (x *deviceIndex) close() error {
 	if err := x.db.Close(); err != nil {
 		return errors.Join(ferr, fmt.Errorf("close device index: %w", err))
 	}
+	releaseView(x.db)
 	return ferr
 }
 

@@ -320,7 +320,7 @@ func (s *Store) openTableDB(t *table, hot bool, a access) (db *badger.DB, readOn
 	if err := checkTableFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
 	}
-	db, err = openTableBadger(opts)
+	db, err = openView(opts, openTableBadger)
 	if err != nil && readOnly && !s.opts.ReadOnly {
 		// Such as a directory whose creation a crash interrupted: a
 		// writable open completes what it can.
@@ -551,6 +551,7 @@ func (s *Store) closeDB(t *table, db *badger.DB) error {
 	if err := db.Close(); err != nil {
 		return err
 	}
+	releaseView(db)
 	t.writeMu.Lock()
 	s.saveCount(t)
 	t.writeMu.Unlock()

@@ -201,6 +201,9 @@ func (m *Main) startRetention() error {
 			m.log.Error("retention worker stopped", "error", err)
 		}
 	})
+	// Day tables a crash left without a known reading count are counted
+	// in the background, so /v1/tables need not wait for a query.
+	m.wg.Go(func() { _ = m.store.RecountUnknown(ctx) })
 	return nil
 }
 

@@ -1,0 +1,56 @@
+package store
+
+import (
+	"context"
+	"slices"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// RecountUnknown opens, one at a time, every day table whose reading
+// count is not known (it was being written when the process last
+// stopped without closing it, so it has no count file), which makes
+// Badger replay its log and the store read its count; the count file
+// is saved at once, and the table is closed again by the usual idle
+// and LRU rules. Tables then report their count in Tables without
+// waiting for a query to open them. Tables that fail to open keep
+// reporting -1 (and are logged once by the open). It returns when every
+// such table was tried or ctx is done; the service runs it in the
+// background after start.
+func (s *Store) RecountUnknown(ctx context.Context) error {
+	if s.opts.ReadOnly {
+		return nil
+	}
+	s.mu.Lock()
+	var days []buckets.Day
+	for d, t := range s.tables {
+		if t.readings.Load() < 0 && !t.dropping && t.failErr == nil && t.db == nil {
+			days = append(days, d)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(days)
+	counted := 0
+	for _, d := range days {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := s.acquire(ctx, d, forRead)
+		if err != nil {
+			continue // logged by the open; reported as -1
+		}
+		if t == nil {
+			continue // dropped meanwhile
+		}
+		if t.writeMu.TryLock() { // else a writer is at it; its count is live
+			s.saveCount(t)
+			t.writeMu.Unlock()
+		}
+		s.release(t)
+		counted++
+	}
+	if counted > 0 {
+		s.log.Info("counted the readings of day tables not closed cleanly", "tables", counted)
+	}
+	return nil
+}
