@@ -73,6 +73,14 @@ type Config struct {
 	// commit rate up to this (backpressure.go). Default 10000.
 	MaxAckPending int
 
+	// Hold, when set, is asked every HoldEvery whether intake must
+	// pause: while it returns an error (such as a full disk) the
+	// ingester stops consuming, so messages wait in the stream without
+	// being delivered (their delivery count does not grow), and Ready
+	// reports that error. Intake resumes by itself once Hold returns nil.
+	Hold func() error
+	// HoldEvery is how often Hold is asked. Default 1s.
+	HoldEvery time.Duration
 	// PaceEvery is how often the consumer's MaxAckPending is paced to
 	// the commit rate (see backpressure.go). Default 1s.
 	PaceEvery time.Duration
@@ -141,6 +149,7 @@ func DefaultConfig() Config {
 		MaxAckPending: 10000,
 		PositionEvery: time.Second,
 		PaceEvery:     time.Second,
+		HoldEvery:     time.Second,
 	}
 }
 
@@ -164,6 +173,7 @@ func (c Config) withDefaults() Config {
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, d.MaxAckPending)
 	c.PositionEvery = cmp.Or(c.PositionEvery, d.PositionEvery)
 	c.PaceEvery = cmp.Or(c.PaceEvery, d.PaceEvery)
+	c.HoldEvery = cmp.Or(c.HoldEvery, d.HoldEvery)
 	if len(c.BackOff) == 0 {
 		c.BackOff = d.BackOff
 	}

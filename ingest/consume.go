@@ -252,6 +252,9 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 		case <-in.broken:
 		default:
 		}
+		if !in.waitHold(ctx) {
+			return
+		}
 		started := time.Now()
 		cc, err := cons.Consume(handle,
 			jetstream.PullMaxBytes(max(in.cfg.PullMaxBytes, 2*int(in.nc.MaxPayload()))),
@@ -262,7 +265,12 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 		} else {
 			in.setState(nil)
 			in.log.Info("consuming", "stream", in.cfg.Stream, "consumer", in.cfg.Consumer)
-			if err = in.watch(ctx, cc); err == nil {
+			err = in.watch(ctx, cc)
+			if errors.Is(err, errHeld) {
+				delay = retryMin
+				continue // wait for the hold to lift, then consume again
+			}
+			if err == nil {
 				return
 			}
 			if time.Since(started) > retryMax {
@@ -291,14 +299,32 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 // then stops cc and waits for its last callback.
 func (in *Ingester) watch(ctx context.Context, cc jetstream.ConsumeContext) error {
 	var reason error
-	select {
-	case <-ctx.Done():
-	case <-cc.Closed():
-		return errors.New("ingest: consuming ended unexpectedly")
-	case err := <-in.broken:
-		reason = fmt.Errorf("ingest: consumer lost: %w", err)
+	var hold <-chan time.Time
+	if in.cfg.Hold != nil {
+		t := time.NewTicker(in.cfg.HoldEvery)
+		defer t.Stop()
+		hold = t.C
 	}
-	if reason == nil {
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case <-cc.Closed():
+			return errors.New("ingest: consuming ended unexpectedly")
+		case err := <-in.broken:
+			reason = fmt.Errorf("ingest: consumer lost: %w", err)
+			break wait
+		case <-hold:
+			if err := in.cfg.Hold(); err != nil {
+				in.setState(fmt.Errorf("ingest: paused: %w", err))
+				in.log.Warn("ingest paused; messages wait in the stream", "reason", err)
+				reason = errHeld
+				break wait
+			}
+		}
+	}
+	if reason == nil || reason == errHeld {
 		// Shutting down: hand the messages already buffered in the
 		// client to the handler, which naks them, so they are
 		// redelivered at once instead of after AckWait.
@@ -312,6 +338,34 @@ func (in *Ingester) watch(ctx context.Context, cc jetstream.ConsumeContext) erro
 		in.log.Warn("consume did not stop in time", "timeout", stopTimeout)
 	}
 	return reason
+}
+
+// errHeld stops consuming while Config.Hold reports a reason.
+var errHeld = errors.New("ingest: paused")
+
+// waitHold returns once Config.Hold allows intake (true) or ctx is
+// done (false); while held, Ready reports the reason.
+func (in *Ingester) waitHold(ctx context.Context) bool {
+	if in.cfg.Hold == nil {
+		return true
+	}
+	paused := false
+	for {
+		err := in.cfg.Hold()
+		if err == nil {
+			if paused {
+				in.log.Info("ingest resumed")
+			}
+			return true
+		}
+		if !paused {
+			in.setState(fmt.Errorf("ingest: paused: %w", err))
+			paused = true
+		}
+		if !sleep(ctx, in.cfg.HoldEvery) {
+			return false
+		}
+	}
 }
 
 // onConsumeError is called by the consume machinery. Errors that mean

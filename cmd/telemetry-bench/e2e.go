@@ -20,6 +20,8 @@ type e2eRun struct {
 	Sync      bool // -sync-writes
 	Telemetry bool // false: OTEL_SDK_DISABLED=true
 	Repeated  bool // run Config.Repeat times
+	// MemoryLimit is the service's -memory-limit; empty: its default.
+	MemoryLimit string
 }
 
 // e2eResult is what one end-to-end run measured.
@@ -54,6 +56,12 @@ func e2eRuns() []e2eRun {
 		runs = append(runs,
 			e2eRun{Name: fmt.Sprintf("%d/msg", n), PerMsg: n, Telemetry: true, Repeated: true},
 			e2eRun{Name: fmt.Sprintf("%d/msg telemetry off", n), PerMsg: n, Repeated: true})
+	}
+	// The memory budget: the same load under the smallest limit the
+	// service is meant for and under a generous one.
+	for _, limit := range []string{"512MiB", "4GiB"} {
+		runs = append(runs, e2eRun{Name: "100/msg memory-limit " + limit, PerMsg: 100, Telemetry: true, Repeated: true,
+			MemoryLimit: limit})
 	}
 	for _, n := range []int{1, 100} {
 		runs = append(runs, e2eRun{Name: fmt.Sprintf("%d/msg sync-writes", n), PerMsg: n, Sync: true, Telemetry: true})
@@ -126,6 +134,9 @@ func (b *bench) startE2EService(ctx context.Context, run e2eRun) (*service, erro
 	}
 	if run.Sync {
 		svc.args = append(svc.args, "-sync-writes")
+	}
+	if run.MemoryLimit != "" {
+		svc.args = append(svc.args, "-memory-limit", run.MemoryLimit)
 	}
 	if b.cfg.ProfileDir != "" {
 		addr, err := freeAddr()

@@ -139,6 +139,11 @@ func e2eSection(r *Results) section {
 		on, off, sync := r.e2eRate(n), r.e2eRate(n+" telemetry off"), r.e2eRate(n+" sync-writes")
 		s.notes = append(s.notes, fmt.Sprintf("%s: telemetry on/off = %s; sync-writes/async = %s.", n, ratio(on, off), ratio(sync, on)))
 	}
+	small, large := r.e2e("100/msg memory-limit 512MiB"), r.e2e("100/msg memory-limit 4GiB")
+	if small != nil && large != nil {
+		s.notes = append(s.notes, fmt.Sprintf("100/msg: -memory-limit 512MiB/4GiB = %s (target at least 0.80); peak RSS %s and %s.",
+			ratio(small.Rate, large.Rate), mib(small.PeakRSS), mib(large.PeakRSS)))
+	}
 	s.notes = append(s.notes, "Disk is the day tables after the service stopped (memtables flushed), before any forced compaction.",
 		fmt.Sprintf("Runs done more than once show the median run and the range of the rates; -sync-writes runs publish 1/%d of the readings.", syncShare))
 	return s

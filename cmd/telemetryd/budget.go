@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/dustin/go-humanize"
 )
@@ -11,6 +12,10 @@ import (
 // defaultMemoryLimit is the default of -memory-limit: the memory limit
 // of the shipped Kubernetes manifest.
 const defaultMemoryLimit = 1 << 30
+
+// defaultDiskReserve is the default of -disk-reserve: room for the hot
+// tables' memtable flushes and compactions to finish.
+const defaultDiskReserve = 256 << 20
 
 // minMemoryLimit is the smallest -memory-limit accepted: below it the
 // fixed costs (the runtime, the binary, the device index, the largest
@@ -151,4 +156,26 @@ func (s byteSize) Set(v string) error {
 	}
 	*s.n = int64(n)
 	return nil
+}
+
+// diskHold returns the ingest hold of -disk-reserve: an error while the
+// file system of dir has less than reserve bytes available to the
+// service, so intake pauses before Badger meets a full disk (and
+// resumes once space returns). A reserve of 0 turns it off (nil).
+func diskHold(dir string, reserve int64) func() error {
+	if reserve <= 0 {
+		return nil
+	}
+	return func() error {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			return nil // cannot tell; the store reports real write errors
+		}
+		free := int64(st.Bavail) * int64(st.Bsize)
+		if free < reserve {
+			return fmt.Errorf("disk full: %s free under %s, below -disk-reserve %s",
+				humanize.IBytes(uint64(max(free, 0))), dir, formatBytes(reserve))
+		}
+		return nil
+	}
 }

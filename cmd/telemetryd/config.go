@@ -45,6 +45,7 @@ type Config struct {
 	StreamMaxAge      time.Duration
 	StreamMaxBytes    int64
 	RejectedMaxBytes  int64
+	DiskReserve       int64 // ingest pauses while less is free under DataDir
 	Security          SecurityConfig
 	Cluster           ClusterConfig
 }
@@ -75,6 +76,7 @@ func DefaultConfig() Config {
 		StreamMaxAge:      icfg.StreamMaxAge,
 		StreamMaxBytes:    icfg.StreamMaxBytes,
 		RejectedMaxBytes:  icfg.RejectedMaxBytes,
+		DiskReserve:       defaultDiskReserve,
 		Security:          defaultSecurity(),
 		Cluster:           defaultCluster(),
 	}
@@ -106,6 +108,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the TELEMETRY stream keeps messages at most this long (the replay buffer)")
 	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; past it the oldest messages are removed")
 	fs.Var(byteSize{&c.RejectedMaxBytes}, "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
+	fs.Var(byteSize{&c.DiskReserve}, "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.bind(fs)
 	c.Cluster.bind(fs)
 }
@@ -150,6 +153,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1)); err != nil {
 		errs = append(errs, err)
+	}
+	if c.DiskReserve < 0 {
+		errs = append(errs, fmt.Errorf("-disk-reserve %d must not be negative", c.DiskReserve))
 	}
 	if c.StreamMaxAge <= 0 {
 		errs = append(errs, fmt.Errorf("-stream-max-age %s must be positive", c.StreamMaxAge))

@@ -169,6 +169,7 @@ func (m *Main) startIngest() error {
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
 	icfg.PullMaxBytes = int(m.budget.PullBytes)
+	icfg.Hold = diskHold(m.cfg.DataDir, m.cfg.DiskReserve)
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
