@@ -23,7 +23,7 @@
 //
 // Usage:
 //
-//	telemetry-bench -out run.md                     full run (about 12 minutes on 2 cores)
+//	telemetry-bench -out run.md                     full run (about 14 minutes on 2 cores)
 //	telemetry-bench -quick                          about 1-2 minutes
 //	telemetry-bench -phases e2e -readings 200000    one part, scaled down
 package main
