@@ -118,6 +118,7 @@ func TestMQTTBadPayloadGoesToDeadLetters(t *testing.T) {
 	s := startService(t, newTestConfig(t))
 	sub, err := s.nc.SubscribeSync("rejected.telemetry.>")
 	require.NoError(t, err)
+	require.NoError(t, s.nc.Flush())
 	c := newMQTTClient(t, s, "bad-payload")
 	bad := fmt.Sprintf(`{"ts":%q,"temp":null}`, testEpoch.Format(time.RFC3339Nano))
 	tok := c.Publish("telemetry/mqtt-bad", 1, false, bad)

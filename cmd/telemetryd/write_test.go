@@ -61,6 +61,9 @@ func deadLetters(t *testing.T, s *testService) *nats.Subscription {
 	t.Helper()
 	sub, err := s.nc.SubscribeSync("rejected.telemetry.>")
 	require.NoError(t, err)
+	// The server must know the subscription before the service
+	// publishes on its own connection.
+	require.NoError(t, s.nc.Flush())
 	return sub
 }
 
