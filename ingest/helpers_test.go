@@ -23,23 +23,15 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
+
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 )
 
 // runServer starts an in-process NATS server with JetStream storing
 // under dir, on port (-1 for a random one).
 func runServer(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
-	})
-	require.NoError(t, err)
-	srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "NATS server did not start")
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	return srv
+	return ingesttest.RunNATS(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
 }
 
 // writeCall is one Writer.Write the fake saw.

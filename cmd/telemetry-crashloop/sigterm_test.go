@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/store"
+
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 )
 
 // TestSIGTERMUnderLoad stops a real telemetryd process with SIGTERM
@@ -23,11 +24,7 @@ import (
 // the messages the service acked; after a restart, every reading the
 // publisher got an ack for is stored once.
 func TestSIGTERMUnderLoad(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
-	require.NoError(t, err)
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	t.Cleanup(ns.Shutdown)
+	ns := ingesttest.RunNATS(t)
 
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	work := t.TempDir()

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -28,6 +27,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
+
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 )
 
 // testJetStream is an in-process NATS server with JetStream and the
@@ -39,12 +40,7 @@ type testJetStream struct {
 
 func newTestJetStream(t *testing.T) *testJetStream {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT,
-		JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	require.NoError(t, err)
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second), "nats server not ready")
+	srv := ingesttest.RunNATS(t)
 
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)

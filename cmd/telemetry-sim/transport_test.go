@@ -18,19 +18,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 )
 
 // TestRunOverMQTT publishes through a NATS server's MQTT listener: every
 // reading arrives on telemetry.<device> as the JSON the service reads.
 func TestRunOverMQTT(t *testing.T) {
-	opts := &server.Options{ServerName: "sim-test", Host: "127.0.0.1", Port: server.RANDOM_PORT,
-		JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true}
-	opts.MQTT.Host, opts.MQTT.Port = "127.0.0.1", -1
-	srv, err := server.NewServer(opts)
-	require.NoError(t, err)
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	require.True(t, srv.ReadyForConnections(10*time.Second))
+	var opts *server.Options
+	srv := ingesttest.RunNATS(t, func(o *server.Options) {
+		o.ServerName = "sim-test"
+		o.MQTT.Host, o.MQTT.Port = "127.0.0.1", -1
+		opts = o
+	})
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

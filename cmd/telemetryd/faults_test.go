@@ -17,17 +17,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 )
 
 // runNATS starts a standalone JetStream server on port (-1: random)
 // with its store in dir.
 func runNATS(t *testing.T, port int, dir string) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true})
-	require.NoError(t, err)
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	return ns
+	return ingesttest.RunNATS(t, func(o *server.Options) { o.Port, o.StoreDir = port, dir })
 }
 
 func TestExternalNATSOutage(t *testing.T) {

@@ -1,0 +1,44 @@
+// Package ingesttest starts the in-process NATS server with JetStream
+// that the tests of the ingester, the service and its tools publish to,
+// beside ingest the way net/http/httptest sits beside net/http.
+package ingesttest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// RunNATS starts a NATS server with JetStream on 127.0.0.1, a random
+// port and a store under t.TempDir(), without logs or signal handlers,
+// after edit (if any) adjusts its options (a fixed port, a store to
+// reuse, an MQTT listener). It is shut down when the test ends;
+// shutting it down earlier is fine.
+func RunNATS(t testing.TB, edit ...func(*server.Options)) *server.Server {
+	t.Helper()
+	opts := &server.Options{
+		Host:      "127.0.0.1",
+		Port:      server.RANDOM_PORT,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoSigs:    true,
+		NoLog:     true,
+	}
+	for _, e := range edit {
+		e(opts)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("nats server on %s:%d did not start", opts.Host, opts.Port)
+	}
+	return srv
+}
