@@ -49,6 +49,8 @@ var serviceFlags = map[string]string{
 	"auth-file": "", "insecure": "false", "tls-cert": "", "tls-key": "", "http-max-conns": "1024",
 	"http-max-conns-per-client": "64", "http-rate": "1000", "http-burst": "2000", "cursor-key": "",
 	"nats-creds": "", "nats-user": "", "nats-password": "",
+	"partitions": "0", "copies": "2", "node-name": "", "advertise-url": "", "lease-ttl": "10s",
+	"cluster-token": "", "stream-replicas": "3",
 }
 
 // knownEnv are other TELEMETRY_* settings the deploy files may use.
