@@ -62,6 +62,9 @@ func startNATSCluster(t *testing.T, n int) *natsCluster {
 			Cluster: server.ClusterOpts{Name: "telemetry-test", Host: "127.0.0.1", Port: routePorts[i]},
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		})
+		if n == 1 { // a lone server: JetStream without a cluster
+			c.opts[i].Cluster, c.opts[i].Routes = server.ClusterOpts{}, nil
+		}
 		c.servers = append(c.servers, nil)
 	}
 	for i := range n {

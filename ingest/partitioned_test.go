@@ -1,0 +1,123 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/partition"
+)
+
+func partitionedConfig(partitions, p int) Config {
+	cfg := DefaultConfig()
+	cfg.Partitions, cfg.Partition = partitions, p
+	cfg.Consumer = fmt.Sprintf("ingest-p%d", p)
+	cfg.Window = buckets.Window{Retention: 100 * 365 * 24 * time.Hour, MaxFutureSkew: time.Hour}
+	return cfg
+}
+
+// runFor runs an Ingester until ctx ends and returns Run's error.
+func runFor(t *testing.T, nc *nats.Conn, w Writer, cfg Config, d time.Duration) error {
+	t.Helper()
+	in, err := New(nc, w, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return in.Run(ctx)
+}
+
+// TestPartitionedConsumerReadsItsPartition: a partitioned ingester
+// stores the devices of its partition only, named by the subject the
+// stream stored them under, and reports itself caught up.
+func TestPartitionedConsumerReadsItsPartition(t *testing.T) {
+	srv := runServer(t, t.TempDir(), -1)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	w := &fakeWriter{}
+	cfg := partitionedConfig(4, 2)
+	in, err := New(nc, w, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool { return in.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	want := map[buckets.DeviceID]bool{}
+	for i := range 40 {
+		dev := fmt.Sprintf("dev-%d", i)
+		_, err := js.Publish(ctx, "telemetry."+dev, []byte(`{"ts":1795309323456,"v":1}`))
+		require.NoError(t, err)
+		if partition.Of(4, dev) == 2 {
+			want[buckets.DeviceID(dev)] = true
+		}
+	}
+	require.NotEmpty(t, want)
+	require.Eventually(t, func() bool { return len(w.stored("")) == len(want) }, 10*time.Second, 10*time.Millisecond)
+	for _, r := range w.stored("") {
+		assert.True(t, want[r.Device], "%s is not in partition 2", r.Device)
+	}
+	require.Eventually(t, func() bool {
+		ok, err := in.CaughtUp(ctx)
+		return err == nil && ok
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// TestPartitionCountIsFixed: a stream partitioned into 4 refuses an
+// ingester of another count and a single-node ingester; an unpartitioned
+// stream refuses a partitioned ingester. Each error names both counts.
+func TestPartitionCountIsFixed(t *testing.T) {
+	srv := runServer(t, t.TempDir(), -1)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	w := &fakeWriter{}
+
+	require.NoError(t, runFor(t, nc, w, partitionedConfig(4, 0), 500*time.Millisecond))
+	err = runFor(t, nc, w, partitionedConfig(8, 0), 5*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "partitioned into 4, not -partitions 8")
+	assert.Contains(t, err.Error(), "Running a cluster")
+
+	single := DefaultConfig()
+	err = runFor(t, nc, w, single, 5*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "partitioned into 4; a single node (-partitions 0) cannot read it")
+
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteStream(context.Background(), "TELEMETRY"))
+	require.NoError(t, runFor(t, nc, w, single, 500*time.Millisecond))
+	err = runFor(t, nc, w, partitionedConfig(4, 1), 5*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is not partitioned, so it cannot serve -partitions 4")
+}
+
+func TestPartitionConfigChecks(t *testing.T) {
+	for _, c := range []struct {
+		partitions, p int
+		extra         []string
+		want          string
+	}{
+		{0, 1, nil, "partition 1 without partitions"},
+		{4, 4, nil, "partition 4: want 0 to 3"},
+		{4, -1, nil, "partition -1"},
+		{partition.Max + 1, 0, nil, "want 1 to 1024"},
+		{4, 0, []string{"$MQTT.msgs.>"}, "extra subjects"},
+	} {
+		cfg := DefaultConfig()
+		cfg.Partitions, cfg.Partition, cfg.ExtraSubjects = c.partitions, c.p, c.extra
+		_, err := New(&nats.Conn{}, &fakeWriter{}, cfg)
+		assert.ErrorContains(t, err, c.want)
+	}
+}
