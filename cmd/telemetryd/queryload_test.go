@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -60,12 +61,19 @@ func TestQueriesWithinMemoryLimit(t *testing.T) {
 	var limitBytes int64
 	require.NoError(t, byteSize{&limitBytes}.Set(limit))
 	const devices = 100
-	dir := t.TempDir()
+	// TELEMETRY_QUERYLOAD_DIR keeps the filled data dir there for the
+	// next run (filled again only when it has no tables yet).
+	dir := os.Getenv("TELEMETRY_QUERYLOAD_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	today := buckets.DayOfTime(time.Now())
 	first := today - buckets.Day(days) + 1
-	filled := time.Now()
-	fillStore(t, filepath.Join(dir, "data"), first, today, perDay, devices)
-	t.Logf("filled %d days x %d readings in %v", days, perDay, time.Since(filled).Round(time.Second))
+	if _, err := os.Stat(filepath.Join(dir, "data", "tables", today.String())); err != nil {
+		filled := time.Now()
+		fillStore(t, filepath.Join(dir, "data"), first, today, perDay, devices)
+		t.Logf("filled %d days x %d readings in %v", days, perDay, time.Since(filled).Round(time.Second))
+	}
 
 	bin := filepath.Join(dir, "telemetryd")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -93,6 +101,15 @@ func TestQueriesWithinMemoryLimit(t *testing.T) {
 		q := url.Values{"from": {d.Start().FormatTime()}, "to": {d.End().FormatTime()}, "limit": {"10000"}}
 		return fmt.Sprintf("/v1/devices/dev-%04d/readings?%s", (i/days)%devices, q.Encode())
 	}
+	// Slow clients take a small receive window, so that a response does
+	// not vanish into kernel buffers and the server has to wait on them.
+	slowDialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		return errors.Join(err, serr)
+	}}
 	deadline := time.Now().Add(time.Duration(seconds) * time.Second)
 	var answered, refused, readings, cut, slowTries atomic.Int64
 	perClient := make([]int64, clients/2)
@@ -129,7 +146,7 @@ func TestQueriesWithinMemoryLimit(t *testing.T) {
 		})
 		wg.Go(func() { // asks, reads the status line, stops reading
 			for i := c; time.Now().Before(deadline); i += clients / 2 {
-				conn, err := net.Dial("tcp", httpAddr)
+				conn, err := slowDialer.Dial("tcp", httpAddr)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -165,9 +182,14 @@ func TestQueriesWithinMemoryLimit(t *testing.T) {
 	t.Logf("%d clients for %ds: %d answers (%d readings), %d refused with 503, %d slow requests (%d left unread); peak RSS (VmHWM) %d MiB, limit %s; RSS now %d MiB",
 		clients, seconds, answered.Load(), readings.Load(), refused.Load(), slowTries.Load(), cut.Load(), peak>>10, limit,
 		procStatus(t, cmd.Process.Pid, "VmRSS")>>10)
-	for c, n := range perClient {
-		assert.Positive(t, n, "well-behaved client %d never answered", c)
+	unanswered := 0
+	for _, n := range perClient {
+		if n == 0 {
+			unanswered++
+		}
 	}
+	t.Logf("well-behaved clients never answered: %d of %d", unanswered, len(perClient))
+	assert.Zero(t, unanswered, "every well-behaved client is answered")
 	assert.LessOrEqual(t, peak, limitBytes>>10, "VmHWM in KiB")
 	metrics, err := http.Get(base + "/metrics")
 	require.NoError(t, err)
