@@ -25,12 +25,48 @@ func checkTableFiles(dir string, o badger.Options) error {
 	if err != nil {
 		return err
 	}
+	listed := manifestTables(dir, o)
 	for _, path := range ssts {
+		if id, ok := btable.ParseFileID(filepath.Base(path)); ok && listed != nil {
+			if _, in := listed[id]; !in {
+				// Not in the MANIFEST: a table file a crash interrupted
+				// while it was written; Badger removes it on open.
+				continue
+			}
+		}
 		if err := checkTableFile(path, o); err != nil {
 			return fmt.Errorf("table file %s: %w", filepath.Base(path), err)
 		}
 	}
 	return nil
+}
+
+// manifestTables returns the ids of the table files the MANIFEST of
+// the database in dir lists, or nil when it cannot be read (then every
+// file is checked).
+func manifestTables(dir string, o badger.Options) map[uint64]badger.TableManifest {
+	f, err := os.Open(filepath.Join(dir, badger.ManifestFilename))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	m, err := replayManifest(f, o)
+	if err != nil {
+		return nil
+	}
+	return m.Tables
+}
+
+// replayManifest is badger.ReplayManifestFile with panics turned into
+// errors.
+func replayManifest(f *os.File, o badger.Options) (m badger.Manifest, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("manifest: %v", r)
+		}
+	}()
+	m, _, err = badger.ReplayManifestFile(f, o.ExternalMagicVersion, o)
+	return m, err
 }
 
 func checkTableFile(path string, o badger.Options) (err error) {
