@@ -61,7 +61,7 @@ func windowsOf(h *storage.SelectHints) (windows, bool) {
 }
 
 // prefetchWorkers is how many series' summaries are read at once.
-const prefetchWorkers = 8
+const prefetchWorkers = 2
 
 // newWindowIter returns an iterator over the windows of ref.
 func (s *seriesSet) newWindowIter(ref seriesRef) *windowIter {
