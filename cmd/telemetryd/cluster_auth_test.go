@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 // the node-to-node API refuses anything but an admin token covering
 // every device.
 func TestClusterAuth(t *testing.T) {
-	af := newAuthFixture(t, nil, "cluster:read,admin", "reader:read:sim-*", "narrowadmin:read,admin:sim-*")
+	af := newAuthFixture(t, nil, "cluster:read,admin", "reader:read:sim-*", "narrowadmin:read,admin:sim-*", "writer:write")
 	nc := startNATSCluster(t, 1)
 	clock := testClock()
 	var nodes []*testNode
@@ -46,14 +47,29 @@ func TestClusterAuth(t *testing.T) {
 		}
 	}
 	reader := af.tokens["reader"]
+
+	// A line protocol write through one node is stored by the owners
+	// of its device and read through the other.
+	req, err := http.NewRequest("POST", nodes[1].base+"/api/v2/write?bucket=b&precision=ms",
+		strings.NewReader(fmt.Sprintf("env,device=sim-lp t=21.5 %d\n", testEpoch.Add(-time.Hour).UnixMilli())))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Token "+af.tokens["writer"])
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		code, body := httpDo(t, nil, "GET", nodes[0].base+"/v1/devices/sim-lp/readings/latest", reader)
+		return code == 200 && strings.Contains(body, `"env.t":21.5`)
+	}, 20*time.Second, 50*time.Millisecond, "the line protocol write is stored and read through the other node")
 	for _, n := range nodes {
 		require.Eventually(t, func() bool {
-			code, body := httpDo(t, nil, "GET", n.base+"/v1/devices?limit=100", reader)
+			code, body := httpDo(t, nil, "GET", n.base+"/v1/devices?limit=100&prefix=sim-", reader)
 			var l struct {
 				Devices []struct{ Device string } `json:"devices"`
 			}
-			return code == 200 && json.Unmarshal([]byte(body), &l) == nil && len(l.Devices) == 20
-		}, 20*time.Second, 50*time.Millisecond, "a sim-* token lists the 20 sim devices through %s", n.cfg.Cluster.NodeName)
+			return code == 200 && json.Unmarshal([]byte(body), &l) == nil && len(l.Devices) == 21
+		}, 20*time.Second, 50*time.Millisecond, "a sim-* token lists the 21 sim devices through %s", n.cfg.Cluster.NodeName)
 		for i := range 20 {
 			code, body := httpDo(t, nil, "GET", fmt.Sprintf("%s/v1/devices/sim-%d/readings/latest", n.base, i), reader)
 			assert.Equal(t, http.StatusOK, code, body)
