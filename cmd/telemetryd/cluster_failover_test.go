@@ -166,6 +166,7 @@ func TestClusterFailover(t *testing.T) {
 	for i := range 3 {
 		cfg := clusterNodeConfig(t, nc, i, partitions)
 		cfg.NATSURL = nc.urls() // fail over between servers
+		cfg.Cluster.LeaseTTL = 3 * time.Second
 		nodes = append(nodes, startNode(t, cfg, clock))
 		names = append(names, cfg.Cluster.NodeName)
 	}

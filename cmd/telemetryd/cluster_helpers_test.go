@@ -136,7 +136,9 @@ func clusterNodeConfig(t *testing.T, nc *natsCluster, i, partitions int) Config 
 	cfg.Cluster.Copies = 2
 	cfg.Cluster.NodeName = fmt.Sprintf("node-%d", i)
 	cfg.Cluster.AdvertiseURL = "http://" + cfg.HTTPAddr
-	cfg.Cluster.LeaseTTL = 2 * time.Second
+	// Long enough that a loaded test machine does not let a lease lapse
+	// (which would move partitions); the failover tests shorten it.
+	cfg.Cluster.LeaseTTL = 10 * time.Second
 	cfg.Cluster.StreamReplicas = len(nc.opts)
 	require.NoError(t, cfg.Validate())
 	return cfg

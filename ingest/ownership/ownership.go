@@ -205,10 +205,14 @@ func (m *Membership) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/3)
+		// Each step may take up to half the TTL: a slow server delays a
+		// renewal rather than failing it, and the next tick follows.
+		rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
 		if err := m.renew(rctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("renew lease", "node", m.cfg.Node, "error", err)
 		}
+		cancel()
+		rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
 		if err := m.refresh(rctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("read leases", "error", err)
 		}
