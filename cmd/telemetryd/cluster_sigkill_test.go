@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 )
@@ -186,12 +187,12 @@ func TestClusterSIGKILL(t *testing.T) {
 	for _, p := range procs {
 		byName[p.name] = p
 	}
-	lost, extra := 0, 0
+	lost, dup, unpublished := 0, 0, 0
 	require.Eventually(t, func() bool {
-		lost, extra = 0, 0
+		lost, dup, unpublished = 0, 0, 0
+		rounds := int(load.rounds.Load())
 		for i := range devices {
 			dev := load.device(i)
-			acked := load.log.get(dev)
 			for _, o := range ownership.Rank(names, partition.Of(partitions, dev))[:copies] {
 				body, _ := json.Marshal(map[string]any{"device": dev, "n": 100000})
 				resp, err := http.Post(byName[o].base+"/internal/v1/latest", "application/json", bytes.NewReader(body))
@@ -208,19 +209,26 @@ func TestClusterSIGKILL(t *testing.T) {
 				if err != nil {
 					return false
 				}
-				seen := map[int64]int{}
+				// Reading r of a device is at load.start + r seconds.
+				seen := map[int]int{}
 				for _, r := range got.Readings {
-					seen[r.K]++
+					n := int(buckets.Ticks(r.K).Time().Sub(load.start) / time.Second)
+					seen[n]++
+					if seen[n] == 2 {
+						dup++
+					}
+					if n < 0 || n > rounds {
+						unpublished++
+					}
 				}
-				if len(seen) != len(got.Readings) {
-					extra++
-				}
-				if len(got.Readings) < len(acked) {
-					lost += len(acked) - len(got.Readings)
+				for _, r := range load.log.get(dev) {
+					if seen[r] == 0 {
+						lost++
+					}
 				}
 			}
 		}
-		return lost == 0 && extra == 0
-	}, time.Minute, 500*time.Millisecond, "copies complete")
+		return lost == 0 && dup == 0 && unpublished == 0
+	}, time.Minute, 500*time.Millisecond, "both copies hold every acked reading once and nothing never published")
 	t.Logf("%d rounds of %d devices: 0 acked readings lost, 0 duplicated, on both copies", load.rounds.Load(), devices)
 }
