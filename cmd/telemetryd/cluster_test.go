@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"testing"
@@ -221,4 +222,27 @@ func TestClusterAcceptance(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(body), &tables))
 		assert.Equal(t, refTables, tables)
 	}
+
+	// DELETE /v1/tables/{day} through one node drops the day on all.
+	day := fx.start.Format(time.DateOnly)
+	req, err := http.NewRequest(http.MethodDelete, nodes[1].base+"/v1/tables/"+day, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for _, n := range nodes {
+		ts, err := n.main().store.Tables(context.Background())
+		require.NoError(t, err)
+		assert.Empty(t, ts, "%s still has a table", n.cfg.Cluster.NodeName)
+		code, body := getBody(t, n.base+"/v1/devices/"+fx.device(5)+"/readings/latest?limit=1")
+		assert.Equal(t, 200, code)
+		assert.Contains(t, body, `"readings":[]`, "the dropped day answers nothing through %s", n.cfg.Cluster.NodeName)
+	}
+	req, err = http.NewRequest(http.MethodDelete, nodes[2].base+"/v1/tables/"+day, nil)
+	require.NoError(t, err)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "no node has the day any more")
 }
