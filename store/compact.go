@@ -26,14 +26,22 @@ import (
 // either the old blocks or the new ones, never both or neither.
 //
 // When it merges, and what:
-//   - open blocks of the same size tier (a factor of four) are merged
-//     once there are compactTierBlocks of them, so a reading is
-//     rewritten about log4(readings per window) times however small the
-//     commits are;
+//   - open blocks of the same size tier (a factor of sixteen) are
+//     merged once there are compactTierBlocks of them, so a reading is
+//     rewritten about log16(readings per window) times however small
+//     the commits are (one reading per device per commit: once into a
+//     block of 16, once into one of 256, once when its window is
+//     sealed);
 //   - once a device has readings in a newer window, its open blocks are
 //     merged and the windows before are sealed;
 //   - on Close, and for a table that stopped being written, every
 //     device's open blocks are merged into as few blocks as possible.
+//
+// The compactor does not list a device's blocks to find out whether
+// one of these holds: commits keep a note per device (openNote) of the
+// open blocks written since it last looked, and it looks only at the
+// devices whose note says a merge may be due. Without the note it
+// listed every device written in the last interval, every interval.
 //
 // Every merge also takes every block that overlaps a block it takes
 // (a late or repeated reading), so merged blocks never overlap another
@@ -48,28 +56,80 @@ const sealWindow = buckets.Ticks(time.Hour / 100)
 var testHookCompactCommit func()
 
 // compactTierBlocks is how many open blocks of one size tier trigger a
-// merge.
-const compactTierBlocks = 4
+// merge. It is also the factor between tiers (tierOf).
+const compactTierBlocks = 16
 
 // compactState is what the compactor has to look at in a table.
 // Guarded by the table's writeMu.
 type compactState struct {
-	dirty   map[buckets.DeviceID]struct{} // devices with new open blocks
-	scanAll bool                          // look at every device (open blocks may predate this opening)
-	quietAt time.Time                     // when a quiet spell was last noticed
+	notes   map[buckets.DeviceID]*openNote // devices with open blocks
+	scanAll bool                           // look at every device (open blocks may predate this opening)
+	quietAt time.Time                      // when a quiet spell was last noticed
 }
 
-// noteBlocks records the devices that got open blocks.
+// openNote is what the compactor knows of a device's open blocks
+// without reading them.
+type openNote struct {
+	small int // open blocks of the lowest size tier
+	// oldWin and newWin are the oldest and newest seal windows the
+	// open blocks touch.
+	oldWin, newWin buckets.Ticks
+	// urgent: a block that may overlap another was written.
+	urgent bool
+}
+
+// due reports whether a merge may be due for the device.
+func (n *openNote) due() bool {
+	return n.urgent || n.small >= compactTierBlocks || n.oldWin < n.newWin
+}
+
+// add records an open block.
+func (n *openNote) add(r blockRef) {
+	if tierOf(r.count) == 0 {
+		n.small++
+	}
+	n.oldWin = min(n.oldWin, windowStart(r.oldest))
+	n.newWin = max(n.newWin, windowStart(r.newest))
+}
+
+// note returns the note of dev, making an empty one.
+func (t *table) note(dev buckets.DeviceID) *openNote {
+	n := t.comp.notes[dev]
+	if n == nil {
+		if t.comp.notes == nil {
+			t.comp.notes = make(map[buckets.DeviceID]*openNote)
+		}
+		n = &openNote{oldWin: buckets.MaxTicks, newWin: -1}
+		t.comp.notes[buckets.DeviceID(strings.Clone(string(dev)))] = n
+	}
+	return n
+}
+
+// noteBlocks records the open blocks of a commit. A block that starts
+// before what this process last wrote for its device (a late or
+// repeated reading) may overlap another one and makes the device
+// urgent. It runs before the write tracker records the commit.
 func (t *table) noteBlocks(entries []entry) {
+	w := t.tracker()
 	for _, e := range entries {
 		if e.ref.sealed {
 			continue
 		}
-		if t.comp.dirty == nil {
-			t.comp.dirty = make(map[buckets.DeviceID]struct{})
+		n := t.note(e.dev)
+		n.add(e.ref)
+		if last, ok := w.written[e.dev]; (ok && e.ref.oldest <= last) || e.ref.oldest <= w.floor {
+			n.urgent = true
 		}
-		if _, ok := t.comp.dirty[e.dev]; !ok {
-			t.comp.dirty[buckets.DeviceID(strings.Clone(string(e.dev)))] = struct{}{}
+	}
+}
+
+// renote replaces the note of dev with what refs (the device's blocks,
+// after a compaction looked at them) says.
+func (t *table) renote(dev buckets.DeviceID, refs []keyedRef) {
+	delete(t.comp.notes, dev)
+	for _, r := range refs {
+		if !r.sealed {
+			t.note(dev).add(r.blockRef)
 		}
 	}
 }
@@ -141,13 +201,15 @@ func (t *table) quietSince(now time.Time, d time.Duration) bool {
 // every device with open blocks and merges them all.
 func (s *Store) compactTable(t *table, full bool) error {
 	t.writeMu.Lock()
-	dirty, scanAll := t.comp.dirty, t.comp.scanAll || full
-	t.comp.dirty, t.comp.scanAll = nil, false
-	t.writeMu.Unlock()
-	devs := make([]buckets.DeviceID, 0, len(dirty))
-	for d := range dirty {
-		devs = append(devs, d)
+	scanAll := t.comp.scanAll || full
+	t.comp.scanAll = false
+	var devs []buckets.DeviceID
+	for d, n := range t.comp.notes {
+		if full || n.due() {
+			devs = append(devs, d)
+		}
 	}
+	t.writeMu.Unlock()
 	if scanAll {
 		more, err := devicesWithOpenBlocks(t)
 		if err != nil {
@@ -160,7 +222,7 @@ func (s *Store) compactTable(t *table, full bool) error {
 	for i, dev := range devs {
 		if s.stopping() && !full {
 			t.writeMu.Lock()
-			t.noteDirty(devs[i:])
+			t.noteUrgent(devs[i:])
 			t.writeMu.Unlock()
 			return errStopping
 		}
@@ -181,13 +243,10 @@ func (s *Store) stopping() bool {
 	}
 }
 
-// noteDirty marks devs for the next compaction. writeMu is held.
-func (t *table) noteDirty(devs []buckets.DeviceID) {
-	if t.comp.dirty == nil {
-		t.comp.dirty = make(map[buckets.DeviceID]struct{})
-	}
+// noteUrgent marks devs for the next compaction. writeMu is held.
+func (t *table) noteUrgent(devs []buckets.DeviceID) {
 	for _, d := range devs {
-		t.comp.dirty[d] = struct{}{}
+		t.note(d).urgent = true
 	}
 }
 
@@ -208,10 +267,13 @@ func devicesWithOpenBlocks(t *table) ([]buckets.DeviceID, error) {
 	return devs, nil
 }
 
-// keyedRef is a block and its key.
+// keyedRef is a block and its key, and for an open block its value
+// (read with the key, which spares a second lookup of the blocks a
+// compaction takes: mostly open ones).
 type keyedRef struct {
 	blockRef
-	key []byte
+	key   []byte
+	value []byte
 }
 
 // compactDevice merges the blocks of dev in t that need it, in one
@@ -220,8 +282,12 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	refs, take, merged, err := readCompaction(t, dev, full)
-	if err != nil || len(take) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(take) == 0 {
+		t.renote(dev, refs)
+		return nil
 	}
 	drop := make([][]byte, 0, len(take))
 	for _, r := range take {
@@ -238,6 +304,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	if err := commitChunk(t, entries, drop); err != nil {
 		return classify(fmt.Errorf("commit compaction: %w", err))
 	}
+	t.renote(dev, afterCompaction(dev, refs, take, entries))
 	s.metrics.compactions.Add(context.Background(), 1)
 	return nil
 }
@@ -250,7 +317,14 @@ func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs, take []key
 	txn, done := t.readTxn()
 	defer done()
 	err = eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
-		refs = append(refs, keyedRef{bi.ref, bi.item.KeyCopy(nil)})
+		kr := keyedRef{blockRef: bi.ref, key: bi.item.KeyCopy(nil)}
+		if !bi.ref.sealed {
+			var err error
+			if kr.value, err = bi.item.ValueCopy(nil); err != nil {
+				return false, err
+			}
+		}
+		refs = append(refs, kr)
 		return true, nil
 	})
 	if err != nil {
@@ -261,17 +335,30 @@ func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs, take []key
 	}
 	res := newResolver()
 	for _, r := range take {
-		item, err := txn.Get(r.key)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		rs, err := decodeItem(blockItem{ref: r.blockRef, item: item}, dev)
+		rs, err := decodeTaken(txn, r, dev)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		res.add(rs, r.seq, 0, buckets.MaxTicks+1)
 	}
 	return refs, take, res.take(buckets.Asc, buckets.MaxTicks+1), nil
+}
+
+// decodeTaken decodes a block a compaction takes, from the value read
+// with its key or else from txn.
+func decodeTaken(txn *badger.Txn, r keyedRef, dev buckets.DeviceID) ([]buckets.Reading, error) {
+	if r.value == nil {
+		item, err := txn.Get(r.key)
+		if err != nil {
+			return nil, err
+		}
+		return decodeItem(blockItem{ref: r.blockRef, item: item}, dev)
+	}
+	_, rs, err := block.Decode(r.value, dev)
+	if err != nil {
+		return nil, fmt.Errorf("block %s..%s: %w", r.oldest.FormatTime(), r.newest.FormatTime(), err)
+	}
+	return rs, nil
 }
 
 // planCompaction picks the blocks to merge from refs (newest first),
@@ -292,8 +379,24 @@ func planCompaction(refs []keyedRef, full bool) []keyedRef {
 	return out
 }
 
-// tierOf is the size tier of a block: a factor of four per tier.
-func tierOf(count int) int { return min(bits.Len(uint(count))/2, maxTier) }
+// afterCompaction is the blocks of dev once a compaction replaced take
+// (of refs) with entries.
+func afterCompaction(dev buckets.DeviceID, refs, take []keyedRef, entries []entry) []keyedRef {
+	out := make([]keyedRef, 0, len(refs)-len(take)+len(entries))
+	for _, r := range refs {
+		if !slices.ContainsFunc(take, func(k keyedRef) bool { return string(k.key) == string(r.key) }) {
+			out = append(out, r)
+		}
+	}
+	for _, e := range entries {
+		out = append(out, keyedRef{blockRef: e.ref, key: appendBlockKey(nil, dev, e.ref)})
+	}
+	return out
+}
+
+// tierOf is the size tier of a block: a factor of compactTierBlocks
+// (sixteen) per tier, 1-15 readings being tier 0.
+func tierOf(count int) int { return min((bits.Len(uint(max(count, 1)))-1)/4, maxTier) }
 
 // maxTier is the highest size tier.
 const maxTier = 7

@@ -453,8 +453,8 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	t.readings.Store(n)
 	t.newest = newest
 	t.formatSaved = true
-	t.tracker().noteWritten(entries, newest)
 	t.noteBlocks(entries)
+	t.tracker().noteWritten(entries, newest)
 	return nil
 }
 
