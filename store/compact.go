@@ -380,13 +380,15 @@ func planCompaction(refs []keyedRef, full bool) []keyedRef {
 }
 
 // afterCompaction is the blocks of dev once a compaction replaced take
-// (of refs) with entries.
+// (of refs, in the same order) with entries.
 func afterCompaction(dev buckets.DeviceID, refs, take []keyedRef, entries []entry) []keyedRef {
 	out := make([]keyedRef, 0, len(refs)-len(take)+len(entries))
 	for _, r := range refs {
-		if !slices.ContainsFunc(take, func(k keyedRef) bool { return string(k.key) == string(r.key) }) {
-			out = append(out, r)
+		if len(take) > 0 && string(take[0].key) == string(r.key) {
+			take = take[1:]
+			continue
 		}
+		out = append(out, r)
 	}
 	for _, e := range entries {
 		out = append(out, keyedRef{blockRef: e.ref, key: appendBlockKey(nil, dev, e.ref)})
@@ -416,15 +418,16 @@ func triggered(refs []keyedRef, full bool) []bool {
 		return nil
 	}
 	current := windowStart(refs[0].newest)
+	ov := overlapping(refs)
 	take := make([]bool, len(refs))
 	any := false
 	for _, i := range open {
 		r := refs[i]
 		tier := tierOf(r.count)
 		switch {
-		case full && (len(open) > 1 || r.oldest < current || overlapsOther(refs, i)):
+		case full && (len(open) > 1 || r.oldest < current || ov[i]):
 			take[i], any = true, true
-		case r.oldest < current, overlapsOther(refs, i):
+		case r.oldest < current, ov[i]:
 			for _, j := range open {
 				take[j], any = true, true
 			}
@@ -442,14 +445,20 @@ func triggered(refs []keyedRef, full bool) []bool {
 	return take
 }
 
-// overlapsOther reports whether refs[i] overlaps another block.
-func overlapsOther(refs []keyedRef, i int) bool {
-	for j := range refs {
-		if j != i && refs[i].overlaps(refs[j].blockRef) {
-			return true
-		}
+// overlapping reports for each block of refs whether it overlaps
+// another. Keys sort blocks newest first (by their newest reading), so
+// a block overlaps a later one exactly when the next block's newest
+// reading is not older than its oldest, and an earlier one exactly when
+// the oldest reading of the blocks before it is not newer than its
+// newest.
+func overlapping(refs []keyedRef) []bool {
+	ov := make([]bool, len(refs))
+	before := buckets.MaxTicks + 1 // oldest reading of refs[:i]
+	for i, r := range refs {
+		ov[i] = before <= r.newest || (i+1 < len(refs) && refs[i+1].newest >= r.oldest)
+		before = min(before, r.oldest)
 	}
-	return false
+	return ov
 }
 
 // withOverlaps adds to take every block that overlaps a taken one,

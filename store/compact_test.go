@@ -1,0 +1,64 @@
+package store
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// overlapping, which relies on the key order of blocks, agrees with
+// comparing every pair of blocks.
+func TestOverlappingMatchesPairwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 2000 {
+		refs := make([]keyedRef, 1+rng.IntN(12))
+		for i := range refs {
+			oldest := buckets.Ticks(rng.IntN(100))
+			r := blockRef{oldest: oldest, newest: oldest + buckets.Ticks(rng.IntN(10)), seq: uint64(i + 1), count: 1}
+			refs[i] = keyedRef{blockRef: r, key: appendBlockKey(nil, "dev", r)}
+		}
+		slices.SortFunc(refs, func(a, b keyedRef) int { return bytes.Compare(a.key, b.key) })
+		got := overlapping(refs)
+		for i := range refs {
+			want := false
+			for j := range refs {
+				if i != j && refs[i].overlaps(refs[j].blockRef) {
+					want = true
+				}
+			}
+			if !assert.Equal(t, want, got[i], "round %d block %d of %+v", round, i, refs) {
+				return
+			}
+		}
+	}
+}
+
+// Size tiers are a factor of sixteen: 1-15, 16-255, 256-4095, 4096.
+func TestTierBoundaries(t *testing.T) {
+	for count, want := range map[int]int{1: 0, 15: 0, 16: 1, 255: 1, 256: 2, 4095: 2, 4096: 3} {
+		assert.Equal(t, want, tierOf(count), "tierOf(%d)", count)
+	}
+}
+
+// A device gets looked at once sixteen small open blocks were noted, or
+// once its open blocks span two seal windows, or after a late block.
+func TestOpenNoteDue(t *testing.T) {
+	n := &openNote{oldWin: buckets.MaxTicks, newWin: -1}
+	for i := range compactTierBlocks - 1 {
+		n.add(blockRef{oldest: buckets.Ticks(i), newest: buckets.Ticks(i), count: 1})
+	}
+	assert.False(t, n.due(), "15 small blocks in one window")
+	n.add(blockRef{oldest: 20, newest: 20, count: 1})
+	assert.True(t, n.due(), "16 small blocks")
+
+	n = &openNote{oldWin: buckets.MaxTicks, newWin: -1}
+	n.add(blockRef{oldest: sealWindow - 1, newest: sealWindow - 1, count: 1})
+	assert.False(t, n.due())
+	n.add(blockRef{oldest: sealWindow, newest: sealWindow, count: 1})
+	assert.True(t, n.due(), "a reading in the next window")
+}
