@@ -76,6 +76,7 @@ func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
 		{"-http-addr", "0.0.0.0:0"},
 		{"-http-addr", ":0"},
 		{"-nats-listen", "0.0.0.0:0"},
+		{"-mqtt-listen", "0.0.0.0:0"},
 		{"-pprof-addr", "[::]:0"},
 	} {
 		t.Run(tc.flag+"="+tc.addr, func(t *testing.T) {
