@@ -70,7 +70,7 @@ func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, da
 	if ve.Code == buckets.CodeMaxDeliveries || ve.Code == buckets.CodeInternalFailure {
 		// Valid data the service failed to store: an operator must look.
 		in.log.Error("message sent to the dead letter subject", args...)
-	} else if ok, held := in.rejectLog.allow(time.Now()); ok {
+	} else if ok, held := in.rejectLog.Allow(time.Now()); ok {
 		// A device sent something invalid; the metrics and the rejected
 		// stream carry the detail, the log a sample (logsample.go).
 		if held > 0 {

@@ -78,7 +78,7 @@ type Ingester struct {
 	broken    chan error            // asks the consume loop to rebuild the consumer
 	missedHB  atomic.Int32          // consecutive missed heartbeats while connected
 	lastErrs  *lastErrors           // last store error of messages waiting for redelivery
-	rejectLog logSampler            // samples the "message rejected" line
+	rejectLog LogSampler            // samples the "message rejected" line
 	started   atomic.Bool           // Run was called
 	state     atomic.Pointer[error] // why not ready; nil when consuming
 	syncAcks  bool                  // wait for ack confirmations; owned by the batch loop
@@ -137,7 +137,7 @@ func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
 		freed:     make(chan struct{}, 1),
 		broken:    make(chan error, 1),
 		lastErrs:  newLastErrors(4096),
-		rejectLog: logSampler{burst: rejectLogBurst, interval: rejectLogInterval},
+		rejectLog: LogSampler{Burst: rejectLogBurst, Interval: rejectLogInterval},
 	}
 	in.window.Store(int64(min(minAckPending, cfg.MaxAckPending))) // slow start, see backpressure.go
 	if err := in.observeWindow(mp); err != nil {

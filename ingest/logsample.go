@@ -14,10 +14,12 @@ const (
 	rejectLogBurst    = 10
 )
 
-// logSampler lets through at most burst lines per interval.
-type logSampler struct {
-	burst    int
-	interval time.Duration
+// LogSampler lets through at most Burst log lines per Interval and
+// counts the rest, so a flood of events cannot become a flood of log
+// lines. The service also uses it for its permission-violation line.
+type LogSampler struct {
+	Burst    int
+	Interval time.Duration
 
 	mu         sync.Mutex
 	start      time.Time
@@ -25,15 +27,15 @@ type logSampler struct {
 	suppressed int64
 }
 
-// allow reports whether a line may be logged at now, and how many were
+// Allow reports whether a line may be logged at now, and how many were
 // held back since the last one that was.
-func (s *logSampler) allow(now time.Time) (bool, int64) {
+func (s *LogSampler) Allow(now time.Time) (bool, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now.Sub(s.start) >= s.interval {
+	if now.Sub(s.start) >= s.Interval {
 		s.start, s.n = now, 0
 	}
-	if s.n >= s.burst {
+	if s.n >= s.Burst {
 		s.suppressed++
 		return false, 0
 	}

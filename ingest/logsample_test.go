@@ -27,17 +27,17 @@ func TestRejectedFloodLogsBoundedLines(t *testing.T) {
 }
 
 func TestLogSampler(t *testing.T) {
-	s := logSampler{burst: 2, interval: time.Second}
+	s := LogSampler{Burst: 2, Interval: time.Second}
 	t0 := time.Unix(1000, 0)
-	ok, _ := s.allow(t0)
+	ok, _ := s.Allow(t0)
 	assert.True(t, ok)
-	ok, _ = s.allow(t0)
+	ok, _ = s.Allow(t0)
 	assert.True(t, ok)
 	for range 5 {
-		ok, _ = s.allow(t0.Add(time.Millisecond))
+		ok, _ = s.Allow(t0.Add(time.Millisecond))
 		assert.False(t, ok, "past the burst within the interval")
 	}
-	ok, held := s.allow(t0.Add(time.Second))
+	ok, held := s.Allow(t0.Add(time.Second))
 	assert.True(t, ok, "a new interval")
 	assert.Equal(t, int64(5), held, "the held-back count rides on the next line")
 }

@@ -190,33 +190,3 @@ func equalSecret(got, want string) bool {
 	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
-
-// logSampler lets through at most burst lines per interval and counts
-// the rest, reported with the next line let through.
-type logSampler struct {
-	burst    int
-	interval time.Duration
-
-	mu         sync.Mutex
-	start      time.Time
-	n          int
-	suppressed int
-}
-
-// allow reports whether a line may be written now, and how many were
-// held back since the last one.
-func (s *logSampler) allow(now time.Time) (bool, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if now.Sub(s.start) >= s.interval {
-		s.start, s.n = now, 0
-	}
-	if s.n >= s.burst {
-		s.suppressed++
-		return false, 0
-	}
-	s.n++
-	held := s.suppressed
-	s.suppressed = 0
-	return true, held
-}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/telemetryd/telemetryd/ingest"
 )
 
 // startEmbeddedNATS runs an in-process NATS server with JetStream,
@@ -108,7 +110,7 @@ type natsLogger struct {
 	fatal   chan string
 	started *atomic.Bool
 	denied  *deniedReporter
-	sampler *logSampler
+	sampler *ingest.LogSampler
 }
 
 func (n *natsLogger) Noticef(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
@@ -137,7 +139,7 @@ func (n *natsLogger) sampled(level slog.Level, msg string) {
 		return
 	}
 	if n.sampler != nil {
-		ok, held := n.sampler.allow(time.Now())
+		ok, held := n.sampler.Allow(time.Now())
 		if !ok {
 			return
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/auth"
+	"github.com/telemetryd/telemetryd/ingest"
 )
 
 // security is the running state of DESIGN §11: credentials (reloaded
@@ -132,7 +133,7 @@ func (s *security) configureNATS(o *server.Options) *natsLogger {
 		o.CustomClientAuthentication = &deviceAuth{creds: s.creds, prefix: s.cfg.SubjectPrefix, internal: s.internal, denied: s.denied}
 	}
 	return &natsLogger{l: s.base.With("component", "nats"), denied: s.denied,
-		sampler: &logSampler{burst: 20, interval: deniedLogInterval}}
+		sampler: &ingest.LogSampler{Burst: 20, Interval: deniedLogInterval}}
 }
 
 // watchNATS disconnects devices removed from the auth file on reload.
