@@ -335,24 +335,32 @@ func limitParam(r *http.Request) (int, *apiError) {
 	return n, nil
 }
 
-// handleSeries serves /api/v1/series: the label sets matching match[].
-func (a *API) handleSeries(w http.ResponseWriter, r *http.Request) {
-	sets, mint, maxt, aerr := a.selection(r, true)
+// metadataRequest reads what /series and /label(s) share: the match[]
+// selection with its time range as a querier, and the limit.
+func (a *API) metadataRequest(r *http.Request, required bool) ([][]*labels.Matcher, *querier, int, *apiError) {
+	sets, mint, maxt, aerr := a.selection(r, required)
 	if aerr != nil {
-		writeError(w, aerr)
-		return
+		return nil, nil, 0, aerr
 	}
 	limit, aerr := limitParam(r)
 	if aerr != nil {
+		return nil, nil, 0, aerr
+	}
+	return sets, &querier{q: a.q, mint: mint, maxt: maxt}, limit, nil
+}
+
+// handleSeries serves /api/v1/series: the label sets matching match[].
+func (a *API) handleSeries(w http.ResponseWriter, r *http.Request) {
+	sets, qr, limit, aerr := a.metadataRequest(r, true)
+	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	qr := &querier{q: a.q, mint: mint, maxt: maxt}
 	seen := map[string]bool{}
 	out := []labels.Labels{}
 	var warnings []string
 	for _, ms := range sets {
-		refs, err := qr.match(r.Context(), mint, maxt, ms)
+		refs, err := qr.match(r.Context(), qr.mint, qr.maxt, ms)
 		if err != nil {
 			writeError(w, a.execError(r, err))
 			return
@@ -391,17 +399,11 @@ func (a *API) handleLabelValues(w http.ResponseWriter, r *http.Request) {
 // labelValues answers the values of label name, or the label names
 // when name is "".
 func (a *API) labelValues(w http.ResponseWriter, r *http.Request, name string) {
-	sets, mint, maxt, aerr := a.selection(r, false)
+	sets, qr, limit, aerr := a.metadataRequest(r, false)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	limit, aerr := limitParam(r)
-	if aerr != nil {
-		writeError(w, aerr)
-		return
-	}
-	qr := &querier{q: a.q, mint: mint, maxt: maxt}
 	var all []string
 	for _, ms := range sets {
 		var vals []string
