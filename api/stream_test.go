@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +143,56 @@ func TestClientThatStopsReadingIsCutOff(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the stalled client was never cut off")
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Equal(t, int64(1), counterValue(t, env, "telemetry.http.responses.cut_off"))
+}
+
+// A client that asks for an ordinary 10,000-reading page of 3-value
+// readings (about 1 MiB of JSON, which the kernel's autotuned send
+// buffer of a loopback connection would swallow whole) and stops
+// reading is cut off too: the server caps each connection's send
+// buffer, so the page's writer stalls instead of finishing into kernel
+// memory the client never drains.
+func TestClientThatStopsReadingAnOrdinaryPageIsCutOff(t *testing.T) {
+	env := newTestEnv(t, func(c *api.Config) {
+		c.ResponseBudget = 10000 * 256 // one full page
+		c.StallTimeout = 300 * time.Millisecond
+	})
+	const n = 10000
+	rs := make([]buckets.Reading, n)
+	for i := range rs {
+		rs[i] = buckets.Reading{Device: "dev-o", Ticks: mustTicks(t, testNow.Add(-time.Duration(n-i)*time.Second).Format(time.RFC3339Nano)),
+			Values: []buckets.Field{{Name: "temp", Value: buckets.Float(20 + float64(i%100)/10)},
+				{Name: "humidity", Value: buckets.Int(int64(40 + i%30))}, {Name: "door_open", Value: buckets.Bool(i%2 == 0)}}}
+	}
+	env.reader.add(rs...)
+	whole := env.get(t, rangePath("dev-o", n))
+	require.Equal(t, http.StatusOK, whole.status)
+	require.Less(t, len(whole.body), 2<<20, "an ordinary page, not an oversized one")
+	require.Greater(t, len(whole.body), 1<<19, "larger than the capped send buffer")
+
+	require.NoError(t, env.srv.Open()) // the listener the service serves on, not httptest's
+	t.Cleanup(func() { _ = env.srv.Close(t.Context()) })
+	// The client reads through a small receive window, as a device on
+	// a slow link would, so the page must wait in the server's buffers.
+	dialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		return errors.Join(err, serr)
+	}}
+	conn, err := dialer.Dial("tcp", env.srv.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", rangePath("dev-o", n), env.srv.Addr())
+	require.NoError(t, err)
+	status, err := bufio.NewReaderSize(conn, 64).ReadString('\n') // the status line, then nothing more
+	require.NoError(t, err)
+	require.Contains(t, status, "200")
+
+	require.Eventually(t, func() bool {
+		return counterValue(t, env, "telemetry.http.responses.cut_off") == 1
+	}, 10*time.Second, 50*time.Millisecond, "the client that stopped reading was never cut off")
+	assert.Equal(t, http.StatusOK, env.get(t, rangePath("dev-o", n)).status, "its reservation went back to the budget")
 }
 
 // counterValue sums an int64 counter's data points.
