@@ -2,10 +2,12 @@ package api_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,4 +232,35 @@ func TestConnectionCapPerClient(t *testing.T) {
 	held[0].Close()
 	require.Eventually(t, func() bool { s, err := get(); return err == nil && s == http.StatusOK }, 5*time.Second, 20*time.Millisecond,
 		"a slot freed by closing is usable")
+}
+
+// The Prometheus query API's clients read errors in the Prometheus
+// shape, so what the middleware answers on /api/v1/ before the API runs
+// takes that shape; other paths keep the service's own.
+func TestPromPathsAnswerErrorsInPrometheusShape(t *testing.T) {
+	env := newAuthEnv(t)
+	type promError struct {
+		Status    string `json:"status"`
+		ErrorType string `json:"errorType"`
+		Error     string `json:"error"`
+	}
+	decode := func(t *testing.T, r response) promError {
+		t.Helper()
+		var e promError
+		require.NoError(t, json.Unmarshal(r.body, &e), "%s", r.body)
+		return e
+	}
+	r := env.get(t, "/api/v1/query?query=up")
+	require.Equal(t, http.StatusUnauthorized, r.status)
+	e := decode(t, r)
+	assert.Equal(t, promError{Status: "error", ErrorType: "unauthenticated", Error: e.Error}, e)
+	assert.True(t, strings.HasPrefix(e.Error, "authorization: "), e.Error)
+	assert.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer")
+
+	r = env.do(t, http.MethodGet, "/api/v1/label/device/values", bearer(readAll)...)
+	require.Equal(t, http.StatusNotImplemented, r.status, "no PromQL engine in this server")
+	assert.Equal(t, promError{Status: "error", ErrorType: "not_implemented",
+		Error: "path: the Prometheus query API is not served by this instance"}, decode(t, r))
+
+	requireError(t, env.get(t, "/v1/devices"), http.StatusUnauthorized, "unauthenticated", "authorization")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/codes"
@@ -206,7 +207,36 @@ func (s *Server) logFailure(c echo.Context, ae *apiError, err error) {
 
 // writeError writes {"error":{"code":...,"message":...}}.
 func writeError(c echo.Context, ae *apiError) {
-	if err := sendValue(c, ae.status, ErrorResponse{Error: ErrorDetail{Code: ae.code, Message: ae.msg}}); err != nil {
+	var body any = ErrorResponse{Error: ErrorDetail{Code: ae.code, Message: ae.msg}}
+	if strings.HasPrefix(c.Request().URL.Path, promPrefix) {
+		body = PromErrorResponse{Status: "error", ErrorType: promErrorType(ae.code), Error: ae.msg}
+	}
+	if err := sendValue(c, ae.status, body); err != nil {
 		c.Response().WriteHeader(ae.status) // two strings always encode; keep the status regardless
 	}
+}
+
+// promPrefix is where the Prometheus query API lives. Its clients
+// (Grafana, promtool, the Prometheus Go client) read errors in the
+// Prometheus shape, so the errors the middleware answers before the
+// API runs (401, 403, 429, 503, 501) take that shape there too.
+const promPrefix = "/api/v1/"
+
+// PromErrorResponse is an error in the Prometheus API's shape.
+type PromErrorResponse struct {
+	Status    string `json:"status"` // always "error"
+	ErrorType string `json:"errorType"`
+	Error     string `json:"error"`
+}
+
+// promErrorType names a code in the Prometheus API's vocabulary where
+// it has the word, else keeps the code.
+func promErrorType(code string) string {
+	switch code {
+	case codeInvalidArgument, codePayloadTooLarge:
+		return "bad_data"
+	case codeResourceExhausted, codeUnavailable:
+		return "unavailable"
+	}
+	return code // not_found, internal, unauthenticated, permission_denied, ...
 }
