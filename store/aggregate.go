@@ -43,15 +43,15 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		}
 		from = max(from, *q.After+q.Interval)
 	}
-	agg := newAggregator(q)
 	first, last, ok := s.index.bounds(q.Device)
 	if ok {
 		from = max(from, buckets.DayOf(first).Start())
 		to = min(to, buckets.DayOf(last).End())
 	}
 	if !ok || from >= to {
-		return agg.page(), nil
+		return newAggregator(q, 0).page(), nil
 	}
+	agg := newAggregator(q, int(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1, maxBucketsHint)))
 	for _, d := range s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), buckets.Asc) {
 		t, err := s.acquire(ctx, d, forRead)
 		if err != nil {
@@ -76,26 +76,48 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 	return agg.page(), nil
 }
 
+// maxBucketsHint bounds the buckets an aggregator makes room for
+// before it sees them.
+const maxBucketsHint = 4096
+
+// slabSize is how many summaries (and names) an aggregator allocates
+// at once for its buckets.
+const slabSize = 256
+
 // aggregator accumulates the buckets of one query.
 type aggregator struct {
 	q        buckets.AggregateQuery
-	fields   map[string]bool // nil: every name
-	buckets  map[buckets.Ticks]*aggBucket
+	fields   map[string]bool       // nil: every name
+	buckets  map[buckets.Ticks]int // bucket start -> index in bs
+	bs       []aggBucket
+	sumSlab  []buckets.Summary // room for the first summary of new buckets
+	nameSlab []string
+	width    int               // the most names a bucket has held
 	headers  int               // blocks summarised from their header (for tests)
-	decoded  int               // blocks decoded
+	columns  int               // blocks read column by column
+	decoded  int               // blocks decoded into readings
 	maxStart buckets.Ticks     // the latest bucket start seen
 	names    map[string]string // interned value names
+	scan     block.Scanner     // reused by every block read column by column
+	refs     []blockRef        // buffers of table, reused from table to table
+	order    []int
+	group    []int
 }
 
 // aggBucket is one bucket being summed: few names, so a slice.
 type aggBucket struct {
+	start buckets.Ticks
 	names []string
 	sums  []buckets.Summary
 }
 
-func newAggregator(q buckets.AggregateQuery) *aggregator {
-	a := &aggregator{q: q, buckets: make(map[buckets.Ticks]*aggBucket), names: make(map[string]string)}
+// newAggregator returns an aggregator for q with room for about hint
+// buckets.
+func newAggregator(q buckets.AggregateQuery, hint int) *aggregator {
+	a := &aggregator{q: q, buckets: make(map[buckets.Ticks]int, hint), bs: make([]aggBucket, 0, hint),
+		names: make(map[string]string)}
 	if len(q.Fields) > 0 {
+		a.width = len(q.Fields)
 		a.fields = make(map[string]bool, len(q.Fields))
 		for _, f := range q.Fields {
 			a.fields[f] = true
@@ -120,12 +142,14 @@ func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary 
 	if a.fields != nil && !a.fields[string(name)] {
 		return nil
 	}
-	b := a.buckets[start]
-	if b == nil {
-		b = &aggBucket{names: make([]string, 0, 4), sums: make([]buckets.Summary, 0, 4)}
-		a.buckets[start] = b
+	i, ok := a.buckets[start]
+	if !ok {
+		i = len(a.bs)
+		a.bs = append(a.bs, aggBucket{start: start})
+		a.buckets[start] = i
 		a.maxStart = max(a.maxStart, start)
 	}
+	b := &a.bs[i]
 	for i, n := range b.names {
 		if n == string(name) {
 			return &b.sums[i]
@@ -136,6 +160,16 @@ func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary 
 		interned = string(name)
 		a.names[interned] = interned
 	}
+	if len(b.names) == 0 { // the first name: room for as many as the widest bucket from the slabs
+		w := max(a.width, 1)
+		if cap(a.sumSlab)-len(a.sumSlab) < w {
+			a.sumSlab, a.nameSlab = make([]buckets.Summary, 0, max(slabSize, w)), make([]string, 0, max(slabSize, w))
+		}
+		n := len(a.sumSlab)
+		a.sumSlab, a.nameSlab = a.sumSlab[:n+w], a.nameSlab[:n+w]
+		b.sums, b.names = a.sumSlab[n:n:n+w], a.nameSlab[n:n:n+w]
+	}
+	a.width = max(a.width, len(b.names)+1)
 	b.names = append(b.names, interned)
 	b.sums = append(b.sums, buckets.Summary{})
 	return &b.sums[len(b.sums)-1]
@@ -147,8 +181,8 @@ func (a *aggregator) finalBefore(start buckets.Ticks) int {
 		return len(a.buckets)
 	}
 	n := 0
-	for k := range a.buckets {
-		if k < start {
+	for i := range a.bs {
+		if a.bs[i].start < start {
 			n++
 		}
 	}
@@ -168,32 +202,44 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	}
 	txn, release := t.readTxn()
 	defer release()
-	var refs []blockRef
+	refs := a.refs[:0]
 	err = eachBlock(txn, a.q.Device, lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest < hi {
 			refs = append(refs, bi.ref)
 		}
 		return true, nil
 	})
+	a.refs = refs
 	if err != nil || len(refs) == 0 {
 		return false, err
 	}
 	group := a.groups(refs, lo, hi)
-	res := make(map[int]*resolver)
+	var res map[int]*resolver
+	next := 0 // the second pass meets the same blocks in the same order
 	err = eachBlock(txn, a.q.Device, lo, func(bi blockItem) (bool, error) {
-		g, ok := group[bi.ref]
-		if !ok {
+		if bi.ref.oldest >= hi {
 			return true, nil
 		}
+		if next >= len(refs) || refs[next] != bi.ref {
+			return false, fmt.Errorf("block %s..%s: not seen by the first pass", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime())
+		}
+		g := group[next]
+		next++
 		return true, bi.item.Value(func(v []byte) error {
-			if g < 0 {
+			if g == whole {
 				return a.addHeader(bi.ref, v)
+			}
+			if g == alone {
+				return a.addColumns(bi.ref, v, lo, hi)
 			}
 			_, rs, err := block.Decode(v, a.q.Device)
 			if err != nil {
 				return fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
 			}
 			a.decoded++
+			if res == nil {
+				res = make(map[int]*resolver)
+			}
 			if res[g] == nil {
 				res[g] = newResolver()
 			}
@@ -207,25 +253,41 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	return false, err
 }
 
-// groups maps each block of refs to the group of blocks overlapping
-// it, or to -1 when it overlaps none and lies in one bucket inside
-// [lo, hi), so that its header is enough.
-func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) map[blockRef]int {
-	slices.SortFunc(refs, func(x, y blockRef) int { return cmp.Compare(x.oldest, y.oldest) })
-	group := make(map[blockRef]int, len(refs))
-	for i := 0; i < len(refs); {
-		n, end := 1, refs[i].newest
-		for i+n < len(refs) && refs[i+n].oldest <= end {
-			end = max(end, refs[i+n].newest)
+// Groups of blocks that overlap no other block.
+const (
+	whole = -1 // lies in one bucket inside [lo, hi): its header is enough
+	alone = -2 // spans buckets or an edge: its columns are read
+)
+
+// groups returns, for each block of refs (in the order of refs), the
+// number of the group of blocks overlapping it (blocks whose readings
+// must be resolved together), or whole or alone when it overlaps no
+// other block.
+func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) []int {
+	order := a.order[:0]
+	for i := range refs {
+		order = append(order, i)
+	}
+	a.order = order
+	slices.SortFunc(order, func(x, y int) int { return cmp.Compare(refs[x].oldest, refs[y].oldest) })
+	group := slices.Grow(a.group[:0], len(refs))[:len(refs)]
+	a.group = group
+	for i := 0; i < len(order); {
+		n, end := 1, refs[order[i]].newest
+		for i+n < len(order) && refs[order[i+n]].oldest <= end {
+			end = max(end, refs[order[i+n]].newest)
 			n++
 		}
-		r := refs[i]
-		whole := n == 1 && r.oldest >= lo && r.newest < hi && a.bucketOf(r.oldest) == a.bucketOf(r.newest)
-		for _, x := range refs[i : i+n] {
+		for _, x := range order[i : i+n] {
 			group[x] = i
-			if whole {
-				group[x] = -1
-			}
+		}
+		r := refs[order[i]]
+		switch {
+		case n > 1:
+		case r.oldest >= lo && r.newest < hi && a.bucketOf(r.oldest) == a.bucketOf(r.newest):
+			group[order[i]] = whole
+		default:
+			group[order[i]] = alone
 		}
 		i += n
 	}
@@ -247,6 +309,63 @@ func (a *aggregator) addHeader(ref blockRef, v []byte) error {
 	return nil
 }
 
+// addColumns adds the numeric values in [lo, hi) of a block that
+// overlaps no other block, column by column: every (device, ticks) is
+// in it once, so nothing needs resolving.
+func (a *aggregator) addColumns(ref blockRef, v []byte, lo, hi buckets.Ticks) error {
+	err := a.scan.Numeric(v, a.wants, func(name []byte, ticks []buckets.Ticks, vals []float64) {
+		i, _ := slices.BinarySearch(ticks, lo)
+		n, _ := slices.BinarySearch(ticks, hi)
+		for i < n {
+			start := a.bucketOf(ticks[i])
+			j := n
+			if end := start + a.q.Interval; end > ticks[i] && end < hi { // end <= ticks[i]: overflow
+				j, _ = slices.BinarySearch(ticks[i:n], end)
+				j += i
+			}
+			foldRun(a.summary(start, name), ticks[i:j], vals[i:j])
+			i = j
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("block %s..%s: %w", ref.oldest.FormatTime(), ref.newest.FormatTime(), err)
+	}
+	a.columns++
+	return nil
+}
+
+// foldRun adds to s the values vals observed at ticks, strictly
+// increasing, exactly as s.Add would one by one (same order of sums,
+// min and max with the same NaN and signed-zero rules).
+func foldRun(s *buckets.Summary, ticks []buckets.Ticks, vals []float64) {
+	if len(vals) == 0 {
+		return
+	}
+	if s.Count == 0 {
+		s.Add(ticks[0], vals[0])
+		ticks, vals = ticks[1:], vals[1:]
+		if len(vals) == 0 {
+			return
+		}
+	}
+	sum, lo, hi := s.Sum, s.Min, s.Max
+	for _, x := range vals {
+		sum += x
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	s.Count += int64(len(vals))
+	s.Sum, s.Min, s.Max = sum, lo, hi
+	if ticks[0] < s.FirstTicks {
+		s.First, s.FirstTicks = vals[0], ticks[0]
+	}
+	if last := len(ticks) - 1; ticks[last] >= s.LastTicks {
+		s.Last, s.LastTicks = vals[last], ticks[last]
+	}
+}
+
+// wants reports whether the query asks for name.
+func (a *aggregator) wants(name []byte) bool { return a.fields == nil || a.fields[string(name)] }
+
 // addReadings adds resolved readings, each (device, ticks) once.
 func (a *aggregator) addReadings(rs []buckets.Reading) {
 	for _, r := range rs {
@@ -264,20 +383,20 @@ func (a *aggregator) addReadings(rs []buckets.Reading) {
 // page returns the first Limit buckets with numeric values, oldest
 // first.
 func (a *aggregator) page() buckets.AggregatePage {
-	starts := make([]buckets.Ticks, 0, len(a.buckets))
-	for k, b := range a.buckets {
-		if len(b.names) > 0 {
-			starts = append(starts, k)
-		}
+	bs := slices.DeleteFunc(a.bs, func(b aggBucket) bool { return len(b.names) == 0 })
+	slices.SortFunc(bs, func(x, y aggBucket) int { return cmp.Compare(x.start, y.start) })
+	p := buckets.AggregatePage{Buckets: make([]buckets.AggregateBucket, 0, min(len(bs), a.q.Limit))}
+	if len(bs) > a.q.Limit {
+		bs, p.More = bs[:a.q.Limit], true
 	}
-	slices.Sort(starts)
-	p := buckets.AggregatePage{Buckets: make([]buckets.AggregateBucket, 0, min(len(starts), a.q.Limit))}
-	if len(starts) > a.q.Limit {
-		starts, p.More = starts[:a.q.Limit], true
+	total := 0
+	for i := range bs {
+		total += len(bs[i].names)
 	}
-	for _, k := range starts {
-		ab := a.buckets[k]
-		b := buckets.AggregateBucket{Start: k, Values: make([]buckets.NamedSummary, len(ab.names))}
+	slab := make([]buckets.NamedSummary, total)
+	for _, ab := range bs {
+		b := buckets.AggregateBucket{Start: ab.start, Values: slab[:len(ab.names):len(ab.names)]}
+		slab = slab[len(ab.names):]
 		for i, name := range ab.names {
 			b.Values[i] = buckets.NamedSummary{Name: name, Summary: ab.sums[i]}
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -104,4 +105,47 @@ func TestAggregateThirtyDaysLatency(t *testing.T) {
 		bytes += tb.SizeBytes
 	}
 	t.Logf("disk after a clean stop: %d bytes, %.2f B/reading", bytes, float64(bytes)/float64(30*8640))
+}
+
+// fleetDay is devs devices reporting one temperature every 10 s for
+// one day, written one device per Write, then reopened so every block
+// is sealed (one-hour blocks).
+func fleetDay(tb testing.TB, devs int) *testStore {
+	tb.Helper()
+	ts := openTestStore(tb, tb.TempDir(), newTestClock())
+	day := today - 1
+	rs := make([]buckets.Reading, 8640)
+	for d := range devs {
+		dev := buckets.DeviceID(fmt.Sprintf("fleet-%04d", d))
+		for i := range rs {
+			k := day.Start() + buckets.Ticks(i)*buckets.Ticks(10*time.Second/100)
+			rs[i] = buckets.Reading{Device: dev, Ticks: k, Values: []buckets.Field{
+				{Name: "temp", Value: buckets.Float(float64(d%50) + float64(i%60)/6)}}}
+		}
+		require.NoError(tb, ts.Write(context.Background(), rs))
+	}
+	return ts.reopen(tb)
+}
+
+// BenchmarkAggregateFleetDay: 5-minute buckets of one value over one
+// day of a device at 10 s, sealed into one-hour blocks (the store side
+// of a fleet dashboard's max_over_time(temp[5m]) per device); one op is
+// one device.
+func BenchmarkAggregateFleetDay(b *testing.B) {
+	const devs = 100
+	ts := fleetDay(b, devs)
+	day := today - 1
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		q := buckets.AggregateQuery{Device: buckets.DeviceID(fmt.Sprintf("fleet-%04d", i%devs)), From: day.Start(), To: day.End(),
+			Interval: buckets.Ticks(5 * time.Minute / 100), Fields: []string{"temp"}, Limit: 1000}
+		i++
+		p, err := ts.Aggregate(ctx, q)
+		if err != nil || len(p.Buckets) != 288 {
+			b.Fatalf("%d buckets, %v", len(p.Buckets), err)
+		}
+	}
 }

@@ -121,6 +121,8 @@ func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
 		{Device: "dev", From: k0 + 12345, To: k0 + buckets.TicksPerDay + 777, Interval: buckets.Ticks(time.Hour / 100), Limit: 7},
 		{Device: "dev", From: 0, To: buckets.MaxTicks, Interval: buckets.Ticks(7 * time.Minute / 100), Limit: 100, Fields: []string{"temp"}},
 		{Device: "dev", From: 0, To: buckets.MaxTicks, Interval: buckets.TicksPerDay, Limit: 1},
+		// 5-minute buckets cut every one-hour block, and from and to cut blocks and buckets.
+		{Device: "dev", From: k0 + buckets.Ticks(31*time.Minute/100) + 7, To: k0 + buckets.Ticks(37*time.Hour/100) + 3, Interval: buckets.Ticks(5 * time.Minute / 100), Limit: 10000, Fields: []string{"n", "ok", "s", "temp"}},
 	}
 	check := func(what string) {
 		for _, q := range queries {
@@ -137,11 +139,19 @@ func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
 	h, err := ts.acquire(context.Background(), today-1, forRead)
 	require.NoError(t, err)
 	defer ts.release(h)
-	agg := newAggregator(queries[0])
+	agg := newAggregator(queries[0], 0)
 	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
 	require.NoError(t, err)
 	assert.Greater(t, agg.headers, 20, "whole blocks are read from their headers")
 	assert.Less(t, agg.decoded, 4, "only overlapping blocks are decoded")
+
+	// 5-minute buckets over the same sealed blocks read their columns.
+	agg = newAggregator(queries[4], 0)
+	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	require.NoError(t, err)
+	assert.Zero(t, agg.headers)
+	assert.Greater(t, agg.columns, 20, "blocks that overlap no other are read column by column")
+	assert.Less(t, agg.decoded, 4, "only overlapping blocks are decoded as readings")
 }
 
 func TestAggregateRejectsBadQueries(t *testing.T) {
