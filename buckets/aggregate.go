@@ -8,14 +8,18 @@ import "math"
 // least one second. Fields, when not empty, limits the value names
 // summarised. At most Limit buckets are returned (oldest first); After,
 // when set, resumes behind the bucket that starts at *After.
+// PerMillisecond summarises, per value name, only the newest value of
+// each millisecond instead of every reading: the samples a Prometheus
+// series has.
 type AggregateQuery struct {
-	Device   DeviceID
-	From     Ticks // inclusive
-	To       Ticks // exclusive
-	Interval Ticks
-	Fields   []string
-	Limit    int
-	After    *Ticks
+	Device         DeviceID
+	From           Ticks // inclusive
+	To             Ticks // exclusive
+	Interval       Ticks
+	Fields         []string
+	Limit          int
+	After          *Ticks
+	PerMillisecond bool
 }
 
 // Summary is what a bucket knows of one value name: how many readings

@@ -76,6 +76,10 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 	return agg.page(), nil
 }
 
+// ticksPerMs is the ticks of one millisecond; the Unix epoch is a
+// multiple of it, so k / ticksPerMs numbers the milliseconds.
+const ticksPerMs = buckets.TicksPerSecond / 1000
+
 // maxBucketsHint bounds the buckets an aggregator makes room for
 // before it sees them.
 const maxBucketsHint = 4096
@@ -99,7 +103,9 @@ type aggregator struct {
 	maxStart buckets.Ticks     // the latest bucket start seen
 	names    map[string]string // interned value names
 	scan     block.Scanner     // reused by every block read column by column
-	refs     []blockRef        // buffers of table, reused from table to table
+	msTicks  []buckets.Ticks   // values left by newestPerMs
+	msVals   []float64
+	refs     []blockRef // buffers of table, reused from table to table
 	order    []int
 	group    []int
 }
@@ -272,9 +278,15 @@ func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) []int {
 	slices.SortFunc(order, func(x, y int) int { return cmp.Compare(refs[x].oldest, refs[y].oldest) })
 	group := slices.Grow(a.group[:0], len(refs))[:len(refs)]
 	a.group = group
+	// Per millisecond, blocks that share a millisecond are resolved
+	// together too.
+	grain := buckets.Ticks(1)
+	if a.q.PerMillisecond {
+		grain = ticksPerMs
+	}
 	for i := 0; i < len(order); {
 		n, end := 1, refs[order[i]].newest
-		for i+n < len(order) && refs[order[i+n]].oldest <= end {
+		for i+n < len(order) && refs[order[i+n]].oldest/grain <= end/grain {
 			end = max(end, refs[order[i+n]].newest)
 			n++
 		}
@@ -284,6 +296,9 @@ func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) []int {
 		r := refs[order[i]]
 		switch {
 		case n > 1:
+		case a.q.PerMillisecond && r.count > 1:
+			// A header cannot tell whether two readings share a millisecond.
+			group[order[i]] = alone
 		case r.oldest >= lo && r.newest < hi && a.bucketOf(r.oldest) == a.bucketOf(r.newest):
 			group[order[i]] = whole
 		default:
@@ -314,6 +329,9 @@ func (a *aggregator) addHeader(ref blockRef, v []byte) error {
 // in it once, so nothing needs resolving.
 func (a *aggregator) addColumns(ref blockRef, v []byte, lo, hi buckets.Ticks) error {
 	err := a.scan.Numeric(v, a.wants, func(name []byte, ticks []buckets.Ticks, vals []float64) {
+		if a.q.PerMillisecond {
+			ticks, vals = a.newestPerMs(ticks, vals)
+		}
 		i, _ := slices.BinarySearch(ticks, lo)
 		n, _ := slices.BinarySearch(ticks, hi)
 		for i < n {
@@ -332,6 +350,27 @@ func (a *aggregator) addColumns(ref blockRef, v []byte, lo, hi buckets.Ticks) er
 	}
 	a.columns++
 	return nil
+}
+
+// newestPerMs returns ticks and vals (ticks increasing) without the
+// values followed by another of the same millisecond, in the
+// aggregator's buffers when some are dropped.
+func (a *aggregator) newestPerMs(ticks []buckets.Ticks, vals []float64) ([]buckets.Ticks, []float64) {
+	i := 1
+	for i < len(ticks) && ticks[i]/ticksPerMs != ticks[i-1]/ticksPerMs {
+		i++
+	}
+	if i >= len(ticks) {
+		return ticks, vals
+	}
+	ts, vs := append(a.msTicks[:0], ticks[:i-1]...), append(a.msVals[:0], vals[:i-1]...)
+	for j := i; j <= len(ticks); j++ {
+		if j == len(ticks) || ticks[j]/ticksPerMs != ticks[j-1]/ticksPerMs {
+			ts, vs = append(ts, ticks[j-1]), append(vs, vals[j-1])
+		}
+	}
+	a.msTicks, a.msVals = ts, vs
+	return ts, vs
 }
 
 // foldRun adds to s the values vals observed at ticks, strictly
@@ -366,12 +405,24 @@ func foldRun(s *buckets.Summary, ticks []buckets.Ticks, vals []float64) {
 // wants reports whether the query asks for name.
 func (a *aggregator) wants(name []byte) bool { return a.fields == nil || a.fields[string(name)] }
 
-// addReadings adds resolved readings, each (device, ticks) once.
+// addReadings adds resolved readings, each (device, ticks) once; per
+// millisecond, only the newest value of a name in each millisecond.
 func (a *aggregator) addReadings(rs []buckets.Reading) {
+	var newer map[string]buckets.Ticks // per name, the millisecond of the value added last
+	if a.q.PerMillisecond {
+		sortReadings(rs, buckets.Desc)
+		newer = make(map[string]buckets.Ticks)
+	}
 	for _, r := range rs {
 		start := a.bucketOf(r.Ticks)
 		for _, f := range r.Values {
 			if x, ok := buckets.Numeric(f.Value); ok {
+				if newer != nil {
+					if ms, seen := newer[f.Name]; seen && ms == r.Ticks/ticksPerMs {
+						continue
+					}
+					newer[f.Name] = r.Ticks / ticksPerMs
+				}
 				if s := a.summary(start, []byte(f.Name)); s != nil {
 					s.Add(r.Ticks, x)
 				}

@@ -149,3 +149,22 @@ func BenchmarkAggregateFleetDay(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAggregateThirtyDaysPerMillisecond: the query of
+// BenchmarkAggregateThirtyDays for one value, one value per
+// millisecond (as the PromQL API asks): headers cannot say whether two
+// readings share a millisecond, so every block is read column by
+// column.
+func BenchmarkAggregateThirtyDaysPerMillisecond(b *testing.B) {
+	ts, q := thirtyDays(b, 32)
+	q.Fields, q.PerMillisecond = []string{"temp"}, true
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		p, err := ts.Aggregate(ctx, q)
+		if err != nil || len(p.Buckets) != 720 {
+			b.Fatalf("%d buckets, %v", len(p.Buckets), err)
+		}
+	}
+}

@@ -19,6 +19,10 @@ func naiveAggregate(t *testing.T, ts *testStore, q buckets.AggregateQuery) []buc
 	page, err := ts.Range(context.Background(), buckets.RangeQuery{Device: q.Device, From: q.From, To: q.To, Order: buckets.Asc, Limit: 1 << 20})
 	require.NoError(t, err)
 	sums := map[buckets.Ticks]map[string]*buckets.Summary{}
+	if q.PerMillisecond { // newest first: the first value of a name in a millisecond is its newest
+		slices.Reverse(page.Readings)
+	}
+	lastMs := map[string]buckets.Ticks{}
 	for _, r := range page.Readings {
 		off := (r.Ticks - unixEpoch) % q.Interval
 		if off < 0 {
@@ -32,6 +36,12 @@ func naiveAggregate(t *testing.T, ts *testStore, q buckets.AggregateQuery) []buc
 			x, ok := buckets.Numeric(f.Value)
 			if !ok {
 				continue
+			}
+			if q.PerMillisecond {
+				if ms, seen := lastMs[f.Name]; seen && ms == r.Ticks/10000 {
+					continue
+				}
+				lastMs[f.Name] = r.Ticks / 10000
 			}
 			if sums[start] == nil {
 				sums[start] = map[string]*buckets.Summary{}
@@ -152,6 +162,44 @@ func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
 	assert.Zero(t, agg.headers)
 	assert.Greater(t, agg.columns, 20, "blocks that overlap no other are read column by column")
 	assert.Less(t, agg.decoded, 4, "only overlapping blocks are decoded as readings")
+}
+
+func TestAggregatePerMillisecondKeepsTheNewestValueOfEachMillisecond(t *testing.T) {
+	ts := newTestStore(t)
+	k0 := dayTick(today-1, 0)
+	ms := buckets.Ticks(10000)
+	var rs []buckets.Reading
+	for i := range 8640 {
+		k := k0 + buckets.Ticks(i)*buckets.Ticks(10*time.Second/100)
+		rs = append(rs, reading("dev", k, "temp", float64(i%50), "n", i))
+		switch i % 7 {
+		case 0: // two more in the same millisecond, the newest without temp
+			rs = append(rs, reading("dev", k+3, "temp", -1.0), reading("dev", k+ms-1, "n", -i))
+		case 3: // the first tick of the next millisecond: its own sample
+			rs = append(rs, reading("dev", k+ms, "temp", 100.0))
+		}
+	}
+	for i := 0; i < len(rs); i += 333 {
+		ts.write(t, rs[i:min(i+333, len(rs))]...)
+	}
+	check := func(what string) {
+		for _, q := range []buckets.AggregateQuery{
+			{Device: "dev", From: 0, To: buckets.MaxTicks, Interval: buckets.Ticks(time.Hour / 100), Limit: 1000, PerMillisecond: true},
+			{Device: "dev", From: k0 + buckets.Ticks(time.Hour/100), To: k0 + buckets.Ticks(5*time.Hour/100), Interval: buckets.Ticks(5 * time.Minute / 100), Limit: 1000, Fields: []string{"temp"}, PerMillisecond: true},
+			{Device: "dev", From: 0, To: buckets.MaxTicks, Interval: buckets.Ticks(time.Minute / 100), Limit: 10000, PerMillisecond: true},
+		} {
+			want := naiveAggregate(t, ts, q)
+			assertSameBuckets(t, want, aggregateAll(t, ts, q))
+			q.PerMillisecond = false
+			require.NotEqual(t, want[0].Values[0].Summary.Count, naiveAggregate(t, ts, q)[0].Values[0].Summary.Count, "%s: the data has readings sharing a millisecond", what)
+		}
+	}
+	check("open blocks")
+	ts.compact(true)
+	check("sealed blocks")
+	// Late readings in the same milliseconds as sealed ones, in blocks of their own.
+	ts.write(t, reading("dev", rs[100].Ticks+5, "temp", 77.0), reading("dev", rs[2000].Ticks+ms-1, "temp", -77.0))
+	check("sealed and late blocks")
 }
 
 func TestAggregateRejectsBadQueries(t *testing.T) {

@@ -143,7 +143,7 @@ func (it *windowIter) window(end int64) (buckets.Summary, error) {
 	interval := buckets.Ticks(it.w.rng) * 10000
 	interval = (interval + buckets.TicksPerSecond - 1) / buckets.TicksPerSecond * buckets.TicksPerSecond
 	page, err := it.agg.Aggregate(it.ctx, buckets.AggregateQuery{Device: it.dev, From: from, To: to,
-		Interval: interval, Fields: []string{it.name}, Limit: 3})
+		Interval: interval, Fields: []string{it.name}, Limit: 3, PerMillisecond: true})
 	if err != nil {
 		return buckets.Summary{}, fmt.Errorf("aggregate %s of %s: %w", it.name, it.dev, err)
 	}
@@ -171,7 +171,7 @@ func (it *windowIter) loadGrid() error {
 	r := buckets.Ticks(it.w.rng) * 10000
 	from, to := ticksOf(it.w.first-it.w.rng), ticksOf(it.w.last+it.w.rng)
 	grid := map[buckets.Ticks]buckets.Summary{}
-	q := buckets.AggregateQuery{Device: it.dev, From: from, To: to, Interval: r, Fields: []string{it.name},
+	q := buckets.AggregateQuery{Device: it.dev, From: from, To: to, Interval: r, Fields: []string{it.name}, PerMillisecond: true,
 		Limit: int(min((to-from)/r+2, 10000))}
 	for {
 		page, err := it.agg.Aggregate(it.ctx, q)
