@@ -93,6 +93,13 @@ func (s *Server) handleAggregates(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A page of buckets is held and encoded whole: it takes room in the
+	// response budget as a page of as many readings would.
+	res, err := s.reserve(c, limit)
+	if err != nil {
+		return err
+	}
+	defer res.release()
 	q := buckets.AggregateQuery{Device: dev, From: ac.From, To: ac.To, Interval: ac.Interval,
 		Fields: ac.Fields, Limit: limit, After: after}
 	page, err := s.aggregator.Aggregate(c.Request().Context(), q)

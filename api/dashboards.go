@@ -17,6 +17,14 @@ func (s *Server) registerDashboards(query []echo.MiddlewareFunc) {
 		if s.promql == nil {
 			return &apiError{http.StatusNotImplemented, codeNotImplemented, "path: the Prometheus query API is not served by this instance"}
 		}
+		// What the engine holds is bounded by its sample limit
+		// (PromQLMaxSamples); the query takes its share of the response
+		// budget for as long as it runs.
+		res, err := s.reserveBytes(c, s.budget.size/promQueriesAtOnce)
+		if err != nil {
+			return err
+		}
+		defer res.release()
 		s.promql.ServeHTTP(c.Response(), c.Request())
 		return nil
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,21 @@ const (
 	// budgetRetryAfter is the Retry-After of a request refused for the
 	// budget, in seconds.
 	budgetRetryAfter = 1
+	// promQueriesAtOnce is how many PromQL queries the budget holds at
+	// once: each reserves this fraction of it, and its engine may hold
+	// PromQLMaxSamples samples of promSampleBytes each.
+	promQueriesAtOnce = 8
+	// promSampleBytes is a sample as the engine holds it (a timestamp
+	// and a float64).
+	promSampleBytes = 16
 )
+
+// PromQLMaxSamples is the engine's limit on samples one query holds at
+// once (promapi.Config.MaxSamples) that keeps promQueriesAtOnce
+// queries within a response budget of budget bytes (0: the default).
+func PromQLMaxSamples(budget int64) int {
+	return int(cmp.Or(budget, DefaultResponseBudget) / promQueriesAtOnce / promSampleBytes)
+}
 
 // responseMetrics count what the budget and the stall timeout did.
 type responseMetrics struct {
@@ -88,7 +103,13 @@ type reservation struct {
 // reserve takes room for up to n readings, or answers 503 with
 // Retry-After when the budget cannot spare it now.
 func (s *Server) reserve(c echo.Context, n int) (*reservation, error) {
-	want := min(max(int64(n), 1)*readingBytes, s.budget.size)
+	return s.reserveBytes(c, max(int64(n), 1)*readingBytes)
+}
+
+// reserveBytes takes want bytes of the budget (at most all of it), or
+// answers 503 with Retry-After when the budget cannot spare them now.
+func (s *Server) reserveBytes(c echo.Context, want int64) (*reservation, error) {
+	want = min(want, s.budget.size)
 	if !s.budget.sem.TryAcquire(want) {
 		s.respM.refused.Add(c.Request().Context(), 1)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(budgetRetryAfter))

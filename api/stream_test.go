@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -193,6 +195,65 @@ func TestClientThatStopsReadingAnOrdinaryPageIsCutOff(t *testing.T) {
 		return counterValue(t, env, "telemetry.http.responses.cut_off") == 1
 	}, 10*time.Second, 50*time.Millisecond, "the client that stopped reading was never cut off")
 	assert.Equal(t, http.StatusOK, env.get(t, rangePath("dev-o", n)).status, "its reservation went back to the budget")
+}
+
+// Aggregates and PromQL queries take their room in the same budget of
+// response bytes in flight: while a stalled response holds all of it,
+// both are refused at once with 503 and Retry-After (PromQL in the
+// Prometheus shape), and both run again once it is cut off.
+func TestBudgetCoversAggregatesAndPromQL(t *testing.T) {
+	var promRuns atomic.Int64
+	env := newTestEnv(t, func(c *api.Config) {
+		c.ResponseBudget = 10000 * 256 // one full page
+		c.StallTimeout = time.Second
+		c.Aggregator = fixedAggregator{}
+		c.PromQL = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			promRuns.Add(1)
+			_, _ = io.WriteString(w, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
+		})
+	})
+	wideReadings(t, env, "dev-s", 10000, 4000)
+	aggPath := "/v1/devices/dev-s/aggregates" + q("from", testNow.Add(-time.Hour).Format(time.RFC3339),
+		"to", testNow.Format(time.RFC3339), "interval", "1m")
+	require.Equal(t, http.StatusOK, env.get(t, aggPath).status)
+	require.Equal(t, http.StatusOK, env.get(t, "/api/v1/query?query=up").status)
+	require.Equal(t, int64(1), promRuns.Load())
+
+	u, err := url.Parse(env.url)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", rangePath("dev-s", 10000), u.Host)
+	require.NoError(t, err)
+	status, err := bufio.NewReader(conn).ReadString('\n') // then nothing more: the page holds the budget
+	require.NoError(t, err)
+	require.Contains(t, status, "200")
+
+	agg := env.get(t, aggPath)
+	requireError(t, agg, http.StatusServiceUnavailable, "unavailable", "query responses")
+	assert.Equal(t, "1", agg.header.Get("Retry-After"))
+	prom := env.get(t, "/api/v1/query?query=up")
+	require.Equal(t, http.StatusServiceUnavailable, prom.status)
+	assert.Equal(t, "1", prom.header.Get("Retry-After"))
+	var pe struct{ Status, ErrorType, Error string }
+	require.NoError(t, json.Unmarshal(prom.body, &pe))
+	assert.Equal(t, "error", pe.Status)
+	assert.Equal(t, "unavailable", pe.ErrorType)
+	assert.Contains(t, pe.Error, "memory budget")
+	assert.Equal(t, int64(1), promRuns.Load(), "a refused PromQL query never reaches the engine")
+
+	require.Eventually(t, func() bool { return env.get(t, aggPath).status == http.StatusOK },
+		10*time.Second, 50*time.Millisecond, "the stalled client was never cut off")
+	require.Equal(t, http.StatusOK, env.get(t, "/api/v1/query?query=up").status)
+	assert.Equal(t, int64(2), promRuns.Load())
+}
+
+// The engine's sample limit keeps promQueriesAtOnce queries of 16-byte
+// samples within the budget.
+func TestPromQLMaxSamplesFollowsTheBudget(t *testing.T) {
+	assert.Equal(t, 800_000, api.PromQLMaxSamples(8*800_000*16))
+	assert.Equal(t, api.PromQLMaxSamples(api.DefaultResponseBudget), api.PromQLMaxSamples(0))
 }
 
 // counterValue sums an int64 counter's data points.

@@ -31,6 +31,7 @@ func withDashboards(c *api.Config, st dashboardSource) error {
 		log = log.With("component", "promql")
 	}
 	p, err := promapi.New(promapi.Config{Source: st, Timeout: timeout, Logger: log, Now: c.Now,
+		MaxSamples: api.PromQLMaxSamples(c.ResponseBudget),
 		// A token limited to device patterns sees only those devices in
 		// series, label values and query results.
 		Visible: func(ctx context.Context, dev buckets.DeviceID) bool { return auth.Visible(ctx, string(dev)) },
