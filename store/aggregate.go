@@ -84,8 +84,9 @@ const ticksPerMs = buckets.TicksPerSecond / 1000
 // before it sees them.
 const maxBucketsHint = 4096
 
-// slabSize is how many summaries (and names) an aggregator allocates
-// at once for its buckets.
+// slabSize is the most summaries (and names) an aggregator allocates at
+// once for its buckets; it starts with fewer when it expects few
+// buckets.
 const slabSize = 256
 
 // aggregator accumulates the buckets of one query.
@@ -97,6 +98,7 @@ type aggregator struct {
 	sumSlab  []buckets.Summary // room for the first summary of new buckets
 	nameSlab []string
 	width    int               // the most names a bucket has held
+	slabSize int               // the size of the next slab
 	headers  int               // blocks summarised from their header (for tests)
 	columns  int               // blocks read column by column
 	decoded  int               // blocks decoded into readings
@@ -106,6 +108,7 @@ type aggregator struct {
 	msTicks  []buckets.Ticks   // values left by newestPerMs
 	msVals   []float64
 	refs     []blockRef // buffers of table, reused from table to table
+	distinct []bool     // per ref: no two of its readings share a millisecond
 	order    []int
 	group    []int
 }
@@ -121,7 +124,7 @@ type aggBucket struct {
 // buckets.
 func newAggregator(q buckets.AggregateQuery, hint int) *aggregator {
 	a := &aggregator{q: q, buckets: make(map[buckets.Ticks]int, hint), bs: make([]aggBucket, 0, hint),
-		names: make(map[string]string)}
+		names: make(map[string]string), slabSize: min(max(hint, 4), slabSize)}
 	if len(q.Fields) > 0 {
 		a.width = len(q.Fields)
 		a.fields = make(map[string]bool, len(q.Fields))
@@ -169,7 +172,9 @@ func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary 
 	if len(b.names) == 0 { // the first name: room for as many as the widest bucket from the slabs
 		w := max(a.width, 1)
 		if cap(a.sumSlab)-len(a.sumSlab) < w {
-			a.sumSlab, a.nameSlab = make([]buckets.Summary, 0, max(slabSize, w)), make([]string, 0, max(slabSize, w))
+			size := max(a.slabSize, w)
+			a.sumSlab, a.nameSlab = make([]buckets.Summary, 0, size), make([]string, 0, size)
+			a.slabSize = min(2*a.slabSize, slabSize)
 		}
 		n := len(a.sumSlab)
 		a.sumSlab, a.nameSlab = a.sumSlab[:n+w], a.nameSlab[:n+w]
@@ -208,14 +213,15 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	}
 	txn, release := t.readTxn()
 	defer release()
-	refs := a.refs[:0]
+	refs, distinct := a.refs[:0], a.distinct[:0]
 	err = eachBlock(txn, a.q.Device, lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest < hi {
 			refs = append(refs, bi.ref)
+			distinct = append(distinct, bi.item.UserMeta()&metaDistinctMs != 0)
 		}
 		return true, nil
 	})
-	a.refs = refs
+	a.refs, a.distinct = refs, distinct
 	if err != nil || len(refs) == 0 {
 		return false, err
 	}
@@ -296,8 +302,8 @@ func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) []int {
 		r := refs[order[i]]
 		switch {
 		case n > 1:
-		case a.q.PerMillisecond && r.count > 1:
-			// A header cannot tell whether two readings share a millisecond.
+		case a.q.PerMillisecond && r.count > 1 && !a.distinct[order[i]]:
+			// Its header may count two readings of one millisecond.
 			group[order[i]] = alone
 		case r.oldest >= lo && r.newest < hi && a.bucketOf(r.oldest) == a.bucketOf(r.newest):
 			group[order[i]] = whole

@@ -152,9 +152,8 @@ func BenchmarkAggregateFleetDay(b *testing.B) {
 
 // BenchmarkAggregateThirtyDaysPerMillisecond: the query of
 // BenchmarkAggregateThirtyDays for one value, one value per
-// millisecond (as the PromQL API asks): headers cannot say whether two
-// readings share a millisecond, so every block is read column by
-// column.
+// millisecond (as the PromQL API asks): the blocks say that no two of
+// their readings share a millisecond, so their headers still serve.
 func BenchmarkAggregateThirtyDaysPerMillisecond(b *testing.B) {
 	ts, q := thirtyDays(b, 32)
 	q.Fields, q.PerMillisecond = []string{"temp"}, true

@@ -162,6 +162,16 @@ func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
 	assert.Zero(t, agg.headers)
 	assert.Greater(t, agg.columns, 20, "blocks that overlap no other are read column by column")
 	assert.Less(t, agg.decoded, 4, "only overlapping blocks are decoded as readings")
+
+	// One value per millisecond: these blocks have no two readings in
+	// one millisecond, and say so, so their headers still serve.
+	q := queries[0]
+	q.PerMillisecond = true
+	assertSameBuckets(t, naiveAggregate(t, ts, q), aggregateAll(t, ts, q))
+	agg = newAggregator(q, 0)
+	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	require.NoError(t, err)
+	assert.Greater(t, agg.headers, 20, "blocks of distinct milliseconds are read from their headers")
 }
 
 func TestAggregatePerMillisecondKeepsTheNewestValueOfEachMillisecond(t *testing.T) {
@@ -200,6 +210,17 @@ func TestAggregatePerMillisecondKeepsTheNewestValueOfEachMillisecond(t *testing.
 	// Late readings in the same milliseconds as sealed ones, in blocks of their own.
 	ts.write(t, reading("dev", rs[100].Ticks+5, "temp", 77.0), reading("dev", rs[2000].Ticks+ms-1, "temp", -77.0))
 	check("sealed and late blocks")
+
+	// Every sealed block here has readings sharing a millisecond: its
+	// header counts each of them, so it is never used per millisecond.
+	h, err := ts.acquire(context.Background(), today-1, forRead)
+	require.NoError(t, err)
+	defer ts.release(h)
+	agg := newAggregator(buckets.AggregateQuery{Device: "dev", Interval: buckets.Ticks(time.Hour / 100), Limit: 1000, PerMillisecond: true}, 0)
+	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	require.NoError(t, err)
+	assert.Zero(t, agg.headers)
+	assert.Greater(t, agg.columns, 15)
 }
 
 func TestAggregateRejectsBadQueries(t *testing.T) {

@@ -495,7 +495,7 @@ func sealedEntries(dev buckets.DeviceID, merged []buckets.Reading, current bucke
 		if err != nil {
 			return nil, err
 		}
-		entries = append(entries, entry{dev: dev, value: v, newest: -1, ref: blockRef{
+		entries = append(entries, entry{dev: dev, value: v, meta: blockMeta(chunk), newest: -1, ref: blockRef{
 			oldest: chunk[0].Ticks, newest: chunk[len(chunk)-1].Ticks, count: len(chunk),
 			sealed: cut < n || win < current || cut == maxBlockReadings,
 		}})

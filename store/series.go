@@ -31,6 +31,25 @@ import (
 // holds the answer. Readers resolve overlaps that way; the compactor
 // (compact.go) merges a device's open blocks into sealed ones.
 
+// A block's Badger entry carries flags in its user meta byte, which
+// builds that do not know them ignore; blocks written before a flag
+// existed lack it (unknown, never a promise):
+//
+//   - metaDistinctMs: no two readings of the block share a millisecond,
+//     so its header summarises one value per millisecond too.
+const metaDistinctMs byte = 1
+
+// blockMeta returns the user meta byte of the block of rs (sorted by
+// ticks).
+func blockMeta(rs []buckets.Reading) byte {
+	for i := 1; i < len(rs); i++ {
+		if rs[i].Ticks/ticksPerMs == rs[i-1].Ticks/ticksPerMs {
+			return 0
+		}
+	}
+	return metaDistinctMs
+}
+
 // blockKeyLen is the length of a block key after the device prefix.
 const blockKeyLen = 8 + 8 + 8 + 2
 

@@ -144,6 +144,7 @@ type entry struct {
 	dev    buckets.DeviceID
 	ref    blockRef // its sequence is set when it is committed
 	value  []byte
+	meta   byte          // Badger user meta of the entry (series.go)
 	added  int64         // readings new to the table
 	newest buckets.Ticks // newest new reading, -1 for none
 }
@@ -318,6 +319,7 @@ func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field
 		if e.value, err = block.Encode(nil, out[:n]); err != nil {
 			return nil, err
 		}
+		e.meta = blockMeta(out[:n])
 		entries = append(entries, e)
 		out, isNew = out[n:], isNew[n:]
 	}
@@ -425,7 +427,7 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	for i := range entries {
 		e := &entries[i]
 		e.ref.seq = version
-		if err := txn.Set(appendBlockKey(nil, e.dev, e.ref), e.value); err != nil {
+		if err := txn.SetEntry(badger.NewEntry(appendBlockKey(nil, e.dev, e.ref), e.value).WithMeta(e.meta)); err != nil {
 			return err
 		}
 		added += e.added
