@@ -25,8 +25,9 @@ type Config struct {
 	SubjectPrefix string
 	// Stream captures <prefix>.* with file storage. Default "TELEMETRY".
 	Stream string
-	// ExtraSubjects are further subjects Stream captures but the
-	// consumer does not read, e.g. the embedded MQTT listener's QoS 1
+	// ExtraSubjects are further subjects Stream captures that the
+	// ingester acks on delivery without reading them (never stored,
+	// never dead-lettered), e.g. the embedded MQTT listener's QoS 1
 	// store subjects, so that its PUBACK follows the stored message.
 	ExtraSubjects []string
 	// StreamMaxAge bounds how long Stream keeps messages (acked or not),

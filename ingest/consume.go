@@ -73,14 +73,14 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, err
 	}
 	ccfg := jetstream.ConsumerConfig{
-		Durable:        in.cfg.Consumer,
-		Description:    "Commits readings to storage",
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        in.cfg.AckWait,
-		MaxDeliver:     in.cfg.MaxDeliver,
-		BackOff:        in.cfg.serverBackOff(),
-		MaxAckPending:  int(in.window.Load()), // paced from here on (backpressure.go)
-		FilterSubjects: consumerFilters(st.CachedInfo().Config.Subjects, in.cfg.SubjectPrefix, in.cfg.ExtraSubjects),
+		Durable:       in.cfg.Consumer,
+		Description:   "Commits readings to storage",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       in.cfg.AckWait,
+		MaxDeliver:    in.cfg.MaxDeliver,
+		BackOff:       in.cfg.serverBackOff(),
+		MaxAckPending: int(in.window.Load()), // paced from here on (backpressure.go)
+		// No filter: see "The consumer has no filter" below.
 	}
 	in.partitionFilter(&ccfg)
 	if err := in.startPosition(ctx, st, &ccfg); err != nil {
@@ -137,67 +137,51 @@ func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfi
 	return st, wrapStreamErr(want.Name, "update", err)
 }
 
-// consumerFilters is the consumer's filter for a stream capturing
-// subjects: every subject of the stream but the extra ones (which the
-// ingester captures without reading), so that every message the stream
-// keeps is delivered and then stored or dead-lettered. The ingester's
-// own <prefix>.* is widened to <prefix>.>: a message published on a
-// subject whose device token is a literal wildcard (the subject
-// "telemetry.>" is stored by a stream capturing "telemetry.*") is not
-// matched by the filter "telemetry.*" and would sit in the stream
-// unread. Subjects another filter already covers are left out (the
-// server refuses overlapping filters).
-func consumerFilters(streamSubjects []string, prefix string, extra []string) []string {
-	var cands []string
-	for _, s := range streamSubjects {
-		switch {
-		case slices.Contains(extra, s):
-		case s == prefix+".*":
-			cands = append(cands, prefix+".>")
-		default:
-			cands = append(cands, s)
+// The consumer has no filter (partitioned.go gives it its partition's):
+// it reads every subject the stream captures. nats-server serves a
+// consumer whose filters differ from the stream's subjects by matching
+// each stored message against them (msgBlock.firstMatching), which cost
+// 40% of the service's CPU at one reading per message; an unfiltered
+// consumer takes the sequence in order. Every message the stream keeps
+// is therefore delivered and settled by subject (handler):
+//
+//   - <prefix>.<device>: decoded, then stored or dead-lettered;
+//   - a subject of Config.ExtraSubjects (the MQTT listener's QoS 1 store
+//     copies): acked at once, never decoded, stored or dead-lettered;
+//   - anything else (a subject an operator added to the stream, or a
+//     device token that is a literal wildcard: the stream's "<prefix>.*"
+//     stores "<prefix>.>"): dead-lettered with invalid_device, so
+//     nothing sits unread in the stream.
+
+// extraSubject reports whether subject matches one of
+// Config.ExtraSubjects.
+func (in *Ingester) extraSubject(subject string) bool {
+	for _, p := range in.cfg.ExtraSubjects {
+		if subjectMatches(p, subject) {
+			return true
 		}
 	}
-	if len(cands) == 0 {
-		cands = []string{prefix + ".>"}
-	}
-	var out []string
-	for i, s := range cands {
-		covered := false
-		for j, o := range cands {
-			if i != j && subjectCovers(o, s) && (!subjectCovers(s, o) || j < i) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
-			out = append(out, s)
-		}
-	}
-	return out
+	return false
 }
 
-// subjectCovers reports whether every subject matched by sub is also
-// matched by filter ('*' matches one token, a final '>' one or more).
-func subjectCovers(filter, sub string) bool {
-	ft, st := strings.Split(filter, "."), strings.Split(sub, ".")
-	for i, f := range ft {
-		if f == ">" && i == len(ft)-1 {
-			return len(st) > i
+// subjectMatches reports whether the subject of a stored message
+// matches the NATS subject pattern ('*' matches one token, a final '>'
+// one or more); it does not allocate.
+func subjectMatches(pattern, subject string) bool {
+	for {
+		p, prest, pmore := strings.Cut(pattern, ".")
+		if p == ">" && !pmore {
+			return subject != ""
 		}
-		if i >= len(st) {
+		s, srest, smore := strings.Cut(subject, ".")
+		if s == "" || p != "*" && p != s {
 			return false
 		}
-		switch {
-		case f == "*":
-			if st[i] == ">" {
-				return false
-			}
-		case f != st[i]:
-			return false
+		if !pmore || !smore {
+			return pmore == smore
 		}
+		pattern, subject = prest, srest
 	}
-	return len(ft) == len(st)
 }
 
 func wrapStreamErr(name, op string, err error) error {
@@ -402,6 +386,10 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	budget := int64(2 * in.cfg.MaxBatchReadings)
 	return func(msg jetstream.Msg) {
 		in.missedHB.Store(0)
+		if in.extraSubject(msg.Subject()) {
+			in.ackExtra(msg)
+			return
+		}
 		if ctx.Err() != nil {
 			in.nakOnShutdown(msg)
 			return
@@ -424,6 +412,19 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 			in.nakOnShutdown(msg)
 		}
 	}
+}
+
+// ackExtra acks a message of one of Config.ExtraSubjects as soon as it
+// is delivered: the stream holds it for its publisher (the MQTT
+// listener answers a QoS 1 PUBLISH once its store copy is stored, right
+// behind the device's message), not for the ingester. It counts as
+// settled for the pacer, since it passed through the ack window.
+func (in *Ingester) ackExtra(msg jetstream.Msg) {
+	if err := msg.Ack(); err != nil {
+		// Delivered again after the ack wait, and acked then.
+		in.log.Debug("ack of a store copy failed", "subject", msg.Subject(), "error", err)
+	}
+	in.settled.Add(1)
 }
 
 // release returns n settled readings to the handler's budget.

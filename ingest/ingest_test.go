@@ -460,7 +460,8 @@ func TestIngestDeadLettersEverySubjectTheStreamKeeps(t *testing.T) {
 	e.waitAcked(last)
 	info := e.consumerInfo()
 	assert.Equal(t, uint64(0), info.NumPending, "messages left unread in the stream")
-	assert.ElementsMatch(t, []string{"legacy.*", "telemetry.>"}, info.Config.FilterSubjects)
+	assert.Empty(t, info.Config.FilterSubjects)
+	assert.Empty(t, info.Config.FilterSubject)
 	dl := e.waitDeadLetters(3)
 	var subjects []string
 	for _, m := range dl {
@@ -475,16 +476,78 @@ func TestIngestDeadLettersEverySubjectTheStreamKeeps(t *testing.T) {
 	assert.Equal(t, int64(3), e.counter("telemetry.ingest.messages", outcome("rejected")))
 }
 
-func TestConsumerFilters(t *testing.T) {
+// The consumer has no filter, so the server delivers the stream in
+// order without matching each message's subject (its fast path); a
+// consumer created with a filter by an earlier version loses it on the
+// next set-up and then delivers every subject of the stream.
+func TestConsumerUnfiltered(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.ExtraSubjects = []string{"$MQTT.msgs.telemetry.*"} })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "TELEMETRY", Subjects: []string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, Storage: jetstream.FileStorage,
+	})
+	require.NoError(t, err)
+	_, err = e.js.CreateConsumer(ctx, "TELEMETRY", jetstream.ConsumerConfig{
+		Durable: "ingest", AckPolicy: jetstream.AckExplicitPolicy, FilterSubjects: []string{"telemetry.>"},
+	})
+	require.NoError(t, err)
+	e.start()
+	info := e.consumerInfo()
+	assert.Empty(t, info.Config.FilterSubjects)
+	assert.Empty(t, info.Config.FilterSubject)
+	last := e.publish("telemetry.>", flat(nowMillis(), 1))
+	e.waitAcked(last)
+	dl := e.waitDeadLetters(1)
+	assert.Equal(t, "rejected.telemetry._invalid", dl[0].Subject)
+}
+
+// The stream's extra subjects (the MQTT listener's QoS 1 store copies)
+// are delivered and acked at once: never decoded, stored nor
+// dead-lettered, even when their payload is not a reading, and they do
+// not hold back the device messages around them.
+func TestExtraSubjectsAreAckedUnread(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.ExtraSubjects = []string{"$MQTT.msgs.telemetry.*"} })
+	e.start()
+	var last uint64
+	for i := range 50 {
+		e.publish("telemetry.dev-1", flat(nowMillis()+int64(i), i))
+		e.publish("$MQTT.msgs.telemetry.dev-1", flat(nowMillis()+int64(i), i))
+		last = e.publish("$MQTT.msgs.telemetry.dev-2", "not a reading")
+	}
+	e.waitStored("dev-1", 50)
+	e.waitAcked(last)
+	info := e.consumerInfo()
+	assert.Zero(t, info.NumPending)
+	assert.Zero(t, info.NumAckPending)
+	assert.Equal(t, uint64(150), info.Delivered.Stream, "every message of the stream delivered")
+	assert.Zero(t, info.NumRedelivered, "no redelivery")
+	assert.Len(t, e.w.stored(""), 50, "only the device messages are stored")
+	assert.Empty(t, e.deadLetters())
+	assert.Equal(t, int64(50), e.counter("telemetry.ingest.messages", outcome("acked")))
+	assert.Zero(t, e.counter("telemetry.ingest.messages", outcome("rejected")))
+}
+
+func TestSubjectMatches(t *testing.T) {
 	for _, tc := range []struct {
-		stream, extra, want []string
+		pattern, subject string
+		want             bool
 	}{
-		{[]string{"telemetry.*"}, nil, []string{"telemetry.>"}},
-		{[]string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, []string{"$MQTT.msgs.telemetry.*"}, []string{"telemetry.>"}},
-		{[]string{"legacy.>", "telemetry.*"}, nil, []string{"legacy.>", "telemetry.>"}},
-		{[]string{"telemetry.>", "telemetry.*"}, nil, []string{"telemetry.>"}},
-		{[]string{"site.*.x", "site.>", "telemetry.*"}, nil, []string{"site.>", "telemetry.>"}},
+		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.dev-1", true},
+		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.>", true},
+		{"$MQTT.msgs.telemetry.*", "telemetry.dev-1", false},
+		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry", false},
+		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.a.b", false},
+		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.other.dev-1", false},
+		{"$MQTT.msgs.>", "$MQTT.msgs.telemetry.dev-1", true},
+		{"$MQTT.msgs.>", "$MQTT.msgs", false},
+		{">", "a", true},
+		{"a.b", "a.b", true},
+		{"a.b", "a.bc", false},
+		{"a.b", "a", false},
+		{"*", "a", true},
+		{"*", "a.b", false},
 	} {
-		assert.Equal(t, tc.want, consumerFilters(tc.stream, "telemetry", tc.extra), "%v", tc.stream)
+		assert.Equal(t, tc.want, subjectMatches(tc.pattern, tc.subject), "%q %q", tc.pattern, tc.subject)
 	}
 }

@@ -66,9 +66,9 @@ func (b *bench) runConnect(ctx context.Context) error {
 	if err := b.ensureBinary(ctx); err != nil {
 		return err
 	}
-	for range max(b.cfg.Repeat, 1) {
+	for rep := range max(b.cfg.Repeat, 1) {
 		for _, run := range connectRuns() {
-			r, err := b.connectOnce(ctx, run)
+			r, err := b.connectOnce(ctx, run, rep)
 			removeAll(filepath.Join(b.work, "connect"), b.cfg.Keep)
 			if err != nil {
 				return fmt.Errorf("%s: %w", run.Name, err)
@@ -79,12 +79,20 @@ func (b *bench) runConnect(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) connectOnce(ctx context.Context, run connectRun) (connectResult, error) {
+// connectOnce measures run once; with -profile-dir it saves a CPU
+// profile of the service as connect-<run>-<rep>.pprof.
+func (b *bench) connectOnce(ctx context.Context, run connectRun, rep int) (connectResult, error) {
 	dir := filepath.Join(b.work, "connect")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	err := os.MkdirAll(dir, 0o755)
+	if err != nil {
 		return connectResult{}, err
 	}
 	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"), telemetry: true}
+	if b.cfg.ProfileDir != "" {
+		if svc.pprofAddr, err = freeAddr(); err != nil {
+			return connectResult{}, err
+		}
+	}
 	if err := svc.start(ctx); err != nil {
 		return connectResult{}, err
 	}
@@ -97,6 +105,8 @@ func (b *bench) connectOnce(ctx context.Context, run connectRun) (connectResult,
 	if err != nil {
 		return res, err
 	}
+	stopProfile := b.profile(ctx, svc, fmt.Sprintf("connect-%s-%d", sanitize(run.Name), rep+1))
+	defer stopProfile()
 	start := time.Now()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -143,7 +143,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
 	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "instead of the run, store this TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx) as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
-	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end run here")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end and connect run here")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each CPU profile")
 	fs.DurationVar(&cfg.Progress, "progress", cfg.Progress, "progress line interval (0: off)")
 	if err := fs.Parse(args); err != nil {

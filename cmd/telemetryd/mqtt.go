@@ -30,9 +30,10 @@ import (
 // store lands in TELEMETRY right behind the message the device
 // published on <prefix>.<device>: one stream, one in-order ingest
 // queue, so the PUBACK is sent only once the reading's message is
-// persisted. The consumer reads only <prefix>.*; the store copies
-// have done their job once stored and are purged every
-// mqttMarkerPurgeEvery.
+// persisted. The store copies have done their job once stored: the
+// ingester's consumer (unfiltered, so the server serves it without
+// matching subjects) acks them on delivery without reading them, and
+// they are purged every mqttMarkerPurgeEvery.
 const (
 	mqttMsgsStream       = "$MQTT_msgs"
 	mqttMsgsPrefix       = "$MQTT.msgs."
