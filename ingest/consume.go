@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 const (
@@ -443,7 +444,8 @@ func (in *Ingester) nakOnShutdown(msg jetstream.Msg) {
 }
 
 // prepare reads the metadata, the device from the subject, decodes the
-// payload and checks the accepted window.
+// payload (JSON, or the binary form of package wire when its header
+// says so) and checks the accepted window.
 func (in *Ingester) prepare(msg jetstream.Msg) item {
 	it := item{msg: msg}
 	meta, err := msg.Metadata()
@@ -455,8 +457,10 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 	if it.delivered > 1 {
 		in.m.redeliveries.Add(context.Background(), 1)
 	}
+	binary := false
 	if h := msg.Headers(); len(h) > 0 {
 		it.link = trace.SpanContextFromContext(in.prop.Extract(context.Background(), headerCarrier(h)))
+		binary = h.Get(wire.Header) == wire.Format
 	}
 	device, err := buckets.ParseDeviceID(in.deviceToken(msg.Subject()))
 	if err != nil {
@@ -468,7 +472,12 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 		it.reject = buckets.Invalid(buckets.CodeInternalFailure, -1, "", "stream timestamp: %v", err)
 		return it
 	}
-	rs, err := Decode(device, msg.Data(), def)
+	var rs []buckets.Reading
+	if binary {
+		rs, err = wire.Decode(device, msg.Data())
+	} else {
+		rs, err = Decode(device, msg.Data(), def)
+	}
 	if err == nil {
 		err = checkWindow(rs, in.cfg.Window, in.now())
 	}

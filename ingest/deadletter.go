@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 // publishTimeout bounds one dead-letter publish or message lookup.
@@ -60,12 +61,13 @@ func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.Validat
 	}
 	in.lastErrs.take(it.seq)
 	if !dup {
-		in.rejected(ctx, subject, it.seq, it.msg.Data(), ve)
+		in.rejected(ctx, subject, it.seq, it.msg.Headers(), it.msg.Data(), ve)
 	}
 }
 
 // rejected logs and counts one dead letter.
-func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, data []byte, ve *buckets.ValidationError) {
+func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, hdr nats.Header, data []byte,
+	ve *buckets.ValidationError) {
 	args := []any{"subject", subject, "code", ve.Code, "stream_seq", seq, "error", ve.Error()}
 	if ve.Code == buckets.CodeMaxDeliveries || ve.Code == buckets.CodeInternalFailure {
 		// Valid data the service failed to store: an operator must look.
@@ -79,7 +81,7 @@ func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, da
 		in.log.Info("message rejected", args...)
 	}
 	in.m.messages.Add(ctx, 1, in.m.rejected)
-	in.m.readings.Add(ctx, countReadings(data), rejectedReadings(ve.Code))
+	in.m.readings.Add(ctx, countReadings(hdr, data), rejectedReadings(ve.Code))
 }
 
 // publishDeadLetter publishes the original payload and headers (but the
@@ -116,9 +118,13 @@ func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq u
 	return ack.Duplicate, nil
 }
 
-// countReadings is how many readings a rejected payload held: the
-// length of a non-empty JSON array, otherwise 1.
-func countReadings(data []byte) int64 {
+// countReadings is how many readings a rejected payload held: the count
+// of a binary payload (package wire) or of a non-empty JSON array,
+// otherwise 1.
+func countReadings(hdr nats.Header, data []byte) int64 {
+	if hdr.Get(wire.Header) == wire.Format {
+		return int64(wire.Count(data))
+	}
 	var batch []json.RawMessage
 	if json.Unmarshal(data, &batch) == nil && len(batch) > 0 {
 		return int64(len(batch))
@@ -181,6 +187,6 @@ func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 		return
 	}
 	if !dup {
-		in.rejected(ctx, raw.Subject, adv.StreamSeq, raw.Data, ve)
+		in.rejected(ctx, raw.Subject, adv.StreamSeq, raw.Header, raw.Data, ve)
 	}
 }

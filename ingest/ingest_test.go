@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -550,4 +551,56 @@ func TestSubjectMatches(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, subjectMatches(tc.pattern, tc.subject), "%q %q", tc.pattern, tc.subject)
 	}
+}
+
+// A message with the binary form's header (package wire, published by
+// the line protocol door) is decoded as such and checked like JSON: its
+// readings are stored, one outside the window is dead-lettered with
+// the binary payload and the reading count it declared. Without the
+// header the same bytes are JSON, and invalid.
+func TestIngestBinaryPayload(t *testing.T) {
+	now := time.Now()
+	e := newTestEnv(t, nil)
+	e.start()
+	rs := []buckets.Reading{
+		{Ticks: mustTicks(t, now.Add(-time.Second)), Values: []buckets.Field{{Name: "s", Value: buckets.String("x")}, {Name: "v", Value: buckets.Float(1.5)}}},
+		{Ticks: mustTicks(t, now), Values: []buckets.Field{{Name: "n", Value: buckets.Int(-3)}}},
+	}
+	var enc wire.Encoder
+	enc.Reset()
+	for _, r := range rs {
+		enc.Add(r.Ticks, r.Values)
+	}
+	good := enc.Append(nil)
+	hdr := nats.Header{wire.Header: []string{wire.Format}}
+	e.publishMsg(&nats.Msg{Subject: "telemetry.bin", Data: good, Header: hdr})
+	stored := e.waitStored("bin", 2)
+	for i := range rs {
+		rs[i].Device = "bin"
+	}
+	assert.ElementsMatch(t, rs, stored)
+
+	enc.Reset()
+	enc.Add(mustTicks(t, now.Add(-365*24*time.Hour)), rs[0].Values)
+	enc.Add(rs[1].Ticks, rs[1].Values)
+	old := enc.Append(nil)
+	e.publishMsg(&nats.Msg{Subject: "telemetry.bin-old", Data: old, Header: hdr})
+	last := e.publish("telemetry.bin-json", string(good))
+	e.waitAcked(last)
+	dl := e.waitDeadLetters(2)
+	assert.Equal(t, "rejected.telemetry.bin-old", dl[0].Subject)
+	assert.Equal(t, old, dl[0].Data)
+	assert.Equal(t, "too_old", dl[0].Header.Get(HeaderErrorCode))
+	assert.Equal(t, wire.Format, dl[0].Header.Get(wire.Header), "kept, so the dead letter can be read back")
+	assert.Equal(t, "rejected.telemetry.bin-json", dl[1].Subject)
+	assert.Equal(t, "invalid_payload", dl[1].Header.Get(HeaderErrorCode))
+	assert.Equal(t, int64(2), e.counter("telemetry.ingest.readings", outcome("rejected"), attribute.String("code", "too_old")))
+	assert.Empty(t, e.w.stored("bin-old"))
+}
+
+func mustTicks(t *testing.T, at time.Time) buckets.Ticks {
+	t.Helper()
+	k, err := buckets.TicksOf(at)
+	require.NoError(t, err)
+	return k
 }

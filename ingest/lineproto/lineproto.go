@@ -1,8 +1,9 @@
 // Package lineproto maps InfluxDB line protocol onto telemetry
 // messages (DESIGN §9). It parses with
 // github.com/influxdata/line-protocol/v2 and produces, for one write
-// request, the JSON messages to publish on <prefix>.<device> (one group
-// per device) and a dead letter for every line it rejects. It does no
+// request, the messages to publish on <prefix>.<device> (one group per
+// device, in the binary form of package wire) and a dead letter for
+// every line it rejects. It does no
 // I/O: the HTTP handler publishes what Map returns.
 //
 // Mapping of one line `<measurement>,<tags> <fields> [<timestamp>]`:
@@ -94,7 +95,8 @@ type Message struct {
 	// MsgID is the Nats-Msg-Id: a hash of subject and data, so a
 	// retried request is deduplicated by the stream.
 	MsgID string
-	// Header holds the dead-letter headers; nil for readings.
+	// Header: for readings the payload format (wire.Header), for dead
+	// letters the error headers.
 	Header map[string]string
 }
 
@@ -153,9 +155,10 @@ func ParsePrecision(s string, v1 bool) (time.Duration, error) {
 	return 0, fmt.Errorf("precision %q: want ns, us, ms or s", s)
 }
 
-// readingKey is the identity of a reading.
+// readingKey is the identity of a reading: its device (an index into
+// mapper.devs) and time.
 type readingKey struct {
-	device buckets.DeviceID
+	device int32
 	ticks  buckets.Ticks
 }
 
@@ -182,22 +185,42 @@ type deviceReadings struct {
 	readings []int32 // indexes into mapper.pending
 }
 
+// devInfo is a device named by a line of the request, checked once.
+type devInfo struct {
+	id      buckets.DeviceID
+	invalid *buckets.ValidationError // why id is not a device ID; nil when it is
+	allowed bool                     // Options.Allow said yes
+	group   int32                    // index in mapper.devices once a reading merged, else -1
+}
+
+// nameSlot caches the value name of the key at one position of the
+// previous line (lines of a batch mostly repeat their keys in order).
+type nameSlot struct {
+	key  []byte
+	name string
+}
+
 // mapper holds the state of one Map call.
 type mapper struct {
-	opts    Options
-	res     Result
-	index   map[readingKey]int32 // reading -> pending index
-	pending []pending
-	devices []deviceReadings
-	devIdx  map[buckets.DeviceID]int32 // device -> devices index
-	names   map[string]string          // interned "<measurement>.<key>" names
-	badName map[string]*buckets.ValidationError
-	arena   []buckets.Field // backs the values of new readings
-	fields  []buckets.Field // scratch: values of the current line
-	tags    []tagKV         // scratch: other tags of the current line
-	nameBuf []byte          // scratch: a value name being built
-	meas    []byte          // scratch: the measurement of the current line
-	cur     int             // physical number of the line being mapped
+	opts     Options
+	res      Result
+	index    map[readingKey]int32 // reading -> pending index
+	pending  []pending
+	devices  []deviceReadings
+	devs     []devInfo
+	devByID  map[string]int32  // device -> devs index
+	devBuf   []byte            // scratch: the device tag's value of the current line
+	slots    []nameSlot        // names of the previous line's keys, by position
+	slotMeas []byte            // the measurement slots belong to
+	lo, hi   buckets.Ticks     // the accepted window in ticks, when known
+	window   bool              // lo and hi are set
+	names    map[string]string // interned "<measurement>.<key>" names
+	badName  map[string]*buckets.ValidationError
+	arena    []buckets.Field // backs the values of new readings
+	fields   []buckets.Field // scratch: values of the current line
+	tags     []tagKV         // scratch: other tags of the current line
+	nameBuf  []byte          // scratch: a value name being built
+	cur      int             // physical number of the line being mapped
 }
 
 // tagKV is a tag other than the device tag.
@@ -211,17 +234,17 @@ func Map(body []byte, opts Options) Result {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	m := newMapper(opts, bytes.Count(body, []byte{'\n'})+1)
+	if n, ok := m.fast(body); ok {
+		return m.finish(n)
+	}
+	// Some line is bad: map line by line, each with its own decoder, so
+	// every error is pinned to its physical line and its raw text.
 	var entries []rawLine
 	for line := range splitLines(body) {
 		entries = append(entries, line)
 	}
-	m := newMapper(opts, len(entries))
-	if !m.fast(body, entries) {
-		// Some line is bad: map line by line, each with its own decoder,
-		// so every error is pinned to its line and its raw text.
-		m = mapEach(opts, entries)
-	}
-	return m.finish(len(entries))
+	return mapEach(opts, entries).finish(len(entries))
 }
 
 // mapEach maps every entry with a decoder of its own.
@@ -244,34 +267,39 @@ func (m *mapper) finish(lines int) Result {
 }
 
 func newMapper(opts Options, lines int) *mapper {
-	return &mapper{
+	m := &mapper{
 		opts:    opts,
 		index:   make(map[readingKey]int32, lines),
 		pending: make([]pending, 0, lines),
-		devIdx:  make(map[buckets.DeviceID]int32),
+		devByID: make(map[string]int32),
 		names:   make(map[string]string),
 		badName: make(map[string]*buckets.ValidationError),
 	}
+	// The window in ticks, checked as Window.Check does: older than
+	// now - Retention (at tick resolution) or newer than now +
+	// MaxFutureSkew is outside.
+	lo, err1 := buckets.TicksOf(opts.Now.Add(-opts.Window.Retention).Truncate(100 * time.Nanosecond))
+	hi, err2 := buckets.TicksOf(opts.Now.Add(opts.Window.MaxFutureSkew).Truncate(100 * time.Nanosecond))
+	m.lo, m.hi, m.window = lo, hi, err1 == nil && err2 == nil
+	return m
 }
 
-// fast maps the whole body with one decoder, the entries of the
-// splitter giving the line numbers. It reports false, leaving m to be
-// discarded, as soon as a line is bad or the two disagree on the
-// entries.
-func (m *mapper) fast(body []byte, entries []rawLine) bool {
+// fast maps the whole body with one decoder and returns its entry
+// count. It reports false, leaving m to be discarded, as soon as a line
+// is bad. It does not know physical line numbers: m.cur counts entries,
+// which is only seen in the errors that end it (a conflict names the
+// earlier line), so they never show.
+func (m *mapper) fast(body []byte) (int, bool) {
 	dec := lp.NewDecoderWithBytes(body)
-	i := 0
+	n := 0
 	for dec.Next() {
-		if i == len(entries) {
-			return false
-		}
-		m.cur = entries[i].number
+		n++
+		m.cur = n
 		if _, ve := m.entry(dec); ve != nil {
-			return false
+			return 0, false
 		}
-		i++
 	}
-	return i == len(entries)
+	return n, true
 }
 
 // reject records a bad line and its dead letter.
@@ -335,14 +363,24 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 	}
 	// The decoder's slices are valid only until its next call: keep a
 	// copy of the measurement.
-	m.meas = append(m.meas[:0], meas...)
-	meas = m.meas
+	if !bytes.Equal(meas, m.slotMeas) {
+		m.slotMeas = append(m.slotMeas[:0], meas...)
+		m.slots = m.slots[:0]
+	}
+	meas = m.slotMeas
 	m.fields, m.tags = m.fields[:0], m.tags[:0]
 	devTag := len(m.opts.DeviceTags)
+	// dev is the device tag's value, for the dead letter of a bad line.
+	devOf := func() string {
+		if devTag == len(m.opts.DeviceTags) {
+			return ""
+		}
+		return string(m.devBuf)
+	}
 	for {
 		k, v, err := dec.NextTag()
 		if err != nil {
-			return dev, syntax(err)
+			return devOf(), syntax(err)
 		}
 		if k == nil {
 			break
@@ -350,20 +388,21 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		if i := indexOf(m.opts.DeviceTags, k); i >= 0 && i < devTag {
 			if devTag < len(m.opts.DeviceTags) {
 				// A device tag of lower rank becomes a value.
-				m.tags = append(m.tags, tagKV{key: []byte(m.opts.DeviceTags[devTag]), value: dev})
+				m.tags = append(m.tags, tagKV{key: []byte(m.opts.DeviceTags[devTag]), value: string(m.devBuf)})
 			}
-			devTag, dev = i, string(v)
+			devTag, m.devBuf = i, append(m.devBuf[:0], v...)
 			continue
 		}
 		m.tags = append(m.tags, tagKV{key: append([]byte(nil), k...), value: string(v)})
 	}
+	slot := 0
 	for {
 		k, v, err := dec.NextField()
 		if err != nil {
 			if errors.Is(err, lp.ErrValueOutOfRange) {
-				return dev, invalid(buckets.CodeInvalidValue, "", "%s", decodeMsg(err))
+				return devOf(), invalid(buckets.CodeInvalidValue, "", "%s", decodeMsg(err))
 			}
-			return dev, syntax(err)
+			return devOf(), syntax(err)
 		}
 		if k == nil {
 			break
@@ -371,79 +410,114 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		val, ve := fieldValue(v)
 		if ve != nil {
 			ve.Field = "field " + string(k)
-			return dev, ve
+			return devOf(), ve
 		}
-		name, ve := m.name(meas, k)
+		name, ve := m.nameAt(slot, meas, k)
+		slot++
 		if ve != nil {
-			return dev, ve
+			return devOf(), ve
 		}
 		if ve := valueOK(name, val); ve != nil {
-			return dev, ve
+			return devOf(), ve
 		}
 		m.fields = append(m.fields, buckets.Field{Name: name, Value: val})
 	}
 	tb, err := dec.TimeBytes()
 	if err != nil {
-		return dev, syntax(err)
+		return devOf(), syntax(err)
 	}
 	if devTag == len(m.opts.DeviceTags) {
 		return "", invalid(buckets.CodeInvalidDevice, "tags", "no device tag: want one of %v", m.opts.DeviceTags)
 	}
-	device, ve := m.device(dev, devTag)
+	di, ve := m.device(devTag)
 	if ve != nil {
-		return dev, ve
-	}
-	if m.opts.Allow != nil && !m.opts.Allow(dev) {
-		return dev, invalid(CodeDeviceNotAllowed, "tag "+m.opts.DeviceTags[devTag], "the token may not write for device %q", dev)
+		return devOf(), ve
 	}
 	for _, t := range m.tags {
-		name, ve := m.name(meas, t.key)
+		name, ve := m.nameAt(slot, meas, t.key)
+		slot++
 		if ve != nil {
-			return dev, ve
+			return devOf(), ve
 		}
 		val := buckets.String(t.value)
 		if ve := valueOK(name, val); ve != nil {
-			return dev, ve
+			return devOf(), ve
 		}
 		m.fields = append(m.fields, buckets.Field{Name: name, Value: val})
 	}
+	id := string(m.devs[di].id)
 	switch n := len(m.fields); {
 	case n == 0:
-		return dev, invalid(buckets.CodeNoValues, "values", "a reading needs at least one value")
+		return id, invalid(buckets.CodeNoValues, "values", "a reading needs at least one value")
 	case n > buckets.MaxValues:
-		return dev, invalid(buckets.CodeTooManyValues, "values", "%d values is more than %d", n, buckets.MaxValues)
+		return id, invalid(buckets.CodeTooManyValues, "values", "%d values is more than %d", n, buckets.MaxValues)
 	}
 	if name, ok := buckets.SortValues(m.fields); !ok {
-		return dev, invalid(buckets.CodeDuplicateValue, name, "the line gives this value name twice (a tag and a field, or a field twice)")
+		return id, invalid(buckets.CodeDuplicateValue, name, "the line gives this value name twice (a tag and a field, or a field twice)")
 	}
 	ticks, ve := m.ticks(tb)
 	if ve != nil {
-		return dev, ve
+		return id, ve
 	}
 	if !ticks.Valid() {
-		return dev, invalid(buckets.CodeInvalidTime, "timestamp", "tick count %d is outside 0001..9999", int64(ticks))
+		return id, invalid(buckets.CodeInvalidTime, "timestamp", "tick count %d is outside 0001..9999", int64(ticks))
 	}
-	if err := m.opts.Window.Check(ticks, m.opts.Now); err != nil {
-		var ve *buckets.ValidationError
-		if errors.As(err, &ve) {
-			return dev, ve
+	if !m.window || ticks < m.lo || ticks > m.hi {
+		if err := m.opts.Window.Check(ticks, m.opts.Now); err != nil {
+			var ve *buckets.ValidationError
+			if errors.As(err, &ve) {
+				return id, ve
+			}
+			return id, invalid(buckets.CodeInvalidTime, "timestamp", "%s", err.Error())
 		}
-		return dev, invalid(buckets.CodeInvalidTime, "timestamp", "%s", err.Error())
 	}
-	return dev, m.merge(device, ticks, m.fields, int32(m.cur))
+	return id, m.merge(di, ticks, m.fields, int32(m.cur))
 }
 
-// device returns the interned, validated device ID of dev.
-func (m *mapper) device(dev string, devTag int) (buckets.DeviceID, *buckets.ValidationError) {
-	if i, ok := m.devIdx[buckets.DeviceID(dev)]; ok {
-		return m.devices[i].id, nil
+// nameAt is name for the key at position slot of the line, through the
+// previous line's names.
+func (m *mapper) nameAt(slot int, meas, key []byte) (string, *buckets.ValidationError) {
+	if slot < len(m.slots) && bytes.Equal(m.slots[slot].key, key) {
+		return m.slots[slot].name, nil
 	}
-	if err := buckets.DeviceID(dev).Validate(); err != nil {
-		ve := err.(*buckets.ValidationError)
-		ve.Field = "tag " + m.opts.DeviceTags[devTag]
+	n, ve := m.name(meas, key)
+	if ve != nil {
 		return "", ve
 	}
-	return buckets.DeviceID(dev), nil
+	switch {
+	case slot < len(m.slots):
+		m.slots[slot] = nameSlot{key: append(m.slots[slot].key[:0], key...), name: n}
+	case slot == len(m.slots):
+		m.slots = append(m.slots, nameSlot{key: append([]byte(nil), key...), name: n})
+	}
+	return n, nil
+}
+
+// device returns the index in m.devs of the device the line's tag
+// devTag names (in m.devBuf), checked once per request: a valid ID the
+// writer may write.
+func (m *mapper) device(devTag int) (int32, *buckets.ValidationError) {
+	i, ok := m.devByID[string(m.devBuf)]
+	if !ok {
+		d := devInfo{id: buckets.DeviceID(m.devBuf), group: -1}
+		if err := d.id.Validate(); err != nil {
+			d.invalid = err.(*buckets.ValidationError)
+		}
+		d.allowed = m.opts.Allow == nil || d.invalid != nil || m.opts.Allow(string(d.id))
+		i = int32(len(m.devs))
+		m.devs = append(m.devs, d)
+		m.devByID[string(d.id)] = i
+	}
+	d := &m.devs[i]
+	if d.invalid != nil {
+		ve := *d.invalid
+		ve.Field = "tag " + m.opts.DeviceTags[devTag]
+		return i, &ve
+	}
+	if !d.allowed {
+		return i, invalid(CodeDeviceNotAllowed, "tag "+m.opts.DeviceTags[devTag], "the token may not write for device %q", d.id)
+	}
+	return i, nil
 }
 
 // valueOK validates one value, naming it.
@@ -480,7 +554,7 @@ func (m *mapper) ticks(tb []byte) (buckets.Ticks, *buckets.ValidationError) {
 // merge adds the sorted fields of a line to the request's reading of
 // the same device and time, unless one of them conflicts with an
 // earlier line.
-func (m *mapper) merge(dev buckets.DeviceID, ticks buckets.Ticks, fields []buckets.Field, line int32) *buckets.ValidationError {
+func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, line int32) *buckets.ValidationError {
 	key := readingKey{dev, ticks}
 	pi, ok := m.index[key]
 	if !ok {
@@ -493,13 +567,12 @@ func (m *mapper) merge(dev buckets.DeviceID, ticks buckets.Ticks, fields []bucke
 		pi = int32(len(m.pending))
 		m.pending = append(m.pending, p)
 		m.index[key] = pi
-		di, ok := m.devIdx[dev]
-		if !ok {
-			di = int32(len(m.devices))
-			m.devices = append(m.devices, deviceReadings{id: dev})
-			m.devIdx[dev] = di
+		d := &m.devs[dev]
+		if d.group < 0 {
+			d.group = int32(len(m.devices))
+			m.devices = append(m.devices, deviceReadings{id: d.id})
 		}
-		m.devices[di].readings = append(m.devices[di].readings, pi)
+		m.devices[d.group].readings = append(m.devices[d.group].readings, pi)
 		return nil
 	}
 	p := &m.pending[pi]

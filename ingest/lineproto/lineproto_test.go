@@ -1,8 +1,8 @@
 package lineproto
 
 import (
-	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -20,11 +21,24 @@ func opts() Options {
 		Now: now, Window: buckets.Window{Retention: 720 * time.Hour, MaxFutureSkew: 5 * time.Minute}}
 }
 
-// batch decodes one published message.
+// batch decodes one published message as the ingester does: its
+// readings as {"ts": ticks, "values": {name: value}}.
 func batch(t *testing.T, m Message) []map[string]any {
 	t.Helper()
+	require.Equal(t, wire.Format, m.Header[wire.Header])
+	device, ok := strings.CutPrefix(m.Subject, "telemetry.")
+	require.True(t, ok, m.Subject)
+	rs, err := wire.Decode(buckets.DeviceID(device), m.Data)
+	require.NoError(t, err)
 	var out []map[string]any
-	require.NoError(t, json.Unmarshal(m.Data, &out), "%s", m.Data)
+	for _, r := range rs {
+		require.NoError(t, r.Validate())
+		values := map[string]any{}
+		for _, f := range r.Values {
+			values[f.Name] = f.Value.Any()
+		}
+		out = append(out, map[string]any{"ts": r.Ticks, "values": values})
+	}
 	return out
 }
 
@@ -64,11 +78,9 @@ func TestDeviceTagPriority(t *testing.T) {
 func TestFloatsStayFloats(t *testing.T) {
 	res := Map([]byte("m,device=a f=1,g=-0,h=1e21,i=1i 1795309323000000000\n"), opts())
 	require.Empty(t, res.Rejected)
-	data := string(res.Messages[0].Data)
-	assert.Contains(t, data, `"m.f":1.0`)
-	assert.Contains(t, data, `"m.g":-0.0`)
-	assert.Contains(t, data, `"m.h":1e+21`)
-	assert.Contains(t, data, `"m.i":1}`)
+	values := batch(t, res.Messages[0])[0]["values"].(map[string]any)
+	assert.Equal(t, map[string]any{"m.f": 1.0, "m.g": math.Copysign(0, -1), "m.h": 1e21, "m.i": int64(1)}, values)
+	assert.True(t, math.Signbit(values["m.g"].(float64)), "-0 keeps its sign")
 }
 
 func TestMessagesSplitByCountAndBytes(t *testing.T) {
@@ -165,9 +177,10 @@ func FuzzMap(f *testing.F) {
 		slow := mapEach(o, entries).finish(len(entries))
 		assert.Equal(t, slow, res, "one decoder for the body and one per line must agree")
 		assert.Len(t, res.DeadLetters, len(res.Rejected))
+		n := 0
 		for _, m := range res.Messages {
-			var out []map[string]any
-			require.NoError(t, json.Unmarshal(m.Data, &out), "%s", m.Data)
+			n += len(batch(t, m))
 		}
+		assert.Equal(t, res.Readings, n)
 	})
 }
