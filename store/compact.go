@@ -158,27 +158,20 @@ func (s *Store) compactor() {
 // compactAll compacts every open writable table; full merges every
 // device's open blocks (on Close and for tables that went quiet).
 func (s *Store) compactAll(full bool) {
-	ctx := context.Background()
 	for _, d := range s.daysBetween(0, 1<<31-1, buckets.Desc) {
 		s.mu.Lock()
 		t := s.tables[d]
-		ok := t != nil && t.db != nil && !t.readOnly && !t.dropping && t.busy == nil
+		held := t != nil && s.holdOpen(t)
 		s.mu.Unlock()
-		if !ok {
+		if !held {
 			continue
 		}
-		h, err := s.acquire(ctx, d, forRead)
-		if err != nil || h == nil {
-			continue
+		quiet := !full && t.quietSince(s.now(), s.opts.CompactInterval*10)
+		err := s.compactTable(t, full || quiet)
+		if err != nil && !errors.Is(err, errStopping) {
+			s.log.Error("compact day table", "table", d.String(), "err", err)
 		}
-		if !h.readOnly {
-			quiet := !full && h.quietSince(s.now(), s.opts.CompactInterval*10)
-			err := s.compactTable(h, full || quiet)
-			if err != nil && !errors.Is(err, errStopping) {
-				s.log.Error("compact day table", "table", d.String(), "err", err)
-			}
-		}
-		s.release(h)
+		s.unhold(t)
 	}
 }
 

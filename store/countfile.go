@@ -165,9 +165,7 @@ func (s *Store) saveQuietCounts() {
 	s.mu.Lock()
 	var held []*table
 	for _, t := range s.tables {
-		if t.db != nil && !t.readOnly && t.busy == nil && !t.dropping {
-			t.refs++ // keeps it from being closed or dropped; not a use
-			s.inflight.Add(1)
+		if s.holdOpen(t) { // keeps it from being closed or dropped; not a use
 			held = append(held, t)
 		}
 	}
@@ -179,10 +177,7 @@ func (s *Store) saveQuietCounts() {
 			}
 			t.writeMu.Unlock()
 		}
-		s.mu.Lock()
-		s.unrefLocked(t)
-		s.mu.Unlock()
-		s.inflight.Done()
+		s.unhold(t)
 	}
 }
 

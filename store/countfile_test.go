@@ -318,11 +318,8 @@ func TestWriteToReadOnlyTableReopensItAfterReaders(t *testing.T) {
 	wrote := make(chan error, 1)
 	go func() { wrote <- ts.Write(ctx, []buckets.Reading{reading("a", dayTick(cold, 2*time.Hour), "v", 1)}) }()
 	read := make(chan error, 1)
-	require.Eventually(t, func() bool {
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-		return ts.tables[cold].busy != nil
-	}, 5*time.Second, time.Millisecond, "the writer waits to reopen the table")
+	require.Eventually(t, func() bool { return ts.reopening(cold) }, 5*time.Second, time.Millisecond,
+		"the writer waits to reopen the table")
 	go func() {
 		_, err := ts.Get(ctx, "a", dayTick(cold, time.Hour))
 		read <- err

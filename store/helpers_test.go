@@ -143,7 +143,16 @@ func (ts *testStore) isOpen(day buckets.Day) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	t := ts.tables[day]
-	return t != nil && t.db != nil
+	return t != nil && t.staysOpen()
+}
+
+// reopening reports whether the table of day has a new handle that
+// waits for the open one to end.
+func (ts *testStore) reopening(day buckets.Day) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.tables[day]
+	return t != nil && t.cur != nil && t.live != nil && t.cur != t.live
 }
 
 // openCold counts open tables of days that are not hot.
@@ -152,7 +161,7 @@ func (ts *testStore) openCold() int {
 	defer ts.mu.Unlock()
 	n := 0
 	for d, t := range ts.tables {
-		if t.db != nil && !ts.isHot(d) {
+		if t.staysOpen() && !ts.isHot(d) {
 			n++
 		}
 	}

@@ -33,7 +33,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -81,7 +80,7 @@ type Store struct {
 	mu       sync.Mutex
 	tables   map[buckets.Day]*table // every day table on disk (or being created)
 	closed   bool
-	inflight sync.WaitGroup // table handles held, table opens and closes under way
+	inflight sync.WaitGroup // references to table handles held, and drops under way
 	dropSeq  int            // makes drop directory names unique
 	useSeq   uint64         // counts table uses, for LRU order
 
@@ -113,33 +112,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		done:        make(chan struct{}),
 		compactDone: make(chan struct{}),
 	}
-	if !opts.ReadOnly {
-		if err := os.MkdirAll(s.tablesDir, 0o755); err != nil {
-			return nil, fmt.Errorf("open store: %w", err)
-		}
-	}
-	lock, err := lockDir(dataDir, opts.ReadOnly)
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	s.lock = lock
-	if err := s.loadTombstones(); err != nil {
-		_ = lock.unlock()
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	if err := s.discover(); err != nil {
-		_ = lock.unlock()
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	idx, err := openIndex(filepath.Join(dataDir, indexDirName), opts.SyncWrites, opts.ReadOnly, s.log)
-	if err != nil {
-		_ = lock.unlock()
-		return nil, fmt.Errorf("open store: %w", err)
-	}
-	s.index = idx
-	if s.metrics, err = newMetrics(opts.MeterProvider, s); err != nil {
-		_ = idx.close()
-		_ = lock.unlock()
+	if err := s.openFiles(); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	if !opts.ReadOnly {
@@ -154,8 +127,39 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	} else {
 		go s.compactor()
 	}
-	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", idx.len())
+	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", s.index.len())
 	return s, nil
+}
+
+// openFiles locks the data directory, reads the tombstones, discovers
+// the day tables, opens the device index and registers the metrics.
+// On failure it undoes what it did.
+func (s *Store) openFiles() error {
+	if !s.opts.ReadOnly {
+		if err := os.MkdirAll(s.tablesDir, 0o755); err != nil {
+			return err
+		}
+	}
+	lock, err := lockDir(s.dir, s.opts.ReadOnly)
+	if err != nil {
+		return err
+	}
+	s.lock = lock
+	if err := s.loadTombstones(); err != nil {
+		return errors.Join(err, lock.unlock())
+	}
+	if err := s.discover(); err != nil {
+		return errors.Join(err, lock.unlock())
+	}
+	idx, err := openIndex(filepath.Join(s.dir, indexDirName), s.opts.SyncWrites, s.opts.ReadOnly, s.log)
+	if err != nil {
+		return errors.Join(err, lock.unlock())
+	}
+	s.index = idx
+	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
+		return errors.Join(err, idx.close(), lock.unlock())
+	}
+	return nil
 }
 
 // closeAfterFailedOpen undoes a partial Open: the janitor is not
@@ -238,21 +242,16 @@ func (s *Store) close() error {
 
 	var errs []error
 	s.mu.Lock()
-	type openDB struct {
-		t  *table
-		db *badger.DB
-	}
-	open := make([]openDB, 0, len(s.tables))
+	var open []*handle
 	for _, t := range s.tables {
-		if t.db != nil {
-			open = append(open, openDB{t, t.db})
-			t.db = nil
+		if h := t.cur; h != nil && s.detach(h) {
+			open = append(open, h)
 		}
 	}
 	s.mu.Unlock()
-	for _, o := range open {
-		if err := s.closeDB(o.t, o.db); err != nil {
-			errs = append(errs, fmt.Errorf("close table %s: %w", o.t.day, err))
+	for _, h := range open {
+		if err := s.end(h); err != nil {
+			errs = append(errs, fmt.Errorf("close table %s: %w", h.t.day, err))
 		}
 	}
 	if err := s.metrics.registration.Unregister(); err != nil {

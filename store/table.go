@@ -1,13 +1,10 @@
 package store
 
 import (
-	"cmp"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,10 +36,10 @@ var (
 const formatVersion = 2
 
 // table is one day table: a Badger database that is opened lazily and
-// may be closed and reopened while the store runs.
-//
-// Every read and write holds a reference (Store.acquire, Store.release)
-// for as long as it uses db; a table is closed or dropped only when no
+// may be closed and reopened while the store runs. Each opening is a
+// reference-counted handle (handle.go): every read and write holds a
+// reference for as long as it uses db, and the handle's last reference
+// closes the database, so a table is closed or dropped only when no
 // reference is held.
 //
 // A cold table (a day that is not hot) opened for a read is opened
@@ -82,18 +79,21 @@ type table struct {
 	// by writeMu.
 	comp compactState
 
-	// Guarded by Store.mu.
+	// Guarded by Store.mu. db, hot and readOnly describe the open
+	// database: the handle live set them when it opened it and clears
+	// them when it ends, and a holder of a reference to live may read
+	// them without the lock.
 	db       *badger.DB
-	hot      bool          // db was opened with hot options
-	readOnly bool          // db was opened read-only
-	refs     int           // references held
-	lastUsed time.Time     // when the last reference was taken or released
-	useSeq   uint64        // Store.useSeq at that moment: orders tables for LRU
-	busy     chan struct{} // non-nil while db is being opened, closed or reopened
-	dropping bool          // DropTable is under way: route nothing new here
-	released chan struct{} // closed (and cleared) when a reference is given up
-	failErr  error         // why the last open failed
-	failedAt time.Time     // when it failed
+	hot      bool      // db was opened with hot options
+	readOnly bool      // db was opened read-only
+	cur      *handle   // the handle new references go to; nil if none
+	live     *handle   // the handle whose database is open (db)
+	last     *handle   // the newest handle; the next one opens after it ended
+	dropping bool      // DropTable is under way: route nothing new here
+	lastUsed time.Time // when the last reference was taken or released
+	useSeq   uint64    // Store.useSeq at that moment: orders tables for LRU
+	failErr  error     // why the last open failed
+	failedAt time.Time // when it failed
 }
 
 func newTable(day buckets.Day, dir string) *table {
@@ -110,186 +110,6 @@ const (
 	forWrite               // a missing table is created; a dropping one is unavailable
 )
 
-// acquire returns the open table of day with a reference held, opening
-// it if needed. For reads it returns (nil, nil) when the table does not
-// exist or is being dropped. The caller must release the table.
-func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, errClosed
-	}
-	t := s.tables[day]
-	if t == nil {
-		if a == forRead {
-			s.mu.Unlock()
-			return nil, nil
-		}
-		t = newTable(day, s.tableDir(day))
-		s.tables[day] = t
-	}
-	t.refs++
-	s.inflight.Add(1)
-	for {
-		if t.dropping {
-			s.releaseLocked(t)
-			s.mu.Unlock()
-			if a == forRead {
-				return nil, nil
-			}
-			return nil, &buckets.TableError{Day: day, Reason: "is being dropped", Err: errDropping}
-		}
-		if t.busy != nil {
-			if err := s.waitBusyLocked(ctx, t); err != nil {
-				s.releaseLocked(t)
-				s.mu.Unlock()
-				return nil, err
-			}
-			continue
-		}
-		if t.db != nil {
-			if a == forWrite && t.readOnly && !s.opts.ReadOnly {
-				if err := s.reopenWritableLocked(ctx, t); err != nil {
-					s.releaseLocked(t)
-					s.mu.Unlock()
-					return nil, err
-				}
-				continue
-			}
-			s.touchLocked(t)
-			s.mu.Unlock()
-			return t, nil
-		}
-		if t.failErr != nil && s.now().Sub(t.failedAt) < reopenAfter {
-			err := t.failErr
-			s.releaseLocked(t)
-			s.mu.Unlock()
-			return nil, unavailableTable(day, err)
-		}
-		if err := s.openLocked(t, a); err != nil {
-			s.releaseLocked(t)
-			s.mu.Unlock()
-			return nil, err
-		}
-	}
-}
-
-// waitBusyLocked waits, with s.mu held (released while waiting), for
-// the open, close or reopen of t under way to finish. The caller's
-// reference does not count while it waits: a reopen waits for the
-// other holders to leave.
-func (s *Store) waitBusyLocked(ctx context.Context, t *table) error {
-	ch := t.busy
-	s.unrefLocked(t)
-	s.mu.Unlock()
-	var err error
-	select {
-	case <-ch:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	s.mu.Lock()
-	t.refs++
-	return err
-}
-
-// waitReleaseLocked waits, with s.mu held (released while waiting),
-// until a reference to t is given up.
-func (s *Store) waitReleaseLocked(ctx context.Context, t *table) error {
-	if t.released == nil {
-		t.released = make(chan struct{})
-	}
-	ch := t.released
-	s.mu.Unlock()
-	defer s.mu.Lock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// openLocked opens the database of t for a. It is called with s.mu held
-// and returns with it held, releasing it while Badger opens.
-func (s *Store) openLocked(t *table, a access) error {
-	ch := make(chan struct{})
-	t.busy = ch
-	err := s.openBusyLocked(t, a)
-	t.busy = nil
-	close(ch)
-	if err != nil {
-		return err
-	}
-	// Keep the number of open cold tables bounded, and close tables
-	// that a new day made cold. This closes other tables only (t is
-	// referenced), in the background.
-	s.inflight.Add(1)
-	go func() {
-		defer s.inflight.Done()
-		s.closeIdle()
-	}()
-	return nil
-}
-
-// openBusyLocked opens the database of t for a while t.busy is set. It
-// is called with s.mu held and returns with it held, releasing it while
-// Badger opens.
-func (s *Store) openBusyLocked(t *table, a access) error {
-	hot := s.isHot(t.day)
-	s.mu.Unlock()
-	db, readOnly, meta, err := s.openTableDB(t, hot, a)
-	s.mu.Lock()
-	if err != nil {
-		t.failErr, t.failedAt = err, s.now()
-		s.metrics.tableErrors.Add(context.Background(), 1)
-		s.log.Error("day table cannot be opened; its queries fail until it is repaired or dropped",
-			"table", t.day.String(), "dir", t.dir, "err", err)
-		return unavailableTable(t.day, err)
-	}
-	t.db, t.hot, t.readOnly, t.failErr = db, hot, readOnly, nil
-	if known := t.readings.Load(); known >= 0 && known != meta.readings {
-		s.log.Warn("day table reading count file disagreed with the table; using the table's count",
-			"table", t.day.String(), "file", known, "table_count", meta.readings)
-	}
-	t.readings.Store(meta.readings)
-	t.newest = meta.newest
-	t.formatSaved = meta.format != 0
-	t.comp = compactState{scanAll: !readOnly}
-	return nil
-}
-
-// reopenWritableLocked replaces the read-only database of t with a
-// writable one, for a writer holding a reference. New callers wait
-// (t.busy) while the other holders finish with the read-only one. It
-// is called with s.mu held and returns with it held. If a drop starts
-// meanwhile it gives up and leaves t.db unchanged or nil.
-func (s *Store) reopenWritableLocked(ctx context.Context, t *table) error {
-	ch := make(chan struct{})
-	t.busy = ch
-	defer func() {
-		t.busy = nil
-		close(ch)
-	}()
-	for t.refs > 1 && !t.dropping {
-		if err := s.waitReleaseLocked(ctx, t); err != nil {
-			return err
-		}
-	}
-	if t.dropping {
-		return nil // the caller sees it
-	}
-	db := t.db
-	t.db = nil
-	s.mu.Unlock()
-	err := db.Close()
-	s.mu.Lock()
-	if err != nil {
-		s.log.Error("close read-only table", "table", t.day.String(), "err", err)
-	}
-	return s.openBusyLocked(t, forWrite)
-}
-
 // unavailableTable is the error of a table that cannot be opened.
 func unavailableTable(day buckets.Day, err error) error {
 	var fe *formatError
@@ -299,18 +119,18 @@ func unavailableTable(day buckets.Day, err error) error {
 	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected", Err: err}
 }
 
-// openTableDB opens the Badger database of t and reads its metadata. A
-// cold table opened for a read is opened read-only, unless it was not
-// closed cleanly (Badger must then replay and truncate its write-ahead
-// log, which needs write access). Badger panics on some kinds of
-// damage; that is turned into an error so one damaged day cannot take
-// the process down.
-func (s *Store) openTableDB(t *table, hot bool, a access) (db *badger.DB, readOnly bool, meta tableMeta, err error) {
+// openTableDB opens the Badger database of t and reads its metadata.
+// Unless writable, it is opened read-only if it was closed cleanly
+// (else Badger must replay and truncate its write-ahead log, which
+// needs write access); a read-only store opens it read-only always.
+// Badger panics on some kinds of damage; that is turned into an error
+// so one damaged day cannot take the process down.
+func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOnly bool, meta tableMeta, err error) {
 	class := classCold
 	if hot {
 		class = classHot
 	}
-	readOnly = s.opts.ReadOnly || (!hot && a == forRead && closedCleanly(t.dir))
+	readOnly = !writable && (s.opts.ReadOnly || closedCleanly(t.dir))
 	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("table", t.day.String())).
 		WithIndexCacheSize(s.opts.IndexCacheSize)
 	if hot {
@@ -448,112 +268,4 @@ func readUint64(txn *badger.Txn, key []byte) (int64, error) {
 		return nil
 	})
 	return n, err
-}
-
-// release drops a reference taken by acquire.
-func (s *Store) release(t *table) {
-	s.mu.Lock()
-	s.releaseLocked(t)
-	s.mu.Unlock()
-}
-
-func (s *Store) releaseLocked(t *table) {
-	s.unrefLocked(t)
-	s.touchLocked(t)
-	s.inflight.Done()
-}
-
-// unrefLocked gives up a reference to t and wakes whoever waits for
-// one to be given up.
-func (s *Store) unrefLocked(t *table) {
-	t.refs--
-	if t.released != nil {
-		close(t.released)
-		t.released = nil
-	}
-}
-
-// touchLocked records a use of t.
-func (s *Store) touchLocked(t *table) {
-	s.useSeq++
-	t.lastUsed, t.useSeq = s.now(), s.useSeq
-}
-
-// closeIdle closes open cold tables (days that are not hot) that nobody
-// holds and that were idle for IdleClose, and, least recently used
-// first, as many more as it takes to leave at most MaxOpenTables cold
-// tables open. A table opened hot whose day turned cold is closed as
-// soon as it is idle, to give back its write-sized buffers; it reopens
-// as a cold table on its next use. Tables in use are never closed; they
-// count against the bound until released.
-func (s *Store) closeIdle() {
-	now := s.now()
-	s.mu.Lock()
-	var cold []*table
-	for _, t := range s.tables {
-		if t.db != nil && !s.isHot(t.day) {
-			cold = append(cold, t)
-		}
-	}
-	slices.SortFunc(cold, func(a, b *table) int { return cmp.Compare(a.useSeq, b.useSeq) })
-	excess := len(cold) - s.opts.MaxOpenTables
-	var victims []*table
-	var dbs []*badger.DB
-	for _, t := range cold {
-		if t.refs > 0 || t.busy != nil || t.dropping {
-			continue
-		}
-		if excess <= 0 && !t.hot && now.Sub(t.lastUsed) < s.opts.IdleClose {
-			continue
-		}
-		excess--
-		victims, dbs = append(victims, t), append(dbs, t.db)
-		t.db, t.busy = nil, make(chan struct{})
-		s.inflight.Add(1)
-	}
-	s.mu.Unlock()
-	for i, t := range victims {
-		s.compactBeforeClose(t, dbs[i])
-		err := s.closeDB(t, dbs[i])
-		s.mu.Lock()
-		close(t.busy)
-		t.busy = nil
-		s.mu.Unlock()
-		s.inflight.Done()
-		if err != nil {
-			s.log.Error("close idle table", "table", t.day.String(), "err", err)
-		}
-	}
-}
-
-// compactBeforeClose merges the open blocks of t, whose database db
-// closeIdle is about to close, unless it is read-only. t.busy keeps
-// everyone else out meanwhile.
-func (s *Store) compactBeforeClose(t *table, db *badger.DB) {
-	if t.readOnly || s.opts.ReadOnly {
-		return
-	}
-	s.mu.Lock()
-	t.db = db
-	s.mu.Unlock()
-	if err := s.compactTable(t, true); err != nil {
-		s.log.Error("compact table before closing it", "table", t.day.String(), "err", err)
-	}
-	s.mu.Lock()
-	t.db = nil
-	s.mu.Unlock()
-}
-
-// closeDB closes db, the database of t, which nobody holds any more,
-// and then saves the count file of t if it is missing. A table whose
-// close failed keeps no count file.
-func (s *Store) closeDB(t *table, db *badger.DB) error {
-	if err := db.Close(); err != nil {
-		return err
-	}
-	releaseView(db)
-	t.writeMu.Lock()
-	s.saveCount(t)
-	t.writeMu.Unlock()
-	return nil
 }

@@ -59,50 +59,110 @@ func (s *Store) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
 // DropTable drops the table of day: it stops routing reads and writes
 // to it (later reads see an empty day, writes that race with the drop
 // fail with buckets.ErrUnavailable, and a write after the drop creates
-// a fresh table), waits for the calls that hold it, closes it and
-// removes its directory. The directory is first renamed, so the cost
-// does not depend on the number of readings and an interrupted removal
-// is finished by the next Open. Reason is left empty for the caller.
-// It wraps buckets.ErrNotFound when there is no such table.
+// a fresh table), waits for the calls that hold it to let go (the last
+// of them closes it), and removes its directory. The directory is
+// first renamed, so the cost does not depend on the number of readings
+// and an interrupted removal is finished by the next Open. If ctx ends
+// before the last holder let go, the table is kept and routed to
+// again. Reason is left empty for the caller. It wraps
+// buckets.ErrNotFound when there is no such table.
 func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
 	if s.opts.ReadOnly {
 		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, errReadOnly)
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return buckets.TableDrop{}, errClosed
+	t, last, ours, idle, err := s.doom(day)
+	if err != nil {
+		return buckets.TableDrop{}, err
 	}
-	t := s.tables[day]
+	defer s.inflight.Done()
+	size := dirSize(t.dir) // what Tables said; closing changes it
+	if idle != nil {
+		s.endLogged(idle)
+	}
+	if err := s.waitDoomed(ctx, t, last, ours); err != nil {
+		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, err)
+	}
+	return s.removeTable(t, size)
+}
+
+// doom marks the table of day as being dropped and detaches its
+// handle. It returns the table's newest handle, whose end the drop
+// waits for, whether that is the handle it detached (ours), and the
+// handle to end at once when the detach gave up its last reference.
+// s.inflight counts the drop until it returns.
+func (s *Store) doom(day buckets.Day) (t *table, last *handle, ours bool, idle *handle, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, false, nil, errClosed
+	}
+	t = s.tables[day]
 	if t == nil {
-		s.mu.Unlock()
-		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, buckets.ErrNotFound)
+		return nil, nil, false, nil, fmt.Errorf("drop table %s: %w", day, buckets.ErrNotFound)
 	}
 	if t.dropping {
-		s.mu.Unlock()
-		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w: already being dropped", day, buckets.ErrUnavailable)
+		return nil, nil, false, nil, fmt.Errorf("drop table %s: %w: already being dropped", day, buckets.ErrUnavailable)
 	}
 	t.dropping = true
 	s.inflight.Add(1)
-	defer s.inflight.Done()
-	if err := s.waitUnusedLocked(ctx, t); err != nil {
-		t.dropping = false
-		s.mu.Unlock()
-		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, err)
+	if h := t.cur; h != nil { // then it is t.last too
+		h.dropped = true
+		ours = true
+		if s.detach(h) {
+			idle = h
+		}
 	}
-	db := t.db
-	t.db = nil
+	return t, t.last, ours, idle, nil
+}
+
+// waitDoomed waits for h, the newest handle of t (if any), to end. If
+// ctx ends first, the drop is called off (callOff).
+func (s *Store) waitDoomed(ctx context.Context, t *table, h *handle, ours bool) error {
+	if h == nil {
+		return nil
+	}
+	select {
+	case <-h.ended:
+		return nil
+	case <-ctx.Done():
+	}
+	if !s.callOff(t, h, ours) {
+		<-h.ended // it is ending: closing its database takes no holder
+		return nil
+	}
+	return ctx.Err()
+}
+
+// callOff calls off the drop of t unless h, its newest handle, is
+// already ending: t is routed to again, and h becomes its handle again
+// if the drop detached it (ours) and it did not skip its open, so the
+// readers that come meanwhile share it.
+func (s *Store) callOff(t *table, h *handle, ours bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.refs == 0 {
+		return false
+	}
+	t.dropping = false
+	if ours && !h.skipped && t.cur == nil {
+		h.detached, h.dropped = false, false
+		h.refs++
+		t.cur = h
+	}
+	return true
+}
+
+// removeTable removes t, which is being dropped and has no handle, and
+// whose files took size bytes: it records the tombstone, renames the directory away, forgets t and
+// removes the renamed directory.
+func (s *Store) removeTable(t *table, size int64) (buckets.TableDrop, error) {
+	day := t.day
+	s.recordTombstone(day)
+	drop := buckets.TableDrop{Day: day, SizeBytes: size, Readings: t.readings.Load()}
+	s.mu.Lock()
 	s.dropSeq++
 	trash := filepath.Join(s.tablesDir, dropPrefix+day.String()+"-"+strconv.Itoa(s.dropSeq))
 	s.mu.Unlock()
-	s.recordTombstone(day)
-
-	drop := buckets.TableDrop{Day: day, SizeBytes: dirSize(t.dir), Readings: t.readings.Load()}
-	if db != nil {
-		if err := db.Close(); err != nil {
-			s.log.Error("close dropped table", "table", day.String(), "err", err)
-		}
-	}
 	err := os.Rename(t.dir, trash)
 	if err != nil && !os.IsNotExist(err) {
 		s.mu.Lock()
@@ -120,27 +180,4 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 		}
 	}
 	return drop, nil
-}
-
-// waitUnusedLocked waits, with s.mu held (released while waiting),
-// until no call holds t and no open or close of it is under way.
-func (s *Store) waitUnusedLocked(ctx context.Context, t *table) error {
-	for t.refs > 0 || t.busy != nil {
-		var err error
-		if ch := t.busy; ch != nil {
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-			s.mu.Lock()
-		} else {
-			err = s.waitReleaseLocked(ctx, t)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -1,0 +1,362 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// A day table's database is opened lazily and closed again when it is
+// idle, when a write needs a writable one in place of a read-only one,
+// when the table is dropped, and at Close. Each opening is a handle,
+// counted under Store.mu:
+//
+//   - the table refers to its current handle (table.cur), and that
+//     counts as one reference; the goroutine that opens it holds one
+//     until the open is over, and every acquire holds one;
+//   - detaching a handle (closeIdle, a writable reopen, DropTable,
+//     Close) takes the table's reference away, so that nothing new
+//     reaches it;
+//   - whoever gives up the last reference ends the handle: it closes
+//     the database (merging open blocks first for an idle close) and
+//     announces the end, which a drop waits for before it removes the
+//     table's directory.
+//
+// A new handle of a table opens only after the one before it ended, so
+// a table never has two open databases, and the only wait anyone does
+// is for a handle's open (ready) or end (ended), with a context.
+
+// handle is one opening of a day table's database.
+type handle struct {
+	t *table
+	// prev is the handle before this one, which must end before this
+	// one opens. Only the opener uses it.
+	prev *handle
+	// ready is closed when the open is over; err is set before.
+	ready chan struct{}
+	// err is why the handle did not open: the table is damaged, or the
+	// handle was dropped before it opened (errDropping).
+	err error
+	// ended is closed when the handle ended: its database is closed.
+	ended chan struct{}
+
+	// Guarded by Store.mu.
+	refs     int  // the table's while it is cur, the opener's, and one per acquire
+	writable bool // it opens, or opened, the database writable
+	detached bool // it is no longer cur: it ends with its last reference
+	compact  bool // merge every device's open blocks before closing
+	dropped  bool // detached by a drop: it does not open if it has not yet
+	skipped  bool // it did not open because it was dropped
+}
+
+// acquire returns the open table of day with a reference held, opening
+// it if needed. For reads it returns (nil, nil) when the table does not
+// exist or is being dropped. The caller must release the table.
+func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table, error) {
+	h, idle, err := s.ref(day, a)
+	if idle != nil {
+		s.endLogged(idle)
+	}
+	if h == nil {
+		return nil, err
+	}
+	select {
+	case <-h.ready:
+	default:
+		select {
+		case <-h.ready:
+		case <-ctx.Done():
+			s.unref(h)
+			return nil, ctx.Err()
+		}
+	}
+	if err := h.err; err != nil {
+		s.unref(h)
+		if a == forRead && errors.Is(err, errDropping) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return h.t, nil
+}
+
+// ref takes a reference to the handle of day that a calls for, making
+// one (and starting its open) when there is none. A writer replaces a
+// read-only handle: it is detached, and idle is that handle when the
+// writer's detach gave up its last reference (the caller ends it).
+func (s *Store) ref(day buckets.Day, a access) (h, idle *handle, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, errClosed
+	}
+	t := s.tables[day]
+	if t == nil && a == forWrite {
+		t = newTable(day, s.tableDir(day))
+		s.tables[day] = t
+	}
+	switch {
+	case t == nil || (t.dropping && a == forRead):
+		return nil, nil, nil
+	case t.dropping:
+		return nil, nil, tableDropping(day)
+	}
+	h = t.cur
+	if h != nil && a == forWrite && !h.writable && !s.opts.ReadOnly {
+		if s.detach(h) {
+			idle = h
+		}
+		h = nil
+	}
+	if h == nil {
+		if t.failErr != nil && s.now().Sub(t.failedAt) < reopenAfter {
+			return nil, idle, unavailableTable(day, t.failErr)
+		}
+		h = s.newHandle(t, a)
+	}
+	h.refs++
+	s.inflight.Add(1)
+	s.touch(t)
+	return h, idle, nil
+}
+
+// tableDropping is the error of a write to a table being dropped.
+func tableDropping(day buckets.Day) error {
+	return &buckets.TableError{Day: day, Reason: "is being dropped", Err: errDropping}
+}
+
+// newHandle makes the current handle of t, which has none, and starts
+// its open. s.mu is held.
+func (s *Store) newHandle(t *table, a access) *handle {
+	h := &handle{
+		t:        t,
+		prev:     t.last,
+		ready:    make(chan struct{}),
+		ended:    make(chan struct{}),
+		refs:     2, // the table's and the opener's
+		writable: !s.opts.ReadOnly && (a == forWrite || s.isHot(t.day)),
+	}
+	t.cur, t.last = h, h
+	s.inflight.Add(1) // the opener's reference
+	go s.open(h)
+	return h
+}
+
+// open opens the database of h once the handle before it ended, then
+// keeps the number of open cold tables bounded, and gives up the
+// opener's reference.
+func (s *Store) open(h *handle) {
+	if h.prev != nil {
+		<-h.prev.ended
+		h.prev = nil
+	}
+	s.mu.Lock()
+	h.skipped = h.dropped
+	skip, hot, writable := h.skipped, s.isHot(h.t.day), h.writable
+	s.mu.Unlock()
+	if skip {
+		h.err = tableDropping(h.t.day)
+	} else {
+		h.err = s.openHandle(h, hot, writable)
+	}
+	close(h.ready)
+	if h.err == nil {
+		// This closes other tables only: h is referenced.
+		s.closeIdle()
+	}
+	s.unref(h)
+}
+
+// openHandle opens the database of h and installs it in the table. A
+// failure detaches h and is remembered for reopenAfter.
+func (s *Store) openHandle(h *handle, hot, writable bool) error {
+	t := h.t
+	db, readOnly, meta, err := s.openTableDB(t, hot, writable)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		t.failErr, t.failedAt = err, s.now()
+		s.detach(h) // not the last reference: the opener holds one
+		s.metrics.tableErrors.Add(context.Background(), 1)
+		s.log.Error("day table cannot be opened; its queries fail until it is repaired or dropped",
+			"table", t.day.String(), "dir", t.dir, "err", err)
+		return unavailableTable(t.day, err)
+	}
+	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
+	h.writable = !readOnly
+	if known := t.readings.Load(); known >= 0 && known != meta.readings {
+		s.log.Warn("day table reading count file disagreed with the table; using the table's count",
+			"table", t.day.String(), "file", known, "table_count", meta.readings)
+	}
+	t.readings.Store(meta.readings)
+	t.newest = meta.newest
+	t.formatSaved = meta.format != 0
+	t.comp = compactState{scanAll: !readOnly}
+	return nil
+}
+
+// detach takes the table's reference to h away, so that nothing new
+// reaches h, and reports whether that was its last reference (the
+// caller then ends h, without s.mu). s.mu is held.
+func (s *Store) detach(h *handle) (last bool) {
+	if h.detached {
+		return false
+	}
+	h.detached = true
+	if h.t.cur == h {
+		h.t.cur = nil
+	}
+	h.refs--
+	return h.refs == 0
+}
+
+// holdOpen takes a reference to the open writable database of t
+// without opening anything or counting as a use, for the compactor and
+// the count saver. s.mu is held.
+func (s *Store) holdOpen(t *table) bool {
+	h := t.cur
+	if s.closed || h == nil || h != t.live || t.readOnly {
+		return false
+	}
+	h.refs++
+	s.inflight.Add(1)
+	return true
+}
+
+// release gives up a reference taken by acquire, and counts as a use.
+func (s *Store) release(t *table) { s.letGo(t, true) }
+
+// unhold gives up a reference taken by holdOpen.
+func (s *Store) unhold(t *table) { s.letGo(t, false) }
+
+// letGo gives up a reference to the open handle of t, which the
+// caller holds, and ends the handle if it was its last.
+func (s *Store) letGo(t *table, use bool) {
+	s.mu.Lock()
+	h := t.live
+	if use {
+		s.touch(t)
+	}
+	h.refs--
+	last := h.refs == 0
+	s.mu.Unlock()
+	if last {
+		s.endLogged(h)
+	}
+	s.inflight.Done()
+}
+
+// unref gives up a reference to h that ref or newHandle took, and ends
+// h if it was its last.
+func (s *Store) unref(h *handle) {
+	s.mu.Lock()
+	h.refs--
+	last := h.refs == 0
+	s.mu.Unlock()
+	if last {
+		s.endLogged(h)
+	}
+	s.inflight.Done()
+}
+
+// end ends h, whose last reference is gone: it closes its database, if
+// it opened one, merging open blocks first when h.compact says so, and
+// then announces the end. This is the one place a table is closed.
+func (s *Store) end(h *handle) error {
+	t := h.t
+	var err error
+	if h.err == nil { // it opened: t.db is its database, and nobody else uses it
+		if h.compact && !t.readOnly && !s.opts.ReadOnly {
+			if cerr := s.compactTable(t, true); cerr != nil {
+				s.log.Error("compact table before closing it", "table", t.day.String(), "err", cerr)
+			}
+		}
+		err = s.closeDB(t)
+	}
+	s.mu.Lock()
+	if h.err == nil {
+		t.db, t.live = nil, nil
+	}
+	if t.last == h {
+		t.last = nil
+	}
+	s.mu.Unlock()
+	close(h.ended)
+	return err
+}
+
+// endLogged ends h and logs a failure to close its database.
+func (s *Store) endLogged(h *handle) {
+	if err := s.end(h); err != nil {
+		s.log.Error("close day table", "table", h.t.day.String(), "err", err)
+	}
+}
+
+// closeDB closes the database of t, which nobody holds any more, and
+// then saves the count file of t if it is missing. A table whose close
+// failed keeps no count file.
+func (s *Store) closeDB(t *table) error {
+	db := t.db
+	if err := db.Close(); err != nil {
+		return err
+	}
+	releaseView(db)
+	t.writeMu.Lock()
+	s.saveCount(t)
+	t.writeMu.Unlock()
+	return nil
+}
+
+// staysOpen reports whether t has an open database that nothing has
+// asked to close. s.mu is held.
+func (t *table) staysOpen() bool {
+	return t.live != nil && !t.live.detached
+}
+
+// touch records a use of t. s.mu is held.
+func (s *Store) touch(t *table) {
+	s.useSeq++
+	t.lastUsed, t.useSeq = s.now(), s.useSeq
+}
+
+// closeIdle closes open cold tables (days that are not hot) that nobody
+// holds and that were idle for IdleClose, and, least recently used
+// first, as many more as it takes to leave at most MaxOpenTables cold
+// tables open. A table opened hot whose day turned cold is closed as
+// soon as it is idle, to give back its write-sized buffers; it reopens
+// as a cold table on its next use. Tables in use are never closed; they
+// count against the bound until released.
+func (s *Store) closeIdle() {
+	now := s.now()
+	s.mu.Lock()
+	var cold []*table
+	for _, t := range s.tables {
+		if t.staysOpen() && !s.isHot(t.day) {
+			cold = append(cold, t)
+		}
+	}
+	slices.SortFunc(cold, func(a, b *table) int { return cmp.Compare(a.useSeq, b.useSeq) })
+	excess := len(cold) - s.opts.MaxOpenTables
+	var idle []*handle
+	for _, t := range cold {
+		h := t.live
+		if h.refs > 1 {
+			continue // in use
+		}
+		if excess <= 0 && !t.hot && now.Sub(t.lastUsed) < s.opts.IdleClose {
+			continue
+		}
+		excess--
+		h.compact = true
+		if s.detach(h) {
+			idle = append(idle, h)
+		}
+	}
+	s.mu.Unlock()
+	for _, h := range idle {
+		s.endLogged(h)
+	}
+}
