@@ -145,9 +145,9 @@ func (s *Store) newHandle(t *table, a access) *handle {
 	return h
 }
 
-// open opens the database of h once the handle before it ended, then
-// keeps the number of open cold tables bounded, and gives up the
-// opener's reference.
+// open opens the database of h once the handle before it ended, gives
+// up the opener's reference, and has the number of open cold tables
+// kept bounded in the background.
 func (s *Store) open(h *handle) {
 	if h.prev != nil {
 		<-h.prev.ended
@@ -164,8 +164,11 @@ func (s *Store) open(h *handle) {
 	}
 	close(h.ready)
 	if h.err == nil {
-		// This closes other tables only: h is referenced.
-		s.closeIdle()
+		s.inflight.Add(1) // while the opener's reference still counts
+		go func() {
+			defer s.inflight.Done()
+			s.closeIdle()
+		}()
 	}
 	s.unref(h)
 }
