@@ -207,6 +207,9 @@ func (a *aggregator) finalBefore(start buckets.Ticks) int {
 // alone in one bucket; a second pass reads those from their headers in
 // place and decodes the others, each group of overlapping blocks
 // resolved together.
+//
+// Long: the two passes walk the same keys and must meet the same blocks
+// in the same order; they read best side by side.
 func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) (done bool, err error) {
 	if a.finalBefore(a.bucketOf(lo)) > a.q.Limit {
 		return true, nil
