@@ -443,18 +443,30 @@ func (a *aggregator) addReadings(rs []buckets.Reading) {
 // page returns the first Limit buckets with numeric values, oldest
 // first.
 func (a *aggregator) page() buckets.AggregatePage {
-	bs := slices.DeleteFunc(a.bs, func(b aggBucket) bool { return len(b.names) == 0 })
-	slices.SortFunc(bs, func(x, y aggBucket) int { return cmp.Compare(x.start, y.start) })
-	p := buckets.AggregatePage{Buckets: make([]buckets.AggregateBucket, 0, min(len(bs), a.q.Limit))}
-	if len(bs) > a.q.Limit {
-		bs, p.More = bs[:a.q.Limit], true
+	// Sort small keys, not the buckets: blocks come newest first, so
+	// the buckets are in runs that need moving.
+	type key struct {
+		start buckets.Ticks
+		i     int
+	}
+	keys := make([]key, 0, len(a.bs))
+	for i := range a.bs {
+		if len(a.bs[i].names) > 0 {
+			keys = append(keys, key{a.bs[i].start, i})
+		}
+	}
+	slices.SortFunc(keys, func(x, y key) int { return cmp.Compare(x.start, y.start) })
+	p := buckets.AggregatePage{Buckets: make([]buckets.AggregateBucket, 0, min(len(keys), a.q.Limit))}
+	if len(keys) > a.q.Limit {
+		keys, p.More = keys[:a.q.Limit], true
 	}
 	total := 0
-	for i := range bs {
-		total += len(bs[i].names)
+	for _, k := range keys {
+		total += len(a.bs[k.i].names)
 	}
 	slab := make([]buckets.NamedSummary, total)
-	for _, ab := range bs {
+	for _, k := range keys {
+		ab := &a.bs[k.i]
 		b := buckets.AggregateBucket{Start: ab.start, Values: slab[:len(ab.names):len(ab.names)]}
 		slab = slab[len(ab.names):]
 		for i, name := range ab.names {

@@ -245,6 +245,10 @@ func (a *API) exec(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	warnings, _ := res.Warnings.AsStrings(qry.String(), 10, 10)
+	if m, ok := res.Value.(promql.Matrix); ok {
+		writeMatrix(w, m, warnings)
+		return
+	}
 	writeData(w, queryData{ResultType: res.Value.Type(), Result: res.Value}, warnings)
 }
 
