@@ -30,6 +30,10 @@ func (p *publisher) messages() int { return (p.cfg.Readings + p.cfg.Batch - 1) /
 // device returns the device that message m belongs to.
 func (p *publisher) device(m int) string { return fmt.Sprintf("crash-%03d", m%p.cfg.Devices) }
 
+// deviceOf returns the index of the device whose message carries
+// reading seq.
+func (p *publisher) deviceOf(seq int) int { return seq / p.cfg.Batch % p.cfg.Devices }
+
 // message builds message m: a JSON array of readings with consecutive
 // sequence numbers.
 func (p *publisher) message(m int) *nats.Msg {

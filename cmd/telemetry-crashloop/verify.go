@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/exactlyonce"
 )
 
 // verifier reads every reading back over the HTTP API.
@@ -68,53 +69,31 @@ func (v verifier) stored(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-type rangeResponse struct {
-	Readings []struct {
-		TS     string         `json:"ts"`
-		Values map[string]any `json:"values"`
-	} `json:"readings"`
-	Next string `json:"next"`
-}
-
 // check reads every device's readings and counts lost, duplicated and
-// unexpected ones into res.
+// unexpected ones into res with the shared exactly-once checker. Every
+// message was acked by the time it runs (the publisher retries until
+// then), so every reading of the run is due.
 func (v verifier) check(ctx context.Context, res *Result) error {
-	seen := make([]int, v.pub.cfg.Readings)
+	cfg := v.pub.cfg
 	from := v.pub.base.Add(-time.Second)
-	to := v.pub.base.Add(time.Duration(v.pub.cfg.Readings)*time.Millisecond + time.Second)
-	for d := 0; d < v.pub.cfg.Devices; d++ {
-		q := url.Values{"from": {from.Format(time.RFC3339Nano)}, "to": {to.Format(time.RFC3339Nano)},
-			"order": {"asc"}, "limit": {"10000"}}
-		for {
-			var rr rangeResponse
-			if err := getJSON(ctx, v.base+"/v1/devices/"+v.pub.device(d)+"/readings?"+q.Encode(), &rr); err != nil {
-				return err
-			}
-			for _, r := range rr.Readings {
-				res.Stored++
-				seq, ok := r.Values["seq"].(float64)
-				ts, err := time.Parse(time.RFC3339Nano, r.TS)
-				if !ok || err != nil || seq < 0 || int(seq) >= len(seen) ||
-					ts.UnixMilli() != v.pub.base.UnixMilli()+int64(seq) {
-					res.Unexpected++
-					continue
-				}
-				seen[int(seq)]++
-			}
-			if rr.Next == "" {
-				break
-			}
-			q.Set("cursor", rr.Next)
+	to := v.pub.base.Add(time.Duration(cfg.Readings)*time.Millisecond + time.Second)
+	var total exactlyonce.Tally
+	for d := range cfg.Devices {
+		got, err := exactlyonce.ReadDevice(ctx, nil, v.base, v.pub.device(d), from, to, nil)
+		if err != nil {
+			return err
 		}
-	}
-	for _, n := range seen {
-		switch {
-		case n == 0:
-			res.Lost++
-		case n > 1:
-			res.Duplicated += n - 1
+		run := exactlyonce.Run{Field: "seq", Base: v.pub.base, Step: time.Millisecond,
+			Published: func(seq int) bool { return seq < cfg.Readings && v.pub.deviceOf(seq) == d }}
+		var acked []int
+		for seq := range cfg.Readings {
+			if v.pub.deviceOf(seq) == d {
+				acked = append(acked, seq)
+			}
 		}
+		total.Add(run.Check(acked, got))
 	}
+	res.Stored, res.Lost, res.Duplicated, res.Unexpected = total.Stored, total.Lost, total.Duplicated, total.Unexpected
 	return nil
 }
 
