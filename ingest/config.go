@@ -115,6 +115,13 @@ type Config struct {
 	// Replicas is the replica count of the streams this Ingester
 	// creates (an existing stream keeps its own). Default 1.
 	Replicas int
+	// Exclusive says the durable consumer is this process's alone (a
+	// cluster node's consumer of one partition, named after the node).
+	// At each set-up, deliveries still pending from before it (a
+	// process killed before it acked them) are then redelivered at
+	// once instead of after AckWait (see resetPending). Never set it
+	// when several processes share the consumer.
+	Exclusive bool
 
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

@@ -91,6 +91,7 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create or update consumer %s: %w", in.cfg.Consumer, err)
 	}
+	cons = in.resetPending(ctx, cons)
 	in.mu.Lock()
 	in.stream = st
 	in.cons = cons

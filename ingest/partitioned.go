@@ -88,6 +88,36 @@ func (in *Ingester) partitionFilter(cc *jetstream.ConsumerConfig) {
 	}
 }
 
+// resetPending redelivers at once what an Exclusive consumer had
+// delivered and not settled when it was set up. Nothing in this
+// process holds those deliveries (the process that took them was
+// killed, or this one's earlier consume was stopped), so they would
+// otherwise wait out AckWait, and a node returning to the cluster
+// would answer for its partition only that much later (its ack floor
+// stays below them). The consumer is reset to its ack floor: every
+// message above it is delivered again, and one that had been committed
+// is written again with the same keys and values. Acks are sent only
+// after a commit, so a late ack of an earlier delivery is still true.
+// A server without the reset API (before 2.14) leaves the deliveries
+// to AckWait, as before.
+func (in *Ingester) resetPending(ctx context.Context, cons jetstream.Consumer) jetstream.Consumer {
+	info := cons.CachedInfo()
+	if !in.cfg.Exclusive || info.NumAckPending == 0 {
+		return cons
+	}
+	if _, err := in.js.ResetConsumer(ctx, in.cfg.Stream, in.cfg.Consumer); err != nil {
+		in.log.Warn("could not reset the consumer to its ack floor; what an earlier run left unacked is redelivered after the ack wait",
+			"consumer", in.cfg.Consumer, "ack_pending", info.NumAckPending, "ack_wait", in.cfg.AckWait, "error", err)
+		return cons
+	}
+	in.log.Info("redelivering at once what an earlier run left unacked", "consumer", in.cfg.Consumer,
+		"ack_pending", info.NumAckPending, "ack_floor", info.AckFloor.Stream)
+	if c, err := in.js.Consumer(ctx, in.cfg.Stream, in.cfg.Consumer); err == nil {
+		return c
+	}
+	return cons
+}
+
 // deviceToken is the device token of a stored subject ("" when there
 // is none).
 func (in *Ingester) deviceToken(subject string) string {

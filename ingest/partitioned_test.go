@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -120,4 +121,67 @@ func TestPartitionConfigChecks(t *testing.T) {
 		_, err := New(&nats.Conn{}, &fakeWriter{}, cfg)
 		assert.ErrorContains(t, err, c.want)
 	}
+}
+
+// TestExclusiveConsumerRedeliversAtOnceWhatAKilledRunLeftUnacked: a
+// process took messages from its durable consumer and was killed
+// before it acked them. Started again with the same consumer, a node's
+// ingester (Exclusive) stores them at once, not after the ack wait,
+// and only then reports the partition caught up.
+func TestExclusiveConsumerRedeliversAtOnceWhatAKilledRunLeftUnacked(t *testing.T) {
+	srv := runServer(t, t.TempDir(), -1)
+	cfg := partitionedConfig(1, 0)
+	cfg.Consumer = "ingest-node-a-p0"
+	cfg.Exclusive = true
+	cfg.AckWait = 30 * time.Second // what the deliveries would wait out
+
+	// The first run takes every message and never commits one.
+	nc1, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	release := make(chan struct{})
+	stuck := &fakeWriter{}
+	stuck.setFail(func([]buckets.Reading) error { <-release; return errors.New("killed") })
+	first, err := New(nc1, stuck, cfg)
+	require.NoError(t, err)
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	done1 := make(chan error, 1)
+	go func() { done1 <- first.Run(ctx1) }()
+	t.Cleanup(func() { close(release); cancel1(); <-done1 })
+	require.Eventually(t, func() bool { return first.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	const n = 20
+	for i := range n {
+		_, err := js.Publish(context.Background(), fmt.Sprintf("telemetry.dev-%d", i), []byte(`{"ts":1795309323456,"v":1}`))
+		require.NoError(t, err)
+	}
+	cons, err := js.Consumer(context.Background(), cfg.Stream, cfg.Consumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == n
+	}, 10*time.Second, 10*time.Millisecond, "the first run holds every message unacked")
+	nc1.Close() // killed: its deliveries stay pending on the server
+
+	// Started again: every message is stored well within the ack wait.
+	w := &fakeWriter{}
+	in, err := New(nc, w, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	started := time.Now()
+	require.Eventually(t, func() bool { return len(w.stored("")) == n }, cfg.AckWait/3, 20*time.Millisecond,
+		"the killed run's deliveries were not redelivered at once")
+	require.Eventually(t, func() bool {
+		ok, err := in.CaughtUp(ctx)
+		return err == nil && ok
+	}, cfg.AckWait/3, 20*time.Millisecond)
+	t.Logf("stored and caught up %s after the restart (ack wait %s)", time.Since(started).Round(time.Millisecond), cfg.AckWait)
+	assert.Empty(t, stuck.stored(""))
 }

@@ -359,6 +359,7 @@ func (c *clusterNode) start(p int) error {
 	icfg.Partitions, icfg.Partition = m.cfg.Cluster.Partitions, p
 	icfg.Replicas = m.cfg.Cluster.StreamReplicas
 	icfg.Consumer = c.consumerName(p)
+	icfg.Exclusive = true // named after this node, whose name is unique (leases)
 	icfg.Positions = partitionPositions{st: m.store, p: p}
 	icfg.Tombstones = m.store
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
