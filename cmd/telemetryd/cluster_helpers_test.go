@@ -43,7 +43,9 @@ type natsCluster struct {
 	servers []*server.Server
 }
 
-func startNATSCluster(t *testing.T, n int) *natsCluster {
+// startNATSCluster starts n servers; edit (if any) adjusts the options
+// of server i before it starts.
+func startNATSCluster(t *testing.T, n int, edit ...func(i int, o *server.Options)) *natsCluster {
 	t.Helper()
 	c := &natsCluster{t: t}
 	routePorts := make([]int, n)
@@ -64,6 +66,9 @@ func startNATSCluster(t *testing.T, n int) *natsCluster {
 		})
 		if n == 1 { // a lone server: JetStream without a cluster
 			c.opts[i].Cluster, c.opts[i].Routes = server.ClusterOpts{}, nil
+		}
+		for _, e := range edit {
+			e(i, c.opts[i])
 		}
 		c.servers = append(c.servers, nil)
 	}
