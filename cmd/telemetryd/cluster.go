@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -221,19 +222,35 @@ type storeReader interface {
 func (m *Main) withCluster(c *api.Config) error {
 	r := m.cluster.router
 	c.Reader = r
-	c.Admin = clusterAdmin{router: r, local: admin{store: m.store, ret: m.ret}}
+	c.Admin = clusterAdmin{router: r, members: m.cluster.members, local: admin{store: m.store, ret: m.ret}, log: m.log}
 	c.Internal = r.Handler()
 	return withDashboards(c, r)
 }
 
 // clusterAdmin drops tables on every node; retention stays per node.
 type clusterAdmin struct {
-	router *cluster.Router
-	local  admin
+	router  *cluster.Router
+	members *ownership.Membership
+	local   admin
+	log     *slog.Logger
 }
 
+// DropTable records the drop cluster-wide first (a node that is down
+// or unreachable applies it when it is back, see applyDrops), then
+// drops the day on every live node.
 func (a clusterAdmin) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
+	at := time.Now()
+	if err := a.members.RecordDrop(ctx, day, at, false); err != nil {
+		return buckets.TableDrop{Day: day, Readings: -1}, fmt.Errorf("table %s: %w: %w", day, err, buckets.ErrUnavailable)
+	}
 	d, err := a.router.DropTable(ctx, day)
+	// Gone round: the nodes that did not answer may now apply it. (If
+	// this fails, they do after the record's wait.)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	if rerr := a.members.RecordDrop(rctx, day, at, true); rerr != nil {
+		a.log.Warn("record a cluster-wide drop as sent round", "table", day.String(), "error", rerr)
+	}
+	cancel()
 	if err != nil {
 		return d, err
 	}
@@ -337,12 +354,71 @@ func (c *clusterNode) step(ctx context.Context) {
 		}
 	}
 	c.mu.Unlock()
+	c.applyDrops(ctx)
 	c.members.SetHolding(holding)
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.members.SetReady(rctx, ready); err != nil && ctx.Err() == nil {
 		c.m.log.Warn("publish caught-up partitions", "error", err)
 	}
+}
+
+// dropSkew is how much earlier than the cluster-wide record a node's
+// own drop of a day may be stamped (the nodes' clocks differ) and still
+// count as that drop.
+const dropSkew = time.Minute
+
+// applyDrops drops the days dropped cluster-wide that this node still
+// holds without a drop of its own since: it was down or unreachable
+// when the DELETE went round.
+func (c *clusterNode) applyDrops(ctx context.Context) {
+	for day, at := range c.members.Drops() {
+		if own, ok := c.m.store.DroppedAt(day); ok && !own.Before(at.Add(-dropSkew)) {
+			continue
+		}
+		d, err := c.m.store.DropTable(ctx, day)
+		switch {
+		case errors.Is(err, buckets.ErrNotFound), errors.Is(err, buckets.ErrUnavailable): // none, or being dropped
+		case err != nil:
+			c.m.log.Warn("drop a day dropped cluster-wide while this node was away", "table", day.String(), "error", err)
+		default:
+			c.m.log.Info("dropped a day dropped cluster-wide while this node was away", "table", day.String(),
+				"dropped_cluster_wide", at, "size_bytes", d.SizeBytes)
+		}
+	}
+}
+
+// clusterTombstones are the store's tombstones and the cluster-wide
+// drops together: a partition consumer skips a reading of a day
+// dropped by either after its message was stored, so a node that
+// replays the stream (a new owner, or one back from an outage) does
+// not write a cluster-wide dropped day again.
+type clusterTombstones struct {
+	local   ingest.Tombstones
+	cluster interface {
+		DroppedAt(buckets.Day) (time.Time, bool)
+	}
+}
+
+func (t clusterTombstones) DroppedAt(day buckets.Day) (time.Time, bool) {
+	a, okA := t.local.DroppedAt(day)
+	b, okB := t.cluster.DroppedAt(day)
+	switch {
+	case okA && okB:
+		return maxTime(a, b), true
+	case okB:
+		return b, true
+	}
+	return a, okA
+}
+
+func (t clusterTombstones) HoldDrops() (release func()) { return t.local.HoldDrops() }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // consumerName is the durable consumer of partition p on this node.
@@ -361,7 +437,7 @@ func (c *clusterNode) start(p int) error {
 	icfg.Consumer = c.consumerName(p)
 	icfg.Exclusive = true // named after this node, whose name is unique (leases)
 	icfg.Positions = partitionPositions{st: m.store, p: p}
-	icfg.Tombstones = m.store
+	icfg.Tombstones = clusterTombstones{local: m.store, cluster: c.members}
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
 	// The consumer share of the memory budget is split between the

@@ -22,6 +22,9 @@
 // until that many of its desired owners have published it as caught
 // up. Queries go only to nodes that have published a partition as
 // caught up (Owners).
+//
+// The days dropped cluster-wide are recorded beside the leases (see
+// drops.go), so that a node that missed a DELETE applies it later.
 package ownership
 
 import (
@@ -40,6 +43,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/buckets"
 )
 
 // Defaults of Config.
@@ -121,6 +126,8 @@ type Membership struct {
 	live    map[string]Lease // by node, this node included once it holds its lease
 	ready   []int            // this node's caught-up partitions
 	holding map[int]bool     // partitions this node consumes now
+	dropsKV jetstream.KeyValue
+	drops   map[buckets.Day]drop // days dropped cluster-wide (drops.go)
 }
 
 // New checks cfg and returns a Membership on js; Run keeps it.
@@ -154,6 +161,7 @@ func New(js jetstream.JetStream, cfg Config) (*Membership, error) {
 		changed: make(chan struct{}, 1),
 		live:    map[string]Lease{},
 		holding: map[int]bool{},
+		drops:   map[buckets.Day]drop{},
 	}, nil
 }
 
@@ -186,14 +194,21 @@ func (m *Membership) Open(ctx context.Context) error {
 	if err := m.renew(ctx); err != nil {
 		return err
 	}
+	if err := m.openDrops(ctx); err != nil {
+		return err
+	}
 	return m.refresh(ctx)
 }
+
+// dropsEvery is how often the cluster-wide drops are read again.
+const dropsEvery = 10 * time.Second
 
 // Run renews the lease and refreshes the view every third of the lease
 // TTL until ctx is done, then deletes the lease.
 func (m *Membership) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.LeaseTTL / 3)
 	defer t.Stop()
+	lastDrops := m.cfg.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -217,6 +232,15 @@ func (m *Membership) Run(ctx context.Context) {
 			m.log.Warn("read leases", "error", err)
 		}
 		cancel()
+		if m.cfg.Now().Sub(lastDrops) >= dropsEvery {
+			rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
+			if err := m.readDrops(rctx); err != nil && ctx.Err() == nil {
+				m.log.Warn("read cluster-wide drops", "error", err)
+			} else {
+				lastDrops = m.cfg.Now()
+			}
+			cancel()
+		}
 	}
 }
 
