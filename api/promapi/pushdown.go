@@ -170,7 +170,7 @@ func (it *windowIter) window(end int64) (buckets.Summary, error) {
 func (it *windowIter) loadGrid() error {
 	r := buckets.Ticks(it.w.rng) * 10000
 	from, to := ticksOf(it.w.first-it.w.rng), ticksOf(it.w.last+it.w.rng)
-	grid := map[buckets.Ticks]buckets.Summary{}
+	grid := make(map[buckets.Ticks]buckets.Summary, min((to-from)/r+2, 10000))
 	q := buckets.AggregateQuery{Device: it.dev, From: from, To: to, Interval: r, Fields: []string{it.name}, PerMillisecond: true,
 		Limit: int(min((to-from)/r+2, 10000))}
 	for {
