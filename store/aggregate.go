@@ -84,7 +84,7 @@ const ticksPerMs = buckets.TicksPerSecond / 1000
 // before it sees them.
 const maxBucketsHint = 4096
 
-// slabSize is the most summaries (and names) an aggregator allocates at
+// slabSize is the most summaries an aggregator allocates at
 // once for its buckets; it starts with fewer when it expects few
 // buckets.
 const slabSize = 256
@@ -95,17 +95,16 @@ type aggregator struct {
 	fields   map[string]bool       // nil: every name
 	buckets  map[buckets.Ticks]int // bucket start -> index in bs
 	bs       []aggBucket
-	sumSlab  []buckets.Summary // room for the first summary of new buckets
-	nameSlab []string
-	width    int               // the most names a bucket has held
-	slabSize int               // the size of the next slab
-	headers  int               // blocks summarised from their header (for tests)
-	columns  int               // blocks read column by column
-	decoded  int               // blocks decoded into readings
-	maxStart buckets.Ticks     // the latest bucket start seen
-	names    map[string]string // interned value names
-	scan     block.Scanner     // reused by every block read column by column
-	msTicks  []buckets.Ticks   // values left by newestPerMs
+	slab     []buckets.NamedSummary // room for the summaries of new buckets
+	width    int                    // the most names a bucket has held
+	slabSize int                    // the size of the next slab
+	headers  int                    // blocks summarised from their header (for tests)
+	columns  int                    // blocks read column by column
+	decoded  int                    // blocks decoded into readings
+	maxStart buckets.Ticks          // the latest bucket start seen
+	names    map[string]string      // interned value names
+	scan     block.Scanner          // reused by every block read column by column
+	msTicks  []buckets.Ticks        // values left by newestPerMs
 	msVals   []float64
 	refs     []blockRef // buffers of table, reused from table to table
 	distinct []bool     // per ref: no two of its readings share a millisecond
@@ -113,11 +112,11 @@ type aggregator struct {
 	group    []int
 }
 
-// aggBucket is one bucket being summed: few names, so a slice.
+// aggBucket is one bucket being summed: few names, so a slice, which
+// becomes the bucket's Values in the page.
 type aggBucket struct {
 	start buckets.Ticks
-	names []string
-	sums  []buckets.Summary
+	vals  []buckets.NamedSummary
 }
 
 // newAggregator returns an aggregator for q with room for about hint
@@ -159,9 +158,9 @@ func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary 
 		a.maxStart = max(a.maxStart, start)
 	}
 	b := &a.bs[i]
-	for i, n := range b.names {
-		if n == string(name) {
-			return &b.sums[i]
+	for i := range b.vals {
+		if b.vals[i].Name == string(name) {
+			return &b.vals[i].Summary
 		}
 	}
 	interned, ok := a.names[string(name)]
@@ -169,21 +168,19 @@ func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary 
 		interned = string(name)
 		a.names[interned] = interned
 	}
-	if len(b.names) == 0 { // the first name: room for as many as the widest bucket from the slabs
+	if len(b.vals) == 0 { // the first name: room for as many as the widest bucket from the slab
 		w := max(a.width, 1)
-		if cap(a.sumSlab)-len(a.sumSlab) < w {
-			size := max(a.slabSize, w)
-			a.sumSlab, a.nameSlab = make([]buckets.Summary, 0, size), make([]string, 0, size)
+		if cap(a.slab)-len(a.slab) < w {
+			a.slab = make([]buckets.NamedSummary, 0, max(a.slabSize, w))
 			a.slabSize = min(2*a.slabSize, slabSize)
 		}
-		n := len(a.sumSlab)
-		a.sumSlab, a.nameSlab = a.sumSlab[:n+w], a.nameSlab[:n+w]
-		b.sums, b.names = a.sumSlab[n:n:n+w], a.nameSlab[n:n:n+w]
+		n := len(a.slab)
+		a.slab = a.slab[:n+w]
+		b.vals = a.slab[n : n : n+w]
 	}
-	a.width = max(a.width, len(b.names)+1)
-	b.names = append(b.names, interned)
-	b.sums = append(b.sums, buckets.Summary{})
-	return &b.sums[len(b.sums)-1]
+	a.width = max(a.width, len(b.vals)+1)
+	b.vals = append(b.vals, buckets.NamedSummary{Name: interned})
+	return &b.vals[len(b.vals)-1].Summary
 }
 
 // finalBefore counts the buckets that start before start.
@@ -216,8 +213,10 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	}
 	txn, release := t.readTxn()
 	defer release()
+	it := newBlockIterator(txn, a.q.Device) // both passes
+	defer it.Close()
 	refs, distinct := a.refs[:0], a.distinct[:0]
-	err = eachBlock(txn, a.q.Device, lo, func(bi blockItem) (bool, error) {
+	err = it.each(lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest < hi {
 			refs = append(refs, bi.ref)
 			distinct = append(distinct, bi.item.UserMeta()&metaDistinctMs != 0)
@@ -231,7 +230,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	group := a.groups(refs, lo, hi)
 	var res map[int]*resolver
 	next := 0 // the second pass meets the same blocks in the same order
-	err = eachBlock(txn, a.q.Device, lo, func(bi blockItem) (bool, error) {
+	err = it.each(lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest >= hi {
 			return true, nil
 		}
@@ -451,7 +450,7 @@ func (a *aggregator) page() buckets.AggregatePage {
 	}
 	keys := make([]key, 0, len(a.bs))
 	for i := range a.bs {
-		if len(a.bs[i].names) > 0 {
+		if len(a.bs[i].vals) > 0 {
 			keys = append(keys, key{a.bs[i].start, i})
 		}
 	}
@@ -460,18 +459,9 @@ func (a *aggregator) page() buckets.AggregatePage {
 	if len(keys) > a.q.Limit {
 		keys, p.More = keys[:a.q.Limit], true
 	}
-	total := 0
-	for _, k := range keys {
-		total += len(a.bs[k.i].names)
-	}
-	slab := make([]buckets.NamedSummary, total)
 	for _, k := range keys {
 		ab := &a.bs[k.i]
-		b := buckets.AggregateBucket{Start: ab.start, Values: slab[:len(ab.names):len(ab.names)]}
-		slab = slab[len(ab.names):]
-		for i, name := range ab.names {
-			b.Values[i] = buckets.NamedSummary{Name: name, Summary: ab.sums[i]}
-		}
+		b := buckets.AggregateBucket{Start: ab.start, Values: ab.vals[:len(ab.vals):len(ab.vals)]}
 		slices.SortFunc(b.Values, func(x, y buckets.NamedSummary) int { return cmp.Compare(x.Name, y.Name) })
 		p.Buckets = append(p.Buckets, b)
 	}

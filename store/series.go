@@ -123,11 +123,29 @@ type blockItem struct {
 // is not older than lo, newest block first, until fn returns false.
 // Keys of another shape under the prefix are skipped.
 func eachBlock(txn *badger.Txn, dev buckets.DeviceID, lo buckets.Ticks, fn func(blockItem) (bool, error)) error {
-	prefix := buckets.DevicePrefix(dev)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := newBlockIterator(txn, dev)
 	defer it.Close()
+	return it.each(lo, fn)
+}
+
+// blockIterator walks the blocks of one device; each walk starts from
+// its newest block again, so one iterator serves several passes.
+type blockIterator struct {
+	*badger.Iterator
+	prefixLen int
+}
+
+// newBlockIterator returns an iterator over the blocks of dev in txn;
+// Close it when done.
+func newBlockIterator(txn *badger.Txn, dev buckets.DeviceID) blockIterator {
+	prefix := buckets.DevicePrefix(dev)
+	return blockIterator{txn.NewIterator(badger.IteratorOptions{Prefix: prefix}), len(prefix)}
+}
+
+// each is eachBlock on the iterator's device.
+func (it blockIterator) each(lo buckets.Ticks, fn func(blockItem) (bool, error)) error {
 	for it.Rewind(); it.Valid(); it.Next() {
-		ref, ok := parseBlockKey(it.Item().Key(), len(prefix))
+		ref, ok := parseBlockKey(it.Item().Key(), it.prefixLen)
 		if !ok {
 			continue
 		}
