@@ -89,20 +89,10 @@ func (s *Store) acquire(ctx context.Context, day buckets.Day, a access) (*table,
 // writer's detach gave up its last reference (the caller ends it).
 func (s *Store) ref(day buckets.Day, a access) (h, idle *handle, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, nil, errClosed
-	}
-	t := s.tables[day]
-	if t == nil && a == forWrite {
-		t = newTable(day, s.tableDir(day))
-		s.tables[day] = t
-	}
-	switch {
-	case t == nil || (t.dropping && a == forRead):
-		return nil, nil, nil
-	case t.dropping:
-		return nil, nil, tableDropping(day)
+	t, err := s.route(day, a)
+	if t == nil {
+		s.mu.Unlock()
+		return nil, nil, err
 	}
 	h = t.cur
 	if h != nil && a == forWrite && !h.writable && !s.opts.ReadOnly {
@@ -113,6 +103,7 @@ func (s *Store) ref(day buckets.Day, a access) (h, idle *handle, err error) {
 	}
 	if h == nil {
 		if t.failErr != nil && s.now().Sub(t.failedAt) < reopenAfter {
+			s.mu.Unlock()
 			return nil, idle, unavailableTable(day, t.failErr)
 		}
 		h = s.newHandle(t, a)
@@ -120,7 +111,28 @@ func (s *Store) ref(day buckets.Day, a access) (h, idle *handle, err error) {
 	h.refs++
 	s.inflight.Add(1)
 	s.touch(t)
+	s.mu.Unlock()
 	return h, idle, nil
+}
+
+// route returns the table of day that a may use, creating it for a
+// write; nil for a read of a missing or dropping table. s.mu is held.
+func (s *Store) route(day buckets.Day, a access) (*table, error) {
+	if s.closed {
+		return nil, errClosed
+	}
+	t := s.tables[day]
+	if t == nil && a == forWrite {
+		t = newTable(day, s.tableDir(day))
+		s.tables[day] = t
+	}
+	switch {
+	case t == nil || (t.dropping && a == forRead):
+		return nil, nil
+	case t.dropping:
+		return nil, tableDropping(day)
+	}
+	return t, nil
 }
 
 // tableDropping is the error of a write to a table being dropped.
