@@ -170,7 +170,7 @@ func TestHandleChurn(t *testing.T) {
 	ts = ts.reopen(t)
 	pick := func() buckets.Day { return days[rand.IntN(len(days))] }
 
-	var calls atomic.Int64
+	var calls, drops atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	run := func(n int, fn func(i int) error) {
@@ -218,6 +218,9 @@ func TestHandleChurn(t *testing.T) {
 		if errors.Is(err, buckets.ErrNotFound) || errors.Is(err, buckets.ErrUnavailable) {
 			return nil
 		}
+		if err == nil {
+			drops.Add(1)
+		}
 		time.Sleep(5 * time.Millisecond)
 		return err
 	})
@@ -226,7 +229,7 @@ func TestHandleChurn(t *testing.T) {
 		ts.clock.Advance(time.Millisecond)
 		return nil
 	})
-	require.Eventually(t, func() bool { return calls.Load() > 600 }, 60*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return calls.Load() > 600 && drops.Load() >= 3 }, 60*time.Second, time.Millisecond)
 	close(stop)
 	wg.Wait()
 
