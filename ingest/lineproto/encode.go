@@ -18,8 +18,8 @@ const maxHeaderValue = 1024
 
 // build encodes the merged readings: per device (in first-seen order)
 // one message of its readings in time order, in the binary form of
-// package wire (the ingester decodes it several times cheaper than
-// JSON), split where a message would pass buckets.MaxBatch readings or
+// package wire (the ingester decodes it two to three times cheaper
+// than JSON), split where a message would pass buckets.MaxBatch readings or
 // MaxMessageBytes.
 func (m *mapper) build() {
 	var enc wire.Encoder
