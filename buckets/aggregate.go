@@ -10,7 +10,8 @@ import "math"
 // when set, resumes behind the bucket that starts at *After.
 // PerMillisecond summarises, per value name, only the newest value of
 // each millisecond instead of every reading: the samples a Prometheus
-// series has.
+// series has. It is left out of JSON when false, so nodes that do not
+// know it still take the other queries forwarded to them.
 type AggregateQuery struct {
 	Device         DeviceID
 	From           Ticks // inclusive
@@ -19,7 +20,7 @@ type AggregateQuery struct {
 	Fields         []string
 	Limit          int
 	After          *Ticks
-	PerMillisecond bool
+	PerMillisecond bool `json:",omitempty"`
 }
 
 // Summary is what a bucket knows of one value name: how many readings

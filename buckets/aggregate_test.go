@@ -1,6 +1,7 @@
 package buckets
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"testing"
 
@@ -55,4 +56,15 @@ func TestNumeric(t *testing.T) {
 		assert.Equal(t, tc.ok, ok, tc.v.Kind.String())
 		assert.Equal(t, tc.want, got, tc.v.Kind.String())
 	}
+}
+
+func TestAggregateQueryLeavesPerMillisecondOutOfJSONWhenFalse(t *testing.T) {
+	b, err := json.Marshal(AggregateQuery{Device: "d", Interval: TicksPerSecond, Limit: 1})
+	assert.NoError(t, err)
+	assert.NotContains(t, string(b), "PerMillisecond", "a node that does not know the field refuses it")
+	b, err = json.Marshal(AggregateQuery{Device: "d", Interval: TicksPerSecond, Limit: 1, PerMillisecond: true})
+	assert.NoError(t, err)
+	var back AggregateQuery
+	assert.NoError(t, json.Unmarshal(b, &back))
+	assert.True(t, back.PerMillisecond)
 }

@@ -24,8 +24,11 @@ var unixEpoch = buckets.MustTicks(time.Unix(0, 0))
 // (device, ticks) count once, with their merged values.
 //
 // A block that lies wholly inside one bucket and overlaps no other
-// block of the device is summarised from its header alone; only the
-// blocks at bucket edges (and overlapping ones) are decoded.
+// block of the device is summarised from its header alone (per
+// millisecond, only when the block says no two of its readings share
+// one); blocks cut by bucket edges have only their time column and the
+// wanted values' columns read; only blocks that overlap others are
+// decoded into readings.
 func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (buckets.AggregatePage, error) {
 	if q.Interval < buckets.TicksPerSecond {
 		return buckets.AggregatePage{}, fmt.Errorf("%w: aggregate: interval of %d ticks is less than one second", buckets.ErrInvalidArgument, q.Interval)
@@ -202,7 +205,8 @@ func (a *aggregator) finalBefore(start buckets.Ticks) int {
 //
 // A first pass over the keys finds the blocks and which of them lie
 // alone in one bucket; a second pass reads those from their headers in
-// place and decodes the others, each group of overlapping blocks
+// place, reads the other blocks that overlap no block column by column
+// and decodes the rest into readings, each group of overlapping blocks
 // resolved together.
 //
 // Long: the two passes walk the same keys and must meet the same blocks
