@@ -362,7 +362,12 @@ func readFloats(r *reader, n int) []float64 {
 	if n == 0 {
 		return nil
 	}
-	fs := make([]float64, n)
+	return readFloatsInto(r, make([]float64, n))
+}
+
+// readFloatsInto reads a float column of len(fs) values into fs, which
+// it returns (nil on failure).
+func readFloatsInto(r *reader, fs []float64) []float64 {
 	switch r.byte("float encoding") {
 	case floatDecimal:
 		e := int(r.byte("exponent"))
@@ -372,7 +377,7 @@ func readFloats(r *reader, n int) []float64 {
 		}
 		var m int64
 		for i := range fs {
-			m += r.varint("decimal")
+			m += r.fastVarint("decimal")
 			fs[i] = float64(m) / pow10[e]
 		}
 	case floatXOR:
@@ -396,7 +401,11 @@ func readInts(r *reader, n int) []int64 {
 	if n == 0 {
 		return nil
 	}
-	is := make([]int64, n)
+	return readIntsInto(r, make([]int64, n))
+}
+
+// readIntsInto reads an int column of len(is) values into is.
+func readIntsInto(r *reader, is []int64) []int64 {
 	var prev int64
 	for i := range is {
 		prev += r.varint("int")

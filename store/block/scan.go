@@ -2,9 +2,7 @@ package block
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/bits"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -297,34 +295,7 @@ func (sc *Scanner) readFloats(r *reader, n int) []float64 {
 	if cap(sc.floats) < n {
 		sc.floats = make([]float64, n)
 	}
-	fs := sc.floats[:n]
-	switch r.byte("float encoding") {
-	case floatDecimal:
-		e := int(r.byte("exponent"))
-		if e > maxDecimals {
-			r.fail("exponent")
-			return nil
-		}
-		var m int64
-		p := pow10[e]
-		for i := range fs {
-			m += r.fastVarint("decimal")
-			fs[i] = float64(m) / p
-		}
-	case floatXOR:
-		p := r.bytes(uint64(8*n), "xor")
-		if p == nil {
-			return nil
-		}
-		var prev uint64
-		for i := range fs {
-			prev ^= binary.LittleEndian.Uint64(p[8*i:])
-			fs[i] = math.Float64frombits(prev)
-		}
-	default:
-		r.fail("float encoding")
-	}
-	return fs
+	return readFloatsInto(r, sc.floats[:n])
 }
 
 // readInts is readInts into the scanner's buffer.
@@ -332,13 +303,7 @@ func (sc *Scanner) readInts(r *reader, n int) []int64 {
 	if cap(sc.ints) < n {
 		sc.ints = make([]int64, n)
 	}
-	is := sc.ints[:n]
-	var prev int64
-	for i := range is {
-		prev += r.varint("int")
-		is[i] = prev
-	}
-	return is
+	return readIntsInto(r, sc.ints[:n])
 }
 
 // skipStrings reads past a string column of n values, checking it as
