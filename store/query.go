@@ -10,7 +10,6 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/store/block"
 )
 
 // Reads never open a table that cannot hold the device: the device
@@ -178,7 +177,10 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			if out = append(out, res.take(order, bi.ref.newest)...); len(out) >= limit {
 				return false, nil
 			}
-			rs, err := decodeItem(bi, dev)
+			// Only the newest limit-len(out) readings of the block can
+			// be among the answer's: any older one has that many newer
+			// ones in this block alone.
+			rs, err := readItem(bi, dev, lo, hi, limit-len(out), true)
 			if err != nil {
 				return false, err
 			}
@@ -220,7 +222,7 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 		if out = append(out, res.take(buckets.Asc, b.ref.oldest)...); len(out) >= limit {
 			return out, nil
 		}
-		_, rs, err := block.Decode(b.value, dev)
+		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false)
 		if err != nil {
 			return out, fmt.Errorf("block %s..%s: %w", b.ref.oldest.FormatTime(), b.ref.newest.FormatTime(), err)
 		}
@@ -240,12 +242,12 @@ func getReading(txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks) (r bucke
 		if bi.ref.oldest > k || (ok && bi.ref.seq < best) {
 			return true, nil
 		}
-		rs, err := decodeItem(bi, dev)
+		rs, err := readItem(bi, dev, k, k+1, 1, true)
 		if err != nil {
 			return false, err
 		}
-		if i, found := slices.BinarySearchFunc(rs, k, func(x buckets.Reading, k buckets.Ticks) int { return cmp.Compare(x.Ticks, k) }); found {
-			r, ok, best = rs[i], true, bi.ref.seq
+		if len(rs) == 1 {
+			r, ok, best = rs[0], true, bi.ref.seq
 		}
 		return true, nil
 	})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -160,7 +161,7 @@ func (it blockIterator) each(lo buckets.Ticks, fn func(blockItem) (bool, error))
 	return nil
 }
 
-// decodeItem decodes the block of bi.
+// decodeItem decodes the whole block of bi.
 func decodeItem(bi blockItem, dev buckets.DeviceID) ([]buckets.Reading, error) {
 	var rs []buckets.Reading
 	err := bi.item.Value(func(v []byte) error {
@@ -172,6 +173,34 @@ func decodeItem(bi blockItem, dev buckets.DeviceID) ([]buckets.Reading, error) {
 		return nil, fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
 	}
 	return rs, nil
+}
+
+// scanners holds the block scanners of readers, so a query reuses the
+// buffers a previous one grew instead of growing its own.
+var scanners = sync.Pool{New: func() any { return new(block.Scanner) }}
+
+// readItem returns the readings of the block of bi with lo <= ticks <
+// hi, oldest first; when limit is positive only the newest limit of
+// them (newest) or the oldest limit. Only those rows are decoded into
+// readings.
+func readItem(bi blockItem, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool) ([]buckets.Reading, error) {
+	var rs []buckets.Reading
+	err := bi.item.Value(func(v []byte) error {
+		var err error
+		rs, err = readBlock(v, dev, lo, hi, limit, newest)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+	}
+	return rs, nil
+}
+
+// readBlock is readItem on the bytes of a block.
+func readBlock(b []byte, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool) ([]buckets.Reading, error) {
+	sc := scanners.Get().(*block.Scanner)
+	defer scanners.Put(sc)
+	return sc.Readings(b, dev, lo, hi, limit, newest)
 }
 
 // resolver merges the readings of overlapping blocks: for each ticks

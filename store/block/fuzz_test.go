@@ -22,7 +22,8 @@ func mustTime(s string) time.Time {
 // FuzzDecode feeds arbitrary bytes to the decoder: it must never panic,
 // and whatever it accepts must encode again into a block that decodes
 // to the same readings. The Scanner must accept exactly what Decode
-// accepts and report the same numeric values. The seed corpus is in
+// accepts and report the same numeric values, and Scanner.Readings
+// must return Decode's rows for every window. The seed corpus is in
 // testdata/fuzz/FuzzDecode.
 func FuzzDecode(f *testing.F) {
 	for _, rs := range [][]buckets.Reading{series(1, 1), series(50, 2), {
@@ -38,11 +39,15 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, rs, err := block.Decode(data, "dev-1")
 		got, scanErr := scanned(t, &sc, data, all)
+		_, winErr := sc.Readings(data, "dev-1", 0, buckets.MaxTicks+1, 1, true)
 		if err != nil {
 			require.Error(t, scanErr, "the scanner refuses what Decode refuses (%v)", err)
+			require.Error(t, winErr, "Readings refuses what Decode refuses (%v)", err)
 			return
 		}
 		require.NoError(t, scanErr, "the scanner accepts what Decode accepts")
+		require.NoError(t, winErr, "Readings accepts what Decode accepts")
+		checkWindows(t, &sc, data, rs)
 		require.Equal(t, numericOf(rs, all), got)
 		require.Len(t, rs, h.Count)
 		again, err := block.Encode(nil, rs)

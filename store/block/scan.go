@@ -25,6 +25,11 @@ type Scanner struct {
 	ints   []int64
 	kinds  []byte
 	cover  []byte // readings that hold at least one value, as bits
+
+	dictRaw [][]byte // the current string column's dictionary
+	strIdx  []uint32 // the current string column's indices
+	dict    []string // dictRaw entries made strings, "" until used
+	win     window
 }
 
 // scanName is what the scanner needs of one name of the header.
@@ -193,65 +198,11 @@ func (sc *Scanner) times(r *reader, n int, oldest, newest buckets.Ticks) error {
 // its numeric values afterwards; when cover, the readings it is present
 // in are marked in sc.cover.
 func (sc *Scanner) column(r *reader, in *scanName, n int, wanted, cover bool) error {
-	var present []byte
-	if in.count < n {
-		present = r.bytes(uint64((n+7)/8), "bitmap")
-		if r.err != nil {
-			return r.err
-		}
-		got := 0
-		for i, c := range present {
-			if i == len(present)-1 && n%8 != 0 {
-				c &= 1<<(n%8) - 1 // bits past n are not readings
-			}
-			got += bits.OnesCount8(c)
-		}
-		if got != in.count {
-			return fmt.Errorf("%w: presence bitmap has %d values, header says %d", ErrCorrupt, got, in.count)
-		}
-		if cover {
-			for i := range sc.cover {
-				sc.cover[i] |= present[i]
-			}
-		}
-	} else if cover {
-		for i := range sc.cover {
-			sc.cover[i] = 0xff
-		}
+	c, err := sc.readColumn(r, in, n, cover, false)
+	if err != nil || !wanted {
+		return err
 	}
-	var counts [buckets.KindString + 1]int
-	single := bits.OnesCount8(in.kinds) == 1
-	if single {
-		counts[bits.TrailingZeros8(in.kinds)] = in.count
-	} else {
-		sc.kinds = growBytes(sc.kinds, in.count)
-		for i := range sc.kinds {
-			k := r.byte("kind")
-			if in.kinds&(1<<k) == 0 || buckets.Kind(k) > buckets.KindString {
-				r.fail("kind")
-				return r.err
-			}
-			sc.kinds[i] = k
-			counts[k]++
-		}
-	}
-	sc.floats = sc.readFloats(r, counts[buckets.KindFloat])
-	sc.ints = sc.readInts(r, counts[buckets.KindInt])
-	var boolBits []byte
-	if nb := counts[buckets.KindBool]; nb > 0 {
-		boolBits = r.bytes(uint64((nb+7)/8), "bitmap")
-	}
-	skipStrings(r, counts[buckets.KindString])
-	if r.err != nil {
-		return r.err
-	}
-	if numeric := in.count - counts[buckets.KindString]; numeric != in.num {
-		return fmt.Errorf("%w: %d numeric values, header says %d", ErrCorrupt, numeric, in.num)
-	}
-	if !wanted {
-		return nil
-	}
-	if single && present == nil && counts[buckets.KindFloat] == n {
+	if c.single && c.present == nil && c.counts[buckets.KindFloat] == n {
 		sc.sel, sc.vals = sc.ticks, sc.floats
 		return nil
 	}
@@ -259,22 +210,15 @@ func (sc *Scanner) column(r *reader, in *scanName, n int, wanted, cover bool) er
 	defer func() { sc.sel, sc.vals = sc.selBuf, sc.valBuf }()
 	fi, ii, bi, j := 0, 0, 0, -1
 	for i := range in.count {
-		j++ // the reading of the i-th value
-		for present != nil && present[j/8]&(1<<(j%8)) == 0 {
-			j++
-		}
-		kind := buckets.Kind(bits.TrailingZeros8(in.kinds))
-		if !single {
-			kind = buckets.Kind(sc.kinds[i])
-		}
+		j = c.nextRow(j)
 		var x float64
-		switch kind {
+		switch c.kind(sc, i) {
 		case buckets.KindFloat:
 			x, fi = sc.floats[fi], fi+1
 		case buckets.KindInt:
 			x, ii = float64(sc.ints[ii]), ii+1
 		case buckets.KindBool:
-			if boolBits[bi/8]&(1<<(bi%8)) != 0 {
+			if c.boolBits[bi/8]&(1<<(bi%8)) != 0 {
 				x = 1
 			}
 			bi++
@@ -285,6 +229,94 @@ func (sc *Scanner) column(r *reader, in *scanName, n int, wanted, cover bool) er
 		sc.valBuf = append(sc.valBuf, x)
 	}
 	return nil
+}
+
+// columnParts is a column read by readColumn: its floats and ints are
+// in the scanner's buffers (and, when kept, its strings in sc.dictRaw
+// and sc.strIdx), its kinds in sc.kinds unless single.
+type columnParts struct {
+	present  []byte // presence bitmap; nil: every reading
+	single   bool   // one kind only
+	kinds    uint8
+	counts   [buckets.KindString + 1]int
+	boolBits []byte
+}
+
+// nextRow returns the reading of the value after the one of reading j.
+func (c *columnParts) nextRow(j int) int {
+	j++
+	for c.present != nil && c.present[j/8]&(1<<(j%8)) == 0 {
+		j++
+	}
+	return j
+}
+
+// kind returns the kind of the i-th value.
+func (c *columnParts) kind(sc *Scanner, i int) buckets.Kind {
+	if c.single {
+		return buckets.Kind(bits.TrailingZeros8(c.kinds))
+	}
+	return buckets.Kind(sc.kinds[i])
+}
+
+// readColumn reads and checks the column of in as decodeColumn does.
+// When cover, the readings it is present in are marked in sc.cover;
+// when strs, its string dictionary and indices are kept.
+func (sc *Scanner) readColumn(r *reader, in *scanName, n int, cover, strs bool) (columnParts, error) {
+	c := columnParts{kinds: in.kinds}
+	if in.count < n {
+		c.present = r.bytes(uint64((n+7)/8), "bitmap")
+		if r.err != nil {
+			return c, r.err
+		}
+		got := 0
+		for i, b := range c.present {
+			if i == len(c.present)-1 && n%8 != 0 {
+				b &= 1<<(n%8) - 1 // bits past n are not readings
+			}
+			got += bits.OnesCount8(b)
+		}
+		if got != in.count {
+			return c, fmt.Errorf("%w: presence bitmap has %d values, header says %d", ErrCorrupt, got, in.count)
+		}
+		if cover {
+			for i := range sc.cover {
+				sc.cover[i] |= c.present[i]
+			}
+		}
+	} else if cover {
+		for i := range sc.cover {
+			sc.cover[i] = 0xff
+		}
+	}
+	c.single = bits.OnesCount8(in.kinds) == 1
+	if c.single {
+		c.counts[bits.TrailingZeros8(in.kinds)] = in.count
+	} else {
+		sc.kinds = growBytes(sc.kinds, in.count)
+		for i := range sc.kinds {
+			k := r.byte("kind")
+			if in.kinds&(1<<k) == 0 || buckets.Kind(k) > buckets.KindString {
+				r.fail("kind")
+				return c, r.err
+			}
+			sc.kinds[i] = k
+			c.counts[k]++
+		}
+	}
+	sc.floats = sc.readFloats(r, c.counts[buckets.KindFloat])
+	sc.ints = sc.readInts(r, c.counts[buckets.KindInt])
+	if nb := c.counts[buckets.KindBool]; nb > 0 {
+		c.boolBits = r.bytes(uint64((nb+7)/8), "bitmap")
+	}
+	sc.strings(r, c.counts[buckets.KindString], strs)
+	if r.err != nil {
+		return c, r.err
+	}
+	if numeric := in.count - c.counts[buckets.KindString]; numeric != in.num {
+		return c, fmt.Errorf("%w: %d numeric values, header says %d", ErrCorrupt, numeric, in.num)
+	}
+	return c, nil
 }
 
 // readFloats is readFloats into the scanner's buffer.
@@ -306,9 +338,11 @@ func (sc *Scanner) readInts(r *reader, n int) []int64 {
 	return readIntsInto(r, sc.ints[:n])
 }
 
-// skipStrings reads past a string column of n values, checking it as
-// readStrings does.
-func skipStrings(r *reader, n int) {
+// strings reads a string column of n values, checking it as
+// readStrings does; when keep, the dictionary (as views of the column
+// bytes) is left in sc.dictRaw and the index of each value in
+// sc.strIdx.
+func (sc *Scanner) strings(r *reader, n int, keep bool) {
 	if n == 0 {
 		return
 	}
@@ -317,21 +351,31 @@ func skipStrings(r *reader, n int) {
 		r.fail("dictionary size")
 		return
 	}
+	sc.dictRaw = sc.dictRaw[:0]
 	for range size {
 		l := r.uvarint("string length")
 		if l > buckets.MaxStringLen {
 			r.fail("string length")
 			return
 		}
-		r.bytes(l, "string")
+		p := r.bytes(l, "string")
+		if keep {
+			sc.dictRaw = append(sc.dictRaw, p)
+		}
 	}
-	if size == 1 {
-		return
+	if keep {
+		sc.strIdx = sc.strIdx[:0]
 	}
 	for range n {
-		if r.uvarint("string index") >= size {
-			r.fail("string index")
-			return
+		j := uint64(0)
+		if size > 1 {
+			if j = r.uvarint("string index"); j >= size {
+				r.fail("string index")
+				return
+			}
+		}
+		if keep {
+			sc.strIdx = append(sc.strIdx, uint32(j))
 		}
 	}
 }
