@@ -46,12 +46,21 @@ func ValidateValueName(name string) error {
 		return invalid(CodeInvalidName, "values."+name, "name must start with a letter or _")
 	}
 	for i := 1; i < len(name); i++ {
-		if c := name[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+		if c := name[i]; !valueNameByte[c] {
 			return invalid(CodeInvalidName, "values."+name, "name has %s at byte %d; only A-Z a-z 0-9 _ . - are allowed", quoteByte(c), i)
 		}
 	}
 	return nil
 }
+
+// valueNameByte tells the bytes a value name may hold after its first.
+var valueNameByte = func() (t [256]bool) {
+	for c := range 256 {
+		b := byte(c)
+		t[c] = isAlnum(b) || b == '_' || b == '.' || b == '-'
+	}
+	return t
+}()
 
 func isAlpha(c byte) bool { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') }
 func isAlnum(c byte) bool { return isAlpha(c) || (c >= '0' && c <= '9') }

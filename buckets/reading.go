@@ -155,9 +155,18 @@ func SortValues(fields []Field) (dup string, ok bool) {
 // Validate checks everything about r but the time window: device ID,
 // 1..MaxValues values, value names, value contents, sorted unique
 // names. The error is a *ValidationError naming the field.
-func (r *Reading) Validate() error {
-	if err := r.Device.Validate(); err != nil {
-		return err
+func (r *Reading) Validate() error { return r.ValidateAfter(nil) }
+
+// ValidateAfter is Validate for a reading checked right after prev,
+// which passed Validate: a device ID or value name equal to prev's (at
+// the same position) is not checked again. Readings in a batch mostly
+// repeat their device and names, and checking a name costs more than
+// comparing it.
+func (r *Reading) ValidateAfter(prev *Reading) error {
+	if prev == nil || r.Device != prev.Device {
+		if err := r.Device.Validate(); err != nil {
+			return err
+		}
 	}
 	if !r.Ticks.Valid() {
 		return invalid(CodeInvalidTime, "ts", "tick count %d is outside 0001..9999", int64(r.Ticks))
@@ -169,8 +178,10 @@ func (r *Reading) Validate() error {
 		return invalid(CodeTooManyValues, "values", "%d values is more than %d", n, MaxValues)
 	}
 	for i, f := range r.Values {
-		if err := ValidateValueName(f.Name); err != nil {
-			return err
+		if prev == nil || i >= len(prev.Values) || prev.Values[i].Name != f.Name {
+			if err := ValidateValueName(f.Name); err != nil {
+				return err
+			}
 		}
 		if i > 0 && r.Values[i-1].Name >= f.Name {
 			return invalid(CodeDuplicateValue, "values."+f.Name, "value names must be unique (and sorted)")

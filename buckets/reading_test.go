@@ -71,8 +71,13 @@ func TestReadingValidateRejects(t *testing.T) {
 		{"ticks before 0001", buckets.Reading{Device: "d", Ticks: -1, Values: floatFields(1)}, buckets.CodeInvalidTime, "ts", "outside 0001..9999"},
 		{"ticks past 9999", buckets.Reading{Device: "d", Ticks: buckets.MaxTicks + 1, Values: floatFields(1)}, buckets.CodeInvalidTime, "ts", "outside 0001..9999"},
 	}
+	// After a valid reading of another device and other names,
+	// ValidateAfter finds the same faults as Validate.
+	good := buckets.Reading{Device: "dev-0", Ticks: exampleTicks, Values: []buckets.Field{field("hum", buckets.Int(40)), field("x", buckets.Int(1))}}
+	require.NoError(t, good.Validate())
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			requireInvalid(t, tc.r.ValidateAfter(&good), tc.code, tc.field, tc.msg)
 			err := tc.r.Validate()
 			ve := requireInvalid(t, err, tc.code, tc.field, tc.msg)
 			assert.Equal(t, -1, ve.Index, "a single reading has no index")
@@ -83,6 +88,25 @@ func TestReadingValidateRejects(t *testing.T) {
 			assert.True(t, strings.HasPrefix(err.Error(), "reading 4: "+tc.field+": "), err.Error())
 		})
 	}
+}
+
+// ValidateAfter skips only what equals the valid reading before it: a
+// name at another position, or a changed one, is checked.
+func TestValidateAfterChecksWhatChanged(t *testing.T) {
+	prev := reading(field("a", buckets.Int(1)), field("b", buckets.Int(2)))
+	require.NoError(t, prev.Validate())
+	same := reading(field("a", buckets.Int(3)), field("b", buckets.Int(4)))
+	assert.NoError(t, same.ValidateAfter(&prev))
+	moved := reading(field("b", buckets.Int(3)), field("b-", buckets.Int(4)))
+	assert.NoError(t, moved.ValidateAfter(&prev))
+	bad := reading(field("a", buckets.Int(3)), field("b!", buckets.Int(4)))
+	requireInvalid(t, bad.ValidateAfter(&prev), buckets.CodeInvalidName, "values.b!", "only A-Z a-z 0-9 _ . - are allowed")
+	longer := reading(field("a", buckets.Int(3)), field("b", buckets.Int(4)), field("c d", buckets.Int(5)))
+	requireInvalid(t, longer.ValidateAfter(&prev), buckets.CodeInvalidName, "values.c d", "only A-Z")
+	otherDevice := buckets.Reading{Device: "a.b", Ticks: exampleTicks, Values: prev.Values}
+	requireInvalid(t, otherDevice.ValidateAfter(&prev), buckets.CodeInvalidDevice, "device", "has '.'")
+	unsorted := reading(field("b", buckets.Int(3)), field("a", buckets.Int(4)))
+	requireInvalid(t, unsorted.ValidateAfter(&prev), buckets.CodeDuplicateValue, "values.a", "unique")
 }
 
 func TestSortValues(t *testing.T) {

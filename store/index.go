@@ -148,6 +148,9 @@ func (x *deviceIndex) observe(rs []buckets.Reading) []buckets.DeviceID {
 // update keeps, for every name of r, the value of the newest reading.
 // At equal times the later write wins, as in a merge.
 func (e *deviceEntry) update(r *buckets.Reading) {
+	if e.updateSameNames(r) {
+		return
+	}
 	for _, f := range r.Values {
 		i, found := slices.BinarySearchFunc(e.latest, f.Name, func(a buckets.Field, name string) int {
 			return strings.Compare(a.Name, name)
@@ -171,6 +174,28 @@ func (e *deviceEntry) update(r *buckets.Reading) {
 		e.latest = slices.Delete(e.latest, oldest, oldest+1)
 		e.at = slices.Delete(e.at, oldest, oldest+1)
 	}
+}
+
+// updateSameNames is update's fast path for the common case: r has
+// exactly the names e keeps, in the same (sorted) order, so each value
+// lands at its own index without a search. It reports false, changing
+// nothing, when the names differ.
+func (e *deviceEntry) updateSameNames(r *buckets.Reading) bool {
+	if len(r.Values) != len(e.latest) {
+		return false
+	}
+	for i := range r.Values {
+		if r.Values[i].Name != e.latest[i].Name {
+			return false
+		}
+	}
+	for i, f := range r.Values {
+		if r.Ticks >= e.at[i] {
+			e.latest[i].Value = f.Value
+			e.at[i] = r.Ticks
+		}
+	}
+	return true
 }
 
 // flushDirty persists every record changed since its last persist.

@@ -47,10 +47,12 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 	if s.opts.ReadOnly {
 		return errReadOnly
 	}
+	var prev *buckets.Reading
 	for i := range rs {
-		if err := rs[i].Validate(); err != nil {
+		if err := rs[i].ValidateAfter(prev); err != nil {
 			return fmt.Errorf("write: reading %d: %w", i, err)
 		}
+		prev = &rs[i]
 	}
 	groups := groupByDay(rs)
 	ctx, span := s.tracer.Start(ctx, "store.commit", trace.WithAttributes(

@@ -195,9 +195,15 @@ type column struct {
 }
 
 // columnsOf splits rs into one column per name, sorted by name.
+// Readings of a device mostly carry the same names in the same order,
+// so the column of a reading's k-th value is first looked for where
+// the previous reading's k-th value went; the map is the fallback.
+// Long: one pass that checks and gathers every value; split, the
+// checks would need a second walk over every value.
 func columnsOf(rs []buckets.Reading) ([]column, error) {
 	index := make(map[string]int)
 	var cols []column
+	var hint []int // column of the previous reading's k-th value
 	for i := range rs {
 		r := &rs[i]
 		if i > 0 && r.Ticks <= rs[i-1].Ticks {
@@ -206,15 +212,25 @@ func columnsOf(rs []buckets.Reading) ([]column, error) {
 		if len(r.Values) == 0 {
 			return nil, fmt.Errorf("encode block: reading %d has no values", i)
 		}
-		for _, f := range r.Values {
-			j, ok := index[f.Name]
-			if !ok {
+		for k, f := range r.Values {
+			j := -1
+			if k < len(hint) && cols[hint[k]].info.Name == f.Name {
+				j = hint[k]
+			} else if at, ok := index[f.Name]; ok {
+				j = at
+			} else {
 				if len(cols) == MaxNames {
 					return nil, fmt.Errorf("encode block: more than %d value names", MaxNames)
 				}
 				j = len(cols)
 				index[f.Name] = j
-				cols = append(cols, column{info: NameInfo{Name: f.Name}, present: make([]bool, len(rs))})
+				cols = append(cols, column{info: NameInfo{Name: f.Name}, present: make([]bool, len(rs)),
+					values: make([]buckets.Value, 0, len(rs)-i)})
+			}
+			if k < len(hint) {
+				hint[k] = j
+			} else {
+				hint = append(hint, j)
 			}
 			c := &cols[j]
 			if c.present[i] {

@@ -47,6 +47,13 @@ func TestRoundTripKeepsEveryReading(t *testing.T) {
 			{Device: "dev-1", Ticks: start + 8, Values: []buckets.Field{{Name: "b", Value: buckets.Bool(true)}}},
 			{Device: "dev-1", Ticks: start + 1000, Values: []buckets.Field{{Name: "a", Value: buckets.Float(math.Pi)}, {Name: "b", Value: buckets.String("")}}},
 		},
+		"names changing place from reading to reading": {
+			{Device: "dev-1", Ticks: start, Values: []buckets.Field{{Name: "a", Value: buckets.Int(1)}, {Name: "b", Value: buckets.Int(2)}, {Name: "c", Value: buckets.Int(3)}}},
+			{Device: "dev-1", Ticks: start + 1, Values: []buckets.Field{{Name: "b", Value: buckets.Int(4)}, {Name: "c", Value: buckets.Int(5)}}},
+			{Device: "dev-1", Ticks: start + 2, Values: []buckets.Field{{Name: "a", Value: buckets.Int(6)}, {Name: "c", Value: buckets.Int(7)}}},
+			{Device: "dev-1", Ticks: start + 3, Values: []buckets.Field{{Name: "c", Value: buckets.Int(8)}}},
+			{Device: "dev-1", Ticks: start + 4, Values: []buckets.Field{{Name: "a", Value: buckets.Int(9)}, {Name: "b", Value: buckets.Int(10)}, {Name: "c", Value: buckets.Int(11)}, {Name: "d", Value: buckets.Int(12)}}},
+		},
 		"float edges": {
 			{Device: "dev-1", Ticks: start, Values: []buckets.Field{{Name: "f", Value: buckets.Float(math.Copysign(0, -1))}}},
 			{Device: "dev-1", Ticks: start + 1, Values: []buckets.Field{{Name: "f", Value: buckets.Float(math.MaxFloat64)}}},
