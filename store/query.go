@@ -174,7 +174,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			if bi.ref.oldest >= hi {
 				return true, nil
 			}
-			if out = append(out, res.take(order, bi.ref.newest)...); len(out) >= limit {
+			if out = res.appendTake(out, order, bi.ref.newest); len(out) >= limit {
 				return false, nil
 			}
 			// Only the newest limit-len(out) readings of the block can
@@ -188,7 +188,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			return true, ctx.Err()
 		})
 		if len(out) < limit {
-			out = append(out, res.take(order, lo-1)...)
+			out = res.appendTake(out, order, lo-1)
 		}
 	} else {
 		out, err = scanAsc(ctx, txn, dev, lo, hi, limit, out, res)
@@ -219,7 +219,7 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 	}
 	slices.SortFunc(blocks, func(a, b found) int { return cmp.Compare(a.ref.oldest, b.ref.oldest) })
 	for _, b := range blocks {
-		if out = append(out, res.take(buckets.Asc, b.ref.oldest)...); len(out) >= limit {
+		if out = res.appendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
 		}
 		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false)
@@ -231,7 +231,7 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 			return out, err
 		}
 	}
-	return append(out, res.take(buckets.Asc, hi)...), nil
+	return res.appendTake(out, buckets.Asc, hi), nil
 }
 
 // getReading returns the reading of dev at k in txn; ok is false when

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -204,22 +205,46 @@ func readBlock(b []byte, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, 
 }
 
 // resolver merges the readings of overlapping blocks: for each ticks
-// the reading of the block with the highest sequence wins.
+// the reading of the block with the highest sequence wins. Until a
+// block overlaps the readings it holds (the common case: sealed blocks
+// never overlap) it keeps no index and adding a block is an append.
 type resolver struct {
-	at map[buckets.Ticks]int // ticks -> index in rs
-	rs []buckets.Reading
-	sq []uint64 // sequence of the block each reading came from
+	at     map[buckets.Ticks]int // ticks -> index in rs; nil until blocks overlap
+	rs     []buckets.Reading
+	sq     []uint64      // sequence of the block each reading came from
+	lo, hi buckets.Ticks // oldest and newest ticks in rs, when it is not empty
 }
 
-func newResolver() *resolver { return &resolver{at: make(map[buckets.Ticks]int)} }
+func newResolver() *resolver { return &resolver{} }
 
-// add takes the readings of a block with sequence seq that lie in
-// [lo, hi).
+// add takes the readings (oldest first, as blocks hold them) of a
+// block with sequence seq that lie in [lo, hi).
 func (r *resolver) add(rs []buckets.Reading, seq uint64, lo, hi buckets.Ticks) {
-	for _, x := range rs {
-		if x.Ticks < lo || x.Ticks >= hi {
-			continue
+	i0, _ := slices.BinarySearchFunc(rs, lo, byTicks)
+	i1, _ := slices.BinarySearchFunc(rs, hi, byTicks)
+	if rs = rs[i0:max(i0, i1)]; len(rs) == 0 {
+		return
+	}
+	first, last := rs[0].Ticks, rs[len(rs)-1].Ticks
+	if r.at == nil && (len(r.rs) == 0 || last < r.lo || first > r.hi) {
+		if len(r.rs) == 0 {
+			r.lo, r.hi = first, last
 		}
+		r.lo, r.hi = min(r.lo, first), max(r.hi, last)
+		r.rs = append(r.rs, rs...)
+		for range rs {
+			r.sq = append(r.sq, seq)
+		}
+		return
+	}
+	if r.at == nil {
+		r.at = make(map[buckets.Ticks]int, len(r.rs)+len(rs))
+		for i, x := range r.rs {
+			r.at[x.Ticks] = i
+		}
+	}
+	r.lo, r.hi = min(r.lo, first), max(r.hi, last)
+	for _, x := range rs {
 		if i, ok := r.at[x.Ticks]; ok {
 			if seq > r.sq[i] {
 				r.rs[i], r.sq[i] = x, seq
@@ -232,27 +257,59 @@ func (r *resolver) add(rs []buckets.Reading, seq uint64, lo, hi buckets.Ticks) {
 	}
 }
 
+// byTicks compares a reading's ticks with k.
+func byTicks(x buckets.Reading, k buckets.Ticks) int { return cmp.Compare(x.Ticks, k) }
+
 // take removes and returns, sorted in order, the readings with ticks
 // above bound (Desc) or below it (Asc).
 func (r *resolver) take(order buckets.Order, bound buckets.Ticks) []buckets.Reading {
-	var out []buckets.Reading
+	return r.appendTake(nil, order, bound)
+}
+
+// appendTake is take appending to dst.
+func (r *resolver) appendTake(dst []buckets.Reading, order buckets.Order, bound buckets.Ticks) []buckets.Reading {
+	start := len(dst)
 	keepRs, keepSq := r.rs[:0], r.sq[:0]
 	for i, x := range r.rs {
 		if (order == buckets.Desc && x.Ticks > bound) || (order == buckets.Asc && x.Ticks < bound) {
-			out = append(out, x)
-			delete(r.at, x.Ticks)
+			dst = append(dst, x)
+			if r.at != nil {
+				delete(r.at, x.Ticks)
+			}
 			continue
 		}
-		r.at[x.Ticks] = len(keepRs)
+		if r.at != nil {
+			r.at[x.Ticks] = len(keepRs)
+		}
 		keepRs, keepSq = append(keepRs, x), append(keepSq, r.sq[i])
 	}
+	clear(r.rs[len(keepRs):]) // hold on to no readings given out
 	r.rs, r.sq = keepRs, keepSq
-	sortReadings(out, order)
-	return out
+	if len(r.rs) == 0 {
+		r.at = nil
+	} else if len(dst) > start {
+		// The readings kept are all on one side of bound.
+		if order == buckets.Desc {
+			r.hi = min(r.hi, bound)
+		} else {
+			r.lo = max(r.lo, bound)
+		}
+	}
+	sortReadings(dst[start:], order)
+	return dst
 }
 
-// sortReadings sorts rs by ticks in order.
+// sortReadings sorts rs by ticks in order. Runs already in order or
+// in reverse order (readings taken from blocks in key order) cost one
+// pass.
 func sortReadings(rs []buckets.Reading, order buckets.Order) {
+	asc := func(a, b buckets.Reading) int { return cmp.Compare(a.Ticks, b.Ticks) }
+	if slices.IsSortedFunc(rs, asc) {
+		if order == buckets.Desc {
+			slices.Reverse(rs)
+		}
+		return
+	}
 	slices.SortFunc(rs, func(a, b buckets.Reading) int {
 		if order == buckets.Desc {
 			a, b = b, a
