@@ -210,33 +210,9 @@ func assembleRows(h Header, cols []decodedColumn, rs []buckets.Reading, slab []b
 	return nil
 }
 
-// uncompress returns the raw columns that follow the header.
-func uncompress(rest []byte) ([]byte, error) {
-	r := reader{b: rest}
-	mode := r.byte("compression")
-	size := r.uvarint("raw size")
-	if r.err != nil || size > MaxRawBytes {
-		return nil, fmt.Errorf("%w: bad compression header", ErrCorrupt)
-	}
-	switch mode {
-	case compressNone:
-		if uint64(len(r.b)) != size {
-			return nil, fmt.Errorf("%w: raw size", ErrCorrupt)
-		}
-		return r.b, nil
-	case compressZstd:
-		_, dec := codecs()
-		raw, err := dec.DecodeAll(r.b, make([]byte, 0, size))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-		}
-		if uint64(len(raw)) != size {
-			return nil, fmt.Errorf("%w: raw size", ErrCorrupt)
-		}
-		return raw, nil
-	}
-	return nil, fmt.Errorf("%w: compression %d", ErrCorrupt, mode)
-}
+// uncompress returns the raw columns that follow the header, in new
+// storage.
+func uncompress(rest []byte) ([]byte, error) { return uncompressInto(nil, rest) }
 
 // decodeTimes fills the ticks of rs from the time column.
 func decodeTimes(r *reader, h Header, rs []buckets.Reading, dev buckets.DeviceID) error {

@@ -138,7 +138,8 @@ func (sc *Scanner) header(b []byte) (n int, oldest, newest buckets.Ticks, rest [
 	return int(count), buckets.Ticks(o), buckets.Ticks(o + span), r.b, nil
 }
 
-// uncompressInto is uncompress with the raw columns in dst's storage.
+// uncompressInto returns the raw columns that follow the header, in
+// dst's storage when it is large enough.
 func uncompressInto(dst, rest []byte) ([]byte, error) {
 	r := reader{b: rest}
 	mode := r.byte("compression")
