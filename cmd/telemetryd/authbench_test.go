@@ -52,14 +52,7 @@ func TestAuthCost(t *testing.T) {
 		cmd.Stderr = os.Stderr
 		require.NoError(t, cmd.Start())
 		base := "http://" + httpAddr
-		require.Eventually(t, func() bool {
-			resp, err := http.Get(base + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}, time.Minute, 50*time.Millisecond)
+		waitReadyz(t, base, time.Minute)
 		opts := []nats.Option{}
 		if user != "" {
 			opts = append(opts, nats.UserInfo(user, pass))

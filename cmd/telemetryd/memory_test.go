@@ -47,14 +47,7 @@ func TestServiceMemoryThirtyDays(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	base := "http://" + httpAddr
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 50*time.Millisecond)
+	waitReadyz(t, base, time.Minute)
 	t.Logf("after start: RSS %d MiB", procStatus(t, cmd.Process.Pid, "VmRSS")>>10)
 
 	start := time.Now()
@@ -107,6 +100,20 @@ func fillStore(t *testing.T, dir string, first, last buckets.Day, perDay, device
 		}
 	}
 	require.NoError(t, s.Write(context.Background(), batch))
+}
+
+// waitReadyz polls base's /readyz until it answers 200, failing the
+// test after within.
+func waitReadyz(t *testing.T, base string, within time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, within, 50*time.Millisecond, "%s/readyz never answered 200", base)
 }
 
 func freeLoopback(t *testing.T) string {
