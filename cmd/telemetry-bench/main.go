@@ -26,6 +26,7 @@
 //	telemetry-bench -out run.md                     full run (about 14 minutes on 2 cores)
 //	telemetry-bench -quick                          about 1-2 minutes
 //	telemetry-bench -phases e2e -readings 200000    one part, scaled down
+//	telemetry-bench -binary A -compare B -quick     two builds' queries side by side
 package main
 
 import (
@@ -56,6 +57,7 @@ type Config struct {
 	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
 	Keep           bool          // keep WorkDir
 	TSBSFile       string        // -tsbs: measure this TSBS file instead of the run
+	Compare        string        // -compare: query this build side by side with Binary instead of the run
 	Out            string        // also write the report as markdown here
 	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
 	ProfileSeconds int           // length of each profile
@@ -98,6 +100,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if cfg.Compare != "" {
+		if err := runCompare(ctx, cfg, cfg.Compare, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
 	if cfg.TSBSFile != "" {
 		if err := runTSBS(ctx, cfg, cfg.TSBSFile, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
@@ -142,6 +151,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
 	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "instead of the run, store this TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx) as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
+	fs.StringVar(&cfg.Compare, "compare", "", "instead of the run, start this telemetryd binary and the -binary one side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end and connect run here")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each CPU profile")

@@ -40,6 +40,7 @@ type service struct {
 	args      []string // extra flags, e.g. -sync-writes
 	telemetry bool     // false sets OTEL_SDK_DISABLED=true
 	pprofAddr string   // non-empty serves pprof there
+	noMQTT    bool     // the binary predates -mqtt-listen
 
 	httpAddr string
 	natsAddr string
@@ -67,8 +68,11 @@ func (s *service) start(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	args := append([]string{"-data-dir", s.dataDir, "-http-addr", s.httpAddr, "-nats-listen", s.natsAddr,
-		"-mqtt-listen", s.mqttAddr, "-log-level", "warn"}, s.args...)
+	args := []string{"-data-dir", s.dataDir, "-http-addr", s.httpAddr, "-nats-listen", s.natsAddr, "-log-level", "warn"}
+	if !s.noMQTT {
+		args = append(args, "-mqtt-listen", s.mqttAddr)
+	}
+	args = append(args, s.args...)
 	if s.pprofAddr != "" {
 		args = append(args, "-pprof-addr", s.pprofAddr)
 	}
