@@ -175,3 +175,44 @@ func BenchmarkAggregatesAppenders(b *testing.B) {
 		putBuf(buf)
 	}
 }
+
+// discardWriter is a ResponseWriter that keeps nothing but the byte
+// count, so that a benchmark measures the encoding and not a recorder's
+// growing buffer.
+type discardWriter struct {
+	h http.Header
+	n int
+}
+
+func (w *discardWriter) Header() http.Header { return w.h }
+func (w *discardWriter) WriteHeader(int)     {}
+func (w *discardWriter) Write(b []byte) (int, error) {
+	w.n += len(b)
+	return len(b), nil
+}
+
+// BenchmarkReadingListDiscard is the appenders of BenchmarkReadingList
+// writing to a ResponseWriter that discards: the encoding and the
+// chunked writes of sendReadingList alone.
+func BenchmarkReadingListDiscard(b *testing.B) {
+	for _, n := range benchListSizes {
+		rs := benchReadings(n)
+		b.Run(fmt.Sprintf("appenders/%d", n), func(b *testing.B) {
+			srv, err := New(Config{Reader: pageReader{}, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			b.ReportAllocs()
+			var size int
+			for b.Loop() {
+				w := &discardWriter{h: http.Header{}}
+				if err := srv.sendReadingList(srv.echo.NewContext(req, w), "sensor-0042", rs, nil, "cursor"); err != nil {
+					b.Fatal(err)
+				}
+				size = w.n
+			}
+			b.ReportMetric(float64(size), "bytes/page")
+		})
+	}
+}

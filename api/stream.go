@@ -147,11 +147,12 @@ func (s *Server) sendReadingList(c echo.Context, dev buckets.DeviceID, rs []buck
 	b = appendString(b, string(dev))
 	b = append(b, `,"readings":[`...)
 	var w *chunkWriter
+	var enc listEncoder
 	for i := range rs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendReading(b, &rs[i], proj)
+		b = enc.appendReading(b, &rs[i], proj)
 		if len(b) >= streamChunk {
 			if w == nil {
 				w = s.startStream(c)
