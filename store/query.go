@@ -218,6 +218,12 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 		return out, err
 	}
 	slices.SortFunc(blocks, func(a, b found) int { return cmp.Compare(a.ref.oldest, b.ref.oldest) })
+	// Room for what the blocks are expected to give, in one allocation.
+	expect := 0
+	for _, b := range blocks {
+		expect += rowsIn(b.ref, lo, hi)
+	}
+	out = slices.Grow(out, min(expect, limit-len(out)))
 	for _, b := range blocks {
 		if out = res.appendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
@@ -232,6 +238,21 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 		}
 	}
 	return res.appendTake(out, buckets.Asc, hi), nil
+}
+
+// rowsIn estimates how many readings of the block ref lie in [lo, hi),
+// erring high: all of them when the block lies inside, else its count
+// in proportion to the part of its time span inside, plus one.
+func rowsIn(ref blockRef, lo, hi buckets.Ticks) int {
+	if ref.oldest >= lo && ref.newest < hi {
+		return ref.count
+	}
+	first, last := max(ref.oldest, lo), min(ref.newest, hi-1)
+	if first > last {
+		return 0
+	}
+	span := float64(ref.newest-ref.oldest) + 1
+	return min(ref.count, int(float64(ref.count)*(float64(last-first)+1)/span)+1)
 }
 
 // getReading returns the reading of dev at k in txn; ok is false when

@@ -218,7 +218,8 @@ type resolver struct {
 func newResolver() *resolver { return &resolver{} }
 
 // add takes the readings (oldest first, as blocks hold them) of a
-// block with sequence seq that lie in [lo, hi).
+// block with sequence seq that lie in [lo, hi). rs becomes the
+// resolver's: the caller must not use it afterwards.
 func (r *resolver) add(rs []buckets.Reading, seq uint64, lo, hi buckets.Ticks) {
 	i0, _ := slices.BinarySearchFunc(rs, lo, byTicks)
 	i1, _ := slices.BinarySearchFunc(rs, hi, byTicks)
@@ -226,10 +227,17 @@ func (r *resolver) add(rs []buckets.Reading, seq uint64, lo, hi buckets.Ticks) {
 		return
 	}
 	first, last := rs[0].Ticks, rs[len(rs)-1].Ticks
-	if r.at == nil && (len(r.rs) == 0 || last < r.lo || first > r.hi) {
-		if len(r.rs) == 0 {
-			r.lo, r.hi = first, last
+	if r.at == nil && len(r.rs) == 0 {
+		// The common case (blocks that overlap none read before): the
+		// resolver takes rs over instead of copying it.
+		r.lo, r.hi, r.rs = first, last, rs
+		r.sq = slices.Grow(r.sq[:0], len(rs))
+		for range rs {
+			r.sq = append(r.sq, seq)
 		}
+		return
+	}
+	if r.at == nil && (last < r.lo || first > r.hi) {
 		r.lo, r.hi = min(r.lo, first), max(r.hi, last)
 		r.rs = append(r.rs, rs...)
 		for range rs {
@@ -269,6 +277,10 @@ func (r *resolver) take(order buckets.Order, bound buckets.Ticks) []buckets.Read
 // appendTake is take appending to dst.
 func (r *resolver) appendTake(dst []buckets.Reading, order buckets.Order, bound buckets.Ticks) []buckets.Reading {
 	start := len(dst)
+	if free := cap(dst) - len(dst); free < len(r.rs) {
+		// At least double, so that many small takes stay linear.
+		dst = slices.Grow(dst, max(len(r.rs), len(dst)))
+	}
 	keepRs, keepSq := r.rs[:0], r.sq[:0]
 	for i, x := range r.rs {
 		if (order == buckets.Desc && x.Ticks > bound) || (order == buckets.Asc && x.Ticks < bound) {
