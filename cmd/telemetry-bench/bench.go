@@ -27,6 +27,8 @@ type Results struct {
 	E2E               []e2eResult
 	Query             *queryResult
 	Connect           []connectResult // the "connect" phase
+	TSBS              []tsbsE2E       // the "tsbs" phase, in the order run
+	TSBSData          tsbsData
 }
 
 // bench is one run in progress.
@@ -61,7 +63,7 @@ func Run(ctx context.Context, cfg Config, progressOut io.Writer) (*Results, erro
 	steps := []struct {
 		name string
 		run  func(context.Context) error
-	}{{"raw", b.runRaw}, {"store", b.runStore}, {"e2e", b.runAllE2E}, {"query", b.runQueryPhase}, {"connect", b.runConnect}}
+	}{{"raw", b.runRaw}, {"store", b.runStore}, {"e2e", b.runAllE2E}, {"query", b.runQueryPhase}, {"connect", b.runConnect}, {"tsbs", b.runTSBSE2E}}
 	for _, st := range steps {
 		if !slices.Contains(cfg.Phases, st.name) {
 			continue

@@ -92,7 +92,20 @@ func e2eSchedule(runs []e2eRun, repeat int) []e2eRun {
 // run.PerMsg per message over the devices, and measures until the
 // service's day tables hold all of them.
 func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
-	svc, err := b.startE2EService(ctx, run)
+	readings := b.cfg.Readings
+	if run.Sync {
+		readings = max(readings/syncShare, len(b.devices)*run.PerMsg) // fsync per publish makes these slow
+	}
+	w := newWorkload(b.devices, readings, run.PerMsg, time.Second, time.Now().Add(-time.Minute))
+	return b.e2eOnce(ctx, run, b.bin, "e2e-"+sanitize(run.Name), w, w.readings())
+}
+
+// e2eOnce starts a fresh service from bin in the work dir's name
+// directory, publishes msgs and measures until the service's day tables
+// hold want readings; then stops the service and measures its tables.
+// With -profile-dir the service's CPU profile is saved as name.pprof.
+func (b *bench) e2eOnce(ctx context.Context, run e2eRun, bin, name string, msgs messages, want int) (e2eResult, error) {
+	svc, err := b.startE2EService(ctx, run, bin, filepath.Join(b.work, name))
 	if err != nil {
 		return e2eResult{}, err
 	}
@@ -102,17 +115,12 @@ func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
 		return e2eResult{}, err
 	}
 	defer nc.Close()
-	readings := b.cfg.Readings
-	if run.Sync {
-		readings = max(readings/syncShare, len(b.devices)*run.PerMsg) // fsync per publish makes these slow
-	}
-	w := newWorkload(b.devices, readings, run.PerMsg, time.Second, time.Now().Add(-time.Minute))
-	res := e2eResult{Run: run, Readings: w.readings()}
-	ph := b.prog.begin("end to end "+run.Name+" (stored)", w.readings(), "readings")
+	res := e2eResult{Run: run, Readings: want}
+	ph := b.prog.begin("end to end "+run.Name+" (stored)", want, "readings")
 	defer ph.end("")
-	stopProfile := b.profile(ctx, svc, "e2e-"+sanitize(run.Name))
+	stopProfile := b.profile(ctx, svc, name)
 	defer stopProfile()
-	if err := measureE2E(ctx, svc, nc, w, ph, &res); err != nil {
+	if err := measureE2E(ctx, svc, nc, msgs, ph, &res); err != nil {
 		return res, err
 	}
 	ph.end(fmt.Sprintf("%.0f readings/s end to end (publish alone %.0f/s)", res.Rate, res.PublishRate))
@@ -124,10 +132,9 @@ func (b *bench) runE2E(ctx context.Context, run e2eRun) (e2eResult, error) {
 	return res, nil
 }
 
-// startE2EService starts a fresh service for run.
-func (b *bench) startE2EService(ctx context.Context, run e2eRun) (*service, error) {
-	dir := filepath.Join(b.work, "e2e-"+sanitize(run.Name))
-	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
+// startE2EService starts a fresh service from bin for run in dir.
+func (b *bench) startE2EService(ctx context.Context, run e2eRun, bin, dir string) (*service, error) {
+	svc := &service{bin: bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
 		telemetry: run.Telemetry}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -148,9 +155,9 @@ func (b *bench) startE2EService(ctx context.Context, run e2eRun) (*service, erro
 	return svc, svc.start(ctx)
 }
 
-// measureE2E publishes w to svc and waits until svc stored all of it,
-// filling in the rates, CPU times and peak RSS of res.
-func measureE2E(ctx context.Context, svc *service, nc *nats.Conn, w workload, ph *phase, res *e2eResult) error {
+// measureE2E publishes w to svc and waits until svc stored res.Readings
+// readings, filling in the rates, CPU times and peak RSS of res.
+func measureE2E(ctx context.Context, svc *service, nc *nats.Conn, w messages, ph *phase, res *e2eResult) error {
 	before, err := svc.stats()
 	if err != nil {
 		return err
@@ -160,14 +167,14 @@ func measureE2E(ctx context.Context, svc *service, nc *nats.Conn, w workload, ph
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waited := make(chan error, 1)
-	go func() { waited <- waitStored(wctx, svc, int64(w.readings()), ph, 50*time.Millisecond) }()
+	go func() { waited <- waitStored(wctx, svc, int64(res.Readings), ph, 50*time.Millisecond) }()
 	pub, err := publishAll(ctx, nc, w, nil)
 	if err != nil {
 		cancel()
 		<-waited
 		return err
 	}
-	res.PublishRate = float64(pub.msgs*w.perMsg) / pub.elapsed.Seconds()
+	res.PublishRate = float64(w.readingsBefore(pub.msgs)) / pub.elapsed.Seconds()
 	if err := <-waited; err != nil {
 		return err
 	}

@@ -27,10 +27,13 @@
 //	telemetry-bench -quick                          about 1-2 minutes
 //	telemetry-bench -phases e2e -readings 200000    one part, scaled down
 //	telemetry-bench -binary A -compare B -quick     two builds' queries side by side
+//	telemetry-bench -phases tsbs -tsbs FILE -compare OLD -binary NEW
+//	                                                a TSBS IoT file end to end, two builds alternately
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,8 +59,8 @@ type Config struct {
 	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
 	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
 	Keep           bool          // keep WorkDir
-	TSBSFile       string        // -tsbs: measure this TSBS file instead of the run
-	Compare        string        // -compare: query this build side by side with Binary instead of the run
+	TSBSFile       string        // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
+	Compare        string        // -compare: a second build (B) against Binary (A): its queries side by side instead of the run, or with the tsbs phase alternate runs of both
 	Out            string        // also write the report as markdown here
 	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
 	ProfileSeconds int           // length of each profile
@@ -66,8 +69,9 @@ type Config struct {
 
 // allPhases are the parts of a run, in order.
 // "connect" (the device doors: line protocol and MQTT against
-// JetStream) runs only when asked for.
-var allPhases = []string{"raw", "store", "e2e", "query", "connect"}
+// JetStream) and "tsbs" (a TSBS IoT file end to end) run only when
+// asked for.
+var allPhases = []string{"raw", "store", "e2e", "query", "connect", "tsbs"}
 
 // DefaultConfig is the full run.
 func DefaultConfig() Config {
@@ -100,14 +104,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if cfg.Compare != "" {
+	if cfg.Compare != "" && !slices.Contains(cfg.Phases, "tsbs") {
 		if err := runCompare(ctx, cfg, cfg.Compare, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
 			return 1
 		}
 		return 0
 	}
-	if cfg.TSBSFile != "" {
+	if cfg.TSBSFile != "" && !slices.Contains(cfg.Phases, "tsbs") {
 		if err := runTSBS(ctx, cfg, cfg.TSBSFile, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
 			return 1
@@ -150,8 +154,8 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
-	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "instead of the run, store this TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx) as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
-	fs.StringVar(&cfg.Compare, "compare", "", "instead of the run, start this telemetryd binary and the -binary one side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A")
+	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "a TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx): with -phases tsbs, publish it to the service end to end at 100 readings per message; otherwise, instead of the run, store it as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
+	fs.StringVar(&cfg.Compare, "compare", "", "a second telemetryd build (B) against -binary (A). Without -phases tsbs, instead of the run, start both side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A. With -phases tsbs, run the TSBS file end to end on A and B alternately, A first, -repeat times each; prints B/A")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end and connect run here")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each CPU profile")
@@ -213,7 +217,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("-runs: unknown run %q", r)
 		}
 	}
+	tsbs := slices.Contains(c.Phases, "tsbs")
 	switch {
+	case tsbs && c.TSBSFile == "":
+		return errors.New("-phases tsbs: want the data file in -tsbs FILE")
 	case c.Devices < 1:
 		return fmt.Errorf("-devices %d: want at least 1", c.Devices)
 	case c.Readings < c.Devices:

@@ -24,14 +24,25 @@ type pubStats struct {
 	elapsed time.Duration // first publish to last ack
 }
 
-// publishAll publishes messages [0, w.msgs) of w with async JetStream
+// messages is what publishAll publishes: the bench's generated
+// workload, or a TSBS file's readings (tsbsMessages).
+type messages interface {
+	// count is the number of messages.
+	count() int
+	// readingsBefore is the number of readings in messages [0, m).
+	readingsBefore(m int) int
+	// natsMsg is message m, ready to publish.
+	natsMsg(m int) *nats.Msg
+}
+
+// publishAll publishes messages [0, w.count()) of w with async JetStream
 // publishes, at most maxPending unacked, and waits for every ack. When
 // hold is set it is called before each message with the readings sent
 // so far and may wait (pacing, a bound on the backlog). When
 // ctx is cancelled it stops publishing, waits for the acks of what it
 // sent and returns them with ctx's error. A publish that fails is an
 // error: the benchmark counts only readings that were accepted.
-func publishAll(ctx context.Context, nc *nats.Conn, w workload, hold func(ctx context.Context, sent int) error) (pubStats, error) {
+func publishAll(ctx context.Context, nc *nats.Conn, w messages, hold func(ctx context.Context, sent int) error) (pubStats, error) {
 	var acked, failed atomic.Int64
 	var firstErr atomic.Pointer[error]
 	js, err := jetstream.New(nc,
@@ -47,22 +58,20 @@ func publishAll(ctx context.Context, nc *nats.Conn, w workload, hold func(ctx co
 	if err != nil {
 		return pubStats{}, fmt.Errorf("jetstream: %w", err)
 	}
-	size := len(w.payload(nil, 0)) + 16
 	start := time.Now()
 	var stopped error
-	for m := 0; m < w.msgs; m++ {
+	for m := range w.count() {
 		if err := ctx.Err(); err != nil {
 			stopped = err
 			break
 		}
 		if hold != nil {
-			if err := hold(ctx, m*w.perMsg); err != nil {
+			if err := hold(ctx, w.readingsBefore(m)); err != nil {
 				stopped = err
 				break
 			}
 		}
-		msg := &nats.Msg{Subject: w.subject(m), Data: w.payload(make([]byte, 0, size), m)}
-		if _, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(pubAckTimeout)); err != nil {
+		if _, err := js.PublishMsgAsync(w.natsMsg(m), jetstream.WithStallWait(pubAckTimeout)); err != nil {
 			return pubStats{}, fmt.Errorf("publish message %d: %w", m, err)
 		}
 	}

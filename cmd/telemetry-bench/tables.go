@@ -26,7 +26,12 @@ func buildReport(r *Results) report {
 	if len(r.Connect) > 0 {
 		rep.sections = append(rep.sections, connectSection(r))
 	}
+	if len(r.TSBS) > 0 {
+		rep.sections = append(rep.sections, tsbsSection(r))
+	}
 	rep.sections = append(rep.sections, targetSection(r))
+	// Parts that did not run leave their tables empty.
+	rep.sections = slices.DeleteFunc(rep.sections, func(s section) bool { return len(s.rows) == 0 })
 	return rep
 }
 

@@ -80,7 +80,8 @@ func runTSBS(ctx context.Context, cfg Config, file string, out, progress io.Writ
 // eachTSBSMessage parses file and calls fn with messages of up to
 // tsbsMsg merged readings of one device, and the number of field values
 // in them. Readings of a device are complete once a later time of the
-// same device appears (the file is ordered by time).
+// same device appears (the file is ordered by time). The calls come in
+// the same order on every pass over the same file.
 func eachTSBSMessage(file string, fn func(msg []buckets.Reading, values int) error) error {
 	f, err := os.Open(file)
 	if err != nil {
@@ -94,6 +95,7 @@ func eachTSBSMessage(file string, fn func(msg []buckets.Reading, values int) err
 		values int
 	}
 	devs := map[string]*pending{}
+	var order []string // devices in the order first seen, for the last messages
 	curValues := map[string]int{}
 	flushReading := func(p *pending, dev string) error {
 		if p.cur == nil {
@@ -172,6 +174,7 @@ func eachTSBSMessage(file string, fn func(msg []buckets.Reading, values int) err
 		if p == nil {
 			p = &pending{}
 			devs[dev] = p
+			order = append(order, dev)
 		}
 		if p.cur != nil && p.cur.Ticks != k {
 			if err := flushReading(p, dev); err != nil {
@@ -187,7 +190,8 @@ func eachTSBSMessage(file string, fn func(msg []buckets.Reading, values int) err
 	if err := dec.Err(); err != nil {
 		return err
 	}
-	for dev, p := range devs {
+	for _, dev := range order {
+		p := devs[dev]
 		if err := flushReading(p, dev); err != nil {
 			return err
 		}

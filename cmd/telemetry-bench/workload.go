@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -112,6 +114,21 @@ func (w workload) appendReadings(dst []buckets.Reading, m int) []buckets.Reading
 			Values: fs[start:len(fs):len(fs)]})
 	}
 	return dst
+}
+
+// count is the number of messages.
+func (w workload) count() int { return w.msgs }
+
+// readingsBefore is the number of readings in messages [0, m).
+func (w workload) readingsBefore(m int) int { return m * w.perMsg }
+
+// maxReadingJSON bounds the JSON of one reading of payload (54 bytes
+// with its separating comma: ts, temp, hum, ok).
+const maxReadingJSON = 64
+
+// natsMsg is message m with its payload in a buffer of its own.
+func (w workload) natsMsg(m int) *nats.Msg {
+	return &nats.Msg{Subject: w.subject(m), Data: w.payload(make([]byte, 0, w.perMsg*maxReadingJSON+2), m)}
 }
 
 // payload appends the JSON payload of message m to dst: one flat
