@@ -9,11 +9,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
 )
 
 const (
 	// maxPending bounds the publishes awaiting their JetStream ack.
 	maxPending = 4096
+	// maxPendingBytes bounds their payload bytes: half the NATS
+	// server's default stream ingest queue (128 MiB), past which the
+	// server answers 429 Too Many Requests instead of storing (4,096
+	// TSBS messages of 100 readings are 280 MB).
+	maxPendingBytes = 64 << 20
 	// pubAckTimeout is how long one publish may wait for its ack.
 	pubAckTimeout = time.Minute
 )
@@ -36,7 +42,8 @@ type messages interface {
 }
 
 // publishAll publishes messages [0, w.count()) of w with async JetStream
-// publishes, at most maxPending unacked, and waits for every ack. When
+// publishes, at most maxPending and maxPendingBytes unacked, and waits
+// for every ack. When
 // hold is set it is called before each message with the readings sent
 // so far and may wait (pacing, a bound on the backlog). When
 // ctx is cancelled it stops publishing, waits for the acks of what it
@@ -45,13 +52,17 @@ type messages interface {
 func publishAll(ctx context.Context, nc *nats.Conn, w messages, hold func(ctx context.Context, sent int) error) (pubStats, error) {
 	var acked, failed atomic.Int64
 	var firstErr atomic.Pointer[error]
+	window := semaphore.NewWeighted(maxPendingBytes)
+	weight := func(m *nats.Msg) int64 { return min(int64(len(m.Data)), maxPendingBytes) }
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(maxPending),
 		jetstream.WithPublishAsyncTimeout(pubAckTimeout),
-		jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) {
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) {
+			window.Release(weight(m))
 			acked.Add(1)
 		}),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			window.Release(weight(m))
 			failed.Add(1)
 			firstErr.CompareAndSwap(nil, &err)
 		}))
@@ -71,7 +82,12 @@ func publishAll(ctx context.Context, nc *nats.Conn, w messages, hold func(ctx co
 				break
 			}
 		}
-		if _, err := js.PublishMsgAsync(w.natsMsg(m), jetstream.WithStallWait(pubAckTimeout)); err != nil {
+		msg := w.natsMsg(m)
+		if err := window.Acquire(ctx, weight(msg)); err != nil {
+			stopped = err
+			break
+		}
+		if _, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(pubAckTimeout)); err != nil {
 			return pubStats{}, fmt.Errorf("publish message %d: %w", m, err)
 		}
 	}

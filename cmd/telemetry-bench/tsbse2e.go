@@ -56,8 +56,9 @@ func (t *tsbsMessages) natsMsg(m int) *nats.Msg {
 const tsbsRetention = 29 * 24 * time.Hour
 
 // loadTSBSMessages reads file into messages of tsbsMsg readings, with
-// every time moved by tsbsShift(its newest time, now).
-func loadTSBSMessages(file string, now time.Time) (*tsbsMessages, error) {
+// every time moved by tsbsShift(its newest time, now), counting them on
+// ph (nil: no progress).
+func loadTSBSMessages(file string, now time.Time, ph *phase) (*tsbsMessages, error) {
 	newest, err := tsbsNewest(file)
 	if err != nil {
 		return nil, err
@@ -84,6 +85,7 @@ func loadTSBSMessages(file string, now time.Time) (*tsbsMessages, error) {
 		t.payloads = append(t.payloads, appendTSBSPayload(nil, msg))
 		t.before = append(t.before, t.before[len(t.before)-1]+len(msg))
 		t.values += values
+		ph.add(1)
 		return nil
 	})
 	if err != nil {
@@ -210,8 +212,8 @@ func (b *bench) runTSBSE2E(ctx context.Context) error {
 	if err := b.ensureBinary(ctx); err != nil {
 		return err
 	}
-	ph := b.prog.begin("tsbs: "+b.cfg.TSBSFile+" into JSON messages", 0, "")
-	msgs, err := loadTSBSMessages(b.cfg.TSBSFile, time.Now())
+	ph := b.prog.begin("tsbs: "+b.cfg.TSBSFile+" into JSON messages", 0, "messages")
+	msgs, err := loadTSBSMessages(b.cfg.TSBSFile, time.Now(), ph)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func TestTSBSMessagesDecodeToTheMergedReadings(t *testing.T) {
 		fmt.Sprintf(`diagnostics,name=truck_0,fleet=South status=9i,note="a \"quoted\" \\ note" %d`, ns), // late: truck_0 at 10 s again
 		fmt.Sprintf(`readings,fleet=North velocity=3i %d`, ns))                                           // no name tag: skipped
 	now := tsbsT0.Add(3*24*time.Hour + 30*time.Minute)
-	msgs, err := loadTSBSMessages(file, now)
+	msgs, err := loadTSBSMessages(file, now, nil)
 	require.NoError(t, err)
 	shift := buckets.Ticks(3 * 24 * time.Hour / 100)
 	assert.Equal(t, 3*24*time.Hour, msgs.shift)
@@ -122,16 +122,16 @@ func TestTSBSLoadRejectsBadFiles(t *testing.T) {
 		return p
 	}
 	now := tsbsT0.Add(24 * time.Hour)
-	_, err := loadTSBSMessages(write("nots.txt", "readings,name=truck_0 velocity=1i\n"), now)
+	_, err := loadTSBSMessages(write("nots.txt", "readings,name=truck_0 velocity=1i\n"), now, nil)
 	assert.ErrorContains(t, err, "line 1: want a time in nanoseconds")
-	_, err = loadTSBSMessages(write("empty.txt", "# nothing\n"), now)
+	_, err = loadTSBSMessages(write("empty.txt", "# nothing\n"), now, nil)
 	assert.ErrorContains(t, err, "holds no line")
 	long := fmt.Sprintf("readings,name=truck_0 velocity=1i %d\nreadings,name=truck_0 velocity=2i %d\n",
 		tsbsT0.Add(-40*24*time.Hour).UnixNano(), tsbsT0.UnixNano())
-	_, err = loadTSBSMessages(write("long.txt", long), now)
+	_, err = loadTSBSMessages(write("long.txt", long), now, nil)
 	assert.ErrorContains(t, err, "more than the")
 	bad := fmt.Sprintf("readings,name=truck/0 velocity=1i %d\n", tsbsT0.UnixNano())
-	_, err = loadTSBSMessages(write("bad.txt", bad), now)
+	_, err = loadTSBSMessages(write("bad.txt", bad), now, nil)
 	assert.ErrorContains(t, err, "truck/0")
 	_, err = parseFlags([]string{"-phases", "tsbs"}, &bytes.Buffer{})
 	assert.ErrorContains(t, err, "-tsbs FILE")
