@@ -384,7 +384,7 @@ func readInts(r *reader, n int) []int64 {
 func readIntsInto(r *reader, is []int64) []int64 {
 	var prev int64
 	for i := range is {
-		prev += r.varint("int")
+		prev += r.fastVarint("int")
 		is[i] = prev
 	}
 	return is

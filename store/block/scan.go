@@ -381,12 +381,18 @@ func (sc *Scanner) strings(r *reader, n int, keep bool) {
 	}
 }
 
-// fastVarint is varint with the one-byte case (steady times, slowly
-// changing decimals) inlined.
+// fastVarint is varint with the one- and two-byte cases (steady
+// times, decimals that change by less than 8,192 steps) done in place;
+// they decode as binary.Varint decodes them.
 func (r *reader) fastVarint(what string) int64 {
 	if len(r.b) > 0 && r.b[0] < 0x80 {
 		u := int64(r.b[0])
 		r.b = r.b[1:]
+		return u>>1 ^ -(u & 1)
+	}
+	if len(r.b) > 1 && r.b[1] < 0x80 {
+		u := int64(r.b[0]&0x7f) | int64(r.b[1])<<7
+		r.b = r.b[2:]
 		return u>>1 ^ -(u & 1)
 	}
 	return r.varint(what)

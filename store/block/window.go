@@ -113,8 +113,14 @@ func (sc *Scanner) keepRows(c *columnParts, count, i0, i1 int) {
 	for range sc.dictRaw {
 		sc.dict = append(sc.dict, "")
 	}
-	fi, ii, bi, si, j := 0, 0, 0, 0, -1
-	for i := range count {
+	// In a column with a value of one kind in every reading, value i is
+	// reading i's: the rows before i0 need no walk.
+	start := 0
+	if c.present == nil && c.single {
+		start = i0
+	}
+	fi, ii, bi, si, j := start, start, start, start, start-1
+	for i := start; i < count; i++ {
 		j = c.nextRow(j)
 		if j >= i1 {
 			return
