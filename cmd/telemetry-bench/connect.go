@@ -223,13 +223,14 @@ func postOnce(ctx context.Context, client *http.Client, url string, body []byte)
 // telemetry/<device> over connectMQTTClients connections (a device
 // always on the same one), at most connectMQTTWindow unacknowledged per
 // connection, and returns the time from the first publish to the last
-// PUBACK.
+// PUBACK. The connections coalesce paho's small writes and buffer its
+// reads (bufferedMQTTConn), as a device's TCP stack would.
 func publishMQTT(ctx context.Context, addr string, w workload) (time.Duration, error) {
 	clients := make([]mqtt.Client, connectMQTTClients)
 	for i := range clients {
 		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).
 			SetClientID(fmt.Sprintf("bench-%d", i)).SetProtocolVersion(4).SetCleanSession(true).
-			SetAutoReconnect(false).SetWriteTimeout(time.Minute))
+			SetAutoReconnect(false).SetCustomOpenConnectionFn(bufferedMQTTConn))
 		if tok := c.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
 			return 0, fmt.Errorf("mqtt connect %s: %v", addr, tok.Error())
 		}
