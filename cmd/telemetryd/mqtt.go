@@ -6,50 +6,170 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/ingest"
 )
 
-// The embedded server's MQTT listener keeps its state in streams named
-// $MQTT_*. They stay small for a fleet that only publishes:
+// MQTT clients of the embedded server live in an account of their own,
+// mqttAccountName, so that a reading published over MQTT is stored in
+// the telemetry stream once:
 //
-//   - $MQTT_sess: one message per client ID with a session;
-//   - $MQTT_msgs: the QoS 1/2 store of MQTT subscriptions (interest
-//     retention: empty without MQTT subscribers);
-//   - $MQTT_rmsgs: one retained message per topic published with the
-//     retain flag;
-//   - $MQTT_qos2in, $MQTT_out: QoS 2 packets between PUBREC and PUBCOMP.
+//   - the server handles a QoS 1 PUBLISH by publishing the message on
+//     <prefix>.<device> in the client's account, then storing a copy on
+//     $MQTT.msgs.<prefix>.<device> and sending the PUBACK once JetStream
+//     acknowledges that store. The service's account imports the copies
+//     (and the MQTT account the acknowledgements, on $MQTT.JSA.>); the
+//     telemetry stream captures $MQTT.msgs.<prefix>.* and stores each
+//     copy as <prefix>.<device> (a subject transform), so the copy is the
+//     reading's message and the PUBACK means it is persisted there;
+//   - a QoS 0 PUBLISH has no copy: its message on <prefix>.<device>
+//     reaches the service's forwarder (a subscription in the MQTT
+//     account), which publishes the QoS 0 ones into the telemetry
+//     stream and drops the others (their copy is already on its way).
 //
-// The server acknowledges a QoS 1 PUBLISH once it has stored the
-// message on $MQTT.msgs.<subject>. The telemetry stream captures
-// $MQTT.msgs.<prefix>.* itself (ingest.Config.ExtraSubjects), so that
-// store lands in TELEMETRY right behind the message the device
-// published on <prefix>.<device>: one stream, one in-order ingest
-// queue, so the PUBACK is sent only once the reading's message is
-// persisted. The store copies have done their job once stored: the
-// ingester's consumer (unfiltered, so the server serves it without
-// matching subjects) acks them on delivery without reading them, and
-// they are purged every mqttMarkerPurgeEvery.
+// The server keeps its MQTT state in the MQTT account's streams $MQTT_*:
+// $MQTT_sess (one message per client ID with a session), $MQTT_msgs
+// (QoS 1/2 deliveries to MQTT subscribers; created here so that it does
+// not capture the device copies, which go to the telemetry stream),
+// $MQTT_rmsgs (one retained message per topic published with the
+// retain flag), $MQTT_qos2in and $MQTT_out (QoS 2 packets between
+// PUBREC and PUBCOMP). MQTT logins are refused until all of this is set
+// up.
 const (
-	mqttMsgsStream       = "$MQTT_msgs"
-	mqttMsgsPrefix       = "$MQTT.msgs."
-	mqttMarkerPurgeEvery = 30 * time.Second
-	mqttSetupTimeout     = 10 * time.Second
+	mqttAccountName  = "MQTT"
+	mqttAdminUser    = "$telemetryd-mqtt" // the service's connection to the MQTT account
+	mqttMsgsStream   = "$MQTT_msgs"
+	mqttMsgsPrefix   = "$MQTT.msgs."
+	mqttAcksSubject  = "$MQTT.JSA.>" // the MQTT listener's JetStream replies
+	mqttQoSHeader    = "Nmqtt-Pub"   // the server's header of an MQTT publish: its QoS
+	mqttSetupTimeout = 10 * time.Second
+	// mqttForwardPending bounds the QoS 0 forwarder's queue (messages);
+	// past it the server drops QoS 0 readings, as MQTT allows.
+	mqttForwardPending = 1 << 16
 )
 
 // mqttStoreSubject is the subject of the server's QoS 1 store copies of
-// device publishes.
+// device publishes, in the MQTT account.
 func mqttStoreSubject(prefix string) string { return mqttMsgsPrefix + prefix + ".*" }
 
-// ensureMQTTMsgsStream creates (or narrows) $MQTT_msgs so that it does
-// not capture $MQTT.msgs.<prefix>.*, which the telemetry stream takes.
-// It runs before the ingester sets up its stream; when an MQTT client
-// connected first, the server has created $MQTT_msgs with $MQTT.msgs.>
-// and this narrows it.
+// mqttDoor is the state the embedded server's authentication shares
+// with the MQTT setup: the MQTT account, and whether MQTT clients may
+// log in yet.
+type mqttDoor struct {
+	acc    atomic.Pointer[server.Account]
+	ready  atomic.Bool
+	secret string // mqttAdminUser's password, random per process
+	admin  *nats.Conn
+}
+
+// configure wraps the server's authentication (or its absence) so that
+// MQTT clients are put in the MQTT account.
+func (d *mqttDoor) configure(o *server.Options) *natsLogger {
+	o.CustomClientAuthentication = &mqttAuth{next: o.CustomClientAuthentication, door: d}
+	return nil
+}
+
+// mqttAuth puts MQTT clients in the MQTT account and lets the service's
+// MQTT connection in; every other login is next's to judge (with no
+// next, everyone is let in, as without authentication).
+type mqttAuth struct {
+	next server.Authentication
+	door *mqttDoor
+}
+
+// Check authenticates one client connection.
+func (a *mqttAuth) Check(c server.ClientAuthentication) bool {
+	acc := a.door.acc.Load()
+	if !isMQTTClient(c) {
+		if o := c.GetOpts(); o.Username == mqttAdminUser {
+			if acc == nil || !equalSecret(o.Password, a.door.secret) {
+				return false
+			}
+			c.RegisterUser(&server.User{Username: mqttAdminUser, Account: acc})
+			return true
+		}
+		return a.next == nil || a.next.Check(c)
+	}
+	if !a.door.ready.Load() {
+		return false // starting: the client retries
+	}
+	in := inAccount{ClientAuthentication: c, acc: acc}
+	if a.next == nil {
+		in.RegisterUser(&server.User{Username: c.GetOpts().Username})
+		return true
+	}
+	return a.next.Check(in)
+}
+
+// inAccount registers the user it authenticates in acc.
+type inAccount struct {
+	server.ClientAuthentication
+	acc *server.Account
+}
+
+func (c inAccount) RegisterUser(u *server.User) {
+	u.Account = c.acc
+	c.ClientAuthentication.RegisterUser(u)
+}
+
+// isMQTTClient tells an MQTT connection from a NATS one. The server
+// names its connections "<addr> - cid:<n>" (NATS), "- wid:" (websocket)
+// and "- mid:" (MQTT) in its logs and monitoring; this is the one place
+// its client kind is visible to an authenticator.
+func isMQTTClient(c server.ClientAuthentication) bool {
+	s, ok := c.(fmt.Stringer)
+	return ok && strings.Contains(s.String(), " - mid")
+}
+
+// setupMQTTAccount creates the MQTT account with JetStream, the import
+// of device copies into the service's account and the import of their
+// acknowledgements back. It runs once the embedded server is up, before
+// any MQTT login is accepted.
+func setupMQTTAccount(ns *server.Server, prefix string) (*server.Account, error) {
+	acc, err := ns.RegisterAccount(mqttAccountName)
+	if errors.Is(err, server.ErrAccountExists) {
+		acc, err = ns.LookupAccount(mqttAccountName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mqtt account: %w", err)
+	}
+	unlimited := server.JetStreamAccountLimits{MaxMemory: -1, MaxStore: -1, MaxStreams: -1, MaxConsumers: -1,
+		MaxAckPending: -1, MemoryMaxStreamBytes: -1, StoreMaxStreamBytes: -1}
+	if !acc.JetStreamEnabled() {
+		if err := acc.EnableJetStream(map[string]server.JetStreamAccountLimits{"": unlimited}, nil); err != nil {
+			return nil, fmt.Errorf("mqtt account: jetstream: %w", err)
+		}
+	}
+	gacc, copies := ns.GlobalAccount(), mqttStoreSubject(prefix)
+	for _, step := range []struct {
+		what string
+		err  func() error
+	}{
+		{"export " + copies, func() error { return acc.AddStreamExport(copies, []*server.Account{gacc}) }},
+		{"import " + copies, func() error { return gacc.AddStreamImport(acc, copies, "") }},
+		{"export " + mqttAcksSubject, func() error { return gacc.AddStreamExport(mqttAcksSubject, []*server.Account{acc}) }},
+		{"import " + mqttAcksSubject, func() error { return acc.AddStreamImport(gacc, mqttAcksSubject, "") }},
+	} {
+		if err := step.err(); err != nil && !errors.Is(err, server.ErrStreamImportDuplicate) {
+			return nil, fmt.Errorf("mqtt account: %s: %w", step.what, err)
+		}
+	}
+	return acc, nil
+}
+
+// ensureMQTTMsgsStream creates (or narrows) $MQTT_msgs in the MQTT
+// account so that it does not capture $MQTT.msgs.<prefix>.*: those
+// copies go to the telemetry stream through the import, and a second
+// store here would answer the PUBACK first.
 func ensureMQTTMsgsStream(ctx context.Context, js jetstream.JetStream) error {
 	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
 	defer cancel()
@@ -86,32 +206,69 @@ func ensureMQTTMsgsStream(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
-// purgeMQTTMarkers removes the store copies of MQTT publishes from the
-// telemetry stream every mqttMarkerPurgeEvery until ctx is done.
-func purgeMQTTMarkers(ctx context.Context, js jetstream.JetStream, stream, prefix string, log *slog.Logger) {
-	t := time.NewTicker(mqttMarkerPurgeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// captureStoreCopies makes the telemetry stream capture the MQTT
+// listener's store copies and keep each as <prefix>.<device>. The
+// stream's subscription to them is made anew here, after the import
+// exists (the server lets an import reach only subscriptions made after
+// it). Copies an earlier version kept under their own subject (stored
+// right behind their readings, never read) are purged.
+func captureStoreCopies(ctx context.Context, js jetstream.JetStream, stream, prefix string) error {
+	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
+	defer cancel()
+	copies := mqttStoreSubject(prefix)
+	transform := &jetstream.SubjectTransformConfig{Source: copies, Destination: prefix + ".{{wildcard(1)}}"}
+	st, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:             stream,
+			Description:      "Device readings published on " + prefix + ".* (MQTT: " + copies + ")",
+			Subjects:         []string{prefix + ".*", copies},
+			SubjectTransform: transform,
+			Storage:          jetstream.FileStorage,
+		})
+		if err != nil {
+			return fmt.Errorf("create stream %s: %w", stream, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", stream, err)
+	}
+	cfg := st.CachedInfo().Config
+	if slices.Contains(cfg.Subjects, copies) {
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(copies)); err != nil {
+			return fmt.Errorf("purge %s from stream %s: %w", copies, stream, err)
+		}
+		cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(s string) bool { return s == copies })
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s without %s: %w", stream, copies, err)
+		}
+	}
+	cfg.Subjects = append(cfg.Subjects, copies)
+	cfg.SubjectTransform = transform
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s with %s: %w", stream, copies, err)
+	}
+	return nil
+}
+
+// forwardQoS0 publishes the QoS 0 MQTT publishes it receives into the
+// service's account (the telemetry stream); the others have their copy
+// stored there by the server already.
+func forwardQoS0(out *nats.Conn, log *slog.Logger) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		if q := msg.Header.Get(mqttQoSHeader); q != "" && q[0] != '0' {
 			return
-		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
-		st, err := js.Stream(pctx, stream)
-		if err == nil {
-			err = st.Purge(pctx, jetstream.WithPurgeSubject(mqttStoreSubject(prefix)))
-		}
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			log.Warn("purge of MQTT store copies failed; retried later", "stream", stream, "error", err)
+		if err := out.PublishMsg(&nats.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data}); err != nil {
+			log.Warn("QoS 0 MQTT reading not forwarded", "subject", msg.Subject, "error", err)
 		}
 	}
 }
 
-// startMQTT prepares the streams behind the embedded MQTT listener and
-// starts the purge of store copies. Without the listener it does
-// nothing (with -nats-url, MQTT is the external server's job).
+// startMQTT sets up the MQTT account behind the embedded MQTT listener
+// and then lets MQTT clients in. Without the listener it only reports
+// (with -nats-url, MQTT is the external server's job).
 func (m *Main) startMQTT() error {
 	if m.mqttPort == 0 {
 		if m.cfg.NATSURL != "" && m.cfg.MQTTListen != "" {
@@ -119,19 +276,58 @@ func (m *Main) startMQTT() error {
 		}
 		return nil
 	}
+	prefix := m.cfg.SubjectPrefix
+	acc, err := setupMQTTAccount(m.ns, prefix)
+	if err != nil {
+		return err
+	}
+	m.mqtt.acc.Store(acc)
+	ctx := context.Background()
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return fmt.Errorf("mqtt: jetstream: %w", err)
 	}
-	if err := ensureMQTTMsgsStream(context.Background(), js); err != nil {
+	if err := captureStoreCopies(ctx, js, ingest.DefaultConfig().Stream, prefix); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m.cancelMQTT = cancel
-	stream := ingest.DefaultConfig().Stream
-	log := m.log.With("component", "mqtt")
-	m.wg.Go(func() { purgeMQTTMarkers(ctx, js, stream, m.cfg.SubjectPrefix, log) })
+	admin, err := nats.Connect(m.ns.ClientURL(), append(m.sec.natsClientOptions(true),
+		nats.Name("telemetryd-mqtt"), nats.UserInfo(mqttAdminUser, m.mqtt.secret), nats.MaxReconnects(-1))...)
+	if err != nil {
+		return fmt.Errorf("mqtt: connect to account %s: %w", mqttAccountName, err)
+	}
+	m.mqtt.admin = admin
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		return fmt.Errorf("mqtt: jetstream: %w", err)
+	}
+	if err := ensureMQTTMsgsStream(ctx, ajs); err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	sub, err := admin.Subscribe(prefix+".*", forwardQoS0(m.nc, m.log.With("component", "mqtt")))
+	if err != nil {
+		return fmt.Errorf("mqtt: subscribe %s.*: %w", prefix, err)
+	}
+	if err := sub.SetPendingLimits(mqttForwardPending, -1); err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	if err := admin.Flush(); err != nil {
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	m.mqtt.ready.Store(true)
 	return nil
+}
+
+// closeMQTT stops the QoS 0 forwarder, after the last MQTT reading it
+// received was handed on.
+func (m *Main) closeMQTT() {
+	if m.mqtt != nil && m.mqtt.admin != nil {
+		m.mqtt.ready.Store(false)
+		_ = m.mqtt.admin.Drain()
+		for deadline := time.Now().Add(mqttSetupTimeout); m.mqtt.admin.IsDraining() && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		m.mqtt.admin.Close()
+	}
 }
 
 // MQTTAddr is the embedded MQTT listener's address, empty when it is

@@ -7,12 +7,15 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -93,7 +96,9 @@ func TestMQTTStoresExactlyWhatWasPublished(t *testing.T) {
 }
 
 // TestMQTTPubAckFollowsTheStoredMessage checks that once a QoS 1
-// publish is acknowledged, the telemetry stream already holds it.
+// publish is acknowledged, the telemetry stream already holds it, and
+// holds it once: the MQTT connection is in the MQTT account, whose store
+// copy is the message the stream keeps.
 func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 	s := startService(t, newTestConfig(t))
 	c := newMQTTClient(t, s, "ack-order")
@@ -101,8 +106,9 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 	defer cancel()
 	st, err := s.js.Stream(ctx, "TELEMETRY")
 	require.NoError(t, err)
-	assert.Contains(t, st.CachedInfo().Config.Subjects, "$MQTT.msgs.telemetry.*")
-	for i := range 200 {
+	assert.Equal(t, []string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, st.CachedInfo().Config.Subjects)
+	const n = 200
+	for i := range n {
 		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), i)
 		tok := c.Publish("telemetry/acked", 1, false, payload)
 		require.True(t, tok.WaitTimeout(10*time.Second))
@@ -110,8 +116,76 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 		m, err := st.GetLastMsgForSubject(ctx, "telemetry.acked")
 		require.NoError(t, err, "publish %d acknowledged but not in the stream", i)
 		require.Equal(t, payload, string(m.Data), "publish %d acknowledged before it was stored", i)
+		require.Equal(t, "1", m.Header.Get(mqttQoSHeader))
 	}
-	waitStored(t, s, "acked", 200)
+	waitStored(t, s, "acked", n)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(n), info.State.Msgs, "one stored message per QoS 1 PUBLISH")
+
+	cz, err := s.ns.Connz(&server.ConnzOptions{Account: mqttAccountName})
+	require.NoError(t, err)
+	var mqttConns int
+	for _, ci := range cz.Conns {
+		if ci.MQTTClient == "ack-order" {
+			mqttConns++
+		}
+	}
+	assert.Equal(t, 1, mqttConns, "the MQTT client is in account %s", mqttAccountName)
+	ms, err := s.js.Stream(ctx, mqttMsgsStream)
+	assert.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no MQTT stream in the service's account: %v", ms)
+}
+
+// TestMQTTStoreCopiesOfEarlierVersionsAreDropped: a telemetry stream
+// that kept the server's store copies under their own subject (and
+// still holds some) loses them at start, before the ingester would see
+// one, and from then on stores each copy as its reading.
+func TestMQTTStoreCopiesOfEarlierVersionsAreDropped(t *testing.T) {
+	cfg := newTestConfig(t)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*", mqttStoreSubject("telemetry")}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	for i := range 5 {
+		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), i)
+		_, err = js.Publish(ctx, "telemetry.old", []byte(payload))
+		require.NoError(t, err)
+		_, err = js.Publish(ctx, "$MQTT.msgs.telemetry.old", []byte(payload))
+		require.NoError(t, err)
+	}
+	nc.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	s := startService(t, cfg)
+	waitStored(t, s, "old", 5)
+	st, err := s.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, info.Config.Subjects)
+	assert.Equal(t, map[string]uint64{"telemetry.old": 5}, info.State.Subjects, "the old copies are purged")
+
+	// The copies of new publishes are stored as readings, once.
+	c := newMQTTClient(t, s, "after-upgrade")
+	payload := fmt.Sprintf(`{"ts":%q,"n":9}`, testEpoch.Add(time.Minute).Format(time.RFC3339Nano))
+	require.True(t, c.Publish("telemetry/old", 1, false, payload).WaitTimeout(10*time.Second))
+	waitStored(t, s, "old", 6)
+	info, err = st.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"telemetry.old": 6}, info.State.Subjects)
+	rej, err := s.js.Stream(ctx, "TELEMETRY_REJECTED")
+	if err == nil {
+		assert.Zero(t, rej.CachedInfo().State.Msgs, "a store copy reached the ingester")
+	}
 }
 
 func TestMQTTBadPayloadGoesToDeadLetters(t *testing.T) {
@@ -136,30 +210,24 @@ func TestMQTTBadPayloadGoesToDeadLetters(t *testing.T) {
 	waitStored(t, s, "mqtt-bad", 1)
 }
 
-func TestMQTTStoreCopiesArePurged(t *testing.T) {
+// TestMQTTQoS0IsForwarded: a QoS 0 publish has no store copy; the
+// forwarder puts it in the telemetry stream, once.
+func TestMQTTQoS0IsForwarded(t *testing.T) {
 	s := startService(t, newTestConfig(t))
-	c := newMQTTClient(t, s, "purge")
-	for i := range 20 {
+	c := newMQTTClient(t, s, "qos0")
+	const n = 50
+	for i := range n {
 		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), i)
-		require.True(t, c.Publish("telemetry/purged", 1, false, payload).WaitTimeout(10*time.Second))
+		require.True(t, c.Publish("telemetry/zero", 0, false, payload).WaitTimeout(10*time.Second))
 	}
-	waitStored(t, s, "purged", 20)
+	waitStored(t, s, "zero", n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := s.js.Stream(ctx, "TELEMETRY")
 	require.NoError(t, err)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$MQTT.msgs.>"))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
 	require.NoError(t, err)
-	require.Equal(t, 20, int(info.State.Subjects["$MQTT.msgs.telemetry.purged"]), "each QoS 1 publish leaves one store copy")
-	// The periodic purge removes them; run one round now.
-	require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject(mqttStoreSubject("telemetry"))))
-	info, err = st.Info(ctx, jetstream.WithSubjectFilter("$MQTT.msgs.>"))
-	require.NoError(t, err)
-	assert.Empty(t, info.State.Subjects)
-	ms, err := s.js.Stream(ctx, mqttMsgsStream)
-	require.NoError(t, err)
-	assert.Equal(t, []string{mqttMsgsStream}, ms.CachedInfo().Config.Subjects)
-	assert.Zero(t, ms.CachedInfo().State.Msgs)
+	assert.Equal(t, map[string]uint64{"telemetry.zero": n}, info.State.Subjects)
 }
 
 func TestMQTTOff(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/retention"
@@ -45,8 +46,8 @@ type Main struct {
 	// for a single node.
 	cluster *clusterNode
 
-	mqttPort        int // embedded MQTT listener's port; 0 when off
-	cancelMQTT      context.CancelFunc
+	mqttPort        int       // embedded MQTT listener's port; 0 when off
+	mqtt            *mqttDoor // the MQTT account's state; nil without the listener
 	cancelIngest    context.CancelFunc
 	cancelRetention context.CancelFunc
 	ingestDone      chan struct{}
@@ -123,8 +124,17 @@ func (m *Main) Open(ctx context.Context) error {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log, m.sec.configureNATS,
-			func(o *server.Options) *natsLogger { o.JetStreamMaxMemory = m.budget.JetStream; return nil })
+		configure := []func(*server.Options) *natsLogger{m.sec.configureNATS,
+			func(o *server.Options) *natsLogger { o.JetStreamMaxMemory = m.budget.JetStream; return nil }}
+		if m.cfg.MQTTListen != "" {
+			secret, err := auth.NewSecret()
+			if err != nil {
+				return err
+			}
+			m.mqtt = &mqttDoor{secret: secret}
+			configure = append(configure, m.mqtt.configure) // wraps the authentication set above
+		}
+		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log, configure...)
 		if err != nil {
 			return err
 		}
@@ -163,7 +173,7 @@ func (m *Main) startIngest() error {
 	icfg.SubjectPrefix = m.cfg.SubjectPrefix
 	icfg.Window = m.window()
 	if m.mqttPort != 0 {
-		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)}
+		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)} // stored as <prefix>.<device> (mqtt.go)
 	}
 	icfg.Positions, icfg.Tombstones = m.store, m.store
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
@@ -344,9 +354,7 @@ func (m *Main) close(ctx context.Context) error {
 	if m.cancelRetention != nil {
 		m.cancelRetention()
 	}
-	if m.cancelMQTT != nil {
-		m.cancelMQTT()
-	}
+	m.closeMQTT()
 	if m.sec != nil {
 		m.sec.Close()
 	}

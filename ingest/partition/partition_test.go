@@ -68,6 +68,8 @@ func TestCount(t *testing.T) {
 
 	_, err = partition.Count("telemetry", nil)
 	assert.ErrorIs(t, err, partition.ErrNotPartitioned)
+	_, err = partition.Count("telemetry", &jetstream.SubjectTransformConfig{Source: "$MQTT.msgs.telemetry.*", Destination: "telemetry.{{wildcard(1)}}"})
+	assert.ErrorIs(t, err, partition.ErrNotPartitioned)
 	_, err = partition.Count("other", &tr)
 	assert.ErrorContains(t, err, "not the partitioning of other.*")
 	_, err = partition.Count("telemetry", &jetstream.SubjectTransformConfig{Source: "telemetry.*", Destination: "telemetry.{{partition(0,1)}}.{{wildcard(1)}}"})
