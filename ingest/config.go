@@ -25,10 +25,12 @@ type Config struct {
 	SubjectPrefix string
 	// Stream captures <prefix>.* with file storage. Default "TELEMETRY".
 	Stream string
-	// ExtraSubjects are further subjects Stream captures that the
-	// ingester acks on delivery without reading them (never stored,
-	// never dead-lettered), e.g. the embedded MQTT listener's QoS 1
-	// store subjects, so that its PUBACK follows the stored message.
+	// ExtraSubjects are further subjects Stream captures. A message the
+	// stream keeps under one of them is acked on delivery without being
+	// read (never stored, never dead-lettered). The embedded MQTT
+	// listener's QoS 1 store subjects are one: the stream keeps those
+	// messages as <prefix>.<device> (a subject transform set up by the
+	// service), so they are read as readings.
 	ExtraSubjects []string
 	// StreamMaxAge bounds how long Stream keeps messages (acked or not),
 	// so the raw stream cannot fill the disk. Default 7 days.

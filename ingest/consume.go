@@ -148,8 +148,9 @@ func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfi
 // is therefore delivered and settled by subject (handler):
 //
 //   - <prefix>.<device>: decoded, then stored or dead-lettered;
-//   - a subject of Config.ExtraSubjects (the MQTT listener's QoS 1 store
-//     copies): acked at once, never decoded, stored or dead-lettered;
+//   - a subject of Config.ExtraSubjects (kept under its own subject,
+//     not transformed to <prefix>.<device>): acked at once, never
+//     decoded, stored or dead-lettered;
 //   - anything else (a subject an operator added to the stream, or a
 //     device token that is a literal wildcard: the stream's "<prefix>.*"
 //     stores "<prefix>.>"): dead-lettered with invalid_device, so
