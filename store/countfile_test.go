@@ -330,7 +330,7 @@ func TestWriteToReadOnlyTableReopensItAfterReaders(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	// The holder can still read.
-	out, err := scanTable(ctx, h, "a", cold.Start(), cold.End(), buckets.Desc, 100, nil)
+	out, err := scanTable(ctx, h, "a", cold.Start(), cold.End(), buckets.Desc, 100, nil, nil)
 	require.NoError(t, err)
 	assert.Len(t, out, 10)
 

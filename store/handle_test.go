@@ -58,7 +58,7 @@ func TestLastReleaseOfDoomedTableDropsIt(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	assert.True(t, ts.dbOf(h2), "a release that is not the last closes nothing")
-	out, err := scanTable(ctx, h2, "dev", d.Start(), d.End(), buckets.Desc, 100, nil)
+	out, err := scanTable(ctx, h2, "dev", d.Start(), d.End(), buckets.Desc, 100, nil, nil)
 	require.NoError(t, err)
 	assert.Len(t, out, 20, "the remaining reader reads the whole day")
 	assert.DirExists(t, ts.tableDir(d))
@@ -138,7 +138,7 @@ func TestReaderKeepsTableOpenThroughLRUClose(t *testing.T) {
 	}
 	assert.True(t, ts.isOpen(held), "a held table stays open however often a close is asked for (%d sweeps)", sweeps+3)
 	assert.True(t, ts.dbOf(h))
-	out, err := scanTable(ctx, h, "dev", held.Start(), held.End(), buckets.Desc, 100, nil)
+	out, err := scanTable(ctx, h, "dev", held.Start(), held.End(), buckets.Desc, 100, nil, nil)
 	require.NoError(t, err)
 	assert.Len(t, out, 10, "the holder reads its table after the sweeps")
 
@@ -202,7 +202,7 @@ func TestHandleChurn(t *testing.T) {
 			return err
 		}
 		defer ts.release(h)
-		_, err = scanTable(ctx, h, "dev", h.day.Start(), h.day.End(), buckets.Asc, 50, nil)
+		_, err = scanTable(ctx, h, "dev", h.day.Start(), h.day.End(), buckets.Asc, 50, nil, nil)
 		return err
 	})
 	run(2, func(i int) error { // writers: fresh tables after drops, writable reopens

@@ -20,16 +20,28 @@ import (
 // Latest returns up to n readings of dev, newest first, across day
 // tables. It stops reading as soon as it has n.
 func (s *Store) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error) {
+	return s.LatestIn(ctx, dev, n, nil)
+}
+
+// LatestIn is Latest building the answer in buf (buckets.ReadBuffer);
+// nil buf: in new memory, as Latest.
+func (s *Store) LatestIn(ctx context.Context, dev buckets.DeviceID, n int, buf *buckets.ReadBuffer) ([]buckets.Reading, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: latest: n %d must be positive", buckets.ErrInvalidArgument, n)
 	}
-	return s.collect(ctx, dev, 0, buckets.MaxTicks+1, buckets.Desc, n)
+	return s.collect(ctx, dev, 0, buckets.MaxTicks+1, buckets.Desc, n, buf)
 }
 
 // Range returns the readings of q.Device with q.From <= ticks < q.To in
 // q.Order, resuming strictly after *q.After when it is set, at most
 // q.Limit of them; Page.More says whether more match.
 func (s *Store) Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error) {
+	return s.RangeIn(ctx, q, nil)
+}
+
+// RangeIn is Range building the page in buf (buckets.ReadBuffer); nil
+// buf: in new memory, as Range.
+func (s *Store) RangeIn(ctx context.Context, q buckets.RangeQuery, buf *buckets.ReadBuffer) (buckets.Page, error) {
 	if q.Limit <= 0 {
 		return buckets.Page{}, fmt.Errorf("%w: range: limit %d must be positive", buckets.ErrInvalidArgument, q.Limit)
 	}
@@ -43,7 +55,7 @@ func (s *Store) Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, 
 			to = from // nothing is after the last tick
 		}
 	}
-	rs, err := s.collect(ctx, q.Device, from, to, q.Order, q.Limit+1)
+	rs, err := s.collect(ctx, q.Device, from, to, q.Order, q.Limit+1, buf)
 	if err != nil {
 		return buckets.Page{}, err
 	}
@@ -94,8 +106,9 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 }
 
 // collect returns up to limit readings of dev with from <= ticks < to
-// in order, visiting the day tables in the same order.
-func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buckets.Ticks, order buckets.Order, limit int) ([]buckets.Reading, error) {
+// in order, visiting the day tables in the same order, built in buf
+// when it is not nil.
+func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buckets.Ticks, order buckets.Order, limit int, buf *buckets.ReadBuffer) ([]buckets.Reading, error) {
 	if err := s.Ping(ctx); err != nil {
 		return nil, err
 	}
@@ -112,7 +125,7 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 		return []buckets.Reading{}, nil
 	}
 	days := s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), order)
-	out := make([]buckets.Reading, 0, min(limit, 256))
+	out, vals := answerIn(buf, limit)
 	for _, d := range days {
 		t, err := s.acquire(ctx, d, forRead)
 		if err != nil {
@@ -122,7 +135,7 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 			continue // dropped meanwhile
 		}
 		err = s.guard(t, func() error {
-			out, err = scanTable(ctx, t, dev, max(from, d.Start()), min(to, d.End()), order, limit, out)
+			out, err = scanTable(ctx, t, dev, max(from, d.Start()), min(to, d.End()), order, limit, out, vals)
 			return err
 		})
 		s.release(t)
@@ -133,7 +146,20 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 			break
 		}
 	}
+	if buf != nil {
+		buf.Readings, buf.Values = out, *vals
+	}
 	return out, nil
+}
+
+// answerIn returns the storage of an answer of up to limit readings:
+// buf's, or new memory (and no value storage) when buf is nil.
+func answerIn(buf *buckets.ReadBuffer, limit int) ([]buckets.Reading, *[]buckets.Field) {
+	if buf == nil {
+		return make([]buckets.Reading, 0, min(limit, 256)), nil
+	}
+	vals := buf.Values[:0]
+	return buf.Readings[:0], &vals
 }
 
 // daysBetween lists the days in [lo, hi] that have a table, in order.
@@ -161,7 +187,7 @@ func (s *Store) daysBetween(lo, hi buckets.Day, order buckets.Order) []buckets.D
 // final, so the scan stops as soon as limit readings are final. Oldest
 // first (Asc), the blocks that may hold readings of the range are
 // gathered (their keys say which) and read by their oldest reading.
-func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi buckets.Ticks, order buckets.Order, limit int, out []buckets.Reading) ([]buckets.Reading, error) {
+func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi buckets.Ticks, order buckets.Order, limit int, out []buckets.Reading, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	if lo >= hi || len(out) >= limit {
 		return out, nil
 	}
@@ -180,7 +206,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			// Only the newest limit-len(out) readings of the block can
 			// be among the answer's: any older one has that many newer
 			// ones in this block alone.
-			rs, err := readItem(bi, dev, lo, hi, limit-len(out), true)
+			rs, err := readItem(bi, dev, lo, hi, limit-len(out), true, vals)
 			if err != nil {
 				return false, err
 			}
@@ -191,7 +217,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			out = res.appendTake(out, order, lo-1)
 		}
 	} else {
-		out, err = scanAsc(ctx, txn, dev, lo, hi, limit, out, res)
+		out, err = scanAsc(ctx, txn, dev, lo, hi, limit, out, res, vals)
 	}
 	if err != nil {
 		return out, fmt.Errorf("read table %s: %s: %w", t.day, dev, err)
@@ -200,7 +226,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 }
 
 // scanAsc is the oldest-first half of scanTable.
-func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, out []buckets.Reading, res *resolver) ([]buckets.Reading, error) {
+func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, out []buckets.Reading, res *resolver, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	type found struct {
 		ref   blockRef
 		value []byte
@@ -228,7 +254,7 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 		if out = res.appendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
 		}
-		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false)
+		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
 		if err != nil {
 			return out, fmt.Errorf("block %s..%s: %w", b.ref.oldest.FormatTime(), b.ref.newest.FormatTime(), err)
 		}
@@ -263,7 +289,7 @@ func getReading(txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks) (r bucke
 		if bi.ref.oldest > k || (ok && bi.ref.seq < best) {
 			return true, nil
 		}
-		rs, err := readItem(bi, dev, k, k+1, 1, true)
+		rs, err := readItem(bi, dev, k, k+1, 1, true, nil)
 		if err != nil {
 			return false, err
 		}

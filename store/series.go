@@ -184,11 +184,11 @@ var scanners = sync.Pool{New: func() any { return new(block.Scanner) }}
 // hi, oldest first; when limit is positive only the newest limit of
 // them (newest) or the oldest limit. Only those rows are decoded into
 // readings.
-func readItem(bi blockItem, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool) ([]buckets.Reading, error) {
+func readItem(bi blockItem, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	var rs []buckets.Reading
 	err := bi.item.Value(func(v []byte) error {
 		var err error
-		rs, err = readBlock(v, dev, lo, hi, limit, newest)
+		rs, err = readBlock(v, dev, lo, hi, limit, newest, vals)
 		return err
 	})
 	if err != nil {
@@ -197,11 +197,18 @@ func readItem(bi blockItem, dev buckets.DeviceID, lo, hi buckets.Ticks, limit in
 	return rs, nil
 }
 
-// readBlock is readItem on the bytes of a block.
-func readBlock(b []byte, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool) ([]buckets.Reading, error) {
+// readBlock is readItem on the bytes of a block. When vals is not nil
+// the readings' values go into its free capacity (block.Scanner.ReadingsIn)
+// and *vals is extended by them.
+func readBlock(b []byte, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	sc := scanners.Get().(*block.Scanner)
 	defer scanners.Put(sc)
-	return sc.Readings(b, dev, lo, hi, limit, newest)
+	if vals == nil {
+		return sc.Readings(b, dev, lo, hi, limit, newest)
+	}
+	rs, vs, err := sc.ReadingsIn(*vals, b, dev, lo, hi, limit, newest)
+	*vals = vs
+	return rs, err
 }
 
 // resolver merges the readings of overlapping blocks: for each ticks

@@ -148,7 +148,7 @@ func TestDropTableWaitsForHolders(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	// The holder can still read its table.
-	_, err = scanTable(ctx, h, "dev", d.Start(), d.End(), buckets.Desc, 10, nil)
+	_, err = scanTable(ctx, h, "dev", d.Start(), d.End(), buckets.Desc, 10, nil, nil)
 	require.NoError(t, err)
 
 	ts.release(h)

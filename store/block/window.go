@@ -27,29 +27,41 @@ type window struct {
 // accepts exactly the blocks Decode accepts. The readings own their
 // memory; the scanner may be reused at once.
 func (sc *Scanner) Readings(b []byte, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool) ([]buckets.Reading, error) {
+	rs, _, err := sc.ReadingsIn(nil, b, dev, lo, hi, limit, newest)
+	return rs, err
+}
+
+// ReadingsIn is Readings with the readings' values placed in the free
+// capacity of vals when it has room for them, else in a new array with
+// room to spare. It returns the array they are in, up to their end, so
+// that a reader building one answer from many blocks passes it on to
+// the next block and can reuse it from answer to answer. Nothing else
+// of vals is touched.
+func (sc *Scanner) ReadingsIn(vals []buckets.Field, b []byte, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool) ([]buckets.Reading, []buckets.Field, error) {
 	n, oldest, last, rest, err := sc.header(b)
 	if err != nil {
-		return nil, err
+		return nil, vals, err
 	}
 	raw, err := uncompressInto(sc.buf[:0], rest)
 	if err != nil {
-		return nil, err
+		return nil, vals, err
 	}
 	if len(rest) == 0 || rest[0] != compressNone {
 		sc.buf = raw
 	}
 	r := reader{b: raw}
 	if err := sc.times(&r, n, oldest, last); err != nil {
-		return nil, err
+		return nil, vals, err
 	}
 	i0, i1 := sc.rowsIn(lo, hi, limit, newest)
 	if err := sc.windowColumns(&r, n, i0, i1); err != nil {
-		return nil, err
+		return nil, vals, err
 	}
 	if i0 == i1 {
-		return []buckets.Reading{}, nil
+		return []buckets.Reading{}, vals, nil
 	}
-	return sc.assemble(dev, i0, i1), nil
+	rs, vals := sc.assemble(vals, dev, i0, i1)
+	return rs, vals, nil
 }
 
 // rowsIn returns the rows [i0, i1) of sc.ticks that Readings returns.
@@ -156,8 +168,10 @@ func (sc *Scanner) dictString(k uint32) string {
 }
 
 // assemble makes the readings of rows [i0, i1) from sc.win: one slice
-// of readings and one of values, each reading's values in name order.
-func (sc *Scanner) assemble(dev buckets.DeviceID, i0, i1 int) []buckets.Reading {
+// of readings and their values, each reading's in name order, in the
+// free capacity of vals when it has room for them or else in a new
+// array; the array they are in is returned, up to their end.
+func (sc *Scanner) assemble(vals []buckets.Field, dev buckets.DeviceID, i0, i1 int) ([]buckets.Reading, []buckets.Field) {
 	w := &sc.win
 	rows := i1 - i0
 	if cap(w.count) < rows {
@@ -168,7 +182,15 @@ func (sc *Scanner) assemble(dev buckets.DeviceID, i0, i1 int) []buckets.Reading 
 	for _, j := range w.rows {
 		w.count[j]++
 	}
-	slab := make([]buckets.Field, len(w.vals))
+	var slab []buckets.Field
+	if need := len(w.vals); cap(vals)-len(vals) >= need {
+		slab, vals = vals[len(vals):len(vals)+need], vals[:len(vals)+need]
+	} else {
+		// A new array, with room to spare for the next blocks of the
+		// same answer when vals was one.
+		slab = make([]buckets.Field, need, max(2*cap(vals), need))
+		vals = slab
+	}
 	rs := make([]buckets.Reading, rows)
 	at := int32(0)
 	for j := range rs {
@@ -194,5 +216,5 @@ func (sc *Scanner) assemble(dev buckets.DeviceID, i0, i1 int) []buckets.Reading 
 		rs[j].Values = rs[j].Values[:cap(rs[j].Values)]
 	}
 	clear(w.vals) // hold on to no strings of the block
-	return rs
+	return rs, vals
 }

@@ -132,6 +132,44 @@ func TestReadingsAllocateOnlyForTheWindow(t *testing.T) {
 	require.LessOrEqual(t, testing.AllocsPerRun(20, read), 6.0)
 }
 
+// ReadingsIn places the values in the caller's array while it has
+// room, block after block, each reading's values ending where they
+// end; without room they go to a new array, and the readings are
+// always Readings'.
+func TestReadingsInUsesTheCallersArray(t *testing.T) {
+	var sc block.Scanner
+	b1, err := block.Encode(nil, series(50, 1))
+	require.NoError(t, err)
+	b2, err := block.Encode(nil, series(30, 2))
+	require.NoError(t, err)
+	want1, err := sc.Readings(b1, "dev-1", 0, buckets.MaxTicks+1, 0, false)
+	require.NoError(t, err)
+	want2, err := sc.Readings(b2, "dev-1", 0, buckets.MaxTicks+1, 0, false)
+	require.NoError(t, err)
+
+	arena := make([]buckets.Field, 3, 4*(50+30)+3) // series has 4 values a reading
+	got1, vals, err := sc.ReadingsIn(arena, b1, "dev-1", 0, buckets.MaxTicks+1, 0, false)
+	require.NoError(t, err)
+	got2, vals, err := sc.ReadingsIn(vals, b2, "dev-1", 0, buckets.MaxTicks+1, 0, false)
+	require.NoError(t, err)
+	require.Equal(t, want1, got1)
+	require.Equal(t, want2, got2)
+	require.Len(t, vals, 3+4*80)
+	require.Same(t, &arena[:4][3], &got1[0].Values[0], "the first values follow what the array held")
+	require.Same(t, &arena[:3+4*50+1][3+4*50], &got2[0].Values[0], "the next block's follow the first's")
+	for _, r := range got1 {
+		require.Equal(t, len(r.Values), cap(r.Values))
+	}
+
+	small := make([]buckets.Field, 0, 10)
+	got3, vals, err := sc.ReadingsIn(small, b1, "dev-1", 0, buckets.MaxTicks+1, 0, false)
+	require.NoError(t, err)
+	require.Equal(t, want1, got3)
+	require.Len(t, vals, 4*50)
+	require.Equal(t, 4*50, cap(vals), "a new array, as Readings makes")
+	require.Zero(t, small[:10][0].Name, "the short array is left alone")
+}
+
 // BenchmarkReadingsLatest10OneHour and BenchmarkDecodeLatest10OneHour
 // read the newest 10 readings of a sealed one-hour block at 1 s
 // (3,600 readings of three values), the read behind latest-10.
