@@ -19,6 +19,7 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -160,6 +161,10 @@ func TestMQTTDeviceAuth(t *testing.T) {
 	require.True(t, pub.WaitTimeout(10*time.Second))
 	require.NoError(t, pub.Error())
 	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
+	cz, err := m.ns.Connz(&server.ConnzOptions{Account: mqttAccountName, Username: true})
+	require.NoError(t, err)
+	require.Len(t, cz.Conns, 2, "the device and the service's forwarder are in the MQTT account")
+	assert.ElementsMatch(t, []string{"dev-1", mqttAdminUser}, []string{cz.Conns[0].AuthorizedUser, cz.Conns[1].AuthorizedUser})
 
 	before := deniedCount(t, base, f.tokens["metrics"], deniedPublish)
 	c2, err := mqttConnect(t, addr, "dev-1", f.devices["dev-1"])
