@@ -80,6 +80,12 @@ func (sc *Scanner) Numeric(b []byte, want func(name []byte) bool, fn func(name [
 			fn(in.name, sc.sel, sc.vals)
 		}
 	}
+	return sc.checkEnd(&r, complete, n)
+}
+
+// checkEnd reports a block whose columns left bytes unread, or, unless
+// some column was complete, one of whose n readings no column covered.
+func (sc *Scanner) checkEnd(r *reader, complete bool, n int) error {
 	if len(r.b) != 0 {
 		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
 	}

@@ -101,17 +101,7 @@ func (sc *Scanner) windowColumns(r *reader, n, i0, i1 int) error {
 		sc.keepRows(&c, in.count, i0, i1)
 		w.ends = append(w.ends, len(w.vals))
 	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
-	}
-	if !complete {
-		for i := range n {
-			if sc.cover[i/8]&(1<<(i%8)) == 0 {
-				return fmt.Errorf("%w: reading %d has no values", ErrCorrupt, i)
-			}
-		}
-	}
-	return nil
+	return sc.checkEnd(r, complete, n)
 }
 
 // keepRows appends to sc.win the values of the column c (of count
