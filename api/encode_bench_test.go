@@ -41,21 +41,10 @@ func BenchmarkReadingList(b *testing.B) {
 	for _, n := range benchListSizes {
 		rs := benchReadings(n)
 		b.Run(fmt.Sprintf("appenders/%d", n), func(b *testing.B) {
-			srv, err := New(Config{Reader: pageReader{}, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
-			b.ReportAllocs()
-			var size int
-			for b.Loop() {
+			benchSendReadingList(b, rs, func() (http.ResponseWriter, func() int) {
 				rec := httptest.NewRecorder()
-				if err := srv.sendReadingList(srv.echo.NewContext(req, rec), "sensor-0042", rs, nil, "cursor"); err != nil {
-					b.Fatal(err)
-				}
-				size = rec.Body.Len()
-			}
-			b.ReportMetric(float64(size), "bytes/page")
+				return rec, rec.Body.Len
+			})
 		})
 		b.Run(fmt.Sprintf("encoding-json/%d", n), func(b *testing.B) {
 			b.ReportAllocs()
@@ -198,21 +187,30 @@ func BenchmarkReadingListDiscard(b *testing.B) {
 	for _, n := range benchListSizes {
 		rs := benchReadings(n)
 		b.Run(fmt.Sprintf("appenders/%d", n), func(b *testing.B) {
-			srv, err := New(Config{Reader: pageReader{}, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
-			b.ReportAllocs()
-			var size int
-			for b.Loop() {
+			benchSendReadingList(b, rs, func() (http.ResponseWriter, func() int) {
 				w := &discardWriter{h: http.Header{}}
-				if err := srv.sendReadingList(srv.echo.NewContext(req, w), "sensor-0042", rs, nil, "cursor"); err != nil {
-					b.Fatal(err)
-				}
-				size = w.n
-			}
-			b.ReportMetric(float64(size), "bytes/page")
+				return w, func() int { return w.n }
+			})
 		})
 	}
+}
+
+// benchSendReadingList measures sendReadingList writing rs as one page
+// to a fresh writer from newWriter per call; written reports its size.
+func benchSendReadingList(b *testing.B, rs []buckets.Reading, newWriter func() (w http.ResponseWriter, written func() int)) {
+	srv, err := New(Config{Reader: pageReader{}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	b.ReportAllocs()
+	var size int
+	for b.Loop() {
+		w, written := newWriter()
+		if err := srv.sendReadingList(srv.echo.NewContext(req, w), "sensor-0042", rs, nil, "cursor"); err != nil {
+			b.Fatal(err)
+		}
+		size = written()
+	}
+	b.ReportMetric(float64(size), "bytes/page")
 }

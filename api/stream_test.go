@@ -126,16 +126,8 @@ func TestClientThatStopsReadingIsCutOff(t *testing.T) {
 		c.StallTimeout = 300 * time.Millisecond
 	})
 	wideReadings(t, env, "dev-s", 10000, 4000) // 40 MB of JSON: more than socket buffers hold
-	u, err := url.Parse(env.url)
-	require.NoError(t, err)
-	conn, err := net.Dial("tcp", u.Host)
-	require.NoError(t, err)
+	conn := stalledRange(t, env, "dev-s")
 	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", rangePath("dev-s", 10000), u.Host)
-	require.NoError(t, err)
-	status, err := bufio.NewReader(conn).ReadString('\n') // the status line, then nothing more
-	require.NoError(t, err)
-	require.Contains(t, status, "200")
 
 	refused := env.get(t, "/v1/devices/dev-s/readings/latest?limit=1")
 	require.Equal(t, http.StatusServiceUnavailable, refused.status, "the stalled response holds the whole budget")
@@ -222,16 +214,8 @@ func TestBudgetCoversAggregatesAndPromQL(t *testing.T) {
 	require.Equal(t, http.StatusOK, env.get(t, "/api/v1/query?query=up").status)
 	require.Equal(t, int64(1), promRuns.Load())
 
-	u, err := url.Parse(env.url)
-	require.NoError(t, err)
-	conn, err := net.Dial("tcp", u.Host)
-	require.NoError(t, err)
+	conn := stalledRange(t, env, "dev-s") // the page holds the budget
 	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", rangePath("dev-s", 10000), u.Host)
-	require.NoError(t, err)
-	status, err := bufio.NewReader(conn).ReadString('\n') // then nothing more: the page holds the budget
-	require.NoError(t, err)
-	require.Contains(t, status, "200")
 
 	agg := env.get(t, aggPath)
 	requireError(t, agg, http.StatusServiceUnavailable, "unavailable", "query responses")
@@ -276,4 +260,21 @@ func counterValue(t *testing.T, env *testEnv, name string) int64 {
 		}
 	}
 	return n
+}
+
+// stalledRange asks for a 10,000-reading page of dev over a raw
+// connection and reads only the status line (200), so the rest of the
+// answer stalls in the server; the caller closes the connection.
+func stalledRange(t *testing.T, env *testEnv, dev string) net.Conn {
+	t.Helper()
+	u, err := url.Parse(env.url)
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", rangePath(dev, 10000), u.Host)
+	require.NoError(t, err)
+	status, err := bufio.NewReader(conn).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, status, "200")
+	return conn
 }

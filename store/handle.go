@@ -258,6 +258,12 @@ func (s *Store) letGo(t *table, use bool) {
 	h.refs--
 	last := h.refs == 0
 	s.mu.Unlock()
+	s.released(h, last)
+}
+
+// released finishes giving up a reference to h outside s.mu: it ends h
+// when that was its last reference.
+func (s *Store) released(h *handle, last bool) {
 	if last {
 		s.endLogged(h)
 	}
@@ -271,10 +277,7 @@ func (s *Store) unref(h *handle) {
 	h.refs--
 	last := h.refs == 0
 	s.mu.Unlock()
-	if last {
-		s.endLogged(h)
-	}
-	s.inflight.Done()
+	s.released(h, last)
 }
 
 // end ends h, whose last reference is gone: it closes its database, if

@@ -9,14 +9,7 @@ import (
 // BenchmarkAcquireRelease is what every read and write pays to hold an
 // open day table: acquire and release from many goroutines at once.
 func BenchmarkAcquireRelease(b *testing.B) {
-	o := DefaultOptions()
-	o.Logger = quietLogger()
-	o.Now = func() time.Time { return baseTime }
-	s, err := Open(context.Background(), b.TempDir(), o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openBenchStore(b)
 	ctx := context.Background()
 	if err := s.Write(ctx, series("dev", dayTick(today, time.Hour), time.Second, 1)); err != nil {
 		b.Fatal(err)

@@ -75,14 +75,7 @@ func BenchmarkRawBadgerWriteBatch(b *testing.B) {
 // 1000 devices: validation, read-before-write merge, one transaction
 // per table, reading counter and device index included.
 func BenchmarkStoreWrite(b *testing.B) {
-	o := DefaultOptions()
-	o.Logger = quietLogger()
-	o.Now = func() time.Time { return baseTime }
-	s, err := Open(context.Background(), b.TempDir(), o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openBenchStore(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -101,14 +94,7 @@ func BenchmarkStoreWrite(b *testing.B) {
 // devices over the same 100 seconds, so most readings are not newer
 // than the newest one in the table.
 func BenchmarkStoreWriteDeviceRuns(b *testing.B) {
-	o := DefaultOptions()
-	o.Logger = quietLogger()
-	o.Now = func() time.Time { return baseTime }
-	s, err := Open(context.Background(), b.TempDir(), o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openBenchStore(b)
 	ctx := context.Background()
 	start0 := buckets.MustTicks(baseTime.Add(-3 * time.Hour))
 	rs := make([]buckets.Reading, 0, 5000)
@@ -133,4 +119,19 @@ func BenchmarkStoreWriteDeviceRuns(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*5000)/time.Since(start).Seconds(), "readings/s")
+}
+
+// openBenchStore opens a store with default options on a temporary
+// directory at baseTime, closed when b ends.
+func openBenchStore(b *testing.B) *Store {
+	b.Helper()
+	o := DefaultOptions()
+	o.Logger = quietLogger()
+	o.Now = func() time.Time { return baseTime }
+	s, err := Open(context.Background(), b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
 }

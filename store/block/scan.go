@@ -62,14 +62,7 @@ func (sc *Scanner) Numeric(b []byte, want func(name []byte) bool, fn func(name [
 	if err := sc.times(&r, n, oldest, newest); err != nil {
 		return err
 	}
-	complete := false
-	for i := range sc.names {
-		complete = complete || sc.names[i].count == n
-	}
-	if !complete {
-		sc.cover = growBytes(sc.cover, (n+7)/8)
-		clear(sc.cover)
-	}
+	complete := sc.startCover(n)
 	for i := range sc.names {
 		in := &sc.names[i]
 		wanted := in.num > 0 && want(in.name)
@@ -81,6 +74,20 @@ func (sc *Scanner) Numeric(b []byte, want func(name []byte) bool, fn func(name [
 		}
 	}
 	return sc.checkEnd(&r, complete, n)
+}
+
+// startCover reports whether some column has a value for each of the n
+// readings; when none has, it clears sc.cover for the columns to mark
+// the readings they cover.
+func (sc *Scanner) startCover(n int) (complete bool) {
+	for i := range sc.names {
+		if sc.names[i].count == n {
+			return true
+		}
+	}
+	sc.cover = growBytes(sc.cover, (n+7)/8)
+	clear(sc.cover)
+	return false
 }
 
 // checkEnd reports a block whose columns left bytes unread, or, unless

@@ -82,14 +82,7 @@ func (sc *Scanner) rowsIn(lo, hi buckets.Ticks, limit int, newest bool) (i0, i1 
 // windowColumns reads every column, keeping in sc.win the values of
 // rows [i0, i1), and checks that every reading has a value.
 func (sc *Scanner) windowColumns(r *reader, n, i0, i1 int) error {
-	complete := false
-	for i := range sc.names {
-		complete = complete || sc.names[i].count == n
-	}
-	if !complete {
-		sc.cover = growBytes(sc.cover, (n+7)/8)
-		clear(sc.cover)
-	}
+	complete := sc.startCover(n)
 	w := &sc.win
 	w.vals, w.rows, w.ends = w.vals[:0], w.rows[:0], w.ends[:0]
 	for i := range sc.names {

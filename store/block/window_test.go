@@ -108,14 +108,7 @@ func TestReadingsOwnTheirStrings(t *testing.T) {
 }
 
 func TestReadingsAllocateOnlyForTheWindow(t *testing.T) {
-	rs := make([]buckets.Reading, 3600)
-	for i := range rs {
-		rs[i] = buckets.Reading{Ticks: start + buckets.Ticks(i)*buckets.TicksPerSecond, Values: []buckets.Field{
-			{Name: "battery", Value: buckets.Float(float64(9000-i/60) / 100)},
-			{Name: "humidity", Value: buckets.Float(float64(4000+i%97) / 100)},
-			{Name: "temp", Value: buckets.Float(float64(2100+i%61) / 100)},
-		}}
-	}
+	rs := secondsReadings()
 	b, err := block.Encode(nil, rs)
 	require.NoError(t, err)
 	var sc block.Scanner
@@ -196,7 +189,9 @@ func BenchmarkDecodeLatest10OneHour(b *testing.B) {
 	}
 }
 
-func secondsBlock(b *testing.B) []byte {
+// secondsReadings is an hour of one reading per second with three
+// two-decimal values.
+func secondsReadings() []buckets.Reading {
 	rs := make([]buckets.Reading, 3600)
 	for i := range rs {
 		rs[i] = buckets.Reading{Ticks: start + buckets.Ticks(i)*buckets.TicksPerSecond, Values: []buckets.Field{
@@ -205,6 +200,11 @@ func secondsBlock(b *testing.B) []byte {
 			{Name: "temp", Value: buckets.Float(float64(2100+i%61) / 100)},
 		}}
 	}
+	return rs
+}
+
+func secondsBlock(b *testing.B) []byte {
+	rs := secondsReadings()
 	blk, err := block.Encode(nil, rs)
 	require.NoError(b, err)
 	return blk
