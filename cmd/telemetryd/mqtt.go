@@ -211,7 +211,9 @@ func ensureMQTTMsgsStream(ctx context.Context, js jetstream.JetStream) error {
 // stream's subscription to them is made anew here, after the import
 // exists (the server lets an import reach only subscriptions made after
 // it). Copies an earlier version kept under their own subject (stored
-// right behind their readings, never read) are purged.
+// right behind their readings, never read) are purged, once: a stream
+// that already has the transform holds none, and a filtered purge of a
+// large stream is not free at every start.
 func captureStoreCopies(ctx context.Context, js jetstream.JetStream, stream, prefix string) error {
 	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
 	defer cancel()
@@ -236,8 +238,10 @@ func captureStoreCopies(ctx context.Context, js jetstream.JetStream, stream, pre
 	}
 	cfg := st.CachedInfo().Config
 	if slices.Contains(cfg.Subjects, copies) {
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(copies)); err != nil {
-			return fmt.Errorf("purge %s from stream %s: %w", copies, stream, err)
+		if cfg.SubjectTransform == nil { // kept by an earlier version, untransformed
+			if err := st.Purge(ctx, jetstream.WithPurgeSubject(copies)); err != nil {
+				return fmt.Errorf("purge %s from stream %s: %w", copies, stream, err)
+			}
 		}
 		cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(s string) bool { return s == copies })
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
