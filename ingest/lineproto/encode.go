@@ -22,21 +22,27 @@ const maxHeaderValue = 1024
 // than JSON), split where a message would pass buckets.MaxBatch readings or
 // MaxMessageBytes.
 func (m *mapper) build() {
-	var enc wire.Encoder
-	var buf []byte
+	enc := &m.enc
 	hdr := map[string]string{wire.Header: wire.Format}
+	// Every payload goes into one buffer, sliced once it stops growing.
+	type span struct{ start, end int }
+	var buf []byte
+	var spans []span
 	for _, d := range m.devices {
 		subject := m.opts.SubjectPrefix + "." + string(d.id)
 		rs := d.readings
-		slices.SortFunc(rs, func(a, b int32) int { return cmp.Compare(m.pending[a].ticks, m.pending[b].ticks) })
+		if d.unsorted {
+			slices.SortFunc(rs, func(a, b int32) int { return cmp.Compare(m.pending[a].ticks, m.pending[b].ticks) })
+		}
 		enc.Reset()
 		flush := func() {
 			if enc.Len() == 0 {
 				return
 			}
-			buf = enc.Append(buf[:0])
-			data := slices.Clone(buf)
-			m.res.Messages = append(m.res.Messages, Message{Subject: subject, Data: data, MsgID: msgID(subject, data), Header: hdr})
+			start := len(buf)
+			buf = enc.Append(buf)
+			spans = append(spans, span{start, len(buf)})
+			m.res.Messages = append(m.res.Messages, Message{Subject: subject, Header: hdr})
 			enc.Reset()
 		}
 		for _, pi := range rs {
@@ -44,10 +50,18 @@ func (m *mapper) build() {
 			if enc.Len() > 0 && (enc.Len() == buckets.MaxBatch || enc.Size()+wire.AddSize(p.fields) > m.opts.MaxMessageBytes) {
 				flush()
 			}
+			if buf == nil {
+				buf = make([]byte, 0, m.outHint)
+			}
 			enc.Add(p.ticks, p.fields)
 			m.res.Readings++
 		}
 		flush()
+	}
+	for i, sp := range spans {
+		msg := &m.res.Messages[i]
+		msg.Data = buf[sp.start:sp.end:sp.end]
+		msg.MsgID = msgID(msg.Subject, msg.Data)
 	}
 }
 

@@ -33,11 +33,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	lp "github.com/influxdata/line-protocol/v2/lineprotocol"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 // CodeConflictingLines rejects a line that gives a value name another
@@ -182,7 +184,13 @@ func (p *pending) lineOf(i int) int32 {
 // deviceReadings are the readings of one device, in first-seen order.
 type deviceReadings struct {
 	id       buckets.DeviceID
-	readings []int32 // indexes into mapper.pending
+	readings []int32       // indexes into mapper.pending
+	last     buckets.Ticks // the latest time among readings
+	unsorted bool          // some reading came after a later one
+	// indexed: every reading of the device is in mapper.index. A line
+	// later than last cannot merge into an earlier reading, so the
+	// index is only built, per device, once a line is not.
+	indexed bool
 }
 
 // devInfo is a device named by a line of the request, checked once.
@@ -210,17 +218,29 @@ type mapper struct {
 	devs     []devInfo
 	devByID  map[string]int32  // device -> devs index
 	devBuf   []byte            // scratch: the device tag's value of the current line
+	lastDev  int32             // devs index of the previous line's device, or -1
 	slots    []nameSlot        // names of the previous line's keys, by position
 	slotMeas []byte            // the measurement slots belong to
 	lo, hi   buckets.Ticks     // the accepted window in ticks, when known
 	window   bool              // lo and hi are set
 	names    map[string]string // interned "<measurement>.<key>" names
 	badName  map[string]*buckets.ValidationError
-	arena    []buckets.Field // backs the values of new readings
+	arena    []buckets.Field   // backs the values of new readings: chunks[chunk]
+	chunks   [][]buckets.Field // every arena chunk, reused by the next request
+	chunk    int
+	enc      wire.Encoder
+	outHint  int             // initial capacity of the buffer of the payloads
 	fields   []buckets.Field // scratch: values of the current line
 	tags     []tagKV         // scratch: other tags of the current line
 	nameBuf  []byte          // scratch: a value name being built
 	cur      int             // physical number of the line being mapped
+	// perm orders the values of a line by name; it holds for the next
+	// line while permOK and the line's names are the slots unchanged.
+	perm     []int
+	permOK   bool
+	sorted   []buckets.Field          // scratch: the values of the current line in name order
+	nowTicks buckets.Ticks            // Options.Now in ticks
+	nowErr   *buckets.ValidationError // why Options.Now has no ticks
 }
 
 // tagKV is a tag other than the device tag.
@@ -238,6 +258,7 @@ func Map(body []byte, opts Options) Result {
 	if n, ok := m.fast(body); ok {
 		return m.finish(n)
 	}
+	m.release()
 	// Some line is bad: map line by line, each with its own decoder, so
 	// every error is pinned to its physical line and its raw text.
 	var entries []rawLine
@@ -259,21 +280,39 @@ func mapEach(opts Options, entries []rawLine) *mapper {
 	return m
 }
 
-// finish encodes the messages and returns the result.
+// finish encodes the messages, returns the result and releases m.
 func (m *mapper) finish(lines int) Result {
 	m.res.Lines = lines
 	m.build()
-	return m.res
+	res := m.res
+	m.release()
+	return res
 }
 
-func newMapper(opts Options, lines int) *mapper {
-	m := &mapper{
-		opts:    opts,
-		index:   make(map[readingKey]int32, lines),
-		pending: make([]pending, 0, lines),
+// mappers keeps the buffers of finished Map calls (their arenas,
+// indexes and maps) for the next request, so that a stream of write
+// requests allocates little more than the messages it returns.
+var mappers = sync.Pool{New: func() any {
+	return &mapper{
 		devByID: make(map[string]int32),
 		names:   make(map[string]string),
 		badName: make(map[string]*buckets.ValidationError),
+	}
+}}
+
+// maxPooledLines bounds the request size whose mapper is kept for
+// reuse: the buffers of a rare huge request are left to the GC.
+const maxPooledLines = 1 << 16
+
+// newMapper returns a reset mapper for a body of about lines lines.
+func newMapper(opts Options, lines int) *mapper {
+	m := mappers.Get().(*mapper)
+	m.opts = opts
+	m.lastDev = -1
+	m.outHint = 4096 + 40*lines // a reading of a few values is about 30 bytes in the binary form
+	m.pending = slices.Grow(m.pending, lines)
+	if len(m.chunks) > 0 {
+		m.arena = m.chunks[0][:0]
 	}
 	// The window in ticks, checked as Window.Check does: older than
 	// now - Retention (at tick resolution) or newer than now +
@@ -281,7 +320,45 @@ func newMapper(opts Options, lines int) *mapper {
 	lo, err1 := buckets.TicksOf(opts.Now.Add(-opts.Window.Retention).Truncate(100 * time.Nanosecond))
 	hi, err2 := buckets.TicksOf(opts.Now.Add(opts.Window.MaxFutureSkew).Truncate(100 * time.Nanosecond))
 	m.lo, m.hi, m.window = lo, hi, err1 == nil && err2 == nil
+	if k, err := buckets.TicksOf(opts.Now); err != nil {
+		m.nowTicks, m.nowErr = 0, invalid(buckets.CodeInvalidTime, "timestamp", "%s", err.Error())
+	} else {
+		m.nowTicks, m.nowErr = k, nil
+	}
 	return m
+}
+
+// release resets m, keeping its buffers, and puts it back in mappers.
+// Nothing m.res returned refers to them.
+func (m *mapper) release() {
+	if cap(m.pending) > maxPooledLines {
+		return
+	}
+	m.opts, m.res = Options{}, Result{}
+	clear(m.index)
+	clear(m.pending)
+	m.pending = m.pending[:0]
+	for i := range m.devices {
+		m.devices[i] = deviceReadings{readings: m.devices[i].readings[:0]}
+	}
+	m.devices = m.devices[:0]
+	clear(m.devs)
+	m.devs = m.devs[:0]
+	clear(m.devByID)
+	clear(m.names)
+	clear(m.badName)
+	m.slots, m.slotMeas, m.permOK = m.slots[:0], m.slotMeas[:0], false
+	for _, c := range m.chunks {
+		clear(c[:cap(c)])
+	}
+	m.chunk, m.arena = 0, nil
+	clear(m.fields)
+	clear(m.sorted)
+	clear(m.tags)
+	m.fields, m.sorted, m.tags = m.fields[:0], m.sorted[:0], m.tags[:0]
+	m.enc.Reset()
+	m.cur = 0
+	mappers.Put(m)
 }
 
 // fast maps the whole body with one decoder and returns its entry
@@ -452,8 +529,9 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 	case n > buckets.MaxValues:
 		return id, invalid(buckets.CodeTooManyValues, "values", "%d values is more than %d", n, buckets.MaxValues)
 	}
-	if name, ok := buckets.SortValues(m.fields); !ok {
-		return id, invalid(buckets.CodeDuplicateValue, name, "the line gives this value name twice (a tag and a field, or a field twice)")
+	fields, dup := m.sortFields()
+	if dup != "" {
+		return id, invalid(buckets.CodeDuplicateValue, dup, "the line gives this value name twice (a tag and a field, or a field twice)")
 	}
 	ticks, ve := m.ticks(tb)
 	if ve != nil {
@@ -471,7 +549,33 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 			return id, invalid(buckets.CodeInvalidTime, "timestamp", "%s", err.Error())
 		}
 	}
-	return id, m.merge(di, ticks, m.fields, int32(m.cur))
+	return id, m.merge(di, ticks, fields, int32(m.cur))
+}
+
+// sortFields returns the values of the line (m.fields) sorted by name,
+// or the first name given twice. Lines of a batch mostly give the same
+// names in the same order: their order is then the previous line's.
+func (m *mapper) sortFields() ([]buckets.Field, string) {
+	fs := m.fields
+	if !m.permOK || len(m.perm) != len(fs) {
+		m.perm = m.perm[:0]
+		for i := range fs {
+			m.perm = append(m.perm, i)
+		}
+		slices.SortStableFunc(m.perm, func(a, b int) int { return strings.Compare(fs[a].Name, fs[b].Name) })
+		for i := 1; i < len(m.perm); i++ {
+			if fs[m.perm[i]].Name == fs[m.perm[i-1]].Name {
+				m.permOK = false
+				return nil, fs[m.perm[i]].Name
+			}
+		}
+		m.permOK = true
+	}
+	m.sorted = m.sorted[:0]
+	for _, i := range m.perm {
+		m.sorted = append(m.sorted, fs[i])
+	}
+	return m.sorted, ""
 }
 
 // nameAt is name for the key at position slot of the line, through the
@@ -484,6 +588,7 @@ func (m *mapper) nameAt(slot int, meas, key []byte) (string, *buckets.Validation
 	if ve != nil {
 		return "", ve
 	}
+	m.permOK = false // the slots change: the names of the next line are new
 	switch {
 	case slot < len(m.slots):
 		m.slots[slot] = nameSlot{key: append(m.slots[slot].key[:0], key...), name: n}
@@ -497,7 +602,10 @@ func (m *mapper) nameAt(slot int, meas, key []byte) (string, *buckets.Validation
 // devTag names (in m.devBuf), checked once per request: a valid ID the
 // writer may write.
 func (m *mapper) device(devTag int) (int32, *buckets.ValidationError) {
-	i, ok := m.devByID[string(m.devBuf)]
+	i, ok := m.lastDev, m.lastDev >= 0 && string(m.devs[m.lastDev].id) == string(m.devBuf)
+	if !ok {
+		i, ok = m.devByID[string(m.devBuf)]
+	}
 	if !ok {
 		d := devInfo{id: buckets.DeviceID(m.devBuf), group: -1}
 		if err := d.id.Validate(); err != nil {
@@ -508,6 +616,7 @@ func (m *mapper) device(devTag int) (int32, *buckets.ValidationError) {
 		m.devs = append(m.devs, d)
 		m.devByID[string(d.id)] = i
 	}
+	m.lastDev = i
 	d := &m.devs[i]
 	if d.invalid != nil {
 		ve := *d.invalid
@@ -532,23 +641,63 @@ func valueOK(name string, v buckets.Value) *buckets.ValidationError {
 
 // ticks converts the line's timestamp (or Now) to ticks.
 func (m *mapper) ticks(tb []byte) (buckets.Ticks, *buckets.ValidationError) {
-	t := m.opts.Now
-	if tb != nil {
-		n, err := strconv.ParseInt(string(tb), 10, 64)
-		if err != nil {
-			return 0, invalid(buckets.CodeInvalidTime, "timestamp", "%q is not an integer in range", tb)
-		}
-		p := int64(m.opts.Precision)
-		if n > math.MaxInt64/p || n < math.MinInt64/p {
-			return 0, invalid(buckets.CodeInvalidTime, "timestamp", "%d at precision %s is out of range", n, m.opts.Precision)
-		}
-		t = time.Unix(0, n*p)
+	if tb == nil {
+		return m.nowTicks, m.nowErr
 	}
-	k, err := buckets.TicksOf(t)
-	if err != nil {
-		return 0, invalid(buckets.CodeInvalidTime, "timestamp", "%s", err.Error())
+	n, ok := parseInt(tb)
+	if !ok {
+		return 0, invalid(buckets.CodeInvalidTime, "timestamp", "%q is not an integer in range", tb)
 	}
-	return k, nil
+	p := int64(m.opts.Precision)
+	if n > math.MaxInt64/p || n < math.MinInt64/p {
+		return 0, invalid(buckets.CodeInvalidTime, "timestamp", "%d at precision %s is out of range", n, m.opts.Precision)
+	}
+	return unixNanoTicks(n * p), nil
+}
+
+// unixEpoch is 1970-01-01 in ticks.
+var unixEpoch = buckets.MustTicks(time.Unix(0, 0))
+
+// unixNanoTicks is buckets.TicksOf(time.Unix(0, ns)): every int64 of
+// nanoseconds is inside 0001..9999, and ticks truncate towards the
+// past.
+func unixNanoTicks(ns int64) buckets.Ticks {
+	q := ns / 100
+	if ns%100 < 0 {
+		q--
+	}
+	return unixEpoch + buckets.Ticks(q)
+}
+
+// parseInt is strconv.ParseInt(string(b), 10, 64) without its error
+// value: an optional sign and at least one decimal digit, in range.
+func parseInt(b []byte) (int64, bool) {
+	neg := false
+	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
+		neg = b[0] == '-'
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, false
+	}
+	const limit = uint64(1) << 63 // |math.MinInt64|
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' || u > limit/10 {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+		if u > limit {
+			return 0, false
+		}
+	}
+	if neg {
+		return int64(-u), true // -(1<<63) wraps to math.MinInt64
+	}
+	if u == limit {
+		return 0, false
+	}
+	return int64(u), true
 }
 
 // merge adds the sorted fields of a line to the request's reading of
@@ -556,23 +705,51 @@ func (m *mapper) ticks(tb []byte) (buckets.Ticks, *buckets.ValidationError) {
 // earlier line.
 func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, line int32) *buckets.ValidationError {
 	key := readingKey{dev, ticks}
-	pi, ok := m.index[key]
+	d := &m.devs[dev]
+	var g *deviceReadings
+	if d.group >= 0 {
+		g = &m.devices[d.group]
+	}
+	pi, ok := int32(0), false
+	if g != nil && ticks <= g.last {
+		if !g.indexed {
+			if m.index == nil {
+				m.index = make(map[readingKey]int32)
+			}
+			for _, i := range g.readings {
+				m.index[readingKey{dev, m.pending[i].ticks}] = i
+			}
+			g.indexed = true
+		}
+		pi, ok = m.index[key]
+	}
 	if !ok {
 		if cap(m.arena)-len(m.arena) < len(fields) {
-			m.arena = make([]buckets.Field, 0, max(4096, len(fields)))
+			m.nextChunk(len(fields))
 		}
 		start := len(m.arena)
 		m.arena = append(m.arena, fields...)
 		p := pending{ticks: ticks, fields: m.arena[start:len(m.arena):len(m.arena)], line: line}
 		pi = int32(len(m.pending))
 		m.pending = append(m.pending, p)
-		m.index[key] = pi
-		d := &m.devs[dev]
-		if d.group < 0 {
+		if g == nil {
 			d.group = int32(len(m.devices))
-			m.devices = append(m.devices, deviceReadings{id: d.id})
+			if len(m.devices) < cap(m.devices) { // keep the readings buffer of a previous request
+				m.devices = m.devices[:len(m.devices)+1]
+			} else {
+				m.devices = append(m.devices, deviceReadings{})
+			}
+			g = &m.devices[d.group]
+			*g = deviceReadings{id: d.id, last: ticks, readings: g.readings[:0]}
 		}
-		m.devices[d.group].readings = append(m.devices[d.group].readings, pi)
+		if g.indexed {
+			m.index[key] = pi
+		}
+		if ticks < g.last {
+			g.unsorted = true
+		}
+		g.last = max(g.last, ticks)
+		g.readings = append(g.readings, pi)
 		return nil
 	}
 	p := &m.pending[pi]
@@ -606,6 +783,20 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		}
 	}
 	return nil
+}
+
+// nextChunk makes m.arena an empty chunk with room for n values.
+func (m *mapper) nextChunk(n int) {
+	if m.arena != nil {
+		m.chunk++
+	}
+	for m.chunk < len(m.chunks) && cap(m.chunks[m.chunk]) < n {
+		m.chunk++
+	}
+	if m.chunk == len(m.chunks) {
+		m.chunks = append(m.chunks, make([]buckets.Field, 0, max(4096, n)))
+	}
+	m.arena = m.chunks[m.chunk][:0]
 }
 
 // fieldValue converts a line protocol field value.

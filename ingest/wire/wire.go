@@ -49,6 +49,7 @@ type Encoder struct {
 	sorted   []string
 	size     int
 	prev     []buckets.Field // values of the last reading added
+	index    []int           // scratch of Append: name indexes of a reading
 }
 
 // reading is one added reading; its values are only referenced.
@@ -153,12 +154,22 @@ func (e *Encoder) Append(dst []byte) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(e.readings)))
 	var last buckets.Ticks
+	var prev []buckets.Field // the names of e.index
 	for _, r := range e.readings {
 		dst = binary.AppendVarint(dst, int64(r.ticks-last))
 		last = r.ticks
 		dst = binary.AppendUvarint(dst, uint64(len(r.values)))
-		for _, f := range r.values {
-			dst = binary.AppendUvarint(dst, uint64(e.names[f.Name]))
+		// Look the names up only when they differ from the previous
+		// reading's.
+		if prev == nil || !sameNames(r.values, prev) {
+			e.index = e.index[:0]
+			for _, f := range r.values {
+				e.index = append(e.index, e.names[f.Name])
+			}
+			prev = r.values
+		}
+		for i, f := range r.values {
+			dst = binary.AppendUvarint(dst, uint64(e.index[i]))
 			dst = appendValue(dst, f.Value)
 		}
 	}

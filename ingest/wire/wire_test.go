@@ -189,3 +189,23 @@ func FuzzDecode(f *testing.F) {
 		assert.Equal(t, len(rs), Count(data))
 	})
 }
+
+// TestRoundTripRepeatedNames covers readings that repeat the names of
+// the reading before them (the encoder reuses their indexes) and
+// readings whose names differ from it with the same count.
+func TestRoundTripRepeatedNames(t *testing.T) {
+	fields := func(names ...string) []buckets.Field {
+		var fs []buckets.Field
+		for i, n := range names {
+			fs = append(fs, buckets.Field{Name: n, Value: buckets.Int(int64(i + 1))})
+		}
+		return fs
+	}
+	var want []buckets.Reading
+	for i, names := range [][]string{{"a", "c"}, {"a", "c"}, {"a", "b"}, {"b", "c"}, {"b", "c"}, {"a"}, {"a", "b", "c"}, {"a", "c"}} {
+		want = append(want, buckets.Reading{Device: device, Ticks: base + buckets.Ticks(i), Values: fields(names...)})
+	}
+	got, err := Decode(device, encode(want))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}

@@ -1,0 +1,175 @@
+package lineproto
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// readingsOf decodes every message of res into device -> readings in
+// message order.
+func readingsOf(t *testing.T, res Result) map[string][]map[string]any {
+	t.Helper()
+	out := map[string][]map[string]any{}
+	for _, m := range res.Messages {
+		dev := strings.TrimPrefix(m.Subject, "telemetry.")
+		out[dev] = append(out[dev], batch(t, m)...)
+	}
+	return out
+}
+
+// TestMergeOutOfOrder covers the lines that go back in time for their
+// device: a device's readings are only indexed once a line is not its
+// latest, and every merge and conflict must still be found.
+func TestMergeOutOfOrder(t *testing.T) {
+	ns := func(s int) int64 { return now.Add(-time.Hour + time.Duration(s)*time.Second).UnixNano() }
+	k := func(s int) buckets.Ticks {
+		return buckets.MustTicks(now.Add(-time.Hour + time.Duration(s)*time.Second))
+	}
+	body := strings.Join([]string{
+		fmt.Sprintf("m,device=a v=1 %d", ns(1)),
+		fmt.Sprintf("m,device=b v=10 %d", ns(5)),
+		fmt.Sprintf("m,device=a v=3 %d", ns(3)),
+		fmt.Sprintf("m,device=a v=2 %d", ns(2)),      // back in time: a new reading between
+		fmt.Sprintf("m,device=a w=1 %d", ns(1)),      // merges into the first line's reading
+		fmt.Sprintf("m,device=a v=4 %d", ns(4)),      // indexed from now on: a new latest
+		fmt.Sprintf("m,device=a u=4 %d", ns(4)),      // merges into it
+		fmt.Sprintf("m,device=a v=9 %d", ns(3)),      // conflicts with line 3
+		fmt.Sprintf("m,device=b v=11 %d", ns(5)),     // conflicts with line 2 (b never went back)
+		fmt.Sprintf("m,device=b v=10,x=1 %d", ns(5)), // same value again: merges
+	}, "\n")
+	res := Map([]byte(body), opts())
+	require.Len(t, res.Rejected, 2)
+	assert.Equal(t, 8, res.Rejected[0].Line)
+	assert.Equal(t, CodeConflictingLines, res.Rejected[0].Err.Code)
+	assert.Contains(t, res.Rejected[0].Error(), "line 3 gives")
+	assert.Equal(t, 9, res.Rejected[1].Line)
+	assert.Equal(t, CodeConflictingLines, res.Rejected[1].Err.Code)
+	assert.Contains(t, res.Rejected[1].Error(), "line 2 gives")
+	got := readingsOf(t, res)
+	assert.Equal(t, []map[string]any{
+		{"ts": k(1), "values": map[string]any{"m.v": 1.0, "m.w": 1.0}},
+		{"ts": k(2), "values": map[string]any{"m.v": 2.0}},
+		{"ts": k(3), "values": map[string]any{"m.v": 3.0}},
+		{"ts": k(4), "values": map[string]any{"m.u": 4.0, "m.v": 4.0}},
+	}, got["a"], "readings in time order, merged")
+	assert.Equal(t, []map[string]any{{"ts": k(5), "values": map[string]any{"m.v": 10.0, "m.x": 1.0}}}, got["b"])
+	assert.Equal(t, 5, res.Readings)
+}
+
+// TestValueOrderFollowsNames covers the value order kept from the
+// previous line: lines giving the same keys in another order, another
+// count, a duplicate after a clean line of the same count, and a
+// measurement change.
+func TestValueOrderFollowsNames(t *testing.T) {
+	at := now.Add(-time.Minute).UnixNano()
+	body := strings.Join([]string{
+		fmt.Sprintf("m,device=a,site=s z=1,a=2i %d", at),
+		fmt.Sprintf("m,device=a,site=t z=3,a=4i %d", at+100),
+		fmt.Sprintf("m,device=a,site=u a=5i,z=6 %d", at+200),
+		fmt.Sprintf("m,device=a,site=v a=7i,z=8 %d", at+300),
+		fmt.Sprintf("m,device=a,site=w a=9i,site=1 %d", at+400), // a tag and a field named alike
+		fmt.Sprintf("m,device=a,site=x a=10i,z=11 %d", at+500),
+		fmt.Sprintf("n,device=a,site=y a=12i,z=13 %d", at+600),
+		fmt.Sprintf("n,device=a z=14 %d", at+700),
+	}, "\n")
+	res := Map([]byte(body), opts())
+	require.Len(t, res.Rejected, 1)
+	assert.Equal(t, 5, res.Rejected[0].Line)
+	assert.Equal(t, buckets.CodeDuplicateValue, res.Rejected[0].Err.Code)
+	var got []map[string]any
+	for _, r := range readingsOf(t, res)["a"] {
+		got = append(got, r["values"].(map[string]any))
+	}
+	assert.Equal(t, []map[string]any{
+		{"m.z": 1.0, "m.a": int64(2), "m.site": "s"},
+		{"m.z": 3.0, "m.a": int64(4), "m.site": "t"},
+		{"m.a": int64(5), "m.z": 6.0, "m.site": "u"},
+		{"m.a": int64(7), "m.z": 8.0, "m.site": "v"},
+		{"m.a": int64(10), "m.z": 11.0, "m.site": "x"},
+		{"n.a": int64(12), "n.z": 13.0, "n.site": "y"},
+		{"n.z": 14.0},
+	}, got)
+}
+
+// TestMapReusesNothingVisible maps requests one after the other (the
+// mappers are pooled) and checks each result against a fresh mapping
+// of the same body done first.
+func TestMapReusesNothingVisible(t *testing.T) {
+	bodies := [][]byte{
+		benchBody(),
+		[]byte("m,device=a v=1 1795309323000000000\nm,device=a v=2 1795309323000000000\n"),
+		[]byte("x,host=h1 s=\"a\" 1795309323000000000\nx,host=h1,device=d s=\"b\" 1795309323000000000\nbad\n"),
+		benchBody()[:20000],
+	}
+	var want []Result
+	for _, b := range bodies {
+		want = append(want, Map(b, opts()))
+	}
+	for range 3 {
+		for i, b := range bodies {
+			assert.Equal(t, want[i], Map(b, opts()), "body %d", i)
+		}
+	}
+	// What a result holds stays as it was while later requests map.
+	first := Map(bodies[0], opts())
+	data := append([]byte(nil), first.Messages[0].Data...)
+	for _, b := range bodies {
+		Map(b, opts())
+	}
+	assert.Equal(t, data, first.Messages[0].Data)
+}
+
+func TestParseInt(t *testing.T) {
+	cases := []string{"", "+", "-", "0", "-0", "+0", "1", "-1", "007", "1795309323000000000",
+		"9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+		"92233720368547758070", "18446744073709551616", "99999999999999999999999", "1_000", "1e3", "0x10",
+		" 1", "1 ", "--1", "+-1", "1.5", "١"}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		cases = append(cases, strconv.FormatInt(int64(r.Uint64()), 10), strconv.FormatUint(r.Uint64(), 10))
+	}
+	for _, s := range cases {
+		want, err := strconv.ParseInt(s, 10, 64)
+		got, ok := parseInt([]byte(s))
+		assert.Equal(t, err == nil, ok, "%q", s)
+		if err == nil {
+			assert.Equal(t, want, got, "%q", s)
+		}
+	}
+}
+
+func FuzzParseInt(f *testing.F) {
+	for _, s := range []string{"0", "-9223372036854775808", "9223372036854775808", "+1", "1_0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := strconv.ParseInt(s, 10, 64)
+		got, ok := parseInt([]byte(s))
+		if ok != (err == nil) || (ok && got != want) {
+			t.Fatalf("%q: parseInt %d %v, strconv %d %v", s, got, ok, want, err)
+		}
+	})
+}
+
+func TestUnixNanoTicks(t *testing.T) {
+	ns := []int64{0, 1, -1, 99, 100, 101, -99, -100, -101, math.MaxInt64, math.MinInt64, 1795309323123456789, -1795309323123456789}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 10000 {
+		ns = append(ns, int64(r.Uint64()))
+	}
+	for _, n := range ns {
+		want, err := buckets.TicksOf(time.Unix(0, n))
+		require.NoError(t, err)
+		assert.Equal(t, want, unixNanoTicks(n), "%d", n)
+	}
+}
