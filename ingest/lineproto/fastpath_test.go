@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,6 +121,17 @@ func TestMapReusesNothingVisible(t *testing.T) {
 			assert.Equal(t, want[i], Map(b, opts()), "body %d", i)
 		}
 	}
+	// Requests mapped at the same time share nothing.
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 20 {
+				b := (g + i) % len(bodies)
+				assert.Equal(t, want[b], Map(bodies[b], opts()), "body %d", b)
+			}
+		})
+	}
+	wg.Wait()
 	// What a result holds stays as it was while later requests map.
 	first := Map(bodies[0], opts())
 	data := append([]byte(nil), first.Messages[0].Data...)
