@@ -141,6 +141,11 @@ func TestQuickFlagKeepsExplicitSizes(t *testing.T) {
 	require.ErrorContains(t, err, `unknown part "bogus"`)
 	_, err = parseFlags([]string{"-devices", "10", "-readings", "9"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "at least one per device")
+	cfg, err = parseFlags([]string{"-doors", "mqtt"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"mqtt"}, cfg.Doors)
+	_, err = parseFlags([]string{"-doors", "mqtt,coap"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, `unknown door "coap"`)
 }
 
 func TestSummarize(t *testing.T) {

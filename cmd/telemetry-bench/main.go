@@ -56,6 +56,7 @@ type Config struct {
 	PacedRates     []int         // after full speed, measure the loaded queries again with ingest paced at these readings/s
 	Phases         []string      // which parts to run: raw, store, e2e, query
 	Runs           []string      // which end-to-end runs (names as in the report); empty: all
+	Doors          []string      // which doors the connect phase measures (line, mqtt), each with its baseline; empty: all
 	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
 	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
 	Keep           bool          // keep WorkDir
@@ -151,6 +152,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	paced := fs.String("paced-rates", intList(cfg.PacedRates), "after the queries under full-speed ingest, measure them again with ingest paced at these readings/s (comma-separated; empty: none)")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "runs of the end-to-end configurations compared with each other (telemetry on and off); the report shows the median")
 	runs := fs.String("runs", "", "end-to-end runs to do, comma-separated names as in the report (default: all)")
+	doors := fs.String("doors", "", "doors the connect phase measures, each against its baseline, comma-separated: line,mqtt (default: all)")
 	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
@@ -178,6 +180,9 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	}
 	if *runs != "" {
 		cfg.Runs = strings.Split(*runs, ",")
+	}
+	if *doors != "" {
+		cfg.Doors = strings.Split(*doors, ",")
 	}
 	return cfg, cfg.validate()
 }
@@ -215,6 +220,11 @@ func (c Config) validate() error {
 	for _, r := range c.Runs {
 		if !slices.ContainsFunc(e2eRuns(), func(e e2eRun) bool { return e.Name == r }) {
 			return fmt.Errorf("-runs: unknown run %q", r)
+		}
+	}
+	for _, d := range c.Doors {
+		if !slices.ContainsFunc(connectRuns(), func(r connectRun) bool { return r.Door == d }) {
+			return fmt.Errorf("-doors: unknown door %q (want line or mqtt)", d)
 		}
 	}
 	tsbs := slices.Contains(c.Phases, "tsbs")
