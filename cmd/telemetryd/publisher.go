@@ -74,7 +74,12 @@ func (p *jsPublisher) Publish(ctx context.Context, msgs []lineproto.Message) err
 
 // withWrites configures the line protocol write endpoints.
 func (m *Main) withWrites(acfg *api.Config) error {
-	pub, err := newJSPublisher(m.nc)
+	nc, err := m.dialNATS("telemetryd-writes")
+	if err != nil {
+		return fmt.Errorf("api writes: %w", err)
+	}
+	m.writesNC = nc
+	pub, err := newJSPublisher(nc)
 	if err != nil {
 		return fmt.Errorf("api writes: %w", err)
 	}

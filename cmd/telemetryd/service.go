@@ -42,6 +42,11 @@ type Main struct {
 	pprof  *http.Server
 	sec    *security
 	budget memoryBudget
+
+	// writesNC publishes the line protocol door's messages, so their
+	// acks do not queue behind the ingester's deliveries on nc.
+	writesNC *nats.Conn
+	natsURL  string // what nc and writesNC connect to
 	// cluster is this node's share of a cluster (-partitions > 0); nil
 	// for a single node.
 	cluster *clusterNode
@@ -142,9 +147,22 @@ func (m *Main) connectNATS() error {
 		url = ns.ClientURL()
 		m.sec.watchNATS(ns)
 	}
-	log := m.log.With("component", "nats")
+	m.natsURL = url
+	nc, err := m.dialNATS("telemetryd")
+	if err != nil {
+		return err
+	}
+	m.nc = nc
+	return m.startMQTT()
+}
+
+// dialNATS opens a client connection to the service's NATS server
+// (m.natsURL), reconnecting for ever.
+func (m *Main) dialNATS(name string) (*nats.Conn, error) {
+	log := m.log.With("component", "nats", "connection", name)
+	url := m.natsURL
 	nc, err := nats.Connect(url, append(m.sec.natsClientOptions(m.ns != nil),
-		nats.Name("telemetryd"),
+		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
 		nats.RetryOnFailedConnect(true),
@@ -162,10 +180,9 @@ func (m *Main) connectNATS() error {
 			log.Warn("nats async error", "subject", subj, "error", err)
 		}))...)
 	if err != nil {
-		return fmt.Errorf("connect nats %s: %w", url, err)
+		return nil, fmt.Errorf("connect nats %s: %w", url, err)
 	}
-	m.nc = nc
-	return m.startMQTT()
+	return nc, nil
 }
 
 func (m *Main) startIngest() error {
@@ -365,6 +382,9 @@ func (m *Main) close(ctx context.Context) error {
 		errs = append(errs, m.pprof.Shutdown(ctx))
 	}
 	m.wg.Wait()
+	if m.writesNC != nil {
+		m.writesNC.Close()
+	}
 	if m.nc != nil {
 		m.nc.Close()
 	}

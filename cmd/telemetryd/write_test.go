@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -416,4 +417,29 @@ func TestLineProtocolWriteAuth(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return latestCount(t, s.base, "other", f.tokens["reader"]) == 1 && latestCount(t, s.base, "sim-1", f.tokens["reader"]) == 1
 	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// TestLineProtocolPublishesOnItsOwnConnection checks that the write
+// door publishes on a NATS connection of its own, apart from the one
+// the ingester consumes on (their acks would queue behind its
+// deliveries), and that the readings get stored.
+func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	at := testEpoch.Add(-time.Minute).Truncate(time.Second)
+	code, body := s.post(t, "/api/v2/write?bucket=b&precision=s", fmt.Appendf(nil, "env,device=own-conn v=1 %d\n", at.Unix()), nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	cz, err := s.ns.Connz(&server.ConnzOptions{})
+	require.NoError(t, err)
+	byName := map[string]*server.ConnInfo{}
+	for _, c := range cz.Conns {
+		byName[c.Name] = c
+	}
+	require.Contains(t, byName, "telemetryd-writes")
+	require.Contains(t, byName, "telemetryd")
+	assert.NotEqual(t, byName["telemetryd"].Cid, byName["telemetryd-writes"].Cid)
+	assert.GreaterOrEqual(t, byName["telemetryd-writes"].InMsgs, int64(1), "the write was published on the door's connection")
+	require.Eventually(t, func() bool {
+		code, _ := s.point(t, "own-conn", at)
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond)
 }
