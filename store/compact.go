@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -43,6 +44,19 @@ import (
 // devices whose note says a merge may be due. Without the note it
 // listed every device written in the last interval, every interval.
 //
+// Nor does it, most of the time, list the blocks of a device it merges.
+// In a table that was empty when it was opened, the note lists every
+// open block of its device (it is exact), and as long as no block of
+// the device may overlap another (the note is not urgent) that list is
+// all a merge needs: sealed blocks do not take part. Listing the
+// device's keys instead walks over the deletions of every small block
+// merged before, which Badger keeps until its own compaction drops
+// them: at one reading per message that walk was most of the
+// compactor's time, and grew with the day. A note is listed again from
+// the keys (and becomes exact) after a late block, after the table is
+// reopened, after a failed commit, past maxKnownBlocks, and in a full
+// compaction.
+//
 // Every merge also takes every block that overlaps a block it takes
 // (a late or repeated reading), so merged blocks never overlap another
 // block of their device and sequences keep deciding which copy of a
@@ -55,6 +69,10 @@ const sealWindow = buckets.Ticks(time.Hour / 100)
 // compaction commits.
 var testHookCompactCommit func()
 
+// testHookListBlocks, when set (by tests), runs when a compaction
+// lists a device's blocks from the keys.
+var testHookListBlocks func()
+
 // compactTierBlocks is how many open blocks of one size tier trigger a
 // merge. It is also the factor between tiers (tierOf).
 const compactTierBlocks = 16
@@ -65,7 +83,20 @@ type compactState struct {
 	notes   map[buckets.DeviceID]*openNote // devices with open blocks
 	scanAll bool                           // look at every device (open blocks may predate this opening)
 	quietAt time.Time                      // when a quiet spell was last noticed
+	// known: a device without a note has no open block, so a new note
+	// is exact (the table was empty when it was opened, and no commit
+	// failed since).
+	known bool
+	// listed is how many open blocks exact notes list, at most
+	// maxKnownBlocks.
+	listed int
 }
+
+// maxKnownBlocks bounds the open blocks that exact notes of one table
+// list (about 40 bytes each); past it new notes are not exact and their
+// devices' blocks are listed from the keys. A variable so that tests
+// can reach the bound.
+var maxKnownBlocks = 1 << 18
 
 // openNote is what the compactor knows of a device's open blocks
 // without reading them.
@@ -76,6 +107,10 @@ type openNote struct {
 	oldWin, newWin buckets.Ticks
 	// urgent: a block that may overlap another was written.
 	urgent bool
+	// exact: open is every open block of the device, in the order
+	// written.
+	exact bool
+	open  []blockRef
 }
 
 // due reports whether a merge may be due for the device.
@@ -92,17 +127,57 @@ func (n *openNote) add(r blockRef) {
 	n.newWin = max(n.newWin, windowStart(r.newest))
 }
 
-// note returns the note of dev, making an empty one.
+// note returns the note of dev, making an empty one, exact when the
+// table knows that dev has no open blocks.
 func (t *table) note(dev buckets.DeviceID) *openNote {
-	n := t.comp.notes[dev]
-	if n == nil {
-		if t.comp.notes == nil {
-			t.comp.notes = make(map[buckets.DeviceID]*openNote)
-		}
-		n = &openNote{oldWin: buckets.MaxTicks, newWin: -1}
-		t.comp.notes[buckets.DeviceID(strings.Clone(string(dev)))] = n
+	if n := t.comp.notes[dev]; n != nil {
+		return n
 	}
+	return t.newNote(dev, t.comp.known)
+}
+
+// newNote makes the note of dev, which has no open blocks if exact.
+func (t *table) newNote(dev buckets.DeviceID, exact bool) *openNote {
+	if t.comp.notes == nil {
+		t.comp.notes = make(map[buckets.DeviceID]*openNote)
+	}
+	n := &openNote{oldWin: buckets.MaxTicks, newWin: -1, exact: exact}
+	t.comp.notes[buckets.DeviceID(strings.Clone(string(dev)))] = n
 	return n
+}
+
+// noteOpen records an open block in n, listing it if n is exact and
+// the table's bound allows, else making n inexact.
+func (t *table) noteOpen(n *openNote, r blockRef) {
+	n.add(r)
+	if !n.exact {
+		return
+	}
+	if t.comp.listed >= maxKnownBlocks {
+		t.forget(n)
+		return
+	}
+	n.open = append(n.open, r)
+	t.comp.listed++
+}
+
+// forget makes n inexact: its device's blocks are listed from the keys
+// at its next compaction.
+func (t *table) forget(n *openNote) {
+	t.comp.listed -= len(n.open)
+	n.exact, n.open = false, nil
+}
+
+// doubt makes the notes of the devices of entries inexact, and new
+// notes too, after a commit of entries failed: what it left is not
+// known for sure.
+func (t *table) doubt(entries []entry) {
+	t.comp.known = false
+	for _, e := range entries {
+		if n := t.comp.notes[e.dev]; n != nil {
+			t.forget(n)
+		}
+	}
 }
 
 // noteBlocks records the open blocks of a commit. A block that starts
@@ -116,22 +191,47 @@ func (t *table) noteBlocks(entries []entry) {
 			continue
 		}
 		n := t.note(e.dev)
-		n.add(e.ref)
+		t.noteOpen(n, e.ref)
 		if last, ok := w.written[e.dev]; (ok && e.ref.oldest <= last) || e.ref.oldest <= w.floor {
 			n.urgent = true
 		}
 	}
 }
 
-// renote replaces the note of dev with what refs (the device's blocks,
-// after a compaction looked at them) says.
+// renote replaces the note of dev with an exact one of what refs (every
+// open block of the device, or every block, after a compaction looked
+// at them) says.
 func (t *table) renote(dev buckets.DeviceID, refs []keyedRef) {
-	delete(t.comp.notes, dev)
+	if n := t.comp.notes[dev]; n != nil {
+		t.forget(n)
+		delete(t.comp.notes, dev)
+	}
+	var n *openNote
 	for _, r := range refs {
 		if !r.sealed {
-			t.note(dev).add(r.blockRef)
+			if n == nil {
+				n = t.newNote(dev, true)
+			}
+			t.noteOpen(n, r.blockRef)
 		}
 	}
+}
+
+// knownBlocks returns the open blocks of dev, newest first as keys
+// sort, when its note is exact and not urgent: then no open block
+// overlaps another block, and sealed blocks take no part in a merge
+// that is not full. Otherwise it returns nil.
+func (t *table) knownBlocks(dev buckets.DeviceID, full bool) []keyedRef {
+	n := t.comp.notes[dev]
+	if full || n == nil || !n.exact || n.urgent || len(n.open) == 0 {
+		return nil
+	}
+	refs := make([]keyedRef, len(n.open))
+	for i, r := range n.open {
+		refs[i] = keyedRef{blockRef: r, key: appendBlockKey(nil, dev, r)}
+	}
+	slices.SortFunc(refs, func(a, b keyedRef) int { return bytes.Compare(a.key, b.key) })
+	return refs
 }
 
 // windowStart is the start of the seal window holding k.
@@ -306,10 +406,35 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 // reads them, merged; take is empty when nothing needs merging. Its read
 // ends before it returns, so that the commit's deletions fall below the
 // discard version and Badger drops the merged blocks. writeMu is held.
+//
+// The blocks come from the device's note when it knows them
+// (knownBlocks), else from its keys; a block the note lists but the
+// table lacks sends it to the keys too.
 func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs, take []keyedRef, merged []buckets.Reading, err error) {
 	txn, done := t.readTxn()
 	defer done()
-	err = eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
+	if refs = t.knownBlocks(dev, full); refs != nil {
+		take, merged, err = mergeTaken(txn, dev, refs, full)
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			return refs, take, merged, err
+		}
+		t.forget(t.comp.notes[dev])
+	}
+	if testHookListBlocks != nil {
+		testHookListBlocks()
+	}
+	if refs, err = listBlocks(txn, dev); err != nil {
+		return nil, nil, nil, err
+	}
+	take, merged, err = mergeTaken(txn, dev, refs, full)
+	return refs, take, merged, err
+}
+
+// listBlocks lists every block of dev in txn, newest first, with the
+// values of open blocks.
+func listBlocks(txn *badger.Txn, dev buckets.DeviceID) ([]keyedRef, error) {
+	var refs []keyedRef
+	err := eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
 		kr := keyedRef{blockRef: bi.ref, key: bi.item.KeyCopy(nil)}
 		if !bi.ref.sealed {
 			var err error
@@ -320,21 +445,24 @@ func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs, take []key
 		refs = append(refs, kr)
 		return true, nil
 	})
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	return refs, err
+}
+
+// mergeTaken picks the blocks of refs to merge and reads them, merged;
+// take is empty when nothing needs merging.
+func mergeTaken(txn *badger.Txn, dev buckets.DeviceID, refs []keyedRef, full bool) (take []keyedRef, merged []buckets.Reading, err error) {
 	if take = planCompaction(refs, full); len(take) == 0 {
-		return refs, nil, nil, nil
+		return nil, nil, nil
 	}
 	res := newResolver()
 	for _, r := range take {
 		rs, err := decodeTaken(txn, r, dev)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		res.add(rs, r.seq, 0, buckets.MaxTicks+1)
 	}
-	return refs, take, res.take(buckets.Asc, buckets.MaxTicks+1), nil
+	return take, res.take(buckets.Asc, buckets.MaxTicks+1), nil
 }
 
 // decodeTaken decodes a block a compaction takes, from the value read

@@ -209,7 +209,7 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 	t.readings.Store(meta.readings)
 	t.newest = meta.newest
 	t.formatSaved = meta.format != 0
-	t.comp = compactState{scanAll: !readOnly}
+	t.comp = compactState{scanAll: !readOnly, known: meta.readings == 0 && meta.newest < 0}
 	return nil
 }
 

@@ -452,6 +452,7 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 		}
 	}
 	if err := t.commitTxnAt(txn, version); err != nil {
+		t.doubt(entries)
 		return fmt.Errorf("commit: %w", err)
 	}
 	t.readings.Store(n)

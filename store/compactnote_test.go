@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// noteWorkload drives a store the way a fleet does, with the odd late,
+// repeated and out-of-order reading, and compactions in between. Each
+// step is a function of the step's random numbers only, so two stores
+// given the same seed see the same writes and compactions.
+type noteWorkload struct {
+	rng  *rand.Rand
+	next map[string]buckets.Ticks // next in-order reading per device
+}
+
+func newNoteWorkload(seed uint64) *noteWorkload {
+	return &noteWorkload{rng: rand.New(rand.NewPCG(seed, 7)), next: map[string]buckets.Ticks{}}
+}
+
+// step returns the readings to write next, or nil and whether to
+// compact (full or not) instead.
+func (w *noteWorkload) step() (rs []buckets.Reading, compact, full bool) {
+	sec := buckets.Ticks(buckets.TicksPerSecond)
+	dev := fmt.Sprintf("dev%d", w.rng.IntN(5))
+	if _, ok := w.next[dev]; !ok {
+		w.next[dev] = at(-10 * time.Hour)
+	}
+	switch p := w.rng.IntN(100); {
+	case p < 93: // in order, now and then a gap into a later window
+		if w.rng.IntN(200) == 0 {
+			w.next[dev] += buckets.Ticks(time.Hour / 100)
+		}
+		for range 1 + w.rng.IntN(3) {
+			rs = append(rs, reading(dev, w.next[dev], "a", w.rng.IntN(1000), "b", float64(w.rng.IntN(100))/10))
+			w.next[dev] += sec
+		}
+		return rs, false, false
+	case p < 94: // late: anywhere before the next in-order reading
+		k := at(-10*time.Hour) + buckets.Ticks(w.rng.Int64N(int64(w.next[dev]-at(-10*time.Hour)+1)))
+		return []buckets.Reading{reading(dev, k, "late", w.rng.IntN(1000))}, false, false
+	case p < 95: // the latest reading again, changed
+		k := w.next[dev] - sec
+		return []buckets.Reading{reading(dev, k, "a", w.rng.IntN(1000))}, false, false
+	default:
+		return nil, true, w.rng.IntN(100) == 0
+	}
+}
+
+// tableDump renders every key and value of the table of day.
+func tableDump(t *testing.T, ts *testStore, day buckets.Day) string {
+	t.Helper()
+	h, err := ts.acquire(context.Background(), day, forRead)
+	require.NoError(t, err)
+	require.NotNil(t, h)
+	defer ts.release(h)
+	txn, done := h.readTxn()
+	defer done()
+	it := txn.NewIterator(badger.IteratorOptions{})
+	defer it.Close()
+	var b strings.Builder
+	for it.Rewind(); it.Valid(); it.Next() {
+		v, err := it.Item().ValueCopy(nil)
+		require.NoError(t, err)
+		fmt.Fprintf(&b, "%q=%x meta %d\n", it.Item().Key(), v, it.Item().UserMeta())
+	}
+	return b.String()
+}
+
+// openBlocksOf lists the open blocks of dev, as keys sort.
+func openBlocksOf(t *testing.T, ts *testStore, dev buckets.DeviceID) []blockRef {
+	var open []blockRef
+	for _, r := range blocksOf(t, ts, today, dev) {
+		if !r.sealed {
+			open = append(open, r)
+		}
+	}
+	return open
+}
+
+// checkNotes checks that every exact note lists exactly the open blocks
+// of its device, and that in a table that knows its devices, a device
+// without a note has no open block.
+func checkNotes(t *testing.T, ts *testStore, devs []string) (exact int) {
+	t.Helper()
+	ts.mu.Lock()
+	tb := ts.tables[today]
+	ts.mu.Unlock()
+	tb.writeMu.Lock()
+	notes := make(map[buckets.DeviceID][]keyedRef)
+	known := tb.comp.known
+	for _, d := range devs {
+		n := tb.comp.notes[buckets.DeviceID(d)]
+		switch {
+		case n == nil && known:
+			notes[buckets.DeviceID(d)] = []keyedRef{}
+		case n != nil && n.exact: // urgent or not, it lists every open block
+			refs := []keyedRef{}
+			for _, r := range n.open {
+				refs = append(refs, keyedRef{blockRef: r, key: appendBlockKey(nil, buckets.DeviceID(d), r)})
+			}
+			slices.SortFunc(refs, func(a, b keyedRef) int { return strings.Compare(string(a.key), string(b.key)) })
+			notes[buckets.DeviceID(d)] = refs
+		}
+	}
+	tb.writeMu.Unlock()
+	for dev, refs := range notes {
+		var listed []blockRef
+		for _, r := range refs {
+			listed = append(listed, r.blockRef)
+		}
+		require.Equal(t, openBlocksOf(t, ts, dev), listed, "note of %s", dev)
+		exact++
+	}
+	return exact
+}
+
+// An exact note lists every open block of its device, through ordinary,
+// late and repeated writes, compactions, and a reopening of the table.
+func TestExactNotesListEveryOpenBlock(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour })
+	devs := []string{"dev0", "dev1", "dev2", "dev3", "dev4"}
+	w := newNoteWorkload(1)
+	checked := 0
+	for i := range 3000 {
+		if i == 1500 {
+			ts = ts.reopen(t)
+		}
+		rs, compact, full := w.step()
+		if compact {
+			ts.compact(full)
+		} else {
+			ts.write(t, rs...)
+		}
+		if i%25 == 0 {
+			checked += checkNotes(t, ts, devs)
+		}
+	}
+	assert.Greater(t, checked, 300, "exact notes checked")
+}
+
+// A compaction that takes its blocks from the notes leaves the table
+// byte for byte as one that lists them from the keys, and most
+// compactions take them from the notes.
+func TestCompactionFromNotesMatchesListing(t *testing.T) {
+	quiet := func(o *Options) { o.CompactInterval = time.Hour }
+	fromNotes, fromKeys := newTestStore(t, quiet), newTestStore(t, quiet)
+	listings := 0
+	testHookListBlocks = func() { listings++ }
+	t.Cleanup(func() { testHookListBlocks = nil })
+	bound := maxKnownBlocks
+	t.Cleanup(func() { maxKnownBlocks = bound })
+
+	wa, wb := newNoteWorkload(2), newNoteWorkload(2)
+	compactions, listedFromNotes, listedFromKeys := 0, 0, 0
+	for range 6000 {
+		for _, s := range []struct {
+			ts    *testStore
+			w     *noteWorkload
+			bound int
+		}{{fromNotes, wa, bound}, {fromKeys, wb, 0}} {
+			maxKnownBlocks = s.bound
+			before := listings
+			rs, compact, full := s.w.step()
+			if !compact {
+				s.ts.write(t, rs...)
+				continue
+			}
+			s.ts.compact(full)
+			if s.ts == fromNotes {
+				compactions++
+				listedFromNotes += listings - before
+			} else {
+				listedFromKeys += listings - before
+			}
+		}
+	}
+	maxKnownBlocks = bound
+	require.Equal(t, wa.next, wb.next)
+	for dev, k := range wa.next {
+		require.Equal(t, today, buckets.DayOf(k), "%s stays in one day", dev)
+	}
+	require.Equal(t, tableDump(t, fromKeys, today), tableDump(t, fromNotes, today))
+	for _, d := range []buckets.DeviceID{"dev0", "dev1", "dev2", "dev3", "dev4"} {
+		assert.Equal(t, answers(t, fromKeys, d), answers(t, fromNotes, d))
+	}
+	assert.Greater(t, compactions, 200)
+	t.Logf("devices compacted from their keys: %d with notes, %d without", listedFromNotes, listedFromKeys)
+	assert.Greater(t, listedFromKeys, 2*listedFromNotes, "most compactions take their blocks from the notes")
+}
