@@ -88,9 +88,17 @@ type compactState struct {
 	// failed since).
 	known bool
 	// listed is how many open blocks exact notes list, at most
-	// maxKnownBlocks.
+	// maxKnownBlocks; held is the bytes of their values kept, at most
+	// maxHeldValueBytes.
 	listed int
+	held   int
 }
+
+// maxHeldValueBytes bounds the values of open blocks that exact notes
+// of one table keep, so that merging them reads nothing back. A Badger Get of a block key searches every level for a
+// newer version and cost more than the listing it replaces; a value
+// not kept is read with one. A variable so that tests can reach it.
+var maxHeldValueBytes = 16 << 20
 
 // maxKnownBlocks bounds the open blocks that exact notes of one table
 // list (about 40 bytes each); past it new notes are not exact and their
@@ -110,7 +118,14 @@ type openNote struct {
 	// exact: open is every open block of the device, in the order
 	// written.
 	exact bool
-	open  []blockRef
+	open  []noteBlock
+}
+
+// noteBlock is an open block an exact note lists, with its value if
+// the note keeps it.
+type noteBlock struct {
+	ref   blockRef
+	value []byte
 }
 
 // due reports whether a merge may be due for the device.
@@ -146,9 +161,11 @@ func (t *table) newNote(dev buckets.DeviceID, exact bool) *openNote {
 	return n
 }
 
-// noteOpen records an open block in n, listing it if n is exact and
-// the table's bound allows, else making n inexact.
-func (t *table) noteOpen(n *openNote, r blockRef) {
+// noteOpen records an open block in n, whose value is value (or nil
+// if not at hand), listing it if n is exact and the table's bound
+// allows, else making n inexact. The value is kept while
+// maxHeldValueBytes allows; it must not change afterwards.
+func (t *table) noteOpen(n *openNote, r blockRef, value []byte) {
 	n.add(r)
 	if !n.exact {
 		return
@@ -157,13 +174,20 @@ func (t *table) noteOpen(n *openNote, r blockRef) {
 		t.forget(n)
 		return
 	}
-	n.open = append(n.open, r)
+	if t.comp.held+len(value) > maxHeldValueBytes {
+		value = nil
+	}
+	n.open = append(n.open, noteBlock{ref: r, value: value})
 	t.comp.listed++
+	t.comp.held += len(value)
 }
 
 // forget makes n inexact: its device's blocks are listed from the keys
 // at its next compaction.
 func (t *table) forget(n *openNote) {
+	for _, b := range n.open {
+		t.comp.held -= len(b.value)
+	}
 	t.comp.listed -= len(n.open)
 	n.exact, n.open = false, nil
 }
@@ -191,7 +215,7 @@ func (t *table) noteBlocks(entries []entry) {
 			continue
 		}
 		n := t.note(e.dev)
-		t.noteOpen(n, e.ref)
+		t.noteOpen(n, e.ref, e.value)
 		if last, ok := w.written[e.dev]; (ok && e.ref.oldest <= last) || e.ref.oldest <= w.floor {
 			n.urgent = true
 		}
@@ -212,7 +236,7 @@ func (t *table) renote(dev buckets.DeviceID, refs []keyedRef) {
 			if n == nil {
 				n = t.newNote(dev, true)
 			}
-			t.noteOpen(n, r.blockRef)
+			t.noteOpen(n, r.blockRef, r.value)
 		}
 	}
 }
@@ -227,8 +251,8 @@ func (t *table) knownBlocks(dev buckets.DeviceID, full bool) []keyedRef {
 		return nil
 	}
 	refs := make([]keyedRef, len(n.open))
-	for i, r := range n.open {
-		refs[i] = keyedRef{blockRef: r, key: appendBlockKey(nil, dev, r)}
+	for i, b := range n.open {
+		refs[i] = keyedRef{blockRef: b.ref, key: appendBlockKey(nil, dev, b.ref), value: b.value}
 	}
 	slices.SortFunc(refs, func(a, b keyedRef) int { return bytes.Compare(a.key, b.key) })
 	return refs
@@ -512,7 +536,7 @@ func afterCompaction(dev buckets.DeviceID, refs, take []keyedRef, entries []entr
 		out = append(out, r)
 	}
 	for _, e := range entries {
-		out = append(out, keyedRef{blockRef: e.ref, key: appendBlockKey(nil, dev, e.ref)})
+		out = append(out, keyedRef{blockRef: e.ref, key: appendBlockKey(nil, dev, e.ref), value: e.value})
 	}
 	return out
 }
@@ -538,26 +562,30 @@ func triggered(refs []keyedRef, full bool) []bool {
 	if len(open) == 0 {
 		return nil
 	}
+	// top is the highest tier with compactTierBlocks blocks: it and
+	// the tiers below are merged.
+	top := -1
+	for tier, n := range tiers {
+		if n >= compactTierBlocks {
+			top = tier
+		}
+	}
 	current := windowStart(refs[0].newest)
 	ov := overlapping(refs)
 	take := make([]bool, len(refs))
-	any := false
+	any, all := false, false
 	for _, i := range open {
 		r := refs[i]
-		tier := tierOf(r.count)
 		switch {
 		case full && (len(open) > 1 || r.oldest < current || ov[i]):
 			take[i], any = true, true
 		case r.oldest < current, ov[i]:
-			for _, j := range open {
-				take[j], any = true, true
-			}
-		case tiers[tier] >= compactTierBlocks:
-			for _, j := range open {
-				if tierOf(refs[j].count) <= tier {
-					take[j], any = true, true
-				}
-			}
+			all = true
+		}
+	}
+	for _, i := range open {
+		if all || tierOf(refs[i].count) <= top {
+			take[i], any = true, true
 		}
 	}
 	if !any {

@@ -98,6 +98,17 @@ func checkNotes(t *testing.T, ts *testStore, devs []string) (exact int) {
 	tb := ts.tables[today]
 	ts.mu.Unlock()
 	tb.writeMu.Lock()
+	listed, held := 0, 0
+	for _, n := range tb.comp.notes {
+		listed += len(n.open)
+		for _, b := range n.open {
+			held += len(b.value)
+		}
+	}
+	assert.Equal(t, tb.comp.listed, listed, "blocks listed")
+	assert.Equal(t, tb.comp.held, held, "value bytes kept")
+	assert.LessOrEqual(t, listed, maxKnownBlocks)
+	assert.LessOrEqual(t, held, maxHeldValueBytes)
 	notes := make(map[buckets.DeviceID][]keyedRef)
 	known := tb.comp.known
 	for _, d := range devs {
@@ -107,8 +118,8 @@ func checkNotes(t *testing.T, ts *testStore, devs []string) (exact int) {
 			notes[buckets.DeviceID(d)] = []keyedRef{}
 		case n != nil && n.exact: // urgent or not, it lists every open block
 			refs := []keyedRef{}
-			for _, r := range n.open {
-				refs = append(refs, keyedRef{blockRef: r, key: appendBlockKey(nil, buckets.DeviceID(d), r)})
+			for _, b := range n.open {
+				refs = append(refs, keyedRef{blockRef: b.ref, key: appendBlockKey(nil, buckets.DeviceID(d), b.ref)})
 			}
 			slices.SortFunc(refs, func(a, b keyedRef) int { return strings.Compare(string(a.key), string(b.key)) })
 			notes[buckets.DeviceID(d)] = refs
@@ -152,19 +163,40 @@ func TestExactNotesListEveryOpenBlock(t *testing.T) {
 
 // A compaction that takes its blocks from the notes leaves the table
 // byte for byte as one that lists them from the keys, and most
-// compactions take them from the notes.
+// compactions take them from the notes: with every value kept, with
+// some read back from the table (past maxHeldValueBytes), and with
+// notes made inexact past maxKnownBlocks.
 func TestCompactionFromNotesMatchesListing(t *testing.T) {
+	blocks, held := maxKnownBlocks, maxHeldValueBytes
+	t.Cleanup(func() { maxKnownBlocks, maxHeldValueBytes = blocks, held })
+	for _, c := range []struct {
+		name             string
+		blocks, held     int
+		minShareFromKeys int // listings without notes per listing with them
+	}{
+		{"values kept", blocks, held, 2},
+		{"values read back", blocks, 2000, 2},
+		{"few blocks listed", 30, held, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			maxKnownBlocks, maxHeldValueBytes = c.blocks, c.held
+			compareWithListing(t, c.blocks, c.minShareFromKeys)
+		})
+	}
+}
+
+// compareWithListing runs the same workload on a store whose notes
+// list at most bound blocks and on one whose notes list none.
+func compareWithListing(t *testing.T, bound, minShare int) {
 	quiet := func(o *Options) { o.CompactInterval = time.Hour }
 	fromNotes, fromKeys := newTestStore(t, quiet), newTestStore(t, quiet)
 	listings := 0
 	testHookListBlocks = func() { listings++ }
 	t.Cleanup(func() { testHookListBlocks = nil })
-	bound := maxKnownBlocks
-	t.Cleanup(func() { maxKnownBlocks = bound })
 
 	wa, wb := newNoteWorkload(2), newNoteWorkload(2)
 	compactions, listedFromNotes, listedFromKeys := 0, 0, 0
-	for range 6000 {
+	for i := range 6000 {
 		for _, s := range []struct {
 			ts    *testStore
 			w     *noteWorkload
@@ -185,6 +217,10 @@ func TestCompactionFromNotesMatchesListing(t *testing.T) {
 				listedFromKeys += listings - before
 			}
 		}
+		if i%50 == 0 {
+			maxKnownBlocks = bound
+			checkNotes(t, fromNotes, []string{"dev0", "dev1", "dev2", "dev3", "dev4"})
+		}
 	}
 	maxKnownBlocks = bound
 	require.Equal(t, wa.next, wb.next)
@@ -197,5 +233,5 @@ func TestCompactionFromNotesMatchesListing(t *testing.T) {
 	}
 	assert.Greater(t, compactions, 200)
 	t.Logf("devices compacted from their keys: %d with notes, %d without", listedFromNotes, listedFromKeys)
-	assert.Greater(t, listedFromKeys, 2*listedFromNotes, "most compactions take their blocks from the notes")
+	assert.Greater(t, listedFromKeys, minShare*listedFromNotes, "most compactions take their blocks from the notes")
 }
