@@ -313,8 +313,14 @@ func TestIngestRejectsOutsideWindow(t *testing.T) {
 	}
 	assert.Equal(t, map[string]string{"rejected.telemetry.old": "too_old", "rejected.telemetry.future": "too_far_in_future"}, codes)
 
-	// The lag is measured against the injected clock.
-	lag := e.collect()["telemetry.ingest.lag"].(metricdata.Histogram[float64])
+	// The lag is measured against the injected clock. It is recorded
+	// after the commit that waitStored sees, so wait for it.
+	var lag metricdata.Histogram[float64]
+	require.Eventually(t, func() bool {
+		h, ok := e.collect()["telemetry.ingest.lag"].(metricdata.Histogram[float64])
+		lag = h
+		return ok && len(h.DataPoints) > 0 && h.DataPoints[0].Sum >= 3599
+	}, 5*time.Second, 10*time.Millisecond, "lag histogram")
 	assert.InDelta(t, 3600.0, lag.DataPoints[0].Sum, 0.01, "one reading 1h old, one in the future counted as 0")
 }
 
