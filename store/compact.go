@@ -92,12 +92,16 @@ type compactState struct {
 	// maxHeldValueBytes.
 	listed int
 	held   int
+	// doubtful: a commit failed since the last one that succeeded. A
+	// failed commit may have left blocks that become visible only with
+	// the next commit, so a listing until then makes no exact note.
+	doubtful bool
 }
 
 // maxHeldValueBytes bounds the values of open blocks that exact notes
-// of one table keep, so that merging them reads nothing back. A Badger Get of a block key searches every level for a
-// newer version and cost more than the listing it replaces; a value
-// not kept is read with one. A variable so that tests can reach it.
+// of one table keep, so that merging them reads nothing back. A Badger
+// Get of a block key searches every level for a newer version and cost
+// more than the listing it replaces; a value not kept is read with one. A variable so that tests can reach it.
 var maxHeldValueBytes = 16 << 20
 
 // maxKnownBlocks bounds the open blocks that exact notes of one table
@@ -119,6 +123,11 @@ type openNote struct {
 	// written.
 	exact bool
 	open  []noteBlock
+	// sealedNewest is the newest reading of the device's sealed blocks
+	// that the note saw (-1: none). A merge from the note alone is only
+	// right while every open block is newer: a merge of older open
+	// blocks could span a sealed block it does not take.
+	sealedNewest buckets.Ticks
 }
 
 // noteBlock is an open block an exact note lists, with its value if
@@ -156,7 +165,7 @@ func (t *table) newNote(dev buckets.DeviceID, exact bool) *openNote {
 	if t.comp.notes == nil {
 		t.comp.notes = make(map[buckets.DeviceID]*openNote)
 	}
-	n := &openNote{oldWin: buckets.MaxTicks, newWin: -1, exact: exact}
+	n := &openNote{oldWin: buckets.MaxTicks, newWin: -1, exact: exact, sealedNewest: -1}
 	t.comp.notes[buckets.DeviceID(strings.Clone(string(dev)))] = n
 	return n
 }
@@ -196,7 +205,7 @@ func (t *table) forget(n *openNote) {
 // notes too, after a commit of entries failed: what it left is not
 // known for sure.
 func (t *table) doubt(entries []entry) {
-	t.comp.known = false
+	t.comp.known, t.comp.doubtful = false, true
 	for _, e := range entries {
 		if n := t.comp.notes[e.dev]; n != nil {
 			t.forget(n)
@@ -222,19 +231,26 @@ func (t *table) noteBlocks(entries []entry) {
 	}
 }
 
-// renote replaces the note of dev with an exact one of what refs (every
-// open block of the device, or every block, after a compaction looked
-// at them) says.
-func (t *table) renote(dev buckets.DeviceID, refs []keyedRef) {
+// renote replaces the note of dev with one of what refs (every open
+// block of the device, or every block, after a compaction looked at
+// them) says, exact if exact. sealed is the newest reading of the
+// device's sealed blocks not in refs (-1 if refs has them all).
+func (t *table) renote(dev buckets.DeviceID, refs []keyedRef, exact bool, sealed buckets.Ticks) {
 	if n := t.comp.notes[dev]; n != nil {
 		t.forget(n)
 		delete(t.comp.notes, dev)
+	}
+	for _, r := range refs {
+		if r.sealed {
+			sealed = max(sealed, r.newest)
+		}
 	}
 	var n *openNote
 	for _, r := range refs {
 		if !r.sealed {
 			if n == nil {
-				n = t.newNote(dev, true)
+				n = t.newNote(dev, exact)
+				n.sealedNewest = sealed
 			}
 			t.noteOpen(n, r.blockRef, r.value)
 		}
@@ -242,20 +258,25 @@ func (t *table) renote(dev buckets.DeviceID, refs []keyedRef) {
 }
 
 // knownBlocks returns the open blocks of dev, newest first as keys
-// sort, when its note is exact and not urgent: then no open block
-// overlaps another block, and sealed blocks take no part in a merge
-// that is not full. Otherwise it returns nil.
-func (t *table) knownBlocks(dev buckets.DeviceID, full bool) []keyedRef {
+// sort, and the newest reading of its sealed blocks, when its note is
+// exact, not urgent and every open block is newer than every sealed
+// one: then no open block overlaps another block, and no merge of them
+// spans a sealed block, so sealed blocks take no part in a merge that
+// is not full. Otherwise it returns nil.
+func (t *table) knownBlocks(dev buckets.DeviceID, full bool) ([]keyedRef, buckets.Ticks) {
 	n := t.comp.notes[dev]
 	if full || n == nil || !n.exact || n.urgent || len(n.open) == 0 {
-		return nil
+		return nil, -1
 	}
 	refs := make([]keyedRef, len(n.open))
 	for i, b := range n.open {
+		if b.ref.oldest <= n.sealedNewest {
+			return nil, -1
+		}
 		refs[i] = keyedRef{blockRef: b.ref, key: appendBlockKey(nil, dev, b.ref), value: b.value}
 	}
 	slices.SortFunc(refs, func(a, b keyedRef) int { return bytes.Compare(a.key, b.key) })
-	return refs
+	return refs, n.sealedNewest
 }
 
 // windowStart is the start of the seal window holding k.
@@ -398,12 +419,13 @@ type keyedRef struct {
 func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	refs, take, merged, err := readCompaction(t, dev, full)
+	exact := !t.comp.doubtful
+	refs, sealed, take, merged, err := readCompaction(t, dev, full)
 	if err != nil {
 		return err
 	}
 	if len(take) == 0 {
-		t.renote(dev, refs)
+		t.renote(dev, refs, exact, sealed)
 		return nil
 	}
 	drop := make([][]byte, 0, len(take))
@@ -421,7 +443,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	if err := commitChunk(t, entries, drop); err != nil {
 		return classify(fmt.Errorf("commit compaction: %w", err))
 	}
-	t.renote(dev, afterCompaction(dev, refs, take, entries))
+	t.renote(dev, afterCompaction(dev, refs, take, entries), exact, sealed)
 	s.metrics.compactions.Add(context.Background(), 1)
 	return nil
 }
@@ -432,15 +454,16 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 // discard version and Badger drops the merged blocks. writeMu is held.
 //
 // The blocks come from the device's note when it knows them
-// (knownBlocks), else from its keys; a block the note lists but the
-// table lacks sends it to the keys too.
-func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs, take []keyedRef, merged []buckets.Reading, err error) {
+// (knownBlocks; sealed is then the newest reading of the sealed blocks
+// left out), else from its keys (sealed is -1); a block the note lists
+// but the table lacks sends it to the keys too.
+func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs []keyedRef, sealed buckets.Ticks, take []keyedRef, merged []buckets.Reading, err error) {
 	txn, done := t.readTxn()
 	defer done()
-	if refs = t.knownBlocks(dev, full); refs != nil {
+	if refs, sealed = t.knownBlocks(dev, full); refs != nil {
 		take, merged, err = mergeTaken(txn, dev, refs, full)
 		if !errors.Is(err, badger.ErrKeyNotFound) {
-			return refs, take, merged, err
+			return refs, sealed, take, merged, err
 		}
 		t.forget(t.comp.notes[dev])
 	}
@@ -448,10 +471,10 @@ func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs, take []key
 		testHookListBlocks()
 	}
 	if refs, err = listBlocks(txn, dev); err != nil {
-		return nil, nil, nil, err
+		return nil, -1, nil, nil, err
 	}
 	take, merged, err = mergeTaken(txn, dev, refs, full)
-	return refs, take, merged, err
+	return refs, -1, take, merged, err
 }
 
 // listBlocks lists every block of dev in txn, newest first, with the

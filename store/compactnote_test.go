@@ -23,10 +23,14 @@ import (
 type noteWorkload struct {
 	rng  *rand.Rand
 	next map[string]buckets.Ticks // next in-order reading per device
+	// big: now and then a batch of hundreds or thousands of readings,
+	// so that merges cut full blocks (maxBlockReadings) that are sealed
+	// while older open blocks remain.
+	big bool
 }
 
-func newNoteWorkload(seed uint64) *noteWorkload {
-	return &noteWorkload{rng: rand.New(rand.NewPCG(seed, 7)), next: map[string]buckets.Ticks{}}
+func newNoteWorkload(seed uint64, big bool) *noteWorkload {
+	return &noteWorkload{rng: rand.New(rand.NewPCG(seed, 7)), next: map[string]buckets.Ticks{}, big: big}
 }
 
 // step returns the readings to write next, or nil and whether to
@@ -42,7 +46,11 @@ func (w *noteWorkload) step() (rs []buckets.Reading, compact, full bool) {
 		if w.rng.IntN(200) == 0 {
 			w.next[dev] += buckets.Ticks(time.Hour / 100)
 		}
-		for range 1 + w.rng.IntN(3) {
+		n := 1 + w.rng.IntN(3)
+		if w.big && w.rng.IntN(60) == 0 {
+			n = []int{250, 3000}[w.rng.IntN(2)]
+		}
+		for range n {
 			rs = append(rs, reading(dev, w.next[dev], "a", w.rng.IntN(1000), "b", float64(w.rng.IntN(100))/10))
 			w.next[dev] += sec
 		}
@@ -142,7 +150,7 @@ func checkNotes(t *testing.T, ts *testStore, devs []string) (exact int) {
 func TestExactNotesListEveryOpenBlock(t *testing.T) {
 	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour })
 	devs := []string{"dev0", "dev1", "dev2", "dev3", "dev4"}
-	w := newNoteWorkload(1)
+	w := newNoteWorkload(1, true)
 	checked := 0
 	for i := range 3000 {
 		if i == 1500 {
@@ -172,29 +180,31 @@ func TestCompactionFromNotesMatchesListing(t *testing.T) {
 	for _, c := range []struct {
 		name             string
 		blocks, held     int
+		big              bool
 		minShareFromKeys int // listings without notes per listing with them
 	}{
-		{"values kept", blocks, held, 2},
-		{"values read back", blocks, 2000, 2},
-		{"few blocks listed", 30, held, 1},
+		{"values kept", blocks, held, false, 2},
+		{"values read back", blocks, 2000, false, 2},
+		{"few blocks listed", 30, held, false, 1},
+		{"full blocks sealed among open ones", blocks, held, true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			maxKnownBlocks, maxHeldValueBytes = c.blocks, c.held
-			compareWithListing(t, c.blocks, c.minShareFromKeys)
+			compareWithListing(t, c.blocks, c.big, c.minShareFromKeys)
 		})
 	}
 }
 
 // compareWithListing runs the same workload on a store whose notes
 // list at most bound blocks and on one whose notes list none.
-func compareWithListing(t *testing.T, bound, minShare int) {
+func compareWithListing(t *testing.T, bound int, big bool, minShare int) {
 	quiet := func(o *Options) { o.CompactInterval = time.Hour }
 	fromNotes, fromKeys := newTestStore(t, quiet), newTestStore(t, quiet)
 	listings := 0
 	testHookListBlocks = func() { listings++ }
 	t.Cleanup(func() { testHookListBlocks = nil })
 
-	wa, wb := newNoteWorkload(2), newNoteWorkload(2)
+	wa, wb := newNoteWorkload(2, big), newNoteWorkload(2, big)
 	compactions, listedFromNotes, listedFromKeys := 0, 0, 0
 	for i := range 6000 {
 		for _, s := range []struct {
@@ -234,4 +244,93 @@ func compareWithListing(t *testing.T, bound, minShare int) {
 	assert.Greater(t, compactions, 200)
 	t.Logf("devices compacted from their keys: %d with notes, %d without", listedFromNotes, listedFromKeys)
 	assert.Greater(t, listedFromKeys, minShare*listedFromNotes, "most compactions take their blocks from the notes")
+}
+
+// A merge of open blocks can leave an open block that spans a sealed
+// block it did not take (the first 4096 readings of a merge are cut
+// into a full, sealed block). Listing the keys then finds the overlap
+// and merges the sealed block in; a note must not merge the open
+// blocks without it.
+func TestNoteLeavesOpenBlockSpanningSealedToListing(t *testing.T) {
+	quiet := func(o *Options) { o.CompactInterval = time.Hour }
+	fromNotes, fromKeys := newTestStore(t, quiet), newTestStore(t, quiet)
+	bound := maxKnownBlocks
+	t.Cleanup(func() { maxKnownBlocks = bound })
+	both := func(f func(ts *testStore)) {
+		maxKnownBlocks = bound
+		f(fromNotes)
+		maxKnownBlocks = 0
+		f(fromKeys)
+		maxKnownBlocks = bound
+	}
+	k0 := windowStart(at(-3 * time.Hour))
+	step := buckets.Ticks(buckets.TicksPerSecond * 3 / 10)
+	run := func(from, n int) []buckets.Reading {
+		rs := make([]buckets.Reading, n)
+		for i := range rs {
+			rs[i] = reading("dev", k0+buckets.Ticks(from+i)*step, "v", from+i)
+		}
+		return rs
+	}
+	both(func(ts *testStore) {
+		ts.write(t, run(0, 3000)...)    // X1, tier 2
+		ts.write(t, run(3000, 3000)...) // X2, tier 2
+		for i := range 20 {             // 20 blocks of tier 1
+			ts.write(t, run(6000+250*i, 250)...)
+		}
+		ts.compact(false)                                   // S: 6000..10095 sealed (full), Y: 10096..10999 open
+		ts.write(t, reading("dev", k0+10999*step, "v", -1)) // repeated: urgent
+		ts.compact(false)                                   // 0..4095 sealed; 4096..5999 with 10096..10999 open, spanning S
+		for i := range compactTierBlocks {
+			ts.write(t, run(11000+i, 1)...)
+		}
+		ts.compact(false)
+	})
+	var spanning bool
+	refs := blocksOf(t, fromKeys, today, "dev")
+	for _, r := range refs {
+		for _, o := range refs {
+			spanning = spanning || (r != o && r.overlaps(o))
+		}
+	}
+	assert.False(t, spanning, "listing merged the sealed block in: %+v", refs)
+	require.Equal(t, tableDump(t, fromKeys, today), tableDump(t, fromNotes, today))
+	assert.Equal(t, answers(t, fromKeys, "dev"), answers(t, fromNotes, "dev"))
+}
+
+// After a failed commit (which may have left blocks that only the next
+// commit makes visible), a listing makes no exact note until a commit
+// succeeds.
+func TestNoExactNoteFromListingAfterFailedCommit(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour })
+	k0 := at(-time.Hour)
+	sec := buckets.Ticks(buckets.TicksPerSecond)
+	for i := range compactTierBlocks {
+		ts.write(t, reading("dev", k0+buckets.Ticks(i)*sec, "v", i))
+	}
+	ts.mu.Lock()
+	tb := ts.tables[today]
+	ts.mu.Unlock()
+	exact := func() bool {
+		tb.writeMu.Lock()
+		defer tb.writeMu.Unlock()
+		n := tb.comp.notes["dev"]
+		return n != nil && n.exact
+	}
+	require.True(t, exact())
+
+	tb.writeMu.Lock()
+	tb.doubt([]entry{{dev: "dev"}}) // as commitChunk does when a commit fails
+	tb.writeMu.Unlock()
+	require.False(t, exact())
+	ts.compact(false) // lists, merging the 16 blocks
+	require.Len(t, openBlocksOf(t, ts, "dev"), 1)
+	assert.False(t, exact(), "a listing before the next successful commit")
+
+	for i := range compactTierBlocks {
+		ts.write(t, reading("dev", k0+buckets.Ticks(100+i)*sec, "v", i))
+	}
+	ts.compact(false) // lists after successful commits
+	assert.True(t, exact(), "a listing after a successful commit")
+	checkNotes(t, ts, []string{"dev"})
 }

@@ -458,6 +458,7 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	t.readings.Store(n)
 	t.newest = newest
 	t.formatSaved = true
+	t.comp.doubtful = false
 	t.noteBlocks(entries)
 	t.tracker().noteWritten(entries, newest)
 	return nil
