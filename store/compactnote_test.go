@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -69,20 +68,16 @@ func (w *noteWorkload) step() (rs []buckets.Reading, compact, full bool) {
 // tableDump renders every key and value of the table of day.
 func tableDump(t *testing.T, ts *testStore, day buckets.Day) string {
 	t.Helper()
-	h, err := ts.acquire(context.Background(), day, forRead)
-	require.NoError(t, err)
-	require.NotNil(t, h)
-	defer ts.release(h)
-	txn, done := h.readTxn()
-	defer done()
-	it := txn.NewIterator(badger.IteratorOptions{})
-	defer it.Close()
 	var b strings.Builder
-	for it.Rewind(); it.Valid(); it.Next() {
-		v, err := it.Item().ValueCopy(nil)
-		require.NoError(t, err)
-		fmt.Fprintf(&b, "%q=%x meta %d\n", it.Item().Key(), v, it.Item().UserMeta())
-	}
+	viewTable(t, ts, day, func(txn *badger.Txn) {
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			require.NoError(t, err)
+			fmt.Fprintf(&b, "%q=%x meta %d\n", it.Item().Key(), v, it.Item().UserMeta())
+		}
+	})
 	return b.String()
 }
 

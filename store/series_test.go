@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,8 +39,8 @@ func render(rs []buckets.Reading) string {
 // compact runs the compactor over every writable table now.
 func (ts *testStore) compact(full bool) { ts.compactAll(full) }
 
-// blocksOf lists the blocks of dev in the table of day.
-func blocksOf(t *testing.T, ts *testStore, day buckets.Day, dev buckets.DeviceID) []blockRef {
+// viewTable runs fn on a read transaction of the table of day.
+func viewTable(t *testing.T, ts *testStore, day buckets.Day, fn func(txn *badger.Txn)) {
 	t.Helper()
 	h, err := ts.acquire(context.Background(), day, forRead)
 	require.NoError(t, err)
@@ -47,11 +48,19 @@ func blocksOf(t *testing.T, ts *testStore, day buckets.Day, dev buckets.DeviceID
 	defer ts.release(h)
 	txn, done := h.readTxn()
 	defer done()
+	fn(txn)
+}
+
+// blocksOf lists the blocks of dev in the table of day.
+func blocksOf(t *testing.T, ts *testStore, day buckets.Day, dev buckets.DeviceID) []blockRef {
+	t.Helper()
 	var refs []blockRef
-	require.NoError(t, eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
-		refs = append(refs, bi.ref)
-		return true, nil
-	}))
+	viewTable(t, ts, day, func(txn *badger.Txn) {
+		require.NoError(t, eachBlock(txn, dev, 0, func(bi blockItem) (bool, error) {
+			refs = append(refs, bi.ref)
+			return true, nil
+		}))
+	})
 	return refs
 }
 

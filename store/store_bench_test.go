@@ -136,13 +136,16 @@ func BenchmarkStoreWriteDeviceRuns(b *testing.B) {
 	b.ReportMetric(float64(b.N*5000)/time.Since(start).Seconds(), "readings/s")
 }
 
-// openBenchStore opens a store with default options on a temporary
-// directory at baseTime, closed when b ends.
-func openBenchStore(b *testing.B) *Store {
+// openBenchStore opens a store with default options, adjusted by opts,
+// on a temporary directory at baseTime, closed when b ends.
+func openBenchStore(b *testing.B, opts ...func(*Options)) *Store {
 	b.Helper()
 	o := DefaultOptions()
 	o.Logger = quietLogger()
 	o.Now = func() time.Time { return baseTime }
+	for _, f := range opts {
+		f(&o)
+	}
 	s, err := Open(context.Background(), b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
@@ -157,15 +160,7 @@ func openBenchStore(b *testing.B) *Store {
 // on how fast the machine is that moment: for comparing builds of the
 // compactor on a busy machine.
 func BenchmarkStoreWriteCompactedEvery8(b *testing.B) {
-	o := DefaultOptions()
-	o.Logger = quietLogger()
-	o.Now = func() time.Time { return baseTime }
-	o.CompactInterval = time.Hour
-	s, err := Open(context.Background(), b.TempDir(), o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
+	s := openBenchStore(b, func(o *Options) { o.CompactInterval = time.Hour })
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
