@@ -78,8 +78,23 @@ func BenchmarkRawBadgerWriteBatch(b *testing.B) {
 // is the CPU time of the whole process, the compactor's included (the
 // compactions it still owes at the end are run before the clock
 // stops), so it holds on a busy machine too.
-func BenchmarkStoreWrite(b *testing.B) {
-	s := openBenchStore(b)
+func BenchmarkStoreWrite(b *testing.B) { benchWriteOneEach(b, 0) }
+
+// BenchmarkStoreWriteCompactedEvery8 is BenchmarkStoreWrite with the
+// compactor run by the benchmark itself after every eighth commit
+// instead of on a timer, so that the work per reading does not depend
+// on how fast the machine is that moment: for comparing builds of the
+// compactor on a busy machine.
+func BenchmarkStoreWriteCompactedEvery8(b *testing.B) { benchWriteOneEach(b, 8) }
+
+// benchWriteOneEach writes benchBatch after benchBatch, running the
+// compactor after every every-th commit, or on its timer if every is 0.
+func benchWriteOneEach(b *testing.B, every int) {
+	var opts []func(*Options)
+	if every > 0 {
+		opts = append(opts, func(o *Options) { o.CompactInterval = time.Hour })
+	}
+	s := openBenchStore(b, opts...)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -87,6 +102,9 @@ func BenchmarkStoreWrite(b *testing.B) {
 	for n := 0; n < b.N; n++ {
 		if err := s.Write(ctx, benchBatch(n)); err != nil {
 			b.Fatal(err)
+		}
+		if every > 0 && n%every == every-1 {
+			s.compactAll(false)
 		}
 	}
 	s.compactAll(false)
@@ -152,28 +170,4 @@ func openBenchStore(b *testing.B, opts ...func(*Options)) *Store {
 	}
 	b.Cleanup(func() { s.Close() })
 	return s
-}
-
-// BenchmarkStoreWriteCompactedEvery8 is BenchmarkStoreWrite with the
-// compactor run by the benchmark itself after every eighth commit
-// instead of on a timer, so that the work per reading does not depend
-// on how fast the machine is that moment: for comparing builds of the
-// compactor on a busy machine.
-func BenchmarkStoreWriteCompactedEvery8(b *testing.B) {
-	s := openBenchStore(b, func(o *Options) { o.CompactInterval = time.Hour })
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	start, cpu0 := time.Now(), processCPU(b)
-	for n := 0; n < b.N; n++ {
-		if err := s.Write(ctx, benchBatch(n)); err != nil {
-			b.Fatal(err)
-		}
-		if n%8 == 7 {
-			s.compactAll(false)
-		}
-	}
-	s.compactAll(false)
-	b.ReportMetric(float64(b.N*len(benchDevices))/time.Since(start).Seconds(), "readings/s")
-	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N*len(benchDevices)), "cpu-ns/reading")
 }
