@@ -47,15 +47,16 @@ import (
 // Nor does it, most of the time, list the blocks of a device it merges.
 // In a table that was empty when it was opened, the note lists every
 // open block of its device (it is exact), and as long as no block of
-// the device may overlap another (the note is not urgent) that list is
-// all a merge needs: sealed blocks do not take part. Listing the
+// the device may overlap another (the note is not urgent) and every
+// open block is newer than every sealed one, that list is all a merge
+// needs, a full one too: sealed blocks do not take part. Listing the
 // device's keys instead walks over the deletions of every small block
 // merged before, which Badger keeps until its own compaction drops
 // them: at one reading per message that walk was most of the
-// compactor's time, and grew with the day. A note is listed again from
-// the keys (and becomes exact) after a late block, after the table is
-// reopened, after a failed commit, past maxKnownBlocks, and in a full
-// compaction.
+// compactor's time, and grew with the day. A device's blocks are
+// listed from the keys again (and its note becomes exact) after a late
+// block, after the table is reopened, after a failed commit, while an
+// open block is not newer than a sealed one, and past maxKnownBlocks.
 //
 // Every merge also takes every block that overlaps a block it takes
 // (a late or repeated reading), so merged blocks never overlap another
@@ -261,11 +262,11 @@ func (t *table) renote(dev buckets.DeviceID, refs []keyedRef, exact bool, sealed
 // sort, and the newest reading of its sealed blocks, when its note is
 // exact, not urgent and every open block is newer than every sealed
 // one: then no open block overlaps another block, and no merge of them
-// spans a sealed block, so sealed blocks take no part in a merge that
-// is not full. Otherwise it returns nil.
-func (t *table) knownBlocks(dev buckets.DeviceID, full bool) ([]keyedRef, buckets.Ticks) {
+// spans a sealed block, so sealed blocks take no part in a merge, a
+// full one included. Otherwise it returns nil.
+func (t *table) knownBlocks(dev buckets.DeviceID) ([]keyedRef, buckets.Ticks) {
 	n := t.comp.notes[dev]
-	if full || n == nil || !n.exact || n.urgent || len(n.open) == 0 {
+	if n == nil || !n.exact || n.urgent || len(n.open) == 0 {
 		return nil, -1
 	}
 	refs := make([]keyedRef, len(n.open))
@@ -460,7 +461,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs []keyedRef, sealed buckets.Ticks, take []keyedRef, merged []buckets.Reading, err error) {
 	txn, done := t.readTxn()
 	defer done()
-	if refs, sealed = t.knownBlocks(dev, full); refs != nil {
+	if refs, sealed = t.knownBlocks(dev); refs != nil {
 		take, merged, err = mergeTaken(txn, dev, refs, full)
 		if !errors.Is(err, badger.ErrKeyNotFound) {
 			return refs, sealed, take, merged, err

@@ -61,7 +61,7 @@ func (w *noteWorkload) step() (rs []buckets.Reading, compact, full bool) {
 		k := w.next[dev] - sec
 		return []buckets.Reading{reading(dev, k, "a", w.rng.IntN(1000))}, false, false
 	default:
-		return nil, true, w.rng.IntN(100) == 0
+		return nil, true, w.rng.IntN(20) == 0
 	}
 }
 
