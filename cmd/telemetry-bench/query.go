@@ -324,7 +324,7 @@ func (b *bench) queryRun(ctx context.Context, dir string, w workload, res *query
 // loadedResult is what the queries measured under one ingest rate.
 type loadedResult struct {
 	Target        int     // readings/s the publisher was paced at; 0: full speed
-	Rate          float64 // readings/s stored while the queries ran
+	Rate          float64 // readings/s stored while the queries ran (over one second at least)
 	Cores         float64 // service CPU time / wall time while they ran
 	Latest, Range latency
 }
@@ -373,6 +373,13 @@ func (b *bench) loadedQueries(ctx context.Context, svc *service, q *querier, rat
 	}
 	if res.Range, err = timeN(b.cfg.Queries, ph, func() error { return q.hour(ctx) }); err != nil {
 		return res, err
+	}
+	// A short run of queries can end between two commits: the ingest
+	// rate is taken over one second at least.
+	select {
+	case <-ctx.Done():
+		return res, ctx.Err()
+	case <-time.After(time.Second - time.Since(start)):
 	}
 	n1, err := svc.stored(ctx)
 	if err != nil {
