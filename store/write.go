@@ -459,7 +459,9 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	t.newest = newest
 	t.formatSaved = true
 	t.comp.doubtful = false
-	t.noteBlocks(entries)
+	if drop == nil {
+		t.noteBlocks(entries) // a compaction (drop) renotes its device itself
+	}
 	t.tracker().noteWritten(entries, newest)
 	return nil
 }
