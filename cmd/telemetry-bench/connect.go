@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,7 +29,9 @@ import (
 //     readings, 5,000 lines (50 such messages, 50 devices) per POST
 //     /api/v2/write, 2 writers;
 //   - JSON over JetStream at 1 reading per message (the baseline of
-//     MQTT) and MQTT QoS 1 at 1 reading per message, acked on PUBACK.
+//     MQTT) and MQTT QoS 1 at 1 reading per message, acked on PUBACK:
+//     published by mqttPublisher (door mqtt) or by paho's client (door
+//     mqtt-paho, the same packets at more CPU in the load generator).
 const (
 	connectLinesPerRequest = 5000
 	connectLineWriters     = 2
@@ -38,9 +41,10 @@ const (
 
 // connectRun is one door measured.
 type connectRun struct {
-	Door     string // what -doors names it: line, mqtt (a door) or its baseline
+	Door     string // what -doors names it: line, mqtt, mqtt-paho (a door) or its baseline
 	Name     string
-	Protocol string // nats, line or mqtt
+	Base     string // the Name of the baseline a door is measured against; empty for a baseline
+	Protocol string // nats, line, mqtt or mqtt-paho
 	PerMsg   int    // readings per JSON message (the workload's grouping)
 }
 
@@ -57,10 +61,19 @@ type connectResult struct {
 func connectRuns() []connectRun {
 	return []connectRun{
 		{Door: "line", Name: "JSON over JetStream, 100/msg", Protocol: "nats", PerMsg: 100},
-		{Door: "line", Name: "line protocol, 5000 lines/request, 2 writers", Protocol: "line", PerMsg: 100},
+		{Door: "line", Name: "line protocol, 5000 lines/request, 2 writers", Base: "JSON over JetStream, 100/msg", Protocol: "line", PerMsg: 100},
 		{Door: "mqtt", Name: "JSON over JetStream, 1/msg", Protocol: "nats", PerMsg: 1},
-		{Door: "mqtt", Name: "MQTT QoS 1, 1/msg", Protocol: "mqtt", PerMsg: 1},
+		{Door: "mqtt", Name: "MQTT QoS 1, 1/msg", Base: "JSON over JetStream, 1/msg", Protocol: "mqtt", PerMsg: 1},
+		{Door: "mqtt-paho", Name: "MQTT QoS 1, 1/msg, paho client", Base: "JSON over JetStream, 1/msg", Protocol: "mqtt-paho", PerMsg: 1},
 	}
+}
+
+// wanted tells whether run is one of doors or the baseline of one of
+// them (every run when doors is empty).
+func wanted(run connectRun, doors []string) bool {
+	return len(doors) == 0 || slices.Contains(doors, run.Door) || slices.ContainsFunc(connectRuns(), func(r connectRun) bool {
+		return r.Base == run.Name && slices.Contains(doors, r.Door)
+	})
 }
 
 // runConnect runs every connect configuration Config.Repeat times,
@@ -79,7 +92,7 @@ func (b *bench) runConnect(ctx context.Context) error {
 			slices.Reverse(runs)
 		}
 		for _, run := range runs {
-			if len(b.cfg.Doors) > 0 && !slices.Contains(b.cfg.Doors, run.Door) {
+			if !wanted(run, b.cfg.Doors) {
 				continue
 			}
 			r, err := b.connectOnce(ctx, run, rep)
@@ -144,6 +157,8 @@ func (b *bench) connectOnce(ctx context.Context, run connectRun, rep int) (conne
 		sent, err = postLines(ctx, "http://"+svc.httpAddr, w)
 	case "mqtt":
 		sent, err = publishMQTT(ctx, svc.mqttAddr, w)
+	case "mqtt-paho":
+		sent, err = publishMQTTPaho(ctx, svc.mqttAddr, w)
 	}
 	if err != nil {
 		cancel()
@@ -306,9 +321,54 @@ func postOnce(ctx context.Context, client *http.Client, url string, body []byte)
 // telemetry/<device> over connectMQTTClients connections (a device
 // always on the same one), at most connectMQTTWindow unacknowledged per
 // connection, and returns the time from the first publish to the last
-// PUBACK. The connections coalesce paho's small writes and buffer its
-// reads (bufferedMQTTConn), as a device's TCP stack would.
+// PUBACK.
 func publishMQTT(ctx context.Context, addr string, w workload) (time.Duration, error) {
+	topics := make([]string, len(w.devices))
+	for i, d := range w.devices {
+		topics[i] = "telemetry/" + string(d)
+	}
+	pubs := make([]*mqttPublisher, connectMQTTClients)
+	for i := range pubs {
+		p, err := dialMQTTPublisher(ctx, addr, fmt.Sprintf("bench-%d", i), connectMQTTWindow)
+		if err != nil {
+			for _, p := range pubs[:i] {
+				_ = p.close()
+			}
+			return 0, err
+		}
+		pubs[i] = p
+	}
+	errs := make([]error, len(pubs))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for ci, p := range pubs {
+		wg.Go(func() {
+			buf := make([]byte, 0, 128)
+			for m := 0; m < w.msgs && errs[ci] == nil; m++ {
+				if dev := m % len(w.devices); dev%len(pubs) == ci {
+					if m%1024 == 0 && ctx.Err() != nil {
+						break
+					}
+					buf = w.payload(buf[:0], m)
+					errs[ci] = p.publish(topics[dev], buf)
+				}
+			}
+			if err := p.close(); errs[ci] == nil {
+				errs[ci] = err
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return time.Since(start), ctx.Err()
+}
+
+// publishMQTTPaho is publishMQTT with paho's client. Its connections
+// coalesce paho's small writes and buffer its reads (bufferedMQTTConn),
+// as a device's TCP stack would.
+func publishMQTTPaho(ctx context.Context, addr string, w workload) (time.Duration, error) {
 	clients := make([]mqtt.Client, connectMQTTClients)
 	for i := range clients {
 		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).
@@ -388,14 +448,14 @@ func connectSection(r *Results) section {
 	s := section{title: "Device doors, end to end (median of the interleaved runs)",
 		header: []string{"path", "readings", "accepted readings/s", "stored readings/s", "service CPU s/M readings", "load generator CPU s/M readings", "vs baseline (stored)", "vs baseline (accepted)", "all runs stored/s"}}
 	runs := connectRuns()
-	for i, run := range runs {
+	for _, run := range runs {
 		c := med(run.Name)
 		if c == nil {
 			continue
 		}
 		vsStored, vsAcc := "baseline", "baseline"
-		if i%2 == 1 {
-			if base := med(runs[i-1].Name); base != nil {
+		if run.Base != "" {
+			if base := med(run.Base); base != nil {
 				vsStored, vsAcc = ratio(c.Rate, base.Rate), ratio(c.PublishRate, base.PublishRate)
 			}
 		}

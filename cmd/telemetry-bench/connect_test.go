@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -79,4 +80,27 @@ func BenchmarkGenerate(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*w.perMsg), "ns/reading")
 	})
+}
+
+// TestDoorsRunTheirBaselines: a door runs with the baseline it is
+// measured against, and no other door's runs.
+func TestDoorsRunTheirBaselines(t *testing.T) {
+	names := func(doors ...string) []string {
+		var out []string
+		for _, r := range connectRuns() {
+			if wanted(r, doors) {
+				out = append(out, r.Name)
+			}
+		}
+		return out
+	}
+	assert.Equal(t, []string{"JSON over JetStream, 1/msg", "MQTT QoS 1, 1/msg, paho client"}, names("mqtt-paho"))
+	assert.Equal(t, []string{"JSON over JetStream, 1/msg", "MQTT QoS 1, 1/msg"}, names("mqtt"))
+	assert.Equal(t, []string{"JSON over JetStream, 100/msg", "line protocol, 5000 lines/request, 2 writers"}, names("line"))
+	assert.Len(t, names(), len(connectRuns()))
+	for _, r := range connectRuns() {
+		if r.Base != "" {
+			assert.True(t, slices.ContainsFunc(connectRuns(), func(b connectRun) bool { return b.Name == r.Base && b.Base == "" }), r.Name)
+		}
+	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -9,8 +11,14 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 )
 
 // TestCoalescingConnDeliversEveryWriteInOrder: small writes reach the
@@ -72,4 +80,85 @@ func TestCoalescingConnDeliversEveryWriteInOrder(t *testing.T) {
 	rest, err := io.ReadAll(peer)
 	require.NoError(t, err)
 	assert.Equal(t, "last", string(rest))
+}
+
+// TestMQTTPublisherStoresEveryMessageOnce publishes a workload through a
+// NATS server's MQTT listener into a stream: every message arrives once,
+// on its device's subject, with its payload, and every PUBACK came back
+// (the publishers close with their windows full of free identifiers).
+func TestMQTTPublisherStoresEveryMessageOnce(t *testing.T) {
+	var opts *server.Options
+	srv := ingesttest.RunNATS(t, func(o *server.Options) {
+		o.ServerName = "bench-mqtt-test"
+		o.MQTT.Host, o.MQTT.Port = "127.0.0.1", -1
+		opts = o
+	})
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*"}})
+	require.NoError(t, err)
+
+	// More messages than the windows (4 x 512) hold, so that publishers
+	// wait for PUBACKs and reuse packet identifiers.
+	w := newWorkload(deviceIDs(37), 5000, 1, time.Second, time.Now().Add(-time.Minute))
+	_, err = publishMQTT(ctx, fmt.Sprintf("127.0.0.1:%d", opts.MQTT.Port), w)
+	require.NoError(t, err)
+
+	want := map[string]int{}
+	for m := range w.msgs {
+		want[w.subject(m)+" "+string(w.payload(nil, m))]++
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	got := map[string]int{}
+	for range w.msgs {
+		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		require.NoError(t, err)
+		got[msg.Subject()+" "+string(msg.Data())]++
+	}
+	assert.Equal(t, want, got)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(w.msgs), info.State.Msgs, "nothing published twice")
+}
+
+// TestMQTTPublisherRejectsStrayPUBACK: a PUBACK for a packet identifier
+// that is not in flight ends the publisher with an error naming it.
+func TestMQTTPublisherRejectsStrayPUBACK(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		if _, err := packets.ReadPacket(r); err != nil { // CONNECT
+			return
+		}
+		ack := packets.NewControlPacket(packets.Connack).(*packets.ConnackPacket)
+		if ack.Write(c) != nil {
+			return
+		}
+		if _, err := packets.ReadPacket(r); err != nil { // the PUBLISH, packet 1
+			return
+		}
+		stray := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
+		stray.MessageID = 7
+		_ = stray.Write(c)
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	p, err := dialMQTTPublisher(context.Background(), ln.Addr().String(), "stray", 2)
+	require.NoError(t, err)
+	require.NoError(t, p.publish("telemetry/dev-1", []byte(`{}`)))
+	err = p.close()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "PUBACK for packet 7, which is not in flight")
 }
