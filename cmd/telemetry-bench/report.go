@@ -22,12 +22,13 @@ const (
 
 // Targets.
 const (
-	targetIngestRatio = 0.7
-	targetLatestIdle  = time.Millisecond
-	targetLatestLoad  = 5 * time.Millisecond
-	targetRange       = 20 * time.Millisecond
-	targetDiskBytes   = 40.0
-	targetTelemetry   = 0.9
+	targetPipelineRatio = 0.8 // end to end 1/msg against JetStream publish and consume+ack at once
+	targetBlocksRatio   = 1.5 // end to end 100/msg against raw Badger, one entry per reading
+	targetLatestIdle    = time.Millisecond
+	targetLatestLoad    = 5 * time.Millisecond
+	targetRange         = 5 * time.Millisecond
+	targetDiskBytes     = 40.0
+	targetTelemetry     = 0.9
 )
 
 // machine describes where the run happened.
