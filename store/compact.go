@@ -352,12 +352,17 @@ func (s *Store) compactTable(t *table, full bool) error {
 	if scanAll {
 		more, err := devicesWithOpenBlocks(t)
 		if err != nil {
+			t.writeMu.Lock()
+			t.comp.scanAll = true // the next compaction lists them again
+			t.writeMu.Unlock()
 			return err
 		}
 		devs = append(devs, more...)
 	}
 	slices.Sort(devs)
 	devs = slices.Compact(devs)
+	var first error
+	failed := 0
 	for i, dev := range devs {
 		if s.stopping() && !full {
 			t.writeMu.Lock()
@@ -366,10 +371,18 @@ func (s *Store) compactTable(t *table, full bool) error {
 			return errStopping
 		}
 		if err := s.compactDevice(t, dev, full); err != nil {
-			return fmt.Errorf("device %s: %w", dev, err)
+			if failed++; first == nil {
+				first = fmt.Errorf("device %s: %w", dev, err)
+			}
+			if t.retryLater(devs[i:], err) {
+				break
+			}
 		}
 	}
-	return nil
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more devices failed)", first, failed-1)
+	}
+	return first
 }
 
 // stopping reports whether Close has begun.
@@ -380,6 +393,23 @@ func (s *Store) stopping() bool {
 	default:
 		return false
 	}
+}
+
+// retryLater marks devs[0], a device whose compaction failed with err,
+// for the next compaction; when the table cannot be written at all, the
+// devices after it too, and it reports that the compaction should stop.
+// A device that fails otherwise (a block that does not decode, say) does
+// not hold up the devices after it. A device that only the scan of the
+// keys found has no note that would keep it due: it gets one.
+func (t *table) retryLater(devs []buckets.DeviceID, err error) (stop bool) {
+	stop = errors.Is(err, buckets.ErrUnavailable)
+	if !stop {
+		devs = devs[:1]
+	}
+	t.writeMu.Lock()
+	t.noteUrgent(devs)
+	t.writeMu.Unlock()
+	return stop
 }
 
 // noteUrgent marks devs for the next compaction. writeMu is held.

@@ -329,3 +329,33 @@ func TestNoExactNoteFromListingAfterFailedCommit(t *testing.T) {
 	assert.True(t, exact(), "a listing after a successful commit")
 	checkNotes(t, ts, []string{"dev"})
 }
+
+// TestCompactionGoesOnPastAFailingDevice: a device whose blocks cannot
+// be merged (one does not decode) is left for the next compaction and
+// does not keep the devices after it from being merged.
+func TestCompactionGoesOnPastAFailingDevice(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour })
+	k0 := at(-time.Hour)
+	sec := buckets.Ticks(buckets.TicksPerSecond)
+	for i := range compactTierBlocks {
+		ts.write(t, reading("a", k0+buckets.Ticks(i)*sec, "v", i), reading("b", k0+buckets.Ticks(i)*sec, "v", i))
+	}
+	ts.mu.Lock()
+	tb := ts.tables[today]
+	ts.mu.Unlock()
+	bad := openBlocksOf(t, ts, "a")[3]
+	tb.writeMu.Lock()
+	txn := tb.writeTxn()
+	require.NoError(t, txn.Set(appendBlockKey(nil, "a", bad), []byte("not a block")))
+	require.NoError(t, tb.commitTxn(txn))
+	tb.doubt([]entry{{dev: "a"}}) // the blocks are read from the table, not from the note
+	tb.writeMu.Unlock()
+
+	require.Error(t, ts.compactTable(tb, false))
+	assert.Len(t, openBlocksOf(t, ts, "b"), 1, "b, after the failing a, was merged")
+	assert.Len(t, openBlocksOf(t, ts, "a"), compactTierBlocks, "a was left as it was")
+	tb.writeMu.Lock()
+	urgent := tb.comp.notes["a"] != nil && tb.comp.notes["a"].urgent
+	tb.writeMu.Unlock()
+	assert.True(t, urgent, "a is tried again at the next compaction")
+}
