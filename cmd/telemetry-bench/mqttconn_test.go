@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -12,8 +11,6 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,26 +84,14 @@ func TestCoalescingConnDeliversEveryWriteInOrder(t *testing.T) {
 // on its device's subject, with its payload, and every PUBACK came back
 // (the publishers close with their windows full of free identifiers).
 func TestMQTTPublisherStoresEveryMessageOnce(t *testing.T) {
-	var opts *server.Options
-	srv := ingesttest.RunNATS(t, func(o *server.Options) {
-		o.ServerName = "bench-mqtt-test"
-		o.MQTT.Host, o.MQTT.Port = "127.0.0.1", -1
-		opts = o
-	})
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, st, addr := ingesttest.RunMQTT(t, "bench-mqtt-test")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*"}})
-	require.NoError(t, err)
 
 	// More messages than the windows (4 x 512) hold, so that publishers
 	// wait for PUBACKs and reuse packet identifiers.
 	w := newWorkload(deviceIDs(37), 5000, 1, time.Second, time.Now().Add(-time.Minute))
-	_, err = publishMQTT(ctx, fmt.Sprintf("127.0.0.1:%d", opts.MQTT.Port), w)
+	_, err := publishMQTT(ctx, addr, w)
 	require.NoError(t, err)
 
 	want := map[string]int{}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,9 +12,6 @@ import (
 	"time"
 
 	"github.com/influxdata/line-protocol/v2/lineprotocol"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,24 +21,12 @@ import (
 // TestRunOverMQTT publishes through a NATS server's MQTT listener: every
 // reading arrives on telemetry.<device> as the JSON the service reads.
 func TestRunOverMQTT(t *testing.T) {
-	var opts *server.Options
-	srv := ingesttest.RunNATS(t, func(o *server.Options) {
-		o.ServerName = "sim-test"
-		o.MQTT.Host, o.MQTT.Port = "127.0.0.1", -1
-		opts = o
-	})
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	srv, st, addr := ingesttest.RunMQTT(t, "sim-test")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*"}})
-	require.NoError(t, err)
 
 	cfg := testConfig(srv.ClientURL())
-	cfg.Protocol, cfg.MQTTURL, cfg.MQTTClients = "mqtt", fmt.Sprintf("tcp://127.0.0.1:%d", opts.MQTT.Port), 2
+	cfg.Protocol, cfg.MQTTURL, cfg.MQTTClients = "mqtt", "tcp://"+addr, 2
 	sum := runSim(t, cfg, runDeps{})
 	assert.Equal(t, int64(500), sum.Acked, "every QoS 1 publish got its PUBACK")
 	require.Eventually(t, func() bool {

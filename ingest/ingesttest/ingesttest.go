@@ -4,10 +4,15 @@
 package ingesttest
 
 import (
+	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // RunNATS starts a NATS server with JetStream on 127.0.0.1, a random
@@ -41,4 +46,34 @@ func RunNATS(t testing.TB, edit ...func(*server.Options)) *server.Server {
 		t.Fatalf("nats server on %s:%d did not start", opts.Host, opts.Port)
 	}
 	return srv
+}
+
+// RunMQTT starts RunNATS (server name name) with its MQTT listener on a
+// free loopback port and a stream TELEMETRY capturing telemetry.*, and
+// returns the server, the stream and the MQTT listener's address
+// (host:port).
+func RunMQTT(t testing.TB, name string) (*server.Server, jetstream.Stream, string) {
+	t.Helper()
+	var opts *server.Options
+	srv := RunNATS(t, func(o *server.Options) {
+		o.ServerName = name
+		o.MQTT.Host, o.MQTT.Port = "127.0.0.1", -1
+		opts = o
+	})
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatalf("connect to %s: %v", srv.ClientURL(), err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*"}})
+	if err != nil {
+		t.Fatalf("create stream TELEMETRY: %v", err)
+	}
+	return srv, st, net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.MQTT.Port))
 }
