@@ -256,18 +256,55 @@ func captureStoreCopies(ctx context.Context, js jetstream.JetStream, stream, pre
 	return nil
 }
 
-// forwardQoS0 publishes the QoS 0 MQTT publishes it receives into the
-// service's account (the telemetry stream); the others have their copy
-// stored there by the server already.
-func forwardQoS0(out *nats.Conn, log *slog.Logger) nats.MsgHandler {
-	return func(msg *nats.Msg) {
-		if q := msg.Header.Get(mqttQoSHeader); q != "" && q[0] != '0' {
-			return
-		}
-		if err := out.PublishMsg(&nats.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data}); err != nil {
-			log.Warn("QoS 0 MQTT reading not forwarded", "subject", msg.Subject, "error", err)
-		}
+// qos0Forwarder publishes the QoS 0 MQTT publishes it receives into
+// the service's account (the telemetry stream); the others have their
+// copy stored there by the server already. QoS 0 is at most once: a
+// reading that cannot be forwarded is dropped, and said so in the log,
+// sampled (while the service's connection is down, every one fails
+// alike).
+type qos0Forwarder struct {
+	out     msgPublisher
+	log     *slog.Logger
+	sampler ingest.LogSampler
+}
+
+// msgPublisher is what the forwarder needs of the service's connection.
+type msgPublisher interface {
+	PublishMsg(*nats.Msg) error
+}
+
+func newQoS0Forwarder(out msgPublisher, log *slog.Logger) *qos0Forwarder {
+	return &qos0Forwarder{out: out, log: log, sampler: ingest.LogSampler{Burst: 10, Interval: 10 * time.Second}}
+}
+
+// forward handles one MQTT publish.
+func (f *qos0Forwarder) forward(msg *nats.Msg) {
+	if q := msg.Header.Get(mqttQoSHeader); q != "" && q[0] != '0' {
+		return
 	}
+	err := f.out.PublishMsg(&nats.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data})
+	if err == nil {
+		return
+	}
+	if ok, held := f.sampler.Allow(time.Now()); ok {
+		f.log.Warn("QoS 0 MQTT reading dropped: not forwarded", "subject", msg.Subject, "error", err, "lines_dropped_before", held)
+	}
+}
+
+// asyncError logs the errors of the forwarder's connection: above all
+// a slow consumer, when the server dropped QoS 0 readings the forwarder
+// did not take in time (nats.go reports it once per episode).
+func (f *qos0Forwarder) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if sub == nil {
+		f.log.Warn("nats async error", "error", err)
+		return
+	}
+	if errors.Is(err, nats.ErrSlowConsumer) {
+		dropped, _ := sub.Dropped()
+		f.log.Warn("QoS 0 MQTT readings dropped: the forwarder fell behind", "subject", sub.Subject, "dropped_so_far", dropped)
+		return
+	}
+	f.log.Warn("nats async error", "subject", sub.Subject, "error", err)
 }
 
 // startMQTT sets up the MQTT account behind the embedded MQTT listener
@@ -294,8 +331,10 @@ func (m *Main) startMQTT() error {
 	if err := captureStoreCopies(ctx, js, ingest.DefaultConfig().Stream, prefix); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
+	fwd := newQoS0Forwarder(m.nc, m.log.With("component", "mqtt"))
 	admin, err := nats.Connect(m.ns.ClientURL(), append(m.sec.natsClientOptions(true),
-		nats.Name("telemetryd-mqtt"), nats.UserInfo(mqttAdminUser, m.mqtt.secret), nats.MaxReconnects(-1))...)
+		nats.Name("telemetryd-mqtt"), nats.UserInfo(mqttAdminUser, m.mqtt.secret), nats.MaxReconnects(-1),
+		nats.ErrorHandler(fwd.asyncError))...)
 	if err != nil {
 		return fmt.Errorf("mqtt: connect to account %s: %w", mqttAccountName, err)
 	}
@@ -307,7 +346,7 @@ func (m *Main) startMQTT() error {
 	if err := ensureMQTTMsgsStream(ctx, ajs); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
-	sub, err := admin.Subscribe(prefix+".*", forwardQoS0(m.nc, m.log.With("component", "mqtt")))
+	sub, err := admin.Subscribe(prefix+".*", fwd.forward)
 	if err != nil {
 		return fmt.Errorf("mqtt: subscribe %s.*: %w", prefix, err)
 	}
