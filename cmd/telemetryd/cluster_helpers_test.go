@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -25,13 +26,50 @@ import (
 // longCluster makes the cluster tests run their long variants.
 func longCluster() bool { return os.Getenv("TELEMETRY_LONG") != "" }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago, for a
+// server that must keep its port across restarts. It is taken below the
+// kernel's ephemeral range (ip_local_port_range): a port from that range
+// can go to any outgoing connection of the tests running alongside
+// between this check and the server's listen, which made cluster starts
+// fail now and then. No port is handed out twice.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	low := ephemeralLow()
+	for range 1000 {
+		p := portsFrom + rand.IntN(low-portsFrom)
+		if _, taken := handedPorts.LoadOrStore(p, true); taken {
+			continue
+		}
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			l.Close()
+			return p
+		}
+	}
+	t.Fatalf("no free port in [%d, %d)", portsFrom, low)
+	return 0
+}
+
+// portsFrom is the lowest port freePort hands out.
+const portsFrom = 10000
+
+var handedPorts sync.Map // port → true: what freePort handed out
+
+// ephemeralLow is the first port of the kernel's ephemeral range, 32768
+// where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil || low <= portsFrom+1000 {
+		return 32768
+	}
+	return low
 }
 
 // natsCluster is a JetStream cluster of in-process servers, each with
