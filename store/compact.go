@@ -365,9 +365,7 @@ func (s *Store) compactTable(t *table, full bool) error {
 	failed := 0
 	for i, dev := range devs {
 		if s.stopping() && !full {
-			t.writeMu.Lock()
 			t.noteUrgent(devs[i:])
-			t.writeMu.Unlock()
 			return errStopping
 		}
 		if err := s.compactDevice(t, dev, full); err != nil {
@@ -406,14 +404,14 @@ func (t *table) retryLater(devs []buckets.DeviceID, err error) (stop bool) {
 	if !stop {
 		devs = devs[:1]
 	}
-	t.writeMu.Lock()
 	t.noteUrgent(devs)
-	t.writeMu.Unlock()
 	return stop
 }
 
-// noteUrgent marks devs for the next compaction. writeMu is held.
+// noteUrgent marks devs for the next compaction; it takes writeMu.
 func (t *table) noteUrgent(devs []buckets.DeviceID) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	for _, d := range devs {
 		t.note(d).urgent = true
 	}
