@@ -19,7 +19,7 @@ import (
 // count the stream has.
 
 // errMigration ends the refusal of a partition count change.
-const errMigration = "the partition count is fixed for the life of the stream (see README, \"Running a cluster\", on changing it)"
+const errMigration = "the partition count is fixed for the life of the stream (see \"Changing the partition count\" in deploy/CLUSTER.md)"
 
 // validatePartitions checks Partitions, Partition and Replicas.
 func (c Config) validatePartitions() error {

@@ -90,6 +90,21 @@ func TestSaveIsPrivate(t *testing.T) {
 	assert.Equal(t, "d", f.Devices[0].ID)
 }
 
+// TestSaveCreatesDirectory: the first `telemetryd auth add-device` with
+// -auth-file /etc/telemetryd/auth.json works on a host without that
+// directory, which it makes private.
+func TestSaveCreatesDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "etc", "telemetryd")
+	path := filepath.Join(dir, "auth.json")
+	writeFile(t, path, &auth.File{Devices: []auth.Device{{ID: "d", Secret: h1}}})
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+	f, err := auth.Load(path)
+	require.NoError(t, err)
+	assert.Equal(t, "d", f.Devices[0].ID)
+}
+
 // TestStoreReloadRace reloads while readers check credentials; run
 // with -race.
 func TestStoreReloadRace(t *testing.T) {

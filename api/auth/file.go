@@ -244,7 +244,8 @@ func Load(name string) (*File, error) {
 }
 
 // Save writes f to name atomically (a temporary file in the same
-// directory, fsynced, then renamed) with mode 0600.
+// directory, fsynced, then renamed) with mode 0600, creating the
+// directory (mode 0700) when it is missing.
 func Save(name string, f *File) error {
 	if err := f.Validate(); err != nil {
 		return err
@@ -260,6 +261,9 @@ func Save(name string, f *File) error {
 		return fmt.Errorf("encode auth file: %w", err)
 	}
 	data = append(data, '\n')
+	if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+		return fmt.Errorf("write auth file: %w", err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("write auth file: %w", err)

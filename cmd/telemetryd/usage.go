@@ -65,7 +65,7 @@ func setUsage(fs *flag.FlagSet, head string) {
 // the TELEMETRY_* variable (none for -version).
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
-		typ, usage := flag.UnquoteUsage(f)
+		typ, usage := flagType(f)
 		line := "  -" + f.Name
 		if typ != "" {
 			line += " " + typ
@@ -84,6 +84,15 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		}
 		fmt.Fprintln(w)
 	})
+}
+
+// flagType is flag.UnquoteUsage with byte sizes named "size".
+func flagType(f *flag.Flag) (typ, usage string) {
+	typ, usage = flag.UnquoteUsage(f)
+	if _, ok := f.Value.(byteSize); ok {
+		typ = "size"
+	}
+	return typ, usage
 }
 
 // version describes the binary: module version, VCS revision and time

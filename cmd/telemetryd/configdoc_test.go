@@ -1,0 +1,89 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The configuration reference, CONFIGURATION.md beside this file, is
+// generated from the flag definitions, so it cannot drift from -h:
+// TestConfigurationReference fails when the file differs from what the
+// flags say, and rewrites it when TELEMETRY_UPDATE_DOCS=1:
+//
+//	TELEMETRY_UPDATE_DOCS=1 go test ./cmd/telemetryd -run TestConfigurationReference
+
+const configDocFile = "CONFIGURATION.md"
+
+// Markers around the generated part; the text outside them is written
+// by hand.
+const (
+	configDocBegin = "<!-- generated from the flag definitions: do not edit below -->"
+	configDocEnd   = "<!-- end of generated part -->"
+)
+
+func TestConfigurationReference(t *testing.T) {
+	b, err := os.ReadFile(configDocFile)
+	require.NoError(t, err)
+	doc := string(b)
+	start, end := strings.Index(doc, configDocBegin), strings.Index(doc, configDocEnd)
+	require.True(t, start >= 0 && end > start, "%s has the generated-part markers", configDocFile)
+	want := doc[:start+len(configDocBegin)] + "\n" + configReference() + doc[end:]
+	if os.Getenv("TELEMETRY_UPDATE_DOCS") == "1" {
+		require.NoError(t, os.WriteFile(configDocFile, []byte(want), 0o644))
+		return
+	}
+	assert.Equal(t, want, doc, "%s is out of date: run TELEMETRY_UPDATE_DOCS=1 go test ./cmd/telemetryd -run TestConfigurationReference", configDocFile)
+}
+
+// configReference renders every flag of telemetryd and its subcommands
+// as markdown tables.
+func configReference() string {
+	var b strings.Builder
+	b.WriteString("\n## telemetryd\n\n")
+	flagTable(&b, serviceFlagSet(), true)
+	b.WriteString("\n## telemetryd retention\n\n")
+	ret := retentionFlags()
+	flagTable(&b, ret, true)
+	b.WriteString("\n## telemetryd auth\n\n")
+	flagTable(&b, authFlagSet(io.Discard), false)
+	b.WriteString("\n")
+	return b.String()
+}
+
+// flagTable writes one row per flag of fs: name, variable (when env),
+// default and meaning, as -h prints them.
+func flagTable(b *strings.Builder, fs *flag.FlagSet, env bool) {
+	if env {
+		b.WriteString("| flag | variable | default | meaning |\n|---|---|---|---|\n")
+	} else {
+		b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flagType(f)
+		name := "`-" + f.Name + "`"
+		if typ != "" {
+			name = "`-" + f.Name + " " + typ + "`"
+		}
+		def := "`" + f.DefValue + "`"
+		if f.DefValue == "" {
+			def = "empty"
+		}
+		usage = strings.ReplaceAll(strings.ReplaceAll(usage, "|", `\|`), "\n", " ")
+		if env {
+			variable := "`" + envName(f.Name) + "`"
+			if f.Name == "version" {
+				variable = ""
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, variable, def, usage)
+			return
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", name, def, usage)
+	})
+}
