@@ -4,8 +4,10 @@
 //
 // It measures, each on a fresh temporary directory:
 //
-//   - raw ceilings: a Badger WriteBatch of exactly the keys and values
-//     the store writes, on a DB with the store's hot table options; and
+//   - raw ceilings: Badger WriteBatches of one entry per reading (the
+//     layout before blocks: device and inverted ticks as the key, the
+//     values as the value), on a DB with the store's hot table options,
+//     the baseline the store's blocks are measured against; and
 //     JetStream alone (in-process server, file storage) publishing and
 //     consuming-and-acking the same payloads without processing them;
 //   - the store's own write path (store.Write in batches of 5,000);
@@ -17,7 +19,8 @@
 //     CPU time (from /proc/<pid>/stat) and peak RSS (VmHWM);
 //   - queries: readings prefilled through store.Write (one per second
 //     per device), latest-10 and a one-hour range as Badger prefix seeks
-//     on the day table opened read-only, then over HTTP from the service
+//     on a copy of the same readings written one entry per reading, then
+//     over HTTP from the service
 //     started on the data, idle and under full-speed ingest (p50, p99);
 //   - bytes on disk per reading, as written and after a Badger Flatten.
 //

@@ -40,11 +40,12 @@ func rawVariants() []rawVariant {
 	}
 }
 
-// rawBadger writes the keys and values the store would write for w
-// (buckets.AppendKey, buckets.AppendValues) with Badger WriteBatches,
-// on a DB with the store's hot day table options, and returns
-// readings/s. It is the ceiling of the store's write path: no reads, no
-// merge, no reading counter, no device index. With v.chunk 0 one
+// rawBadger writes w as one Badger entry per reading (key
+// buckets.AppendKey, value buckets.AppendValues: the layout before
+// blocks) with Badger WriteBatches, on a DB with the store's hot day
+// table options, and returns readings/s. It is the baseline the store's
+// write path is measured against: no reads, no merge, no reading
+// counter, no device index, no blocks. With v.chunk 0 one
 // WriteBatch takes everything (Badger sizes its transactions and
 // pipelines their commits); otherwise v.writers goroutines each flush
 // a WriteBatch of v.chunk readings at a time.

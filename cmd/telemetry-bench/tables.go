@@ -121,7 +121,7 @@ func ingestSection(r *Results) section {
 	add("end to end 100/msg", r.e2eRate("100/msg"), "raw Badger", r.RawBadger)
 	add("end to end 100/msg", r.e2eRate("100/msg"), "VictoriaMetrics, 100-line requests", peerRate100)
 	add("end to end 10000/msg", r.e2eRate("10000/msg"), "VictoriaMetrics, 10,000-line requests", peerRate10000)
-	s.notes = []string{"Raw Badger writes the store's keys and values (buckets.AppendKey, buckets.AppendValues) on a DB with the hot table options; the ceiling (raw Badger below and in the targets) is the better of its variants.",
+	s.notes = []string{"Raw Badger writes one entry per reading (buckets.AppendKey, buckets.AppendValues: the layout before blocks) on a DB with the hot table options; the baseline (raw Badger below and in the targets) is the better of its variants.",
 		"A message of N readings is N readings for the JetStream rows (messages/s = readings/s / N)."}
 	return s
 }
@@ -170,7 +170,7 @@ func querySection(q *queryResult) section {
 		[]string{"target p99", ms(targetLatestIdle) + " idle, " + ms(targetLatestLoad) + " under full-speed ingest", ms(targetRange), "", ""},
 		[]string{"VictoriaMetrics, latest value", ms(peerLatestP50) + " / " + ms(peerLatestP99), "-", "", ""})
 	s.notes = []string{
-		fmt.Sprintf("Readings prefilled through store.Write at %s readings/s into day table %s; raw Badger reads that table opened read-only before the service starts.",
+		fmt.Sprintf("Readings prefilled through store.Write at %s readings/s into day table %s; raw Badger reads a copy of the same readings written one entry per reading.",
 			num(q.PrefillRate), q.Day),
 		"HTTP times are client-side: request sent to the whole body read, one keep-alive connection, one request at a time; under ingest, latest-10 reads today's table while it is being written.",
 		fmt.Sprintf("Idle: measured once the service, started on the data, had used under 0.05 CPU seconds in a second (after %s of compactions); %d CPUs.",
