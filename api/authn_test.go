@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -211,6 +212,7 @@ func TestConnectionCapPerClient(t *testing.T) {
 		require.NoError(t, err)
 		held = append(held, c)
 	}
+	var refusal []byte
 	get := func() (int, error) {
 		c, err := net.Dial("tcp", srv.Addr())
 		if err != nil {
@@ -223,12 +225,18 @@ func TestConnectionCapPerClient(t *testing.T) {
 		if err != nil {
 			return 0, err
 		}
-		res.Body.Close()
-		return res.StatusCode, nil
+		defer res.Body.Close()
+		refusal, err = io.ReadAll(res.Body)
+		return res.StatusCode, err
 	}
 	status, err := get()
-	require.NoError(t, err)
+	require.NoError(t, err, "the refusal's body is as long as its Content-Length says")
 	assert.Equal(t, http.StatusServiceUnavailable, status, "a third connection is refused at once")
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	require.NoError(t, json.Unmarshal(refusal, &e), "the refusal is JSON: %q", refusal)
+	assert.Equal(t, "resource_exhausted", e.Error.Code)
 	held[0].Close()
 	require.Eventually(t, func() bool { s, err := get(); return err == nil && s == http.StatusOK }, 5*time.Second, 20*time.Millisecond,
 		"a slot freed by closing is usable")

@@ -3,15 +3,20 @@ package api
 import (
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
+// rejectBody is the JSON body of rejectResponse.
+const rejectBody = `{"error":{"code":"resource_exhausted","message":"connection: too many connections; retry later"}}`
+
 // rejectResponse is written to a connection refused for being over a
-// connection limit (plain HTTP only), so clients see why.
-const rejectResponse = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 93\r\n\r\n" +
-	`{"error":{"code":"resource_exhausted","message":"connection: too many connections; retry later"}}`
+// connection limit (plain HTTP only), so clients see why. Its
+// Content-Length is the body's, counted by the compiler.
+var rejectResponse = []byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\n" +
+	"Content-Length: " + strconv.Itoa(len(rejectBody)) + "\r\n\r\n" + rejectBody)
 
 // connLimiter wraps a listener so that at most max connections are open
 // at once and at most perClient from one address, and each address
@@ -51,7 +56,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		l.rejected.Add(1)
 		if l.plain {
 			_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-			_, _ = c.Write([]byte(rejectResponse))
+			_, _ = c.Write(rejectResponse)
 		}
 		_ = c.Close()
 	}
