@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"encoding/binary"
-	"fmt"
 	"slices"
 	"sync"
 
@@ -171,7 +170,7 @@ func decodeItem(bi blockItem, dev buckets.DeviceID) ([]buckets.Reading, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+		return nil, &blockError{ref: bi.ref, err: err}
 	}
 	return rs, nil
 }
@@ -192,7 +191,7 @@ func readItem(bi blockItem, dev buckets.DeviceID, lo, hi buckets.Ticks, limit in
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+		return nil, &blockError{ref: bi.ref, err: err}
 	}
 	return rs, nil
 }
