@@ -60,3 +60,10 @@ func (w *Warnings) List() []string {
 	}
 	return out
 }
+
+// WarningsOf returns the collector of ctx (WithWarnings), or nil; the
+// List of nil is empty.
+func WarningsOf(ctx context.Context) *Warnings {
+	w, _ := ctx.Value(warningsKey{}).(*Warnings)
+	return w
+}
