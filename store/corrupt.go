@@ -57,6 +57,9 @@ func (e *blockError) Unwrap() error { return e.err }
 // an unknown version, or nil for any other error (a Badger failure, a
 // cancelled context), which readers pass on.
 func badBlockOf(err error) *blockError {
+	if err == nil {
+		return nil // before errors.As, whose target escapes: no allocation per block read
+	}
 	var be *blockError
 	if errors.As(err, &be) && (errors.Is(be.err, block.ErrCorrupt) || errors.Is(be.err, block.ErrVersion)) {
 		return be
@@ -88,7 +91,7 @@ func (b *badBlocks) skip(ctx context.Context, day buckets.Day, dev buckets.Devic
 		Oldest: e.ref.oldest, Newest: e.ref.newest, Err: e.err}
 	buckets.Warn(ctx, fmt.Sprintf("skipped a corrupt block: %s: %v", bb, e.err))
 	if b.first(bb) {
-		b.counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", "block")))
+		b.counter.Add(context.Background(), 1, kindBlock)
 		b.log.Error("stored block is corrupt; queries skip it and warn", "table", day.String(),
 			"device", string(dev), "key", fmt.Sprintf("%x", bb.Key), "err", e.err)
 	}
@@ -110,11 +113,25 @@ func (b *badBlocks) first(bb BadBlock) bool {
 	return true
 }
 
+// Values of the kind attribute of telemetry.store.corrupt_blocks.
+var (
+	kindBlock  = metric.WithAttributes(attribute.String("kind", "block"))
+	kindRecord = metric.WithAttributes(attribute.String("kind", "device_index_record"))
+)
+
+// start sets the counter and exports it at zero, so that dashboards and
+// alerts see the series before the first corrupt block.
+func (b *badBlocks) start(c metric.Int64Counter) {
+	b.counter = c
+	c.Add(context.Background(), 0, kindBlock)
+	c.Add(context.Background(), 0, kindRecord)
+}
+
 // damagedRecords reports the device index records that failed their
 // checksum or decoding when the index was loaded.
 func (b *badBlocks) damagedRecords(recs []damagedRecord) {
 	for _, r := range recs {
-		b.counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", "device_index_record")))
+		b.counter.Add(context.Background(), 1, kindRecord)
 		b.log.Error("device index record is corrupt; the index is rebuilt from the day tables",
 			"device", string(r.dev), "err", r.err)
 	}

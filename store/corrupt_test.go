@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
@@ -57,7 +58,21 @@ func editTable(t *testing.T, dir string, edit func(key, value []byte) []byte) {
 	require.NoError(t, txn.CommitAt(db.MaxVersion()+1, nil))
 }
 
-// ticksOfAgg sums the counts of name over the buckets of p.
+// corruptCount is the value of telemetry.store.corrupt_blocks of kind.
+func corruptCount(t *testing.T, m map[string]metricdata.Aggregation, kind string) int64 {
+	t.Helper()
+	sum, ok := m["telemetry.store.corrupt_blocks"].(metricdata.Sum[int64])
+	require.True(t, ok, "the counter is exported from the start")
+	for _, dp := range sum.DataPoints {
+		if v, _ := dp.Attributes.Value("kind"); v.AsString() == kind {
+			return dp.Value
+		}
+	}
+	t.Fatalf("no data point of kind %s", kind)
+	return 0
+}
+
+// countOf sums the counts of name over the buckets of p.
 func countOf(p buckets.AggregatePage, name string) (n int64, sum float64) {
 	for _, b := range p.Buckets {
 		for _, v := range b.Values {
@@ -179,7 +194,7 @@ func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
 		assert.Equal(t, []buckets.Field{{Name: "m", Value: buckets.Int(7)}}, r.Values)
 	})
 	m := collectMetrics(t, reader)
-	assert.Equal(t, int64(1), counterValue(m, "telemetry.store.corrupt_blocks"), "counted once, however often it was read")
+	assert.Equal(t, int64(1), corruptCount(t, m, "block"), "counted once, however often it was read")
 
 	bad, err := ts.Check(context.Background(), nil)
 	require.NoError(t, err)
@@ -233,7 +248,7 @@ func TestLegacyBlocksWithoutChecksumStillRead(t *testing.T) {
 	bad, err := ts.Check(context.Background(), nil)
 	require.NoError(t, err)
 	assert.Empty(t, bad.Blocks)
-	assert.Zero(t, counterValue(collectMetrics(t, reader), "telemetry.store.corrupt_blocks"))
+	assert.Zero(t, corruptCount(t, collectMetrics(t, reader), "block"))
 }
 
 // TestCorruptDeviceIndexRecordIsRebuilt flips one bit of a device's
@@ -266,7 +281,7 @@ func TestCorruptDeviceIndexRecordIsRebuilt(t *testing.T) {
 	rs, err := ts.Latest(context.Background(), "dev-1", 100)
 	require.NoError(t, err)
 	assert.Len(t, rs, 10)
-	assert.Equal(t, int64(1), counterValue(collectMetrics(t, reader), "telemetry.store.corrupt_blocks"))
+	assert.Equal(t, int64(1), corruptCount(t, collectMetrics(t, reader), "device_index_record"))
 	bad, err := ts.Check(context.Background(), nil)
 	require.NoError(t, err)
 	assert.Empty(t, bad.Records, "the rebuild rewrote the record")

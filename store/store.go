@@ -161,7 +161,7 @@ func (s *Store) openFiles() error {
 	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
 		return errors.Join(err, idx.close(), lock.unlock())
 	}
-	s.bad.counter = s.metrics.corruptBlocks
+	s.bad.start(s.metrics.corruptBlocks)
 	s.bad.damagedRecords(idx.damaged)
 	return nil
 }

@@ -139,3 +139,23 @@ func TestCorruptBlockThroughTheService(t *testing.T) {
 	require.True(t, ok, "the metric is exported")
 	assert.Equal(t, float64(1), v)
 }
+
+func TestCheckCleanDataDirAndRunningService(t *testing.T) {
+	cfg := newTestConfig(t)
+	s := startService(t, cfg)
+	s.publish(t, "dev-ok", fmt.Sprintf(`{"ts":%q,"values":{"temp":1}}`, testEpoch.Add(-time.Hour).Format(time.RFC3339)))
+	waitStored(t, s, "dev-ok", 1)
+
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 1, run(context.Background(), []string{"check", "-data-dir", cfg.DataDir}, envMap(nil), &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "in use by a running telemetryd")
+	s.stop(t)
+
+	stdout.Reset()
+	stderr.Reset()
+	code := run(context.Background(), []string{"check"}, envMap(map[string]string{"TELEMETRY_DATA_DIR": cfg.DataDir}), &stdout, &stderr)
+	assert.Equal(t, 0, code, "stdout %s\nstderr %s", stdout.String(), stderr.String())
+	assert.Contains(t, stdout.String(), "checked 1 tables, 1 blocks, 1 device index records: 0 corrupt blocks, 0 corrupt records, 0 unreadable tables")
+
+	assert.Equal(t, 2, run(context.Background(), []string{"check", "-http-addr", ":1"}, envMap(nil), &stdout, &stderr), "a service flag is refused")
+}

@@ -27,6 +27,12 @@
 // A name that not every reading carries has a presence bitmap, and a
 // name whose values have several kinds has one kind byte per value.
 // BENCHMARKS.md records the measurements behind these choices.
+//
+// A CRC-32C of all the bytes before it ends the block, and every reader
+// checks it before it interprets anything else, so a damaged block is
+// reported as ErrChecksum instead of decoding into wrong values. Blocks
+// written before the checksum existed (LegacyVersion) are still read.
+// FORMAT.md draws the layout byte by byte.
 package block
 
 import (
