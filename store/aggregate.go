@@ -244,6 +244,9 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		g := group[next]
 		next++
 		err := bi.item.Value(func(v []byte) error {
+			if err := checkFlag(bi.item.UserMeta(), v); err != nil {
+				return &blockError{ref: bi.ref, err: err}
+			}
 			if g == whole {
 				return a.addHeader(bi.ref, v)
 			}

@@ -132,7 +132,7 @@ func (b *badBlocks) start(c metric.Int64Counter) {
 func (b *badBlocks) damagedRecords(recs []damagedRecord) {
 	for _, r := range recs {
 		b.counter.Add(context.Background(), 1, kindRecord)
-		b.log.Error("device index record is corrupt; the index is rebuilt from the day tables",
+		b.log.Error("device index record is corrupt; the device is left out of the index until a writable start rebuilds it from the day tables",
 			"device", string(r.dev), "err", r.err)
 	}
 }

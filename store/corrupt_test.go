@@ -23,15 +23,20 @@ import (
 )
 
 // editTable opens the Badger database of the day table in dir (the
-// store closed) and calls edit with every block key and value; the
-// values edit returns replace the stored ones, written as a new
-// version, as damage or an older build would have left them.
-func editTable(t *testing.T, dir string, edit func(key, value []byte) []byte) {
+// store closed) and calls edit with every block key, value and user
+// meta byte; the values and meta bytes edit returns replace the stored
+// ones, written as a new version, as damage or an older build would
+// have left them.
+func editTable(t *testing.T, dir string, edit func(key, value []byte, meta byte) ([]byte, byte)) {
 	t.Helper()
 	db, err := openTableBadger(badgerOptions(dir, classCold, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	changed := map[string][]byte{}
+	type change struct {
+		value []byte
+		meta  byte
+	}
+	changed := map[string]change{}
 	require.NoError(t, viewLatest(db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
@@ -43,8 +48,9 @@ func editTable(t *testing.T, dir string, edit func(key, value []byte) []byte) {
 			if err != nil {
 				return err
 			}
-			if nv := edit(it.Item().KeyCopy(nil), bytes.Clone(v)); !bytes.Equal(nv, v) {
-				changed[string(it.Item().Key())] = nv
+			meta := it.Item().UserMeta()
+			if nv, nm := edit(it.Item().KeyCopy(nil), bytes.Clone(v), meta); !bytes.Equal(nv, v) || nm != meta {
+				changed[string(it.Item().Key())] = change{nv, nm}
 			}
 		}
 		return nil
@@ -52,8 +58,8 @@ func editTable(t *testing.T, dir string, edit func(key, value []byte) []byte) {
 	require.NotEmpty(t, changed, "edit changed no block")
 	txn := db.NewTransactionAt(db.MaxVersion(), true)
 	defer txn.Discard()
-	for k, v := range changed {
-		require.NoError(t, txn.Set([]byte(k), v))
+	for k, c := range changed {
+		require.NoError(t, txn.SetEntry(badger.NewEntry([]byte(k), c.value).WithMeta(c.meta)))
 	}
 	require.NoError(t, txn.CommitAt(db.MaxVersion()+1, nil))
 }
@@ -91,6 +97,27 @@ func countOf(p buckets.AggregatePage, name string) (n int64, sum float64) {
 // a warning naming the corrupt block, the metric counts the block once,
 // and writes go on.
 func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
+	testCorruptBlockIsSkipped(t, func(v []byte) { v[len(v)/2] ^= 0x10 }, "checksum mismatch")
+}
+
+// TestDamagedVersionByteCannotBypassTheChecksum damages a block so
+// that its bytes read as a block of the version without checksum (the
+// version byte, and the checksum so that it does not match as version 5
+// either): the entry's flag says it was written with a checksum, so it
+// is still refused, even by the readers that only look at its header.
+func TestDamagedVersionByteCannotBypassTheChecksum(t *testing.T) {
+	testCorruptBlockIsSkipped(t, func(v []byte) {
+		v[0] = block.LegacyVersion
+		v[len(v)-1] ^= 1
+	}, "written with a checksum, but its version byte says 2")
+}
+
+// testCorruptBlockIsSkipped is the test of one corruption: damage
+// changes the middle block's value in place, and the warning names it
+// and contains reason.
+//
+// Long: one scenario read every way the store reads blocks.
+func testCorruptBlockIsSkipped(t *testing.T, damage func([]byte), reason string) {
 	reader := sdkmetric.NewManualReader()
 	ts := newTestStore(t, func(o *Options) {
 		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -112,14 +139,14 @@ func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
 	day := buckets.DayOf(at(0))
 	require.NoError(t, ts.Close())
 	var badKey []byte
-	editTable(t, ts.tableDir(day), func(key, v []byte) []byte {
+	editTable(t, ts.tableDir(day), func(key, v []byte, meta byte) ([]byte, byte) {
 		_, ref, _ := parseAnyBlockKey(key)
 		if ref.oldest != at(time.Hour) {
-			return v
+			return v, meta
 		}
 		badKey = key
-		v[len(v)/2] ^= 0x10
-		return v
+		damage(v)
+		return v, meta
 	})
 	ts = ts.reopen(t)
 	keyHex := hex.EncodeToString(badKey)
@@ -130,7 +157,7 @@ func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
 		assert.Contains(t, list[0], day.String())
 		assert.Contains(t, list[0], dev)
 		assert.Contains(t, list[0], keyHex)
-		assert.Contains(t, list[0], "checksum mismatch")
+		assert.Contains(t, list[0], reason)
 	}
 
 	t.Run("latest", func(t *testing.T) {
@@ -202,7 +229,8 @@ func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
 	assert.Equal(t, day, bad.Blocks[0].Day)
 	assert.Equal(t, buckets.DeviceID(dev), bad.Blocks[0].Device)
 	assert.Equal(t, badKey, bad.Blocks[0].Key)
-	require.ErrorIs(t, bad.Blocks[0].Err, block.ErrChecksum)
+	require.ErrorIs(t, bad.Blocks[0].Err, block.ErrCorrupt)
+	assert.Contains(t, bad.Blocks[0].Err.Error(), reason)
 }
 
 // TestLegacyBlocksWithoutChecksumStillRead rewrites every stored block
@@ -221,12 +249,13 @@ func TestLegacyBlocksWithoutChecksumStillRead(t *testing.T) {
 	day := buckets.DayOf(at(0))
 	require.NoError(t, ts.Close())
 	legacy := 0
-	editTable(t, ts.tableDir(day), func(_, v []byte) []byte {
+	editTable(t, ts.tableDir(day), func(_, v []byte, meta byte) ([]byte, byte) {
 		require.True(t, block.Checksummed(v))
+		require.NotZero(t, meta&metaChecksummed)
 		legacy++
 		v = v[:len(v)-4] // the old layout: no checksum
 		v[0] = block.LegacyVersion
-		return v
+		return v, meta &^ metaChecksummed // nor the flag, which older builds did not write
 	})
 	require.Greater(t, legacy, 5)
 	ts = ts.reopen(t)

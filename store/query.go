@@ -233,6 +233,7 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 	type found struct {
 		ref   blockRef
 		value []byte
+		meta  byte
 	}
 	var blocks []found
 	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
@@ -240,7 +241,7 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 			return true, nil
 		}
 		v, err := bi.item.ValueCopy(nil)
-		blocks = append(blocks, found{bi.ref, v})
+		blocks = append(blocks, found{bi.ref, v, bi.item.UserMeta()})
 		return true, err
 	})
 	if err != nil {
@@ -257,7 +258,11 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 		if out = res.appendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
 		}
-		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
+		err := checkFlag(b.meta, b.value)
+		var rs []buckets.Reading
+		if err == nil {
+			rs, err = readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
+		}
 		if err != nil {
 			err = &blockError{ref: b.ref, err: err}
 			if !t.bad.skip(ctx, t.day, dev, err) {
