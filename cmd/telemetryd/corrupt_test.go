@@ -32,12 +32,13 @@ func flipBlockBit(t *testing.T, dataDir string, day buckets.Day, dev string, n i
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	var key, value []byte
+	var meta byte
 	txn := db.NewTransactionAt(db.MaxVersion(), false)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(dev + "/")})
 	i := 0
 	for it.Rewind(); it.Valid() && key == nil; it.Next() {
 		if i == n {
-			key = it.Item().KeyCopy(nil)
+			key, meta = it.Item().KeyCopy(nil), it.Item().UserMeta()
 			value, err = it.Item().ValueCopy(nil)
 			require.NoError(t, err)
 		}
@@ -49,7 +50,7 @@ func flipBlockBit(t *testing.T, dataDir string, day buckets.Day, dev string, n i
 	value[len(value)/2] ^= 0x04
 	w := db.NewTransactionAt(db.MaxVersion(), true)
 	defer w.Discard()
-	require.NoError(t, w.Set(key, value))
+	require.NoError(t, w.SetEntry(badger.NewEntry(key, value).WithMeta(meta)))
 	require.NoError(t, w.CommitAt(db.MaxVersion()+1, nil))
 	return key
 }
