@@ -114,7 +114,9 @@ func (s *Server) handleAggregates(c echo.Context) error {
 		ac.Last = page.Buckets[len(page.Buckets)-1].Start
 		next = s.encodeAggregateCursor(ac)
 	}
-	return sendAppended(c, func(b []byte) []byte { return appendAggregates(b, dev, ac, page.Buckets, next) })
+	return sendAppended(c, func(b []byte) []byte {
+		return withWarnings(c.Request().Context(), appendAggregates(b, dev, ac, page.Buckets, next))
+	})
 }
 
 // aggregateQuery resolves from, to, interval, fn and fields. With a

@@ -166,7 +166,7 @@ func (s *Server) sendReadingList(c echo.Context, dev buckets.DeviceID, rs []buck
 	}
 	b = append(b, ']')
 	b = appendNext(b, next)
-	b = append(b, "}\n"...)
+	b = withWarnings(c.Request().Context(), append(b, "}\n"...))
 	*buf = b
 	if w == nil {
 		writeJSON(c, http.StatusOK, b)

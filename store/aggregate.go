@@ -243,7 +243,10 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		}
 		g := group[next]
 		next++
-		return true, bi.item.Value(func(v []byte) error {
+		err := bi.item.Value(func(v []byte) error {
+			if err := checkFlag(bi.item.UserMeta(), v); err != nil {
+				return &blockError{ref: bi.ref, err: err}
+			}
 			if g == whole {
 				return a.addHeader(bi.ref, v)
 			}
@@ -252,7 +255,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 			}
 			_, rs, err := block.Decode(v, a.q.Device)
 			if err != nil {
-				return fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+				return &blockError{ref: bi.ref, err: err}
 			}
 			a.decoded++
 			if res == nil {
@@ -264,6 +267,10 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 			res[g].add(rs, bi.ref.seq, lo, hi)
 			return ctx.Err()
 		})
+		if t.bad.skip(ctx, t.day, a.q.Device, err) {
+			return true, ctx.Err()
+		}
+		return true, err
 	})
 	for _, r := range res {
 		a.addReadings(r.rs)
@@ -330,7 +337,7 @@ func (a *aggregator) addHeader(ref blockRef, v []byte) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("block %s..%s: %w", ref.oldest.FormatTime(), ref.newest.FormatTime(), err)
+		return &blockError{ref: ref, err: err}
 	}
 	a.headers++
 	return nil
@@ -358,7 +365,7 @@ func (a *aggregator) addColumns(ref blockRef, v []byte, lo, hi buckets.Ticks) er
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("block %s..%s: %w", ref.oldest.FormatTime(), ref.newest.FormatTime(), err)
+		return &blockError{ref: ref, err: err}
 	}
 	a.columns++
 	return nil

@@ -450,6 +450,16 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	defer t.writeMu.Unlock()
 	exact := !t.comp.doubtful
 	refs, sealed, take, merged, err := readCompaction(t, dev, full)
+	if t.bad.skip(context.Background(), t.day, dev, err) {
+		// Merging around the corrupt block would reorder what it hides;
+		// the device's blocks stay as they are until new writes note
+		// it again.
+		if n := t.comp.notes[dev]; n != nil {
+			t.forget(n)
+			delete(t.comp.notes, dev)
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -517,6 +527,9 @@ func listBlocks(txn *badger.Txn, dev buckets.DeviceID) ([]keyedRef, error) {
 			if kr.value, err = bi.item.ValueCopy(nil); err != nil {
 				return false, err
 			}
+			if err := checkFlag(bi.item.UserMeta(), kr.value); err != nil {
+				return false, &blockError{ref: bi.ref, err: err}
+			}
 		}
 		refs = append(refs, kr)
 		return true, nil
@@ -553,7 +566,7 @@ func decodeTaken(txn *badger.Txn, r keyedRef, dev buckets.DeviceID) ([]buckets.R
 	}
 	_, rs, err := block.Decode(r.value, dev)
 	if err != nil {
-		return nil, fmt.Errorf("block %s..%s: %w", r.oldest.FormatTime(), r.newest.FormatTime(), err)
+		return nil, &blockError{ref: r.blockRef, err: err}
 	}
 	return rs, nil
 }

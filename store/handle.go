@@ -123,7 +123,7 @@ func (s *Store) route(day buckets.Day, a access) (*table, error) {
 	}
 	t := s.tables[day]
 	if t == nil && a == forWrite {
-		t = newTable(day, s.tableDir(day))
+		t = newTable(day, s.tableDir(day), s.bad)
 		s.tables[day] = t
 	}
 	switch {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"slices"
 	"strings"
@@ -38,6 +39,17 @@ type deviceIndex struct {
 	dirty   map[buckets.DeviceID]struct{}
 
 	persistMu sync.Mutex // orders persists so newer state always lands last
+
+	// damaged lists the records load left out: the store rebuilds the
+	// index from the day tables when there are any.
+	damaged []damagedRecord
+}
+
+// damagedRecord is a device record that failed its checksum or its
+// decoding.
+type damagedRecord struct {
+	dev buckets.DeviceID
+	err error
 }
 
 // deviceEntry is what the index knows about one device.
@@ -65,7 +77,8 @@ func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*device
 	return idx, nil
 }
 
-// load reads every device record.
+// load reads every device record. A record that fails its checksum or
+// does not decode is left out and listed in x.damaged.
 func (x *deviceIndex) load() error {
 	return x.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
@@ -76,7 +89,8 @@ func (x *deviceIndex) load() error {
 			err := item.Value(func(v []byte) error {
 				e, err := decodeEntry(v)
 				if err != nil {
-					return fmt.Errorf("device %q: %w", dev, err)
+					x.damaged = append(x.damaged, damagedRecord{dev: dev, err: err})
+					return nil
 				}
 				x.devices[dev] = e
 				x.sorted = append(x.sorted, dev)
@@ -295,15 +309,25 @@ func (s *Store) Devices(ctx context.Context, prefix string, after buckets.Device
 	return infos, false, nil
 }
 
-// Record encoding, version 1:
+// Record encoding, version 6:
 //
-//	version byte (1)
+//	version byte (6)
 //	uvarint first ticks, uvarint last ticks
 //	uvarint n, then n uvarint times (one per latest value)
 //	the latest values as buckets.AppendValues writes them
-const entryVersion = 1
+//	CRC-32C (Castagnoli) of all the bytes before it, 4 bytes big-endian
+//
+// Version 1 records, written before records carried a checksum, are
+// the same without it and are still read. 6 is three bit flips away
+// from 1, and a version 1 record that ends in the checksum it would
+// have as version 6 is refused as a damaged version byte.
+const (
+	entryVersion       = 6
+	legacyEntryVersion = 1
+)
 
 func encodeEntry(dst []byte, e *deviceEntry) []byte {
+	start := len(dst)
 	dst = append(dst, entryVersion)
 	dst = binary.AppendUvarint(dst, uint64(e.first))
 	dst = binary.AppendUvarint(dst, uint64(e.last))
@@ -311,15 +335,45 @@ func encodeEntry(dst []byte, e *deviceEntry) []byte {
 	for _, k := range e.at {
 		dst = binary.AppendUvarint(dst, uint64(k))
 	}
-	return buckets.AppendValues(dst, e.latest)
+	dst = buckets.AppendValues(dst, e.latest)
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// castagnoli is the CRC-32C table (hardware-accelerated where the CPU
+// has the instruction).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// entryBody checks the version and checksum of a device record and
+// returns the bytes between them.
+func entryBody(b []byte) ([]byte, error) {
+	if len(b) == 0 {
+		return nil, errors.New("corrupt device record: empty")
+	}
+	n := len(b) - 4
+	switch b[0] {
+	case entryVersion:
+		if n < 1 {
+			return nil, errors.New("corrupt device record: too short for a checksum")
+		}
+		if stored, sum := binary.BigEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli); stored != sum {
+			return nil, fmt.Errorf("corrupt device record: checksum mismatch (stored %08x, computed %08x)", stored, sum)
+		}
+		return b[1:n], nil
+	case legacyEntryVersion:
+		if n > 1 && binary.BigEndian.Uint32(b[n:]) == crc32.Update(crc32.Update(0, castagnoli, []byte{entryVersion}), castagnoli, b[1:n]) {
+			return nil, errors.New("corrupt device record: version byte damaged")
+		}
+		return b[1:], nil
+	}
+	return nil, fmt.Errorf("corrupt device record: unknown version %d", b[0])
 }
 
 func decodeEntry(b []byte) (*deviceEntry, error) {
 	errBad := errors.New("corrupt device record")
-	if len(b) == 0 || b[0] != entryVersion {
-		return nil, errBad
+	b, err := entryBody(b)
+	if err != nil {
+		return nil, err
 	}
-	b = b[1:]
 	next := func() uint64 {
 		v, n := binary.Uvarint(b)
 		if n <= 0 {

@@ -17,6 +17,7 @@ type metrics struct {
 	commitDuration metric.Float64Histogram
 	tableErrors    metric.Int64Counter
 	compactions    metric.Int64Counter
+	corruptBlocks  metric.Int64Counter
 	registration   metric.Registration
 }
 
@@ -41,6 +42,11 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 		metric.WithDescription("Merges of a device's open blocks into sealed blocks."),
 		metric.WithUnit("{compaction}")); err != nil {
 		return nil, fmt.Errorf("compactions counter: %w", err)
+	}
+	if m.corruptBlocks, err = meter.Int64Counter("telemetry.store.corrupt_blocks",
+		metric.WithDescription("Stored blocks (kind=block) and device index records (kind=device_index_record) found corrupt: checksum mismatch or undecodable. Each block counts once per process; queries skip it with a warning."),
+		metric.WithUnit("{block}")); err != nil {
+		return nil, fmt.Errorf("corrupt blocks counter: %w", err)
 	}
 	tables, err := meter.Int64ObservableGauge("telemetry.store.tables",
 		metric.WithDescription("Day tables on disk."), metric.WithUnit("{table}"))

@@ -93,7 +93,7 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 	err = s.guard(t, func() error {
 		txn, done := t.readTxn()
 		defer done()
-		r, found, err = getReading(txn, dev, k)
+		r, found, err = getReading(ctx, t, txn, dev, k)
 		return err
 	})
 	switch {
@@ -207,6 +207,9 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			// be among the answer's: any older one has that many newer
 			// ones in this block alone.
 			rs, err := readItem(bi, dev, lo, hi, limit-len(out), true, vals)
+			if t.bad.skip(ctx, t.day, dev, err) {
+				return true, ctx.Err()
+			}
 			if err != nil {
 				return false, err
 			}
@@ -217,7 +220,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			out = res.appendTake(out, order, lo-1)
 		}
 	} else {
-		out, err = scanAsc(ctx, txn, dev, lo, hi, limit, out, res, vals)
+		out, err = scanAsc(ctx, t, txn, dev, lo, hi, limit, out, res, vals)
 	}
 	if err != nil {
 		return out, fmt.Errorf("read table %s: %s: %w", t.day, dev, err)
@@ -226,10 +229,11 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 }
 
 // scanAsc is the oldest-first half of scanTable.
-func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, out []buckets.Reading, res *resolver, vals *[]buckets.Field) ([]buckets.Reading, error) {
+func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, out []buckets.Reading, res *resolver, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	type found struct {
 		ref   blockRef
 		value []byte
+		meta  byte
 	}
 	var blocks []found
 	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
@@ -237,7 +241,7 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 			return true, nil
 		}
 		v, err := bi.item.ValueCopy(nil)
-		blocks = append(blocks, found{bi.ref, v})
+		blocks = append(blocks, found{bi.ref, v, bi.item.UserMeta()})
 		return true, err
 	})
 	if err != nil {
@@ -254,9 +258,17 @@ func scanAsc(ctx context.Context, txn *badger.Txn, dev buckets.DeviceID, lo, hi 
 		if out = res.appendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
 		}
-		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
+		err := checkFlag(b.meta, b.value)
+		var rs []buckets.Reading
+		if err == nil {
+			rs, err = readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
+		}
 		if err != nil {
-			return out, fmt.Errorf("block %s..%s: %w", b.ref.oldest.FormatTime(), b.ref.newest.FormatTime(), err)
+			err = &blockError{ref: b.ref, err: err}
+			if !t.bad.skip(ctx, t.day, dev, err) {
+				return out, err
+			}
+			continue
 		}
 		res.add(rs, b.ref.seq, lo, hi)
 		if err := ctx.Err(); err != nil {
@@ -281,15 +293,18 @@ func rowsIn(ref blockRef, lo, hi buckets.Ticks) int {
 	return min(ref.count, int(float64(ref.count)*(float64(last-first)+1)/span)+1)
 }
 
-// getReading returns the reading of dev at k in txn; ok is false when
-// there is none.
-func getReading(txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks) (r buckets.Reading, ok bool, err error) {
+// getReading returns the reading of dev at k in txn, a transaction of
+// t; ok is false when there is none. Corrupt blocks are skipped.
+func getReading(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks) (r buckets.Reading, ok bool, err error) {
 	var best uint64
 	err = eachBlock(txn, dev, k, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest > k || (ok && bi.ref.seq < best) {
 			return true, nil
 		}
 		rs, err := readItem(bi, dev, k, k+1, 1, true, nil)
+		if t.bad.skip(ctx, t.day, dev, err) {
+			return true, nil
+		}
 		if err != nil {
 			return false, err
 		}

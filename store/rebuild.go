@@ -11,17 +11,19 @@ import (
 )
 
 // rebuildIndex fills an empty device index from the day tables, for a
-// data directory whose index directory was lost. Queries rely on the
+// data directory whose index directory was lost, or one with records
+// that failed their checksum. Queries rely on the
 // index to know which days hold a device, so without it they would
 // find nothing. It reads every table once, oldest first, through the
 // normal open/close lifecycle, so memory stays bounded; damaged tables
 // are skipped (their failure is logged where they fail to open).
 func (s *Store) rebuildIndex(ctx context.Context) error {
 	days := s.daysBetween(0, math.MaxInt32, buckets.Asc)
-	if len(days) == 0 || s.index.len() > 0 {
+	if len(days) == 0 || (s.index.len() > 0 && len(s.index.damaged) == 0) {
 		return nil
 	}
-	s.log.Warn("device index is empty; rebuilding it from the day tables", "tables", len(days))
+	s.log.Warn("device index is empty or has corrupt records; rebuilding it from the day tables",
+		"tables", len(days), "corrupt_records", len(s.index.damaged))
 	var readings int
 	for _, d := range days {
 		t, err := s.acquire(ctx, d, forRead)
@@ -36,7 +38,7 @@ func (s *Store) rebuildIndex(ctx context.Context) error {
 		}
 		var n int
 		err = s.guard(t, func() error {
-			n, err = indexTable(t.db, s.index)
+			n, err = indexTable(t, s.index)
 			return err
 		})
 		s.release(t)
@@ -54,7 +56,8 @@ func (s *Store) rebuildIndex(ctx context.Context) error {
 
 // indexTable feeds every reading of db to the index, one device at a
 // time (the blocks of a device are adjacent and resolved together).
-func indexTable(db *badger.DB, idx *deviceIndex) (int, error) {
+// Corrupt blocks are skipped.
+func indexTable(t *table, idx *deviceIndex) (int, error) {
 	n := 0
 	var dev buckets.DeviceID
 	res := newResolver()
@@ -63,7 +66,7 @@ func indexTable(db *badger.DB, idx *deviceIndex) (int, error) {
 		idx.observe(rs)
 		n += len(rs)
 	}
-	err := viewLatest(db, func(txn *badger.Txn) error {
+	err := viewLatest(t.db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -80,6 +83,9 @@ func indexTable(db *badger.DB, idx *deviceIndex) (int, error) {
 				dev = buckets.DeviceID(string(d))
 			}
 			rs, err := decodeItem(blockItem{ref: ref, item: item}, dev)
+			if t.bad.skip(context.Background(), t.day, dev, err) {
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", dev, err)
 			}

@@ -39,17 +39,36 @@ import (
 //
 //   - metaDistinctMs: no two readings of the block share a millisecond,
 //     so its header summarises one value per millisecond too.
-const metaDistinctMs byte = 1
+//   - metaChecksummed: the block was written with a checksum. Readers
+//     refuse such a block whose bytes say otherwise (a damaged version
+//     byte), so damage to the value alone can never get a block read
+//     unchecked: the meta byte is kept apart from the value.
+const (
+	metaDistinctMs  byte = 1
+	metaChecksummed byte = 2
+)
 
 // blockMeta returns the user meta byte of the block of rs (sorted by
-// ticks).
+// ticks), written by this build: checksummed.
 func blockMeta(rs []buckets.Reading) byte {
 	for i := 1; i < len(rs); i++ {
 		if rs[i].Ticks/ticksPerMs == rs[i-1].Ticks/ticksPerMs {
-			return 0
+			return metaChecksummed
 		}
 	}
-	return metaDistinctMs
+	return metaDistinctMs | metaChecksummed
+}
+
+// checkFlag refuses the value v of a block whose user meta says it was
+// written with a checksum when v is not of the checksummed version.
+func checkFlag(meta byte, v []byte) error {
+	if meta&metaChecksummed != 0 && !block.Checksummed(v) {
+		if len(v) == 0 {
+			return fmt.Errorf("%w: empty", block.ErrCorrupt)
+		}
+		return fmt.Errorf("%w: written with a checksum, but its version byte says %d", block.ErrCorrupt, v[0])
+	}
+	return nil
 }
 
 // blockKeyLen is the length of a block key after the device prefix.
@@ -166,12 +185,15 @@ func (it blockIterator) each(lo buckets.Ticks, fn func(blockItem) (bool, error))
 func decodeItem(bi blockItem, dev buckets.DeviceID) ([]buckets.Reading, error) {
 	var rs []buckets.Reading
 	err := bi.item.Value(func(v []byte) error {
+		if err := checkFlag(bi.item.UserMeta(), v); err != nil {
+			return err
+		}
 		var err error
 		_, rs, err = block.Decode(v, dev)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+		return nil, &blockError{ref: bi.ref, err: err}
 	}
 	return rs, nil
 }
@@ -187,12 +209,15 @@ var scanners = sync.Pool{New: func() any { return new(block.Scanner) }}
 func readItem(bi blockItem, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	var rs []buckets.Reading
 	err := bi.item.Value(func(v []byte) error {
+		if err := checkFlag(bi.item.UserMeta(), v); err != nil {
+			return err
+		}
 		var err error
 		rs, err = readBlock(v, dev, lo, hi, limit, newest, vals)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("block %s..%s: %w", bi.ref.oldest.FormatTime(), bi.ref.newest.FormatTime(), err)
+		return nil, &blockError{ref: bi.ref, err: err}
 	}
 	return rs, nil
 }

@@ -73,6 +73,7 @@ type Store struct {
 	log       *slog.Logger
 	tracer    trace.Tracer
 	metrics   *metrics
+	bad       *badBlocks
 	lock      *dirLock
 	index     *deviceIndex
 	replay    replayState // stream positions and tombstones (checkpoint.go, tombstone.go)
@@ -112,6 +113,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		done:        make(chan struct{}),
 		compactDone: make(chan struct{}),
 	}
+	s.bad = &badBlocks{log: s.log, seen: make(map[string]struct{})}
 	if err := s.openFiles(); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -159,6 +161,8 @@ func (s *Store) openFiles() error {
 	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
 		return errors.Join(err, idx.close(), lock.unlock())
 	}
+	s.bad.start(s.metrics.corruptBlocks)
+	s.bad.damagedRecords(idx.damaged)
 	return nil
 }
 
@@ -204,7 +208,7 @@ func (s *Store) discover() error {
 // discoverTable registers the closed table of day in dir with the count
 // from its count file, if it has a valid one. An invalid one is removed.
 func (s *Store) discoverTable(day buckets.Day, dir string) *table {
-	t := newTable(day, dir)
+	t := newTable(day, dir, s.bad)
 	n, ok, err := readCountFile(dir)
 	switch {
 	case err != nil:

@@ -49,6 +49,7 @@ const formatVersion = 2
 type table struct {
 	day buckets.Day
 	dir string
+	bad *badBlocks // where readers report blocks they skip (corrupt.go)
 
 	// readings is the exact number of readings, or -1 when it is not
 	// known: the table was not opened in this process and has no count
@@ -96,8 +97,8 @@ type table struct {
 	failedAt time.Time // when it failed
 }
 
-func newTable(day buckets.Day, dir string) *table {
-	t := &table{day: day, dir: dir}
+func newTable(day buckets.Day, dir string, bad *badBlocks) *table {
+	t := &table{day: day, dir: dir, bad: bad}
 	t.readings.Store(-1)
 	return t
 }

@@ -15,7 +15,7 @@ import (
 // getAt reads the reading at key k of dev with txn.
 func getAt(t *testing.T, txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks) buckets.Reading {
 	t.Helper()
-	r, ok, err := getReading(txn, dev, k)
+	r, ok, err := getReading(context.Background(), &table{}, txn, dev, k)
 	require.NoError(t, err)
 	require.True(t, ok, "no reading at %d", k)
 	return r

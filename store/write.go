@@ -257,7 +257,7 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 				txn, done = t.readTxn()
 			}
 			var err error
-			if stored, err = storedReadings(txn, g[0].Device, lo, hi+1); err != nil {
+			if stored, err = storedReadings(t, txn, g[0].Device, lo, hi+1); err != nil {
 				return nil, fmt.Errorf("read %s: %w", g[0].Device, err)
 			}
 		}
@@ -271,14 +271,18 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 }
 
 // storedReadings returns the stored readings of dev with lo <= ticks <
-// hi, by ticks.
-func storedReadings(txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks) (map[buckets.Ticks][]buckets.Field, error) {
+// hi, by ticks, from txn, a transaction of t. A corrupt block is
+// skipped: what it held is lost either way, and the write goes on.
+func storedReadings(t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks) (map[buckets.Ticks][]buckets.Field, error) {
 	res := newResolver()
 	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest >= hi {
 			return true, nil
 		}
 		rs, err := decodeItem(bi, dev)
+		if t.bad.skip(context.Background(), t.day, dev, err) {
+			return true, nil
+		}
 		res.add(rs, bi.ref.seq, lo, hi)
 		return true, err
 	})

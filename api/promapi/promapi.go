@@ -245,6 +245,7 @@ func (a *API) exec(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		return
 	}
 	warnings, _ := res.Warnings.AsStrings(qry.String(), 10, 10)
+	warnings = append(warnings, buckets.WarningsOf(ctx).List()...) // from the store
 	if m, ok := res.Value.(promql.Matrix); ok {
 		writeMatrix(w, m, warnings)
 		return

@@ -7,6 +7,7 @@
 //	telemetryd [flags]                       run the service
 //	telemetryd retention [-dry-run] [flags]  run retention once on a data dir
 //	telemetryd auth add-device|add-token|revoke|list  edit the auth file
+//	telemetryd check [flags]                 verify every stored block
 //
 // Every flag may also be set as TELEMETRY_<NAME>; see -h. -version
 // prints the version.
@@ -31,6 +32,9 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "retention" {
 		return runRetention(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "check" {
+		return runCheck(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "auth" {
 		return runAuth(args[1:], getenv, stdout, stderr)

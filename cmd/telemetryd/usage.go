@@ -20,6 +20,8 @@ Usage:
   telemetryd [flags]                       run the service
   telemetryd retention [-dry-run] [flags]  apply retention once to a stopped service's data dir
                                            (its flags: telemetryd retention -h)
+  telemetryd check [flags]                 verify the checksum of every stored block of a
+                                           stopped service's data dir (telemetryd check -h)
   telemetryd auth add-device|add-token|revoke|list [flags]
                                            edit the -auth-file (telemetryd auth -h)
   telemetryd -version                      print the version

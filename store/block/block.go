@@ -27,12 +27,19 @@
 // A name that not every reading carries has a presence bitmap, and a
 // name whose values have several kinds has one kind byte per value.
 // BENCHMARKS.md records the measurements behind these choices.
+//
+// A CRC-32C of all the bytes before it ends the block, and every reader
+// checks it before it interprets anything else, so a damaged block is
+// reported as ErrChecksum instead of decoding into wrong values. Blocks
+// written before the checksum existed (LegacyVersion) are still read.
+// FORMAT.md draws the layout byte by byte.
 package block
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/bits"
 	"slices"
@@ -44,8 +51,23 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// Version is the block format version this package writes and reads.
-const Version = 2
+// Version is the block format version this package writes: the
+// layout of LegacyVersion followed by a CRC-32C of everything before
+// it (FORMAT.md draws it). It is 5, not 3, so that no flip of one or
+// two bits turns it into LegacyVersion, whose blocks are read
+// unchecked (5 is 0b101, LegacyVersion 0b010).
+const Version = 5
+
+// LegacyVersion is the format of blocks written before blocks carried a
+// checksum. They are still read, unchecked.
+const LegacyVersion = 2
+
+// checksumLen is the length of the checksum that ends a block.
+const checksumLen = 4
+
+// castagnoli is the CRC-32C table; hash/crc32 uses the CPU's CRC32
+// instruction for it where there is one.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Limits of a block. Decode refuses anything beyond them, so damaged or
 // hostile bytes can never make it allocate without bound.
@@ -83,6 +105,10 @@ const (
 
 // ErrCorrupt is wrapped by every decoding error.
 var ErrCorrupt = errors.New("corrupt block")
+
+// ErrChecksum is wrapped by the error of a block whose bytes do not
+// match its checksum. It wraps ErrCorrupt.
+var ErrChecksum = fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 
 // ErrVersion is wrapped by the error of a block of an unknown version.
 var ErrVersion = errors.New("unknown block format version")
@@ -169,22 +195,27 @@ func encode(dst []byte, rs []buckets.Reading, e encoding) ([]byte, error) {
 	if len(raw) > MaxRawBytes {
 		return dst, fmt.Errorf("encode block: %d bytes of columns is more than %d", len(raw), MaxRawBytes)
 	}
+	start := len(dst)
 	dst = appendHeader(dst, rs, cols)
-	if len(raw) < minCompress || e.noZstd {
-		dst = append(dst, compressNone)
-		dst = binary.AppendUvarint(dst, uint64(len(raw)))
-		return append(dst, raw...), nil
-	}
-	enc, _ := codecs()
-	packed := enc.EncodeAll(raw, nil)
-	if len(packed) < len(raw) {
-		dst = append(dst, compressZstd)
-		dst = binary.AppendUvarint(dst, uint64(len(raw)))
-		return append(dst, packed...), nil
+	dst = appendColumns(dst, raw, e.noZstd)
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
+}
+
+// appendColumns appends the compression byte, the size of the raw
+// columns and the columns, compressed when that makes them smaller.
+func appendColumns(dst, raw []byte, noZstd bool) []byte {
+	if len(raw) >= minCompress && !noZstd {
+		enc, _ := codecs()
+		packed := enc.EncodeAll(raw, nil)
+		if len(packed) < len(raw) {
+			dst = append(dst, compressZstd)
+			dst = binary.AppendUvarint(dst, uint64(len(raw)))
+			return append(dst, packed...)
+		}
 	}
 	dst = append(dst, compressNone)
 	dst = binary.AppendUvarint(dst, uint64(len(raw)))
-	return append(dst, raw...), nil
+	return append(dst, raw...)
 }
 
 // column gathers the values of one name.

@@ -3,6 +3,7 @@ package block
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/bits"
 	"strings"
@@ -72,8 +73,54 @@ func (r *reader) float(what string) float64 {
 	return math.Float64frombits(binary.LittleEndian.Uint64(p))
 }
 
+// body checks the version of the block b and, for a block of Version,
+// its checksum, and returns the bytes between the version byte and the
+// checksum. Every reader of a block starts here, so no byte of a
+// checksummed block is interpreted before the checksum matched.
+func body(b []byte) ([]byte, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
+	}
+	switch b[0] {
+	case Version:
+		n := len(b) - checksumLen
+		if n < 2 {
+			return nil, fmt.Errorf("%w: %d bytes is too short for a checksum", ErrCorrupt, len(b))
+		}
+		stored, sum := binary.BigEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli)
+		if stored != sum {
+			return nil, fmt.Errorf("%w (stored %08x, computed %08x)", ErrChecksum, stored, sum)
+		}
+		return b[1:n], nil
+	case LegacyVersion:
+		if looksChecksummed(b) {
+			return nil, fmt.Errorf("%w: version byte %d damaged: the block ends in the checksum of a block of version %d", ErrCorrupt, b[0], Version)
+		}
+		return b[1:], nil
+	}
+	return nil, fmt.Errorf("%w %d", ErrVersion, b[0])
+}
+
+// looksChecksummed reports whether the block b, of LegacyVersion, ends
+// in the checksum it would have as a block of Version: a checksummed
+// block whose version byte was damaged into LegacyVersion, which must
+// not be read unchecked. An intact legacy block ends so by chance once
+// in 2^32.
+func looksChecksummed(b []byte) bool {
+	n := len(b) - checksumLen
+	if n < 2 {
+		return false
+	}
+	h := crc32.Update(0, castagnoli, []byte{Version})
+	return binary.BigEndian.Uint32(b[n:]) == crc32.Update(h, castagnoli, b[1:n])
+}
+
+// Checksummed reports whether the block b is of a version that carries
+// a checksum (it does not check it: every reader does).
+func Checksummed(b []byte) bool { return len(b) > 0 && b[0] == Version }
+
 // ReadHeader decodes the header of the block b. It does not look at
-// the columns.
+// the columns, but does check the checksum of the whole block.
 func ReadHeader(b []byte) (Header, error) {
 	h, _, err := readHeader(b)
 	return h, err
@@ -82,13 +129,11 @@ func ReadHeader(b []byte) (Header, error) {
 // readHeader decodes the header and returns the bytes after it.
 func readHeader(b []byte) (Header, []byte, error) {
 	var h Header
-	if len(b) == 0 {
-		return h, nil, fmt.Errorf("%w: empty", ErrCorrupt)
+	b, err := body(b)
+	if err != nil {
+		return h, nil, err
 	}
-	if b[0] != Version {
-		return h, nil, fmt.Errorf("%w %d", ErrVersion, b[0])
-	}
-	r := reader{b: b[1:]}
+	r := reader{b: b}
 	n := r.uvarint("count")
 	oldest := r.uvarint("oldest")
 	span := r.uvarint("span")
@@ -427,16 +472,15 @@ func readStrings(r *reader, n int) []string {
 
 // EachSummary calls fn with every value name of the block b that has
 // numeric values and the summary of those values, reading the header
-// only and allocating nothing: name is only valid during the call. It
-// returns the block's oldest and newest ticks.
+// only (after checking the checksum of the whole block, so that a
+// damaged block makes no call) and allocating nothing: name is only
+// valid during the call. It returns the block's oldest and newest
+// ticks.
 func EachSummary(b []byte, fn func(name []byte, s buckets.Summary)) (oldest, newest buckets.Ticks, err error) {
-	if len(b) == 0 {
-		return 0, 0, fmt.Errorf("%w: empty", ErrCorrupt)
+	if b, err = body(b); err != nil {
+		return 0, 0, err
 	}
-	if b[0] != Version {
-		return 0, 0, fmt.Errorf("%w %d", ErrVersion, b[0])
-	}
-	r := reader{b: b[1:]}
+	r := reader{b: b}
 	n, o, span, names := r.uvarint("count"), r.uvarint("oldest"), r.uvarint("span"), r.uvarint("names")
 	if r.err != nil || n == 0 || n > MaxReadings || names == 0 || names > MaxNames ||
 		o > uint64(buckets.MaxTicks) || span > uint64(buckets.MaxTicks)-o {

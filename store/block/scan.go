@@ -109,13 +109,10 @@ func (sc *Scanner) checkEnd(r *reader, complete bool, n int) error {
 // header reads the header of b as readHeader does, without allocating,
 // and returns the bytes after it.
 func (sc *Scanner) header(b []byte) (n int, oldest, newest buckets.Ticks, rest []byte, err error) {
-	if len(b) == 0 {
-		return 0, 0, 0, nil, fmt.Errorf("%w: empty", ErrCorrupt)
+	if b, err = body(b); err != nil {
+		return 0, 0, 0, nil, err
 	}
-	if b[0] != Version {
-		return 0, 0, 0, nil, fmt.Errorf("%w %d", ErrVersion, b[0])
-	}
-	r := reader{b: b[1:]}
+	r := reader{b: b}
 	count, o, span, names := r.uvarint("count"), r.uvarint("oldest"), r.uvarint("span"), r.uvarint("names")
 	if r.err != nil || count == 0 || count > MaxReadings || names == 0 || names > MaxNames ||
 		o > uint64(buckets.MaxTicks) || span > uint64(buckets.MaxTicks)-o || (count == 1) != (span == 0) {
