@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/cipher"
 	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -17,7 +18,7 @@ import (
 // Cursors are opaque to clients: base64url (no padding) of
 //
 //	version byte (2), kind byte ('r' range, 'd' devices),
-//	nonce (24 random bytes),
+//	nonce (24 bytes: HMAC-SHA256(nonce key, version, kind, payload)),
 //	XChaCha20-Poly1305(key, nonce, payload, additional data: version and kind)
 //
 // A range payload pins the whole query: device, the resolved from and
@@ -33,9 +34,12 @@ import (
 // Cursors are sealed, not merely signed: the payload is encrypted and
 // authenticated, so a client can neither alter a cursor nor read
 // anything out of it (a devices cursor's position is padded to the
-// longest device ID, so not even its length shows). The key is derived
-// from Config.CursorKey; nodes that share it continue each other's
-// cursors.
+// longest device ID, so not even its length shows). The nonce is a MAC
+// of the cursor (the synthetic-IV construction), so sealing is
+// deterministic: the same state always gives the same cursor, on every
+// node, which tells a client only what it knows (that it asked the
+// same). Both keys are derived from Config.CursorKey; nodes that share
+// it continue each other's cursors.
 const (
 	cursorVersion     = 2
 	cursorKindRange   = 'r'
@@ -44,9 +48,10 @@ const (
 	// maxCursorLen bounds the encoded cursor (252 projected names of 64
 	// bytes fit comfortably).
 	maxCursorLen = 32 << 10
-	// cursorKeyInfo separates the cursor key from other keys derived
-	// from the same secret.
-	cursorKeyInfo = "telemetryd cursor v2"
+	// cursorKeyInfo and cursorNonceInfo separate the cursor keys from
+	// each other and from other keys derived from the same secret.
+	cursorKeyInfo   = "telemetryd cursor v2"
+	cursorNonceInfo = "telemetryd cursor nonce v2"
 )
 
 // errCursorMalformed marks a cursor payload that does not decode.
@@ -68,8 +73,11 @@ type devicesCursor struct {
 	Last   buckets.DeviceID // position in the index; may be hidden from the caller
 }
 
-// cursorCodec seals and opens cursors with one AEAD key.
-type cursorCodec struct{ aead cipher.AEAD }
+// cursorCodec seals and opens cursors.
+type cursorCodec struct {
+	aead     cipher.AEAD
+	nonceKey []byte
+}
 
 // newCursorCodec derives the cursor key from secret (a random one when
 // secret is empty: cursors then last as long as the process).
@@ -82,11 +90,15 @@ func newCursorCodec(secret []byte) cursorCodec {
 	if err != nil {
 		panic("cursor key: " + err.Error()) // only for a key length HKDF cannot make
 	}
+	nonceKey, err := hkdf.Key(sha256.New, secret, nil, cursorNonceInfo, sha256.Size)
+	if err != nil {
+		panic("cursor key: " + err.Error())
+	}
 	aead, err := chacha20poly1305.NewX(key)
 	if err != nil {
 		panic("cursor key: " + err.Error()) // only for a wrong key size
 	}
-	return cursorCodec{aead: aead}
+	return cursorCodec{aead: aead, nonceKey: nonceKey}
 }
 
 // seal encrypts a cursor (version and kind byte, then the payload)
@@ -94,9 +106,11 @@ func newCursorCodec(secret []byte) cursorCodec {
 func (cc cursorCodec) seal(cursor []byte) string {
 	ns := cc.aead.NonceSize()
 	header, payload := cursor[:cursorHeaderLen], cursor[cursorHeaderLen:]
-	b := make([]byte, cursorHeaderLen+ns, cursorHeaderLen+ns+len(payload)+cc.aead.Overhead())
+	m := hmac.New(sha256.New, cc.nonceKey)
+	m.Write(cursor)
+	b := make([]byte, cursorHeaderLen, cursorHeaderLen+ns+len(payload)+cc.aead.Overhead())
 	copy(b, header)
-	_, _ = rand.Read(b[cursorHeaderLen:]) // never fails (crypto/rand)
+	b = append(b, m.Sum(nil)[:ns]...)
 	b = cc.aead.Seal(b, b[cursorHeaderLen:], payload, header)
 	return base64.RawURLEncoding.EncodeToString(b)
 }

@@ -145,7 +145,8 @@ func TestDevicesCursorHidesItsPosition(t *testing.T) {
 	raw, err := base64.RawURLEncoding.DecodeString(hidden)
 	require.NoError(t, err)
 	assert.NotContains(t, string(raw), "card", "the position is not readable")
-	assert.NotEqual(t, hidden, cc.encodeDevices(devicesCursor{Last: "card-009799"}), "sealing is randomized")
+	assert.Equal(t, hidden, cc.encodeDevices(devicesCursor{Last: "card-009799"}), "the same state seals the same")
+	assert.NotEqual(t, hidden, cc.encodeDevices(devicesCursor{Last: "card-009798"}))
 	got, err := cc.decodeDevices(hidden)
 	require.NoError(t, err)
 	assert.Equal(t, devicesCursor{Last: "card-009799"}, got)
@@ -154,8 +155,7 @@ func TestDevicesCursorHidesItsPosition(t *testing.T) {
 }
 
 // FuzzDecodeCursor checks that no input makes the cursor decoders
-// panic, and that whatever decodes re-encodes to a cursor of the same
-// state (sealing is randomized: the strings differ).
+// panic, and that whatever decodes re-encodes to the same cursor.
 func FuzzDecodeCursor(f *testing.F) {
 	cc := newCursorCodec(nil)
 	f.Add(cc.encodeRange(rangeCursor{Device: "d", From: 1, To: 9, Fields: []string{"t"}, Last: 3}))
@@ -163,14 +163,10 @@ func FuzzDecodeCursor(f *testing.F) {
 	f.Add("AQI")
 	f.Fuzz(func(t *testing.T, s string) {
 		if c, err := cc.decodeRange(s); err == nil {
-			again, err := cc.decodeRange(cc.encodeRange(c))
-			require.NoError(t, err)
-			assert.Equal(t, c, again)
+			assert.Equal(t, s, cc.encodeRange(c))
 		}
 		if c, err := cc.decodeDevices(s); err == nil {
-			again, err := cc.decodeDevices(cc.encodeDevices(c))
-			require.NoError(t, err)
-			assert.Equal(t, c, again)
+			assert.Equal(t, s, cc.encodeDevices(c))
 		}
 	})
 }
