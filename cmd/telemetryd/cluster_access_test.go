@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -295,4 +296,35 @@ func TestClusterCallsFromOneAddress(t *testing.T) {
 	}
 	code, body := accessCall(t, "GET", nodes[0].base+"/v1/devices/dev-001/readings/latest", "", "", "")
 	assert.Equal(t, http.StatusTooManyRequests, code, "a client past its burst is limited: %s", body)
+}
+
+// TestClusterCredential: -cluster-token is optional (the default is
+// derived from -cursor-key: the same on every node that shares the key,
+// and neither the key nor -admin-token), and a short one is refused.
+func TestClusterCredential(t *testing.T) {
+	nc := &natsCluster{opts: []*server.Options{{Port: 4222}}}
+	cfg := clusterNodeConfig(t, nc, 0, 6)
+	cfg.AdminToken = strings.Repeat("a", 32)
+	cfg.Security.AuthFile = newAuthFixture(t, nil, "reader:read").path
+	require.NoError(t, cfg.Validate(), "no -cluster-token needed, with an auth file too")
+	derived, err := cfg.clusterCredential()
+	require.NoError(t, err)
+	assert.Len(t, derived, 64)
+	assert.NotContains(t, derived, testCursorKey)
+	assert.NotEqual(t, cfg.AdminToken, derived)
+	other := clusterNodeConfig(t, nc, 1, 6)
+	again, err := other.clusterCredential()
+	require.NoError(t, err)
+	assert.Equal(t, derived, again, "every node with the same cursor key derives the same credential")
+	other.Security.CursorKey = strings.Repeat("k", 32)
+	changed, err := other.clusterCredential()
+	require.NoError(t, err)
+	assert.NotEqual(t, derived, changed)
+
+	cfg.Cluster.ClusterToken = strings.Repeat("c", 32)
+	given, err := cfg.clusterCredential()
+	require.NoError(t, err)
+	assert.Equal(t, cfg.Cluster.ClusterToken, given)
+	cfg.Cluster.ClusterToken = "short"
+	assert.ErrorContains(t, cfg.Validate(), "-cluster-token has 5 characters; use at least 16")
 }
