@@ -115,8 +115,11 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		a := accessOf(req.Method, c.Path(), req.URL.Path)
-		if a.internal && s.internal != nil {
-			return s.authorizeInternal(c, next)
+		if a.internal {
+			if s.internal != nil {
+				return s.authorizeInternal(c, next)
+			}
+			a = access{scope: auth.ScopeRead} // not served here: any other unknown path
 		}
 		if s.tokens == nil {
 			return next(c)
