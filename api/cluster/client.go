@@ -30,8 +30,10 @@ type client struct {
 
 // call POSTs (or GETs, when in is nil) to url+path and decodes the
 // answer into out. The call carries the cluster credential and names
-// the client of ctx (auth.FromContext) it serves. A 404 wraps buckets.ErrNotFound, a 400
-// buckets.ErrInvalidArgument; anything else failing wraps errTransport.
+// the client of ctx (auth.FromContext) it serves. A 404 wraps
+// buckets.ErrNotFound, a 400 buckets.ErrInvalidArgument; anything else
+// failing (a 401 or 403 of a node with another credential or auth file
+// included) wraps errTransport.
 func (c *client) call(ctx context.Context, base, path string, in, out any) error {
 	method, body := http.MethodGet, io.Reader(nil)
 	if in != nil {
