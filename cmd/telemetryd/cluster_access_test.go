@@ -56,10 +56,25 @@ func startAccessCluster(t *testing.T, af *authFixture) []*testNode {
 	}
 	js := jsFor(t, nc.url(0))
 	var acks []jetstream.PubAckFuture
+	// Acks are awaited every 1,000 messages, well below the client's
+	// limit of outstanding ones, so a slow server delays the publisher
+	// instead of failing it.
+	awaitAcks := func() {
+		for _, a := range acks {
+			select {
+			case <-a.Ok():
+			case err := <-a.Err():
+				require.NoError(t, err)
+			}
+		}
+		acks = acks[:0]
+	}
 	publish := func(dev string, i int) {
 		a, err := js.PublishAsync("telemetry."+dev, fmt.Appendf(nil, `{"ts":%d,"v":%d}`, testEpoch.Add(-time.Hour).UnixMilli(), i))
 		require.NoError(t, err)
-		acks = append(acks, a)
+		if acks = append(acks, a); len(acks) == 1000 {
+			awaitAcks()
+		}
 	}
 	for i := range accessHidden {
 		publish(fmt.Sprintf("card-%06d", i), i)
@@ -67,13 +82,7 @@ func startAccessCluster(t *testing.T, af *authFixture) []*testNode {
 	for i := range accessVisible {
 		publish(fmt.Sprintf("dev-a%03d", i), i)
 	}
-	for _, a := range acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
-			require.NoError(t, err)
-		}
-	}
+	awaitAcks()
 	// Each device on its two owners: 2 x the fleet in the nodes' indexes.
 	want := 2 * (accessHidden + accessVisible)
 	waitFor(t, 200*time.Millisecond, func() bool {
