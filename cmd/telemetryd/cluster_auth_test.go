@@ -36,7 +36,7 @@ func TestClusterAuth(t *testing.T) {
 		names = append(names, cfg.Cluster.NodeName)
 	}
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 1, names) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 1, names) })
 	}
 	js := jsFor(t, nc.url(0))
 	ctx := context.Background()
@@ -58,18 +58,18 @@ func TestClusterAuth(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		code, body := httpDo(t, nil, "GET", nodes[0].base+"/v1/devices/sim-lp/readings/latest", reader)
 		return code == 200 && strings.Contains(body, `"env.t":21.5`)
-	}, 20*time.Second, 50*time.Millisecond, "the line protocol write is stored and read through the other node")
+	}, "the line protocol write is stored and read through the other node")
 	for _, n := range nodes {
-		require.Eventually(t, func() bool {
+		waitFor(t, 50*time.Millisecond, func() bool {
 			code, body := httpDo(t, nil, "GET", n.base+"/v1/devices?limit=100&prefix=sim-", reader)
 			var l struct {
 				Devices []struct{ Device string } `json:"devices"`
 			}
 			return code == 200 && json.Unmarshal([]byte(body), &l) == nil && len(l.Devices) == 21
-		}, 20*time.Second, 50*time.Millisecond, "a sim-* token lists the 21 sim devices through %s", n.cfg.Cluster.NodeName)
+		}, "a sim-* token lists the 21 sim devices through %s", n.cfg.Cluster.NodeName)
 		for i := range 20 {
 			code, body := httpDo(t, nil, "GET", fmt.Sprintf("%s/v1/devices/sim-%d/readings/latest", n.base, i), reader)
 			assert.Equal(t, http.StatusOK, code, body)
