@@ -297,13 +297,17 @@ func TestClusterCallsFromOneAddress(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code, "through %s: %s", n.cfg.Cluster.NodeName, body)
 		assert.Contains(t, body, fmt.Sprintf(`"%d"`, devices))
 	}
+	// Without an auth file too, the node-to-node API takes only the
+	// cluster credential.
+	code, body := accessCall(t, "POST", nodes[1].base+"/internal/v1/latest", "", "open", `{"device":"dev-001","n":1}`)
+	assert.Equal(t, http.StatusUnauthorized, code, body)
 	// The client has made one request to node 0; the rest of its burst
 	// passes, and one more is refused.
 	for i := range accessBurst - 1 {
 		code, body := accessCall(t, "GET", nodes[0].base+"/v1/devices/dev-001/readings/latest", "", "", "")
 		require.Equal(t, http.StatusOK, code, "request %d of the burst: %s", i+2, body)
 	}
-	code, body := accessCall(t, "GET", nodes[0].base+"/v1/devices/dev-001/readings/latest", "", "", "")
+	code, body = accessCall(t, "GET", nodes[0].base+"/v1/devices/dev-001/readings/latest", "", "", "")
 	assert.Equal(t, http.StatusTooManyRequests, code, "a client past its burst is limited: %s", body)
 }
 
