@@ -74,6 +74,9 @@ type access struct {
 	open   bool
 	scope  auth.Scope
 	influx bool // accepts Token and Basic credentials too
+	// internal: the node-to-node API, which takes the cluster
+	// credential instead of a token (authorizeInternal).
+	internal bool
 }
 
 // influxPaths are the line-protocol endpoints (DESIGN §9).
@@ -94,8 +97,9 @@ func accessOf(method, route, path string) access {
 		return access{scope: auth.ScopeMetrics}
 	case influxPaths[p]:
 		return access{scope: auth.ScopeWrite, influx: true}
-	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) || p == "/v1/retention/run",
-		strings.HasPrefix(p, internalPrefix):
+	case strings.HasPrefix(p, internalPrefix):
+		return access{internal: true}
+	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) || p == "/v1/retention/run":
 		return access{scope: auth.ScopeAdmin}
 	default:
 		return access{scope: auth.ScopeRead}
@@ -109,11 +113,17 @@ func accessOf(method, route, path string) access {
 // auth.Visible about each device they list.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		req := c.Request()
+		a := accessOf(req.Method, c.Path(), req.URL.Path)
+		if a.internal {
+			if s.internal != nil {
+				return s.authorizeInternal(c, next)
+			}
+			a = access{scope: auth.ScopeRead} // not served here: any other unknown path
+		}
 		if s.tokens == nil {
 			return next(c)
 		}
-		req := c.Request()
-		a := accessOf(req.Method, c.Path(), req.URL.Path)
 		if a.open {
 			return next(c)
 		}

@@ -1,39 +1,57 @@
 package api
 
 import (
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
-	"slices"
+
+	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
 // Cursors are opaque to clients: base64url (no padding) of
 //
-//	version byte (1), kind byte ('r' range, 'd' devices), payload,
-//	HMAC-SHA256(key, everything before it) (32 bytes)
+//	version byte (2), kind byte ('r' range, 'd' devices),
+//	nonce (24 bytes: HMAC-SHA256(nonce key, version, kind, payload)),
+//	XChaCha20-Poly1305(key, nonce, payload, additional data: version and kind)
 //
 // A range payload pins the whole query: device, the resolved from and
 // to, the order, the projected fields and the ticks of the last reading
 // returned. Pinning from and to keeps the window from sliding while
 // new readings arrive, so following next returns every matching
-// reading exactly once. A devices payload holds the prefix and the last
-// device returned.
+// reading exactly once. A devices payload holds the prefix and the
+// position in the device index: the last device read, which may be one
+// the token cannot see (a page of a token limited to some devices ends
+// after maxDeviceScan devices of the index, visible or not, so that
+// paging always moves on).
 //
-// The MAC makes cursors integrity-checked, not secret: they hold
-// nothing but the query itself.
+// Cursors are sealed, not merely signed: the payload is encrypted and
+// authenticated, so a client can neither alter a cursor nor read
+// anything out of it (a devices cursor's position is padded to the
+// longest device ID, so not even its length shows). The nonce is a MAC
+// of the cursor (the synthetic-IV construction), so sealing is
+// deterministic: the same state always gives the same cursor, on every
+// node, which tells a client only what it knows (that it asked the
+// same). Both keys are derived from Config.CursorKey; nodes that share
+// it continue each other's cursors.
 const (
-	cursorVersion     = 1
+	cursorVersion     = 2
 	cursorKindRange   = 'r'
 	cursorKindDevices = 'd'
-	cursorMACLen      = sha256.Size
+	cursorHeaderLen   = 2
 	// maxCursorLen bounds the encoded cursor (252 projected names of 64
 	// bytes fit comfortably).
 	maxCursorLen = 32 << 10
+	// cursorKeyInfo and cursorNonceInfo separate the cursor keys from
+	// each other and from other keys derived from the same secret.
+	cursorKeyInfo   = "telemetryd cursor v2"
+	cursorNonceInfo = "telemetryd cursor nonce v2"
 )
 
 // errCursorMalformed marks a cursor payload that does not decode.
@@ -52,52 +70,77 @@ type rangeCursor struct {
 // devicesCursor is the state of a paged device listing.
 type devicesCursor struct {
 	Prefix string
-	Last   buckets.DeviceID
+	Last   buckets.DeviceID // position in the index; may be hidden from the caller
 }
 
-// cursorCodec signs and checks cursors with one HMAC key.
-type cursorCodec struct{ key []byte }
+// cursorCodec seals and opens cursors.
+type cursorCodec struct {
+	aead     cipher.AEAD
+	nonceKey []byte
+}
 
-func newCursorCodec(key []byte) cursorCodec {
-	if len(key) == 0 {
-		key = make([]byte, 32)
-		_, _ = rand.Read(key) // never fails (crypto/rand)
+// newCursorCodec derives the cursor key from secret (a random one when
+// secret is empty: cursors then last as long as the process).
+func newCursorCodec(secret []byte) cursorCodec {
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret) // never fails (crypto/rand)
 	}
-	return cursorCodec{key: slices.Clone(key)}
+	key, err := hkdf.Key(sha256.New, secret, nil, cursorKeyInfo, chacha20poly1305.KeySize)
+	if err != nil {
+		panic("cursor key: " + err.Error()) // only for a key length HKDF cannot make
+	}
+	nonceKey, err := hkdf.Key(sha256.New, secret, nil, cursorNonceInfo, sha256.Size)
+	if err != nil {
+		panic("cursor key: " + err.Error())
+	}
+	aead, err := chacha20poly1305.NewX(key)
+	if err != nil {
+		panic("cursor key: " + err.Error()) // only for a wrong key size
+	}
+	return cursorCodec{aead: aead, nonceKey: nonceKey}
 }
 
-func (cc cursorCodec) mac(payload []byte) []byte {
-	m := hmac.New(sha256.New, cc.key)
-	m.Write(payload)
-	return m.Sum(nil)
+// seal encrypts a cursor (version and kind byte, then the payload)
+// and encodes the result.
+func (cc cursorCodec) seal(cursor []byte) string {
+	ns := cc.aead.NonceSize()
+	header, payload := cursor[:cursorHeaderLen], cursor[cursorHeaderLen:]
+	m := hmac.New(sha256.New, cc.nonceKey)
+	m.Write(cursor)
+	b := make([]byte, cursorHeaderLen, cursorHeaderLen+ns+len(payload)+cc.aead.Overhead())
+	copy(b, header)
+	b = append(b, m.Sum(nil)[:ns]...)
+	b = cc.aead.Seal(b, b[cursorHeaderLen:], payload, header)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// seal appends the MAC to payload and encodes the result.
-func (cc cursorCodec) seal(payload []byte) string {
-	return base64.RawURLEncoding.EncodeToString(append(payload, cc.mac(payload)...))
-}
-
-// open decodes s, checks its MAC, version and kind, and returns the
-// payload behind the kind byte. The error is an apiError naming cursor.
+// open decodes s, checks its version, authenticity and kind, and
+// returns the payload. The error is an apiError naming cursor.
 func (cc cursorCodec) open(s string, kind byte) ([]byte, error) {
 	if len(s) > maxCursorLen {
 		return nil, invalidArg("cursor", "malformed (longer than %d characters)", maxCursorLen)
 	}
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) < 2+cursorMACLen {
+	ns := cc.aead.NonceSize()
+	if err != nil || len(b) < cursorHeaderLen {
 		return nil, invalidArg("cursor", "malformed; pass the next value of the previous page unchanged")
 	}
-	payload, sum := b[:len(b)-cursorMACLen], b[len(b)-cursorMACLen:]
-	if !hmac.Equal(sum, cc.mac(payload)) {
+	if b[0] != cursorVersion {
+		return nil, invalidArg("cursor", "version %d is not supported; start the listing again without a cursor", b[0])
+	}
+	if len(b) < cursorHeaderLen+ns+cc.aead.Overhead() {
+		return nil, invalidArg("cursor", "malformed; pass the next value of the previous page unchanged")
+	}
+	header, nonce, sealed := b[:cursorHeaderLen], b[cursorHeaderLen:cursorHeaderLen+ns], b[cursorHeaderLen+ns:]
+	payload, err := cc.aead.Open(nil, nonce, sealed, header)
+	if err != nil {
 		return nil, invalidArg("cursor", "failed its integrity check; it was altered or signed with another key")
 	}
-	if payload[0] != cursorVersion {
-		return nil, invalidArg("cursor", "version %d is not supported", payload[0])
-	}
-	if payload[1] != kind {
+	if header[1] != kind {
 		return nil, invalidArg("cursor", "belongs to another kind of query")
 	}
-	return payload[2:], nil
+	return payload, nil
 }
 
 func appendBytes(dst []byte, s string) []byte {
@@ -150,12 +193,16 @@ func (cc cursorCodec) decodeRange(s string) (rangeCursor, error) {
 	return c, nil
 }
 
-// encodeDevices returns the cursor string of c.
+// encodeDevices returns the cursor string of c. The position takes
+// buckets.MaxDeviceIDLen bytes whatever its length, so the cursor's
+// length tells nothing of it.
 func (cc cursorCodec) encodeDevices(c devicesCursor) string {
-	b := make([]byte, 0, 8+len(c.Prefix)+len(c.Last))
+	b := make([]byte, 0, 8+len(c.Prefix)+1+buckets.MaxDeviceIDLen)
 	b = append(b, cursorVersion, cursorKindDevices)
 	b = appendBytes(b, c.Prefix)
-	b = appendBytes(b, string(c.Last))
+	b = append(b, byte(len(c.Last)))
+	b = append(b, c.Last...)
+	b = append(b, make([]byte, max(0, buckets.MaxDeviceIDLen-len(c.Last)))...)
 	return cc.seal(b)
 }
 
@@ -166,7 +213,10 @@ func (cc cursorCodec) decodeDevices(s string) (devicesCursor, error) {
 		return devicesCursor{}, err
 	}
 	r := cursorReader{b: p}
-	c := devicesCursor{Prefix: r.str(), Last: buckets.DeviceID(r.str())}
+	c := devicesCursor{Prefix: r.str()}
+	if n := int(r.byte()); r.err == nil && len(r.b) == buckets.MaxDeviceIDLen && n <= len(r.b) {
+		c.Last, r.b = buckets.DeviceID(r.b[:n]), nil
+	}
 	if r.err != nil || len(r.b) != 0 || c.Last.Validate() != nil || validPrefix(c.Prefix) != nil {
 		return devicesCursor{}, invalidArg("cursor", "malformed; pass the next value of the previous page unchanged")
 	}

@@ -55,7 +55,10 @@ const maxDeviceScan = 10 * maxDevicesLimit
 
 // visibleDevices lists up to limit devices the request may see
 // (auth.Visible), reading further pages of the index while devices are
-// filtered out. last is the last device read, where a next page starts.
+// filtered out, at most maxDeviceScan of them. last is the last device
+// read, where a next page starts: after a scan that found too few
+// visible devices it may be one the request cannot see, which is why
+// cursors are sealed (cursor.go) and show nothing of it.
 func (s *Server) visibleDevices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) (
 	devs []buckets.DeviceInfo, last buckets.DeviceID, more bool, err error) {
 	p := auth.FromContext(ctx)

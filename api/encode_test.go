@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"log/slog"
 	"math"
@@ -131,6 +132,26 @@ func TestRangeCursorRoundTrip(t *testing.T) {
 		_, err := cc.decodeRange(cc.encodeRange(bad))
 		assert.ErrorContains(t, err, "cursor: malformed", "%+v", bad)
 	}
+}
+
+// TestDevicesCursorHidesItsPosition: a devices cursor may hold the
+// position of a device the caller cannot see; nothing of it can be read
+// out of the cursor, not even its length.
+func TestDevicesCursorHidesItsPosition(t *testing.T) {
+	cc := newCursorCodec([]byte("k"))
+	short := cc.encodeDevices(devicesCursor{Prefix: "", Last: "c"})
+	hidden := cc.encodeDevices(devicesCursor{Prefix: "", Last: "card-009799"})
+	assert.Len(t, hidden, len(short), "the position's length does not show")
+	raw, err := base64.RawURLEncoding.DecodeString(hidden)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "card", "the position is not readable")
+	assert.Equal(t, hidden, cc.encodeDevices(devicesCursor{Last: "card-009799"}), "the same state seals the same")
+	assert.NotEqual(t, hidden, cc.encodeDevices(devicesCursor{Last: "card-009798"}))
+	got, err := cc.decodeDevices(hidden)
+	require.NoError(t, err)
+	assert.Equal(t, devicesCursor{Last: "card-009799"}, got)
+	_, err = newCursorCodec([]byte("other")).decodeDevices(hidden)
+	assert.ErrorContains(t, err, "cursor: failed its integrity check")
 }
 
 // FuzzDecodeCursor checks that no input makes the cursor decoders

@@ -131,12 +131,16 @@ func (s *Server) limitRate(c echo.Context, tokenName string) error {
 }
 
 // rateLimit applies Config.RateLimit to every request but the liveness
-// and readiness probes, per token when the request carries one (see
-// authenticate), else per client address.
+// and readiness probes and a cluster's node-to-node calls (clusterCall),
+// per token when the request carries one (see authenticate), else per
+// client address.
 func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		switch c.Path() {
 		case "/healthz", "/readyz":
+			return next(c)
+		}
+		if clusterCall(c.Request().Context()) {
 			return next(c)
 		}
 		name := ""

@@ -143,9 +143,10 @@ type Config struct {
 	// nil Publisher) makes them answer 501.
 	Writes *WriteConfig
 	// Internal, when set, serves the node-to-node API of a cluster under
-	// /internal/ (package api/cluster); it needs the admin scope. Nil
-	// leaves those paths unrouted.
-	Internal http.Handler
+	// /internal/ (package api/cluster): only to calls with the cluster
+	// credential, with their client's rights, outside the rate limit.
+	// Nil leaves those paths unrouted.
+	Internal InternalAPI
 
 	// Logger, TracerProvider, MeterProvider and Now default to
 	// slog.Default, the otel global providers and time.Now. Now decides
@@ -163,7 +164,7 @@ type Server struct {
 	admin        Admin
 	aggregator   Aggregator
 	promql       http.Handler
-	internal     http.Handler
+	internal     InternalAPI
 	ready        func(ctx context.Context) error
 	metrics      http.Handler
 	skew         time.Duration

@@ -44,8 +44,9 @@ sim=$(tdauth add-device simulator -publish-as '*')
 grafana=$(tdauth add-token grafana -scopes read)
 tdauth add-token prometheus -scopes metrics >"$out/metrics.token"
 tdauth add-token admin -scopes read,write,admin,metrics >"$out/admin.token"
-# compose-cluster.yaml: the nodes call each other with this token.
-cluster=$(tdauth add-token cluster -scopes read,admin)
+# compose-cluster.yaml: the nodes call each other with this secret (the
+# cluster credential; not a token of the auth file, so no client has it).
+cluster=$(openssl rand -hex 32)
 cursor=$(openssl rand -hex 32)
 # The container user (uid 10001) reads these; the CA key is not needed
 # by any container.

@@ -71,12 +71,14 @@ type Set struct {
 	devices  map[string][sha256.Size]byte
 	gateways map[string][]string // device ID -> publishAs
 	tokens   map[[sha256.Size]byte]*Principal
+	byName   map[string]*Principal
 }
 
 // Compile indexes a validated file. extra tokens (e.g. the one mapped
 // from -admin-token) are added as given.
 func Compile(f *File, extra ...Token) *Set {
-	s := &Set{devices: map[string][sha256.Size]byte{}, gateways: map[string][]string{}, tokens: map[[sha256.Size]byte]*Principal{}}
+	s := &Set{devices: map[string][sha256.Size]byte{}, gateways: map[string][]string{},
+		tokens: map[[sha256.Size]byte]*Principal{}, byName: map[string]*Principal{}}
 	if f == nil {
 		f = &File{}
 	}
@@ -90,7 +92,9 @@ func Compile(f *File, extra ...Token) *Set {
 	}
 	for _, t := range append(slices.Clone(f.Tokens), extra...) {
 		if h, err := parseHash(t.Secret); err == nil {
-			s.tokens[h] = NewPrincipal(t.Name, t.Scopes, t.Devices)
+			p := NewPrincipal(t.Name, t.Scopes, t.Devices)
+			s.tokens[h] = p
+			s.byName[t.Name] = p
 		}
 	}
 	return s
@@ -127,6 +131,16 @@ func (s *Set) Token(secret string) (*Principal, bool) {
 		return nil, false
 	}
 	p, ok := s.tokens[sha256.Sum256([]byte(secret))]
+	return p, ok
+}
+
+// TokenNamed returns the principal of the token named name: what a
+// cluster node applies to a call it answers for another node's client.
+func (s *Set) TokenNamed(name string) (*Principal, bool) {
+	if s == nil {
+		return nil, false
+	}
+	p, ok := s.byName[name]
 	return p, ok
 }
 

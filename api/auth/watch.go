@@ -139,6 +139,10 @@ func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 // Set.
 func (s *Store) Token(secret string) (*Principal, bool) { return s.Current().Token(secret) }
 
+// TokenNamed returns the principal of the token named name in the
+// current set.
+func (s *Store) TokenNamed(name string) (*Principal, bool) { return s.Current().TokenNamed(name) }
+
 // Device reports whether secret is device id's secret in the current
 // Set.
 func (s *Store) Device(id, secret string) bool { return s.Current().Device(id, secret) }

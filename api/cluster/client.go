@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -23,13 +24,16 @@ var errTransport = errors.New("node unreachable")
 
 // client calls other nodes' internal API.
 type client struct {
-	http  *http.Client
-	token string // bearer token of the node-to-node calls ("" without auth)
+	http       *http.Client
+	credential string // the cluster credential
 }
 
 // call POSTs (or GETs, when in is nil) to url+path and decodes the
-// answer into out. A 404 wraps buckets.ErrNotFound, a 400
-// buckets.ErrInvalidArgument; anything else failing wraps errTransport.
+// answer into out. The call carries the cluster credential and names
+// the client of ctx (auth.FromContext) it serves. A 404 wraps
+// buckets.ErrNotFound, a 400 buckets.ErrInvalidArgument; anything else
+// failing (a 401 or 403 of a node with another credential or auth file
+// included) wraps errTransport.
 func (c *client) call(ctx context.Context, base, path string, in, out any) error {
 	method, body := http.MethodGet, io.Reader(nil)
 	if in != nil {
@@ -44,9 +48,8 @@ func (c *client) call(ctx context.Context, base, path string, in, out any) error
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	req.Header.Set("Authorization", "Bearer "+c.credential)
+	req.Header.Set(HeaderCaller, callerOf(auth.FromContext(ctx)))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errTransport, err)

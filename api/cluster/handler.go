@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
@@ -28,22 +31,36 @@ const (
 const maxRequestBytes = 64 << 10
 
 // Handler serves the node-to-node API from this node's own store:
-// every call is answered locally, never forwarded again. The API's
-// authentication runs first (admin scope); a token limited to some
-// devices is refused here, since these calls see every device.
+// every call is answered locally, never forwarded again.
+//
+// A call must carry the cluster credential (Authorization: Bearer) and
+// name the client it serves (HeaderCaller). The credential proves the
+// call comes from a node; the caller's token then gets exactly the
+// rights the public endpoints give it: scope read for readings, device
+// lists and tables, scope admin for a drop, and only the devices of its
+// patterns (another device is not found; in a device list it is a bare
+// position without data).
 type Handler struct {
-	local Local
-	part  func(buckets.DeviceID) int
-	log   *slog.Logger
-	mux   *http.ServeMux
+	local      Local
+	part       func(buckets.DeviceID) int
+	credential [sha256.Size]byte
+	callers    Callers
+	log        *slog.Logger
+	mux        *http.ServeMux
 }
 
-// NewHandler serves local; part maps a device to its partition.
-func NewHandler(local Local, part func(buckets.DeviceID) int, log *slog.Logger) *Handler {
+// Callers looks up an API token by name; nil when this node has no
+// authentication (every caller may do everything, as on its public API).
+type Callers func(name string) (*auth.Principal, bool)
+
+// NewHandler serves local; part maps a device to its partition;
+// credential is the cluster credential calls must carry.
+func NewHandler(local Local, part func(buckets.DeviceID) int, credential string, callers Callers, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &Handler{local: local, part: part, log: log, mux: http.NewServeMux()}
+	h := &Handler{local: local, part: part, credential: sha256.Sum256([]byte(credential)), callers: callers,
+		log: log, mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST "+pathLatest, h.latest)
 	h.mux.HandleFunc("POST "+pathRange, h.rangeQ)
 	h.mux.HandleFunc("POST "+pathGet, h.get)
@@ -54,18 +71,71 @@ func NewHandler(local Local, part func(buckets.DeviceID) int, log *slog.Logger) 
 	return h
 }
 
-// ServeHTTP implements http.Handler.
+// Authorize reports whether r carries the cluster credential and, if
+// so, returns the principal of the client the call serves (nil when
+// neither node has authentication). err says why a call with the
+// credential is refused all the same: no caller, or a token this node
+// does not know.
+func (h *Handler) Authorize(r *http.Request) (caller *auth.Principal, credential bool, err error) {
+	scheme, secret, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return nil, false, nil
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(secret)))
+	if subtle.ConstantTimeCompare(got[:], h.credential[:]) != 1 {
+		return nil, false, nil
+	}
+	name, open, err := parseCaller(r.Header.Get(HeaderCaller))
+	switch {
+	case err != nil:
+		return nil, true, err
+	case h.callers == nil:
+		return nil, true, nil
+	case open:
+		return nil, true, errors.New("the calling node has no authentication, this one has: give every node the same -auth-file")
+	}
+	p, ok := h.callers(name)
+	if !ok {
+		return nil, true, fmt.Errorf("token %q is not in this node's auth file", name)
+	}
+	return p, true, nil
+}
+
+// ServeHTTP implements http.Handler. It checks the call itself (see
+// Authorize), whatever ran before it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := auth.FromContext(r.Context()); !p.AllDevices() {
-		writeError(w, http.StatusForbidden, "permission_denied", "authorization: the node-to-node API needs a token that covers every device")
+	caller, ok, err := h.Authorize(r)
+	switch {
+	case !ok:
+		writeError(w, http.StatusUnauthorized, "unauthenticated", "authorization: the node-to-node API needs the cluster credential")
+		return
+	case err != nil:
+		writeError(w, http.StatusForbidden, "permission_denied", "authorization: "+err.Error())
 		return
 	}
-	h.mux.ServeHTTP(w, r)
+	h.mux.ServeHTTP(w, r.WithContext(auth.WithPrincipal(r.Context(), caller)))
+}
+
+// allowed reports whether the caller has scope and, when dev is set,
+// sees dev; otherwise it answers as the public API would (403 for the
+// scope, 404 for a device outside the token's patterns).
+func allowed(w http.ResponseWriter, r *http.Request, scope auth.Scope, dev buckets.DeviceID) bool {
+	p := auth.FromContext(r.Context())
+	if !p.Has(scope) {
+		writeError(w, http.StatusForbidden, "permission_denied",
+			"authorization: token "+p.Name+" lacks the scope "+string(scope)+" this endpoint needs")
+		return false
+	}
+	if dev != "" && !p.DeviceVisible(string(dev)) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("device: %q is not known", dev))
+		return false
+	}
+	return true
 }
 
 func (h *Handler) latest(w http.ResponseWriter, r *http.Request) {
 	var q latestRequest
-	if !decode(w, r, &q) {
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
 	rs, err := h.local.Latest(r.Context(), q.Device, q.N)
@@ -74,7 +144,7 @@ func (h *Handler) latest(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) rangeQ(w http.ResponseWriter, r *http.Request) {
 	var q buckets.RangeQuery
-	if !decode(w, r, &q) {
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
 	p, err := h.local.Range(r.Context(), q)
@@ -83,7 +153,7 @@ func (h *Handler) rangeQ(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	var q getRequest
-	if !decode(w, r, &q) {
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
 	rd, err := h.local.Get(r.Context(), q.Device, q.Ticks)
@@ -92,7 +162,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) {
 	var q buckets.AggregateQuery
-	if !decode(w, r, &q) {
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
 	p, err := h.local.Aggregate(r.Context(), q)
@@ -101,13 +171,17 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) devices(w http.ResponseWriter, r *http.Request) {
 	var q devicesRequest
-	if !decode(w, r, &q) {
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, "") {
 		return
 	}
 	devs, more, err := localDevices(r.Context(), h.local, h.part, q)
 	h.reply(w, r, err, func() any {
 		out := devicesResponse{Devices: make([]wireDevice, len(devs)), More: more}
 		for i, d := range devs {
+			if !auth.Visible(r.Context(), string(d.Device)) {
+				out.Devices[i] = wireDevice{Device: d.Device, Hidden: true}
+				continue
+			}
 			out.Devices[i] = wireDevice{Device: d.Device, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen,
 				Latest: buckets.AppendValues(nil, d.Latest)}
 		}
@@ -116,13 +190,16 @@ func (h *Handler) devices(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) tables(w http.ResponseWriter, r *http.Request) {
+	if !allowed(w, r, auth.ScopeRead, "") {
+		return
+	}
 	ts, err := h.local.Tables(r.Context())
 	h.reply(w, r, err, func() any { return tablesResponse{Tables: ts} })
 }
 
 func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
 	var q dropRequest
-	if !decode(w, r, &q) {
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeAdmin, "") {
 		return
 	}
 	d, err := h.local.DropTable(r.Context(), q.Day)

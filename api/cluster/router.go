@@ -22,8 +22,13 @@
 // (the auth file's directory, or -cursor-key-file) a cursor made by one
 // node continues on any other.
 //
-// Handler serves the node-to-node API from the local store; it needs
-// the admin scope when an auth file is used.
+// Handler serves the node-to-node API from the local store. Every call
+// carries the cluster credential, which clients do not have, and the
+// name of the client token it serves; the answering node gives that
+// token the rights the public endpoints give it (scopes and device
+// patterns), so a node-to-node call can do nothing its client could
+// not. The API does not count such calls against any client's rate
+// limit: the client's own request was counted where it arrived.
 package cluster
 
 import (
@@ -75,9 +80,13 @@ type Membership interface {
 type Config struct {
 	Local      Local
 	Membership Membership
-	// Token is the bearer token of node-to-node calls; empty without
-	// an auth file.
-	Token string
+	// Credential is the cluster credential: the secret every node
+	// presents to the others' node-to-node API and requires of calls
+	// to its own. Required.
+	Credential string
+	// Callers looks up the token a node-to-node call serves; nil when
+	// this node has no authentication.
+	Callers Callers
 	// HTTPClient makes node-to-node calls; default one with a 30s
 	// timeout. Give it the cluster's TLS roots when nodes speak HTTPS.
 	HTTPClient *http.Client
@@ -89,6 +98,7 @@ type Router struct {
 	local   Local
 	members Membership
 	c       client
+	callers Callers
 	log     *slog.Logger
 }
 
@@ -96,6 +106,9 @@ type Router struct {
 func New(cfg Config) (*Router, error) {
 	if cfg.Local == nil || cfg.Membership == nil {
 		return nil, errors.New("cluster: Local and Membership are required")
+	}
+	if cfg.Credential == "" {
+		return nil, errors.New("cluster: the cluster credential is required")
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
@@ -105,12 +118,13 @@ func New(cfg Config) (*Router, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Router{local: cfg.Local, members: cfg.Membership, c: client{http: hc, token: cfg.Token}, log: log}, nil
+	return &Router{local: cfg.Local, members: cfg.Membership, c: client{http: hc, credential: cfg.Credential},
+		callers: cfg.Callers, log: log}, nil
 }
 
 // Handler returns the node-to-node API of this node's store.
 func (r *Router) Handler() *Handler {
-	return NewHandler(r.local, r.members.PartitionOf, r.log)
+	return NewHandler(r.local, r.members.PartitionOf, r.c.credential, r.callers, r.log)
 }
 
 // unavailable is the error when no owner of a partition answered.
@@ -271,6 +285,10 @@ func (r *Router) devicesOn(ctx context.Context, base string, q devicesRequest) (
 	}
 	devs := make([]buckets.DeviceInfo, len(out.Devices))
 	for i, d := range out.Devices {
+		if d.Hidden { // a position only: the caller cannot see it, and its callers filter it out
+			devs[i] = buckets.DeviceInfo{Device: d.Device}
+			continue
+		}
 		latest, err := buckets.DecodeValues(d.Latest)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: device %s: %w", errTransport, d.Device, err)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -94,10 +96,13 @@ func reading(dev string, k int64, v float64) buckets.Reading {
 	return buckets.Reading{Device: buckets.DeviceID(dev), Ticks: buckets.Ticks(k), Values: []buckets.Field{{Name: "t", Value: buckets.Float(v)}}}
 }
 
+// testCredential is the cluster credential of the test nodes.
+const testCredential = "cluster-credential-of-the-tests"
+
 // serve runs a node's internal API over local.
 func serve(t *testing.T, local Local, v view) string {
 	t.Helper()
-	srv := httptest.NewServer(NewHandler(local, v.PartitionOf, nil))
+	srv := httptest.NewServer(NewHandler(local, v.PartitionOf, testCredential, nil, nil))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -109,7 +114,7 @@ func TestRouterAsksTheNextOwnerWhenOneFails(t *testing.T) {
 	dead.Close() // connection refused
 	v := view{owners: map[int][]Peer{}}
 	v.owners[1] = []Peer{{Node: "dead", URL: deadURL}, {Node: "b", URL: serve(t, remote, v)}}
-	r, err := New(Config{Local: &memLocal{}, Membership: v})
+	r, err := New(Config{Local: &memLocal{}, Membership: v, Credential: testCredential})
 	require.NoError(t, err)
 
 	rs, err := r.Latest(context.Background(), "d1", 5)
@@ -125,7 +130,7 @@ func TestRouterAsksTheNextOwnerWhenOneFails(t *testing.T) {
 	assert.ErrorContains(t, err, "partition 0 has no caught-up owner")
 
 	v.owners[1] = []Peer{{Node: "dead", URL: deadURL}}
-	r, err = New(Config{Local: &memLocal{}, Membership: v})
+	r, err = New(Config{Local: &memLocal{}, Membership: v, Credential: testCredential})
 	require.NoError(t, err)
 	_, err = r.Latest(context.Background(), "d1", 5)
 	assert.ErrorIs(t, err, buckets.ErrUnavailable)
@@ -143,7 +148,7 @@ func TestRouterDevicesMerge(t *testing.T) {
 	url := serve(t, other, v)
 	v.owners[0] = []Peer{{Node: "a", Self: true}}
 	v.owners[1] = []Peer{{Node: "b", URL: url}, {Node: "a", Self: true}}
-	r, err := New(Config{Local: self, Membership: v})
+	r, err := New(Config{Local: self, Membership: v, Credential: testCredential})
 	require.NoError(t, err)
 
 	devs, more, err := r.Devices(context.Background(), "", "", 10)
@@ -161,4 +166,74 @@ func TestRouterDevicesMerge(t *testing.T) {
 	assert.Equal(t, buckets.DeviceID("c2"), devs[0].Device)
 	assert.Equal(t, buckets.DeviceID("d3"), devs[1].Device)
 	assert.True(t, more)
+}
+
+// TestHandlerAppliesTheCallersRights: the node-to-node API answers only
+// calls with the cluster credential, and gives the client token each
+// call names exactly its public rights: scope read to read, admin to
+// drop, and only the devices of its patterns.
+func TestHandlerAppliesTheCallersRights(t *testing.T) {
+	local := &memLocal{rs: []buckets.Reading{reading("a1", 1, 1), reading("b2", 1, 2), reading("a3", 1, 3)}}
+	tokens := map[string]*auth.Principal{
+		"reader": auth.NewPrincipal("reader", []auth.Scope{auth.ScopeRead}, []string{"a*"}),
+		"admin":  auth.NewPrincipal("admin", []auth.Scope{auth.ScopeAdmin}, nil),
+	}
+	callers := func(name string) (*auth.Principal, bool) { p, ok := tokens[name]; return p, ok }
+	v := view{owners: map[int][]Peer{}}
+	srv := httptest.NewServer(NewHandler(local, v.PartitionOf, testCredential, callers, nil))
+	t.Cleanup(srv.Close)
+	call := func(credential, caller, path, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if credential != "" {
+			req.Header.Set("Authorization", "Bearer "+credential)
+		}
+		if caller != "" {
+			req.Header.Set(HeaderCaller, caller)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	latest := func(dev string) string { return `{"device":"` + dev + `","n":1}` }
+
+	code, _ := call("", "token reader", pathLatest, latest("a1"))
+	assert.Equal(t, http.StatusUnauthorized, code, "no credential")
+	code, _ = call("wrong-credential-of-some-client", "token reader", pathLatest, latest("a1"))
+	assert.Equal(t, http.StatusUnauthorized, code, "a client's token is not the credential")
+	code, body := call(testCredential, "", pathLatest, latest("a1"))
+	assert.Equal(t, http.StatusForbidden, code, "no caller named")
+	assert.Contains(t, body, HeaderCaller)
+	code, body = call(testCredential, "token nobody", pathLatest, latest("a1"))
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.Contains(t, body, `token \"nobody\" is not in this node's auth file`)
+	code, _ = call(testCredential, "open", pathLatest, latest("a1"))
+	assert.Equal(t, http.StatusForbidden, code, "a node without authentication cannot speak for a client here")
+
+	code, _ = call(testCredential, "token reader", pathLatest, latest("a1"))
+	assert.Equal(t, http.StatusOK, code)
+	for path, body := range map[string]string{
+		pathLatest:    latest("b2"),
+		pathRange:     `{"Device":"b2"}`,
+		pathGet:       `{"device":"b2","ticks":1}`,
+		pathAggregate: `{"Device":"b2"}`,
+	} {
+		code, _ = call(testCredential, "token reader", path, body)
+		assert.Equal(t, http.StatusNotFound, code, "%s of a device outside the patterns", path)
+	}
+	code, body = call(testCredential, "token reader", pathDevices, `{"limit":10,"partitions":[0,1]}`)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `{"d":"b2","f":0,"l":0,"v":null,"h":true}`, "a hidden device is a bare position")
+	assert.Contains(t, body, `"d":"a3","f":1,"l":1,"v":"`)
+	code, _ = call(testCredential, "token reader", pathDrop, `{"day":20000}`)
+	assert.Equal(t, http.StatusForbidden, code, "read cannot drop")
+
+	code, _ = call(testCredential, "token admin", pathLatest, latest("a1"))
+	assert.Equal(t, http.StatusForbidden, code, "admin cannot read")
+	code, _ = call(testCredential, "token admin", pathDrop, `{"day":20000}`)
+	assert.Equal(t, http.StatusOK, code)
 }

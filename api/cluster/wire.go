@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -37,12 +39,51 @@ func fromWire(ws []wireReading) ([]buckets.Reading, error) {
 	return out, nil
 }
 
-// wireDevice is a buckets.DeviceInfo on the wire.
+// wireDevice is a buckets.DeviceInfo on the wire. A device the caller
+// may not see comes as a bare position (Hidden, no data): the asking
+// node pages on, and never shows it.
 type wireDevice struct {
 	Device    buckets.DeviceID `json:"d"`
 	FirstSeen buckets.Ticks    `json:"f"`
 	LastSeen  buckets.Ticks    `json:"l"`
 	Latest    []byte           `json:"v"`
+	Hidden    bool             `json:"h,omitempty"`
+}
+
+// HeaderCaller names, on every node-to-node call, the client whose
+// request the call serves: "token <name>" for a request made with that
+// API token, "open" when the calling node has no authentication. The
+// answering node applies that token's scopes and device patterns as its
+// own auth file has them. It is believed only on a call that carries
+// the cluster credential, which no client has, so a client cannot
+// claim another's rights.
+const HeaderCaller = "Telemetry-Caller"
+
+const (
+	callerOpen  = "open"
+	callerToken = "token "
+)
+
+// callerOf is the HeaderCaller value of a request's principal.
+func callerOf(p *auth.Principal) string {
+	if p == nil {
+		return callerOpen
+	}
+	return callerToken + p.Name
+}
+
+// parseCaller returns the token name of a HeaderCaller value ("" and
+// open for "open").
+func parseCaller(v string) (name string, open bool, err error) {
+	switch {
+	case v == callerOpen:
+		return "", true, nil
+	case strings.HasPrefix(v, callerToken) && len(v) > len(callerToken):
+		return v[len(callerToken):], false, nil
+	case v == "":
+		return "", false, fmt.Errorf("header %s is missing: a node-to-node call names the client it serves", HeaderCaller)
+	}
+	return "", false, fmt.Errorf("header %s %q: want %q or %q", HeaderCaller, v, callerOpen, callerToken+"<name>")
 }
 
 type latestRequest struct {

@@ -1,8 +1,10 @@
 package main
 
 import (
-	"cmp"
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/api/cluster"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
@@ -33,7 +36,7 @@ type ClusterConfig struct {
 	NodeName       string
 	AdvertiseURL   string
 	LeaseTTL       time.Duration
-	ClusterToken   string // bearer of node-to-node calls; default -admin-token
+	ClusterToken   string // the cluster credential; default derived from -cursor-key
 	StreamReplicas int
 }
 
@@ -52,7 +55,7 @@ func (c *ClusterConfig) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "cluster: this node's unique name (empty: the host name)")
 	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "cluster: the HTTP base URL other nodes use to reach this one, e.g. http://node-1:8080")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "cluster: a node whose lease is not renewed for this long is gone and its partitions are taken over")
-	fs.StringVar(&c.ClusterToken, "cluster-token", c.ClusterToken, "cluster: bearer token of node-to-node calls: with -auth-file the secret of a token with scopes read,admin and no device patterns; without it, default -admin-token")
+	fs.StringVar(&c.ClusterToken, "cluster-token", c.ClusterToken, "cluster: the secret nodes present to each other's node-to-node API, the same on every node (at least 16 characters; not a token of the auth file); empty: derived from -cursor-key")
 	fs.IntVar(&c.StreamReplicas, "stream-replicas", c.StreamReplicas, "cluster: replicas of the streams and the lease bucket when a node creates them")
 }
 
@@ -94,14 +97,31 @@ func (c *Config) validateCluster() error {
 	if c.Security.CursorKey == "" {
 		errs = append(errs, errors.New("-partitions: a cluster node needs -cursor-key, the same on every node, so a cursor made by one node continues on any other"))
 	}
-	if c.Security.AuthFile != "" && k.ClusterToken == "" {
-		errs = append(errs, errors.New("-partitions with -auth-file: nodes call each other with -cluster-token, the secret of a token with scopes read,admin and no device patterns"))
+	if k.ClusterToken != "" && len(k.ClusterToken) < auth.MinSecretLen {
+		errs = append(errs, fmt.Errorf("-cluster-token has %d characters; use at least %d random ones (or leave it empty to derive one from -cursor-key)", len(k.ClusterToken), auth.MinSecretLen))
 	}
 	return errors.Join(errs...)
 }
 
-// clusterToken is the bearer of node-to-node calls.
-func (c *Config) clusterToken() string { return cmp.Or(c.Cluster.ClusterToken, c.AdminToken) }
+// clusterCredentialInfo separates the cluster credential derived from
+// the cursor key from the cursor key itself.
+const clusterCredentialInfo = "telemetryd cluster credential v1"
+
+// clusterCredential is the secret of node-to-node calls: -cluster-token,
+// else one derived from -cursor-key (which every node of a cluster
+// shares; the derivation does not reveal it). Never -admin-token: a
+// node-to-node call reads any device for its caller, and an admin-only
+// token may not read.
+func (c *Config) clusterCredential() (string, error) {
+	if c.Cluster.ClusterToken != "" {
+		return c.Cluster.ClusterToken, nil
+	}
+	key, err := hkdf.Key(sha256.New, []byte(c.Security.CursorKey), nil, clusterCredentialInfo, 32)
+	if err != nil {
+		return "", fmt.Errorf("cluster credential: %w", err)
+	}
+	return hex.EncodeToString(key), nil
+}
 
 // clusterNode runs this node's share of a cluster: its lease, the
 // consumers of the partitions it owns, and the query router.
@@ -169,10 +189,19 @@ func (m *Main) openCluster(ctx context.Context) error {
 	if err := members.Open(octx); err != nil {
 		return err
 	}
+	credential, err := m.cfg.clusterCredential()
+	if err != nil {
+		return err
+	}
+	var callers cluster.Callers
+	if m.sec.creds != nil {
+		callers = m.sec.creds.TokenNamed
+	}
 	router, err := cluster.New(cluster.Config{
 		Local:      localStore{m.store},
 		Membership: membershipView{members},
-		Token:      m.cfg.clusterToken(),
+		Credential: credential,
+		Callers:    callers,
 		HTTPClient: m.clusterHTTPClient(),
 		Logger:     m.log.With("component", "cluster"),
 	})
@@ -518,8 +547,18 @@ func (pp partitionPositions) SavePosition(ctx context.Context, pos buckets.Strea
 	return pp.st.SavePosition(ctx, pos)
 }
 
+// clusterConnsPerNode bounds the connections one node keeps to another.
+// They are kept alive and reused, so node-to-node calls open few new
+// connections, and several nodes behind one address stay within the
+// per-address connection limit (-http-max-conns-per-client, 64): those
+// limits apply before any credential is seen.
+const clusterConnsPerNode = 16
+
 // clusterHTTPClient makes node-to-node calls. Nodes serving HTTPS need
 // certificates the system roots trust.
 func (m *Main) clusterHTTPClient() *http.Client {
-	return &http.Client{Timeout: 30 * time.Second}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxConnsPerHost = clusterConnsPerNode
+	t.MaxIdleConnsPerHost = clusterConnsPerNode
+	return &http.Client{Timeout: 30 * time.Second, Transport: t}
 }

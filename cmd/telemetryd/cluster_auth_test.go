@@ -17,8 +17,8 @@ import (
 // TestClusterAuth: with an auth file, nodes call each other with the
 // cluster token; a user's token keeps exactly its rights on every node
 // (device patterns included, across routed and fanned-out requests);
-// the node-to-node API refuses anything but an admin token covering
-// every device.
+// the node-to-node API takes only the cluster credential and applies
+// the rights of the client a call names.
 func TestClusterAuth(t *testing.T) {
 	af := newAuthFixture(t, nil, "cluster:read,admin", "reader:read:sim-*", "narrowadmin:read,admin:sim-*", "writer:write")
 	nc := startNATSCluster(t, 1)
@@ -36,7 +36,7 @@ func TestClusterAuth(t *testing.T) {
 		names = append(names, cfg.Cluster.NodeName)
 	}
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 1, names) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 1, names) })
 	}
 	js := jsFor(t, nc.url(0))
 	ctx := context.Background()
@@ -58,18 +58,18 @@ func TestClusterAuth(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		code, body := httpDo(t, nil, "GET", nodes[0].base+"/v1/devices/sim-lp/readings/latest", reader)
 		return code == 200 && strings.Contains(body, `"env.t":21.5`)
-	}, 20*time.Second, 50*time.Millisecond, "the line protocol write is stored and read through the other node")
+	}, "the line protocol write is stored and read through the other node")
 	for _, n := range nodes {
-		require.Eventually(t, func() bool {
+		waitFor(t, 50*time.Millisecond, func() bool {
 			code, body := httpDo(t, nil, "GET", n.base+"/v1/devices?limit=100&prefix=sim-", reader)
 			var l struct {
 				Devices []struct{ Device string } `json:"devices"`
 			}
 			return code == 200 && json.Unmarshal([]byte(body), &l) == nil && len(l.Devices) == 21
-		}, 20*time.Second, 50*time.Millisecond, "a sim-* token lists the 21 sim devices through %s", n.cfg.Cluster.NodeName)
+		}, "a sim-* token lists the 21 sim devices through %s", n.cfg.Cluster.NodeName)
 		for i := range 20 {
 			code, body := httpDo(t, nil, "GET", fmt.Sprintf("%s/v1/devices/sim-%d/readings/latest", n.base, i), reader)
 			assert.Equal(t, http.StatusOK, code, body)
@@ -83,21 +83,27 @@ func TestClusterAuth(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code)
 		assert.Contains(t, body, `"20"`, "PromQL counts only the token's devices, across nodes")
 
-		// The node-to-node API.
-		internal := func(token string) int {
+		// The node-to-node API: the cluster credential only, with the
+		// rights of the client it names.
+		internal := func(token, caller string) int {
 			req, err := http.NewRequest("POST", n.base+"/internal/v1/latest", bytes.NewReader([]byte(`{"device":"dev-1","n":1}`)))
 			require.NoError(t, err)
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			if caller != "" {
+				req.Header.Set("Telemetry-Caller", caller)
 			}
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
 			resp.Body.Close()
 			return resp.StatusCode
 		}
-		assert.Equal(t, http.StatusUnauthorized, internal(""))
-		assert.Equal(t, http.StatusForbidden, internal(reader), "read scope is not enough")
-		assert.Equal(t, http.StatusForbidden, internal(af.tokens["narrowadmin"]), "a token limited to devices cannot read through the node-to-node API")
-		assert.Equal(t, http.StatusOK, internal(af.tokens["cluster"]))
+		assert.Equal(t, http.StatusUnauthorized, internal("", ""))
+		assert.Equal(t, http.StatusForbidden, internal(reader, "token reader"), "a client token is not the cluster credential")
+		assert.Equal(t, http.StatusForbidden, internal(af.tokens["narrowadmin"], "token cluster"), "nor is an admin token")
+		assert.Equal(t, http.StatusForbidden, internal(af.tokens["cluster"], ""), "a call names the client it serves")
+		assert.Equal(t, http.StatusNotFound, internal(af.tokens["cluster"], "token reader"), "dev-1 is outside reader's sim-*")
+		assert.Equal(t, http.StatusOK, internal(af.tokens["cluster"], "token cluster"))
 	}
 }

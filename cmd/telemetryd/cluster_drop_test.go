@@ -43,7 +43,7 @@ func TestClusterDeleteReachesANodeThatWasDown(t *testing.T) {
 		names = append(names, cfg.Cluster.NodeName)
 	}
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, names) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
 	}
 	js := jsFor(t, nc.url(0))
 	old, today := testEpoch.Add(-48*time.Hour), testEpoch.Add(-time.Hour)
@@ -55,15 +55,15 @@ func TestClusterDeleteReachesANodeThatWasDown(t *testing.T) {
 		}
 	}
 	for _, n := range nodes {
-		require.Eventually(t, func() bool {
+		waitFor(t, 50*time.Millisecond, func() bool {
 			return slices.Equal(tableDays(t, n.main()), []string{oldDay, todayDay})
-		}, 30*time.Second, 50*time.Millisecond, "%s stores both days", n.cfg.Cluster.NodeName)
+		}, "%s stores both days", n.cfg.Cluster.NodeName)
 	}
 
 	down := nodes[2]
 	down.close()
 	for _, n := range nodes[:2] {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, names[:2]) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names[:2]) })
 	}
 	req, err := http.NewRequest(http.MethodDelete, nodes[0].base+"/v1/tables/"+oldDay, nil)
 	require.NoError(t, err)
@@ -77,11 +77,11 @@ func TestClusterDeleteReachesANodeThatWasDown(t *testing.T) {
 
 	// Back: it drops the day it missed.
 	down.open(clock)
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		return slices.Equal(tableDays(t, down.main()), []string{todayDay})
-	}, 30*time.Second, 50*time.Millisecond, "the node that was down still holds the dropped day")
+	}, "the node that was down still holds the dropped day")
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, names) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
 	}
 
 	// A new node replays the stream from its start for its partitions:
@@ -92,7 +92,7 @@ func TestClusterDeleteReachesANodeThatWasDown(t *testing.T) {
 	all := append(slices.Clone(names), cfg.Cluster.NodeName)
 	nodes = append(nodes, joiner)
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, all) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, all) })
 	}
 	assert.Equal(t, []string{todayDay}, tableDays(t, joiner.main()), "the joining node wrote the dropped day again")
 	owned := 0

@@ -298,10 +298,10 @@ func (f failover) run(t *testing.T) {
 		names = append(names, cfg.Cluster.NodeName)
 	}
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, names) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
 	}
 	load := startLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, "load", f.devices, testEpoch.Add(-time.Hour))
-	require.Eventually(t, func() bool { return load.rounds.Load() >= f.minRounds }, 60*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return load.rounds.Load() >= f.minRounds })
 
 	// Devices whose partitions the victim owns.
 	victim := nodes[1]
@@ -319,9 +319,9 @@ func (f failover) run(t *testing.T) {
 	survivors := []*testNode{nodes[0], nodes[2]}
 	watch := watchQueries(t, survivors, victimDevs, killed)
 	for _, n := range survivors {
-		require.Eventually(t, func() bool {
+		waitFor(t, 50*time.Millisecond, func() bool {
 			return converged(n.main(), 2, []string{names[0], names[2]})
-		}, 30*time.Second, 50*time.Millisecond, "the victim's partitions get a second owner")
+		}, "the victim's partitions get a second owner")
 	}
 	takeover := time.Since(killed)
 	watch.halt()
@@ -335,7 +335,7 @@ func (f failover) run(t *testing.T) {
 	victim.open(clock)
 	back := time.Now()
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, names) }, 60*time.Second, 50*time.Millisecond,
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) },
 			"the returning node catches up and gets its partitions back")
 	}
 	t.Logf("the returning node caught up and answered for its partitions again %s after it started", time.Since(back).Round(time.Millisecond))
@@ -353,7 +353,7 @@ func (f failover) run(t *testing.T) {
 	nc.stop(2)
 	watch = watchQueries(t, nodes, all, natsKilled)
 	load2 := startLoad(t, []string{nc.url(0), nc.url(1)}, "more", f.devices, testEpoch.Add(-30*time.Minute))
-	require.Eventually(t, func() bool { return load2.rounds.Load() >= f.minRounds }, 60*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return load2.rounds.Load() >= f.minRounds })
 	time.Sleep(f.after)
 	load2.halt()
 	watch.halt()
@@ -376,7 +376,7 @@ func TestClusterCopyCheckPastOneAnswer(t *testing.T) {
 	nc := startNATSCluster(t, 1)
 	cfg := clusterNodeConfig(t, nc, 0, partitions)
 	node := startNode(t, cfg, testClock())
-	require.Eventually(t, func() bool { return converged(node.main(), 2, []string{cfg.Cluster.NodeName}) }, 30*time.Second, 50*time.Millisecond)
+	waitFor(t, 50*time.Millisecond, func() bool { return converged(node.main(), 2, []string{cfg.Cluster.NodeName}) })
 
 	js := jsFor(t, nc.url(0))
 	const total, perMessage = 1234, 100

@@ -124,12 +124,12 @@ func startNATSCluster(t *testing.T, n int, edit ...func(i int, o *server.Options
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	waitFor(t, 100*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := js.AccountInfo(ctx)
 		return err == nil
-	}, 30*time.Second, 100*time.Millisecond, "the JetStream cluster never elected a meta leader")
+	}, "the JetStream cluster never elected a meta leader")
 	return c
 }
 
@@ -161,6 +161,20 @@ func (c *natsCluster) urls() string {
 		out = append(out, c.url(i))
 	}
 	return strings.Join(out, ",")
+}
+
+// waitFor polls cond every tick until it holds, for as long as the test
+// may run (go test -timeout, less a minute for the cleanup): a cluster
+// on a loaded machine converges and stores late, not never, so no fixed
+// wall-clock limit decides the test. Without a deadline it waits up to
+// ten minutes.
+func waitFor(t *testing.T, tick time.Duration, cond func() bool, msgAndArgs ...any) {
+	t.Helper()
+	wait := 10 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		wait = max(time.Until(d)-time.Minute, tick)
+	}
+	require.Eventually(t, cond, wait, tick, msgAndArgs...)
 }
 
 // testCursorKey is the cursor key every node of a test cluster shares.

@@ -34,7 +34,7 @@ func TestClusterMQTT(t *testing.T) {
 		names = append(names, cfg.Cluster.NodeName)
 	}
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, names) }, 30*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
 	}
 
 	var clients []mqtt.Client

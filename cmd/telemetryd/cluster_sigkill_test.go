@@ -101,14 +101,14 @@ func TestClusterSIGKILL(t *testing.T) {
 		require.NoError(t, p.cmd.Start())
 		p.exited = make(chan struct{})
 		go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
-		require.Eventually(t, func() bool {
+		waitFor(t, 50*time.Millisecond, func() bool {
 			resp, err := http.Get(p.base + "/readyz")
 			if err != nil {
 				return false
 			}
 			resp.Body.Close()
 			return resp.StatusCode == 200
-		}, time.Minute, 50*time.Millisecond, "%s never became ready", p.name)
+		}, "%s never became ready", p.name)
 	}
 	var procs []*proc
 	var names []string
@@ -127,10 +127,10 @@ func TestClusterSIGKILL(t *testing.T) {
 	js := jsFor(t, nc.url(0))
 	kv, err := js.KeyValue(context.Background(), ownership.DefaultBucket)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return leasesConverged(kv, names, partitions, copies, ttl) }, time.Minute, 100*time.Millisecond)
+	waitFor(t, 100*time.Millisecond, func() bool { return leasesConverged(kv, names, partitions, copies, ttl) })
 
 	load := startLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, "kill", devices, time.Now().UTC().Add(-time.Hour).Truncate(time.Second))
-	require.Eventually(t, func() bool { return load.rounds.Load() >= 10 }, time.Minute, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return load.rounds.Load() >= 10 })
 
 	victim := procs[1]
 	var victimDevs []string
@@ -168,7 +168,7 @@ func TestClusterSIGKILL(t *testing.T) {
 		}
 	}()
 	survivors := []string{names[0], names[2]}
-	require.Eventually(t, func() bool { return leasesConverged(kv, survivors, partitions, copies, ttl) }, time.Minute, 100*time.Millisecond)
+	waitFor(t, 100*time.Millisecond, func() bool { return leasesConverged(kv, survivors, partitions, copies, ttl) })
 	t.Logf("two caught-up owners per partition again %s after SIGKILL (lease TTL %s)", time.Since(killed).Round(time.Millisecond), ttl)
 	close(stop)
 	<-done
@@ -177,7 +177,7 @@ func TestClusterSIGKILL(t *testing.T) {
 
 	start(victim)
 	back := time.Now()
-	require.Eventually(t, func() bool { return leasesConverged(kv, names, partitions, copies, ttl) }, 2*time.Minute, 100*time.Millisecond)
+	waitFor(t, 100*time.Millisecond, func() bool { return leasesConverged(kv, names, partitions, copies, ttl) })
 	t.Logf("the returned node caught up and owns its partitions again %s after it started", time.Since(back).Round(time.Millisecond))
 	load.halt()
 
@@ -191,7 +191,7 @@ func TestClusterSIGKILL(t *testing.T) {
 	var total exactlyonce.Tally
 	var problem string
 	run := load.run()
-	require.Eventually(t, func() bool {
+	waitFor(t, 500*time.Millisecond, func() bool {
 		total, problem = exactlyonce.Tally{}, ""
 		for i := range devices {
 			dev := load.device(i)
@@ -209,7 +209,7 @@ func TestClusterSIGKILL(t *testing.T) {
 			}
 		}
 		return problem == ""
-	}, time.Minute, 500*time.Millisecond, "both copies hold every acked reading once and nothing never published")
+	}, "both copies hold every acked reading once and nothing never published")
 	require.Empty(t, problem)
 	t.Logf("both copies: %s", total)
 	t.Logf("%d rounds of %d devices: 0 acked readings lost, 0 duplicated, on both copies", load.rounds.Load(), devices)

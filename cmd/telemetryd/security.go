@@ -71,7 +71,7 @@ func (c *SecurityConfig) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.HTTPMaxConnsPerClient, "http-max-conns-per-client", c.HTTPMaxConnsPerClient, "most open HTTP connections from one address (0 = no limit)")
 	fs.Float64Var(&c.HTTPRate, "http-rate", c.HTTPRate, "HTTP requests (and new connections) per second per token, or per address without one; past it 429 with Retry-After (0 = no limit)")
 	fs.IntVar(&c.HTTPBurst, "http-burst", c.HTTPBurst, "burst allowed above -http-rate")
-	fs.StringVar(&c.CursorKey, "cursor-key", c.CursorKey, "secret that signs pagination cursors (at least 32 characters); empty: a random key kept in <data-dir>/"+cursorKeyFile)
+	fs.StringVar(&c.CursorKey, "cursor-key", c.CursorKey, "secret that seals pagination cursors (at least 32 characters); empty: a random key kept in <data-dir>/"+cursorKeyFile)
 	fs.StringVar(&c.NATSCreds, "nats-creds", c.NATSCreds, "credentials file (JWT and NKey) for -nats-url")
 	fs.StringVar(&c.NATSUser, "nats-user", c.NATSUser, "user name for -nats-url")
 	fs.StringVar(&c.NATSPassword, "nats-password", c.NATSPassword, "password for -nats-url (prefer TELEMETRY_NATS_PASSWORD)")
