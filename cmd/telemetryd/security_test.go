@@ -81,7 +81,7 @@ func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
 	} {
 		t.Run(tc.flag+"="+tc.addr, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			args := []string{"-data-dir", t.TempDir(), "-http-addr", "127.0.0.1:0", "-nats-listen", "127.0.0.1:0", tc.flag, tc.addr}
+			args := []string{"-data-dir", t.TempDir(), "-http-addr", "127.0.0.1:0", "-nats-listen", "127.0.0.1:0", "-mqtt-listen", "127.0.0.1:0", tc.flag, tc.addr}
 			code := run(t.Context(), args, func(string) string { return "" }, &out, &errb)
 			assert.Equal(t, 2, code)
 			assert.Contains(t, errb.String(), tc.flag+` "`+tc.addr+`" listens beyond loopback`)
@@ -94,7 +94,8 @@ func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan int, 1)
 		go func() {
-			done <- run(ctx, []string{"-data-dir", t.TempDir(), "-http-addr", "0.0.0.0:0", "-nats-listen", "0.0.0.0:0", "-insecure"},
+			done <- run(ctx, []string{"-data-dir", t.TempDir(), "-http-addr", "0.0.0.0:0", "-nats-listen", "0.0.0.0:0",
+				"-mqtt-listen", "0.0.0.0:0", "-insecure"},
 				func(string) string { return "" }, &out, errb)
 		}()
 		require.Eventually(t, func() bool { return strings.Contains(errb.String(), "telemetryd started") }, 30*time.Second, 20*time.Millisecond,
