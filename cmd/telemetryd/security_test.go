@@ -423,6 +423,14 @@ func TestWriteAndDashboardAuth(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	code, _ = get("/api/v1/labels", "")
 	assert.Equal(t, http.StatusUnauthorized, code)
-	code, _ = get("/ui/", "")
+	// The page and its files load without a token (its sign-in form
+	// asks for one); the data it shows does not.
+	for _, p := range []string{"/", "/ui/", "/ui/app.js", "/ui/style.css", "/ui/uPlot.iife.min.js"} {
+		code, _ = get(p, "")
+		assert.Equal(t, http.StatusOK, code, p)
+	}
+	code, _ = get("/v1/devices", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get("/api/v1/metadata", "")
 	assert.Equal(t, http.StatusUnauthorized, code)
 }
