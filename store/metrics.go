@@ -42,6 +42,9 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 		metric.WithUnit("{compaction}")); err != nil {
 		return nil, fmt.Errorf("compactions counter: %w", err)
 	}
+	// Exported from the start (at 0), so an alert sees the series.
+	m.tableErrors.Add(context.Background(), 0)
+	m.compactions.Add(context.Background(), 0)
 	tables, err := meter.Int64ObservableGauge("telemetry.store.tables",
 		metric.WithDescription("Day tables on disk."), metric.WithUnit("{table}"))
 	if err != nil {
