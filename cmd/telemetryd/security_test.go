@@ -205,7 +205,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 		defer cancelShort()
 		_, err := js1.Publish(short, "telemetry.dev-2", []byte(`{"temp":67}`), jetstream.WithRetryAttempts(0))
 		require.Error(t, err, "no ack for a denied publish")
-		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], deniedPublish) >= before+2 }, 5*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], deniedPublish) >= before+2 }, 30*time.Second, 20*time.Millisecond)
 		assert.Equal(t, 0, latestCount(t, base, "dev-2", f.tokens["all"]), "nothing stored for dev-2")
 		short2, cancelShort2 := context.WithTimeout(ctx, 2*time.Second)
 		defer cancelShort2()
