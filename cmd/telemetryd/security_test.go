@@ -98,8 +98,18 @@ func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
 				"-mqtt-listen", "0.0.0.0:0", "-insecure"},
 				func(string) string { return "" }, &out, errb)
 		}()
-		require.Eventually(t, func() bool { return strings.Contains(errb.String(), "telemetryd started") }, 30*time.Second, 20*time.Millisecond,
-			"log: %s", errb)
+		var code int
+		exited := false
+		require.Eventually(t, func() bool {
+			select {
+			case code = <-done: // a failed start ends the wait at once
+				exited = true
+				return true
+			default:
+				return strings.Contains(errb.String(), "telemetryd started")
+			}
+		}, 30*time.Second, 20*time.Millisecond, "log: %s", errb)
+		require.False(t, exited, "exited with %d: %s", code, errb)
 		cancel()
 		assert.Equal(t, 0, <-done)
 	})

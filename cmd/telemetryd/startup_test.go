@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -161,8 +162,9 @@ func TestManualDropIsCounted(t *testing.T) {
 
 // TestClientMistakesLoggedOnceAsWarnings: a refused NATS login is one
 // WARN line (not the server's ERROR lines as well), an MQTT 5 client
-// is one WARN line that says which version the listener speaks, and
-// neither is an ERROR.
+// is one WARN line that says which version the listener speaks, a
+// refused MQTT login adds no line of the server's, and none is an
+// ERROR.
 func TestClientMistakesLoggedOnceAsWarnings(t *testing.T) {
 	var buf bucketstest.SyncBuffer
 	f := newAuthFixture(t, []string{"dev-1"}, "reader:read")
@@ -175,18 +177,27 @@ func TestClientMistakesLoggedOnceAsWarnings(t *testing.T) {
 
 	_, err := nats.Connect(s.NATSURL(), nats.UserInfo("dev-1", "wrong-secret"), nats.NoReconnect())
 	require.Error(t, err)
-	// An MQTT 5 CONNECT (protocol level 5, clean start, no properties).
-	conn, err := net.Dial("tcp", s.MQTTAddr())
-	require.NoError(t, err)
-	body := append([]byte("\x00\x04MQTT\x05\x02\x00\x3c\x00"), "\x00\x03cid"...)
-	_, err = conn.Write(append([]byte{0x10, byte(len(body))}, body...))
-	require.NoError(t, err)
-	ack := make([]byte, 4)
-	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
-	_, err = conn.Read(ack)
-	require.NoError(t, err)
-	assert.Equal(t, []byte{0x20, 0x02, 0x00, 0x01}, ack, "CONNACK: unacceptable protocol version")
-	conn.Close()
+	// mqttConnect sends one CONNECT and returns the CONNACK.
+	mqttConnect := func(body string) []byte {
+		t.Helper()
+		conn, err := net.Dial("tcp", s.MQTTAddr())
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.Write(append([]byte{0x10, byte(len(body))}, body...))
+		require.NoError(t, err)
+		ack := make([]byte, 4)
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+		_, err = io.ReadFull(conn, ack)
+		require.NoError(t, err)
+		return ack
+	}
+	// MQTT 5 (protocol level 5, clean start, no properties).
+	assert.Equal(t, []byte{0x20, 0x02, 0x00, 0x01}, mqttConnect("\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x03cid"),
+		"CONNACK: unacceptable protocol version")
+	// MQTT 3.1.1 with a wrong password: refused (and, within the
+	// sampling interval of the first refusal, counted, not logged).
+	assert.Equal(t, []byte{0x20, 0x02, 0x00, 0x05}, mqttConnect("\x00\x04MQTT\x04\xc2\x00\x3c\x00\x03cid\x00\x05dev-1\x00\x05wrong"),
+		"CONNACK: not authorized")
 
 	require.Eventually(t, func() bool {
 		return strings.Contains(buf.String(), "login refused") && strings.Contains(buf.String(), "MQTT 3.1.1")
