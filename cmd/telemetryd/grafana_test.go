@@ -158,7 +158,11 @@ type grafanaCall struct {
 //   - packages/grafana-prometheus/src/language_provider.ts: the query
 //     editor and metric browser: label/__name__/values, metadata,
 //     labels with and without match[], label/<name>/values with
-//     match[], series with match[] and limit.
+//     match[], series with match[] and limit;
+//   - packages/grafana-prometheus/src/resource_clients.ts (newer
+//     releases): LabelsApiClient (labels and label values with limit)
+//     and SeriesApiClient (series with match[]={__name__!=""} or
+//     {<label>!=""} and limit, for servers without label matchers).
 func TestGrafanaDataSourceCalls(t *testing.T) {
 	f := newPromFixture(t)
 	now := f.now.Unix()
@@ -247,6 +251,21 @@ func TestGrafanaDataSourceCalls(t *testing.T) {
 				var ss []model.LabelSet
 				require.NoError(t, json.Unmarshal(data, &ss))
 				assert.Len(t, ss, 101)
+			}},
+		{"LabelsApiClient: metric names", "GET", "/api/v1/label/__name__/values", with(rng, "limit", "40000"),
+			strs("temp", "hum", "ok", "cpu.usage_idle")},
+		{"LabelsApiClient: label keys", "POST", "/api/v1/labels", with(rng, "limit", "40000"), strs("__name__", "device")},
+		{"SeriesApiClient: every series", "POST", "/api/v1/series", with(rng, "match[]", `{__name__!=""}`, "limit", "40000"),
+			func(t *testing.T, data json.RawMessage) {
+				var ss []model.LabelSet
+				require.NoError(t, json.Unmarshal(data, &ss))
+				assert.Len(t, ss, 104, "d1's four numeric values and 100 temperatures")
+			}},
+		{"SeriesApiClient: values of a label", "POST", "/api/v1/series", with(rng, "match[]", `{device!=""}`, "limit", "2"),
+			func(t *testing.T, data json.RawMessage) {
+				var ss []model.LabelSet
+				require.NoError(t, json.Unmarshal(data, &ss))
+				assert.Len(t, ss, 2, "limit")
 			}},
 		{"panel: range query", "POST", "/api/v1/query_range", with(rng, "query", `avg_over_time(temp{device="d1"}[5m])`, "step", "15"),
 			func(t *testing.T, data json.RawMessage) {
