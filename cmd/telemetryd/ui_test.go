@@ -398,6 +398,11 @@ func TestUISignInInChromium(t *testing.T) {
 	visible(`#unknown-view`)
 	assert.Contains(t, text(`#unknown-text`), "no-such-device")
 	assert.Equal(t, "true", eval(`String(document.querySelector('#device-view').hidden)`))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/device/a.b")))
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelector('#unknown-text').textContent.includes('a.b')`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err)
+	assert.Contains(t, text(`#unknown-text`), "is not a device ID")
 
 	// Signing out forgets the token.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#signout`))))

@@ -367,11 +367,13 @@
       $("#device-seen").title = info.lastSeen;
       return drawCharts();
     }).catch(function (err) {
-      if (err instanceof NotKnown) {
+      if (err instanceof NotKnown || (err instanceof ApiError && err.status === 400)) {
         stop();
         resetCharts();
-        $("#unknown-text").textContent = "No device \u201c" + err.device + "\u201d has sent readings that this server keeps" +
-          (token() ? ", or this token may not see it." : ".");
+        $("#unknown-text").textContent = err instanceof NotKnown ?
+          "No device \u201c" + err.device + "\u201d has sent readings that this server keeps" +
+          (token() ? ", or this token may not see it." : ".") :
+          "\u201c" + dev + "\u201d is not a device ID: " + err.message;
         setStatus("");
         show("#unknown-view");
         return;
