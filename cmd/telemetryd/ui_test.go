@@ -262,8 +262,12 @@ func TestUISignInInChromium(t *testing.T) {
 		rs = append(rs, newReading("meter-07", at(time.Duration(i)*time.Minute+17*time.Second),
 			buckets.Field{Name: "power", Value: buckets.Float(math.Round((230+20*math.Sin(float64(i)/6))*10) / 10)}))
 	}
-	for i := range 4 { // pump-2: four readings a few minutes ago
-		rs = append(rs, newReading("pump-2", at(time.Duration(i)*time.Minute+3*time.Minute),
+	// pump-2: four readings a few minutes apart, all in the last whole
+	// 15-minute bucket (the 7d view's interval), so whatever the clock
+	// says they are one bucket there.
+	bucket := now.Truncate(15 * time.Minute).Add(-15 * time.Minute)
+	for i := range 4 {
+		rs = append(rs, newReading("pump-2", buckets.MustTicks(bucket.Add(time.Duration(i+1)*time.Minute)),
 			buckets.Field{Name: "flow", Value: buckets.Float(float64(12 + i))}))
 	}
 	rs = append(rs, newReading("old-sensor", at(50*time.Hour), buckets.Field{Name: "temp", Value: buckets.Float(4.5)}))
