@@ -91,7 +91,7 @@ func accessOf(method, route, path string) access {
 		p = path
 	}
 	switch {
-	case p == "/healthz" || p == "/readyz" || p == "/openapi.json":
+	case p == "/healthz" || p == "/readyz" || p == "/openapi.json", method == http.MethodGet && uiPaths[p]:
 		return access{open: true}
 	case p == "/metrics":
 		return access{scope: auth.ScopeMetrics}

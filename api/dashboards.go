@@ -6,12 +6,15 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/api/ui"
 )
 
 // registerDashboards routes the Prometheus query API through the same
 // query middleware as the other queries (without Config.PromQL those
-// paths answer 501), and the built-in page under /ui/.
+// paths answer 501), and the built-in page under /ui/ ("/" redirects
+// there). The page's files hold no data and load without a token (see
+// uiPaths); every call the page makes for data needs one.
 func (s *Server) registerDashboards(query []echo.MiddlewareFunc) {
 	prom := func(c echo.Context) error {
 		if s.promql == nil {
@@ -33,8 +36,13 @@ func (s *Server) registerDashboards(query []echo.MiddlewareFunc) {
 		s.echo.POST(p, prom, query...)
 	}
 	s.echo.GET("/api/v1/label/:name/values", prom, query...)
+	for _, p := range promapi.GrafanaPaths {
+		s.echo.GET(p, prom, query...)
+	}
+	s.echo.POST("/api/v1/query_exemplars", prom, query...)
 
 	files := ui.Files()
+	s.echo.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	s.echo.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/ui/") })
 	s.echo.GET("/ui/", func(c echo.Context) error { return serveUIFile(c, files, "index.html") })
 	s.echo.GET("/ui/:file", func(c echo.Context) error {
@@ -45,6 +53,11 @@ func (s *Server) registerDashboards(query []echo.MiddlewareFunc) {
 		return serveUIFile(c, files, name)
 	})
 }
+
+// uiPaths are the routes of the built-in page: static files that hold
+// no data, so a browser loads them (and its sign-in form) without a
+// token.
+var uiPaths = map[string]bool{"/": true, "/ui": true, "/ui/": true, "/ui/:file": true}
 
 // uiPolicy lets the page load only its own files and call only this
 // server.

@@ -259,11 +259,14 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 		for _, ex := range []exchange{
 			{method: "GET", path: "/ui/", status: 200},
 			{method: "GET", path: "/ui", status: 301},
+			{method: "GET", path: "/", status: 302},
 			{method: "GET", path: "/ui/app.js", status: 200},
 			{method: "GET", path: "/ui/style.css", status: 200},
 			{method: "GET", path: "/ui/nothing.js", status: 404},
 			{method: "GET", path: "/api/v1/labels", status: 501},
 			{method: "GET", path: "/api/v1/query?query=up", status: 501},
+			{method: "GET", path: "/api/v1/status/buildinfo", status: 501},
+			{method: "GET", path: "/api/v1/metadata", status: 501},
 			{method: "POST", path: "/write?db=x", status: 501},
 			{method: "POST", path: "/api/v2/write?bucket=x", status: 501},
 		} {

@@ -300,7 +300,7 @@ func (s *Server) Open() error {
 	}
 	s.done = make(chan struct{})
 	go s.serve(s.httpSrv, ln, s.done)
-	s.log.Info("http api listening", "addr", ln.Addr().String())
+	s.log.Debug("http api listening", "addr", ln.Addr().String()) // the service's start-up line names every listener
 	return nil
 }
 

@@ -63,6 +63,14 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithUnit("{message}")); err != nil {
 		return nil, fmt.Errorf("redeliveries counter: %w", err)
 	}
+	// The counters are exported from the start (at 0), so a rate or an
+	// alert sees their series before the first message.
+	ctx := context.Background()
+	out.readings.Add(ctx, 0, out.accepted)
+	for _, o := range []metric.AddOption{out.acked, out.rejected, out.nak} {
+		out.messages.Add(ctx, 0, o)
+	}
+	out.redeliveries.Add(ctx, 0)
 	return out, nil
 }
 

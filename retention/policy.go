@@ -23,6 +23,9 @@ const (
 	ReasonExpired = "expired"
 	// ReasonSizeLimit: the tables together were larger than MaxBytes.
 	ReasonSizeLimit = "size_limit"
+	// ReasonManual: an operator dropped the table (DELETE
+	// /v1/tables/{day}); counted through Worker.CountDrop.
+	ReasonManual = "manual"
 )
 
 // Policy says what to keep.

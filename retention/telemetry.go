@@ -47,6 +47,13 @@ func newInstruments(m metric.Meter) (instruments, error) {
 		metric.WithDescription("Retention runs, by outcome."), metric.WithUnit("{run}")); err != nil {
 		return in, err
 	}
+	// Every reason is exported from the start (at 0), so a rate or an
+	// alert sees the series before the first drop.
+	for _, r := range []string{ReasonExpired, ReasonSizeLimit, ReasonManual} {
+		attrs := metric.WithAttributes(attribute.String("reason", r))
+		in.tablesDropped.Add(context.Background(), 0, attrs)
+		in.bytesFreed.Add(context.Background(), 0, attrs)
+	}
 	return in, nil
 }
 

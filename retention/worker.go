@@ -117,6 +117,11 @@ func NewWorker(d Dropper, cfg Config) (*Worker, error) {
 	return w, nil
 }
 
+// CountDrop counts a table dropped outside a run (an operator's drop,
+// d.Reason "manual") in telemetry.retention.tables_dropped and
+// bytes_freed, so the counters hold every drop whoever made it.
+func (w *Worker) CountDrop(ctx context.Context, d buckets.TableDrop) { w.m.dropped(ctx, d) }
+
 // Run applies the policy at once, then every Interval with jitter,
 // until ctx is done; it then returns nil. A failed run is logged and
 // the next one happens on schedule.

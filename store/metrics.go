@@ -48,6 +48,9 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 		metric.WithUnit("{block}")); err != nil {
 		return nil, fmt.Errorf("corrupt blocks counter: %w", err)
 	}
+	// Exported from the start (at 0), so an alert sees the series.
+	m.tableErrors.Add(context.Background(), 0)
+	m.compactions.Add(context.Background(), 0)
 	tables, err := meter.Int64ObservableGauge("telemetry.store.tables",
 		metric.WithDescription("Day tables on disk."), metric.WithUnit("{table}"))
 	if err != nil {

@@ -122,6 +122,7 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /api/v1/labels", a.handleLabels)
 	a.mux.HandleFunc("POST /api/v1/labels", a.handleLabels)
 	a.mux.HandleFunc("GET /api/v1/label/{name}/values", a.handleLabelValues)
+	a.registerGrafana()
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{typ: errNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})

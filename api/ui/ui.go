@@ -1,9 +1,16 @@
-// Package ui holds the built-in dashboard page served at /ui/ (DESIGN
-// §10): a device list with last seen and latest values, and a device
-// view with a chart per numeric value over 1h/24h/7d/30d drawn from the
-// aggregates endpoint, refreshing itself. The files are embedded in the
-// binary and served as they are; the chart library is uPlot (MIT,
-// vendored from npm with its licence in uPlot.LICENSE).
+// Package ui holds the built-in dashboard page served at /ui/: a device
+// list with last seen and latest values, and a device view with a
+// chart per numeric value over 1h/24h/7d/30d drawn from the aggregates
+// endpoint, refreshing itself, and its text values listed. A bucket
+// standing alone is drawn as a dot, empty buckets within a device's
+// usual spacing are joined, and a window without data says so. With an
+// auth file the page shows a sign-in form that takes a read token,
+// keeps it in the tab's sessionStorage and sends it as
+// "Authorization: Bearer"; the files themselves hold no data and load
+// without a token. The files are embedded in the binary and served as
+// they are; the chart library is uPlot (MIT, vendored from npm with its
+// licence in uPlot.LICENSE). The screenshots under screenshots/ are
+// written by cmd/telemetryd's Chromium tests.
 package ui
 
 import (

@@ -20,8 +20,20 @@ func (a admin) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDro
 	if err != nil {
 		return d, err
 	}
-	d.Reason = "manual" // the API handler logs the drop, once
+	d.Reason = retention.ReasonManual // the API handler logs the drop, once
+	if a.ret != nil {
+		a.ret.CountDrop(ctx, d)
+	}
 	return d, nil
+}
+
+// countManualDrop counts an operator's drop done on this node (a
+// cluster-wide drop reaches every node's store) in the retention
+// counters.
+func (m *Main) countManualDrop(ctx context.Context, d buckets.TableDrop) {
+	if m.ret != nil {
+		m.ret.CountDrop(ctx, d)
+	}
 }
 
 // RunRetention runs the retention policy once.

@@ -98,26 +98,31 @@ func (b memoryBudget) apply() {
 	debug.SetMemoryLimit(b.GoSoftLimit)
 }
 
-// log writes the division as a table, one record per row.
+// log writes the division in one line at INFO (each part's size under
+// its own key) and how each part was sized at DEBUG, one line per part.
 func (b memoryBudget) log(l *slog.Logger) {
 	ib := func(n int64) string { return humanize.IBytes(uint64(n)) }
 	rows := []struct {
-		part  string
-		total int64
-		how   string
+		key, part string
+		total     int64
+		how       string
 	}{
-		{"go runtime soft limit", b.GoSoftLimit, "debug.SetMemoryLimit; the rest is memory the runtime does not see"},
-		{"hot table memtables", int64(4*b.HotTables) * b.MemTable,
+		{"go_soft_limit", "go runtime soft limit", b.GoSoftLimit, "debug.SetMemoryLimit; the rest is memory the runtime does not see"},
+		{"memtables", "hot table memtables", int64(4*b.HotTables) * b.MemTable,
 			fmt.Sprintf("%d hot tables x 2 memtables x %s, plus their write-ahead log pages", b.HotTables, ib(b.MemTable))},
-		{"block caches", int64(b.HotTables) * b.BlockCache, fmt.Sprintf("%d hot tables x %s", b.HotTables, ib(b.BlockCache))},
-		{"index caches", int64(b.OpenTables) * b.IndexCache, fmt.Sprintf("up to %d open tables x %s", b.OpenTables, ib(b.IndexCache))},
-		{"embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
-		{"consumer buffers", b.Consumer, fmt.Sprintf("pulls of at most %s plus decoded readings", ib(b.PullBytes))},
-		{"query responses", b.Queries, "response bytes in flight; past it 503 with Retry-After"},
+		{"block_caches", "block caches", int64(b.HotTables) * b.BlockCache, fmt.Sprintf("%d hot tables x %s", b.HotTables, ib(b.BlockCache))},
+		{"index_caches", "index caches", int64(b.OpenTables) * b.IndexCache, fmt.Sprintf("up to %d open tables x %s", b.OpenTables, ib(b.IndexCache))},
+		{"jetstream_memory", "embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
+		{"consumer_buffers", "consumer buffers", b.Consumer, fmt.Sprintf("pulls of at most %s plus decoded readings", ib(b.PullBytes))},
+		{"query_responses", "query responses", b.Queries, "response bytes in flight; past it 503 with Retry-After"},
 	}
-	l.Info("memory budget", "memory_limit", ib(b.Limit))
+	args := []any{"memory_limit", ib(b.Limit)}
 	for _, r := range rows {
-		l.Info("memory budget", "part", r.part, "bytes", ib(r.total), "detail", r.how)
+		args = append(args, r.key, ib(r.total))
+	}
+	l.Info("memory budget", args...)
+	for _, r := range rows {
+		l.Debug("memory budget part", "part", r.part, "bytes", ib(r.total), "detail", r.how)
 	}
 }
 

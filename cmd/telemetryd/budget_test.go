@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,24 +55,34 @@ func TestPlanMemory(t *testing.T) {
 	assert.ErrorContains(t, err, "below the minimum")
 }
 
-// The service applies the budget: the runtime's soft limit and a table
-// of what got what in the log.
+// The service applies the budget: the runtime's soft limit, one INFO
+// line with what each part got and, at DEBUG, how each was sized.
 func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	cfg := newTestConfig(t)
 	cfg.MemoryLimit = 512 << 20
 	cfg.LogLevel = "info"
 	var logs bucketstest.SyncBuffer
-	m := NewMain(cfg, slog.New(slog.NewTextHandler(&logs, nil)), func(string) string { return "" })
+	m := NewMain(cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), func(string) string { return "" })
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	require.NoError(t, m.Open(context.Background()))
 	assert.Equal(t, int64(384<<20), debug.SetMemoryLimit(-1))
 	out := logs.String()
+	var info []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "level=INFO") && strings.Contains(l, "memory budget") {
+			info = append(info, l)
+		}
+	}
+	require.Len(t, info, 1, "one INFO line: %s", out)
+	for _, kv := range []string{`memory_limit="512 MiB"`, `go_soft_limit="384 MiB"`, `memtables="128 MiB"`, "block_caches=", "index_caches=",
+		"jetstream_memory=", "consumer_buffers=", "query_responses="} {
+		assert.Contains(t, info[0], kv)
+	}
 	for _, part := range []string{"hot table memtables", "block caches", "index caches", "embedded jetstream memory",
 		"consumer buffers", "query responses", "go runtime soft limit"} {
-		assert.Contains(t, out, `part="`+part+`"`)
+		assert.Contains(t, out, `level=DEBUG msg="memory budget part" part="`+part+`"`)
 	}
-	assert.Contains(t, out, "memory_limit=\"512 MiB\"")
 	assert.Contains(t, out, "2 hot tables x 2 memtables x 16 MiB")
 	assert.Equal(t, int64(m.budget.JetStream), m.ns.JetStreamConfig().MaxMemory)
 }

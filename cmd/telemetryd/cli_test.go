@@ -58,17 +58,15 @@ func TestVersion(t *testing.T) {
 }
 
 // startErr opens a service for cfg and returns its start error.
-func startErr(t *testing.T, cfg Config) (error, time.Duration) {
+func startErr(t *testing.T, cfg Config) error {
 	t.Helper()
 	m := NewMain(cfg, newLogger(cfg, testLogWriter(t)), envMap(nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	start := time.Now()
 	err := m.Open(ctx)
-	took := time.Since(start)
 	require.NoError(t, m.Close(context.Background()))
 	require.Error(t, err)
-	return err, took
+	return err
 }
 
 // busyPort holds a loopback port for the test.
@@ -87,13 +85,13 @@ func TestStartErrorsNameEachPartOnce(t *testing.T) {
 		st, err := store.Open(context.Background(), cfg.DataDir, store.Options{})
 		require.NoError(t, err)
 		defer st.Close()
-		err, _ = startErr(t, cfg)
+		err = startErr(t, cfg)
 		assert.Equal(t, 1, strings.Count(err.Error(), "open store"), err.Error())
 	})
 	t.Run("http port busy", func(t *testing.T) {
 		cfg := newTestConfig(t)
 		cfg.HTTPAddr = busyPort(t)
-		err, _ := startErr(t, cfg)
+		err := startErr(t, cfg)
 		assert.Contains(t, err.Error(), "address already in use")
 		assert.Equal(t, 1, strings.Count(err.Error(), "api:"), err.Error())
 		assert.True(t, strings.HasPrefix(err.Error(), "api: listen "+cfg.HTTPAddr+":"), err.Error())
@@ -102,9 +100,9 @@ func TestStartErrorsNameEachPartOnce(t *testing.T) {
 		cfg := newTestConfig(t)
 		cfg.NATSListen = busyPort(t)
 		cfg.MQTTListen = ""
-		err, took := startErr(t, cfg)
+		err := startErr(t, cfg)
 		assert.Contains(t, err.Error(), "address already in use")
 		assert.Contains(t, err.Error(), cfg.NATSListen)
-		assert.Less(t, took, 3*time.Second, "a busy port fails at once, not after the 10 s ready timeout")
+		assert.NotContains(t, err.Error(), "not ready after", "a busy port fails on the server's bind error, not the ready timeout")
 	})
 }

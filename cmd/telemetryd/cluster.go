@@ -26,6 +26,7 @@ import (
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
 	"github.com/telemetryd/telemetryd/ingest/partition"
+	"github.com/telemetryd/telemetryd/retention"
 )
 
 // ClusterConfig is the scale-out configuration (DESIGN §14). With
@@ -198,7 +199,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 		callers = m.sec.creds.TokenNamed
 	}
 	router, err := cluster.New(cluster.Config{
-		Local:      localStore{m.store},
+		Local:      localStore{st: m.store, count: m.countManualDrop},
 		Membership: membershipView{members},
 		Credential: credential,
 		Callers:    callers,
@@ -214,7 +215,10 @@ func (m *Main) openCluster(ctx context.Context) error {
 
 // localStore is the store as the router's Local (DropTable marks the
 // drop manual, as the admin endpoint does).
-type localStore struct{ st storeReader }
+type localStore struct {
+	st    storeReader
+	count func(context.Context, buckets.TableDrop) // counts the drop in the retention metrics
+}
 
 func (l localStore) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error) {
 	return l.st.Latest(ctx, dev, n)
@@ -235,7 +239,8 @@ func (l localStore) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bu
 func (l localStore) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
 	d, err := l.st.DropTable(ctx, day)
 	if err == nil {
-		d.Reason = "manual"
+		d.Reason = retention.ReasonManual
+		l.count(ctx, d)
 	}
 	return d, err
 }
@@ -411,6 +416,8 @@ func (c *clusterNode) applyDrops(ctx context.Context) {
 		case err != nil:
 			c.m.log.Warn("drop a day dropped cluster-wide while this node was away", "table", day.String(), "error", err)
 		default:
+			d.Reason = retention.ReasonManual
+			c.m.countManualDrop(ctx, d)
 			c.m.log.Info("dropped a day dropped cluster-wide while this node was away", "table", day.String(),
 				"dropped_cluster_wide", at, "size_bytes", d.SizeBytes)
 		}

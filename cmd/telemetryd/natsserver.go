@@ -129,7 +129,9 @@ func (n *natsLogger) Fatalf(format string, v ...any) {
 	n.l.Error(msg)
 }
 func (n *natsLogger) Errorf(format string, v ...any) {
-	n.sampled(slog.LevelError, fmt.Sprintf(format, v...))
+	if level, msg, ok := classifyNATSError(fmt.Sprintf(format, v...)); ok {
+		n.sampled(level, msg)
+	}
 }
 func (n *natsLogger) Debugf(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
 func (n *natsLogger) Tracef(format string, v ...any) {}

@@ -81,7 +81,7 @@ func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
 	} {
 		t.Run(tc.flag+"="+tc.addr, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			args := []string{"-data-dir", t.TempDir(), "-http-addr", "127.0.0.1:0", "-nats-listen", "127.0.0.1:0", tc.flag, tc.addr}
+			args := []string{"-data-dir", t.TempDir(), "-http-addr", "127.0.0.1:0", "-nats-listen", "127.0.0.1:0", "-mqtt-listen", "127.0.0.1:0", tc.flag, tc.addr}
 			code := run(t.Context(), args, func(string) string { return "" }, &out, &errb)
 			assert.Equal(t, 2, code)
 			assert.Contains(t, errb.String(), tc.flag+` "`+tc.addr+`" listens beyond loopback`)
@@ -94,11 +94,22 @@ func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan int, 1)
 		go func() {
-			done <- run(ctx, []string{"-data-dir", t.TempDir(), "-http-addr", "0.0.0.0:0", "-nats-listen", "0.0.0.0:0", "-insecure"},
+			done <- run(ctx, []string{"-data-dir", t.TempDir(), "-http-addr", "0.0.0.0:0", "-nats-listen", "0.0.0.0:0",
+				"-mqtt-listen", "0.0.0.0:0", "-insecure"},
 				func(string) string { return "" }, &out, errb)
 		}()
-		require.Eventually(t, func() bool { return strings.Contains(errb.String(), "telemetryd started") }, 30*time.Second, 20*time.Millisecond,
-			"log: %s", errb)
+		var code int
+		exited := false
+		require.Eventually(t, func() bool {
+			select {
+			case code = <-done: // a failed start ends the wait at once
+				exited = true
+				return true
+			default:
+				return strings.Contains(errb.String(), "telemetryd started")
+			}
+		}, 30*time.Second, 20*time.Millisecond, "log: %s", errb)
+		require.False(t, exited, "exited with %d: %s", code, errb)
 		cancel()
 		assert.Equal(t, 0, <-done)
 	})
@@ -204,7 +215,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 		defer cancelShort()
 		_, err := js1.Publish(short, "telemetry.dev-2", []byte(`{"temp":67}`), jetstream.WithRetryAttempts(0))
 		require.Error(t, err, "no ack for a denied publish")
-		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], deniedPublish) >= before+2 }, 5*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], deniedPublish) >= before+2 }, 30*time.Second, 20*time.Millisecond)
 		assert.Equal(t, 0, latestCount(t, base, "dev-2", f.tokens["all"]), "nothing stored for dev-2")
 		short2, cancelShort2 := context.WithTimeout(ctx, 2*time.Second)
 		defer cancelShort2()
@@ -422,6 +433,14 @@ func TestWriteAndDashboardAuth(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	code, _ = get("/api/v1/labels", "")
 	assert.Equal(t, http.StatusUnauthorized, code)
-	code, _ = get("/ui/", "")
+	// The page and its files load without a token (its sign-in form
+	// asks for one); the data it shows does not.
+	for _, p := range []string{"/", "/ui/", "/ui/app.js", "/ui/style.css", "/ui/uPlot.iife.min.js"} {
+		code, _ = get(p, "")
+		assert.Equal(t, http.StatusOK, code, p)
+	}
+	code, _ = get("/v1/devices", "")
+	assert.Equal(t, http.StatusUnauthorized, code)
+	code, _ = get("/api/v1/metadata", "")
 	assert.Equal(t, http.StatusUnauthorized, code)
 }

@@ -119,9 +119,36 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.cluster != nil {
 		m.runCluster()
 	}
-	m.log.Info("telemetryd started", "http_addr", m.api.Addr(), "nats_url", m.NATSURL(), "mqtt_addr", m.MQTTAddr(),
-		"embedded_nats", m.ns != nil, "data_dir", m.cfg.DataDir, "subject", m.cfg.SubjectPrefix+".*")
+	m.logStarted()
 	return nil
+}
+
+// logStarted writes the start-up lines that are the service's own, one
+// per concern: who may connect (auth), then every listener. The memory
+// budget and the store have theirs.
+func (m *Main) logStarted() {
+	tlsOn := m.cfg.Security.TLSCert != ""
+	if m.cfg.Security.AuthFile != "" {
+		m.log.Info("auth on: devices log in with their secret, HTTP clients need a token", "auth_file", m.cfg.Security.AuthFile, "tls", tlsOn)
+	} else {
+		m.log.Info("auth off: any client that reaches a listener may read, write and publish as any device (add -auth-file FILE)",
+			"insecure", m.cfg.Security.Insecure, "tls", tlsOn)
+	}
+	natsURL := m.NATSURL()
+	if m.nc != nil {
+		natsURL = m.nc.ConnectedUrlRedacted()
+	}
+	args := []any{"http_addr", m.api.Addr(), "nats_url", natsURL, "embedded_nats", m.ns != nil}
+	if mqtt := m.MQTTAddr(); mqtt != "" {
+		args = append(args, "mqtt_addr", mqtt)
+	} else {
+		args = append(args, "mqtt_addr", "off")
+	}
+	if m.cfg.PprofAddr != "" {
+		args = append(args, "pprof_addr", m.cfg.PprofAddr)
+	}
+	args = append(args, "data_dir", m.cfg.DataDir, "subject", m.cfg.SubjectPrefix+".*")
+	m.log.Info("telemetryd started", args...)
 }
 
 // connectNATS starts the embedded server unless -nats-url is set, then
@@ -309,7 +336,7 @@ func (m *Main) startPprof() {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	m.pprof = &http.Server{Addr: m.cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	m.wg.Go(func() {
-		m.log.Info("pprof listening", "addr", m.cfg.PprofAddr)
+		m.log.Debug("pprof listening", "addr", m.cfg.PprofAddr) // the start-up line names it
 		if err := m.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.log.Error("pprof server", "error", err)
 		}

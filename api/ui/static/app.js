@@ -14,6 +14,8 @@
   };
   var LIST_REFRESH = 10e3;
   var PAGE = 100;
+  // The token lives in sessionStorage: this tab only, gone when it
+  // closes, never in a cookie or a URL.
   var TOKEN_KEY = "telemetryd.token";
 
   var $ = function (sel) { return document.querySelector(sel); };
@@ -21,35 +23,109 @@
   var charts = {};     // value name -> uPlot
   var state = { device: null, window: "1h", info: null };
 
+  // Earlier versions kept the token in localStorage; it does not belong
+  // there, so it is removed.
+  try { localStorage.removeItem(TOKEN_KEY); } catch (e) { /* storage off */ }
+
+  function token() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (e) { return ""; }
+  }
+
   function setStatus(text, isError) {
     var s = $("#status");
     s.textContent = text;
     s.className = isError ? "error" : "";
   }
 
-  // api fetches a JSON path, sending the saved bearer token if any; on
-  // 401 it asks for a token once and retries.
-  function api(path, retried) {
+  // AuthError is a 401 or 403: the page shows the sign-in form.
+  function AuthError(status, message) {
+    this.status = status;
+    this.message = message;
+  }
+
+  // ApiError is any other non-2xx answer.
+  function ApiError(status, message) {
+    this.status = status;
+    this.message = status + " " + message;
+  }
+
+  // api fetches a JSON path with the tab's token, if any.
+  function api(path) {
     var headers = { Accept: "application/json" };
-    var token = localStorage.getItem(TOKEN_KEY);
-    if (token) headers.Authorization = "Bearer " + token;
-    return fetch(path, { headers: headers }).then(function (res) {
-      if (res.status === 401 && !retried) {
-        var t = window.prompt("This telemetryd needs an API token (scope read):");
-        if (t) {
-          localStorage.setItem(TOKEN_KEY, t.trim());
-          return api(path, true);
-        }
-      }
-      return res.json().then(function (body) {
-        if (!res.ok) {
-          var msg = body && body.error ? body.error.message : res.statusText;
-          throw new Error(res.status + " " + msg);
-        }
-        return body;
+    var t = token();
+    if (t) headers.Authorization = "Bearer " + t;
+    return fetch(path, { headers: headers, credentials: "omit" }).then(function (res) {
+      return res.text().then(function (text) {
+        var body = null;
+        try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
+        if (res.ok) return body;
+        var msg = body && body.error && body.error.message ? body.error.message : res.statusText;
+        if (res.status === 401 || res.status === 403) throw new AuthError(res.status, msg);
+        throw new ApiError(res.status, msg);
       });
     });
   }
+
+  // fail shows err: the sign-in form for 401 and 403, else the status line.
+  function fail(err) {
+    if (err instanceof AuthError) {
+      showSignIn(err);
+      return;
+    }
+    setStatus(err.message || String(err), true);
+  }
+
+  // ---- sign-in ----
+
+  function show(view) {
+    ["#signin-view", "#devices-view", "#device-view", "#unknown-view"].forEach(function (v) {
+      $(v).hidden = v !== view;
+    });
+    $("#signout").hidden = !token();
+  }
+
+  function showSignIn(err) {
+    stop();
+    var msg = "";
+    if (err && err.status === 401 && token()) {
+      msg = "The token was not accepted (401): it is wrong, or it was revoked. Check it and sign in again.";
+      try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* storage off */ }
+    } else if (err && err.status === 403) {
+      msg = "This token is valid but may not read here (403): " + err.message;
+    }
+    var box = $("#signin-error");
+    box.textContent = msg;
+    box.hidden = !msg;
+    setStatus(msg ? "not signed in" : "sign in to see the devices", !!msg);
+    show("#signin-view");
+    $("#token").focus();
+  }
+
+  $("#signin").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var t = $("#token").value.trim();
+    if (!t) return;
+    try {
+      sessionStorage.setItem(TOKEN_KEY, t);
+    } catch (e) {
+      $("#signin-error").textContent = "This browser does not let the page keep the token (sessionStorage is off).";
+      $("#signin-error").hidden = false;
+      return;
+    }
+    $("#token").value = "";
+    api("/v1/devices?limit=1").then(function () {
+      $("#signin-error").hidden = true;
+      route();
+    }).catch(fail);
+  });
+
+  $("#signout").addEventListener("click", function () {
+    try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* storage off */ }
+    resetCharts();
+    showSignIn(null);
+  });
+
+  // ---- helpers ----
 
   function ago(iso) {
     var s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
@@ -81,6 +157,7 @@
     var q = "?limit=" + PAGE + (prefix ? "&prefix=" + encodeURIComponent(prefix) : "");
     if (append && listNext) q += "&cursor=" + encodeURIComponent(listNext);
     return api("/v1/devices" + q).then(function (body) {
+      show("#devices-view");
       var tbody = $("#devices tbody");
       if (!append) tbody.textContent = "";
       body.devices.forEach(function (d) {
@@ -99,24 +176,34 @@
       });
       listNext = body.next || "";
       $("#more").hidden = !listNext;
-      $("#device-count").textContent = tbody.children.length + (listNext ? "+" : "") + " devices";
+      var n = tbody.children.length;
+      $("#devices").hidden = n === 0;
+      $("#no-devices").textContent = prefix ? "No device ID starts with \u201c" + prefix + "\u201d." : "No devices have sent readings yet.";
+      $("#no-devices").hidden = n > 0;
+      $("#device-count").textContent = n + (listNext ? "+" : "") + (n === 1 ? " device" : " devices");
       setStatus("updated " + new Date().toLocaleTimeString());
-    }).catch(function (err) { setStatus(err.message, true); });
+    }).catch(fail);
   }
 
   // ---- device view ----
 
+  function isNumeric(v) { return typeof v === "number" || typeof v === "boolean"; }
+
   function numericNames(latest) {
-    return Object.keys(latest || {}).filter(function (k) {
-      var v = latest[k];
-      return typeof v === "number" || typeof v === "boolean";
-    }).sort();
+    return Object.keys(latest || {}).filter(function (k) { return isNumeric(latest[k]); }).sort();
   }
+
+  function textNames(latest) {
+    return Object.keys(latest || {}).filter(function (k) { return !isNumeric(latest[k]); }).sort();
+  }
+
+  // NotKnown is a device the list does not have (or the token cannot see).
+  function NotKnown(dev) { this.device = dev; }
 
   function loadInfo(dev) {
     return api("/v1/devices?limit=1&prefix=" + encodeURIComponent(dev)).then(function (body) {
       var d = body.devices[0];
-      if (!d || d.device !== dev) throw new Error("device " + dev + " is not known");
+      if (!d || d.device !== dev) throw new NotKnown(dev);
       return d;
     });
   }
@@ -141,25 +228,59 @@
   }
 
   // columns turns buckets into uPlot data for one name: a full grid of
-  // bucket starts with null where the device sent nothing (a gap).
+  // bucket starts. A bucket without data is null, a gap in the line,
+  // except inside a run of empty buckets no longer than twice the
+  // device's usual spacing: those are undefined, which uPlot joins over,
+  // so a device that sends once a minute charted at 10 s buckets is a
+  // line, and a line breaks only where the device was silent for longer
+  // than usual. isolated counts the buckets with data that still stand
+  // alone; they are drawn as dots (isolatedPoints).
   function columns(res, w, name) {
     var byStart = {};
     res.buckets.forEach(function (b) {
       if (b.values[name]) byStart[Date.parse(b.start)] = b.values[name];
     });
-    var xs = [], avg = [], min = [], max = [], points = 0;
+    var xs = [], avg = [], min = [], max = [], at = [];
     for (var t = res.from; t < res.to; t += w.intervalMs) {
       var v = byStart[t];
       xs.push(t / 1000);
       avg.push(v ? v.avg : null);
       min.push(v ? v.min : null);
       max.push(v ? v.max : null);
-      if (v) points++;
+      if (v) at.push(xs.length - 1);
     }
-    return { data: [xs, avg, min, max], points: points };
+    var steps = [];
+    for (var i = 1; i < at.length; i++) steps.push(at[i] - at[i - 1]);
+    if (steps.length >= 2) {
+      steps.sort(function (a, b) { return a - b; });
+      var span = 2 * steps[Math.floor(steps.length / 2)];
+      for (i = 1; i < at.length; i++) {
+        if (at[i] - at[i - 1] > 1 && at[i] - at[i - 1] <= span) {
+          for (var j = at[i - 1] + 1; j < at[i]; j++) avg[j] = min[j] = max[j] = undefined;
+        }
+      }
+    }
+    var isolated = 0;
+    for (i = 0; i < avg.length; i++) if (isolatedAt(avg, i)) isolated++;
+    return { data: [xs, avg, min, max], points: at.length, isolated: isolated };
   }
 
-  function chartOpts(name, width) {
+  // isolatedAt tells whether ys[i] has a value and a gap (null, not a
+  // joined undefined) or the edge on both sides.
+  function isolatedAt(ys, i) {
+    return ys[i] != null && (i === 0 || ys[i - 1] === null) && (i === ys.length - 1 || ys[i + 1] === null);
+  }
+
+  // isolatedPoints picks, for uPlot's points filter, the buckets that
+  // stand alone: a line cannot draw them, so they are drawn as dots; a
+  // dense series stays a plain line.
+  function isolatedPoints(u, si) {
+    var ys = u.data[si], out = [];
+    for (var i = 0; i < ys.length; i++) if (isolatedAt(ys, i)) out.push(i);
+    return out.length ? out : null;
+  }
+
+  function chartOpts(width) {
     return {
       title: "",
       width: width,
@@ -168,7 +289,7 @@
       scales: { x: { time: true } },
       series: [
         {},
-        { label: "avg", stroke: "#2962ff", width: 1.5, points: { show: false } },
+        { label: "avg", stroke: "#2962ff", width: 1.5, points: { show: false, filter: isolatedPoints, size: 6, stroke: "#2962ff", fill: "#2962ff" } },
         { label: "min", stroke: "#9aa5b1", width: 1, dash: [4, 3], points: { show: false } },
         { label: "max", stroke: "#9aa5b1", width: 1, dash: [4, 3], points: { show: false } }
       ],
@@ -177,29 +298,59 @@
     };
   }
 
+  function windowText(w) {
+    return { "1h": "the last hour", "24h": "the last 24 hours", "7d": "the last 7 days", "30d": "the last 30 days" }[w];
+  }
+
+  function drawTextValues(latest) {
+    var names = textNames(latest);
+    var box = $("#text-values");
+    var tbody = box.querySelector("tbody");
+    tbody.textContent = "";
+    names.forEach(function (k) {
+      var tr = el("tr", { "data-name": k });
+      tr.appendChild(el("td", { "class": "name" }, k));
+      tr.appendChild(el("td", {}, String(latest[k])));
+      tbody.appendChild(tr);
+    });
+    box.hidden = names.length === 0;
+  }
+
   function drawCharts() {
     var dev = state.device, w = WINDOWS[state.window];
     var names = numericNames(state.info.latest);
+    drawTextValues(state.info.latest);
     $("#no-values").hidden = names.length > 0;
-    if (!names.length) return Promise.resolve();
+    $(".windows").hidden = names.length === 0;
+    if (!names.length) {
+      setStatus("updated " + new Date().toLocaleTimeString());
+      return Promise.resolve();
+    }
     return loadAggregates(dev, w, names).then(function (res) {
       if (dev !== state.device) return;
       var box = $("#charts");
       names.forEach(function (name) {
-        var card = box.querySelector('[data-name="' + CSS.escape(name) + '"]');
+        var card = box.querySelector('.chart[data-name="' + CSS.escape(name) + '"]');
         if (!card) {
           card = el("div", { "class": "chart", "data-name": name });
           card.appendChild(el("h2", {}, name));
+          card.appendChild(el("p", { "class": "empty", hidden: "" }));
           box.appendChild(card);
         }
         var cols = columns(res, w, name);
         card.setAttribute("data-points", String(cols.points));
+        card.setAttribute("data-isolated", String(cols.isolated));
         card.setAttribute("data-window", state.window);
         card.setAttribute("data-src", res.url);
+        var empty = card.querySelector(".empty");
+        empty.hidden = cols.points > 0;
+        empty.textContent = "No data in this window: no " + name + " readings in " + windowText(state.window) +
+          " (the device's last reading: " + ago(state.info.lastSeen) + ").";
+        card.classList.toggle("no-data", cols.points === 0);
         if (charts[name]) {
           charts[name].setData(cols.data);
         } else {
-          charts[name] = new uPlot(chartOpts(name, Math.max(card.clientWidth - 16, 300)), cols.data, card);
+          charts[name] = new uPlot(chartOpts(Math.max(card.clientWidth - 16, 300)), cols.data, card);
         }
       });
       setStatus("updated " + new Date().toLocaleTimeString());
@@ -207,12 +358,28 @@
   }
 
   function refreshDevice() {
-    return loadInfo(state.device).then(function (info) {
+    var dev = state.device;
+    return loadInfo(dev).then(function (info) {
+      if (dev !== state.device) return;
+      show("#device-view");
       state.info = info;
       $("#device-seen").textContent = "last seen " + ago(info.lastSeen);
       $("#device-seen").title = info.lastSeen;
       return drawCharts();
-    }).catch(function (err) { setStatus(err.message, true); });
+    }).catch(function (err) {
+      if (err instanceof NotKnown || (err instanceof ApiError && err.status === 400)) {
+        stop();
+        resetCharts();
+        $("#unknown-text").textContent = err instanceof NotKnown ?
+          "No device \u201c" + err.device + "\u201d has sent readings that this server keeps" +
+          (token() ? ", or this token may not see it." : ".") :
+          "\u201c" + dev + "\u201d is not a device ID: " + err.message;
+        setStatus("");
+        show("#unknown-view");
+        return;
+      }
+      fail(err);
+    });
   }
 
   function resetCharts() {
@@ -223,8 +390,13 @@
 
   // ---- routing and refresh ----
 
-  function schedule(fn, every) {
+  function stop() {
     if (timer) clearInterval(timer);
+    timer = null;
+  }
+
+  function schedule(fn, every) {
+    stop();
     timer = setInterval(fn, every);
   }
 
@@ -236,8 +408,6 @@
       if (dev !== state.device) resetCharts();
       state.device = dev;
       state.window = w;
-      $("#devices-view").hidden = true;
-      $("#device-view").hidden = false;
       $("#device-title").textContent = dev;
       document.querySelectorAll(".windows button").forEach(function (b) {
         b.classList.toggle("active", b.getAttribute("data-window") === w);
@@ -248,8 +418,6 @@
     }
     state.device = null;
     resetCharts();
-    $("#device-view").hidden = true;
-    $("#devices-view").hidden = false;
     loadDevices(false);
     schedule(function () { loadDevices(false); }, LIST_REFRESH);
   }
