@@ -11,7 +11,7 @@ import (
 )
 
 // Tokens checks API token secrets (implemented by *auth.Store). With a
-// nil Config.Auth the API is open (loopback-only mode, DESIGN §11).
+// nil Config.Auth the API is open (loopback-only mode, SECURITY.md).
 type Tokens interface {
 	// Token returns the principal of a token secret.
 	Token(secret string) (*auth.Principal, bool)
@@ -79,7 +79,7 @@ type access struct {
 	internal bool
 }
 
-// influxPaths are the line-protocol endpoints (DESIGN §9).
+// influxPaths are the line-protocol endpoints (ingest/README.md).
 var influxPaths = map[string]bool{"/api/v2/write": true, "/write": true, "/query": true}
 
 // accessOf maps a request to what it needs. route is the matched Echo
@@ -106,7 +106,7 @@ func accessOf(method, route, path string) access {
 	}
 }
 
-// authenticate enforces DESIGN §11 when Config.Auth is set: 401 without
+// authenticate enforces the access rules of SECURITY.md when Config.Auth is set: 401 without
 // a valid credential, 403 when the token lacks the route's scope, 404
 // for a device outside the token's patterns (as if it did not exist).
 // The principal is put in the request context, where handlers ask

@@ -18,7 +18,7 @@ import (
 // ones are ignored, fields may be repeated (its lists are joined), and
 // of any other repeated one the first wins.
 
-// Limits of the limit parameters (DESIGN §5).
+// Limits of the limit parameters (api/README.md).
 const (
 	maxLatestLimit      = 1000
 	defaultLatestLimit  = 10

@@ -15,7 +15,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// contractTS is the DESIGN §5 example: epoch ms 1795309323456, ticks
+// contractTS is the api/README.md example: epoch ms 1795309323456, ticks
 // 639309061234560000, row key 2516069914765439999.
 const contractTS = "2026-11-22T01:02:03.456Z"
 

@@ -21,7 +21,7 @@ import (
 // types (tests compare them), 4-9 times faster (BENCHMARKS.md,
 // "Hand-written JSON: kept only where it pays").
 
-// Reading is one reading (DESIGN §5). Values holds float64, int64, bool
+// Reading is one reading (api/README.md). Values holds float64, int64, bool
 // or string values by name.
 type Reading struct {
 	TS           time.Time      `json:"ts"`

@@ -12,7 +12,7 @@ import (
 // readyTimeout bounds one readiness check.
 const readyTimeout = 5 * time.Second
 
-// registerRoutes builds the route table (DESIGN §5). Query routes are
+// registerRoutes builds the route table (api/README.md). Query routes are
 // bounded in concurrency and time; admin routes need authorization.
 // Every route here must be described in openapi.json (a test checks
 // both directions).

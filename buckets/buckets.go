@@ -9,7 +9,7 @@ package buckets
 
 import "errors"
 
-// Limits of the data model (DESIGN §3 and §4).
+// Limits of the data model (store/README.md and ingest/README.md).
 const (
 	// MaxDeviceIDLen is the longest accepted device ID.
 	MaxDeviceIDLen = 64

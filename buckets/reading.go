@@ -219,7 +219,7 @@ func Merge(old, upd []Field) []Field {
 	return append(out, upd[j:]...)
 }
 
-// Defaults of the accepted window (DESIGN §3 and §6). Every package and
+// Defaults of the accepted window (store/README.md and retention/README.md). Every package and
 // the service's flags take these; nothing else spells them out.
 const (
 	// DefaultRetention is how long readings are kept: 30 days.

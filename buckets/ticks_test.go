@@ -10,7 +10,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// The worked example of the contract (DESIGN §5).
+// The worked example of the contract (api/README.md).
 var (
 	exampleTime   = time.Date(2026, 11, 22, 1, 2, 3, 456_000_000, time.UTC)
 	exampleMillis = int64(1795309323456)

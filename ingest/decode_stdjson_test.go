@@ -126,7 +126,7 @@ func stdValue(v any) (buckets.Value, error) {
 	return buckets.Value{}, errors.New("null, object or array")
 }
 
-// benchPayloads are the three payload forms of DESIGN §4.
+// benchPayloads are the three payload forms of ingest/README.md.
 func benchPayloads() []struct{ name, payload string } {
 	var batch strings.Builder
 	batch.WriteByte('[')

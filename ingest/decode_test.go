@@ -14,7 +14,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// 2026-11-22T01:02:03.456Z, as DESIGN §5 spells it out.
+// 2026-11-22T01:02:03.456Z, as api/README.md spells it out.
 const (
 	exampleMillis = 1795309323456
 	exampleTicks  = buckets.Ticks(639309061234560000)

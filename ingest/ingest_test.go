@@ -48,7 +48,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// Run creates both streams and the consumer as DESIGN §4 says.
+// Run creates both streams and the consumer as ingest/README.md says.
 func TestRunCreatesStreamsAndConsumer(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) {
 		c.AckWait = 3 * time.Second

@@ -12,7 +12,7 @@ import (
 
 const instrumentationName = "github.com/telemetryd/telemetryd/ingest"
 
-// metrics holds the instruments of DESIGN §8. Attribute sets of the hot
+// metrics holds the instruments listed in cmd/telemetryd/OPERATIONS.md. Attribute sets of the hot
 // path are built once.
 type metrics struct {
 	readings     metric.Int64Counter     // telemetry.ingest.readings {outcome, code}

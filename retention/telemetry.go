@@ -19,7 +19,7 @@ const (
 	outcomeError = "error"
 )
 
-// instruments are the retention metrics (DESIGN §8).
+// instruments are the retention metrics (cmd/telemetryd/OPERATIONS.md).
 type instruments struct {
 	tablesDropped metric.Int64Counter     // telemetry.retention.tables_dropped{reason}
 	bytesFreed    metric.Int64Counter     // telemetry.retention.bytes_freed{reason}

@@ -12,7 +12,7 @@ import (
 // instrumentationName names the meter and the tracer of this package.
 const instrumentationName = "github.com/telemetryd/telemetryd/store"
 
-// metrics holds the instruments of DESIGN §8 that the store owns.
+// metrics holds the instruments listed in cmd/telemetryd/OPERATIONS.md that the store owns.
 type metrics struct {
 	commitDuration metric.Float64Histogram
 	tableErrors    metric.Int64Counter

@@ -1,5 +1,5 @@
 // Package auth holds the credentials of a telemetryd installation
-// (DESIGN §11): the auth file of device secrets and scoped API tokens,
+// (SECURITY.md): the auth file of device secrets and scoped API tokens,
 // its loader and validation, secret generation and hashing, and the
 // request-scoped principal that HTTP handlers ask whether a device is
 // visible.
@@ -32,7 +32,7 @@ import (
 // Scope is a right a token grants on the HTTP API.
 type Scope string
 
-// The scopes of DESIGN §11.
+// The scopes that SECURITY.md describes.
 const (
 	ScopeRead    Scope = "read"    // query readings, devices, tables, PromQL, the UI
 	ScopeWrite   Scope = "write"   // line-protocol writes

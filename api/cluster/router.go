@@ -1,5 +1,5 @@
 // Package cluster answers the API's queries in a cluster of telemetryd
-// nodes (DESIGN §14), where each node stores the devices of the
+// nodes (deploy/CLUSTER.md), where each node stores the devices of the
 // partitions it owns.
 //
 // Router implements the readers the API is built on (api.Reader,
@@ -19,7 +19,7 @@
 //
 // Cursors hold only query parameters and positions in the data, which
 // are the same on every copy; with the same cursor key on every node
-// (the auth file's directory, or -cursor-key-file) a cursor made by one
+// (-cursor-key, the same on every node) a cursor made by one
 // node continues on any other.
 //
 // Handler serves the node-to-node API from the local store. Every call

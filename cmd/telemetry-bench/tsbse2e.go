@@ -22,7 +22,7 @@ import (
 // The "tsbs" phase (-phases tsbs -tsbs FILE) sends a TSBS IoT file
 // through the whole service: its lines merge into readings as in the
 // -tsbs store measurement (eachTSBSMessage), 100 readings of one device
-// form a JSON message of DESIGN section 4 (an array of flat readings)
+// form a JSON message of ingest/README.md (an array of flat readings)
 // on telemetry.<device>, and each run publishes all of them with
 // JetStream publish acks to a fresh service and measures publish to
 // stored, as the e2e phase does. With -compare B the runs alternate
@@ -146,7 +146,7 @@ func tsbsShift(newest, now time.Time) time.Duration {
 }
 
 // appendTSBSPayload appends readings as a JSON array of flat readings
-// (DESIGN section 4): "ts" in epoch milliseconds when the time is a
+// (ingest/README.md): "ts" in epoch milliseconds when the time is a
 // whole millisecond (RFC 3339 otherwise), every value under its name.
 // Floats always carry a fraction or an exponent, so that the service
 // decodes them as floats, as line protocol has them. The readings must

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// shape is the JSON form of one reading (DESIGN §4).
+// shape is the JSON form of one reading (ingest/README.md).
 type shape uint8
 
 const (

@@ -14,14 +14,14 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// decodedReading is a reading parsed back the way DESIGN §4 reads a
+// decodedReading is a reading parsed back the way ingest/README.md reads a
 // payload: ts plus named values, nested under "values" or flat.
 type decodedReading struct {
 	ticks  buckets.Ticks
 	values map[string]any
 }
 
-// decodePayload parses data as one of the payload shapes DESIGN §4
+// decodePayload parses data as one of the payload shapes ingest/README.md
 // accepts and fails the test on anything else: an object or an array
 // of 1..MaxBatch objects; ts an RFC 3339 string or epoch milliseconds;
 // values finite numbers with valid names, and no other keys.

@@ -32,7 +32,7 @@ import (
 )
 
 // testJetStream is an in-process NATS server with JetStream and the
-// TELEMETRY stream the service creates (DESIGN §4).
+// TELEMETRY stream the service creates (ingest/README.md).
 type testJetStream struct {
 	url    string
 	stream jetstream.Stream

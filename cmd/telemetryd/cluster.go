@@ -29,7 +29,7 @@ import (
 	"github.com/telemetryd/telemetryd/retention"
 )
 
-// ClusterConfig is the scale-out configuration (DESIGN §14). With
+// ClusterConfig is the scale-out configuration (deploy/CLUSTER.md). With
 // Partitions 0 the service is a single node and nothing here applies.
 type ClusterConfig struct {
 	Partitions     int

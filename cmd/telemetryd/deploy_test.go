@@ -39,7 +39,7 @@ import (
 // package directory).
 var deployDir = filepath.Join("..", "..", "deploy")
 
-// serviceFlags are telemetryd's flags (DESIGN §7) with their defaults.
+// serviceFlags are telemetryd's flags (cmd/telemetryd/CONFIGURATION.md) with their defaults.
 var serviceFlags = map[string]string{
 	"data-dir": "./data", "http-addr": "127.0.0.1:8080", "nats-url": "", "nats-listen": "127.0.0.1:4222",
 	"subject-prefix": "telemetry", "retention": "720h", "retention-interval": "1h",
@@ -331,7 +331,7 @@ func TestDeployPrometheus(t *testing.T) {
 	assert.Contains(t, targets, "otel-collector:8889")
 }
 
-// serviceMetrics are the metrics of DESIGN §8 as the packages declare
+// serviceMetrics are the metrics listed in cmd/telemetryd/OPERATIONS.md as the packages declare
 // them (name, unit, instrument) and the Prometheus names they get on
 // /metrics. TestDeployMetricNames proves the Prometheus column with the
 // real exporter; the dashboard may use only these names.

@@ -126,7 +126,7 @@ func (s *testService) get(t *testing.T, path string, out any) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// apiReading and apiList mirror the JSON of DESIGN §5.
+// apiReading and apiList mirror the JSON of api/README.md.
 type apiReading struct {
 	TS           string         `json:"ts"`
 	PartitionKey string         `json:"partitionKey"`

@@ -18,7 +18,7 @@ import (
 	"github.com/telemetryd/telemetryd/api/auth"
 )
 
-// SecurityConfig holds the flags of DESIGN §11.
+// SecurityConfig holds the security flags (SECURITY.md).
 type SecurityConfig struct {
 	AuthFile string // -auth-file: device and token credentials
 	Insecure bool   // -insecure: allow non-loopback listeners without credentials
@@ -78,7 +78,7 @@ func (c *SecurityConfig) bind(fs *flag.FlagSet) {
 }
 
 // validateSecurity checks the security flags and refuses listeners
-// beyond loopback without credentials (DESIGN §11).
+// beyond loopback without credentials (SECURITY.md).
 func (c *Config) validateSecurity() error {
 	s := &c.Security
 	var errs []error

@@ -22,7 +22,7 @@ import (
 	"github.com/telemetryd/telemetryd/ingest"
 )
 
-// security is the running state of DESIGN §11: credentials (reloaded
+// security is the running state of the access rules (SECURITY.md): credentials (reloaded
 // on change and SIGHUP), TLS, the cursor key, the internal NATS
 // credential and the file-descriptor budget.
 type security struct {

@@ -1,6 +1,6 @@
 // Package partition maps devices to the partitions of the telemetry
 // stream when several telemetryd nodes share a NATS JetStream cluster
-// (DESIGN §14).
+// (deploy/CLUSTER.md).
 //
 // A device belongs to partition FNV-1a-32(device ID) mod N. The stream
 // applies the mapping itself, as a subject transform: devices keep

@@ -1,5 +1,5 @@
 // Package wire is the compact binary form of one device's readings in
-// a JetStream message, an alternative to the JSON payload (DESIGN §4)
+// a JetStream message, an alternative to the JSON payload (ingest/README.md)
 // for producers inside the service: the line protocol door publishes
 // it, the ingester decodes it. A message in this form carries the
 // header Telemetry-Format: binary/1; without the header a payload is
