@@ -270,6 +270,7 @@ func New(cfg Config) (*Server, error) {
 	if s.respM, err = newResponseMetrics(mp); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	s.writes.refused = s.respM.writesRefused
 	s.echo = echo.New()
 	s.echo.HideBanner = true
 	s.echo.HidePort = true

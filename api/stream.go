@@ -62,8 +62,9 @@ func PromQLMaxSamples(budget int64) int {
 
 // responseMetrics count what the budget and the stall timeout did.
 type responseMetrics struct {
-	refused metric.Int64Counter // telemetry.http.responses.refused
-	cutOff  metric.Int64Counter // telemetry.http.responses.cut_off
+	refused       metric.Int64Counter // telemetry.http.responses.refused
+	cutOff        metric.Int64Counter // telemetry.http.responses.cut_off
+	writesRefused metric.Int64Counter // telemetry.http.writes.refused
 }
 
 func newResponseMetrics(mp metric.MeterProvider) (responseMetrics, error) {
@@ -80,9 +81,15 @@ func newResponseMetrics(mp metric.MeterProvider) (responseMetrics, error) {
 		metric.WithUnit("{response}")); err != nil {
 		return rm, fmt.Errorf("create telemetry.http.responses.cut_off: %w", err)
 	}
-	// Both start at 0 on /metrics, so alerts on them see a series.
+	if rm.writesRefused, err = m.Int64Counter("telemetry.http.writes.refused",
+		metric.WithDescription("Write requests answered 503 because the budget of write bodies in flight was spent."),
+		metric.WithUnit("{request}")); err != nil {
+		return rm, fmt.Errorf("create telemetry.http.writes.refused: %w", err)
+	}
+	// They start at 0 on /metrics, so alerts on them see a series.
 	rm.refused.Add(context.Background(), 0)
 	rm.cutOff.Add(context.Background(), 0)
+	rm.writesRefused.Add(context.Background(), 0)
 	return rm, nil
 }
 

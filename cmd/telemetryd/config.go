@@ -151,7 +151,7 @@ func (c *Config) Validate() error {
 	if c.MaxWriteBytes < 1 {
 		errs = append(errs, fmt.Errorf("-max-write-bytes %d must be positive", c.MaxWriteBytes))
 	}
-	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1)); err != nil {
+	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1), max(c.MaxWriteBytes, 1)); err != nil {
 		errs = append(errs, err)
 	}
 	if c.DiskReserve < 0 {

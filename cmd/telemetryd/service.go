@@ -77,7 +77,7 @@ func (m *Main) Open(ctx context.Context) error {
 	m.tel = tel
 	tel.install()
 
-	if m.budget, err = planMemory(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables); err != nil {
+	if m.budget, err = planMemory(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
 		return err
 	}
 	m.budget.apply()
