@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// deniedBomb is a gzip body of about 1 MB that inflates to size bytes
+// of lines for a device the sim-* tokens may not write.
+func deniedBomb(t *testing.T, size int) []byte {
+	t.Helper()
+	line := []byte("m,device=other v=1\n")
+	return gz(t, bytes.Repeat(line, size/len(line)))
+}
+
+// writeReq sends body to /api/v2/write with token; body may be a
+// reader that never ends (then size is its Content-Length).
+func writeReq(ctx context.Context, base, token string, body io.Reader, size int64, gzipped bool) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/v2/write?bucket=b", body)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.ContentLength = size
+	req.Header.Set("Authorization", "Token "+token)
+	if gzipped {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// Write bodies in flight are paid for from the write share of
+// -memory-limit: while two writes whose bodies are still arriving hold
+// most of it, a gzip body that inflates past what is left is refused
+// with 503 and Retry-After as it inflates, and a write whose
+// Content-Length does not fit is refused before its body is read. Once
+// the holders are gone, the same gzip body is answered (403: the token
+// may not write its lines).
+func TestWriteBodiesWithinTheMemoryBudget(t *testing.T) {
+	f := newAuthFixture(t, nil, "sim:write:sim-*")
+	cfg := newTestConfig(t)
+	cfg.Security.AuthFile = f.path
+	cfg.MemoryLimit = 256 << 20 // the write share is its floor: two 16 MiB bodies and a chunk
+	m := openTestService(t, cfg)
+	base := "http://" + m.HTTPAddr()
+	tok := f.tokens["sim"]
+
+	// Two holders: bodies of 16 MiB whose bytes never come.
+	var holders sync.WaitGroup
+	var pipes []*io.PipeWriter
+	for range 2 {
+		pr, pw := io.Pipe()
+		pipes = append(pipes, pw)
+		holders.Go(func() { _, _, _ = writeReq(context.Background(), base, tok, pr, 16<<20, false) })
+	}
+	defer func() {
+		for _, pw := range pipes {
+			pw.CloseWithError(errors.New("test over"))
+		}
+		holders.Wait()
+	}()
+
+	bomb := deniedBomb(t, 16<<20)
+	require.Less(t, len(bomb), 1<<20)
+	var resp *http.Response
+	var body []byte
+	require.Eventually(t, func() bool {
+		var err error
+		resp, body, err = writeReq(context.Background(), base, tok, bytes.NewReader(bomb), int64(len(bomb)), true)
+		require.NoError(t, err)
+		return resp.StatusCode == http.StatusServiceUnavailable
+	}, 20*time.Second, 50*time.Millisecond, "the gzip body was never refused: last %d %s", statusOf(resp), body)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	code, msg := influxBody(t, string(body))
+	assert.Equal(t, "unavailable", code)
+	assert.Contains(t, msg, "memory budget for write bodies in flight is spent")
+
+	// Refused before its body is read: the body never comes, yet the
+	// answer does.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	resp, body, err := writeReq(ctx, base, tok, pr, 16<<20, false)
+	require.NoError(t, err, "a write that cannot fit must be answered without its body")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+
+	for _, pw := range pipes {
+		pw.CloseWithError(errors.New("holder gone"))
+	}
+	holders.Wait()
+	require.Eventually(t, func() bool {
+		resp, body, err = writeReq(context.Background(), base, tok, bytes.NewReader(bomb), int64(len(bomb)), true)
+		require.NoError(t, err)
+		return resp.StatusCode == http.StatusForbidden
+	}, 20*time.Second, 50*time.Millisecond, "the budget was not given back: last %d %s", statusOf(resp), body)
+	assert.Contains(t, string(body), "device_not_allowed")
+}
+
+func statusOf(r *http.Response) int {
+	if r == nil {
+		return 0
+	}
+	return r.StatusCode
+}
+
+// A body larger than one mapping chunk is mapped in chunks: rejected
+// lines past the first chunk are named by their line in the body, in
+// the answer and in their dead letter, and every good line is stored.
+func TestLineProtocolLargeBodyMappedInChunks(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	dl := deadLetters(t, s)
+	at := testEpoch.Add(-time.Hour).Truncate(time.Second)
+	var b bytes.Buffer
+	const good = 20000 // about 600 KiB: three chunks
+	for i := range good {
+		fmt.Fprintf(&b, "env,device=chunky-%d v=%d %d\n", i%7, i, at.Add(time.Duration(i)*time.Millisecond).UnixNano())
+	}
+	b.WriteString("env,device=chunky-0 v=\n")
+	code, resp := s.post(t, "/api/v2/write", b.Bytes(), nil)
+	require.Equal(t, http.StatusBadRequest, code, resp)
+	_, msg := influxBody(t, resp)
+	assert.Contains(t, msg, fmt.Sprintf("partial write: 1 of %d lines rejected; line %d: ", good+1, good+1))
+	letter, err := dl.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(letter.Header.Get("Telemetry-Error"), fmt.Sprintf("line %d: ", good+1)), letter.Header.Get("Telemetry-Error"))
+	require.Eventually(t, func() bool {
+		var n int
+		for d := range 7 {
+			var l apiList
+			code, _ := s.get(t, fmt.Sprintf("/v1/devices/chunky-%d/readings?from=%d&limit=10000", d, at.UnixMilli()), &l)
+			if code != http.StatusOK {
+				return false
+			}
+			n += len(l.Readings)
+		}
+		return n == good
+	}, 20*time.Second, 100*time.Millisecond)
+}
+
+// heavyQuery is a PromQL range query that keeps the engine busy for
+// seconds over no stored data at all.
+func heavyQuery(base string) string {
+	end := time.Now()
+	q := url.Values{"query": {"quantile_over_time(0.5, vector(1)[6h:1s])"},
+		"start": {fmt.Sprint(end.Add(-time.Hour).Unix())}, "end": {fmt.Sprint(end.Unix())}, "step": {"1"}}
+	return base + "/api/v1/query_range?" + q.Encode()
+}
+
+// One token's heavy queries cannot turn other clients away: while
+// eight workers of a token that sees one device send heavy PromQL
+// queries back to back, the token holds at most its share (a quarter
+// of the response budget: two PromQL queries) and its other queries are
+// answered 429 resource_exhausted with Retry-After, while another
+// token's latest-10 reads are never refused.
+func TestOneTokensHeavyQueriesLeaveOthersServed(t *testing.T) {
+	f := newAuthFixture(t, nil, "heavy:read:hv-*", "other:read", "writer:write")
+	cfg := newTestConfig(t)
+	cfg.Security.AuthFile = f.path
+	m := openTestService(t, cfg)
+	base := "http://" + m.HTTPAddr()
+	at := testEpoch.Add(-time.Minute).UnixNano()
+	code, body := httpPost(t, base+"/api/v2/write", f.tokens["writer"],
+		fmt.Sprintf("m,device=hv-1 v=1 %d\nm,device=dev-o v=2 %d\n", at, at))
+	require.Equal(t, http.StatusNoContent, code, body)
+	require.Eventually(t, func() bool { return latestCount(t, base, "dev-o", f.tokens["other"]) == 1 },
+		20*time.Second, 20*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		heavy    = map[int]int{}
+		retry    []string
+		heavyErr []string
+	)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, heavyQuery(base), nil)
+				req.Header.Set("Authorization", "Bearer "+f.tokens["heavy"])
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					continue // the test's end cancels the request
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				heavy[resp.StatusCode]++
+				if resp.StatusCode == http.StatusTooManyRequests {
+					retry = append(retry, resp.Header.Get("Retry-After"))
+					if !strings.Contains(string(b), "share") {
+						heavyErr = append(heavyErr, string(b))
+					}
+				}
+				mu.Unlock()
+				if resp.StatusCode == http.StatusTooManyRequests {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		})
+	}
+	var lat []time.Duration
+	others := map[int]int{}
+	for ctx.Err() == nil {
+		start := time.Now()
+		code, body := httpDo(t, nil, http.MethodGet, base+"/v1/devices/dev-o/readings/latest?limit=10", f.tokens["other"])
+		lat = append(lat, time.Since(start))
+		others[code]++
+		assert.NotEqual(t, http.StatusServiceUnavailable, code, body)
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	within := 0
+	for _, d := range lat {
+		if d <= time.Second {
+			within++
+		}
+	}
+	t.Logf("other client: %d reads %v, %.1f%% within 1 s, p50 %v p95 %v max %v; heavy token: %v",
+		len(lat), others, 100*float64(within)/float64(len(lat)), lat[len(lat)/2], lat[len(lat)*95/100], lat[len(lat)-1], heavy)
+	assert.Equal(t, len(lat), others[http.StatusOK], "every read of the other client answered 200")
+	assert.Positive(t, heavy[http.StatusTooManyRequests], "the heavy token was held to its share")
+	assert.Zero(t, heavy[http.StatusServiceUnavailable], "the heavy token never spent the whole budget")
+	assert.Empty(t, heavyErr, "a 429 of the share names it")
+	for _, r := range retry {
+		assert.Equal(t, "1", r)
+	}
+}
+
+// httpPost posts a body with a bearer token.
+func httpPost(t *testing.T, url, token, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
