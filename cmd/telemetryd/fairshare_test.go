@@ -8,9 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,12 +22,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// deniedBomb is a gzip body of about 1 MB that inflates to size bytes
-// of lines for a device the sim-* tokens may not write.
+// deniedBomb is a gzip body of about 1 MB that inflates to at most
+// size bytes of lines for a device the sim-* tokens may not write.
 func deniedBomb(t *testing.T, size int) []byte {
 	t.Helper()
-	line := []byte("m,device=other v=1\n")
-	return gz(t, bytes.Repeat(line, size/len(line)))
+	var b bytes.Buffer
+	for i := 0; ; i++ {
+		mod := 1000 + 1000*(1-i%2) // values just varied enough for 16:1
+		line := fmt.Appendf(nil, "m,device=other v=%d\n", (i*7919)%mod)
+		if b.Len()+len(line) > size {
+			break
+		}
+		b.Write(line)
+	}
+	return gz(t, b.Bytes())
 }
 
 // writeReq sends body to /api/v2/write with token; body may be a
@@ -260,4 +272,64 @@ func httpPost(t *testing.T, url, token, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestWriteAttackWithinMemoryLimit runs the real binary with
+// -memory-limit 512MiB and sends it 48 writes at once, each a 1 MB gzip
+// body inflating to 16 MiB of lines the token may not write. Every
+// request must be answered (403, or 503 with Retry-After) and the peak
+// RSS (VmHWM) must stay within the limit. It builds the binary, so it
+// only runs with TELEMETRY_MEMTEST=1:
+//
+//	TELEMETRY_MEMTEST=1 go test ./cmd/telemetryd -run TestWriteAttackWithinMemoryLimit -v
+func TestWriteAttackWithinMemoryLimit(t *testing.T) {
+	if os.Getenv("TELEMETRY_MEMTEST") != "1" {
+		t.Skip("set TELEMETRY_MEMTEST=1 to run the memory measurement")
+	}
+	dir := t.TempDir()
+	f := newAuthFixture(t, nil, "sim:write:sim-*")
+	bin := filepath.Join(dir, "telemetryd")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	httpAddr, natsAddr := freeLoopback(t), freeLoopback(t)
+	cmd := exec.Command(bin, "-data-dir", filepath.Join(dir, "data"), "-http-addr", httpAddr, "-nats-listen", natsAddr,
+		"-mqtt-listen", "", "-log-level", "warn", "-memory-limit", "512MiB", "-auth-file", f.path)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	base := "http://" + httpAddr
+	waitReadyz(t, base, time.Minute)
+	t.Logf("after start: RSS %d MiB", procStatus(t, cmd.Process.Pid, "VmRSS")>>10)
+
+	bomb := deniedBomb(t, 16<<20)
+	const n = 48
+	codes := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			resp, _, err := writeReq(context.Background(), base, f.tokens["sim"], bytes.NewReader(bomb), int64(len(bomb)), true)
+			errs[i] = err
+			if err == nil {
+				codes[i] = resp.StatusCode
+				if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+					errs[i] = errors.New("503 without Retry-After")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	byCode := map[int]int{}
+	for i := range n {
+		assert.NoError(t, errs[i], "request %d", i)
+		byCode[codes[i]]++
+	}
+	peak := procStatus(t, cmd.Process.Pid, "VmHWM")
+	t.Logf("%d writes of %d KB gzip (16 MiB inflated) in %v: %v; peak RSS (VmHWM) %d MiB",
+		n, len(bomb)>>10, time.Since(start).Round(time.Millisecond), byCode, peak>>10)
+	assert.Equal(t, n, byCode[http.StatusForbidden]+byCode[http.StatusServiceUnavailable], "every write answered 403 or 503")
+	assert.LessOrEqual(t, peak, int64(512<<10), "peak RSS within -memory-limit (KiB)")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, cmd.Wait())
 }
