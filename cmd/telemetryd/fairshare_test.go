@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -332,4 +333,92 @@ func TestWriteAttackWithinMemoryLimit(t *testing.T) {
 	assert.LessOrEqual(t, peak, int64(512<<10), "peak RSS within -memory-limit (KiB)")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait())
+}
+
+// promGet sends a PromQL request (form values q) and decodes the
+// Prometheus envelope.
+func promGet(t *testing.T, ctx context.Context, base, path string, q url.Values) (int, string, string, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(q.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer resp.Body.Close()
+	var e struct{ ErrorType, Error string }
+	b, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(b, &e)
+	return resp.StatusCode, e.ErrorType, e.Error, nil
+}
+
+// PromQL work that would ignore the timeout is refused before it
+// starts: nesting past 256 levels without calling the parser, and a
+// subquery of more than 11,000 points per step.
+func TestPromQLRefusesUnboundedWork(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	for _, depth := range []int{257, 100_000} {
+		qs := strings.Repeat("(", depth) + "1" + strings.Repeat(")", depth)
+		code, typ, msg, err := promGet(t, context.Background(), s.base, "/api/v1/query", url.Values{"query": {qs}})
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusBadRequest, code, msg)
+		assert.Equal(t, "bad_data", typ)
+		assert.Contains(t, msg, "nested deeper than 256 levels", "depth %d", depth)
+	}
+	qs := strings.Repeat("(", 256) + "1" + strings.Repeat(")", 256)
+	code, _, msg, err := promGet(t, context.Background(), s.base, "/api/v1/query", url.Values{"query": {qs}})
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code, "256 levels are allowed: %s", msg)
+
+	end := time.Now()
+	q := url.Values{"query": {"quantile_over_time(0.5, vector(1)[6h:1s])"},
+		"start": {fmt.Sprint(end.Add(-time.Hour).Unix())}, "end": {fmt.Sprint(end.Unix())}, "step": {"60"}}
+	code, typ, msg, err := promGet(t, context.Background(), s.base, "/api/v1/query_range", q)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusBadRequest, code, msg)
+	assert.Equal(t, "bad_data", typ)
+	assert.Contains(t, msg, "21600 points per step, more than 11000")
+	q.Set("query", "quantile_over_time(0.5, vector(1)[11000s:1s])")
+	code, _, msg, err = promGet(t, context.Background(), s.base, "/api/v1/query_range", q)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, code, "11,000 points per step are allowed: %s", msg)
+}
+
+// A PromQL query is answered at its -query-timeout even while the
+// engine is inside a loop that does not look at the deadline, and the
+// query keeps its client's share until the engine stops, so a client
+// cannot pile up work past its deadline.
+func TestPromQLAnswersAtTheQueryTimeout(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.QueryTimeout = 300 * time.Millisecond
+	s := startService(t, cfg)
+	end := time.Now()
+	heavy := url.Values{"query": {"quantile_over_time(0.5, vector(1)[3h:1s])"},
+		"start": {fmt.Sprint(end.Add(-6 * time.Hour).Unix())}, "end": {fmt.Sprint(end.Unix())}, "step": {"2"}}
+
+	var wg sync.WaitGroup
+	answered := make(chan time.Time, 2)
+	for range 2 { // the client's share: two PromQL queries
+		wg.Go(func() {
+			code, typ, msg, err := promGet(t, context.Background(), s.base, "/api/v1/query_range", heavy)
+			answered <- time.Now()
+			assert.NoError(t, err)
+			assert.Equal(t, http.StatusServiceUnavailable, code, msg)
+			assert.Equal(t, "timeout", typ)
+		})
+	}
+	<-answered
+	<-answered
+	// Both were answered at their deadline while their evaluation goes
+	// on: the client's share is still held.
+	code, typ, msg, err := promGet(t, context.Background(), s.base, "/api/v1/query", url.Values{"query": {"1"}})
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusTooManyRequests, code, "the work of the timed-out queries still holds the share: %s", msg)
+	assert.Contains(t, msg, "this client's share", typ)
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		code, _, _, err := promGet(t, context.Background(), s.base, "/api/v1/query", url.Values{"query": {"1"}})
+		return err == nil && code == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "the share came back once the engine stopped")
 }

@@ -262,6 +262,7 @@ func (m *Main) startHTTP() error {
 		Metrics:           m.tel.metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
+		QueryTimeout:      m.cfg.QueryTimeout,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
 		AdminToken:        m.sec.apiAdminToken(m.cfg.AdminToken),
 		CursorKey:         m.sec.cursorKey,
