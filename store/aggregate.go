@@ -235,6 +235,9 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	var res map[int]*resolver
 	next := 0 // the second pass meets the same blocks in the same order
 	err = it.each(lo, func(bi blockItem) (bool, error) {
+		if err := ctx.Err(); err != nil { // every block: a wide device's block takes long
+			return false, err
+		}
 		if bi.ref.oldest >= hi {
 			return true, nil
 		}
@@ -262,7 +265,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 				res[g] = newResolver()
 			}
 			res[g].add(rs, bi.ref.seq, lo, hi)
-			return ctx.Err()
+			return nil
 		})
 	})
 	for _, r := range res {

@@ -21,6 +21,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
 )
 
 // deniedBomb is a gzip body of about 1 MB that inflates to at most
@@ -421,4 +423,66 @@ func TestPromQLAnswersAtTheQueryTimeout(t *testing.T) {
 		code, _, _, err := promGet(t, context.Background(), s.base, "/api/v1/query", url.Values{"query": {"1"}})
 		return err == nil && code == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, "the share came back once the engine stopped")
+}
+
+// An aggregates query over a device with 250 value names is bounded:
+// its pages hold only as many buckets as the client's share of the
+// response budget holds at 128 bytes a value (the rest follow the
+// cursor), and the store stops summarising blocks once the request's
+// context ends (its client went away or its timeout passed).
+func TestWideAggregatesStayWithinTheirShareAndStop(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.MemoryLimit = 256 << 20 // responses: 25.6 MiB, a client's share 6.4 MiB
+	s := startService(t, cfg)
+	end := testEpoch.Add(-time.Minute).Truncate(time.Hour)
+	const n, names = 1440, 250
+	var b bytes.Buffer
+	for i := range n {
+		b.WriteString("m,device=wide ")
+		for v := range names {
+			if v > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "v%d=%d", v, (i+v)%97)
+		}
+		fmt.Fprintf(&b, " %d\n", end.Add(-time.Duration(n-i)*time.Minute).UnixNano())
+	}
+	code, body := s.post(t, "/api/v2/write", b.Bytes(), nil)
+	require.Equal(t, http.StatusNoContent, code, body)
+	from := end.Add(-time.Duration(n) * time.Minute)
+	require.Eventually(t, func() bool {
+		var l apiList
+		code, _ := s.get(t, fmt.Sprintf("/v1/devices/wide/readings?from=%d&limit=10000", from.UnixMilli()), &l)
+		return code == http.StatusOK && len(l.Readings) == n
+	}, 60*time.Second, 100*time.Millisecond)
+
+	perPage := int(s.budget.Queries / 4 / (names * 128))
+	q := url.Values{"from": {from.Format(time.RFC3339)}, "to": {end.Format(time.RFC3339)}, "interval": {"1m"}}
+	total := 0
+	for page := 0; ; page++ {
+		var a struct {
+			Buckets []struct {
+				Values map[string]any `json:"values"`
+			} `json:"buckets"`
+			Next string `json:"next"`
+		}
+		code, body := s.get(t, "/v1/devices/wide/aggregates?"+q.Encode(), &a)
+		require.Equal(t, http.StatusOK, code, body)
+		require.LessOrEqual(t, len(a.Buckets), perPage, "page %d holds more than the share", page)
+		for _, bk := range a.Buckets {
+			require.Len(t, bk.Values, names)
+		}
+		total += len(a.Buckets)
+		if a.Next == "" {
+			break
+		}
+		q.Set("cursor", a.Next)
+	}
+	assert.Equal(t, n, total, "every bucket, over the pages")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.store.Aggregate(ctx, buckets.AggregateQuery{Device: "wide", From: buckets.MustTicks(from),
+		To: buckets.MustTicks(end), Interval: 60 * buckets.TicksPerSecond, Limit: 10000})
+	assert.ErrorIs(t, err, context.Canceled, "the store stops summarising once the request's context ends")
 }
