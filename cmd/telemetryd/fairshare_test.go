@@ -480,9 +480,26 @@ func TestWideAggregatesStayWithinTheirShareAndStop(t *testing.T) {
 	}
 	assert.Equal(t, n, total, "every bucket, over the pages")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	// A context that ends while the store is summarising blocks.
+	ctx := &endingContext{Context: context.Background(), left: 3}
 	_, err := s.store.Aggregate(ctx, buckets.AggregateQuery{Device: "wide", From: buckets.MustTicks(from),
 		To: buckets.MustTicks(end), Interval: 60 * buckets.TicksPerSecond, Limit: 10000})
 	assert.ErrorIs(t, err, context.Canceled, "the store stops summarising once the request's context ends")
+}
+
+// endingContext reports itself canceled from its left+1-th Err call on:
+// a client that goes away while its query runs.
+type endingContext struct {
+	context.Context
+	mu   sync.Mutex
+	left int
+}
+
+func (c *endingContext) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.left--; c.left < 0 {
+		return context.Canceled
+	}
+	return nil
 }
