@@ -93,13 +93,21 @@ func (s *Server) handleAggregates(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// A page of buckets is held and encoded whole: it takes room in the
-	// response budget as a page of as many readings would.
-	res, err := s.reserve(c, limit)
+	// A page of buckets is held, and encoded in chunks: it takes room in
+	// the response budget by its cells (buckets times value names, the
+	// names of the device's latest reading when fields are not given),
+	// and holds fewer buckets when that room is not there.
+	width := int64(len(ac.Fields))
+	if width == 0 {
+		width = s.deviceWidth(c.Request().Context(), dev)
+	}
+	per := width * aggCellBytes
+	res, err := s.reserveBytes(c, int64(limit)*per)
 	if err != nil {
 		return err
 	}
 	defer res.release()
+	limit = int(min(int64(limit), max(res.n/per, 1)))
 	q := buckets.AggregateQuery{Device: dev, From: ac.From, To: ac.To, Interval: ac.Interval,
 		Fields: ac.Fields, Limit: limit, After: after}
 	page, err := s.aggregator.Aggregate(c.Request().Context(), q)
@@ -109,14 +117,78 @@ func (s *Server) handleAggregates(c echo.Context) error {
 	if err != nil {
 		return readerError(err, "aggregate %s [%s, %s) by %s", dev, ac.From.FormatTime(), ac.To.FormatTime(), ac.Interval)
 	}
+	var cells int64
+	for i := range page.Buckets {
+		cells += int64(max(len(page.Buckets[i].Values), 1))
+	}
+	if need := cells * aggCellBytes; need < res.n {
+		res.shrinkTo(need)
+	} else if !res.growTo(need) {
+		// Wider than its latest reading: the page is refused rather
+		// than encoded past the budget.
+		c.Response().Header().Set("Retry-After", strconv.Itoa(budgetRetryAfter))
+		return &apiError{http.StatusServiceUnavailable, codeUnavailable,
+			"query responses: the memory budget for responses in flight cannot hold this page; retry later or ask for fewer fields or buckets (limit)"}
+	}
 	next := ""
 	if page.More && len(page.Buckets) > 0 {
 		ac.Last = page.Buckets[len(page.Buckets)-1].Start
 		next = s.encodeAggregateCursor(ac)
 	}
-	return sendAppended(c, func(b []byte) []byte {
-		return withWarnings(c.Request().Context(), appendAggregates(b, dev, ac, page.Buckets, next))
-	})
+	return s.sendAggregates(c, dev, ac, page.Buckets, next)
+}
+
+// aggCellBytes is what one value of one bucket is reckoned to take in
+// flight: its summary and its share of the encoding.
+const aggCellBytes = 128
+
+// deviceWidth is the number of value names of dev's latest reading (at
+// least 1), which an aggregates page without fields is sized by.
+func (s *Server) deviceWidth(ctx context.Context, dev buckets.DeviceID) int64 {
+	rs, err := s.reader.Latest(ctx, dev, 1)
+	if err != nil || len(rs) == 0 {
+		return 1
+	}
+	return int64(max(len(rs[0].Values), 1))
+}
+
+// sendAggregates writes an aggregates page as appendAggregates does: at
+// once when it fits one chunk, else streamed in chunks, each of which
+// the client must take within the stall timeout; it stops when the
+// client goes away.
+func (s *Server) sendAggregates(c echo.Context, dev buckets.DeviceID, ac aggregateCursor, bs []buckets.AggregateBucket, next string) error {
+	buf := getBuf()
+	defer putBuf(buf)
+	b := appendAggregatesHead((*buf)[:0], dev, ac)
+	var w *chunkWriter
+	for i := range bs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendAggregateBucket(b, &bs[i], ac.Fns)
+		if len(b) >= streamChunk {
+			if c.Request().Context().Err() != nil {
+				*buf = b[:0]
+				return nil // the client is gone; nothing more to say
+			}
+			if w == nil {
+				w = s.startStream(c)
+			}
+			if err := w.write(b); err != nil {
+				*buf = b[:0]
+				return nil
+			}
+			b = b[:0]
+		}
+	}
+	b = withWarnings(c.Request().Context(), appendAggregatesTail(b, next))
+	*buf = b
+	if w == nil {
+		writeJSON(c, http.StatusOK, b)
+		return nil
+	}
+	_ = w.write(b)
+	return nil
 }
 
 // aggregateQuery resolves from, to, interval, fn and fields. With a
@@ -247,28 +319,43 @@ func fnParam(s string) (aggFn, bool, error) {
 // byte for byte as encoding/json writes it (encode_test.go), about 4
 // times faster (BENCHMARKS.md).
 func appendAggregates(dst []byte, dev buckets.DeviceID, ac aggregateCursor, bs []buckets.AggregateBucket, next string) []byte {
-	dst = append(dst, `{"device":`...)
-	dst = appendString(dst, string(dev))
-	dst = append(dst, `,"interval":`...)
-	dst = appendString(dst, (time.Duration(ac.Interval) * 100).String())
-	dst = append(dst, `,"buckets":[`...)
+	dst = appendAggregatesHead(dst, dev, ac)
 	for i := range bs {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = append(dst, `{"start":`...)
-		dst = appendTicksTime(dst, bs[i].Start)
-		dst = append(dst, `,"values":{`...)
-		for j, v := range bs[i].Values {
-			if j > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendString(dst, v.Name)
-			dst = append(dst, ':')
-			dst = appendSummary(dst, &v.Summary, ac.Fns)
-		}
-		dst = append(dst, "}}"...)
+		dst = appendAggregateBucket(dst, &bs[i], ac.Fns)
 	}
+	return appendAggregatesTail(dst, next)
+}
+
+// appendAggregatesHead appends the response up to its first bucket.
+func appendAggregatesHead(dst []byte, dev buckets.DeviceID, ac aggregateCursor) []byte {
+	dst = append(dst, `{"device":`...)
+	dst = appendString(dst, string(dev))
+	dst = append(dst, `,"interval":`...)
+	dst = appendString(dst, (time.Duration(ac.Interval) * 100).String())
+	return append(dst, `,"buckets":[`...)
+}
+
+// appendAggregateBucket appends one bucket.
+func appendAggregateBucket(dst []byte, b *buckets.AggregateBucket, fns aggFn) []byte {
+	dst = append(dst, `{"start":`...)
+	dst = appendTicksTime(dst, b.Start)
+	dst = append(dst, `,"values":{`...)
+	for j, v := range b.Values {
+		if j > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, v.Name)
+		dst = append(dst, ':')
+		dst = appendSummary(dst, &v.Summary, fns)
+	}
+	return append(dst, "}}"...)
+}
+
+// appendAggregatesTail appends the response after its last bucket.
+func appendAggregatesTail(dst []byte, next string) []byte {
 	dst = append(dst, ']')
 	dst = appendNext(dst, next)
 	return append(dst, "}\n"...)

@@ -130,10 +130,23 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// limitInFlight admits at most MaxInFlight query requests at once and
+// limitInFlight admits at most MaxInFlight query requests at once, and
+// at most a share of them (Config.ClientShares) from one client, and
 // answers the rest with 429 and Retry-After, rather than queueing them.
+// Node-to-node calls of a cluster count only against MaxInFlight: they
+// carry the queries of many clients.
 func (s *Server) limitInFlight(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if s.perClient != nil && !strings.HasPrefix(c.Path(), internalPrefix) {
+			client := clientKey(c)
+			if !s.perClient.take(client, 1) {
+				c.Response().Header().Set("Retry-After", "1")
+				return &apiError{http.StatusTooManyRequests, codeResourceExhausted,
+					"request: this client has " + strconv.FormatInt(s.perClient.share, 10) +
+						" queries in flight, its share of " + strconv.Itoa(s.maxInFlight) + "; retry later"}
+			}
+			defer s.perClient.give(client, 1)
+		}
 		select {
 		case s.inFlight <- struct{}{}:
 			defer func() { <-s.inFlight }()

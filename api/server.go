@@ -66,6 +66,7 @@ const (
 	DefaultAddr         = "127.0.0.1:8080"
 	DefaultMaxInFlight  = 256
 	DefaultQueryTimeout = 10 * time.Second
+	DefaultClientShares = 4
 	// MaxBodyBytes is the largest request body accepted (413 beyond).
 	MaxBodyBytes = 1 << 20
 )
@@ -136,6 +137,12 @@ type Config struct {
 	// (stream.go); past it a query is answered 503 with Retry-After.
 	// Default DefaultResponseBudget.
 	ResponseBudget int64
+	// ClientShares divides ResponseBudget and MaxInFlight among
+	// clients: one client (a token, or a client address without one)
+	// holds at most 1/ClientShares of either at once; past its share it
+	// gets 429 with Retry-After while other clients are still served.
+	// 1 lets one client take all. Default DefaultClientShares.
+	ClientShares int
 	// StallTimeout cuts off a client that does not take a chunk of a
 	// streamed response within it. Default DefaultStallTimeout.
 	StallTimeout time.Duration
@@ -187,7 +194,9 @@ type Server struct {
 	routes       map[string]string // echo path -> route template
 	obs          observer
 	writes       *writer
-	budget       *responseBudget
+	budget       *byteBudget
+	shares       *quota // each client's share of budget; nil: not divided
+	perClient    *quota // each client's share of MaxInFlight; nil: not divided
 	stallTimeout time.Duration
 	respM        responseMetrics
 	mu           sync.Mutex // guards httpSrv, listener, done, closed
@@ -207,8 +216,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.QueryTimeout < 0 ||
 		cfg.RateLimit < 0 || cfg.RateBurst < 0 || cfg.MaxConns < 0 || cfg.MaxConnsPerClient < 0 ||
-		cfg.ResponseBudget < 0 || cfg.StallTimeout < 0 {
-		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, QueryTimeout, RateLimit, RateBurst, MaxConns and MaxConnsPerClient must not be negative")
+		cfg.ResponseBudget < 0 || cfg.StallTimeout < 0 || cfg.ClientShares < 0 {
+		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, QueryTimeout, RateLimit, RateBurst, MaxConns, MaxConnsPerClient, ResponseBudget, StallTimeout and ClientShares must not be negative")
 	}
 	s := &Server{
 		reader:       cfg.Reader,
@@ -232,7 +241,7 @@ func New(cfg Config) (*Server, error) {
 		maxConns:     cfg.MaxConns,
 		maxPerClient: cfg.MaxConnsPerClient,
 		tlsConfig:    cfg.TLSConfig,
-		budget:       newResponseBudget(cmp.Or(cfg.ResponseBudget, DefaultResponseBudget)),
+		budget:       newByteBudget(cmp.Or(cfg.ResponseBudget, DefaultResponseBudget)),
 		stallTimeout: cmp.Or(cfg.StallTimeout, DefaultStallTimeout),
 	}
 	if s.log == nil {
@@ -242,6 +251,10 @@ func New(cfg Config) (*Server, error) {
 		s.now = time.Now
 	}
 	s.inFlight = make(chan struct{}, s.maxInFlight)
+	if div := cmp.Or(cfg.ClientShares, DefaultClientShares); div > 1 {
+		s.perClient = newQuota(int64(s.maxInFlight / div))
+		s.shares = newQuota(s.budget.size / int64(div))
+	}
 	s.writes = newWriter(cfg.Writes, s.now)
 	tp, mp := cfg.TracerProvider, cfg.MeterProvider
 	if tp == nil {
@@ -258,6 +271,7 @@ func New(cfg Config) (*Server, error) {
 	if s.respM, err = newResponseMetrics(mp); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	s.writes.refused = s.respM.writesRefused
 	s.echo = echo.New()
 	s.echo.HideBanner = true
 	s.echo.HidePort = true

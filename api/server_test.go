@@ -167,7 +167,7 @@ func TestBadDeviceIDsOverRawHTTP(t *testing.T) {
 }
 
 func TestTooManyInFlight(t *testing.T) {
-	env := newTestEnv(t, func(c *api.Config) { c.MaxInFlight = 2 })
+	env := newTestEnv(t, func(c *api.Config) { c.MaxInFlight, c.ClientShares = 2, 1 })
 	env.reader.gate, env.reader.entered = make(chan struct{}), make(chan struct{}, 2)
 	var wg sync.WaitGroup
 	results := make(chan int, 2)

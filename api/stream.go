@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -60,8 +62,9 @@ func PromQLMaxSamples(budget int64) int {
 
 // responseMetrics count what the budget and the stall timeout did.
 type responseMetrics struct {
-	refused metric.Int64Counter // telemetry.http.responses.refused
-	cutOff  metric.Int64Counter // telemetry.http.responses.cut_off
+	refused       metric.Int64Counter // telemetry.http.responses.refused
+	cutOff        metric.Int64Counter // telemetry.http.responses.cut_off
+	writesRefused metric.Int64Counter // telemetry.http.writes.refused
 }
 
 func newResponseMetrics(mp metric.MeterProvider) (responseMetrics, error) {
@@ -78,64 +81,165 @@ func newResponseMetrics(mp metric.MeterProvider) (responseMetrics, error) {
 		metric.WithUnit("{response}")); err != nil {
 		return rm, fmt.Errorf("create telemetry.http.responses.cut_off: %w", err)
 	}
-	// Both start at 0 on /metrics, so alerts on them see a series.
+	if rm.writesRefused, err = m.Int64Counter("telemetry.http.writes.refused",
+		metric.WithDescription("Write requests answered 503 because the budget of write bodies in flight was spent."),
+		metric.WithUnit("{request}")); err != nil {
+		return rm, fmt.Errorf("create telemetry.http.writes.refused: %w", err)
+	}
+	// They start at 0 on /metrics, so alerts on them see a series.
 	rm.refused.Add(context.Background(), 0)
 	rm.cutOff.Add(context.Background(), 0)
+	rm.writesRefused.Add(context.Background(), 0)
 	return rm, nil
 }
 
-// responseBudget bounds the response bytes in flight.
-type responseBudget struct {
+// byteBudget bounds bytes in flight: the response bytes of queries, or
+// the write bodies being read and mapped. It is a weighted semaphore
+// that is only ever tried, never waited on: a request that does not fit
+// is refused at once.
+type byteBudget struct {
 	sem  *semaphore.Weighted
 	size int64
 }
 
-func newResponseBudget(size int64) *responseBudget {
-	return &responseBudget{sem: semaphore.NewWeighted(size), size: size}
+func newByteBudget(size int64) *byteBudget {
+	return &byteBudget{sem: semaphore.NewWeighted(size), size: size}
 }
 
-// reservation is a part of the budget one request holds.
+// quota counts what each client holds of a shared limit (bytes of the
+// response budget, or queries in flight) and refuses a client past its
+// share (Config.ClientShares), so the rest stays for every other client
+// however heavy its queries.
+type quota struct {
+	mu    sync.Mutex
+	share int64
+	used  map[string]int64
+}
+
+func newQuota(share int64) *quota {
+	return &quota{share: max(share, 1), used: make(map[string]int64)}
+}
+
+// take adds n to what client holds, unless that would pass its share.
+func (q *quota) take(client string, n int64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.used[client]+n > q.share {
+		return false
+	}
+	q.used[client] += n
+	return true
+}
+
+// give returns n of what client holds.
+func (q *quota) give(client string, n int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.used[client] -= n; q.used[client] <= 0 {
+		delete(q.used, client)
+	}
+}
+
+// clientKey names the client a request is charged to: its token when
+// it carries one, else the TCP peer's address.
+func clientKey(c echo.Context) string {
+	if p := auth.FromContext(c.Request().Context()); p != nil {
+		return "t:" + p.Name
+	}
+	return "a:" + clientAddr(c.Request().RemoteAddr)
+}
+
+// reservation is a part of a budget one request holds, and of its
+// client's share when the budget is divided among clients.
 type reservation struct {
-	b *responseBudget
-	n int64
+	b      *byteBudget
+	q      *quota // nil: not divided
+	client string
+	n      int64
 }
 
-// reserve takes room for up to n readings, or answers 503 with
-// Retry-After when the budget cannot spare it now.
+// reserve takes room for up to n readings, or refuses the request (see
+// reserveBytes).
 func (s *Server) reserve(c echo.Context, n int) (*reservation, error) {
 	return s.reserveBytes(c, max(int64(n), 1)*readingBytes)
 }
 
-// reserveBytes takes want bytes of the budget (at most all of it), or
-// answers 503 with Retry-After when the budget cannot spare them now.
+// reserveBytes takes want bytes of the response budget (at most the
+// client's share of it). A client whose other queries hold its share
+// is answered 429 resource_exhausted, and every request 503 unavailable
+// when the budget is spent; both with Retry-After and at once.
 func (s *Server) reserveBytes(c echo.Context, want int64) (*reservation, error) {
 	want = min(want, s.budget.size)
+	var client string
+	if s.shares != nil {
+		want = min(want, s.shares.share)
+		client = clientKey(c)
+		if !s.shares.take(client, want) {
+			s.respM.refused.Add(c.Request().Context(), 1)
+			c.Response().Header().Set("Retry-After", strconv.Itoa(budgetRetryAfter))
+			return nil, &apiError{http.StatusTooManyRequests, codeResourceExhausted,
+				"query responses: this client's share of the memory budget for responses in flight (" +
+					mib(s.shares.share) + " of " + mib(s.budget.size) + ") is held by its other queries; retry later"}
+		}
+	}
 	if !s.budget.sem.TryAcquire(want) {
+		if s.shares != nil {
+			s.shares.give(client, want)
+		}
 		s.respM.refused.Add(c.Request().Context(), 1)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(budgetRetryAfter))
 		return nil, &apiError{http.StatusServiceUnavailable, codeUnavailable,
-			"query responses: the memory budget for responses in flight is spent (" +
-				strconv.FormatInt(s.budget.size>>20, 10) + " MiB); retry later"}
+			"query responses: the memory budget for responses in flight is spent (" + mib(s.budget.size) + "); retry later"}
 	}
-	return &reservation{b: s.budget, n: want}, nil
+	return &reservation{b: s.budget, q: s.shares, client: client, n: want}, nil
+}
+
+// mib writes n bytes as whole MiB ("64 MiB"), or KiB below one MiB.
+func mib(n int64) string {
+	if n < 1<<20 {
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(n>>20, 10) + " MiB"
+}
+
+// growTo makes the reservation total bytes, taking the difference from
+// the budget; false when the budget cannot spare it now.
+func (r *reservation) growTo(total int64) bool {
+	d := total - r.n
+	if d <= 0 {
+		return true
+	}
+	if r.q != nil && !r.q.take(r.client, d) {
+		return false
+	}
+	if !r.b.sem.TryAcquire(d) {
+		if r.q != nil {
+			r.q.give(r.client, d)
+		}
+		return false
+	}
+	r.n = total
+	return true
+}
+
+// shrinkTo gives back all but total bytes.
+func (r *reservation) shrinkTo(total int64) {
+	if d := r.n - max(total, 0); d > 0 {
+		r.b.sem.Release(d)
+		if r.q != nil {
+			r.q.give(r.client, d)
+		}
+		r.n -= d
+	}
 }
 
 // trim gives back what a page of n readings does not need.
 func (r *reservation) trim(n int) {
-	keep := min(max(int64(n), 1)*readingBytes, r.n)
-	if keep < r.n {
-		r.b.sem.Release(r.n - keep)
-		r.n = keep
-	}
+	r.shrinkTo(min(max(int64(n), 1)*readingBytes, r.n))
 }
 
 // release gives everything back; it may be called more than once.
-func (r *reservation) release() {
-	if r.n > 0 {
-		r.b.sem.Release(r.n)
-		r.n = 0
-	}
-}
+func (r *reservation) release() { r.shrinkTo(0) }
 
 // sendReadingList writes a reading list: at once with its
 // Content-Length when it fits one chunk, else streamed in chunks, each

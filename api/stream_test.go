@@ -82,7 +82,7 @@ func TestLargeReadingListIsStreamed(t *testing.T) {
 // queries are answered again.
 func TestResponseBudgetRefusesPastIt(t *testing.T) {
 	const perPage = 10000 * 256 // what a page of 10,000 readings reserves
-	env := newTestEnv(t, func(c *api.Config) { c.ResponseBudget = 2 * perPage })
+	env := newTestEnv(t, func(c *api.Config) { c.ResponseBudget, c.ClientShares = 2*perPage, 1 })
 	wideReadings(t, env, "dev-b", 100, 10)
 	env.reader.mu.Lock()
 	env.reader.gate = make(chan struct{})
@@ -123,6 +123,7 @@ func TestResponseBudgetRefusesPastIt(t *testing.T) {
 func TestClientThatStopsReadingIsCutOff(t *testing.T) {
 	env := newTestEnv(t, func(c *api.Config) {
 		c.ResponseBudget = 10000 * 256 // one full page
+		c.ClientShares = 1             // one client may take it all
 		c.StallTimeout = 300 * time.Millisecond
 	})
 	wideReadings(t, env, "dev-s", 10000, 4000) // 40 MB of JSON: more than socket buffers hold
@@ -148,6 +149,7 @@ func TestClientThatStopsReadingIsCutOff(t *testing.T) {
 func TestClientThatStopsReadingAnOrdinaryPageIsCutOff(t *testing.T) {
 	env := newTestEnv(t, func(c *api.Config) {
 		c.ResponseBudget = 10000 * 256 // one full page
+		c.ClientShares = 1             // one client may take it all
 		c.StallTimeout = 300 * time.Millisecond
 	})
 	const n = 10000
@@ -200,6 +202,7 @@ func TestBudgetCoversAggregatesAndPromQL(t *testing.T) {
 	var promRuns atomic.Int64
 	env := newTestEnv(t, func(c *api.Config) {
 		c.ResponseBudget = 10000 * 256 // one full page
+		c.ClientShares = 1             // one client may take it all
 		c.StallTimeout = time.Second
 		c.Aggregator = fixedAggregator{}
 		c.PromQL = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

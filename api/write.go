@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
@@ -59,12 +60,48 @@ type WriteConfig struct {
 	// Window is the accepted time window, the ingester's; each zero
 	// half takes its buckets default.
 	Window buckets.Window
+	// Budget bounds the bytes of write bodies in flight: bodies as
+	// received, gunzipped, and the lines being mapped to messages. A
+	// write that does not fit is answered 503 with Retry-After, before
+	// its body is read or as soon as its gunzipped size passes what is
+	// left. Default DefaultWriteBudget, and never below
+	// MinWriteBudget(MaxBytes), so the largest body fits.
+	Budget int64
 }
+
+// Write bodies within a memory budget. Every buffer a write request
+// holds is paid for from WriteConfig.Budget before it is allocated: the
+// body as received (its Content-Length, or 64 KiB steps as it arrives),
+// the gunzipped body as it is inflated (so a small gzip body that
+// inflates to MaxBytes is charged MaxBytes), and room to map one chunk
+// of lines to messages. The lines are mapped and published mapChunk
+// bytes at a time, so a body of lines that are all rejected holds the
+// errors of one chunk, not of the whole body.
+const (
+	// DefaultWriteBudget is the default WriteConfig.Budget.
+	DefaultWriteBudget = 64 << 20
+	// mapChunk is how many bytes of lines are mapped at once (a chunk
+	// ends at the first line end past it).
+	mapChunk = 256 << 10
+	// mapBytes is what mapping one chunk is reckoned to hold: a
+	// rejected line holds about 13 times its text in its error and its
+	// dead letter.
+	mapBytes = 16 * mapChunk
+	// readStep is the first buffer of a body of unknown length and the
+	// least a buffer grows by.
+	readStep = 64 << 10
+)
+
+// MinWriteBudget is the smallest write budget that holds the largest
+// body, maxBytes received and maxBytes gunzipped, while it is mapped.
+func MinWriteBudget(maxBytes int64) int64 { return 2*(maxBytes+1) + mapBytes }
 
 // writer serves the write endpoints.
 type writer struct {
-	cfg WriteConfig
-	now func() time.Time
+	cfg     WriteConfig
+	now     func() time.Time
+	budget  *byteBudget
+	refused metric.Int64Counter // telemetry.http.writes.refused
 }
 
 // writePaths are the routes that enforce their own body limit
@@ -78,6 +115,8 @@ func newWriter(cfg *WriteConfig, now func() time.Time) *writer {
 	}
 	w.cfg.SubjectPrefix = cmp.Or(w.cfg.SubjectPrefix, "telemetry")
 	w.cfg.MaxBytes = cmp.Or(w.cfg.MaxBytes, DefaultMaxWriteBytes)
+	w.cfg.Budget = max(cmp.Or(w.cfg.Budget, DefaultWriteBudget), MinWriteBudget(w.cfg.MaxBytes))
+	w.budget = newByteBudget(w.cfg.Budget)
 	w.cfg.MaxMessageBytes = cmp.Or(w.cfg.MaxMessageBytes, lineproto.DefaultMaxMessageBytes)
 	w.cfg.Window.Retention = cmp.Or(w.cfg.Window.Retention, buckets.DefaultRetention)
 	w.cfg.Window.MaxFutureSkew = cmp.Or(w.cfg.Window.MaxFutureSkew, buckets.DefaultMaxFutureSkew)
@@ -138,14 +177,26 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 	if err != nil {
 		return influxErr(http.StatusBadRequest, "invalid", "%s", err.Error())
 	}
-	body, err := w.readBody(req)
+	res := &reservation{b: w.budget}
+	defer res.release()
+	body, err := w.readBody(req, res)
+	if errors.Is(err, errWriteBudget) {
+		w.refused.Add(req.Context(), 1)
+		return influxErr(http.StatusServiceUnavailable, "unavailable",
+			"write bodies: the memory budget for write bodies in flight is spent (%s); retry later", mib(w.budget.size))
+	}
 	if err != nil {
 		return err
 	}
 	// Nothing Map returns refers to the body: its buffer goes back to
 	// the pool once the lines are mapped.
-	defer putBuffer(body)
-	res := lineproto.Map(body.Bytes(), lineproto.Options{
+	defer putBytes(body)
+	if !res.growTo(int64(cap(body)) + mapBytes) {
+		w.refused.Add(req.Context(), 1)
+		return influxErr(http.StatusServiceUnavailable, "unavailable",
+			"write bodies: the memory budget for write bodies in flight is spent (%s); retry later", mib(w.budget.size))
+	}
+	opts := lineproto.Options{
 		SubjectPrefix:   w.cfg.SubjectPrefix,
 		DeviceTags:      w.cfg.DeviceTags,
 		Precision:       precision,
@@ -153,39 +204,106 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 		Window:          w.cfg.Window,
 		MaxMessageBytes: w.cfg.MaxMessageBytes,
 		Allow:           func(dev string) bool { return auth.Visible(req.Context(), dev) },
-	})
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), publishTimeout)
 	defer cancel()
-	msgs := append(res.Messages, res.DeadLetters...)
-	if err := w.cfg.Publisher.Publish(ctx, msgs); err != nil {
-		return influxErr(http.StatusServiceUnavailable, "unavailable",
-			"not every line was stored (%s); retry the request: lines already stored are not stored twice", err.Error())
-	}
-	if len(res.Rejected) > 0 {
-		if res.Readings == 0 && allDenied(res.Rejected) {
-			return influxErr(http.StatusForbidden, "forbidden", "%s", partialWrite(res))
+	var sum writeSummary
+	for i, chunk := range chunks(body, mapChunk) {
+		if err := ctx.Err(); err != nil {
+			return influxErr(http.StatusServiceUnavailable, "unavailable",
+				"not every line was stored (%s); retry the request: lines already stored are not stored twice", err.Error())
 		}
-		return influxErr(http.StatusBadRequest, "invalid", "%s", partialWrite(res))
+		r := lineproto.Map(chunk.lines, opts)
+		sum.add(&r, chunk.offset, i)
+		msgs := append(r.Messages, r.DeadLetters...)
+		if err := w.cfg.Publisher.Publish(ctx, msgs); err != nil {
+			return influxErr(http.StatusServiceUnavailable, "unavailable",
+				"not every line was stored (%s); retry the request: lines already stored are not stored twice", err.Error())
+		}
+	}
+	if sum.rejected > 0 {
+		if sum.readings == 0 && sum.allDenied {
+			return influxErr(http.StatusForbidden, "forbidden", "%s", sum.partialWrite())
+		}
+		return influxErr(http.StatusBadRequest, "invalid", "%s", sum.partialWrite())
 	}
 	return nil
 }
 
-// allDenied reports whether every rejection is a device the token may
-// not write.
-func allDenied(les []lineproto.LineError) bool {
-	for _, le := range les {
-		if le.Err.Code != lineproto.CodeDeviceNotAllowed {
-			return false
+// bodyChunk is a run of whole lines of a body; offset counts the lines
+// before it.
+type bodyChunk struct {
+	lines  []byte
+	offset int
+}
+
+// chunks cuts body into runs of whole lines of at least size bytes
+// (the last may be shorter), each ending at a line end.
+func chunks(body []byte, size int) func(yield func(int, bodyChunk) bool) {
+	return func(yield func(int, bodyChunk) bool) {
+		offset := 0
+		for i := 0; len(body) > 0; i++ {
+			n := len(body)
+			if n > size {
+				if j := bytes.IndexByte(body[size:], '\n'); j >= 0 {
+					n = size + j + 1
+				}
+			}
+			if !yield(i, bodyChunk{lines: body[:n], offset: offset}) {
+				return
+			}
+			offset += bytes.Count(body[:n], []byte{'\n'})
+			body = body[n:]
 		}
 	}
-	return true
+}
+
+// writeSummary is what the chunks of a body came to: counts, the first
+// maxNamedLines rejected lines, and whether every rejection was a
+// device the token may not write.
+type writeSummary struct {
+	lines, readings, rejected int
+	named                     []lineproto.LineError
+	allDenied                 bool
+}
+
+// add counts the result of the chunk number i whose lines follow
+// offset others, renumbering its rejected lines (and the dead letters
+// of the chunks after the first, whose IDs also get the chunk number:
+// the same bad line at the same place in two chunks is two letters).
+func (s *writeSummary) add(r *lineproto.Result, offset, i int) {
+	if s.rejected == 0 {
+		s.allDenied = true
+	}
+	s.lines += r.Lines
+	s.readings += r.Readings
+	s.rejected += len(r.Rejected)
+	d := 0 // the dead letters of r, one per rejection but the denied ones
+	for _, le := range r.Rejected {
+		local := le.Line
+		le.Line += offset
+		if len(s.named) < maxNamedLines+1 {
+			s.named = append(s.named, le)
+		}
+		if le.Err.Code != lineproto.CodeDeviceNotAllowed {
+			s.allDenied = false
+			if i > 0 && d < len(r.DeadLetters) {
+				dl := &r.DeadLetters[d]
+				dl.MsgID += "." + strconv.Itoa(i)
+				if rest, ok := strings.CutPrefix(dl.Header[lineproto.HeaderError], "line "+strconv.Itoa(local)+": "); ok {
+					dl.Header[lineproto.HeaderError] = "line " + strconv.Itoa(le.Line) + ": " + rest
+				}
+			}
+			d++
+		}
+	}
 }
 
 // partialWrite is "partial write: X of Y lines rejected; line N: ...".
-func partialWrite(res lineproto.Result) string {
+func (s *writeSummary) partialWrite() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "partial write: %d of %d lines rejected", len(res.Rejected), res.Lines)
-	for i, le := range res.Rejected {
+	fmt.Fprintf(&b, "partial write: %d of %d lines rejected", s.rejected, s.lines)
+	for i, le := range s.named {
 		if i == maxNamedLines {
 			b.WriteString("; ...")
 			break
@@ -199,18 +317,28 @@ func partialWrite(res lineproto.Result) string {
 
 // buffers keeps the body buffers of finished requests for the next:
 // a write request of 5,000 lines is about 300 KB.
-var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+var buffers sync.Pool
 
 // maxPooledBuffer bounds the buffers kept in buffers: the rare body
 // near MaxBytes is left to the GC.
 const maxPooledBuffer = 4 << 20
 
-func getBuffer() *bytes.Buffer { return buffers.Get().(*bytes.Buffer) }
+// getBytes returns an empty buffer of capacity n to 4n, from the pool
+// when it has one of that size.
+func getBytes(n int) []byte {
+	if p, _ := buffers.Get().(*[]byte); p != nil {
+		if c := cap(*p); c >= n && c <= 4*n {
+			return (*p)[:0]
+		}
+		buffers.Put(p)
+	}
+	return make([]byte, 0, n)
+}
 
-func putBuffer(b *bytes.Buffer) {
-	if b.Cap() <= maxPooledBuffer {
-		b.Reset()
-		buffers.Put(b)
+func putBytes(b []byte) {
+	if b != nil && cap(b) <= maxPooledBuffer {
+		b = b[:0]
+		buffers.Put(&b)
 	}
 }
 
@@ -218,10 +346,15 @@ func putBuffer(b *bytes.Buffer) {
 // for the next gzipped request.
 var gzipReaders sync.Pool
 
-// readBody reads the body into a buffer of the pool, gunzipping it
-// when Content-Encoding says gzip, with MaxBytes enforced on both the
-// raw and the inflated size. The caller puts the buffer back.
-func (w *writer) readBody(req *http.Request) (*bytes.Buffer, error) {
+// errWriteBudget reports a body that does not fit what is left of the
+// write budget.
+var errWriteBudget = errors.New("the write budget is spent")
+
+// readBody reads the body into a buffer that res pays for, gunzipping
+// it when Content-Encoding says gzip, with MaxBytes enforced on both
+// the raw and the inflated size; errWriteBudget when the budget cannot
+// pay. The caller puts the buffer back (putBytes).
+func (w *writer) readBody(req *http.Request, res *reservation) ([]byte, error) {
 	limit := w.cfg.MaxBytes
 	tooLarge := func(what string) error {
 		return influxErr(http.StatusRequestEntityTooLarge, "request too large",
@@ -230,17 +363,15 @@ func (w *writer) readBody(req *http.Request) (*bytes.Buffer, error) {
 	if req.ContentLength > limit {
 		return nil, tooLarge("body")
 	}
-	raw := getBuffer()
-	if req.ContentLength > 0 {
-		raw.Grow(int(req.ContentLength) + 1)
+	raw, err := readCharged(req.Body, limit, res, 0, req.ContentLength)
+	if errors.Is(err, errWriteBudget) {
+		return nil, err
 	}
-	_, err := raw.ReadFrom(io.LimitReader(req.Body, limit+1))
 	if err != nil {
-		putBuffer(raw)
 		return nil, influxErr(http.StatusBadRequest, "invalid", "body: %s", err.Error())
 	}
-	if int64(raw.Len()) > limit {
-		putBuffer(raw)
+	if int64(len(raw)) > limit {
+		putBytes(raw)
 		return nil, tooLarge("body")
 	}
 	switch enc := strings.ToLower(strings.TrimSpace(req.Header.Get("Content-Encoding"))); enc {
@@ -248,32 +379,77 @@ func (w *writer) readBody(req *http.Request) (*bytes.Buffer, error) {
 		return raw, nil
 	case "gzip":
 	default:
-		putBuffer(raw)
+		putBytes(raw)
 		return nil, influxErr(http.StatusUnsupportedMediaType, "invalid",
 			"Content-Encoding %s: want gzip or none", strconv.Quote(enc))
 	}
-	defer putBuffer(raw)
+	defer func() {
+		putBytes(raw)
+		res.shrinkTo(res.n - int64(cap(raw)))
+	}()
 	zr, _ := gzipReaders.Get().(*gzip.Reader)
 	if zr == nil {
-		zr, err = gzip.NewReader(bytes.NewReader(raw.Bytes()))
+		zr, err = gzip.NewReader(bytes.NewReader(raw))
 	} else {
-		err = zr.Reset(bytes.NewReader(raw.Bytes()))
+		err = zr.Reset(bytes.NewReader(raw))
 	}
 	if err != nil {
 		return nil, influxErr(http.StatusBadRequest, "invalid", "body: not gzip: %s", err.Error())
 	}
 	defer gzipReaders.Put(zr)
-	body := getBuffer()
-	_, err = body.ReadFrom(io.LimitReader(zr, limit+1))
+	body, err := readCharged(zr, limit, res, int64(cap(raw)), -1)
+	if errors.Is(err, errWriteBudget) {
+		return nil, err
+	}
 	if err != nil {
-		putBuffer(body)
 		return nil, influxErr(http.StatusBadRequest, "invalid", "body: gzip: %s", err.Error())
 	}
-	if int64(body.Len()) > limit {
-		putBuffer(body)
+	if int64(len(body)) > limit {
+		putBytes(body)
 		return nil, tooLarge("gunzipped body")
 	}
 	return body, nil
+}
+
+// readCharged reads r to its end, at most limit+1 bytes, into a buffer
+// that res pays for before each allocation (held: what res pays for
+// besides). size is the length r is expected to have, or -1.
+func readCharged(r io.Reader, limit int64, res *reservation, held, size int64) ([]byte, error) {
+	r = io.LimitReader(r, limit+1)
+	first := int64(readStep)
+	if size >= 0 {
+		first = size + 1 // room to see the end
+	}
+	b := getBytes(int(min(first, limit+1)))
+	if !res.growTo(held + int64(cap(b))) {
+		putBytes(b)
+		return nil, errWriteBudget
+	}
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > limit {
+				return b, nil
+			}
+			n := min(max(2*int64(cap(b)), readStep), limit+1)
+			if !res.growTo(held + n) {
+				putBytes(b)
+				return nil, errWriteBudget
+			}
+			nb := make([]byte, len(b), n)
+			copy(nb, b)
+			putBytes(b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			putBytes(b)
+			return nil, err
+		}
+	}
 }
 
 // query serves POST /query: CREATE DATABASE statements succeed (there

@@ -235,6 +235,9 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	var res map[int]*resolver
 	next := 0 // the second pass meets the same blocks in the same order
 	err = it.each(lo, func(bi blockItem) (bool, error) {
+		if err := ctx.Err(); err != nil { // every block: a wide device's block takes long
+			return false, err
+		}
 		if bi.ref.oldest >= hi {
 			return true, nil
 		}
@@ -265,7 +268,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 				res[g] = newResolver()
 			}
 			res[g].add(rs, bi.ref.seq, lo, hi)
-			return ctx.Err()
+			return nil
 		})
 		if t.bad.skip(ctx, t.day, a.q.Device, err) {
 			return true, ctx.Err()

@@ -172,12 +172,7 @@ func (a *API) handleQuery(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badData("query", "missing; give a PromQL expression"))
 		return
 	}
-	qry, err := a.engine.NewInstantQuery(ctx, a.q, nil, qs, ts)
-	if err != nil {
-		writeError(w, badData("query", "%v", err))
-		return
-	}
-	a.exec(ctx, w, r, qry)
+	a.run(ctx, w, r, qs, func() (promql.Query, error) { return a.engine.NewInstantQuery(ctx, a.q, nil, qs, ts) })
 }
 
 // handleQueryRange serves /api/v1/query_range.
@@ -229,24 +224,19 @@ func (a *API) handleQueryRange(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badData("query", "missing; give a PromQL expression"))
 		return
 	}
-	qry, err := a.engine.NewRangeQuery(ctx, a.q, nil, qs, start, end, step)
-	if err != nil {
-		writeError(w, badData("query", "%v", err))
-		return
-	}
-	a.exec(ctx, w, r, qry)
+	a.run(ctx, w, r, qs, func() (promql.Query, error) {
+		return a.engine.NewRangeQuery(ctx, a.q, nil, qs, start, end, step)
+	})
 }
 
-// exec runs a query and writes its result or error.
-func (a *API) exec(ctx context.Context, w http.ResponseWriter, r *http.Request, qry promql.Query) {
-	defer qry.Close()
-	res := qry.Exec(ctx)
+// write writes the result or error of an evaluated query.
+func (a *API) write(w http.ResponseWriter, r *http.Request, qry promql.Query, res *promql.Result) {
 	if res.Err != nil {
 		writeError(w, a.execError(r, res.Err))
 		return
 	}
 	warnings, _ := res.Warnings.AsStrings(qry.String(), 10, 10)
-	warnings = append(warnings, buckets.WarningsOf(ctx).List()...) // from the store
+	warnings = append(warnings, buckets.WarningsOf(r.Context()).List()...) // from the store
 	if m, ok := res.Value.(promql.Matrix); ok {
 		writeMatrix(w, m, warnings)
 		return
@@ -305,6 +295,9 @@ func (a *API) selection(r *http.Request, required bool) (sets [][]*labels.Matche
 		return nil, 0, 0, badData("match[]", "no match[] parameter provided")
 	}
 	for _, s := range ms {
+		if err := checkNesting(s); err != nil {
+			return nil, 0, 0, badData("match[]", "%v", err)
+		}
 		m, err := a.parser.ParseMetricSelector(s)
 		if err != nil {
 			return nil, 0, 0, badData("match[]", "%v", err)

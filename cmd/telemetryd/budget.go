@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"github.com/dustin/go-humanize"
+
+	"github.com/telemetryd/telemetryd/api"
 )
 
 // defaultMemoryLimit is the default of -memory-limit: the memory limit
@@ -22,7 +24,7 @@ const defaultDiskReserve = 256 << 20
 // message the server accepts twice over) leave nothing to divide.
 const minMemoryLimit = 256 << 20
 
-// Shares of -memory-limit, in percent. What is left (46%) covers what
+// Shares of -memory-limit, in percent. What is left (38%) covers what
 // is not sized by a knob: Badger compactions and the device index, cold
 // day tables (-max-open-tables of them, about 2.4 MiB each), the
 // embedded NATS server's file store caches, the HTTP server, stacks and
@@ -35,6 +37,7 @@ const (
 	shareJetStream  = 5  // embedded JetStream memory-storage limit
 	shareConsumer   = 6  // messages pulled but not yet settled
 	shareQueries    = 10 // query responses in flight
+	shareWrites     = 8  // line protocol write bodies in flight
 	// goSoftLimitShare is the Go runtime's soft limit: memory the
 	// runtime does not see (memtable write-ahead logs and SSTables
 	// mapped from disk, thread stacks, the binary) takes the rest.
@@ -65,11 +68,12 @@ type memoryBudget struct {
 	PullBytes   int64 // bytes of messages pulled at most (half the consumer share)
 	Consumer    int64 // the consumer share: pulled messages plus decoded readings
 	Queries     int64 // response bytes in flight
+	Writes      int64 // write body bytes in flight (at least api.MinWriteBudget of -max-write-bytes)
 }
 
 // planMemory divides limit among the parts of the service, for hotDays
-// hot tables and maxOpen cold ones.
-func planMemory(limit int64, hotDays, maxOpen int) (memoryBudget, error) {
+// hot tables, maxOpen cold ones and write bodies of maxWrite bytes.
+func planMemory(limit int64, hotDays, maxOpen int, maxWrite int64) (memoryBudget, error) {
 	if limit < minMemoryLimit {
 		return memoryBudget{}, fmt.Errorf("-memory-limit %s is below the minimum %s",
 			humanize.IBytes(uint64(max(limit, 0))), humanize.IBytes(minMemoryLimit))
@@ -90,6 +94,7 @@ func planMemory(limit int64, hotDays, maxOpen int) (memoryBudget, error) {
 	b.JetStream = max(share(shareJetStream), minJetStreamMem)
 	b.PullBytes = max(b.Consumer/2, minPullBytes)
 	b.Queries = max(share(shareQueries), minQueryBudget)
+	b.Writes = max(share(shareWrites), api.MinWriteBudget(maxWrite))
 	return b, nil
 }
 
@@ -114,7 +119,8 @@ func (b memoryBudget) log(l *slog.Logger) {
 		{"index_caches", "index caches", int64(b.OpenTables) * b.IndexCache, fmt.Sprintf("up to %d open tables x %s", b.OpenTables, ib(b.IndexCache))},
 		{"jetstream_memory", "embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
 		{"consumer_buffers", "consumer buffers", b.Consumer, fmt.Sprintf("pulls of at most %s plus decoded readings", ib(b.PullBytes))},
-		{"query_responses", "query responses", b.Queries, "response bytes in flight; past it 503 with Retry-After"},
+		{"query_responses", "query responses", b.Queries, fmt.Sprintf("response bytes in flight, at most a %d-th per client; past it 503 (429 past a client's share) with Retry-After", api.DefaultClientShares)},
+		{"write_bodies", "write bodies", b.Writes, "line protocol bodies in flight, received, gunzipped and being mapped; past it 503 with Retry-After"},
 	}
 	args := []any{"memory_limit", ib(b.Limit)}
 	for _, r := range rows {

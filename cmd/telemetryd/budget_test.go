@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 )
 
@@ -32,26 +33,27 @@ func TestMemoryLimitFlag(t *testing.T) {
 }
 
 func TestPlanMemory(t *testing.T) {
-	b, err := planMemory(1<<30, 2, 8)
+	b, err := planMemory(1<<30, 2, 8, api.DefaultMaxWriteBytes)
 	require.NoError(t, err)
 	assert.Equal(t, int64(32<<20), b.MemTable/(1<<20)*(1<<20), "1 GiB keeps 32 MiB memtables")
-	small, err := planMemory(512<<20, 2, 8)
+	small, err := planMemory(512<<20, 2, 8, api.DefaultMaxWriteBytes)
 	require.NoError(t, err)
 	assert.Equal(t, b.MemTable/2, small.MemTable, "half the limit, half the memtables")
 	assert.Less(t, small.Queries, b.Queries)
+	assert.GreaterOrEqual(t, small.Writes, api.MinWriteBudget(api.DefaultMaxWriteBytes), "the largest write body always fits")
 	assert.GreaterOrEqual(t, small.PullBytes, int64(minPullBytes), "two of the largest messages always fit")
 
 	// The parts sized by a knob stay within the limit, and the Go
 	// runtime's soft limit is below it.
 	for _, limit := range []int64{256 << 20, 512 << 20, 1 << 30, 4 << 30} {
-		b, err := planMemory(limit, 2, 8)
+		b, err := planMemory(limit, 2, 8, api.DefaultMaxWriteBytes)
 		require.NoError(t, err)
 		sized := 4*int64(b.HotTables)*b.MemTable + int64(b.HotTables)*b.BlockCache +
-			int64(b.OpenTables)*b.IndexCache + b.JetStream + b.Consumer + b.Queries
+			int64(b.OpenTables)*b.IndexCache + b.JetStream + b.Consumer + b.Queries + b.Writes
 		assert.Less(t, sized, limit*3/4, "limit %d", limit)
 		assert.Less(t, b.GoSoftLimit, limit)
 	}
-	_, err = planMemory(100<<20, 2, 8)
+	_, err = planMemory(100<<20, 2, 8, api.DefaultMaxWriteBytes)
 	assert.ErrorContains(t, err, "below the minimum")
 }
 
@@ -76,10 +78,10 @@ func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 	}
 	require.Len(t, info, 1, "one INFO line: %s", out)
 	for _, kv := range []string{`memory_limit="512 MiB"`, `go_soft_limit="384 MiB"`, `memtables="128 MiB"`, "block_caches=", "index_caches=",
-		"jetstream_memory=", "consumer_buffers=", "query_responses="} {
+		"jetstream_memory=", "consumer_buffers=", "query_responses=", "write_bodies="} {
 		assert.Contains(t, info[0], kv)
 	}
-	for _, part := range []string{"hot table memtables", "block caches", "index caches", "embedded jetstream memory",
+	for _, part := range []string{"hot table memtables", "block caches", "index caches", "embedded jetstream memory", "write bodies",
 		"consumer buffers", "query responses", "go runtime soft limit"} {
 		assert.Contains(t, out, `level=DEBUG msg="memory budget part" part="`+part+`"`)
 	}

@@ -42,6 +42,7 @@ type Config struct {
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
 	MemoryLimit       int64  // the whole process's memory budget (budget.go)
+	QueryTimeout      time.Duration
 	StreamMaxAge      time.Duration
 	StreamMaxBytes    int64
 	RejectedMaxBytes  int64
@@ -77,6 +78,7 @@ func DefaultConfig() Config {
 		StreamMaxBytes:    icfg.StreamMaxBytes,
 		RejectedMaxBytes:  icfg.RejectedMaxBytes,
 		DiskReserve:       defaultDiskReserve,
+		QueryTimeout:      api.DefaultQueryTimeout,
 		Security:          defaultSecurity(),
 		Cluster:           defaultCluster(),
 	}
@@ -105,6 +107,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
 	fs.Var(byteSize{&c.MaxWriteBytes}, "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
 	fs.Var(byteSize{&c.MemoryLimit}, "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
+	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the TELEMETRY stream keeps messages at most this long (the replay buffer)")
 	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; past it the oldest messages are removed")
 	fs.Var(byteSize{&c.RejectedMaxBytes}, "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
@@ -151,8 +154,11 @@ func (c *Config) Validate() error {
 	if c.MaxWriteBytes < 1 {
 		errs = append(errs, fmt.Errorf("-max-write-bytes %d must be positive", c.MaxWriteBytes))
 	}
-	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1)); err != nil {
+	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1), max(c.MaxWriteBytes, 1)); err != nil {
 		errs = append(errs, err)
+	}
+	if c.QueryTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("-query-timeout %v must be positive", c.QueryTimeout))
 	}
 	if c.DiskReserve < 0 {
 		errs = append(errs, fmt.Errorf("-disk-reserve %d must not be negative", c.DiskReserve))

@@ -93,6 +93,7 @@ func (m *Main) withWrites(acfg *api.Config) error {
 		DeviceTags:    tags,
 		MaxBytes:      m.cfg.MaxWriteBytes,
 		Window:        m.window(),
+		Budget:        m.budget.Writes,
 	}
 	// Leave room for headers within the server's max payload (unknown,
 	// so the 1 MiB default, until the first connect).

@@ -77,7 +77,7 @@ func (m *Main) Open(ctx context.Context) error {
 	m.tel = tel
 	tel.install()
 
-	if m.budget, err = planMemory(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables); err != nil {
+	if m.budget, err = planMemory(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
 		return err
 	}
 	m.budget.apply()
@@ -289,6 +289,7 @@ func (m *Main) startHTTP() error {
 		Metrics:           m.tel.metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
+		QueryTimeout:      m.cfg.QueryTimeout,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
 		AdminToken:        m.sec.apiAdminToken(m.cfg.AdminToken),
 		CursorKey:         m.sec.cursorKey,
