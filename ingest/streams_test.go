@@ -1,0 +1,115 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOneDeviceCannotSuppressAnothersMessage pins the server behaviour
+// the readings stream relies on: with its source, a zero duplicate
+// window stays zero, and a message ID another device used first does
+// not make a later message be acked as a duplicate and dropped. A
+// server upgrade that brings the window back fails here.
+func TestOneDeviceCannotSuppressAnothersMessage(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := e.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	assert.Zero(t, cfg.Duplicates, "effective duplicate window of the readings stream")
+	assert.Equal(t, jetstream.DiscardNew, cfg.Discard)
+	require.Len(t, cfg.Sources, 1)
+	src, err := e.js.Stream(ctx, cfg.Sources[0].Name)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), src.CachedInfo().Config.MaxMsgs, "the source is bounded")
+
+	ms := nowMillis()
+	for i, id := range []string{"dev-a-42", "1", "lp-0123456789abcdef", "q2-1"} {
+		// dev-b first, on its own subject, with the ID dev-a uses next.
+		for _, dev := range []string{"dev-b", "dev-a"} {
+			m := nats.NewMsg("telemetry." + dev)
+			m.Data = []byte(flat(ms+int64(i), i))
+			m.Header.Set(jetstream.MsgIDHeader, id)
+			ack, err := e.js.PublishMsg(ctx, m)
+			require.NoError(t, err)
+			assert.False(t, ack.Duplicate, "%s's message with ID %q acked as a duplicate", dev, id)
+		}
+	}
+	assert.Len(t, e.waitStored("dev-a", 4), 4)
+	assert.Len(t, e.waitStored("dev-b", 4), 4)
+}
+
+// TestExistingStreamLosesItsDuplicateWindow: a stream created by an
+// earlier version (2-minute window, discard old) is updated.
+func TestExistingStreamLosesItsDuplicateWindow(t *testing.T) {
+	e := newTestEnv(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*"}})
+	require.NoError(t, err)
+	m := nats.NewMsg("telemetry.dev-b")
+	m.Data = []byte(flat(nowMillis(), 1))
+	m.Header.Set(jetstream.MsgIDHeader, "7")
+	_, err = e.js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+
+	e.start()
+	st, err := e.js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	assert.Zero(t, st.CachedInfo().Config.Duplicates)
+	assert.Equal(t, jetstream.DiscardNew, st.CachedInfo().Config.Discard)
+	m = nats.NewMsg("telemetry.dev-a")
+	m.Data = []byte(flat(nowMillis(), 2))
+	m.Header.Set(jetstream.MsgIDHeader, "7")
+	ack, err := e.js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	assert.False(t, ack.Duplicate, "an ID remembered from before the update still suppresses")
+	e.waitStored("dev-a", 1)
+}
+
+// TestFullStreamRefusesInsteadOfDroppingAcked: before the ingester
+// consumes, one device fills the stream; the readings another device
+// had acked stay, the flooding device is refused with an error, and
+// once the ingester runs every acked reading is stored.
+func TestFullStreamRefusesInsteadOfDroppingAcked(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.StreamMaxBytes = 64 << 10 })
+	e.setup()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ms := nowMillis()
+	const acked = 20
+	for i := range acked {
+		e.publish("telemetry.dev-a", flat(ms+int64(i), i))
+	}
+	big := `{"ts":` + fmt.Sprint(ms) + `,"pad":"` + strings.Repeat("x", 4<<10) + `"` // invalid JSON: a reject
+	var refused error
+	for range 100 {
+		if _, err := e.js.Publish(ctx, "telemetry.dev-b", []byte(big)); err != nil {
+			refused = err
+			break
+		}
+	}
+	require.Error(t, refused, "a full stream refuses the publish")
+	assert.ErrorContains(t, refused, "maximum bytes exceeded")
+
+	e.start()
+	got := e.waitStored("dev-a", acked)
+	assert.Len(t, got, acked, "every acked reading of dev-a is stored")
+	// Settled messages do not keep the stream full: publishing goes on.
+	for i := range 40 {
+		require.Eventually(t, func() bool {
+			_, err := e.js.Publish(ctx, "telemetry.dev-b", []byte(big))
+			return err == nil
+		}, 20*time.Second, 20*time.Millisecond, "publish %d still refused: the stream stays full of settled messages", i)
+	}
+}
