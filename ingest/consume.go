@@ -93,7 +93,8 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 // existing stream keeps the settings an operator gave it (replicas,
 // placement, other limits); only what the ingester relies on is
 // updated: its subjects and sources are added, and MaxAge, MaxBytes,
-// the discard policy, MaxMsgsPerSubject and the duplicate window set.
+// the discard policy, MaxMsgsPerSubject (when want sets one) and the
+// duplicate window (when want has sources) set.
 func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 	want jetstream.StreamConfig) (jetstream.Stream, error) {
 	st, err := js.Stream(ctx, want.Name)
@@ -111,8 +112,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 	if cfg.Storage != want.Storage {
 		log.Warn("stream does not use file storage; keeping it", "stream", want.Name, "storage", cfg.Storage.String())
 	}
-	changed := cfg.MaxAge != want.MaxAge || cfg.MaxBytes != want.MaxBytes || cfg.Discard != want.Discard ||
-		cfg.MaxMsgsPerSubject != want.MaxMsgsPerSubject
+	// A zero MaxMsgsPerSubject is "unset" (the server stores -1): an
+	// operator's value is then kept.
+	perSubject := want.MaxMsgsPerSubject > 0 && cfg.MaxMsgsPerSubject != want.MaxMsgsPerSubject
+	changed := cfg.MaxAge != want.MaxAge || cfg.MaxBytes != want.MaxBytes || cfg.Discard != want.Discard || perSubject
 	// The server fills in a zero duplicate window (2 minutes) unless the
 	// stream has sources: only there does it mean "off" (nodedup.go).
 	if len(want.Sources) > 0 && cfg.Duplicates != want.Duplicates {
@@ -133,7 +136,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 	if !changed {
 		return st, nil
 	}
-	cfg.MaxAge, cfg.MaxBytes, cfg.Discard, cfg.MaxMsgsPerSubject = want.MaxAge, want.MaxBytes, want.Discard, want.MaxMsgsPerSubject
+	cfg.MaxAge, cfg.MaxBytes, cfg.Discard = want.MaxAge, want.MaxBytes, want.Discard
+	if perSubject {
+		cfg.MaxMsgsPerSubject = want.MaxMsgsPerSubject
+	}
 	if len(want.Sources) > 0 {
 		cfg.Duplicates = want.Duplicates
 	}

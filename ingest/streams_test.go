@@ -113,3 +113,34 @@ func TestFullStreamRefusesInsteadOfDroppingAcked(t *testing.T) {
 		}, 20*time.Second, 20*time.Millisecond, "publish %d still refused: the stream stays full of settled messages", i)
 	}
 }
+
+// TestFloodOfRejectsBlocksNobody: one device's flood of invalid
+// payloads fills the dead-letter stream; the ingester keeps going,
+// another device's dead letter is kept, and the flooding device keeps
+// only its newest RejectedMaxPerDevice.
+func TestFloodOfRejectsBlocksNobody(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) {
+		c.RejectedMaxBytes, c.RejectedMaxPerDevice = 256<<10, 5
+	})
+	e.start()
+	ms := nowMillis()
+	e.publish("telemetry.dev-a", `{"ts":`+fmt.Sprint(ms)+`,"v":null}`)
+	big := `{"ts":` + fmt.Sprint(ms) + `,"pad":"` + strings.Repeat("x", 4<<10) + `"`
+	var last uint64
+	for range 50 {
+		last = e.publish("telemetry.dev-b", big)
+	}
+	seq := e.publish("telemetry.dev-a", flat(ms+1, 1))
+	e.waitStored("dev-a", 1)
+	e.waitAcked(max(seq, last))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := e.js.Stream(ctx, "TELEMETRY_REJECTED")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	assert.Equal(t, jetstream.DiscardOld, cfg.Discard, "a dead letter is never refused")
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"rejected.telemetry.dev-a": 1, "rejected.telemetry.dev-b": 5}, info.State.Subjects)
+}
