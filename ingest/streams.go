@@ -170,16 +170,31 @@ func (in *Ingester) trimSettled(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	perMsg := max(state.Bytes/state.Msgs, 1)
-	excess := state.Bytes - uint64(limit)*trimLowPct/100
-	cut := min(state.FirstSeq+excess/perMsg+1, floor+1) // purge below cut
-	if cut <= state.FirstSeq {
-		return nil
-	}
-	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSequence(cut)}
+	// From the oldest message this ingester reads, purge about the
+	// excess of sequences (at the stream's mean size). With a partition
+	// filter only its messages within them go, about 1/Partitions of the
+	// excess: each partition's ingester frees its share, and the next
+	// tick goes on from where this one stopped.
+	first := state.FirstSeq
+	opts := []jetstream.StreamPurgeOpt{}
 	if f := cons.CachedInfo().Config.FilterSubjects; len(f) == 1 {
+		m, err := st.GetMsg(ctx, state.FirstSeq, jetstream.WithGetMsgSubject(f[0]))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil // nothing of ours to purge
+		}
+		if err != nil {
+			return fmt.Errorf("first message of %s: %w", f[0], err)
+		}
+		first = m.Sequence
 		opts = append(opts, jetstream.WithPurgeSubject(f[0]))
 	}
+	perMsg := max(state.Bytes/state.Msgs, 1)
+	excess := state.Bytes - uint64(limit)*trimLowPct/100
+	cut := min(first+excess/perMsg+1, floor+1) // purge below cut
+	if cut <= first {
+		return nil
+	}
+	opts = append(opts, jetstream.WithPurgeSequence(cut))
 	if err := st.Purge(ctx, opts...); err != nil {
 		return fmt.Errorf("purge below %d: %w", cut, err)
 	}

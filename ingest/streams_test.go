@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
 // TestOneDeviceCannotSuppressAnothersMessage pins the server behaviour
@@ -143,4 +147,56 @@ func TestFloodOfRejectsBlocksNobody(t *testing.T) {
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
 	require.NoError(t, err)
 	assert.Equal(t, map[string]uint64{"rejected.telemetry.dev-a": 1, "rejected.telemetry.dev-b": 5}, info.State.Subjects)
+}
+
+// TestTrimKeepsOtherPartitionsUnsettledMessages: the ingester of one
+// partition purges only its own settled messages; another partition's
+// messages, not consumed by anyone yet, all stay.
+func TestTrimKeepsOtherPartitionsUnsettledMessages(t *testing.T) {
+	srv := runServer(t, t.TempDir(), -1)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	w := &fakeWriter{}
+	cfg := partitionedConfig(2, 0)
+	cfg.StreamMaxBytes, cfg.PaceEvery = 64<<10, 50*time.Millisecond
+	in, err := New(nc, w, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool { return in.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
+
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	var mine, other string // a device of partition 0 and one of partition 1
+	for i := 0; mine == "" || other == ""; i++ {
+		dev := fmt.Sprintf("dev-%d", i)
+		if partition.Of(2, dev) == 0 {
+			mine = cmp.Or(mine, dev)
+		} else {
+			other = cmp.Or(other, dev)
+		}
+	}
+	pad := strings.Repeat("x", 1<<10)
+	payload := func(n int) []byte { return fmt.Appendf(nil, `{"ts":%d,"v":%d,"pad":%q}`, 1795309323456+n, n, pad) }
+	const unsettled = 20 // about a third of the stream
+	for i := range unsettled {
+		_, err := js.Publish(ctx, "telemetry."+other, payload(i))
+		require.NoError(t, err)
+	}
+	for i := range 200 { // three times the stream
+		require.Eventually(t, func() bool {
+			_, err := js.Publish(ctx, "telemetry."+mine, payload(i))
+			return err == nil
+		}, 20*time.Second, 10*time.Millisecond, "publish %d of the consumed partition refused for good", i)
+	}
+	st, err := js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("telemetry.1.*"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"telemetry.1." + other: unsettled}, info.State.Subjects,
+		"the unconsumed partition's messages are all kept")
+	require.Eventually(t, func() bool { return len(w.stored(buckets.DeviceID(mine))) == 200 }, 10*time.Second, 10*time.Millisecond)
 }
