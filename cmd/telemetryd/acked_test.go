@@ -311,3 +311,46 @@ func TestMQTTQoS1OutsideItsTopicClosesTheConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestMQTTFullStreamRefusesAndKeepsWhatItAcked: while the service does
+// not consume (its disk reserve is never met), an MQTT device fills the
+// readings stream with QoS 1 publishes. The publish past the bound gets
+// no PUBACK and its connection is closed; every PUBACKed one is still
+// in the stream.
+func TestMQTTFullStreamRefusesAndKeepsWhatItAcked(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.StreamMaxBytes, cfg.DiskReserve = 1<<20, 1<<60
+	m, _ := openLoggedService(t, cfg)
+	lost := make(chan error, 1)
+	c := mqttDevice(t, m.MQTTAddr(), "filler", "", "", lost)
+	pad := string(bytes.Repeat([]byte("x"), 64<<10))
+	acked := 0
+	for i := range 64 { // 4 MiB, four times the bound
+		tok := c.Publish("telemetry/filler", 1, false, fmt.Sprintf(`{"ts":%q,"pad":%q}`,
+			testEpoch.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), pad))
+		if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
+			break
+		}
+		acked++
+	}
+	select {
+	case err := <-lost:
+		t.Logf("refused after %d PUBACKs: %v", acked, err)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("all %d publishes acknowledged: the full stream did not refuse", acked)
+	}
+	require.Positive(t, acked)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(m.NATSURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("telemetry.filler"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(acked), info.State.Subjects["telemetry.filler"], "every PUBACKed publish is in the stream")
+	assert.Equal(t, uint64(1), info.State.FirstSeq, "nothing was removed to make room")
+}
