@@ -62,9 +62,9 @@ func noDedupSubject(stream string) string { return "$TELEMETRYD.nodedup." + stre
 // window.
 var errDuplicateWindow = errors.New("the server keeps a duplicate window on the stream, so one device could suppress another's messages by their Nats-Msg-Id")
 
-// StreamConfig is the configuration of the readings stream that
+// streamConfig is the configuration of the readings stream that
 // EnsureStream creates (an existing stream keeps its other settings).
-func StreamConfig(c Config) jetstream.StreamConfig {
+func streamConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
 	subjects := c.SubjectPrefix + ".*"
 	return c.partitioned(jetstream.StreamConfig{
@@ -102,7 +102,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c Config, log *sl
 	}); err != nil {
 		return nil, err
 	}
-	st, err := ensureStream(ctx, js, log, StreamConfig(c))
+	st, err := ensureStream(ctx, js, log, streamConfig(c))
 	if err != nil {
 		return nil, err
 	}
