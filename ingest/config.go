@@ -35,8 +35,10 @@ type Config struct {
 	// StreamMaxAge bounds how long Stream keeps messages (acked or not),
 	// so the raw stream cannot fill the disk. Default 7 days.
 	StreamMaxAge time.Duration
-	// StreamMaxBytes bounds the disk space of Stream; past it the
-	// oldest messages are removed (acked or not). Default 4 GiB.
+	// StreamMaxBytes bounds the disk space of Stream. A full stream
+	// refuses publishes (discard new); the ingester purges the oldest
+	// settled messages once the stream passes 80% of it (streams.go).
+	// Default 4 GiB.
 	StreamMaxBytes int64
 	// RejectedStream captures the dead letters rejected.<prefix>.* and
 	// keeps them RejectedMaxAge. Default "TELEMETRY_REJECTED".
@@ -44,6 +46,10 @@ type Config struct {
 	// RejectedMaxBytes bounds the disk space of RejectedStream; past it
 	// the oldest dead letters are removed. Default 1 GiB.
 	RejectedMaxBytes int64
+	// RejectedMaxPerDevice bounds the dead letters RejectedStream keeps
+	// per device; past it that device's oldest are removed. Default
+	// 10000.
+	RejectedMaxPerDevice int64
 	// Consumer is the durable pull consumer on Stream. Default "ingest".
 	Consumer string
 	// Window is the accepted time window (retention and max future
@@ -140,19 +146,20 @@ type Config struct {
 // clock stay nil and are resolved by New.
 func DefaultConfig() Config {
 	return Config{
-		SubjectPrefix:    "telemetry",
-		Stream:           "TELEMETRY",
-		StreamMaxAge:     7 * 24 * time.Hour,
-		StreamMaxBytes:   4 << 30,
-		RejectedMaxBytes: 1 << 30,
-		PullMaxBytes:     32 << 20,
-		RejectedStream:   "TELEMETRY_REJECTED",
-		Consumer:         "ingest",
-		Window:           buckets.DefaultWindow,
-		MaxBatchReadings: 5000,
-		MaxBatchWait:     5 * time.Millisecond,
-		AckWait:          30 * time.Second,
-		MaxDeliver:       10,
+		SubjectPrefix:        "telemetry",
+		Stream:               "TELEMETRY",
+		StreamMaxAge:         7 * 24 * time.Hour,
+		StreamMaxBytes:       4 << 30,
+		RejectedMaxBytes:     1 << 30,
+		RejectedMaxPerDevice: 10000,
+		PullMaxBytes:         32 << 20,
+		RejectedStream:       "TELEMETRY_REJECTED",
+		Consumer:             "ingest",
+		Window:               buckets.DefaultWindow,
+		MaxBatchReadings:     5000,
+		MaxBatchWait:         5 * time.Millisecond,
+		AckWait:              30 * time.Second,
+		MaxDeliver:           10,
 		BackOff: []time.Duration{
 			time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
 		},
@@ -171,6 +178,7 @@ func (c Config) withDefaults() Config {
 	c.StreamMaxAge = cmp.Or(c.StreamMaxAge, d.StreamMaxAge)
 	c.StreamMaxBytes = cmp.Or(c.StreamMaxBytes, d.StreamMaxBytes)
 	c.RejectedMaxBytes = cmp.Or(c.RejectedMaxBytes, d.RejectedMaxBytes)
+	c.RejectedMaxPerDevice = cmp.Or(c.RejectedMaxPerDevice, d.RejectedMaxPerDevice)
 	c.PullMaxBytes = cmp.Or(c.PullMaxBytes, d.PullMaxBytes)
 	c.RejectedStream = cmp.Or(c.RejectedStream, d.RejectedStream)
 	c.Consumer = cmp.Or(c.Consumer, d.Consumer)
@@ -215,8 +223,8 @@ func (c Config) validate() error {
 		return errors.New("window durations must be positive")
 	case c.MaxBatchReadings < 0, c.MaxBatchWait < 0, c.AckWait < 0, c.StreamMaxAge < 0:
 		return errors.New("batch size, batch wait, ack wait and stream max age must be positive")
-	case c.StreamMaxBytes < 0, c.RejectedMaxBytes < 0, c.PullMaxBytes < 0:
-		return errors.New("stream max bytes, rejected stream max bytes and pull max bytes must be positive")
+	case c.StreamMaxBytes < 0, c.RejectedMaxBytes < 0, c.PullMaxBytes < 0, c.RejectedMaxPerDevice < 0:
+		return errors.New("stream max bytes, rejected stream max bytes, rejected max per device and pull max bytes must be positive")
 	case c.MaxDeliver < 1:
 		return fmt.Errorf("max deliver %d: must be at least 1", c.MaxDeliver)
 	case len(c.BackOff) > c.MaxDeliver:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,34 +44,18 @@ type item struct {
 	link      trace.SpanContext        // the publisher's span, if any
 }
 
-// setup creates or updates both streams and the durable consumer.
+// setup creates or updates the streams and the durable consumer.
 func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
-	subjects := in.cfg.SubjectPrefix + ".*"
-	st, err := in.ensureStream(ctx, in.partitioned(jetstream.StreamConfig{
-		Name:        in.cfg.Stream,
-		Description: "Device readings published on " + subjects,
-		Subjects:    append([]string{subjects}, in.cfg.ExtraSubjects...),
-		Storage:     jetstream.FileStorage,
-		MaxAge:      in.cfg.StreamMaxAge,
-		MaxBytes:    in.cfg.StreamMaxBytes,
-	}))
+	st, err := EnsureStream(ctx, in.js, in.cfg, in.log)
 	if err != nil {
 		return nil, err
 	}
 	if err := in.checkPartitions(st.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	if _, err := in.ensureStream(ctx, jetstream.StreamConfig{
-		Name:        in.cfg.RejectedStream,
-		Description: "Dead letters: messages of " + subjects + " that were not stored, with the reason",
-		Subjects:    []string{rejectedPrefix(in.cfg.SubjectPrefix) + ".*"},
-		Storage:     jetstream.FileStorage,
-		MaxAge:      RejectedMaxAge,
-		MaxBytes:    in.cfg.RejectedMaxBytes,
-		Replicas:    in.cfg.Replicas,
-	}); err != nil {
+	if _, err := ensureStream(ctx, in.js, in.log, in.rejectedStreamConfig()); err != nil {
 		return nil, err
 	}
 	ccfg := jetstream.ConsumerConfig{
@@ -107,35 +92,58 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 // ensureStream creates the stream from want when it is missing. An
 // existing stream keeps the settings an operator gave it (replicas,
 // placement, other limits); only what the ingester relies on is
-// updated: its subjects are added and MaxAge and MaxBytes set.
-func (in *Ingester) ensureStream(ctx context.Context, want jetstream.StreamConfig) (jetstream.Stream, error) {
-	st, err := in.js.Stream(ctx, want.Name)
+// updated: its subjects and sources are added, and MaxAge, MaxBytes,
+// the discard policy, MaxMsgsPerSubject (when want sets one) and the
+// duplicate window (when want has sources) set.
+func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
+	want jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = in.js.CreateStream(ctx, want)
+		st, err = js.CreateStream(ctx, want)
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // else created meanwhile
 			return st, wrapStreamErr(want.Name, "create", err)
 		}
-		st, err = in.js.Stream(ctx, want.Name)
+		st, err = js.Stream(ctx, want.Name)
 	}
 	if err != nil {
 		return nil, wrapStreamErr(want.Name, "look up", err)
 	}
 	cfg := st.CachedInfo().Config
 	if cfg.Storage != want.Storage {
-		in.log.Warn("stream does not use file storage; keeping it", "stream", want.Name, "storage", cfg.Storage.String())
+		log.Warn("stream does not use file storage; keeping it", "stream", want.Name, "storage", cfg.Storage.String())
 	}
-	changed := cfg.MaxAge != want.MaxAge || cfg.MaxBytes != want.MaxBytes
+	// A zero MaxMsgsPerSubject is "unset" (the server stores -1): an
+	// operator's value is then kept.
+	perSubject := want.MaxMsgsPerSubject > 0 && cfg.MaxMsgsPerSubject != want.MaxMsgsPerSubject
+	changed := cfg.MaxAge != want.MaxAge || cfg.MaxBytes != want.MaxBytes || cfg.Discard != want.Discard || perSubject
+	// The server fills in a zero duplicate window (2 minutes) unless the
+	// stream has sources: only there does it mean "off" (nodedup.go).
+	if len(want.Sources) > 0 && cfg.Duplicates != want.Duplicates {
+		changed = true
+	}
 	for _, subj := range want.Subjects {
 		if !slices.Contains(cfg.Subjects, subj) {
 			cfg.Subjects = append(cfg.Subjects, subj)
 			changed = true
 		}
 	}
+	for _, src := range want.Sources {
+		if !slices.ContainsFunc(cfg.Sources, func(s *jetstream.StreamSource) bool { return s.Name == src.Name }) {
+			cfg.Sources = append(cfg.Sources, src)
+			changed = true
+		}
+	}
 	if !changed {
 		return st, nil
 	}
-	cfg.MaxAge, cfg.MaxBytes = want.MaxAge, want.MaxBytes
-	st, err = in.js.UpdateStream(ctx, cfg)
+	cfg.MaxAge, cfg.MaxBytes, cfg.Discard = want.MaxAge, want.MaxBytes, want.Discard
+	if perSubject {
+		cfg.MaxMsgsPerSubject = want.MaxMsgsPerSubject
+	}
+	if len(want.Sources) > 0 {
+		cfg.Duplicates = want.Duplicates
+	}
+	st, err = js.UpdateStream(ctx, cfg)
 	return st, wrapStreamErr(want.Name, "update", err)
 }
 

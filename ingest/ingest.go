@@ -175,6 +175,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	wg.Go(func() { in.watchAdvisories(ctx, advisories) })
 	wg.Go(func() { in.savePositions(ctx) })
 	wg.Go(func() { in.pace(ctx) })
+	wg.Go(func() { in.trimLoop(ctx) })
 	intakeDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(intakeDone)

@@ -46,10 +46,10 @@ func (c Config) validatePartitions() error {
 
 // partitioned adds the partition transform and the replica count to the
 // configuration of a stream to create.
-func (in *Ingester) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
-	sc.Replicas = in.cfg.Replicas
-	if in.cfg.Partitions > 0 {
-		t := partition.Transform(in.cfg.SubjectPrefix, in.cfg.Partitions)
+func (c Config) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
+	sc.Replicas = c.Replicas
+	if c.Partitions > 0 {
+		t := partition.Transform(c.SubjectPrefix, c.Partitions)
 		sc.SubjectTransform = &t
 	}
 	return sc

@@ -27,7 +27,7 @@ type config struct {
 	TSFormat      string        // rfc3339 or epoch-ms
 	Values        int           // values per reading
 	MaxPending    int           // async publish window, in messages
-	MsgID         bool          // set Nats-Msg-Id for JetStream dedup
+	MsgID         bool          // set Nats-Msg-Id (for streams with a duplicate window)
 	SeqStart      uint64        // first per-device message sequence number
 	Trace         bool          // a span per publish, traceparent in the headers
 	Seed          int64         // 0 = pick one from the clock
@@ -86,8 +86,8 @@ func (c *config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.TSFormat, "ts-format", c.TSFormat, "timestamp form: rfc3339 (UTC, milliseconds; microseconds when a device sends faster) or epoch-ms")
 	fs.IntVar(&c.Values, "values", c.Values, "values per reading: temp, humidity, battery, then sensor_4, sensor_5, ...")
 	fs.IntVar(&c.MaxPending, "max-pending", c.MaxPending, "most messages published but not yet acked")
-	fs.BoolVar(&c.MsgID, "msg-id", c.MsgID, "set Nats-Msg-Id to <device>-<seq> so JetStream drops duplicates")
-	fs.Uint64Var(&c.SeqStart, "seq-start", c.SeqStart, "first per-device message sequence in Nats-Msg-Id (raise it to re-run inside the dedup window)")
+	fs.BoolVar(&c.MsgID, "msg-id", c.MsgID, "set Nats-Msg-Id to <device>-<seq>, so a stream with a duplicate window drops retried messages (telemetryd's has none: a retry merges by ts)")
+	fs.Uint64Var(&c.SeqStart, "seq-start", c.SeqStart, "first per-device message sequence in Nats-Msg-Id (raise it to re-run inside a stream's duplicate window)")
 	fs.BoolVar(&c.Trace, "trace", c.Trace, "start a span per publish and send its W3C traceparent header")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "random seed for the signals (0 = from the clock; the seed used is logged)")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "progress line interval (0 = off)")

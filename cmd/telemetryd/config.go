@@ -46,10 +46,16 @@ type Config struct {
 	StreamMaxAge      time.Duration
 	StreamMaxBytes    int64
 	RejectedMaxBytes  int64
-	DiskReserve       int64 // ingest pauses while less is free under DataDir
-	Security          SecurityConfig
-	Cluster           ClusterConfig
+	// MQTTStreamMaxBytes bounds each of the embedded MQTT listener's
+	// streams ($MQTT_sess, _msgs, _qos2in, _out, _rmsgs).
+	MQTTStreamMaxBytes int64
+	DiskReserve        int64 // ingest pauses while less is free under DataDir
+	Security           SecurityConfig
+	Cluster            ClusterConfig
 }
+
+// defaultMQTTStreamMaxBytes bounds each $MQTT_* stream by default.
+const defaultMQTTStreamMaxBytes = 64 << 20
 
 // DefaultConfig returns the embedded, single-machine defaults. Each
 // default that a library also applies is taken from the package that
@@ -58,29 +64,30 @@ func DefaultConfig() Config {
 	sopts := store.DefaultOptions()
 	icfg := ingest.DefaultConfig()
 	return Config{
-		DataDir:           "./data",
-		HTTPAddr:          api.DefaultAddr,
-		NATSListen:        "127.0.0.1:4222",
-		SubjectPrefix:     icfg.SubjectPrefix,
-		Retention:         buckets.DefaultRetention,
-		RetentionInterval: retention.DefaultInterval,
-		MaxFutureSkew:     buckets.DefaultMaxFutureSkew,
-		LogLevel:          "info",
-		LogFormat:         "text",
-		ShutdownTimeout:   10 * time.Second,
-		HotDays:           sopts.HotDays,
-		MaxOpenTables:     sopts.MaxOpenTables,
-		MQTTListen:        "127.0.0.1:1883",
-		LineDeviceTags:    "device,host",
-		MaxWriteBytes:     16 << 20,
-		MemoryLimit:       defaultMemoryLimit,
-		StreamMaxAge:      icfg.StreamMaxAge,
-		StreamMaxBytes:    icfg.StreamMaxBytes,
-		RejectedMaxBytes:  icfg.RejectedMaxBytes,
-		DiskReserve:       defaultDiskReserve,
-		QueryTimeout:      api.DefaultQueryTimeout,
-		Security:          defaultSecurity(),
-		Cluster:           defaultCluster(),
+		DataDir:            "./data",
+		HTTPAddr:           api.DefaultAddr,
+		NATSListen:         "127.0.0.1:4222",
+		SubjectPrefix:      icfg.SubjectPrefix,
+		Retention:          buckets.DefaultRetention,
+		RetentionInterval:  retention.DefaultInterval,
+		MaxFutureSkew:      buckets.DefaultMaxFutureSkew,
+		LogLevel:           "info",
+		LogFormat:          "text",
+		ShutdownTimeout:    10 * time.Second,
+		HotDays:            sopts.HotDays,
+		MaxOpenTables:      sopts.MaxOpenTables,
+		MQTTListen:         "127.0.0.1:1883",
+		LineDeviceTags:     "device,host",
+		MaxWriteBytes:      16 << 20,
+		MemoryLimit:        defaultMemoryLimit,
+		StreamMaxAge:       icfg.StreamMaxAge,
+		StreamMaxBytes:     icfg.StreamMaxBytes,
+		RejectedMaxBytes:   icfg.RejectedMaxBytes,
+		MQTTStreamMaxBytes: defaultMQTTStreamMaxBytes,
+		DiskReserve:        defaultDiskReserve,
+		QueryTimeout:       api.DefaultQueryTimeout,
+		Security:           defaultSecurity(),
+		Cluster:            defaultCluster(),
 	}
 }
 
@@ -109,8 +116,9 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(byteSize{&c.MemoryLimit}, "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
 	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the TELEMETRY stream keeps messages at most this long (the replay buffer)")
-	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; past it the oldest messages are removed")
+	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; when full it refuses publishes (clients retry) and settled messages are purged from 80% of it")
 	fs.Var(byteSize{&c.RejectedMaxBytes}, "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
+	fs.Var(byteSize{&c.MQTTStreamMaxBytes}, "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
 	fs.Var(byteSize{&c.DiskReserve}, "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.bind(fs)
 	c.Cluster.bind(fs)
@@ -166,9 +174,9 @@ func (c *Config) Validate() error {
 	if c.StreamMaxAge <= 0 {
 		errs = append(errs, fmt.Errorf("-stream-max-age %s must be positive", c.StreamMaxAge))
 	}
-	if c.StreamMaxBytes < 1<<20 || c.RejectedMaxBytes < 1<<20 {
-		errs = append(errs, fmt.Errorf("-stream-max-bytes %s and -rejected-max-bytes %s must be at least 1MiB",
-			formatBytes(c.StreamMaxBytes), formatBytes(c.RejectedMaxBytes)))
+	if c.StreamMaxBytes < 1<<20 || c.RejectedMaxBytes < 1<<20 || c.MQTTStreamMaxBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("-stream-max-bytes %s, -rejected-max-bytes %s and -mqtt-stream-max-bytes %s must be at least 1MiB",
+			formatBytes(c.StreamMaxBytes), formatBytes(c.RejectedMaxBytes), formatBytes(c.MQTTStreamMaxBytes)))
 	}
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))

@@ -166,72 +166,104 @@ func setupMQTTAccount(ns *server.Server, prefix string) (*server.Account, error)
 	return acc, nil
 }
 
-// ensureMQTTMsgsStream creates (or narrows) $MQTT_msgs in the MQTT
-// account so that it does not capture $MQTT.msgs.<prefix>.*: those
-// copies go to the telemetry stream through the import, and a second
-// store here would answer the PUBACK first.
-func ensureMQTTMsgsStream(ctx context.Context, js jetstream.JetStream) error {
-	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
-	defer cancel()
-	want := jetstream.StreamConfig{
+// The server's MQTT streams in the MQTT account. The server has no
+// option for their limits and creates them unbounded when the first
+// MQTT client connects, unless they exist; the service creates them
+// first (as the server would, with the same names, subjects and
+// retention), or updates them, each bounded to maxBytes with discard
+// new, before any MQTT login is accepted. A full one refuses the store
+// behind a PUBACK, PUBREC or PUBCOMP, so the server closes that
+// client's connection; the client reconnects and sends again.
+// $MQTT_msgs is narrowed as well (see mqttMsgsStreamConfig).
+func mqttStreamConfigs(maxBytes int64) []jetstream.StreamConfig {
+	bounded := func(c jetstream.StreamConfig) jetstream.StreamConfig {
+		c.Storage, c.MaxBytes, c.Discard = jetstream.FileStorage, maxBytes, jetstream.DiscardNew
+		return c
+	}
+	return []jetstream.StreamConfig{
+		bounded(jetstream.StreamConfig{Name: "$MQTT_sess", Subjects: []string{"$MQTT.sess.>"},
+			Retention: jetstream.LimitsPolicy, MaxMsgsPerSubject: 1}),
+		bounded(mqttMsgsStreamConfig()),
+		bounded(jetstream.StreamConfig{Name: mqttQoS2InStream, Subjects: []string{"$MQTT.qos2.in.>"},
+			Retention: jetstream.LimitsPolicy, MaxMsgsPerSubject: 1, DiscardNewPerSubject: true}),
+		bounded(jetstream.StreamConfig{Name: "$MQTT_out", Subjects: []string{"$MQTT.out.>"},
+			Retention: jetstream.InterestPolicy}),
+		bounded(jetstream.StreamConfig{Name: "$MQTT_rmsgs", Subjects: []string{"$MQTT.rmsgs.>"},
+			Retention: jetstream.LimitsPolicy, MaxMsgsPerSubject: 1}),
+	}
+}
+
+// mqttQoS2InStream holds QoS 2 PUBLISHes between PUBREC and PUBREL.
+const mqttQoS2InStream = "$MQTT_qos2in"
+
+// mqttMsgsStreamConfig is $MQTT_msgs narrowed so that it does not
+// capture $MQTT.msgs.<prefix>.*: those copies go to the telemetry
+// stream through the import, and a second store here would answer the
+// PUBACK first.
+func mqttMsgsStreamConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name:        mqttMsgsStream,
 		Description: "MQTT QoS 1/2 deliveries to MQTT subscribers (device readings go to the telemetry stream)",
 		Subjects:    []string{mqttMsgsStream},
-		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.InterestPolicy,
 		MaxAge:      time.Hour,
-		MaxBytes:    64 << 20,
 	}
-	st, err := js.Stream(ctx, mqttMsgsStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err = js.CreateStream(ctx, want); err == nil {
-			return nil
+}
+
+// ensureMQTTStreams creates or updates the MQTT account's streams
+// (mqttStreamConfigs). An existing stream keeps its other settings;
+// its subjects are set only for $MQTT_msgs (narrowed).
+func ensureMQTTStreams(ctx context.Context, js jetstream.JetStream, maxBytes int64) error {
+	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
+	defer cancel()
+	for _, want := range mqttStreamConfigs(maxBytes) {
+		st, err := js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err = js.CreateStream(ctx, want); err == nil {
+				continue
+			}
+			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return fmt.Errorf("create stream %s: %w", want.Name, err)
+			}
+			st, err = js.Stream(ctx, want.Name)
 		}
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("create stream %s: %w", mqttMsgsStream, err)
+		if err != nil {
+			return fmt.Errorf("look up stream %s: %w", want.Name, err)
 		}
-		st, err = js.Stream(ctx, mqttMsgsStream)
-	}
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", mqttMsgsStream, err)
-	}
-	cfg := st.CachedInfo().Config
-	if len(cfg.Subjects) == 1 && cfg.Subjects[0] == mqttMsgsStream {
-		return nil
-	}
-	cfg.Subjects = want.Subjects
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("narrow stream %s: %w", mqttMsgsStream, err)
+		cfg := st.CachedInfo().Config
+		narrow := want.Name == mqttMsgsStream && !slices.Equal(cfg.Subjects, want.Subjects)
+		if cfg.MaxBytes == want.MaxBytes && cfg.Discard == want.Discard && !narrow {
+			continue
+		}
+		cfg.MaxBytes, cfg.Discard = want.MaxBytes, want.Discard
+		if narrow {
+			cfg.Subjects = want.Subjects
+		}
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("bound stream %s: %w", want.Name, err)
+		}
 	}
 	return nil
 }
 
 // captureStoreCopies makes the telemetry stream capture the MQTT
-// listener's store copies and keep each as <prefix>.<device>. The
-// stream's subscription to them is made anew here, after the import
-// exists (the server lets an import reach only subscriptions made after
-// it). Copies an earlier version kept under their own subject (stored
-// right behind their readings, never read) are purged, once: a stream
-// that already has the transform holds none, and a filtered purge of a
-// large stream is not free at every start.
-func captureStoreCopies(ctx context.Context, js jetstream.JetStream, stream, prefix string) error {
+// listener's store copies and keep each as <prefix>.<device>. A missing
+// stream is created first as the ingester creates it (icfg). The
+// stream's subscription to the copies is made anew here, after the
+// import exists (the server lets an import reach only subscriptions
+// made after it). Copies an earlier version kept under their own
+// subject (stored right behind their readings, never read) are purged,
+// once: a stream that already has the transform holds none, and a
+// filtered purge of a large stream is not free at every start.
+func captureStoreCopies(ctx context.Context, js jetstream.JetStream, icfg ingest.Config, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
 	defer cancel()
+	stream, prefix := icfg.Stream, icfg.SubjectPrefix
 	copies := mqttStoreSubject(prefix)
 	transform := &jetstream.SubjectTransformConfig{Source: copies, Destination: prefix + ".{{wildcard(1)}}"}
 	st, err := js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:             stream,
-			Description:      "Device readings published on " + prefix + ".* (MQTT: " + copies + ")",
-			Subjects:         []string{prefix + ".*", copies},
-			SubjectTransform: transform,
-			Storage:          jetstream.FileStorage,
-		})
-		if err != nil {
-			return fmt.Errorf("create stream %s: %w", stream, err)
-		}
-		return nil
+		st, err = ingest.EnsureStream(ctx, js, icfg, log)
 	}
 	if err != nil {
 		return fmt.Errorf("look up stream %s: %w", stream, err)
@@ -328,7 +360,7 @@ func (m *Main) startMQTT() error {
 	if err != nil {
 		return fmt.Errorf("mqtt: jetstream: %w", err)
 	}
-	if err := captureStoreCopies(ctx, js, ingest.DefaultConfig().Stream, prefix); err != nil {
+	if err := captureStoreCopies(ctx, js, m.ingestConfig(), m.log.With("component", "mqtt")); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
 	fwd := newQoS0Forwarder(m.nc, m.log.With("component", "mqtt"))
@@ -343,7 +375,7 @@ func (m *Main) startMQTT() error {
 	if err != nil {
 		return fmt.Errorf("mqtt: jetstream: %w", err)
 	}
-	if err := ensureMQTTMsgsStream(ctx, ajs); err != nil {
+	if err := ensureMQTTStreams(ctx, ajs, m.cfg.MQTTStreamMaxBytes); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
 	sub, err := admin.Subscribe(prefix+".*", fwd.forward)

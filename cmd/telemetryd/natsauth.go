@@ -21,6 +21,10 @@ import (
 // take it; its password is random per process and never written down.
 const internalUser = "$telemetryd"
 
+// serviceUser reports whether user is one of the service's own
+// connections (never a device, never subject to the auth file).
+func serviceUser(user string) bool { return user == internalUser || user == mqttAdminUser }
+
 // Reasons of telemetry.auth.denied.
 const (
 	deniedCredentials = "credentials" // wrong or unknown user/secret
@@ -90,7 +94,7 @@ const serviceInboxPrefix = "_TELEMETRYD_INBOX"
 
 // kickRemovedDevices disconnects the clients logged in as a device that
 // is no longer in set (removed from the auth file); every other
-// connection stays.
+// connection stays, the service's own above all (serviceUser).
 func kickRemovedDevices(ns *server.Server, set *auth.Set, log *slog.Logger) {
 	for offset := 0; ; {
 		cz, err := ns.Connz(&server.ConnzOptions{Username: true, Offset: offset, Limit: 1024})
@@ -99,7 +103,7 @@ func kickRemovedDevices(ns *server.Server, set *auth.Set, log *slog.Logger) {
 			return
 		}
 		for _, ci := range cz.Conns {
-			if ci.AuthorizedUser == "" || ci.AuthorizedUser == internalUser || set.HasDevice(ci.AuthorizedUser) {
+			if ci.AuthorizedUser == "" || serviceUser(ci.AuthorizedUser) || set.HasDevice(ci.AuthorizedUser) {
 				continue
 			}
 			if err := ns.DisconnectClientByID(ci.Cid); err == nil {

@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +59,7 @@ func startEmbeddedNATS(listen, mqttListen, dataDir string, syncAlways bool, log 
 	if err != nil {
 		return nil, 0, fmt.Errorf("embedded nats: %w", err)
 	}
+	logger.disconnect = disconnectOnce(ns)
 	ns.SetLoggerV2(logger, false, false, false)
 	ns.Start()
 	// A listener that cannot bind (a busy port) is reported through
@@ -103,14 +106,19 @@ const natsReadyTimeout = 10 * time.Second
 // server has started, its first fatal message goes to fatal instead, so
 // that a server that cannot start fails the start at once (and is
 // reported once, by whoever handles that error). Permission violations
-// go to denied (counted, sampled); other warnings and errors pass
-// through sampler when set, so clients cannot flood the log.
+// go to denied (counted, sampled), and an MQTT client's violation
+// closes its connection (disconnect); other warnings and errors pass
+// through sampler when set, so clients cannot flood the log. An error
+// of one MQTT client's connection (a refused store, a protocol
+// mistake) is that client's, logged at WARN: the service has no MQTT
+// connection of its own. A refused login is logged by denied alone.
 type natsLogger struct {
-	l       *slog.Logger
-	fatal   chan string
-	started *atomic.Bool
-	denied  *deniedReporter
-	sampler *ingest.LogSampler
+	l          *slog.Logger
+	fatal      chan string
+	started    *atomic.Bool
+	denied     *deniedReporter
+	sampler    *ingest.LogSampler
+	disconnect func(cid uint64)
 }
 
 func (n *natsLogger) Noticef(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
@@ -138,6 +146,13 @@ func (n *natsLogger) Tracef(format string, v ...any) {}
 
 func (n *natsLogger) sampled(level slog.Level, msg string) {
 	if n.denied != nil && n.denied.violation(msg) {
+		// MQTT 3.1.1 cannot refuse a PUBLISH but by closing the
+		// connection; the server has already acknowledged and dropped
+		// it (as the protocol allows), so the device learns of its
+		// mistake by the closed connection.
+		if cid, ok := mqttConnID(msg); ok && n.disconnect != nil {
+			n.disconnect(cid)
+		}
 		return
 	}
 	if n.sampler != nil {
@@ -151,4 +166,36 @@ func (n *natsLogger) sampled(level slog.Level, msg string) {
 		}
 	}
 	n.l.Log(context.Background(), level, msg)
+}
+
+// mqttConnRE finds the connection ID in the server's log lines about
+// an MQTT client ("<addr> - mid:<id> - ...").
+var mqttConnRE = regexp.MustCompile(` - mid:(\d+) - `)
+
+// mqttConnID is the connection ID of the MQTT client a log line is
+// about; false when it is about none.
+func mqttConnID(line string) (uint64, bool) {
+	m := mqttConnRE.FindStringSubmatch(line)
+	if m == nil {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(m[1], 10, 64)
+	return id, err == nil
+}
+
+// disconnectOnce returns a function that closes a client connection of
+// ns, at most one close in flight per connection. The server logs
+// while holding its own locks, so the close runs on a goroutine of its
+// own, which ends as soon as the connection is closed.
+func disconnectOnce(ns *server.Server) func(cid uint64) {
+	var closing sync.Map
+	return func(cid uint64) {
+		if _, busy := closing.LoadOrStore(cid, struct{}{}); busy {
+			return
+		}
+		go func() {
+			defer closing.Delete(cid)
+			_ = ns.DisconnectClientByID(cid) // already gone: nothing to do
+		}()
+	}
 }

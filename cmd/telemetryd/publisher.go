@@ -18,8 +18,11 @@ import (
 const publishWindow = 256
 
 // jsPublisher implements api.Publisher over JetStream: readings go to
-// the telemetry stream, dead letters (rejected.*) to the rejected one,
-// each with its Nats-Msg-Id.
+// the telemetry stream, dead letters (rejected.*) to the rejected one
+// with their Nats-Msg-Id. The telemetry stream has no duplicate window
+// (package ingest, streams.go): a retried reading is stored once
+// because line protocol readings always carry their time, and the
+// store merges readings with the same device and time.
 type jsPublisher struct {
 	js       jetstream.JetStream
 	stream   string
@@ -49,11 +52,11 @@ func (p *jsPublisher) Publish(ctx context.Context, msgs []lineproto.Message) err
 			for k, v := range m.Header {
 				nm.Header.Set(k, v)
 			}
-			stream := p.stream
+			opts := []jetstream.PublishOpt{jetstream.WithExpectStream(p.stream)}
 			if strings.HasPrefix(m.Subject, "rejected.") {
-				stream = p.rejected
+				opts = []jetstream.PublishOpt{jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(p.rejected)}
 			}
-			f, err := p.js.PublishMsgAsync(nm, jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(stream))
+			f, err := p.js.PublishMsgAsync(nm, opts...)
 			if err != nil {
 				return fmt.Errorf("publish to %s: %w", m.Subject, err)
 			}

@@ -212,16 +212,23 @@ func (m *Main) dialNATS(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-func (m *Main) startIngest() error {
+// ingestConfig is the single node's ingest configuration, streams and
+// subjects included.
+func (m *Main) ingestConfig() ingest.Config {
 	icfg := ingest.DefaultConfig()
 	icfg.SubjectPrefix = m.cfg.SubjectPrefix
 	icfg.Window = m.window()
 	if m.mqttPort != 0 {
 		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)} // stored as <prefix>.<device> (mqtt.go)
 	}
-	icfg.Positions, icfg.Tombstones = m.store, m.store
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
+	return icfg
+}
+
+func (m *Main) startIngest() error {
+	icfg := m.ingestConfig()
+	icfg.Positions, icfg.Tombstones = m.store, m.store
 	icfg.PullMaxBytes = int(m.budget.PullBytes)
 	icfg.Hold = diskHold(m.cfg.DataDir, m.cfg.DiskReserve)
 	icfg.Logger = m.log.With("component", "ingest")

@@ -94,8 +94,11 @@ type Options struct {
 type Message struct {
 	Subject string
 	Data    []byte
-	// MsgID is the Nats-Msg-Id: a hash of subject and data, so a
-	// retried request is deduplicated by the stream.
+	// MsgID is a hash of subject and data, so a retried request gives
+	// the same ID. Dead letters are published with it as Nats-Msg-Id
+	// (the rejected stream deduplicates them); readings need none (the
+	// readings stream has no duplicate window, and every line protocol
+	// reading carries its time, so a retry is merged by the store).
 	MsgID string
 	// Header: for readings the payload format (wire.Header), for dead
 	// letters the error headers.

@@ -55,6 +55,7 @@ func (m *Membership) openDrops(ctx context.Context) error {
 		Description: "telemetryd: days dropped cluster-wide (DELETE /v1/tables/{day}) and when",
 		History:     1,
 		TTL:         dropKeep,
+		MaxBytes:    bucketMaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    m.cfg.Replicas,
 	})

@@ -165,6 +165,11 @@ func New(js jetstream.JetStream, cfg Config) (*Membership, error) {
 	}, nil
 }
 
+// bucketMaxBytes bounds each of the two buckets: only the service
+// writes them, one small entry per node or dropped day, so a bucket
+// this full is a fault; a put past it fails (buckets discard new).
+const bucketMaxBytes = 64 << 20
+
 // Open creates (or opens) the bucket and takes this node's lease. A
 // live lease of the same name held by another process is refused:
 // two nodes of one name would each believe the other's partitions are
@@ -175,6 +180,7 @@ func (m *Membership) Open(ctx context.Context) error {
 		Description: "telemetryd node leases: advertised URL and caught-up partitions",
 		TTL:         m.cfg.LeaseTTL,
 		History:     1,
+		MaxBytes:    bucketMaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    m.cfg.Replicas,
 	})
