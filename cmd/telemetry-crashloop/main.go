@@ -41,6 +41,10 @@ type Config struct {
 	Progress time.Duration // progress line interval
 	Args     []string      // extra telemetryd flags (e.g. -sync-writes)
 	Protocol string        // nats (JetStream publish acks) or mqtt (QoS 1 PUBACKs)
+	Hostile  bool          // run the service with credentials and a hostile second client
+	// StallTimeout ends publishing when no ack came for this long; the
+	// check then covers the acked messages (0: wait for every ack).
+	StallTimeout time.Duration
 }
 
 // Result is what the final check found.
@@ -51,12 +55,23 @@ type Result struct {
 	Lost       int // acked but not stored
 	Duplicated int // stored more than once
 	Unexpected int // stored but never published
-	Elapsed    time.Duration
+	Unacked    int // readings whose message was never acked (publishing stalled)
+	// LostAckedDuplicate counts the lost readings whose message was
+	// acked as a duplicate: its Nats-Msg-Id was taken by another
+	// client's message.
+	LostAckedDuplicate int
+	// DuplicateAcks counts publishes acked as duplicates: retries of
+	// messages stored before the service was killed, or messages whose
+	// Nats-Msg-Id another client used first.
+	DuplicateAcks int
+	Hostile       *HostileCounts // what the hostile client did (-hostile)
+	Elapsed       time.Duration
 }
 
-// OK reports whether the run upheld the guarantee.
+// OK reports whether the run upheld the guarantee and every reading
+// was acked.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Stored == r.Published
+	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published
 }
 
 func main() {
@@ -74,6 +89,8 @@ func main() {
 	flag.Int64Var(&cfg.Seed, "seed", time.Now().UnixNano(), "seed of the kill schedule (printed, for replay)")
 	flag.StringVar(&cfg.Protocol, "protocol", "nats", "publish with nats (JetStream acks) or mqtt (QoS 1, PUBACKs)")
 	flag.DurationVar(&cfg.Progress, "progress", time.Second, "progress interval")
+	flag.BoolVar(&cfg.Hostile, "hostile", false, "run the service with an auth file and a 64MiB stream while a second device copies the loop's message IDs, floods invalid payloads and rewrites the auth file every second")
+	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.Parse()
 	if *sync {
@@ -94,6 +111,10 @@ func main() {
 }
 
 func printResult(w io.Writer, cfg Config, r Result) {
-	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d elapsed=%s\n",
-		cmp.Or(cfg.Protocol, "nats"), cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d duplicate_acks=%d lost_acked_duplicate=%d elapsed=%s\n",
+		cmp.Or(cfg.Protocol, "nats"), cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
+		r.Unacked, r.DuplicateAcks, r.LostAckedDuplicate, r.Elapsed.Round(time.Millisecond))
+	if r.Hostile != nil {
+		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)
+	}
 }
