@@ -127,31 +127,36 @@ type hostile struct {
 	log    *slog.Logger
 }
 
-// run starts the hostile client and returns a function that stops it
-// and waits for it.
-func (h *hostile) run(ctx context.Context) (stop func(), err error) {
+// run starts the hostile client. stopTraffic ends its publishing (the
+// ID copies and the flood) and waits for it; stop ends the rest (the
+// auth file rewrites) too.
+func (h *hostile) run(ctx context.Context) (stopTraffic, stop func(), err error) {
 	nc, err := nats.Connect("nats://"+h.svc.natsAddr, nats.UserInfo(hostileDevice, h.creds.hostileSecret),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { h.counts.Disconnects.Add(1) }),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // permission errors are its own doing
 	if err != nil {
-		return nil, fmt.Errorf("hostile client: %w", err)
+		return nil, nil, fmt.Errorf("hostile client: %w", err)
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(5*time.Second),
 		jetstream.WithPublishAsyncMaxPending(256))
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(2 + floodInFlight)
-	go func() { defer wg.Done(); h.copyIDs(ctx, js) }()
+	authCtx, stopAuth := context.WithCancel(ctx)
+	trafficCtx, stopPublishing := context.WithCancel(ctx)
+	var traffic, churn sync.WaitGroup
+	traffic.Add(1 + floodInFlight)
+	go func() { defer traffic.Done(); h.copyIDs(trafficCtx, js) }()
 	for i := range floodInFlight {
-		go func() { defer wg.Done(); h.flood(ctx, js, int(nc.MaxPayload()), uint64(i)) }()
+		go func() { defer traffic.Done(); h.flood(trafficCtx, js, int(nc.MaxPayload()), uint64(i)) }()
 	}
-	go func() { defer wg.Done(); h.churnAuth(ctx) }()
-	return func() { cancel(); wg.Wait(); nc.Close() }, nil
+	churn.Add(1)
+	go func() { defer churn.Done(); h.churnAuth(authCtx) }()
+	stopTraffic = func() { stopPublishing(); traffic.Wait(); nc.Close() }
+	stop = func() { stopTraffic(); stopAuth(); churn.Wait() }
+	return stopTraffic, stop, nil
 }
 
 // copyIDs publishes, on the hostile device's own subject, messages with

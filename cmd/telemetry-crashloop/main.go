@@ -65,13 +65,15 @@ type Result struct {
 	// Nats-Msg-Id another client used first.
 	DuplicateAcks int
 	Hostile       *HostileCounts // what the hostile client did (-hostile)
+	Probe         *ProbeCounts   // what the QoS 0 probe found (-hostile)
 	Elapsed       time.Duration
 }
 
 // OK reports whether the run upheld the guarantee and every reading
 // was acked.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published
+	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published &&
+		(r.Probe == nil || r.Probe.OK())
 }
 
 func main() {
@@ -116,5 +118,8 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		r.Unacked, r.DuplicateAcks, r.LostAckedDuplicate, r.Elapsed.Round(time.Millisecond))
 	if r.Hostile != nil {
 		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)
+	}
+	if r.Probe != nil {
+		fmt.Fprintf(w, "qos0 probe: %s\n", r.Probe)
 	}
 }

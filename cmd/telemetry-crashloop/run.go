@@ -37,9 +37,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	}
 	var creds *credentials
 	if cfg.Hostile {
-		devices := make([]string, cfg.Devices)
-		for d := range devices {
-			devices[d] = deviceName(d)
+		devices := []string{probeDevice}
+		for d := range cfg.Devices {
+			devices = append(devices, deviceName(d))
 		}
 		if creds, err = writeCredentials(work, devices); err != nil {
 			return res, err
@@ -92,11 +92,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	defer cancelPub()
 	pubErr := make(chan error, 1)
 	go func() { pubErr <- pub.run(pubCtx, log) }()
-	stopHostile := func() {}
+	stopTraffic, stopHostile := func() {}, func() {}
 	if creds != nil {
 		res.Hostile = &HostileCounts{}
 		h := &hostile{svc: svc, pub: pub, creds: creds, counts: res.Hostile, seed: cfg.Seed, log: log}
-		if stopHostile, err = h.run(ctx); err != nil {
+		if stopTraffic, stopHostile, err = h.run(ctx); err != nil {
 			return res, err
 		}
 		defer stopHostile()
@@ -121,7 +121,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		}
 	}
 	stalled := <-pubErr
-	stopHostile()
+	stopTraffic()
 	if stalled != nil && !errors.Is(stalled, errStalled) {
 		return res, fmt.Errorf("publish: %w", stalled)
 	}
@@ -136,6 +136,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	}
 	if err := v.waitStored(ctx, 120*time.Second); err != nil {
 		log.Warn("store did not catch up", "error", err)
+	}
+	if creds != nil {
+		// The auth file is still rewritten every second.
+		pr := &probe{addr: svc.mqttAddr, user: loopGateway, password: creds.loopSecret, base: pub.base}
+		res.Probe = &ProbeCounts{Unchecked: pr.run(ctx)}
+		stopHostile()
+		if err := pr.check(ctx, v.base, header, 20*time.Second, res.Probe); err != nil {
+			return res, err
+		}
 	}
 	if err := v.check(ctx, &res); err != nil {
 		return res, err
