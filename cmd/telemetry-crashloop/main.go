@@ -8,8 +8,34 @@
 // through the service's MQTT listener instead, and a reading counts as
 // acked once its PUBACK arrived.
 //
+// With -hostile the guarantee must hold whatever another client does.
+// The service runs with an auth file (the loop publishes with a gateway
+// credential for its devices; a second device, hostile-1, may publish
+// only on its own subject) and -stream-max-bytes 64MiB, and while the
+// loop publishes and the service is killed, hostile-1
+//   - publishes on its own subject with the Nats-Msg-Id of every second
+//     one of the loop's next messages (the IDs are predictable), before
+//     the loop sends them;
+//   - floods the stream with invalid payloads of 1 to 6 MiB as fast as
+//     they are acked, sending each refused one again;
+//   - rewrites the auth file every second (a new secret for an
+//     unrelated device) and sends SIGHUP.
+//
+// Its refusals and disconnects are expected and counted, not failures;
+// its own readings are not checked. After the loop, with no kills and
+// no flood but the rewrites going on, a QoS 0 probe publishes 1,000
+// MQTT QoS 0 readings between two QoS 1 ones on one connection: each
+// must be stored, as nothing else can have dropped it. The result
+// counts, besides the loop's lost, duplicated and unexpected readings,
+// the lost readings whose message was acked as a duplicate (its ID was
+// taken), what the hostile client did, and the probe's losses.
+// -stall-timeout ends publishing that gets no ack (a stream that stays
+// full) and checks what was acked.
+//
 //	go run ./cmd/telemetry-crashloop -kills 50 -readings 500000 -rate 5000
 //	go run ./cmd/telemetry-crashloop -protocol mqtt -kills 10 -readings 200000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -hostile -kills 10 -readings 200000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -hostile -protocol mqtt -kills 10 -readings 200000 -rate 5000
 package main
 
 import (
