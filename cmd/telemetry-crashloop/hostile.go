@@ -82,6 +82,22 @@ func writeCredentials(dir string, devices []string) (*credentials, error) {
 	return c, nil
 }
 
+// hostileService writes the auth file of a -hostile run into dir and
+// adds the service flags of such a run to cfg.Args.
+func hostileService(cfg *Config, dir string) (*credentials, error) {
+	devices := []string{probeDevice}
+	for d := range cfg.Devices {
+		devices = append(devices, deviceName(d))
+	}
+	creds, err := writeCredentials(dir, devices)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Args = append(slices.Clip(cfg.Args), "-auth-file", creds.file, "-stream-max-bytes", hostileStreamMaxBytes,
+		"-http-rate", "0") // the check's reads are not under test
+	return creds, nil
+}
+
 // HostileCounts is what the hostile client did. Its refusals and
 // disconnects are expected, not failures of the run.
 type HostileCounts struct {

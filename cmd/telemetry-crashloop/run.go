@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,15 +36,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	}
 	var creds *credentials
 	if cfg.Hostile {
-		devices := []string{probeDevice}
-		for d := range cfg.Devices {
-			devices = append(devices, deviceName(d))
-		}
-		if creds, err = writeCredentials(work, devices); err != nil {
+		if creds, err = hostileService(&cfg, work); err != nil {
 			return res, err
 		}
-		cfg.Args = append(slices.Clip(cfg.Args), "-auth-file", creds.file, "-stream-max-bytes", hostileStreamMaxBytes,
-			"-http-rate", "0") // the check's reads are not under test
 	}
 	svc, err := newService(cfg, work, log)
 	if err != nil {
@@ -104,21 +97,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 
 	stopProgress := progress(cfg.Progress, log, pub, res.Hostile)
 	defer stopProgress()
-	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
-	for res.Kills < cfg.Kills {
-		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
-		select {
-		case <-time.After(up):
-		case <-ctx.Done():
-			return res, ctx.Err()
-		}
-		if err := svc.kill(); err != nil {
-			return res, fmt.Errorf("kill %d: %w", res.Kills+1, err)
-		}
-		res.Kills++
-		if err := svc.start(ctx); err != nil {
-			return res, fmt.Errorf("restart after kill %d: %w", res.Kills, err)
-		}
+	if err := killLoop(ctx, cfg, svc, &res); err != nil {
+		return res, err
 	}
 	stalled := <-pubErr
 	stopTraffic()
@@ -157,6 +137,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, errors.New("delivery guarantee broken")
 	}
 	return res, nil
+}
+
+// killLoop SIGKILLs the service cfg.Kills times at seeded random
+// moments, restarting it each time.
+func killLoop(ctx context.Context, cfg Config, svc *service, res *Result) error {
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
+	for res.Kills < cfg.Kills {
+		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
+		select {
+		case <-time.After(up):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := svc.kill(); err != nil {
+			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
+		}
+		res.Kills++
+		if err := svc.start(ctx); err != nil {
+			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
+		}
+	}
+	return nil
 }
 
 func newService(cfg Config, work string, log *slog.Logger) (*service, error) {
