@@ -50,7 +50,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	}
 	defer svc.stop(15 * time.Second)
 
-	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(-1)}
+	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Debug("nats async error", "err", err) // the kills cause them
+		})}
 	var user, password string
 	header := http.Header{}
 	if creds != nil {
