@@ -82,6 +82,7 @@ type Result struct {
 	Duplicated int // stored more than once
 	Unexpected int // stored but never published
 	Unacked    int // readings whose message was never acked (publishing stalled)
+	Retried    int // publishes refused or unanswered, then sent again
 	// LostAckedDuplicate counts the lost readings whose message was
 	// acked as a duplicate: its Nats-Msg-Id was taken by another
 	// client's message.
@@ -139,9 +140,9 @@ func main() {
 }
 
 func printResult(w io.Writer, cfg Config, r Result) {
-	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d duplicate_acks=%d lost_acked_duplicate=%d elapsed=%s\n",
+	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d retried=%d duplicate_acks=%d lost_acked_duplicate=%d elapsed=%s\n",
 		cmp.Or(cfg.Protocol, "nats"), cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
-		r.Unacked, r.DuplicateAcks, r.LostAckedDuplicate, r.Elapsed.Round(time.Millisecond))
+		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.Elapsed.Round(time.Millisecond))
 	if r.Hostile != nil {
 		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)
 	}

@@ -111,6 +111,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	res.Published = int(pub.acked.Load())
 	res.Unacked = cfg.Readings - res.Published
 	res.DuplicateAcks = int(pub.duplicates.Load())
+	res.Retried = int(pub.errors.Load())
 	v := verifier{base: "http://" + svc.httpAddr, pub: pub, header: header}
 	if cfg.Hostile {
 		// Readings the hostile flood cost the loop never arrive; stop
