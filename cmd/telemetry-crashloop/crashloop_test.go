@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/api/auth"
 )
 
 // TestShortCrashLoop SIGKILLs a real telemetryd process three times
@@ -45,6 +49,76 @@ func TestShortCrashLoopMQTT(t *testing.T) {
 	assert.Zero(t, res.Lost)
 	assert.Zero(t, res.Duplicated)
 	assert.Zero(t, res.Unexpected)
+}
+
+// TestHostileCrashLoop is -hostile in short: while the loop publishes
+// and the service is killed three times, a second device takes the
+// Nats-Msg-Id of the loop's next messages, floods a 64MiB stream with
+// invalid payloads of megabytes and rewrites the auth file every
+// second; every acked reading must still be stored exactly once, and
+// the QoS 0 probe's readings too. It runs only with
+// TELEMETRY_CRASHLOOP_HOSTILE=1 (a service that shares its duplicate
+// window between devices, discards old messages when its stream is
+// full, or drops its own connections on an auth reload fails it).
+func TestHostileCrashLoop(t *testing.T) {
+	if os.Getenv("TELEMETRY_CRASHLOOP_HOSTILE") != "1" {
+		t.Skip("set TELEMETRY_CRASHLOOP_HOSTILE=1 to run the crash loop with a hostile client")
+	}
+	cfg := Config{Kills: 3, Readings: 20000, Devices: 10, Batch: 10, Rate: 5000, Hostile: true,
+		MinUp: 300 * time.Millisecond, MaxUp: 1200 * time.Millisecond, Seed: 3, StallTimeout: time.Minute}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	t.Logf("kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d lost_acked_duplicate=%d",
+		res.Kills, res.Published, res.Stored, res.Lost, res.Duplicated, res.Unexpected, res.Unacked, res.LostAckedDuplicate)
+	require.NotNil(t, res.Hostile)
+	t.Logf("hostile: %s", res.Hostile)
+	if res.Probe != nil {
+		t.Logf("qos0 probe: %s", res.Probe)
+	}
+	require.NoError(t, err)
+	assert.Equal(t, cfg.Readings, res.Published)
+	assert.Equal(t, cfg.Readings, res.Stored)
+	assert.Zero(t, res.Lost)
+	assert.Zero(t, res.Duplicated)
+	assert.Zero(t, res.Unexpected)
+	require.NotNil(t, res.Probe)
+	assert.Empty(t, res.Probe.Unchecked)
+	assert.Zero(t, res.Probe.Lost)
+	// The attack happened.
+	assert.Positive(t, res.Hostile.CopiesSent.Load())
+	assert.Positive(t, res.Hostile.FloodAcked.Load()+res.Hostile.FloodRefused.Load())
+	assert.Positive(t, res.Hostile.AuthReloads.Load())
+}
+
+// TestRewriteChurn checks the hostile client's auth file rewrite: every
+// rewrite changes the file (so the service reloads it) and keeps the
+// run's credentials.
+func TestRewriteChurn(t *testing.T) {
+	creds, err := writeCredentials(t.TempDir(), []string{"crash-000", probeDevice})
+	require.NoError(t, err)
+	before, err := os.ReadFile(creds.file)
+	require.NoError(t, err)
+	for range 2 {
+		require.NoError(t, rewriteChurn(creds.file))
+		after, err := os.ReadFile(creds.file)
+		require.NoError(t, err)
+		assert.NotEqual(t, string(before), string(after), "a rewrite must change the file")
+		before = after
+	}
+	f, err := auth.Load(creds.file)
+	require.NoError(t, err)
+	set := auth.Compile(f)
+	assert.True(t, set.Device(loopGateway, creds.loopSecret))
+	assert.ElementsMatch(t, []string{"crash-000", probeDevice}, set.PublishAs(loopGateway))
+	assert.True(t, set.Device(hostileDevice, creds.hostileSecret))
+	assert.Empty(t, set.PublishAs(hostileDevice))
+	p, ok := set.Token(creds.readToken)
+	require.True(t, ok)
+	assert.True(t, p.Has(auth.ScopeRead))
+	matches, err := filepath.Glob(filepath.Join(filepath.Dir(creds.file), ".*tmp*"))
+	require.NoError(t, err)
+	assert.Empty(t, matches, "no temporary files left behind")
 }
 
 type testWriter struct{ t *testing.T }

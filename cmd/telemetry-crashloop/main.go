@@ -8,8 +8,34 @@
 // through the service's MQTT listener instead, and a reading counts as
 // acked once its PUBACK arrived.
 //
+// With -hostile the guarantee must hold whatever another client does.
+// The service runs with an auth file (the loop publishes with a gateway
+// credential for its devices; a second device, hostile-1, may publish
+// only on its own subject) and -stream-max-bytes 64MiB, and while the
+// loop publishes and the service is killed, hostile-1
+//   - publishes on its own subject with the Nats-Msg-Id of every second
+//     one of the loop's next messages (the IDs are predictable), before
+//     the loop sends them;
+//   - floods the stream with invalid payloads of 1 to 6 MiB as fast as
+//     they are acked, sending each refused one again;
+//   - rewrites the auth file every second (a new secret for an
+//     unrelated device) and sends SIGHUP.
+//
+// Its refusals and disconnects are expected and counted, not failures;
+// its own readings are not checked. After the loop, with no kills and
+// no flood but the rewrites going on, a QoS 0 probe publishes 1,000
+// MQTT QoS 0 readings between two QoS 1 ones on one connection: each
+// must be stored, as nothing else can have dropped it. The result
+// counts, besides the loop's lost, duplicated and unexpected readings,
+// the lost readings whose message was acked as a duplicate (its ID was
+// taken), what the hostile client did, and the probe's losses.
+// -stall-timeout ends publishing that gets no ack (a stream that stays
+// full) and checks what was acked.
+//
 //	go run ./cmd/telemetry-crashloop -kills 50 -readings 500000 -rate 5000
 //	go run ./cmd/telemetry-crashloop -protocol mqtt -kills 10 -readings 200000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -hostile -kills 10 -readings 200000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -hostile -protocol mqtt -kills 10 -readings 200000 -rate 5000
 package main
 
 import (
@@ -41,6 +67,10 @@ type Config struct {
 	Progress time.Duration // progress line interval
 	Args     []string      // extra telemetryd flags (e.g. -sync-writes)
 	Protocol string        // nats (JetStream publish acks) or mqtt (QoS 1 PUBACKs)
+	Hostile  bool          // run the service with credentials and a hostile second client
+	// StallTimeout ends publishing when no ack came for this long; the
+	// check then covers the acked messages (0: wait for every ack).
+	StallTimeout time.Duration
 }
 
 // Result is what the final check found.
@@ -51,12 +81,26 @@ type Result struct {
 	Lost       int // acked but not stored
 	Duplicated int // stored more than once
 	Unexpected int // stored but never published
-	Elapsed    time.Duration
+	Unacked    int // readings whose message was never acked (publishing stalled)
+	Retried    int // publishes refused or unanswered, then sent again
+	// LostAckedDuplicate counts the lost readings whose message was
+	// acked as a duplicate: its Nats-Msg-Id was taken by another
+	// client's message.
+	LostAckedDuplicate int
+	// DuplicateAcks counts publishes acked as duplicates: retries of
+	// messages stored before the service was killed, or messages whose
+	// Nats-Msg-Id another client used first.
+	DuplicateAcks int
+	Hostile       *HostileCounts // what the hostile client did (-hostile)
+	Probe         *ProbeCounts   // what the QoS 0 probe found (-hostile)
+	Elapsed       time.Duration
 }
 
-// OK reports whether the run upheld the guarantee.
+// OK reports whether the run upheld the guarantee and every reading
+// was acked.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Stored == r.Published
+	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published &&
+		(r.Probe == nil || r.Probe.OK())
 }
 
 func main() {
@@ -74,6 +118,8 @@ func main() {
 	flag.Int64Var(&cfg.Seed, "seed", time.Now().UnixNano(), "seed of the kill schedule (printed, for replay)")
 	flag.StringVar(&cfg.Protocol, "protocol", "nats", "publish with nats (JetStream acks) or mqtt (QoS 1, PUBACKs)")
 	flag.DurationVar(&cfg.Progress, "progress", time.Second, "progress interval")
+	flag.BoolVar(&cfg.Hostile, "hostile", false, "run the service with an auth file and a 64MiB stream while a second device copies the loop's message IDs, floods invalid payloads and rewrites the auth file every second")
+	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.Parse()
 	if *sync {
@@ -94,6 +140,13 @@ func main() {
 }
 
 func printResult(w io.Writer, cfg Config, r Result) {
-	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d elapsed=%s\n",
-		cmp.Or(cfg.Protocol, "nats"), cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d retried=%d duplicate_acks=%d lost_acked_duplicate=%d elapsed=%s\n",
+		cmp.Or(cfg.Protocol, "nats"), cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
+		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.Elapsed.Round(time.Millisecond))
+	if r.Hostile != nil {
+		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)
+	}
+	if r.Probe != nil {
+		fmt.Fprintf(w, "qos0 probe: %s\n", r.Probe)
+	}
 }

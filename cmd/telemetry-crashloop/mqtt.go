@@ -24,7 +24,9 @@ type mqttSender struct {
 	clients []mqtt.Client
 }
 
-func newMQTTSender(p *publisher, addr string) (*mqttSender, error) {
+// newMQTTSender connects mqttClients clients to addr, logging in with
+// user and password unless user is empty.
+func newMQTTSender(p *publisher, addr, user, password string) (*mqttSender, error) {
 	s := &mqttSender{pub: p}
 	for i := range mqttClients {
 		opts := mqtt.NewClientOptions().
@@ -37,6 +39,9 @@ func newMQTTSender(p *publisher, addr string) (*mqttSender, error) {
 			SetConnectRetryInterval(100 * time.Millisecond).
 			SetMaxReconnectInterval(200 * time.Millisecond).
 			SetWriteTimeout(5 * time.Second)
+		if user != "" {
+			opts.SetUsername(user).SetPassword(password)
+		}
 		c := mqtt.NewClient(opts)
 		tok := c.Connect()
 		if !tok.WaitTimeout(30 * time.Second) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -28,6 +29,9 @@ type service struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
+
+	mu      sync.Mutex  // guards running, for signals sent from other goroutines
+	running *os.Process // the ready instance; nil while starting or killed
 }
 
 // buildService compiles ./cmd/telemetryd into dir.
@@ -70,7 +74,29 @@ func (s *service) start(ctx context.Context) error {
 		_ = cmd.Wait()
 		close(done)
 	}(s.cmd, s.exited)
-	return s.waitReady(ctx, 60*time.Second)
+	if err := s.waitReady(ctx, 60*time.Second); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.running = s.cmd.Process
+	s.mu.Unlock()
+	return nil
+}
+
+// hup sends SIGHUP (reload the auth file) to the service if it is up
+// and ready (before that, SIGHUP could end it before its handler is
+// installed), and reports whether it did.
+func (s *service) hup() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running != nil && s.running.Signal(syscall.SIGHUP) == nil
+}
+
+// notRunning stops hup from signalling the current instance.
+func (s *service) notRunning() {
+	s.mu.Lock()
+	s.running = nil
+	s.mu.Unlock()
 }
 
 func (s *service) waitReady(ctx context.Context, timeout time.Duration) error {
@@ -100,6 +126,7 @@ func (s *service) kill() error {
 	if s.cmd == nil {
 		return errors.New("service not started")
 	}
+	s.notRunning()
 	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
@@ -113,6 +140,7 @@ func (s *service) stop(timeout time.Duration) error {
 	if s.cmd == nil {
 		return nil
 	}
+	s.notRunning()
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.exited:

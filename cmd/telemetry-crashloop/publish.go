@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -21,14 +22,31 @@ type publisher struct {
 	base   time.Time // reading seq is stamped base + seq ms
 	acked  atomic.Int64
 	errors atomic.Int64
+	// next is the first message not yet sent (retries aside).
+	next atomic.Int64
+	// duplicates counts acks that said duplicate: a retry of a message
+	// stored before its first ack was lost, or a message whose ID
+	// another client took first.
+	duplicates atomic.Int64
+	// ackedMsg[m] is whether message m was acked; written by run only,
+	// read after it returned.
+	ackedMsg []bool
+	// dupAcked[m] is whether message m's ack said duplicate.
+	dupAcked []atomic.Bool
 }
+
+// errStalled is a run that got no ack for Config.StallTimeout.
+var errStalled = errors.New("publishing stalled")
 
 const maxInFlight = 512
 
 func (p *publisher) messages() int { return (p.cfg.Readings + p.cfg.Batch - 1) / p.cfg.Batch }
 
 // device returns the device that message m belongs to.
-func (p *publisher) device(m int) string { return fmt.Sprintf("crash-%03d", m%p.cfg.Devices) }
+func (p *publisher) device(m int) string { return deviceName(m % p.cfg.Devices) }
+
+// deviceName is the ID of device d of the loop.
+func deviceName(d int) string { return fmt.Sprintf("crash-%03d", d) }
 
 // deviceOf returns the index of the device whose message carries
 // reading seq.
@@ -52,9 +70,13 @@ func (p *publisher) message(m int) *nats.Msg {
 	buf = append(buf, ']')
 	msg := nats.NewMsg("telemetry." + p.device(m))
 	msg.Data = buf
-	msg.Header.Set(jetstream.MsgIDHeader, "crash-"+strconv.Itoa(m))
+	msg.Header.Set(jetstream.MsgIDHeader, msgID(m))
 	return msg
 }
+
+// msgID is the Nats-Msg-Id of message m. It is predictable on purpose:
+// -hostile copies it.
+func msgID(m int) string { return "crash-" + strconv.Itoa(m) }
 
 type pubResult struct {
 	m   int
@@ -62,13 +84,17 @@ type pubResult struct {
 }
 
 // run publishes every message, keeping at most maxInFlight unacked,
-// and returns when all are acked or ctx ends.
+// and returns when all are acked or ctx ends, or with errStalled when
+// no ack came for Config.StallTimeout.
 func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	total := p.messages()
+	p.ackedMsg = make([]bool, total)
+	p.dupAcked = make([]atomic.Bool, total)
 	results := make(chan pubResult, maxInFlight)
 	var retry []int
 	next, done, inflight := 0, 0, 0
 	started := time.Now()
+	lastAck := started
 	handle := func(r pubResult) {
 		inflight--
 		if r.err != nil {
@@ -77,11 +103,19 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 			return
 		}
 		done++
+		lastAck = time.Now()
+		p.ackedMsg[r.m] = true
 		p.acked.Add(int64(min((r.m+1)*p.cfg.Batch, p.cfg.Readings) - r.m*p.cfg.Batch))
 	}
+	stallCheck := time.NewTicker(time.Second)
+	defer stallCheck.Stop()
 	for done < total {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if p.cfg.StallTimeout > 0 && time.Since(lastAck) > p.cfg.StallTimeout {
+			log.Warn("publishing stalled", "acked_messages", done, "messages", total, "no_ack_for", p.cfg.StallTimeout)
+			return fmt.Errorf("%w: no ack for %s, %d of %d messages acked", errStalled, p.cfg.StallTimeout, done, total)
 		}
 		if inflight < maxInFlight && (len(retry) > 0 || next < total) {
 			var m int
@@ -90,6 +124,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 			} else {
 				m, next = next, next+1
 				p.pace(ctx, started, m)
+				p.next.Store(int64(next))
 			}
 			done, err := p.publish(m)
 			if err != nil {
@@ -104,6 +139,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 			select {
 			case r := <-results:
 				handle(r)
+			case <-stallCheck.C:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -149,7 +185,11 @@ func (p *publisher) publish(m int) (<-chan error, error) {
 	done := make(chan error, 1)
 	go func() {
 		select {
-		case <-fut.Ok():
+		case ack := <-fut.Ok():
+			if ack.Duplicate {
+				p.duplicates.Add(1)
+				p.dupAcked[m].Store(true)
+			}
 			done <- nil
 		case err := <-fut.Err():
 			done <- err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,18 +34,34 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = filepath.Join(work, "data")
 	}
+	var creds *credentials
+	if cfg.Hostile {
+		if creds, err = hostileService(&cfg, work); err != nil {
+			return res, err
+		}
+	}
 	svc, err := newService(cfg, work, log)
 	if err != nil {
 		return res, err
 	}
-	log.Info("crash loop", "protocol", cfg.Protocol, "seed", cfg.Seed, "kills", cfg.Kills, "readings", cfg.Readings, "data_dir", cfg.DataDir, "log", svc.logPath)
+	log.Info("crash loop", "protocol", cfg.Protocol, "hostile", cfg.Hostile, "seed", cfg.Seed, "kills", cfg.Kills, "readings", cfg.Readings, "data_dir", cfg.DataDir, "log", svc.logPath)
 	if err := svc.start(ctx); err != nil {
 		return res, err
 	}
 	defer svc.stop(15 * time.Second)
 
-	nc, err := nats.Connect("nats://"+svc.natsAddr, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
-		nats.ReconnectBufSize(-1))
+	opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.ReconnectBufSize(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Debug("nats async error", "err", err) // the kills cause them
+		})}
+	var user, password string
+	header := http.Header{}
+	if creds != nil {
+		user, password = loopGateway, creds.loopSecret
+		opts = append(opts, nats.UserInfo(user, password))
+		header.Set("Authorization", "Bearer "+creds.readToken)
+	}
+	nc, err := nats.Connect("nats://"+svc.natsAddr, opts...)
 	if err != nil {
 		return res, err
 	}
@@ -58,7 +75,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	switch cfg.Protocol {
 	case "", "nats":
 	case "mqtt":
-		ms, err := newMQTTSender(pub, svc.mqttAddr)
+		ms, err := newMQTTSender(pub, svc.mqttAddr, user, password)
 		if err != nil {
 			return res, err
 		}
@@ -71,41 +88,81 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	defer cancelPub()
 	pubErr := make(chan error, 1)
 	go func() { pubErr <- pub.run(pubCtx, log) }()
+	stopTraffic, stopHostile := func() {}, func() {}
+	if creds != nil {
+		res.Hostile = &HostileCounts{}
+		h := &hostile{svc: svc, pub: pub, creds: creds, counts: res.Hostile, seed: cfg.Seed, log: log}
+		if stopTraffic, stopHostile, err = h.run(ctx); err != nil {
+			return res, err
+		}
+		defer stopHostile()
+	}
 
-	stopProgress := progress(cfg.Progress, log, pub, &res)
+	stopProgress := progress(cfg.Progress, log, pub, res.Hostile)
 	defer stopProgress()
+	if err := killLoop(ctx, cfg, svc, &res); err != nil {
+		return res, err
+	}
+	stalled := <-pubErr
+	stopTraffic()
+	if stalled != nil && !errors.Is(stalled, errStalled) {
+		return res, fmt.Errorf("publish: %w", stalled)
+	}
+	res.Published = int(pub.acked.Load())
+	res.Unacked = cfg.Readings - res.Published
+	res.DuplicateAcks = int(pub.duplicates.Load())
+	res.Retried = int(pub.errors.Load())
+	v := verifier{base: "http://" + svc.httpAddr, pub: pub, header: header}
+	if cfg.Hostile {
+		// Readings the hostile flood cost the loop never arrive; stop
+		// waiting for them once the count stops moving.
+		v.settle = 20 * time.Second
+	}
+	if err := v.waitStored(ctx, 120*time.Second); err != nil {
+		log.Warn("store did not catch up", "error", err)
+	}
+	if creds != nil {
+		// The auth file is still rewritten every second.
+		pr := &probe{addr: svc.mqttAddr, user: loopGateway, password: creds.loopSecret, base: pub.base}
+		res.Probe = &ProbeCounts{Unchecked: pr.run(ctx)}
+		stopHostile()
+		if err := pr.check(ctx, v.base, header, 20*time.Second, res.Probe); err != nil {
+			return res, err
+		}
+	}
+	if err := v.check(ctx, &res); err != nil {
+		return res, err
+	}
+	res.Elapsed = time.Since(started)
+	if stalled != nil {
+		return res, stalled
+	}
+	if !res.OK() {
+		return res, errors.New("delivery guarantee broken")
+	}
+	return res, nil
+}
+
+// killLoop SIGKILLs the service cfg.Kills times at seeded random
+// moments, restarting it each time.
+func killLoop(ctx context.Context, cfg Config, svc *service, res *Result) error {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
 	for res.Kills < cfg.Kills {
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
 		select {
 		case <-time.After(up):
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return ctx.Err()
 		}
 		if err := svc.kill(); err != nil {
-			return res, fmt.Errorf("kill %d: %w", res.Kills+1, err)
+			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
 		}
 		res.Kills++
 		if err := svc.start(ctx); err != nil {
-			return res, fmt.Errorf("restart after kill %d: %w", res.Kills, err)
+			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 		}
 	}
-	if err := <-pubErr; err != nil {
-		return res, fmt.Errorf("publish: %w", err)
-	}
-	res.Published = int(pub.acked.Load())
-	v := verifier{base: "http://" + svc.httpAddr, pub: pub}
-	if err := v.waitStored(ctx, 120*time.Second); err != nil {
-		log.Warn("store did not catch up", "error", err)
-	}
-	if err := v.check(ctx, &res); err != nil {
-		return res, err
-	}
-	res.Elapsed = time.Since(started)
-	if !res.OK() {
-		return res, errors.New("delivery guarantee broken")
-	}
-	return res, nil
+	return nil
 }
 
 func newService(cfg Config, work string, log *slog.Logger) (*service, error) {
@@ -125,8 +182,9 @@ func newService(cfg Config, work string, log *slog.Logger) (*service, error) {
 		httpAddr: httpAddr, natsAddr: natsAddr, mqttAddr: mqttAddr, args: cfg.Args, log: log}, nil
 }
 
-// progress logs acked readings and kills every interval until stopped.
-func progress(every time.Duration, log *slog.Logger, pub *publisher, res *Result) (stop func()) {
+// progress logs acked readings (and what the hostile client did, when
+// not nil) every interval until stopped.
+func progress(every time.Duration, log *slog.Logger, pub *publisher, h *HostileCounts) (stop func()) {
 	if every <= 0 {
 		return func() {}
 	}
@@ -143,8 +201,12 @@ func progress(every time.Duration, log *slog.Logger, pub *publisher, res *Result
 				return
 			case <-t.C:
 				acked := pub.acked.Load()
-				log.Info("progress", "acked", acked, "publish_errors", pub.errors.Load(),
-					"rate_per_s", float64(acked-last)/every.Seconds())
+				args := []any{"acked", acked, "publish_errors", pub.errors.Load(),
+					"rate_per_s", float64(acked-last) / every.Seconds()}
+				if h != nil {
+					args = append(args, "duplicate_acks", pub.duplicates.Load(), "hostile", h.String())
+				}
+				log.Info("progress", args...)
 				last = acked
 			}
 		}

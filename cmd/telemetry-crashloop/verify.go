@@ -13,8 +13,12 @@ import (
 
 // verifier reads every reading back over the HTTP API.
 type verifier struct {
-	base string
-	pub  *publisher
+	base   string
+	pub    *publisher
+	header http.Header // sent with every request (Authorization); may be nil
+	// settle ends waitStored early once the count has not moved for
+	// this long (0: wait for the whole timeout).
+	settle time.Duration
 }
 
 type tablesResponse struct {
@@ -33,12 +37,19 @@ func (v verifier) waitStored(ctx context.Context, timeout time.Duration) error {
 	want := v.pub.acked.Load()
 	deadline := time.Now().Add(timeout)
 	var got int64
+	moved := time.Now()
 	for time.Now().Before(deadline) {
 		if n, err := v.stored(ctx); err == nil {
+			if n != got {
+				moved = time.Now()
+			}
 			got = n
 			if got >= want {
 				return nil
 			}
+		}
+		if v.settle > 0 && time.Since(moved) > v.settle {
+			return fmt.Errorf("tables hold %d readings, %d were acked, no change for %s", got, want, v.settle)
 		}
 		select {
 		case <-ctx.Done():
@@ -54,7 +65,7 @@ func (v verifier) waitStored(ctx context.Context, timeout time.Duration) error {
 // readings read back.
 func (v verifier) stored(ctx context.Context) (int64, error) {
 	var tr tablesResponse
-	if err := getJSON(ctx, v.base+"/v1/tables", &tr); err != nil {
+	if err := getJSON(ctx, v.base+"/v1/tables", v.header, &tr); err != nil {
 		return 0, err
 	}
 	var n int64
@@ -70,37 +81,45 @@ func (v verifier) stored(ctx context.Context) (int64, error) {
 }
 
 // check reads every device's readings and counts lost, duplicated and
-// unexpected ones into res with the shared exactly-once checker. Every
-// message was acked by the time it runs (the publisher retries until
-// then), so every reading of the run is due.
+// unexpected ones into res with the shared exactly-once checker. The
+// readings of every acked message are due (all of them, unless
+// publishing stalled); any reading of the run may appear.
 func (v verifier) check(ctx context.Context, res *Result) error {
 	cfg := v.pub.cfg
 	from := v.pub.base.Add(-time.Second)
 	to := v.pub.base.Add(time.Duration(cfg.Readings)*time.Millisecond + time.Second)
-	var total exactlyonce.Tally
+	var total, dup exactlyonce.Tally
 	for d := range cfg.Devices {
-		got, err := exactlyonce.ReadDevice(ctx, nil, v.base, v.pub.device(d), from, to, nil)
+		got, err := exactlyonce.ReadDevice(ctx, nil, v.base, v.pub.device(d), from, to, v.header)
 		if err != nil {
 			return err
 		}
 		run := exactlyonce.Run{Field: "seq", Base: v.pub.base, Step: time.Millisecond,
 			Published: func(seq int) bool { return seq < cfg.Readings && v.pub.deviceOf(seq) == d }}
-		var acked []int
+		var acked, ackedDup []int
 		for seq := range cfg.Readings {
-			if v.pub.deviceOf(seq) == d {
+			if m := seq / cfg.Batch; v.pub.deviceOf(seq) == d && v.pub.ackedMsg[m] {
 				acked = append(acked, seq)
+				if v.pub.dupAcked[m].Load() {
+					ackedDup = append(ackedDup, seq)
+				}
 			}
 		}
 		total.Add(run.Check(acked, got))
+		dup.Add(run.Check(ackedDup, got))
 	}
 	res.Stored, res.Lost, res.Duplicated, res.Unexpected = total.Stored, total.Lost, total.Duplicated, total.Unexpected
+	res.LostAckedDuplicate = dup.Lost
 	return nil
 }
 
-func getJSON(ctx context.Context, u string, out any) error {
+func getJSON(ctx context.Context, u string, header http.Header, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
