@@ -88,7 +88,7 @@ func TestPartitionCountIsFixed(t *testing.T) {
 	err = runFor(t, nc, w, partitionedConfig(8, 0), 5*time.Second)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "partitioned into 4, not -partitions 8")
-	assert.Contains(t, err.Error(), "Running a cluster")
+	assert.Contains(t, err.Error(), "Changing the partition count")
 
 	single := DefaultConfig()
 	err = runFor(t, nc, w, single, 5*time.Second)

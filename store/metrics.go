@@ -26,31 +26,9 @@ type metrics struct {
 func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 	meter := mp.Meter(instrumentationName)
 	m := &metrics{}
-	var err error
-	if m.commitDuration, err = meter.Float64Histogram("telemetry.store.commit.duration",
-		metric.WithDescription("Time to commit one Write to the day tables and the device index."),
-		metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)); err != nil {
-		return nil, fmt.Errorf("commit duration histogram: %w", err)
+	if err := m.newCounters(meter); err != nil {
+		return nil, err
 	}
-	if m.tableErrors, err = meter.Int64Counter("telemetry.store.table_errors",
-		metric.WithDescription("Day tables that failed to open (damaged or unreadable)."),
-		metric.WithUnit("{error}")); err != nil {
-		return nil, fmt.Errorf("table errors counter: %w", err)
-	}
-	if m.compactions, err = meter.Int64Counter("telemetry.store.compactions",
-		metric.WithDescription("Merges of a device's open blocks into sealed blocks."),
-		metric.WithUnit("{compaction}")); err != nil {
-		return nil, fmt.Errorf("compactions counter: %w", err)
-	}
-	if m.corruptBlocks, err = meter.Int64Counter("telemetry.store.corrupt_blocks",
-		metric.WithDescription("Stored blocks (kind=block) and device index records (kind=device_index_record) found corrupt: checksum mismatch or undecodable. Each block counts once per process; queries skip it with a warning."),
-		metric.WithUnit("{block}")); err != nil {
-		return nil, fmt.Errorf("corrupt blocks counter: %w", err)
-	}
-	// Exported from the start (at 0), so an alert sees the series.
-	m.tableErrors.Add(context.Background(), 0)
-	m.compactions.Add(context.Background(), 0)
 	tables, err := meter.Int64ObservableGauge("telemetry.store.tables",
 		metric.WithDescription("Day tables on disk."), metric.WithUnit("{table}"))
 	if err != nil {
@@ -100,3 +78,33 @@ func (badgerLogger) Infof(string, ...any) {}
 
 // Debugf implements badger.Logger; it is dropped.
 func (badgerLogger) Debugf(string, ...any) {}
+
+// newCounters creates the histogram and the counters, exported from the
+// start (at 0) so an alert sees the series before the first event.
+func (m *metrics) newCounters(meter metric.Meter) error {
+	var err error
+	if m.commitDuration, err = meter.Float64Histogram("telemetry.store.commit.duration",
+		metric.WithDescription("Time to commit one Write to the day tables and the device index."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)); err != nil {
+		return fmt.Errorf("commit duration histogram: %w", err)
+	}
+	if m.tableErrors, err = meter.Int64Counter("telemetry.store.table_errors",
+		metric.WithDescription("Day tables that failed to open (damaged or unreadable)."),
+		metric.WithUnit("{error}")); err != nil {
+		return fmt.Errorf("table errors counter: %w", err)
+	}
+	if m.compactions, err = meter.Int64Counter("telemetry.store.compactions",
+		metric.WithDescription("Merges of a device's open blocks into sealed blocks."),
+		metric.WithUnit("{compaction}")); err != nil {
+		return fmt.Errorf("compactions counter: %w", err)
+	}
+	if m.corruptBlocks, err = meter.Int64Counter("telemetry.store.corrupt_blocks",
+		metric.WithDescription("Stored blocks (kind=block) and device index records (kind=device_index_record) found corrupt: checksum mismatch or undecodable. Each block counts once per process; queries skip it with a warning."),
+		metric.WithUnit("{block}")); err != nil {
+		return fmt.Errorf("corrupt blocks counter: %w", err)
+	}
+	m.tableErrors.Add(context.Background(), 0)
+	m.compactions.Add(context.Background(), 0)
+	return nil
+}
