@@ -15,7 +15,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// Aggregator answers aggregate queries (DESIGN §10); the store
+// Aggregator answers aggregate queries (api/README.md); the store
 // implements it. Buckets are aligned to multiples of q.Interval since
 // the Unix epoch, From inclusive, To exclusive, oldest first, at most
 // q.Limit of them, resuming behind *q.After.

@@ -1,5 +1,5 @@
 // Package api is the HTTP query and admin API of the telemetry service
-// (DESIGN §5): log-tail, time-range and point queries over readings,
+// (api/README.md): log-tail, time-range and point queries over readings,
 // the device index, day tables, and the admin operations that drop
 // tables and run retention. It is an Echo server with one error
 // mapping, opaque integrity-checked cursors, a hand-written JSON
@@ -62,7 +62,7 @@ type Admin interface {
 // buckets.DefaultMaxFutureSkew).
 const (
 	// DefaultAddr is loopback only: serving other hosts is a decision
-	// (DESIGN §11).
+	// (SECURITY.md).
 	DefaultAddr         = "127.0.0.1:8080"
 	DefaultMaxInFlight  = 256
 	DefaultQueryTimeout = 10 * time.Second
@@ -117,7 +117,7 @@ type Config struct {
 	// Cursors are never secret: they only hold query parameters.
 	CursorKey []byte
 	// Auth, when set, makes every route but /healthz, /readyz and
-	// /openapi.json need a token with the route's scope (DESIGN §11;
+	// /openapi.json need a token with the route's scope (SECURITY.md;
 	// see authn.go). Nil leaves the API open.
 	Auth Tokens
 	// RateLimit is the requests per second allowed per token (or per

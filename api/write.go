@@ -40,7 +40,7 @@ const (
 )
 
 // WriteConfig configures the InfluxDB line protocol write endpoints
-// (DESIGN §9): POST /api/v2/write, POST /write and POST /query.
+// (ingest/README.md): POST /api/v2/write, POST /write and POST /query.
 type WriteConfig struct {
 	// Publisher stores the mapped messages; nil makes the write
 	// endpoints answer 501.

@@ -111,7 +111,7 @@ type Config struct {
 	// it moves. Default 1s.
 	PositionEvery time.Duration
 
-	// Partitions, when positive, makes Stream partitioned (DESIGN §14,
+	// Partitions, when positive, makes Stream partitioned (deploy/CLUSTER.md,
 	// package partition): it is created with the partition subject
 	// transform, and this Ingester consumes only partition Partition.
 	// A stream partitioned into another count, or not at all, is

@@ -1,5 +1,5 @@
 // Package ingest consumes device readings from NATS JetStream and
-// commits them to storage (DESIGN §4).
+// commits them to storage (ingest/README.md).
 //
 // Devices publish JSON on <prefix>.<device>; the stream TELEMETRY keeps
 // the messages and the durable pull consumer "ingest" delivers them.

@@ -10,7 +10,7 @@ import (
 	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
-// Partitioned consumption (DESIGN §14). With Config.Partitions set, the
+// Partitioned consumption (deploy/CLUSTER.md). With Config.Partitions set, the
 // stream stores <prefix>.<device> as <prefix>.<partition>.<device> (a
 // subject transform, see package partition) and this Ingester reads
 // one partition. The partition count is fixed for the life of the

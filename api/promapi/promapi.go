@@ -1,5 +1,5 @@
 // Package promapi serves the subset of the Prometheus HTTP query API
-// that Grafana's Prometheus data source uses (DESIGN §10): instant and
+// that Grafana's Prometheus data source uses (api/README.md): instant and
 // range queries, series, label names and label values. PromQL is
 // evaluated by the Prometheus engine itself (promql.Engine) over a
 // storage.Queryable on the store: each numeric value of a device is

@@ -1,5 +1,5 @@
 // Package lineproto maps InfluxDB line protocol onto telemetry
-// messages (DESIGN §9). It parses with
+// messages (ingest/README.md). It parses with
 // github.com/influxdata/line-protocol/v2 and produces, for one write
 // request, the messages to publish on <prefix>.<device> (one group per
 // device, in the binary form of package wire) and a dead letter for

@@ -1,5 +1,5 @@
 // Package ownership decides which telemetryd nodes of a cluster own
-// which partitions of the telemetry stream (DESIGN §14), with leases in
+// which partitions of the telemetry stream (deploy/CLUSTER.md), with leases in
 // a JetStream key-value bucket.
 //
 // Every node holds a lease: the key nodes.<name> of the bucket, whose
