@@ -95,11 +95,13 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	next, done, inflight := 0, 0, 0
 	started := time.Now()
 	lastAck := started
+	var backoffUntil time.Time // a refused publish (a full stream, a server going down) is not sent again at once
 	handle := func(r pubResult) {
 		inflight--
 		if r.err != nil {
 			p.errors.Add(1)
 			retry = append(retry, r.m)
+			backoffUntil = time.Now().Add(retryBackoff)
 			return
 		}
 		done++
@@ -120,6 +122,9 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 		if inflight < maxInFlight && (len(retry) > 0 || next < total) {
 			var m int
 			if len(retry) > 0 {
+				if d := time.Until(backoffUntil); d > 0 {
+					time.Sleep(d)
+				}
 				m, retry = retry[0], retry[1:]
 			} else {
 				m, next = next, next+1
@@ -130,7 +135,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 			if err != nil {
 				p.errors.Add(1)
 				retry = append(retry, m)
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(retryBackoff)
 				continue
 			}
 			inflight++
@@ -156,6 +161,10 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	log.Info("every message acked", "messages", total, "readings", p.acked.Load(), "publish_errors", p.errors.Load())
 	return nil
 }
+
+// retryBackoff is how long the publisher waits before sending again a
+// message whose publish failed, as a device would.
+const retryBackoff = 20 * time.Millisecond
 
 // pace waits until message m is due when Config.Rate limits readings
 // per second, so that publishing spans the whole kill schedule.
