@@ -100,16 +100,7 @@ func (in *Ingester) savePositions(ctx context.Context) {
 	if in.cfg.Positions == nil {
 		return
 	}
-	t := time.NewTicker(in.cfg.PositionEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			in.savePosition(ctx)
-		}
-	}
+	every(ctx, in.cfg.PositionEvery, func() { in.savePosition(ctx) })
 }
 
 // savePosition saves the consumer's current ack floor if it moved.
@@ -207,4 +198,18 @@ func droppedBefore(tombs Tombstones, it item) map[buckets.Day]bool {
 		}
 	}
 	return out
+}
+
+// every calls fn every d until ctx is done.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }

@@ -129,18 +129,11 @@ func (in *Ingester) rejectedStreamConfig() jetstream.StreamConfig {
 
 // trimLoop runs trimSettled every PaceEvery until ctx is done.
 func (in *Ingester) trimLoop(ctx context.Context) {
-	t := time.NewTicker(in.cfg.PaceEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := in.trimSettled(ctx); err != nil && ctx.Err() == nil {
-				in.log.Warn("trim settled messages from the stream", "stream", in.cfg.Stream, "error", err)
-			}
+	every(ctx, in.cfg.PaceEvery, func() {
+		if err := in.trimSettled(ctx); err != nil && ctx.Err() == nil {
+			in.log.Warn("trim settled messages from the stream", "stream", in.cfg.Stream, "error", err)
 		}
-	}
+	})
 }
 
 // trimSettled purges the oldest messages of Stream that every live

@@ -144,18 +144,8 @@ func (a *API) handleExemplars(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badData("", "cannot parse the form: %v", err))
 		return
 	}
-	start, err := parseTimeParam(r, "start", minTime)
-	if err != nil {
-		writeError(w, err.(*apiError))
-		return
-	}
-	end, err := parseTimeParam(r, "end", maxTime)
-	if err != nil {
-		writeError(w, err.(*apiError))
-		return
-	}
-	if end.Before(start) {
-		writeError(w, badData("end", "end timestamp must not be before start time"))
+	if _, _, aerr := parseTimeRange(r, minTime, maxTime); aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	qs := r.Form.Get("query")

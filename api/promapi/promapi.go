@@ -181,18 +181,9 @@ func (a *API) handleQueryRange(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badData("", "cannot parse the form: %v", err))
 		return
 	}
-	start, err := parseTimeParam(r, "start", time.Time{})
-	if err != nil {
-		writeError(w, err.(*apiError))
-		return
-	}
-	end, err := parseTimeParam(r, "end", time.Time{})
-	if err != nil {
-		writeError(w, err.(*apiError))
-		return
-	}
-	if end.Before(start) {
-		writeError(w, badData("end", "end timestamp must not be before start time"))
+	start, end, aerr := parseTimeRange(r, time.Time{}, time.Time{})
+	if aerr != nil {
+		writeError(w, aerr)
 		return
 	}
 	s := r.Form.Get("step")
@@ -307,16 +298,9 @@ func (a *API) selection(r *http.Request, required bool) (sets [][]*labels.Matche
 	if len(sets) == 0 {
 		sets = [][]*labels.Matcher{nil}
 	}
-	start, err := parseTimeParam(r, "start", minTime)
-	if err != nil {
-		return nil, 0, 0, err.(*apiError)
-	}
-	end, err := parseTimeParam(r, "end", maxTime)
-	if err != nil {
-		return nil, 0, 0, err.(*apiError)
-	}
-	if end.Before(start) {
-		return nil, 0, 0, badData("end", "end timestamp must not be before start time")
+	start, end, aerr := parseTimeRange(r, minTime, maxTime)
+	if aerr != nil {
+		return nil, 0, 0, aerr
 	}
 	return sets, start.UnixMilli(), end.UnixMilli(), nil
 }
@@ -447,6 +431,23 @@ func parseTimeParam(r *http.Request, name string, def time.Time) (time.Time, err
 		return time.Time{}, badData(name, "%v", err)
 	}
 	return t, nil
+}
+
+// parseTimeRange parses start and end (each defaulting to its def; a
+// zero def makes it required) and checks that end is not before start.
+func parseTimeRange(r *http.Request, defStart, defEnd time.Time) (start, end time.Time, _ *apiError) {
+	start, err := parseTimeParam(r, "start", defStart)
+	if err != nil {
+		return start, end, err.(*apiError)
+	}
+	end, err = parseTimeParam(r, "end", defEnd)
+	if err != nil {
+		return start, end, err.(*apiError)
+	}
+	if end.Before(start) {
+		return start, end, badData("end", "end timestamp must not be before start time")
+	}
+	return start, end, nil
 }
 
 var _ storage.Queryable = (*queryable)(nil)

@@ -246,21 +246,7 @@ func TestMQTTQoS2WithoutPubRelIsBounded(t *testing.T) {
 func openLoggedService(t *testing.T, cfg Config) (*Main, *bucketstest.SyncBuffer) {
 	t.Helper()
 	logs := &bucketstest.SyncBuffer{}
-	m := NewMain(cfg, newLogger(cfg, io.MultiWriter(testLogWriter(t), logs)), func(string) string { return "" })
-	m.now = testClock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := m.Open(ctx)
-	if err != nil {
-		_ = m.Close(context.Background())
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, m.Close(ctx))
-	})
-	return m, logs
+	return openMain(t, cfg, io.MultiWriter(testLogWriter(t), logs), testClock()), logs
 }
 
 // TestMQTTQoS1OutsideItsTopicClosesTheConnection: a device's QoS 1

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -53,20 +52,7 @@ func newAuthFixture(t *testing.T, devices []string, tokens ...string) *authFixtu
 // openTestService starts a service without connecting a client.
 func openTestService(t *testing.T, cfg Config) *Main {
 	t.Helper()
-	m := NewMain(cfg, newLogger(cfg, testLogWriter(t)), func(string) string { return "" })
-	m.now = testClock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := m.Open(ctx)
-	if err != nil {
-		_ = m.Close(context.Background())
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, m.Close(ctx))
-	})
+	m := openMain(t, cfg, testLogWriter(t), testClock())
 	scheme, client := "http://", http.DefaultClient
 	if cfg.Security.TLSCert != "" {
 		scheme = "https://"

@@ -35,23 +35,10 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	cfg := DefaultConfig()
 	fs := flag.NewFlagSet("telemetryd check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	all := flag.NewFlagSet("", flag.ContinueOnError)
-	cfg.bind(all)
-	for _, name := range []string{"data-dir", "log-level", "log-format"} {
-		f := all.Lookup(name)
-		fs.Var(f.Value, f.Name, f.Usage)
-	}
+	cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
 	setUsage(fs, checkUsage)
-	err := fs.Parse(args)
-	if err == nil {
-		err = applyEnv(fs, &cfg, getenv)
-	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "telemetryd check:", err)
-		return 2
+	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
+		return code
 	}
 	sopts := store.DefaultOptions()
 	sopts.ReadOnly = true

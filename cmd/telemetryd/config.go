@@ -218,11 +218,37 @@ func (c *Config) parseFlags(name string, args []string, getenv func(string) stri
 // bindRetention registers the flags that `telemetryd retention` uses:
 // the data dir, the policy and the log.
 func (c *Config) bindRetention(fs *flag.FlagSet) {
+	c.bindSubset(fs, "data-dir", "retention", "retention-max-bytes", "log-level", "log-format")
+}
+
+// bindSubset registers on fs the service's flags of those names, bound
+// to c, for a subcommand that needs only them.
+func (c *Config) bindSubset(fs *flag.FlagSet, names ...string) {
 	all := flag.NewFlagSet("", flag.ContinueOnError)
 	c.bind(all)
-	for _, name := range []string{"data-dir", "retention", "retention-max-bytes", "log-level", "log-format"} {
+	for _, name := range names {
 		f := all.Lookup(name)
 		fs.Var(f.Value, f.Name, f.Usage)
+	}
+}
+
+// parseSubcommand parses args into fs, then the environment into c,
+// for a subcommand named by fs. When the subcommand should stop (-h,
+// or a bad flag, reported on stderr) ok is false and code its exit
+// status.
+func parseSubcommand(fs *flag.FlagSet, args []string, c *Config, getenv func(string) string, stderr io.Writer) (code int, ok bool) {
+	err := fs.Parse(args)
+	if err == nil {
+		err = applyEnv(fs, c, getenv)
+	}
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return 2, false
 	}
 }
 

@@ -58,6 +58,29 @@ func testClock() func() time.Time {
 	return func() time.Time { return testEpoch.Add(time.Since(start)) }
 }
 
+// openMain opens a service for cfg logging to w, on the clock now (nil:
+// the real clock), and closes it at cleanup.
+func openMain(t *testing.T, cfg Config, w io.Writer, now func() time.Time) *Main {
+	t.Helper()
+	m := NewMain(cfg, newLogger(cfg, w), func(string) string { return "" })
+	if now != nil {
+		m.now = now
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := m.Open(ctx)
+	if err != nil {
+		_ = m.Close(context.Background())
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, m.Close(ctx))
+	})
+	return m
+}
+
 // startService opens a service for cfg and closes it at cleanup.
 func startService(t *testing.T, cfg Config, opts ...func(*Main)) *testService {
 	t.Helper()

@@ -25,16 +25,8 @@ func runRetention(ctx context.Context, args []string, getenv func(string) string
 	cfg.bindRetention(fs)
 	fs.BoolVar(&dryRun, "dry-run", false, "list what would be dropped; change nothing")
 	setUsage(fs, retentionUsage)
-	err := fs.Parse(args)
-	if err == nil {
-		err = applyEnv(fs, &cfg, getenv)
-	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "telemetryd retention:", err)
-		return 2
+	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
+		return code
 	}
 	log := newLogger(cfg, stderr)
 	sopts := store.DefaultOptions()

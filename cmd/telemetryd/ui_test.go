@@ -213,20 +213,7 @@ func TestUIInChromium(t *testing.T) {
 // windows end at the browser's now) and closes it at cleanup.
 func openRealClockService(t *testing.T, cfg Config) *Main {
 	t.Helper()
-	m := NewMain(cfg, newLogger(cfg, testLogWriter(t)), func(string) string { return "" })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := m.Open(ctx)
-	if err != nil {
-		_ = m.Close(context.Background())
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, m.Close(ctx))
-	})
-	return m
+	return openMain(t, cfg, testLogWriter(t), nil)
 }
 
 // TestUISignInInChromium drives the page of a service with an auth
