@@ -34,7 +34,7 @@ func TestReadingValidateAccepts(t *testing.T) {
 		"252 values":           reading(floatFields(buckets.MaxValues)...),
 		"string of 4096 bytes": reading(field("s", buckets.String(strings.Repeat("x", 4096)))),
 		"empty string":         reading(field("s", buckets.String(""))),
-		"every kind": reading(field("b", buckets.Bool(false)), field("f", buckets.Float(-0.0)),
+		"every kind": reading(field("b", buckets.Bool(false)), field("f", buckets.Float(math.Copysign(0, -1))),
 			field("i", buckets.Int(math.MinInt64)), field("s", buckets.String("\x00"))),
 		"largest finite floats": reading(field("max", buckets.Float(math.MaxFloat64)), field("min", buckets.Float(-math.MaxFloat64))),
 		"first tick":            {Device: "d", Ticks: 0, Values: floatFields(1)},

@@ -115,7 +115,7 @@ func parseHash(s string) ([sha256.Size]byte, error) {
 		return h, fmt.Errorf("has %d hex digits after sha256:, want %d", len(hexPart), 2*sha256.Size)
 	}
 	if _, err := hex.Decode(h[:], []byte(hexPart)); err != nil {
-		return h, errors.New("is not hexadecimal after sha256:")
+		return h, errors.New("is not hexadecimal after the sha256 prefix")
 	}
 	return h, nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -108,7 +109,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	var devMs, nameMs []*labels.Matcher
 	for _, m := range ms {
 		switch m.Name {
-		case labels.MetricName:
+		case model.MetricNameLabel:
 			nameMs = append(nameMs, m)
 		case labelDevice:
 			devMs = append(devMs, m)
@@ -132,7 +133,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 				return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
 			}
 			out = append(out, seriesRef{
-				lset: labels.FromStrings(labels.MetricName, f.Name, labelDevice, string(d.Device)),
+				lset: labels.FromStrings(model.MetricNameLabel, f.Name, labelDevice, string(d.Device)),
 				dev:  d.Device, name: f.Name,
 			})
 		}
@@ -265,7 +266,7 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 	if err != nil || len(refs) == 0 {
 		return []string{}, nil, err
 	}
-	return []string{labels.MetricName, labelDevice}, nil, nil
+	return []string{model.MetricNameLabel, labelDevice}, nil, nil
 }
 
 // Close implements storage.Querier.
