@@ -110,7 +110,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful shutdown before giving up")
 	fs.IntVar(&c.HotDays, "hot-days", c.HotDays, "newest days kept open with write-sized memtables")
 	fs.IntVar(&c.MaxOpenTables, "max-open-tables", c.MaxOpenTables, "most older day tables kept open at once (closed when idle)")
-	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0 and 1 (empty: off; ignored with -nats-url)")
+	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0, 1 and 2 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
 	fs.Var(byteSize{&c.MaxWriteBytes}, "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
 	fs.Var(byteSize{&c.MemoryLimit}, "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")

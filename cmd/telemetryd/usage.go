@@ -28,7 +28,7 @@ Usage:
 
 Devices send readings (all end in the JetStream stream TELEMETRY):
   NATS   publish JSON on <prefix>.<device>             (-nats-listen)
-  MQTT   3.1.1, QoS 0/1, JSON on topic <prefix>/<device> (-mqtt-listen)
+  MQTT   3.1.1, QoS 0/1/2, JSON on topic <prefix>/<device> (-mqtt-listen)
   HTTP   InfluxDB line protocol: POST /api/v2/write, POST /write, and
          POST /query for CREATE DATABASE (-line-device-tags, -max-write-bytes)
 
