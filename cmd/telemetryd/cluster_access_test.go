@@ -59,21 +59,11 @@ func startAccessCluster(t *testing.T, af *authFixture) []*testNode {
 	// Acks are awaited every 1,000 messages, well below the client's
 	// limit of outstanding ones, so a slow server delays the publisher
 	// instead of failing it.
-	awaitAcks := func() {
-		for _, a := range acks {
-			select {
-			case <-a.Ok():
-			case err := <-a.Err():
-				require.NoError(t, err)
-			}
-		}
-		acks = acks[:0]
-	}
 	publish := func(dev string, i int) {
 		a, err := js.PublishAsync("telemetry."+dev, fmt.Appendf(nil, `{"ts":%d,"v":%d}`, testEpoch.Add(-time.Hour).UnixMilli(), i))
 		require.NoError(t, err)
 		if acks = append(acks, a); len(acks) == 1000 {
-			awaitAcks()
+			acks = awaitAcks(t, acks)
 		}
 	}
 	for i := range accessHidden {
@@ -82,7 +72,7 @@ func startAccessCluster(t *testing.T, af *authFixture) []*testNode {
 	for i := range accessVisible {
 		publish(fmt.Sprintf("dev-a%03d", i), i)
 	}
-	awaitAcks()
+	awaitAcks(t, acks)
 	// Each device on its two owners: 2 x the fleet in the nodes' indexes.
 	want := 2 * (accessHidden + accessVisible)
 	waitFor(t, 200*time.Millisecond, func() bool {

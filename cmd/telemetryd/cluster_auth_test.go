@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -86,18 +85,8 @@ func TestClusterAuth(t *testing.T) {
 		// The node-to-node API: the cluster credential only, with the
 		// rights of the client it names.
 		internal := func(token, caller string) int {
-			req, err := http.NewRequest("POST", n.base+"/internal/v1/latest", bytes.NewReader([]byte(`{"device":"dev-1","n":1}`)))
-			require.NoError(t, err)
-			if token != "" {
-				req.Header.Set("Authorization", "Bearer "+token)
-			}
-			if caller != "" {
-				req.Header.Set("Telemetry-Caller", caller)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-			return resp.StatusCode
+			code, _ := accessCall(t, "POST", n.base+"/internal/v1/latest", token, caller, `{"device":"dev-1","n":1}`)
+			return code
 		}
 		assert.Equal(t, http.StatusUnauthorized, internal("", ""))
 		assert.Equal(t, http.StatusForbidden, internal(reader, "token reader"), "a client token is not the cluster credential")

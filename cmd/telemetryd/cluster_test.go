@@ -42,16 +42,6 @@ func (f clusterFixture) payload(i, r int) []byte {
 func (f clusterFixture) publishAll(t *testing.T, conns ...jetstream.JetStream) {
 	t.Helper()
 	var acks []jetstream.PubAckFuture
-	await := func() {
-		for _, a := range acks {
-			select {
-			case <-a.Ok():
-			case err := <-a.Err():
-				require.NoError(t, err)
-			}
-		}
-		acks = acks[:0]
-	}
 	k := 0
 	for r := range f.readings {
 		for i := range f.devices {
@@ -60,11 +50,25 @@ func (f clusterFixture) publishAll(t *testing.T, conns ...jetstream.JetStream) {
 			a, err := js.PublishAsync("telemetry."+f.device(i), f.payload(i, r))
 			require.NoError(t, err)
 			if acks = append(acks, a); len(acks) == 1000 {
-				await()
+				acks = awaitAcks(t, acks)
 			}
 		}
 	}
-	await()
+	awaitAcks(t, acks)
+}
+
+// awaitAcks waits for every publish of acks to be acked, requires no
+// error, and returns acks emptied for reuse.
+func awaitAcks(t *testing.T, acks []jetstream.PubAckFuture) []jetstream.PubAckFuture {
+	t.Helper()
+	for _, a := range acks {
+		select {
+		case <-a.Ok():
+		case err := <-a.Err():
+			require.NoError(t, err)
+		}
+	}
+	return acks[:0]
 }
 
 func jsFor(t *testing.T, url string) jetstream.JetStream {
