@@ -67,6 +67,16 @@ func (f *fakeReader) add(rs ...buckets.Reading) {
 	}
 }
 
+// hold makes every call wait at the gate until it is closed (or its
+// request context ends), announcing itself on entered, which holds up
+// to n announcements.
+func (f *fakeReader) hold(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gate = make(chan struct{})
+	f.entered = make(chan struct{}, n)
+}
+
 // enter runs the common part of every call: gate, panic, error.
 func (f *fakeReader) enter(ctx context.Context) error {
 	f.mu.Lock()

@@ -40,10 +40,7 @@ func TestClientShares(t *testing.T) {
 		c.ResponseBudget = 4 * perPage       // two full pages a client
 	})
 	wideReadings(t, env, "dev-c", 100, 10)
-	env.reader.mu.Lock()
-	env.reader.gate = make(chan struct{})
-	env.reader.entered = make(chan struct{}, 4)
-	env.reader.mu.Unlock()
+	env.reader.hold(4)
 	held := make(chan int, 2)
 	for range 2 { // the share of 127.0.0.1, both ways
 		go func() { held <- env.get(t, rangePath("dev-c", 10000)).status }()
@@ -88,10 +85,7 @@ func TestClientShareOfTheResponseBudget(t *testing.T) {
 		c.ResponseBudget = 2 * perPage // one full page a client
 	})
 	wideReadings(t, env, "dev-d", 100, 10)
-	env.reader.mu.Lock()
-	env.reader.gate = make(chan struct{})
-	env.reader.entered = make(chan struct{}, 2)
-	env.reader.mu.Unlock()
+	env.reader.hold(2)
 	held := make(chan int, 1)
 	go func() { held <- env.get(t, rangePath("dev-d", 10000)).status }()
 	<-env.reader.entered

@@ -84,10 +84,7 @@ func TestResponseBudgetRefusesPastIt(t *testing.T) {
 	const perPage = 10000 * 256 // what a page of 10,000 readings reserves
 	env := newTestEnv(t, func(c *api.Config) { c.ResponseBudget, c.ClientShares = 2*perPage, 1 })
 	wideReadings(t, env, "dev-b", 100, 10)
-	env.reader.mu.Lock()
-	env.reader.gate = make(chan struct{})
-	env.reader.entered = make(chan struct{}, 4)
-	env.reader.mu.Unlock()
+	env.reader.hold(4)
 
 	held := make(chan response, 2)
 	for range 2 {

@@ -44,12 +44,7 @@ func TestPartitionedConsumerReadsItsPartition(t *testing.T) {
 	t.Cleanup(nc.Close)
 	w := &fakeWriter{}
 	cfg := partitionedConfig(4, 2)
-	in, err := New(nc, w, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	in, ctx := runIngester(t, nc, w, cfg)
 	require.Eventually(t, func() bool { return in.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 
 	js, err := jetstream.New(nc)
@@ -169,12 +164,7 @@ func TestExclusiveConsumerRedeliversAtOnceWhatAKilledRunLeftUnacked(t *testing.T
 
 	// Started again: every message is stored well within the ack wait.
 	w := &fakeWriter{}
-	in, err := New(nc, w, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	in, ctx := runIngester(t, nc, w, cfg)
 	started := time.Now()
 	require.Eventually(t, func() bool { return len(w.stored("")) == n }, cfg.AckWait/3, 20*time.Millisecond,
 		"the killed run's deliveries were not redelivered at once")
@@ -184,4 +174,17 @@ func TestExclusiveConsumerRedeliversAtOnceWhatAKilledRunLeftUnacked(t *testing.T
 	}, cfg.AckWait/3, 20*time.Millisecond)
 	t.Logf("stored and caught up %s after the restart (ack wait %s)", time.Since(started).Round(time.Millisecond), cfg.AckWait)
 	assert.Empty(t, stuck.stored(""))
+}
+
+// runIngester runs an Ingester of cfg on nc writing to w until the test
+// ends, and returns it with the context it runs under.
+func runIngester(t *testing.T, nc *nats.Conn, w Writer, cfg Config) (*Ingester, context.Context) {
+	t.Helper()
+	in, err := New(nc, w, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return in, ctx
 }

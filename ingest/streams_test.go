@@ -165,12 +165,7 @@ func TestTrimKeepsOtherPartitionsUnsettledMessages(t *testing.T) {
 	w := &fakeWriter{}
 	cfg := partitionedConfig(2, 0)
 	cfg.StreamMaxBytes, cfg.PaceEvery = 64<<10, 50*time.Millisecond
-	in, err := New(nc, w, cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	in, ctx := runIngester(t, nc, w, cfg)
 	require.Eventually(t, func() bool { return in.Ready() == nil }, 10*time.Second, 10*time.Millisecond)
 
 	js, err := jetstream.New(nc)

@@ -38,22 +38,11 @@ const (
 func startAccessCluster(t *testing.T, af *authFixture) []*testNode {
 	t.Helper()
 	nc := startNATSCluster(t, 1)
-	clock := testClock()
-	var nodes []*testNode
-	var names []string
-	for i := range 3 {
-		cfg := clusterNodeConfig(t, nc, i, 6)
-		cfg.Cluster.StreamReplicas = 1
+	nodes := startConvergedNodes(t, nc, 3, 2, func(cfg *Config) {
 		cfg.Security.AuthFile = af.path
 		cfg.Cluster.ClusterToken = af.tokens["cluster"]
 		cfg.Security.HTTPRate, cfg.Security.HTTPBurst = accessRate, accessBurst
-		require.NoError(t, cfg.Validate())
-		nodes = append(nodes, startNode(t, cfg, clock))
-		names = append(names, cfg.Cluster.NodeName)
-	}
-	for _, n := range nodes {
-		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
-	}
+	})
 	js := jsFor(t, nc.url(0))
 	var acks []jetstream.PubAckFuture
 	// Acks are awaited every 1,000 messages, well below the client's
@@ -252,20 +241,9 @@ func TestClusterAccess(t *testing.T) {
 func TestClusterCallsFromOneAddress(t *testing.T) {
 	const devices = 600
 	nc := startNATSCluster(t, 1)
-	clock := testClock()
-	var nodes []*testNode
-	var names []string
-	for i := range 3 {
-		cfg := clusterNodeConfig(t, nc, i, 6)
-		cfg.Cluster.StreamReplicas = 1
+	nodes := startConvergedNodes(t, nc, 3, 2, func(cfg *Config) {
 		cfg.Security.HTTPRate, cfg.Security.HTTPBurst = accessRate, accessBurst
-		require.NoError(t, cfg.Validate())
-		nodes = append(nodes, startNode(t, cfg, clock))
-		names = append(names, cfg.Cluster.NodeName)
-	}
-	for _, n := range nodes {
-		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
-	}
+	})
 	js := jsFor(t, nc.url(0))
 	ctx := context.Background()
 	for i := range devices {

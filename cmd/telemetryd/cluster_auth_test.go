@@ -21,22 +21,11 @@ import (
 func TestClusterAuth(t *testing.T) {
 	af := newAuthFixture(t, nil, "cluster:read,admin", "reader:read:sim-*", "narrowadmin:read,admin:sim-*", "writer:write")
 	nc := startNATSCluster(t, 1)
-	clock := testClock()
-	var nodes []*testNode
-	var names []string
-	for i := range 2 {
-		cfg := clusterNodeConfig(t, nc, i, 6)
-		cfg.Cluster.Copies = 1 // every device on one node: half the requests are routed
-		cfg.Cluster.StreamReplicas = 1
+	// One copy: every device on one node, so half the requests are routed.
+	nodes := startConvergedNodes(t, nc, 2, 1, func(cfg *Config) {
 		cfg.Security.AuthFile = af.path
 		cfg.Cluster.ClusterToken = af.tokens["cluster"]
-		require.NoError(t, cfg.Validate())
-		nodes = append(nodes, startNode(t, cfg, clock))
-		names = append(names, cfg.Cluster.NodeName)
-	}
-	for _, n := range nodes {
-		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 1, names) })
-	}
+	})
 	js := jsFor(t, nc.url(0))
 	ctx := context.Background()
 	for i := range 20 {

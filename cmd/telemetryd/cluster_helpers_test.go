@@ -270,6 +270,29 @@ func (n *testNode) main() *Main {
 }
 
 // get returns the status and body of a GET.
+// startConvergedNodes starts count nodes of 6 partitions, with one
+// stream replica, on nc and one clock, each config changed by edit,
+// and waits until every node agrees on copies owners per partition.
+func startConvergedNodes(t *testing.T, nc *natsCluster, count, copies int, edit func(cfg *Config)) []*testNode {
+	t.Helper()
+	clock := testClock()
+	var nodes []*testNode
+	var names []string
+	for i := range count {
+		cfg := clusterNodeConfig(t, nc, i, 6)
+		cfg.Cluster.Copies = copies
+		cfg.Cluster.StreamReplicas = 1
+		edit(&cfg)
+		require.NoError(t, cfg.Validate())
+		nodes = append(nodes, startNode(t, cfg, clock))
+		names = append(names, cfg.Cluster.NodeName)
+	}
+	for _, n := range nodes {
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), copies, names) })
+	}
+	return nodes
+}
+
 func getBody(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
