@@ -63,7 +63,7 @@ func (s *Server) visibleDevices(ctx context.Context, prefix string, after bucket
 	devs []buckets.DeviceInfo, last buckets.DeviceID, more bool, err error) {
 	p := auth.FromContext(ctx)
 	if p.AllDevices() {
-		devs, more, err = s.reader.Devices(ctx, prefix, after, limit)
+		devs, more, err = s.reader.Devices(ctx, buckets.DeviceQuery{Prefix: prefix, After: after, Limit: limit})
 		if len(devs) > 0 {
 			last = devs[len(devs)-1].Device
 		}
@@ -71,7 +71,7 @@ func (s *Server) visibleDevices(ctx context.Context, prefix string, after bucket
 	}
 	last = after
 	for scanned := 0; scanned < maxDeviceScan; {
-		page, pageMore, err := s.reader.Devices(ctx, prefix, last, limit-len(devs))
+		page, pageMore, err := s.reader.Devices(ctx, buckets.DeviceQuery{Prefix: prefix, After: last, Limit: limit - len(devs)})
 		if err != nil {
 			return nil, "", false, err
 		}

@@ -73,7 +73,7 @@ func (p pageReader) Range(context.Context, buckets.RangeQuery) (buckets.Page, er
 func (p pageReader) Get(context.Context, buckets.DeviceID, buckets.Ticks) (buckets.Reading, error) {
 	return p.page.Readings[0], nil
 }
-func (p pageReader) Devices(context.Context, string, buckets.DeviceID, int) ([]buckets.DeviceInfo, bool, error) {
+func (p pageReader) Devices(context.Context, buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
 	return nil, false, nil
 }
 func (p pageReader) Tables(context.Context) ([]buckets.TableInfo, error) { return nil, nil }

@@ -164,7 +164,8 @@ func (f *fakeReader) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ti
 	return buckets.Reading{}, &wrapped{"reading " + string(dev) + " " + k.FormatTime(), buckets.ErrNotFound}
 }
 
-func (f *fakeReader) Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error) {
+func (f *fakeReader) Devices(ctx context.Context, q buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+	prefix, after, limit := q.Prefix, q.After, q.Limit
 	f.mu.Lock()
 	f.devArgs = append(f.devArgs, devicesArgs{prefix, after, limit})
 	f.mu.Unlock()

@@ -42,7 +42,7 @@ type Reader interface {
 	Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error)
 	// Devices lists at most limit devices whose ID starts with prefix
 	// and sorts after after; more is true when more remain.
-	Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) (devs []buckets.DeviceInfo, more bool, err error)
+	Devices(ctx context.Context, q buckets.DeviceQuery) (devs []buckets.DeviceInfo, more bool, err error)
 	// Tables lists the day tables.
 	Tables(ctx context.Context) ([]buckets.TableInfo, error)
 }

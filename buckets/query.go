@@ -47,6 +47,8 @@ type DeviceInfo struct {
 	// Latest holds the newest value of every name the device has sent,
 	// sorted by name.
 	Latest []Field
+	// Attributes is the device's attribute set.
+	Attributes Attributes
 }
 
 // TableInfo describes one day table.

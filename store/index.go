@@ -270,16 +270,18 @@ func (x *deviceIndex) bounds(dev buckets.DeviceID) (first, last buckets.Ticks, o
 	return e.first, e.last, true
 }
 
-// Devices lists known devices whose ID starts with prefix, sorted by
-// ID, strictly after `after` (empty: from the start), at most limit of
-// them. more is true when further devices match. Limit must be
-// positive.
-func (s *Store) Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) (infos []buckets.DeviceInfo, more bool, err error) {
+// Devices lists the known devices q selects, sorted by ID, at most
+// q.Limit of them. more is true when further devices match.
+func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buckets.DeviceInfo, more bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
+	prefix, after, limit := q.Prefix, q.After, q.Limit
 	if limit <= 0 {
 		return nil, false, fmt.Errorf("%w: limit %d must be positive", buckets.ErrInvalidArgument, limit)
+	}
+	if len(q.Match) > 0 {
+		return nil, false, fmt.Errorf("%w: attribute matchers are not supported", buckets.ErrInvalidArgument)
 	}
 	if err := s.Ping(ctx); err != nil {
 		return nil, false, err
@@ -302,6 +304,9 @@ func (s *Store) Devices(ctx context.Context, prefix string, after buckets.Device
 		}
 		d := x.sorted[i]
 		e := x.devices[d]
+		if q.SilentBefore != 0 && e.last >= q.SilentBefore || q.Visible != nil && !q.Visible(d) {
+			continue
+		}
 		infos = append(infos, buckets.DeviceInfo{
 			Device: d, FirstSeen: e.first, LastSeen: e.last, Latest: slices.Clone(e.latest),
 		})

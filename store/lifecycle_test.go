@@ -33,7 +33,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	ctx := context.Background()
 	all := threeDays(t, ts)
 	ts.write(t, reading("dev", all[len(all)-1].Ticks, "extra", "merged"))
-	devsBefore, _, err := ts.Devices(ctx, "", "", 10)
+	devsBefore, _, err := ts.Devices(ctx, buckets.DeviceQuery{Limit: 10})
 	require.NoError(t, err)
 	tablesBefore, err := ts.Tables(ctx)
 	require.NoError(t, err)
@@ -44,7 +44,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	want := reversed(all)
 	want[0].Values = buckets.Merge(want[0].Values, []buckets.Field{{Name: "extra", Value: buckets.String("merged")}})
 	assert.Equal(t, want, got)
-	devs, _, err := ts.Devices(ctx, "", "", 10)
+	devs, _, err := ts.Devices(ctx, buckets.DeviceQuery{Limit: 10})
 	require.NoError(t, err)
 	assert.Equal(t, devsBefore, devs)
 	tables, err := ts.Tables(ctx)
@@ -241,7 +241,7 @@ func TestDevicesPaging(t *testing.T) {
 		{"z", "", 5, nil, false},
 	}
 	for _, tt := range tests {
-		infos, more, err := ts.Devices(ctx, tt.prefix, tt.after, tt.limit)
+		infos, more, err := ts.Devices(ctx, buckets.DeviceQuery{Prefix: tt.prefix, After: tt.after, Limit: tt.limit})
 		require.NoError(t, err)
 		var got []buckets.DeviceID
 		for _, in := range infos {
@@ -250,7 +250,7 @@ func TestDevicesPaging(t *testing.T) {
 		assert.Equal(t, tt.want, got, "prefix %q after %q limit %d", tt.prefix, tt.after, tt.limit)
 		assert.Equal(t, tt.more, more, "prefix %q after %q limit %d", tt.prefix, tt.after, tt.limit)
 	}
-	_, _, err := ts.Devices(ctx, "", "", 0)
+	_, _, err := ts.Devices(ctx, buckets.DeviceQuery{Limit: 0})
 	assert.ErrorIs(t, err, buckets.ErrInvalidArgument)
 }
 
@@ -266,12 +266,12 @@ func TestDevicesTrackSeenTimesAndLatestValues(t *testing.T) {
 		Device: "dev", FirstSeen: at(-2 * time.Hour), LastSeen: at(time.Minute),
 		Latest: reading("x", 0, "hum", 50, "old", true, "temp", 23.0).Values,
 	}}
-	infos, _, err := ts.Devices(ctx, "", "", 10)
+	infos, _, err := ts.Devices(ctx, buckets.DeviceQuery{Limit: 10})
 	require.NoError(t, err)
 	assert.Equal(t, want, infos)
 
 	ts = ts.reopen(t)
-	infos, _, err = ts.Devices(ctx, "", "", 10)
+	infos, _, err = ts.Devices(ctx, buckets.DeviceQuery{Limit: 10})
 	require.NoError(t, err)
 	assert.Equal(t, want, infos, "the index survives a restart")
 }
@@ -312,7 +312,7 @@ func TestLostIndexIsRebuiltFromTables(t *testing.T) {
 	ts := newTestStore(t)
 	ctx := context.Background()
 	all := threeDays(t, ts)
-	devsBefore, _, err := ts.Devices(ctx, "", "", 10)
+	devsBefore, _, err := ts.Devices(ctx, buckets.DeviceQuery{Limit: 10})
 	require.NoError(t, err)
 	require.NoError(t, ts.Close())
 	require.NoError(t, os.RemoveAll(filepath.Join(ts.dir, "index")))
@@ -321,7 +321,7 @@ func TestLostIndexIsRebuiltFromTables(t *testing.T) {
 	got, err := ts.Latest(ctx, "dev", 100)
 	require.NoError(t, err)
 	assert.Equal(t, reversed(all), got)
-	devs, _, err := ts.Devices(ctx, "", "", 10)
+	devs, _, err := ts.Devices(ctx, buckets.DeviceQuery{Limit: 10})
 	require.NoError(t, err)
 	assert.Equal(t, devsBefore, devs)
 }

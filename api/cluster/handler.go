@@ -215,7 +215,7 @@ func localDevices(ctx context.Context, local Local, part func(buckets.DeviceID) 
 	var out []buckets.DeviceInfo
 	after := q.After
 	for {
-		page, more, err := local.Devices(ctx, q.Prefix, after, q.Limit)
+		page, more, err := local.Devices(ctx, buckets.DeviceQuery{Prefix: q.Prefix, After: after, Limit: q.Limit})
 		if err != nil {
 			return nil, false, err
 		}

@@ -50,7 +50,7 @@ type Local interface {
 	Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error)
 	Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error)
 	Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error)
-	Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error)
+	Devices(ctx context.Context, q buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error)
 	Tables(ctx context.Context) ([]buckets.TableInfo, error)
 	Aggregate(ctx context.Context, q buckets.AggregateQuery) (buckets.AggregatePage, error)
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
@@ -221,7 +221,11 @@ func (r *Router) Aggregate(ctx context.Context, q buckets.AggregateQuery) (p buc
 // Devices implements api.Reader and promapi.Source: one owner per
 // partition lists the devices of the partitions it was chosen for; the
 // sorted lists are merged.
-func (r *Router) Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error) {
+func (r *Router) Devices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+	if len(dq.Match) > 0 || dq.SilentBefore != 0 || dq.Visible != nil {
+		return nil, false, fmt.Errorf("%w: attribute matchers, silence and visibility are not routed yet", buckets.ErrInvalidArgument)
+	}
+	prefix, after, limit := dq.Prefix, dq.After, dq.Limit
 	n := r.members.Partitions()
 	pending := make([]int, n)
 	for p := range n {

@@ -51,7 +51,8 @@ func (m *memLocal) Get(_ context.Context, dev buckets.DeviceID, k buckets.Ticks)
 	return buckets.Reading{}, fmt.Errorf("%s at %d: %w", dev, k, buckets.ErrNotFound)
 }
 
-func (m *memLocal) Devices(_ context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error) {
+func (m *memLocal) Devices(_ context.Context, q buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+	prefix, after, limit := q.Prefix, q.After, q.Limit
 	var out []buckets.DeviceInfo
 	for _, r := range m.rs {
 		if strings.HasPrefix(string(r.Device), prefix) && r.Device > after &&
@@ -151,7 +152,7 @@ func TestRouterDevicesMerge(t *testing.T) {
 	r, err := New(Config{Local: self, Membership: v, Credential: testCredential})
 	require.NoError(t, err)
 
-	devs, more, err := r.Devices(context.Background(), "", "", 10)
+	devs, more, err := r.Devices(context.Background(), buckets.DeviceQuery{Limit: 10})
 	require.NoError(t, err)
 	var names []string
 	for _, d := range devs {
@@ -160,7 +161,7 @@ func TestRouterDevicesMerge(t *testing.T) {
 	assert.Equal(t, []string{"a0", "b1", "c2", "d3", "e5"}, names)
 	assert.False(t, more)
 
-	devs, more, err = r.Devices(context.Background(), "", "b1", 2)
+	devs, more, err = r.Devices(context.Background(), buckets.DeviceQuery{After: "b1", Limit: 2})
 	require.NoError(t, err)
 	require.Len(t, devs, 2)
 	assert.Equal(t, buckets.DeviceID("c2"), devs[0].Device)

@@ -45,7 +45,8 @@ func newCountingSource(n int, now time.Time) *countingSource {
 	return s
 }
 
-func (s *countingSource) Devices(_ context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error) {
+func (s *countingSource) Devices(_ context.Context, q buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+	prefix, after, limit := q.Prefix, q.After, q.Limit
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if limit > 1 {

@@ -22,7 +22,7 @@ type Source interface {
 	// Devices lists at most limit devices whose ID starts with prefix
 	// and sorts after after, with their first and last seen times and
 	// latest values; more is true when more remain.
-	Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) (devs []buckets.DeviceInfo, more bool, err error)
+	Devices(ctx context.Context, q buckets.DeviceQuery) (devs []buckets.DeviceInfo, more bool, err error)
 	// Range returns one page of a device's readings.
 	Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error)
 }
@@ -184,7 +184,7 @@ func (q *queryable) devices(ctx context.Context, ms []*labels.Matcher, fn func(*
 			if dev.Validate() != nil {
 				continue
 			}
-			devs, _, err := q.src.Devices(ctx, n, "", 1)
+			devs, _, err := q.src.Devices(ctx, buckets.DeviceQuery{Prefix: n, Limit: 1})
 			if err != nil {
 				return fmt.Errorf("look up device %s: %w", n, err)
 			}
@@ -205,7 +205,7 @@ func (q *queryable) devices(ctx context.Context, ms []*labels.Matcher, fn func(*
 	}
 	var after buckets.DeviceID
 	for {
-		devs, more, err := q.src.Devices(ctx, prefix, after, devicesPage)
+		devs, more, err := q.src.Devices(ctx, buckets.DeviceQuery{Prefix: prefix, After: after, Limit: devicesPage})
 		if err != nil {
 			return fmt.Errorf("list devices: %w", err)
 		}

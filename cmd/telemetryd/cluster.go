@@ -229,8 +229,8 @@ func (l localStore) Range(ctx context.Context, q buckets.RangeQuery) (buckets.Pa
 func (l localStore) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error) {
 	return l.st.Get(ctx, dev, k)
 }
-func (l localStore) Devices(ctx context.Context, prefix string, after buckets.DeviceID, limit int) ([]buckets.DeviceInfo, bool, error) {
-	return l.st.Devices(ctx, prefix, after, limit)
+func (l localStore) Devices(ctx context.Context, q buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+	return l.st.Devices(ctx, q)
 }
 func (l localStore) Tables(ctx context.Context) ([]buckets.TableInfo, error) { return l.st.Tables(ctx) }
 func (l localStore) Aggregate(ctx context.Context, q buckets.AggregateQuery) (buckets.AggregatePage, error) {

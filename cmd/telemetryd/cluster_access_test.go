@@ -80,7 +80,7 @@ func localDevices(t *testing.T, m *Main) int {
 	n := 0
 	var after buckets.DeviceID
 	for {
-		devs, more, err := m.store.Devices(context.Background(), "", after, 1000)
+		devs, more, err := m.store.Devices(context.Background(), buckets.DeviceQuery{After: after, Limit: 1000})
 		require.NoError(t, err)
 		n += len(devs)
 		if !more || len(devs) == 0 {
