@@ -13,7 +13,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(data)))
 			for b.Loop() {
-				if _, err := Decode("dev-1", data, defaultTicks); err != nil {
+				if _, _, err := Decode("dev-1", data, defaultTicks); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -28,7 +28,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rs, err := Decode("dev-1", data, defaultTicks)
+		rs, _, err := Decode("dev-1", data, defaultTicks)
 		if err != nil {
 			var ve *buckets.ValidationError
 			require.True(t, errors.As(err, &ve), "error %v is not a ValidationError", err)
@@ -48,7 +48,7 @@ func FuzzDecode(f *testing.F) {
 			require.NoError(t, derr)
 			require.Equal(t, rs[i].Values, back)
 		}
-		again, err := Decode("dev-1", encodeReadings(rs), defaultTicks)
+		again, _, err := Decode("dev-1", encodeReadings(rs), defaultTicks)
 		require.NoError(t, err)
 		require.Equal(t, rs, again)
 	})
