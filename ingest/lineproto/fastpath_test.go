@@ -112,6 +112,7 @@ func TestMapReusesNothingVisible(t *testing.T) {
 		benchBody(),
 		[]byte("m,device=a v=1 1795309323000000000\nm,device=a v=2 1795309323000000000\n"),
 		[]byte("x,host=h1 s=\"a\" 1795309323000000000\nx,host=h1,device=d s=\"b\" 1795309323000000000\nbad\n"),
+		[]byte("m,device=a,fleet=East v=1 1795309323000000000\nm,device=b,fleet=West,site=x v=2 1795309323000000000\nm,device=a,fleet=North v=3 1795309324000000000\n"),
 		benchBody()[:20000],
 	}
 	var want []Result
