@@ -119,7 +119,7 @@ func (x *deviceIndex) check(rep *CheckReport) error {
 	err := x.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		for it.Seek(deviceKeysStart); it.Valid(); it.Next() {
 			rep.RecordsRead++
 			err := it.Item().Value(func(v []byte) error {
 				_, err := decodeEntry(v)
