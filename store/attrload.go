@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 
@@ -186,4 +187,39 @@ func (b *badBlocks) damagedAttrRecords(recs []damagedRecord) {
 	for range recs {
 		b.counter.Add(context.Background(), 1, kindRecord)
 	}
+}
+
+// checkAttributes decodes every attribute record of the database and
+// compares the index entities with them, into rep.
+func (x *deviceIndex) checkAttributes(rep *CheckReport) error {
+	records := make(map[buckets.DeviceID]*attrRecord)
+	damaged := make(map[buckets.DeviceID]bool)
+	err := x.db.View(func(txn *badger.Txn) error {
+		err := forEachAttrRecord(txn, func(dev buckets.DeviceID, r *attrRecord, err error) {
+			rep.AttributeRecordsRead++
+			if err != nil {
+				rep.Records = append(rep.Records, BadRecord{Device: dev, Err: fmt.Errorf("attribute record: %w", err)})
+				damaged[dev] = true
+				return
+			}
+			records[dev] = r
+		})
+		if err != nil {
+			return err
+		}
+		t := tallyEntities(txn, func(d buckets.DeviceID) *attrRecord { return records[d] },
+			func(dev buckets.DeviceID, _, _ string) bool { return damaged[dev] })
+		expected := 0
+		for _, r := range records {
+			expected += len(r.set)
+		}
+		rep.EntitiesRead = t.read
+		rep.MissingEntities = t.missing(expected)
+		rep.StrayEntities = len(t.stray)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check device attributes: %w", err)
+	}
+	return nil
 }
