@@ -302,7 +302,8 @@ func decodeAttrRecord(b []byte) (*attrRecord, error) {
 }
 
 // validate checks what decoding cannot: names and values follow the
-// rules and the lists are sorted.
+// rules, the lists are sorted, and every tombstone is of an absent name
+// and newer than the floor.
 func (r *attrRecord) validate() error {
 	for i, a := range r.set {
 		if err := buckets.ValidateAttributeName(a.Name); err != nil {
@@ -321,6 +322,9 @@ func (r *attrRecord) validate() error {
 		}
 		if i > 0 && r.gone[i-1].name >= t.name {
 			return fmt.Errorf("%w: removed names out of order", errBadAttrRecord)
+		}
+		if _, present := r.find(t.name); present || t.at <= r.floor {
+			return fmt.Errorf("%w: tombstone of %s is present or not newer than the floor", errBadAttrRecord, t.name)
 		}
 	}
 	return nil

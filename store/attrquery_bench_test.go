@@ -48,3 +48,26 @@ func BenchmarkDevicesMatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAssign applies batches of 100 assignments, one per device
+// of 10,000, the way ingest does for a message batch whose readings
+// carry attributes: each op is one batch (one transaction). Every batch
+// is newer than the last, so every record it touches is rewritten, and
+// most also move a device to another fleet (two index entities).
+func BenchmarkAssign(b *testing.B) {
+	ts := openTestStore(b, b.TempDir(), newTestClock())
+	const batch = 100
+	as := make([]buckets.Assignment, batch)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n++
+		for i := range as {
+			as[i] = buckets.Assignment{Device: buckets.DeviceID(fmt.Sprintf("dev-%06d", (n*batch+i)%10_000)), At: buckets.Ticks(n),
+				Set: buckets.Attributes{{Name: "fleet", Value: fmt.Sprintf("F%d", n/10%10)}, {Name: "model", Value: "M"}}}
+		}
+		if err := ts.Assign(context.Background(), as); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
