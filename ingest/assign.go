@@ -32,8 +32,9 @@ func assignmentsOf(items []item) []buckets.Assignment {
 // messages carry them) to the fewest that leave a store with the same
 // attributes: since the newest assignment by At wins per attribute,
 // only the value with the newest At of each device's attribute counts
-// (among equal At, the later in as). Those are grouped per device and
-// At, in device and At order. One assignment is returned as it is.
+// (among equal At, the greater value, as the store decides). Those are
+// grouped per device and At, in device and At order. One assignment is
+// returned as it is.
 func compactAssignments(as []buckets.Assignment) []buckets.Assignment {
 	if len(as) <= 1 {
 		return as
@@ -57,7 +58,7 @@ func compactAssignments(as []buckets.Assignment) []buckets.Assignment {
 			case !ok:
 				newest[k] = len(entries)
 				entries = append(entries, entry{k, a.At, x.Value})
-			case a.At >= entries[i].at:
+			case a.At > entries[i].at || a.At == entries[i].at && x.Value > entries[i].value:
 				entries[i].at, entries[i].value = a.At, x.Value
 			}
 		}

@@ -159,10 +159,10 @@ func TestCompactAssignments(t *testing.T) {
 		{Device: "b", At: 30, Set: attrs("fleet", "West")},
 		{Device: "b", At: 20, Set: attrs("fleet", "South", "site", "s1")}, // late: fleet loses to 30
 		{Device: "b", At: 30, Set: attrs("site", "s2")},
-		{Device: "a", At: 7, Set: attrs("fleet", "North2")}, // equal At: the later wins
+		{Device: "a", At: 7, Set: attrs("fleet", "East")}, // equal At: the greater value wins, as in the store
 	})
 	assert.Equal(t, []buckets.Assignment{
-		{Device: "a", At: 7, Set: attrs("fleet", "North2")},
+		{Device: "a", At: 7, Set: attrs("fleet", "North")},
 		{Device: "b", At: 10, Set: attrs("model", "F")},
 		{Device: "b", At: 30, Set: attrs("fleet", "West", "site", "s2")},
 	}, got)

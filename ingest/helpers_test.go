@@ -93,7 +93,8 @@ func (w *fakeWriter) assigned() []buckets.Assignment {
 }
 
 // attributes applies the successful assignments as a store does (per
-// attribute the newest At wins) and returns each device's attributes.
+// attribute the newest At wins, the greater value among equal At) and
+// returns each device's attributes.
 func (w *fakeWriter) attributes() map[buckets.DeviceID]map[string]string {
 	type at struct {
 		value string
@@ -105,7 +106,7 @@ func (w *fakeWriter) attributes() map[buckets.DeviceID]map[string]string {
 			state[a.Device] = map[string]at{}
 		}
 		for _, x := range a.Set {
-			if cur, ok := state[a.Device][x.Name]; !ok || a.At >= cur.at {
+			if cur, ok := state[a.Device][x.Name]; !ok || a.At > cur.at || a.At == cur.at && x.Value > cur.value {
 				state[a.Device][x.Name] = at{x.Value, a.At}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +113,38 @@ func TestJSONInvalidAttributesAreDeadLettered(t *testing.T) {
 	waitStored(t, s, "bad-1", 1)
 	assert.Nil(t, deviceAttributes(t, s, "bad-1"), "nothing of the rejected message was applied")
 	assert.Nil(t, deviceAttributes(t, s, "bad-2"))
+}
+
+// A message that would leave its device with more than 64 attributes is
+// refused by the store and dead-lettered whole: none of its readings is
+// written.
+func TestAttributesPastTheLimitAreDeadLettered(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	sub := deadLetters(t, s)
+	ts := func(i int) string { return testEpoch.Add(time.Duration(i-10) * time.Second).Format(time.RFC3339Nano) }
+	obj := func(prefix string, n int) string {
+		var parts []string
+		for i := range n {
+			parts = append(parts, fmt.Sprintf(`"%s%02d":"x"`, prefix, i))
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+	s.publish(t, "full", fmt.Sprintf(`{"ts":%q,"v":1,"attributes":%s}`, ts(1), obj("a", 60)))
+	waitStored(t, s, "full", 1)
+	over := fmt.Sprintf(`{"ts":%q,"v":2,"attributes":%s}`, ts(2), obj("b", 5))
+	s.publish(t, "full", over)
+	dl, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "rejected.telemetry.full", dl.Subject)
+	assert.Equal(t, over, string(dl.Data))
+	assert.Equal(t, string(buckets.CodeTooManyAttributes), dl.Header.Get("Telemetry-Error-Code"))
+	assert.Contains(t, dl.Header.Get("Telemetry-Error"), "65 attributes")
+
+	s.publish(t, "full", fmt.Sprintf(`{"ts":%q,"v":3,"attributes":%s}`, ts(3), obj("a", 4)))
+	waitStored(t, s, "full", 2)
+	rs := pageAll(t, s, "full", "asc", 10, url.Values{})
+	assert.Equal(t, []any{1.0, 3.0}, []any{rs[0].Values["v"], rs[1].Values["v"]}, "the refused message's reading is not stored")
+	assert.Len(t, deviceAttributes(t, s, "full"), 60)
 }
 
 // Line protocol through /api/v2/write with the InfluxDB client: tags
