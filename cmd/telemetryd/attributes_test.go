@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -202,4 +205,39 @@ func TestLineTagsValues(t *testing.T) {
 	_, v := s.point(t, "lp-v", at)
 	assert.Equal(t, map[string]any{"truck.fuel": 0.5, "truck.fleet": "East", "truck.rack-id": "r1"}, v)
 	assert.Nil(t, deviceAttributes(t, s, "lp-v"))
+}
+
+// Replaying the whole stream (the consumer lost, no saved position)
+// delivers every message again, the late one after the newer one as
+// before: no attribute is rolled back and no reading added.
+func TestAttributesSurviveReplay(t *testing.T) {
+	cfg := newTestConfig(t)
+	s := startService(t, cfg)
+	at := func(i int) string { return testEpoch.Add(time.Duration(i-10) * time.Second).Format(time.RFC3339Nano) }
+	s.publish(t, "replayed", fmt.Sprintf(`{"ts":%q,"v":2,"attributes":{"fleet":"West"}}`, at(2)))
+	s.publish(t, "replayed", fmt.Sprintf(`{"ts":%q,"v":1,"attributes":{"fleet":"East","site":"depot-3"}}`, at(1))) // late
+	s.publish(t, "replayed", fmt.Sprintf(`{"ts":%q,"v":3,"attributes":{"model":"F-150"}}`, at(3)))
+	waitStored(t, s, "replayed", 3)
+	want := map[string]string{"fleet": "West", "site": "depot-3", "model": "F-150"}
+	waitAttributes(t, s, "replayed", want)
+	s.stop(t)
+
+	require.NoError(t, os.Remove(filepath.Join(cfg.DataDir, "POSITIONS")))
+	s = startService(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, s.js.DeleteConsumer(ctx, "TELEMETRY", "ingest"))
+	var info *jetstream.ConsumerInfo
+	require.Eventually(t, func() bool {
+		c, err := s.js.Consumer(ctx, "TELEMETRY", "ingest")
+		if err != nil {
+			return false
+		}
+		info, err = c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 3
+	}, 20*time.Second, 20*time.Millisecond, "consumer not recreated or not drained")
+	require.Equal(t, jetstream.DeliverAllPolicy, info.Config.DeliverPolicy, "the stream was replayed from its start")
+	require.Equal(t, uint64(3), info.Delivered.Stream)
+	assert.Equal(t, want, deviceAttributes(t, s, "replayed"))
+	assert.Len(t, pageAll(t, s, "replayed", "asc", 10, url.Values{}), 3)
 }
