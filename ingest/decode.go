@@ -62,7 +62,7 @@ func Decode(device buckets.DeviceID, data []byte, defaultTicks buckets.Ticks) ([
 const maxInterned = 1024
 
 var decoderPool = sync.Pool{New: func() any {
-	return &decoder{names: make(map[string]string)}
+	return &decoder{names: make(map[string]string), attrNames: make(map[string]struct{})}
 }}
 
 // span marks the fields of one reading inside decoder.fields.
@@ -94,6 +94,8 @@ type decoder struct {
 	keyBuf []byte            // unescaped key
 	strBuf []byte            // unescaped string value
 	names  map[string]string // interned value names
+	// attrNames are attribute names known valid (interned in names).
+	attrNames map[string]struct{}
 }
 
 func (d *decoder) reset(device buckets.DeviceID, data []byte, def buckets.Ticks) {

@@ -3,6 +3,7 @@ package ingest
 import (
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -27,9 +28,15 @@ func (d *decoder) attributes() *buckets.ValidationError {
 			return d.fail(buckets.CodeTooManyAttributes, "attributes",
 				"more than %d attributes (at %s)", buckets.MaxAttributes, attrField(name))
 		}
-		if ve := buckets.ValidateAttributeName(name); ve != nil {
-			ve.Index, ve.Field = d.index, attrField(name)
-			return ve
+		if _, ok := d.attrNames[name]; !ok {
+			if ve := buckets.ValidateAttributeName(name); ve != nil {
+				ve.Index, ve.Field = d.index, attrField(name)
+				return ve
+			}
+			if len(d.attrNames) >= maxInterned {
+				clear(d.attrNames)
+			}
+			d.attrNames[name] = struct{}{}
 		}
 		if d.pos >= len(d.buf) || !isValueStart(d.buf[d.pos]) {
 			return d.syntax("a value")
@@ -41,11 +48,13 @@ func (d *decoder) attributes() *buckets.ValidationError {
 		if err != nil {
 			return err
 		}
-		value := string(b)
-		if ve := buckets.ValidateAttributeValue(name, value); ve != nil {
-			ve.Index, ve.Field = d.index, attrField(name)
-			return ve
+		if len(b) == 0 || len(b) > buckets.MaxAttributeValueBytes || !utf8.Valid(b) {
+			if ve := buckets.ValidateAttributeValue(name, string(b)); ve != nil {
+				ve.Index, ve.Field = d.index, attrField(name)
+				return ve
+			}
 		}
+		value := string(b)
 		d.attrs = append(d.attrs, buckets.Attribute{Name: name, Value: value})
 		d.aspans[len(d.aspans)-1].end = len(d.attrs)
 		return nil

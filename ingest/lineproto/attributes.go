@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -22,9 +23,11 @@ func (m *mapper) tagAttributes() *buckets.ValidationError {
 		if ve != nil {
 			return ve
 		}
-		if ve := buckets.ValidateAttributeValue(name, t.value); ve != nil {
-			ve.Field = "tag " + name
-			return ve
+		if !attrValueOK(t.value) {
+			if ve := buckets.ValidateAttributeValue(name, t.value); ve != nil {
+				ve.Field = "tag " + name
+				return ve
+			}
 		}
 		if n := len(m.attrs); n > 0 && m.attrs[n-1].Name >= name {
 			sorted = false
@@ -60,6 +63,12 @@ func (m *mapper) attrName(key []byte) (string, *buckets.ValidationError) {
 	}
 	m.attrOK[n] = n
 	return n, nil
+}
+
+// attrValueOK is the test of buckets.ValidateAttributeValue without
+// the cost of its error, for every tag of every line.
+func attrValueOK(v string) bool {
+	return v != "" && len(v) <= buckets.MaxAttributeValueBytes && utf8.ValidString(v)
 }
 
 func shortTag(key string) string {
