@@ -298,6 +298,7 @@ func (m *Main) startHTTP() error {
 		ResponseBudget:    m.budget.Queries,
 		QueryTimeout:      m.cfg.QueryTimeout,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
+		Retention:         m.cfg.Retention,
 		AdminToken:        m.sec.apiAdminToken(m.cfg.AdminToken),
 		CursorKey:         m.sec.cursorKey,
 		Auth:              m.sec.tokens(),
