@@ -199,7 +199,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 		callers = m.sec.creds.TokenNamed
 	}
 	router, err := cluster.New(cluster.Config{
-		Local:      localStore{st: m.store, count: m.countManualDrop},
+		Local:      localStore{st: m.store, attrs: attributesOf(m.store), count: m.countManualDrop},
 		Membership: membershipView{members},
 		Credential: credential,
 		Callers:    callers,
@@ -217,7 +217,21 @@ func (m *Main) openCluster(ctx context.Context) error {
 // drop manual, as the admin endpoint does).
 type localStore struct {
 	st    storeReader
+	attrs attributeStore
 	count func(context.Context, buckets.TableDrop) // counts the drop in the retention metrics
+}
+
+func (l localStore) Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
+	return l.attrs.Device(ctx, dev)
+}
+func (l localStore) Assign(ctx context.Context, as []buckets.Assignment) error {
+	return l.attrs.Assign(ctx, as)
+}
+func (l localStore) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
+	return l.attrs.AttributeNames(ctx, q)
+}
+func (l localStore) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
+	return l.attrs.AttributeValues(ctx, name, q)
 }
 
 func (l localStore) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error) {
@@ -256,6 +270,7 @@ type storeReader interface {
 func (m *Main) withCluster(c *api.Config) error {
 	r := m.cluster.router
 	c.Reader = r
+	c.Attributes = r
 	c.Admin = clusterAdmin{router: r, members: m.cluster.members, local: admin{store: m.store, ret: m.ret}, log: m.log}
 	c.Internal = r.Handler()
 	return withDashboards(c, r)
