@@ -184,7 +184,9 @@ func TestClusterAccess(t *testing.T) {
 					seen = append(seen, d.Device)
 				}
 				if page == 0 {
-					require.NotEmpty(t, l.Next, "the first page stops after scanning 10,000 hidden devices")
+					// The owners' stores apply the token's patterns: the hidden
+					// devices cost no page.
+					require.Empty(t, l.Next, "one page holds every visible device")
 				}
 				if l.Next == "" {
 					break
