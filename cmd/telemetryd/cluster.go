@@ -199,7 +199,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 		callers = m.sec.creds.TokenNamed
 	}
 	router, err := cluster.New(cluster.Config{
-		Local:      localStore{st: m.store, attrs: attributesOf(m.store), count: m.countManualDrop},
+		Local:      localStore{st: m.store, count: m.countManualDrop},
 		Membership: membershipView{members},
 		Credential: credential,
 		Callers:    callers,
@@ -217,21 +217,20 @@ func (m *Main) openCluster(ctx context.Context) error {
 // drop manual, as the admin endpoint does).
 type localStore struct {
 	st    storeReader
-	attrs attributeStore
 	count func(context.Context, buckets.TableDrop) // counts the drop in the retention metrics
 }
 
 func (l localStore) Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
-	return l.attrs.Device(ctx, dev)
+	return l.st.Device(ctx, dev)
 }
 func (l localStore) Assign(ctx context.Context, as []buckets.Assignment) error {
-	return l.attrs.Assign(ctx, as)
+	return l.st.Assign(ctx, as)
 }
 func (l localStore) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
-	return l.attrs.AttributeNames(ctx, q)
+	return l.st.AttributeNames(ctx, q)
 }
 func (l localStore) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
-	return l.attrs.AttributeValues(ctx, name, q)
+	return l.st.AttributeValues(ctx, name, q)
 }
 
 func (l localStore) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error) {
@@ -263,6 +262,7 @@ func (l localStore) DropTable(ctx context.Context, day buckets.Day) (buckets.Tab
 type storeReader interface {
 	api.Reader
 	api.Aggregator
+	attributeStore
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
 }
 

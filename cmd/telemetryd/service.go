@@ -291,7 +291,7 @@ func (m *Main) startHTTP() error {
 	acfg := api.Config{
 		Addr:              m.cfg.HTTPAddr,
 		Reader:            m.store,
-		Attributes:        attributesOf(m.store),
+		Attributes:        m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
 		Ready:             m.ready,
 		Metrics:           m.tel.metrics,
