@@ -72,7 +72,7 @@ type rangeCursor struct {
 // devicesCursor is the state of a paged device listing.
 type devicesCursor struct {
 	Prefix string
-	Last   buckets.DeviceID // position in the index; may be hidden from the caller
+	Last   buckets.DeviceID // position in the index: the last device read
 	Filter deviceFilter
 }
 
