@@ -3,9 +3,11 @@
 // range queries, series, label names and label values. PromQL is
 // evaluated by the Prometheus engine itself (promql.Engine) over a
 // storage.Queryable on the store: each numeric value of a device is
-// the series {__name__="<value name>", device="<device>"} (bool as
-// 0/1, strings are not series). Device and __name__ matchers are pushed
-// down, so temp{device="d1"} reads only d1's readings.
+// the series {__name__="<value name>", device="<device>", <attributes>}
+// (bool as 0/1, strings are not series), and every device that sent a
+// reading has the series LastSeenName. Device, attribute and __name__
+// matchers are pushed down, so temp{device="d1"} reads only d1's
+// readings and temp{fleet="East"} only the East fleet's.
 //
 // Answers and errors use the Prometheus API's JSON envelope
 // ({"status":"success","data":...} and {"status":"error","errorType":...,"error":...}).
