@@ -138,24 +138,27 @@ func (x *deviceIndex) selectDevices(q *buckets.DeviceQuery, fn func(buckets.Devi
 	if d := x.driver(q); d != nil {
 		it = newUnion(d.lists, start, after)
 	} else {
-		it = newUnion([][]buckets.DeviceID{x.sorted}, start, after)
+		i, found := slices.BinarySearch(x.sorted, start)
+		if found && after {
+			i++
+		}
+		it = &idCursor{ids: x.sorted[i:], devices: x.devices}
 	}
-	for d, ok := it.next(); ok && strings.HasPrefix(string(d), q.Prefix); d, ok = it.next() {
-		e := x.devices[d]
-		if e == nil || !selects(q, d, e) {
+	for p, ok := it.next(); ok && strings.HasPrefix(string(p.id), q.Prefix); p, ok = it.next() {
+		if p.e == nil || !selects(q, p.id, p.e) {
 			continue
 		}
-		if !fn(d, e) {
+		if !fn(p.id, p.e) {
 			return
 		}
 	}
 }
 
 // anySelected reports whether q selects any device of list.
-func (x *deviceIndex) anySelected(list []buckets.DeviceID, q *buckets.DeviceQuery) bool {
+func (x *deviceIndex) anySelected(list []posting, q *buckets.DeviceQuery) bool {
 	start, after := startOf(q)
-	for i := lowerBound(list, start, after); i < len(list) && strings.HasPrefix(string(list[i]), q.Prefix); i++ {
-		if e := x.devices[list[i]]; e != nil && selects(q, list[i], e) {
+	for i := lowerBound(list, start, after); i < len(list) && strings.HasPrefix(string(list[i].id), q.Prefix); i++ {
+		if selects(q, list[i].id, list[i].e) {
 			return true
 		}
 	}
@@ -173,8 +176,8 @@ func startOf(q *buckets.DeviceQuery) (start buckets.DeviceID, after bool) {
 
 // lowerBound is the index of the first device of list at or after
 // start (after start, when after is set).
-func lowerBound(list []buckets.DeviceID, start buckets.DeviceID, after bool) int {
-	i, found := slices.BinarySearch(list, start)
+func lowerBound(list []posting, start buckets.DeviceID, after bool) int {
+	i, found := slices.BinarySearchFunc(list, start, comparePosting)
 	if found && after {
 		i++
 	}
@@ -204,7 +207,7 @@ func selects(q *buckets.DeviceQuery, dev buckets.DeviceID, e *deviceEntry) bool 
 // candidates are the devices one matcher can match, as disjoint sorted
 // lists.
 type candidates struct {
-	lists [][]buckets.DeviceID
+	lists [][]posting
 	size  int
 }
 
@@ -230,7 +233,7 @@ func (x *deviceIndex) candidatesOf(m *labels.Matcher) *candidates {
 		return nil
 	}
 	if m.Name == deviceLabel {
-		return deviceCandidates(m)
+		return x.deviceCandidates(m)
 	}
 	c := &candidates{}
 	nv := x.postings[m.Name]
@@ -262,40 +265,59 @@ func (x *deviceIndex) candidatesOf(m *labels.Matcher) *candidates {
 	return c
 }
 
-// deviceCandidates returns the devices an equality or literal
+// deviceCandidates returns the known devices an equality or literal
 // alternation on the device ID names, or nil for other patterns.
-func deviceCandidates(m *labels.Matcher) *candidates {
-	var ids []buckets.DeviceID
+func (x *deviceIndex) deviceCandidates(m *labels.Matcher) *candidates {
+	var ids []string
 	switch set := m.SetMatches(); {
 	case m.Type == labels.MatchEqual:
-		ids = []buckets.DeviceID{buckets.DeviceID(m.Value)}
+		ids = []string{m.Value}
 	case m.Type == labels.MatchRegexp && set != nil:
-		for _, s := range set {
-			ids = append(ids, buckets.DeviceID(s))
-		}
+		ids = slices.Clone(set)
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
 	default:
 		return nil
 	}
-	return &candidates{lists: [][]buckets.DeviceID{ids}, size: len(ids)}
+	list := make([]posting, 0, len(ids))
+	for _, id := range ids {
+		if e := x.devices[buckets.DeviceID(id)]; e != nil {
+			list = append(list, posting{id: buckets.DeviceID(id), e: e})
+		}
+	}
+	return &candidates{lists: [][]posting{list}, size: len(list)}
 }
 
 // deviceIter yields devices in ascending order.
 type deviceIter interface {
-	next() (buckets.DeviceID, bool)
+	next() (posting, bool)
+}
+
+// idCursor yields the devices of a sorted list of IDs.
+type idCursor struct {
+	ids     []buckets.DeviceID
+	devices map[buckets.DeviceID]*deviceEntry
+}
+
+func (c *idCursor) next() (posting, bool) {
+	if len(c.ids) == 0 {
+		return posting{}, false
+	}
+	id := c.ids[0]
+	c.ids = c.ids[1:]
+	return posting{id: id, e: c.devices[id]}, true
 }
 
 // cursor is a position in one sorted list.
 type cursor struct {
-	list []buckets.DeviceID
+	list []posting
 	i    int
 }
 
 // union merges disjoint sorted lists into one ascending sequence.
 type union []cursor
 
-func newUnion(lists [][]buckets.DeviceID, start buckets.DeviceID, after bool) deviceIter {
+func newUnion(lists [][]posting, start buckets.DeviceID, after bool) deviceIter {
 	u := make(union, 0, len(lists))
 	for _, l := range lists {
 		if i := lowerBound(l, start, after); i < len(l) {
@@ -309,17 +331,17 @@ func newUnion(lists [][]buckets.DeviceID, start buckets.DeviceID, after bool) de
 	return &u
 }
 
-func (c *cursor) next() (buckets.DeviceID, bool) {
+func (c *cursor) next() (posting, bool) {
 	if c.i >= len(c.list) {
-		return "", false
+		return posting{}, false
 	}
 	c.i++
 	return c.list[c.i-1], true
 }
 
-func (u *union) next() (buckets.DeviceID, bool) {
+func (u *union) next() (posting, bool) {
 	if len(*u) == 0 {
-		return "", false
+		return posting{}, false
 	}
 	c := &(*u)[0]
 	d := c.list[c.i]
@@ -333,7 +355,7 @@ func (u *union) next() (buckets.DeviceID, bool) {
 }
 
 func (u union) Len() int           { return len(u) }
-func (u union) Less(i, j int) bool { return u[i].list[u[i].i] < u[j].list[u[j].i] }
+func (u union) Less(i, j int) bool { return u[i].list[u[i].i].id < u[j].list[u[j].i].id }
 func (u union) Swap(i, j int)      { u[i], u[j] = u[j], u[i] }
 func (u *union) Push(x any)        { *u = append(*u, x.(cursor)) }
 func (u *union) Pop() any {
