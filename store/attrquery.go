@@ -38,7 +38,8 @@ func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buc
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	infos = make([]buckets.DeviceInfo, 0, min(q.Limit, 256))
-	x.selectDevices(&q, func(d buckets.DeviceID, e *deviceEntry) bool {
+	w := &walk{ctx: ctx, q: &q}
+	x.selectDevices(w, func(d buckets.DeviceID, e *deviceEntry) bool {
 		if len(infos) == q.Limit {
 			more = true
 			return false
@@ -46,6 +47,9 @@ func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buc
 		infos = append(infos, e.info(d))
 		return true
 	})
+	if w.err != nil {
+		return nil, false, w.err
+	}
 	return infos, more, nil
 }
 
@@ -67,20 +71,22 @@ func (s *Store) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]st
 	if unfiltered(&q) {
 		return names, nil
 	}
+	w := &walk{ctx: ctx, q: &q}
 	if d := x.driver(&q); d != nil {
 		seen := make(map[string]struct{})
-		x.selectDevices(&q, func(_ buckets.DeviceID, e *deviceEntry) bool {
+		x.selectDevices(w, func(_ buckets.DeviceID, e *deviceEntry) bool {
 			for _, a := range e.attributes() {
 				seen[a.Name] = struct{}{}
 			}
 			return len(seen) < len(names)
 		})
-		return slices.DeleteFunc(names, func(n string) bool { _, ok := seen[n]; return !ok }), nil
+		return slices.DeleteFunc(names, func(n string) bool { _, ok := seen[n]; return !ok }), w.err
 	}
-	return slices.DeleteFunc(names, func(n string) bool {
+	names = slices.DeleteFunc(names, func(n string) bool {
 		nv := x.postings[n]
-		return !slices.ContainsFunc(nv.values, func(v string) bool { return x.anySelected(nv.devices[v], &q) })
-	}), nil
+		return !slices.ContainsFunc(nv.values, func(v string) bool { return x.anySelected(nv.devices[v], w) })
+	})
+	return names, w.err
 }
 
 // AttributeValues returns the values of the attribute name, sorted,
@@ -100,9 +106,10 @@ func (s *Store) AttributeValues(ctx context.Context, name string, q buckets.Devi
 	if unfiltered(&q) {
 		return slices.Clone(nv.values), nil
 	}
+	w := &walk{ctx: ctx, q: &q}
 	if d := x.driver(&q); d != nil && d.size < nv.count {
 		seen := make(map[string]struct{})
-		x.selectDevices(&q, func(_ buckets.DeviceID, e *deviceEntry) bool {
+		x.selectDevices(w, func(_ buckets.DeviceID, e *deviceEntry) bool {
 			if v, ok := e.attributes().Get(name); ok {
 				seen[v] = struct{}{}
 			}
@@ -114,15 +121,15 @@ func (s *Store) AttributeValues(ctx context.Context, name string, q buckets.Devi
 				out = append(out, v)
 			}
 		}
-		return out, nil
+		return out, w.err
 	}
 	out := make([]string, 0, len(nv.values))
 	for _, v := range nv.values {
-		if x.anySelected(nv.devices[v], &q) {
+		if x.anySelected(nv.devices[v], w) {
 			out = append(out, v)
 		}
 	}
-	return out, nil
+	return out, w.err
 }
 
 // unfiltered reports whether q selects every device.
@@ -130,9 +137,32 @@ func unfiltered(q *buckets.DeviceQuery) bool {
 	return q.Prefix == "" && q.After == "" && len(q.Match) == 0 && q.SilentBefore == 0 && q.Visible == nil
 }
 
-// selectDevices calls fn with each device q selects, in ID order,
-// until fn returns false. x.mu must be held.
-func (x *deviceIndex) selectDevices(q *buckets.DeviceQuery, fn func(buckets.DeviceID, *deviceEntry) bool) {
+// walkCheckEvery is how many devices a walk examines between looks at
+// its context.
+const walkCheckEvery = 1024
+
+// walk is one pass of a query over the index. It stops, setting err,
+// when its context ends.
+type walk struct {
+	ctx context.Context
+	q   *buckets.DeviceQuery
+	n   int
+	err error
+}
+
+// stopped counts one device examined and reports whether the walk must
+// stop.
+func (w *walk) stopped() bool {
+	if w.n++; w.n%walkCheckEvery == 0 && w.err == nil {
+		w.err = w.ctx.Err()
+	}
+	return w.err != nil
+}
+
+// selectDevices calls fn with each device w's query selects, in ID
+// order, until fn returns false or the walk stops. x.mu must be held.
+func (x *deviceIndex) selectDevices(w *walk, fn func(buckets.DeviceID, *deviceEntry) bool) {
+	q := w.q
 	start, after := startOf(q)
 	var it deviceIter
 	if d := x.driver(q); d != nil {
@@ -144,7 +174,7 @@ func (x *deviceIndex) selectDevices(q *buckets.DeviceQuery, fn func(buckets.Devi
 		}
 		it = &idCursor{ids: x.sorted[i:], devices: x.devices}
 	}
-	for p, ok := it.next(); ok && strings.HasPrefix(string(p.id), q.Prefix); p, ok = it.next() {
+	for p, ok := it.next(); ok && strings.HasPrefix(string(p.id), q.Prefix) && !w.stopped(); p, ok = it.next() {
 		if p.e == nil || !selects(q, p.id, p.e) {
 			continue
 		}
@@ -154,10 +184,11 @@ func (x *deviceIndex) selectDevices(q *buckets.DeviceQuery, fn func(buckets.Devi
 	}
 }
 
-// anySelected reports whether q selects any device of list.
-func (x *deviceIndex) anySelected(list []posting, q *buckets.DeviceQuery) bool {
+// anySelected reports whether w's query selects any device of list.
+func (x *deviceIndex) anySelected(list []posting, w *walk) bool {
+	q := w.q
 	start, after := startOf(q)
-	for i := lowerBound(list, start, after); i < len(list) && strings.HasPrefix(string(list[i].id), q.Prefix); i++ {
+	for i := lowerBound(list, start, after); i < len(list) && strings.HasPrefix(string(list[i].id), q.Prefix) && !w.stopped(); i++ {
 		if selects(q, list[i].id, list[i].e) {
 			return true
 		}
