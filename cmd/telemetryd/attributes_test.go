@@ -1,243 +1,81 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
+	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	influxdb2 "github.com/influxdata/influxdb-client-go/v2"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// deviceAttributes reads device's attributes from the service's store
-// (nil for a device it does not know).
-func deviceAttributes(t *testing.T, s *testService, device string) map[string]string {
+// authJSON sends a request with a JSON body and a bearer token.
+func authJSON(t *testing.T, method, url, token, body string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	info, err := s.store.Device(ctx, buckets.DeviceID(device))
-	if errors.Is(err, buckets.ErrNotFound) {
-		return nil
-	}
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
-	if len(info.Attributes) == 0 {
-		return nil
-	}
-	return info.Attributes.Map()
-}
-
-// waitAttributes waits until device has exactly want.
-func waitAttributes(t *testing.T, s *testService, device string, want map[string]string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, deviceAttributes(t, s, device)) },
-		20*time.Second, 20*time.Millisecond, "device %s: want attributes %v", device, want)
-}
-
-// JSON over NATS and MQTT sets attributes as of the reading's time: a
-// later message with an older time does not roll one back, and the same
-// messages delivered again change nothing.
-func TestJSONAttributes(t *testing.T) {
-	s := startService(t, newTestConfig(t))
-	t1, t2 := testEpoch.Add(-2*time.Minute), testEpoch.Add(-time.Minute)
-	msg := func(at time.Time, v int, attrs string) string {
-		return fmt.Sprintf(`{"ts":%q,"v":%d,"attributes":%s}`, at.Format(time.RFC3339Nano), v, attrs)
-	}
-	newer := msg(t2, 2, `{"fleet":"West","model":"F-150"}`)
-	older := msg(t1, 1, `{"fleet":"East","site":"depot-3"}`)
-	s.publish(t, "truck-1", newer)
-	s.publish(t, "truck-1", older) // late: fleet stays West, site is new
-	waitStored(t, s, "truck-1", 2)
-	want := map[string]string{"fleet": "West", "model": "F-150", "site": "depot-3"}
-	waitAttributes(t, s, "truck-1", want)
-
-	// A batch: each element's attributes hold as of its own time.
-	s.publish(t, "truck-2", fmt.Sprintf(`[%s,%s]`, msg(t2, 2, `{"fleet":"North"}`), msg(t1, 1, `{"fleet":"South"}`)))
-	waitStored(t, s, "truck-2", 2)
-	waitAttributes(t, s, "truck-2", map[string]string{"fleet": "North"})
-
-	// MQTT (paho, QoS 1): the same JSON.
-	c := newMQTTClient(t, s, "attrs")
-	tok := c.Publish("telemetry/truck-3", 1, false, msg(t1, 1, `{"fleet":"East"}`))
-	require.True(t, tok.WaitTimeout(10*time.Second))
-	require.NoError(t, tok.Error())
-	waitStored(t, s, "truck-3", 1)
-	waitAttributes(t, s, "truck-3", map[string]string{"fleet": "East"})
-
-	// Delivered again, in either order, nothing changes.
-	s.publish(t, "truck-1", newer)
-	s.publish(t, "truck-1", older)
-	last := msg(t2.Add(time.Second), 3, `{"model":"F-250"}`)
-	s.publish(t, "truck-1", last)
-	waitStored(t, s, "truck-1", 3)
-	want["model"] = "F-250"
-	waitAttributes(t, s, "truck-1", want)
-	s.publish(t, "truck-1", older)
-	s.publish(t, "truck-1", newer)
-	s.publish(t, "truck-1", msg(t2.Add(2*time.Second), 4, `{}`)) // a marker: once stored, the two before it are applied
-	waitStored(t, s, "truck-1", 4)
-	assert.Equal(t, want, deviceAttributes(t, s, "truck-1"))
-}
-
-// A message with an invalid attribute is dead-lettered whole with the
-// attribute's code, over NATS and MQTT alike.
-func TestJSONInvalidAttributesAreDeadLettered(t *testing.T) {
-	s := startService(t, newTestConfig(t))
-	sub := deadLetters(t, s)
-	ts := testEpoch.Add(-time.Minute).Format(time.RFC3339Nano)
-	bad := fmt.Sprintf(`{"ts":%q,"v":1,"attributes":{"fleet":"East","rack-id":"r1"}}`, ts)
-	s.publish(t, "bad-1", bad)
-	dl, err := sub.NextMsg(10 * time.Second)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	assert.Equal(t, "rejected.telemetry.bad-1", dl.Subject)
-	assert.Equal(t, bad, string(dl.Data))
-	assert.Equal(t, string(buckets.CodeInvalidAttributeName), dl.Header.Get("Telemetry-Error-Code"))
-	assert.Contains(t, dl.Header.Get("Telemetry-Error"), "reading 0: attributes.rack-id: attribute name must match")
-
-	c := newMQTTClient(t, s, "attrs-bad")
-	bad = fmt.Sprintf(`{"ts":%q,"v":1,"attributes":{"fleet":3}}`, ts)
-	require.True(t, c.Publish("telemetry/bad-2", 1, false, bad).WaitTimeout(10*time.Second))
-	dl, err = sub.NextMsg(10 * time.Second)
-	require.NoError(t, err)
-	assert.Equal(t, "rejected.telemetry.bad-2", dl.Subject)
-	assert.Equal(t, string(buckets.CodeInvalidAttributeValue), dl.Header.Get("Telemetry-Error-Code"))
-
-	s.publish(t, "bad-1", fmt.Sprintf(`{"ts":%q,"v":2}`, ts))
-	waitStored(t, s, "bad-1", 1)
-	assert.Nil(t, deviceAttributes(t, s, "bad-1"), "nothing of the rejected message was applied")
-	assert.Nil(t, deviceAttributes(t, s, "bad-2"))
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
-// A message that would leave its device with more than 64 attributes is
-// refused by the store and dead-lettered whole: none of its readings is
-// written.
-func TestAttributesPastTheLimitAreDeadLettered(t *testing.T) {
-	s := startService(t, newTestConfig(t))
-	sub := deadLetters(t, s)
-	ts := func(i int) string { return testEpoch.Add(time.Duration(i-10) * time.Second).Format(time.RFC3339Nano) }
-	obj := func(prefix string, n int) string {
-		var parts []string
-		for i := range n {
-			parts = append(parts, fmt.Sprintf(`"%s%02d":"x"`, prefix, i))
-		}
-		return "{" + strings.Join(parts, ",") + "}"
-	}
-	s.publish(t, "full", fmt.Sprintf(`{"ts":%q,"v":1,"attributes":%s}`, ts(1), obj("a", 60)))
-	waitStored(t, s, "full", 1)
-	over := fmt.Sprintf(`{"ts":%q,"v":2,"attributes":%s}`, ts(2), obj("b", 5))
-	s.publish(t, "full", over)
-	dl, err := sub.NextMsg(10 * time.Second)
-	require.NoError(t, err)
-	assert.Equal(t, "rejected.telemetry.full", dl.Subject)
-	assert.Equal(t, over, string(dl.Data))
-	assert.Equal(t, string(buckets.CodeTooManyAttributes), dl.Header.Get("Telemetry-Error-Code"))
-	assert.Contains(t, dl.Header.Get("Telemetry-Error"), "65 attributes")
-
-	s.publish(t, "full", fmt.Sprintf(`{"ts":%q,"v":3,"attributes":%s}`, ts(3), obj("a", 4)))
-	waitStored(t, s, "full", 2)
-	rs := pageAll(t, s, "full", "asc", 10, url.Values{})
-	assert.Equal(t, []any{1.0, 3.0}, []any{rs[0].Values["v"], rs[1].Values["v"]}, "the refused message's reading is not stored")
-	assert.Len(t, deviceAttributes(t, s, "full"), 60)
-}
-
-// Line protocol through /api/v2/write with the InfluxDB client: tags
-// other than the device tag are attributes as of the line's time, not
-// values; a tag that cannot be an attribute rejects its line, naming
-// the tag.
-func TestLineProtocolTagsAreAttributes(t *testing.T) {
-	s := startService(t, newTestConfig(t))
-	at := testEpoch.Add(-time.Minute)
-	client := influxdb2.NewClientWithOptions(s.base, "any-token", influxdb2.DefaultOptions().SetPrecision(time.Millisecond))
-	defer client.Close()
-	w := client.WriteAPIBlocking("fleet", "readings")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, w.WritePoint(ctx,
-		influxdb2.NewPoint("truck", map[string]string{"device": "lp-truck", "fleet": "East", "model": "F-150", "host": "gw-1"},
-			map[string]any{"fuel": 0.5}, at),
-		influxdb2.NewPoint("truck", map[string]string{"device": "lp-truck", "fleet": "West"},
-			map[string]any{"fuel": 0.4}, at.Add(time.Second)),
-		influxdb2.NewPoint("truck", map[string]string{"device": "lp-truck", "fleet": "North"}, // late
-			map[string]any{"fuel": 0.6}, at.Add(-time.Second)),
-	))
-	waitStored(t, s, "lp-truck", 3)
-	code, v := s.point(t, "lp-truck", at)
-	require.Equal(t, http.StatusOK, code)
-	assert.Equal(t, map[string]any{"truck.fuel": 0.5}, v, "tags are not values")
-	waitAttributes(t, s, "lp-truck", map[string]string{"fleet": "West", "model": "F-150", "host": "gw-1"})
-
-	// A second request with an older line does not roll fleet back.
-	require.NoError(t, w.WriteRecord(ctx, fmt.Sprintf("truck,device=lp-truck,fleet=South fuel=0.7 %d", at.Add(-time.Minute).UnixMilli()),
-		fmt.Sprintf("truck,device=lp-truck fuel=0.8 %d", at.Add(time.Minute).UnixMilli())))
-	waitStored(t, s, "lp-truck", 5)
-	assert.Equal(t, map[string]string{"fleet": "West", "model": "F-150", "host": "gw-1"}, deviceAttributes(t, s, "lp-truck"))
-
-	err := w.WriteRecord(ctx, fmt.Sprintf("truck,device=lp-bad,k8s.pod=p1 fuel=1 %d", at.UnixMilli()),
-		fmt.Sprintf("truck,device=lp-good,pod=p1 fuel=1 %d", at.UnixMilli()))
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "partial write: 1 of 2 lines rejected; line 1: tag k8s.pod: attribute name must match [A-Za-z_][A-Za-z0-9_]* (tags are attributes of the device) (invalid_attribute_name)")
-	waitStored(t, s, "lp-good", 1)
-	waitAttributes(t, s, "lp-good", map[string]string{"pod": "p1"})
-	assert.Empty(t, pageAll(t, s, "lp-bad", "asc", 10, url.Values{}), "the rejected line stores nothing")
-}
-
-// -line-tags values keeps the earlier mapping: tags are string values
-// <measurement>.<tag>, and no attribute is set.
-func TestLineTagsValues(t *testing.T) {
+// TestAttributesFollowTheTokensPatterns: through the service and its
+// store, a token limited to truck_1* can neither read nor set truck_2's
+// attributes, and learns none of them from device lists, label names
+// or label values.
+func TestAttributesFollowTheTokensPatterns(t *testing.T) {
+	f := newAuthFixture(t, nil, "ops:read,write", "t1:read,write:truck_1*", "t1read:read:truck_1*")
 	cfg := newTestConfig(t)
-	cfg.LineTags = "values"
-	s := startService(t, cfg)
-	at := testEpoch.Add(-time.Minute)
-	code, resp := s.post(t, "/api/v2/write?precision=ms",
-		[]byte(fmt.Sprintf("truck,device=lp-v,fleet=East,rack-id=r1 fuel=0.5 %d\n", at.UnixMilli())), nil)
-	require.Equal(t, http.StatusNoContent, code, resp)
-	waitStored(t, s, "lp-v", 1)
-	_, v := s.point(t, "lp-v", at)
-	assert.Equal(t, map[string]any{"truck.fuel": 0.5, "truck.fleet": "East", "truck.rack-id": "r1"}, v)
-	assert.Nil(t, deviceAttributes(t, s, "lp-v"))
-}
+	cfg.Security.AuthFile = f.path
+	m := openTestService(t, cfg)
+	base := "http://" + m.HTTPAddr()
+	ops, t1, t1read := f.tokens["ops"], f.tokens["t1"], f.tokens["t1read"]
+	put := func(token, dev, body string) (int, string) {
+		return authJSON(t, http.MethodPut, base+"/v1/devices/"+dev+"/attributes", token, body)
+	}
 
-// Replaying the whole stream (the consumer lost, no saved position)
-// delivers every message again, the late one after the newer one as
-// before: no attribute is rolled back and no reading added.
-func TestAttributesSurviveReplay(t *testing.T) {
-	cfg := newTestConfig(t)
-	s := startService(t, cfg)
-	at := func(i int) string { return testEpoch.Add(time.Duration(i-10) * time.Second).Format(time.RFC3339Nano) }
-	s.publish(t, "replayed", fmt.Sprintf(`{"ts":%q,"v":2,"attributes":{"fleet":"West"}}`, at(2)))
-	s.publish(t, "replayed", fmt.Sprintf(`{"ts":%q,"v":1,"attributes":{"fleet":"East","site":"depot-3"}}`, at(1))) // late
-	s.publish(t, "replayed", fmt.Sprintf(`{"ts":%q,"v":3,"attributes":{"model":"F-150"}}`, at(3)))
-	waitStored(t, s, "replayed", 3)
-	want := map[string]string{"fleet": "West", "site": "depot-3", "model": "F-150"}
-	waitAttributes(t, s, "replayed", want)
-	s.stop(t)
+	code, body := put(ops, "truck_1", `{"fleet":"East"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	code, body = put(ops, "truck_2", `{"fleet":"West","route":"secret"}`)
+	require.Equal(t, http.StatusOK, code, body)
 
-	require.NoError(t, os.Remove(filepath.Join(cfg.DataDir, "POSITIONS")))
-	s = startService(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, s.js.DeleteConsumer(ctx, "TELEMETRY", "ingest"))
-	var info *jetstream.ConsumerInfo
-	require.Eventually(t, func() bool {
-		c, err := s.js.Consumer(ctx, "TELEMETRY", "ingest")
-		if err != nil {
-			return false
-		}
-		info, err = c.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 3
-	}, 20*time.Second, 20*time.Millisecond, "consumer not recreated or not drained")
-	require.Equal(t, jetstream.DeliverAllPolicy, info.Config.DeliverPolicy, "the stream was replayed from its start")
-	require.Equal(t, uint64(3), info.Delivered.Stream)
-	assert.Equal(t, want, deviceAttributes(t, s, "replayed"))
-	assert.Len(t, pageAll(t, s, "replayed", "asc", 10, url.Values{}), 3)
+	for _, method := range []string{http.MethodPut, http.MethodPatch} {
+		code, body = authJSON(t, method, base+"/v1/devices/truck_2/attributes", t1, `{"fleet":"East"}`)
+		assert.Equal(t, http.StatusNotFound, code, "%s of a device outside the patterns: %s", method, body)
+	}
+	code, _ = httpDo(t, nil, http.MethodGet, base+"/v1/devices/truck_2", t1)
+	assert.Equal(t, http.StatusNotFound, code)
+	code, body = authJSON(t, http.MethodPatch, base+"/v1/devices/truck_10/attributes", t1read, `{"fleet":"North"}`)
+	assert.Equal(t, http.StatusForbidden, code, "scope read cannot set: %s", body)
+	code, body = authJSON(t, http.MethodPatch, base+"/v1/devices/truck_10/attributes", t1, `{"fleet":"North"}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.JSONEq(t, `{"device":"truck_10","attributes":{"fleet":"North"}}`, body)
+
+	code, body = httpDo(t, nil, http.MethodGet, base+"/v1/devices/truck_2", ops)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"attributes":{"fleet":"West","route":"secret"}`, "truck_2 untouched")
+
+	for _, tc := range []struct{ token, path, want string }{
+		{t1read, "/api/v1/label/fleet/values", `["East","North"]`},
+		{ops, "/api/v1/label/fleet/values", `["East","North","West"]`},
+		{t1read, "/api/v1/label/route/values", `[]`},
+		{t1read, "/api/v1/labels", `["__name__","device","fleet"]`},
+		{ops, "/api/v1/labels", `["__name__","device","fleet","route"]`},
+	} {
+		code, body = httpDo(t, nil, http.MethodGet, base+tc.path, tc.token)
+		require.Equal(t, http.StatusOK, code, body)
+		assert.JSONEq(t, `{"status":"success","data":`+tc.want+`}`, body, tc.path)
+	}
+	code, body = httpDo(t, nil, http.MethodGet, base+"/v1/devices?match="+url.QueryEscape(`{fleet=~".+"}`), t1read)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"device":"truck_1"`)
+	assert.Contains(t, body, `"device":"truck_10"`)
+	assert.NotContains(t, body, "truck_2")
+	assert.NotContains(t, body, "West")
 }
