@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -241,4 +242,58 @@ func TestAttributesSurviveReplay(t *testing.T) {
 	require.Equal(t, uint64(3), info.Delivered.Stream)
 	assert.Equal(t, want, deviceAttributes(t, s, "replayed"))
 	assert.Len(t, pageAll(t, s, "replayed", "asc", 10, url.Values{}), 3)
+}
+
+// TestClusterIngestAttributes: three nodes, every partition on two of
+// them. Attributes sent with readings (JSON over NATS, line protocol
+// through one node) are applied by the ingesters of both owners (their
+// own stores hold them), and every node answers them.
+func TestClusterIngestAttributes(t *testing.T) {
+	nc := startNATSCluster(t, 1)
+	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})
+	js := jsFor(t, nc.url(0))
+	const n = 6
+	at := testEpoch.Add(-time.Minute)
+	var acks []jetstream.PubAckFuture
+	var lines strings.Builder
+	for i := range n {
+		a, err := js.PublishAsync(fmt.Sprintf("telemetry.json_%d", i),
+			fmt.Appendf(nil, `{"ts":%d,"load":%d,"attributes":{"fleet":"F%d"}}`, at.UnixMilli(), i, i%2))
+		require.NoError(t, err)
+		acks = append(acks, a)
+		fmt.Fprintf(&lines, "truck,device=lp_%d,fleet=F%d load=%d %d\n", i, i%2, i, at.UnixMilli())
+	}
+	awaitAcks(t, acks)
+	code, body := sendJSON(t, http.MethodPost, nodes[0].base+"/api/v2/write?precision=ms", lines.String())
+	require.Equal(t, http.StatusNoContent, code, body)
+
+	for i := range n {
+		for _, dev := range []string{fmt.Sprintf("json_%d", i), fmt.Sprintf("lp_%d", i)} {
+			want := map[string]string{"fleet": fmt.Sprintf("F%d", i%2)}
+			waitFor(t, 50*time.Millisecond, func() bool {
+				owners := 0
+				for _, node := range nodes {
+					d, err := node.main().store.Device(context.Background(), buckets.DeviceID(dev))
+					if err == nil && assert.ObjectsAreEqual(buckets.Attributes{{Name: "fleet", Value: want["fleet"]}}, d.Attributes) {
+						owners++
+					}
+				}
+				return owners == 2
+			}, "device %s: both owners' stores hold its attributes", dev)
+			for k, node := range nodes {
+				waitFor(t, 50*time.Millisecond, func() bool {
+					var d struct {
+						Attributes map[string]string `json:"attributes"`
+					}
+					resp, err := http.Get(node.base + "/v1/devices/" + dev)
+					if err != nil {
+						return false
+					}
+					defer resp.Body.Close()
+					return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&d) == nil &&
+						assert.ObjectsAreEqual(want, d.Attributes)
+				}, "node %d: device %s has attributes %v", k, dev, want)
+			}
+		}
+	}
 }
