@@ -156,23 +156,19 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 // is therefore delivered and settled by subject (handler):
 //
 //   - <prefix>.<device>: decoded, then stored or dead-lettered;
-//   - a subject of Config.ExtraSubjects (kept under its own subject,
-//     not transformed to <prefix>.<device>): acked at once, never
-//     decoded, stored or dead-lettered;
+//   - an MQTT store copy kept under its own subject (Config.MQTTCopies,
+//     by an earlier version that did not transform it to
+//     <prefix>.<device>): acked at once, never decoded, stored or
+//     dead-lettered;
 //   - anything else (a subject an operator added to the stream, or a
 //     device token that is a literal wildcard: the stream's "<prefix>.*"
 //     stores "<prefix>.>"): dead-lettered with invalid_device, so
 //     nothing sits unread in the stream.
 
-// extraSubject reports whether subject matches one of
-// Config.ExtraSubjects.
-func (in *Ingester) extraSubject(subject string) bool {
-	for _, p := range in.cfg.ExtraSubjects {
-		if subjectMatches(p, subject) {
-			return true
-		}
-	}
-	return false
+// mqttCopy reports whether subject is an MQTT store copy's own subject
+// (with Config.MQTTCopies).
+func (in *Ingester) mqttCopy(subject string) bool {
+	return in.cfg.MQTTCopies && subjectMatches(in.cfg.Subjects().MQTTCopies(), subject)
 }
 
 // subjectMatches reports whether the subject of a stored message
@@ -397,7 +393,7 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	budget := int64(2 * in.cfg.MaxBatchReadings)
 	return func(msg jetstream.Msg) {
 		in.missedHB.Store(0)
-		if in.extraSubject(msg.Subject()) {
+		if in.mqttCopy(msg.Subject()) {
 			in.ackExtra(msg)
 			return
 		}
@@ -425,7 +421,7 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	}
 }
 
-// ackExtra acks a message of one of Config.ExtraSubjects as soon as it
+// ackExtra acks an MQTT store copy kept under its own subject as soon as it
 // is delivered: the stream holds it for its publisher (the MQTT
 // listener answers a QoS 1 PUBLISH once its store copy is stored, right
 // behind the device's message), not for the ingester. It counts as

@@ -12,18 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 // publishTimeout bounds one dead-letter publish or message lookup.
 const publishTimeout = 5 * time.Second
-
-// invalidDeviceToken replaces a device token that cannot be a subject
-// token in the dead letter subject.
-const invalidDeviceToken = "_invalid"
-
-// rejectedPrefix is the subject prefix of dead letters.
-func rejectedPrefix(prefix string) string { return "rejected." + prefix }
 
 // maxDeliveriesSubject is the server's advisory subject for messages of
 // consumer that reached MaxDeliver.
@@ -37,9 +31,9 @@ func maxDeliveriesSubject(stream, consumer string) string {
 func (in *Ingester) deadLetterSubject(subject string) string {
 	tok := in.deviceToken(subject)
 	if !validToken(tok) {
-		tok = invalidDeviceToken
+		tok = topology.InvalidDeviceToken
 	}
-	return rejectedPrefix(in.cfg.SubjectPrefix) + "." + tok
+	return in.cfg.Subjects().Rejected(tok)
 }
 
 // deadLetter republishes the message to its dead letter subject and then
@@ -99,11 +93,11 @@ func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq u
 			m.Header[k] = append([]string(nil), vs...)
 		}
 	}
-	m.Header.Set(HeaderErrorCode, string(ve.Code))
-	m.Header.Set(HeaderError, headerValue(ve.Error()))
+	m.Header.Set(topology.HeaderErrorCode, string(ve.Code))
+	m.Header.Set(topology.HeaderError, headerValue(ve.Error()))
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(in.cfg.RejectedStream)}
 	if seq > 0 {
-		m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
+		m.Header.Set(topology.HeaderStreamSeq, strconv.FormatUint(seq, 10))
 		in.mu.Lock()
 		id := in.dedupPrefix + strconv.FormatUint(seq, 10)
 		in.mu.Unlock()
@@ -172,7 +166,7 @@ func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "error", err)
 		return
 	}
-	if in.extraSubject(raw.Subject) {
+	if in.mqttCopy(raw.Subject) {
 		return // a store copy, never dead-lettered (consume.go)
 	}
 	detail := fmt.Sprintf("not acknowledged after %d deliveries (max deliveries advisory)", adv.Deliveries)

@@ -38,8 +38,8 @@ func (c Config) validatePartitions() error {
 	if c.Partition < 0 || c.Partition >= c.Partitions {
 		return fmt.Errorf("partition %d: want 0 to %d", c.Partition, c.Partitions-1)
 	}
-	if len(c.ExtraSubjects) > 0 {
-		return errors.New("extra subjects cannot be captured by a partitioned stream")
+	if c.MQTTCopies {
+		return errors.New("the MQTT listener's store copies cannot be captured by a partitioned stream")
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ func (c Config) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
 func (in *Ingester) checkPartitions(sc jetstream.StreamConfig) error {
 	n, err := partition.Count(in.cfg.SubjectPrefix, sc.SubjectTransform)
 	switch {
-	case errors.Is(err, partition.ErrNotPartitioned):
+	case errors.Is(err, partition.ErrNotPartitioned), in.cfg.Subjects().IsMQTTCopiesTransform(sc.SubjectTransform):
 		n = 0
 	case err != nil:
 		return fmt.Errorf("%w: stream %s: %w", errPermanent, sc.Name, err)

@@ -86,5 +86,5 @@ func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 		assert.Contains(t, out, `level=DEBUG msg="memory budget part" part="`+part+`"`)
 	}
 	assert.Contains(t, out, "2 hot tables x 2 memtables x 16 MiB")
-	assert.Equal(t, int64(m.budget.JetStream), m.ns.JetStreamConfig().MaxMemory)
+	assert.Equal(t, int64(m.budget.JetStream), m.nats.NATS().JetStreamConfig().MaxMemory)
 }

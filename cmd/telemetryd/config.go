@@ -12,6 +12,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -54,9 +55,6 @@ type Config struct {
 	Cluster            ClusterConfig
 }
 
-// defaultMQTTStreamMaxBytes bounds each $MQTT_* stream by default.
-const defaultMQTTStreamMaxBytes = 64 << 20
-
 // DefaultConfig returns the embedded, single-machine defaults. Each
 // default that a library also applies is taken from the package that
 // owns it, so a flag's default and the library's agree.
@@ -83,7 +81,7 @@ func DefaultConfig() Config {
 		StreamMaxAge:       icfg.StreamMaxAge,
 		StreamMaxBytes:     icfg.StreamMaxBytes,
 		RejectedMaxBytes:   icfg.RejectedMaxBytes,
-		MQTTStreamMaxBytes: defaultMQTTStreamMaxBytes,
+		MQTTStreamMaxBytes: natsembed.DefaultMQTTStreamMaxBytes,
 		DiskReserve:        defaultDiskReserve,
 		QueryTimeout:       api.DefaultQueryTimeout,
 		Security:           defaultSecurity(),
@@ -151,9 +149,14 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("-log-format %q must be text or json", c.LogFormat))
 	}
+	if c.NATSURL == "" {
+		if _, _, err := natsembed.SplitListen(c.NATSListen); err != nil {
+			errs = append(errs, fmt.Errorf("-nats-listen %w", err))
+		}
+	}
 	if c.MQTTListen != "" {
-		if _, _, err := splitListen("-mqtt-listen", c.MQTTListen); err != nil {
-			errs = append(errs, err)
+		if _, _, err := natsembed.SplitListen(c.MQTTListen); err != nil {
+			errs = append(errs, fmt.Errorf("-mqtt-listen %w", err))
 		}
 	}
 	if _, err := c.lineDeviceTags(); err != nil {

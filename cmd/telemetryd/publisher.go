@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,6 +10,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/lineproto"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // publishWindow is how many publishes of one request may await their
@@ -53,7 +53,7 @@ func (p *jsPublisher) Publish(ctx context.Context, msgs []lineproto.Message) err
 				nm.Header.Set(k, v)
 			}
 			opts := []jetstream.PublishOpt{jetstream.WithExpectStream(p.stream)}
-			if strings.HasPrefix(m.Subject, "rejected.") {
+			if topology.IsRejected(m.Subject) {
 				opts = []jetstream.PublishOpt{jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(p.rejected)}
 			}
 			f, err := p.js.PublishMsgAsync(nm, opts...)

@@ -10,13 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -33,7 +32,7 @@ type Main struct {
 	telOpts telemetryOptions
 
 	tel    *telemetry
-	ns     *server.Server
+	nats   *natsembed.Server // the embedded server; nil with -nats-url
 	nc     *nats.Conn
 	store  *store.Store
 	ingest *ingest.Ingester
@@ -51,8 +50,6 @@ type Main struct {
 	// for a single node.
 	cluster *clusterNode
 
-	mqttPort        int       // embedded MQTT listener's port; 0 when off
-	mqtt            *mqttDoor // the MQTT account's state; nil without the listener
 	cancelIngest    context.CancelFunc
 	cancelRetention context.CancelFunc
 	ingestDone      chan struct{}
@@ -94,7 +91,7 @@ func (m *Main) Open(ctx context.Context) error {
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
-	if m.sec, err = openSecurity(m.cfg, m.log, tel.meter); err != nil {
+	if m.sec, err = openSecurity(m.cfg, m.log); err != nil {
 		return err
 	}
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
@@ -138,7 +135,7 @@ func (m *Main) logStarted() {
 	if m.nc != nil {
 		natsURL = m.nc.ConnectedUrlRedacted()
 	}
-	args := []any{"http_addr", m.api.Addr(), "nats_url", natsURL, "embedded_nats", m.ns != nil}
+	args := []any{"http_addr", m.api.Addr(), "nats_url", natsURL, "embedded_nats", m.nats != nil}
 	if mqtt := m.MQTTAddr(); mqtt != "" {
 		args = append(args, "mqtt_addr", mqtt)
 	} else {
@@ -156,23 +153,13 @@ func (m *Main) logStarted() {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		configure := []func(*server.Options) *natsLogger{m.sec.configureNATS,
-			func(o *server.Options) *natsLogger { o.JetStreamMaxMemory = m.budget.JetStream; return nil }}
-		if m.cfg.MQTTListen != "" {
-			secret, err := auth.NewSecret()
-			if err != nil {
-				return err
-			}
-			m.mqtt = &mqttDoor{secret: secret}
-			configure = append(configure, m.mqtt.configure) // wraps the authentication set above
-		}
-		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log, configure...)
+		srv, err := natsembed.Start(m.sec.embeddedNATS(m.cfg, m.budget.JetStream, m.log, m.tel.meter))
 		if err != nil {
 			return err
 		}
-		m.ns, m.mqttPort = ns, mqttPort
-		url = ns.ClientURL()
-		m.sec.watchNATS(ns)
+		m.nats = srv
+		url = srv.ClientURL()
+		m.sec.watchNATS(srv)
 	}
 	m.natsURL = url
 	nc, err := m.dialNATS("telemetryd")
@@ -180,7 +167,22 @@ func (m *Main) connectNATS() error {
 		return err
 	}
 	m.nc = nc
-	return m.startMQTT()
+	if m.nats == nil {
+		if m.cfg.MQTTListen != "" {
+			m.log.Info("mqtt listener not started: with -nats-url, MQTT is the NATS server's job")
+		}
+		return nil
+	}
+	return m.nats.StartMQTT(context.Background(), nc, m.ingestConfig())
+}
+
+// natsOptions are the service connections' credentials and TLS: the
+// embedded server's internal user, or -nats-creds / -nats-user.
+func (m *Main) natsOptions() []nats.Option {
+	if m.nats != nil {
+		return m.nats.ClientOptions()
+	}
+	return m.sec.natsClientOptions()
 }
 
 // dialNATS opens a client connection to the service's NATS server
@@ -188,7 +190,7 @@ func (m *Main) connectNATS() error {
 func (m *Main) dialNATS(name string) (*nats.Conn, error) {
 	log := m.log.With("component", "nats", "connection", name)
 	url := m.natsURL
-	nc, err := nats.Connect(url, append(m.sec.natsClientOptions(m.ns != nil),
+	nc, err := nats.Connect(url, append(m.natsOptions(),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
@@ -218,9 +220,7 @@ func (m *Main) ingestConfig() ingest.Config {
 	icfg := ingest.DefaultConfig()
 	icfg.SubjectPrefix = m.cfg.SubjectPrefix
 	icfg.Window = m.window()
-	if m.mqttPort != 0 {
-		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)} // stored as <prefix>.<device> (mqtt.go)
-	}
+	icfg.MQTTCopies = m.MQTTAddr() != "" // stored as <prefix>.<device> (natsembed)
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
 	return icfg
@@ -378,10 +378,19 @@ func (m *Main) HTTPAddr() string { return m.api.Addr() }
 
 // NATSURL is the URL of the NATS server in use.
 func (m *Main) NATSURL() string {
-	if m.ns != nil {
-		return m.ns.ClientURL()
+	if m.nats != nil {
+		return m.nats.ClientURL()
 	}
 	return m.cfg.NATSURL
+}
+
+// MQTTAddr is the embedded MQTT listener's address, empty when it is
+// off.
+func (m *Main) MQTTAddr() string {
+	if m.nats == nil {
+		return ""
+	}
+	return m.nats.MQTTAddr()
 }
 
 // Close shuts down in order: stop intake and let the ingester finish
@@ -406,7 +415,9 @@ func (m *Main) close(ctx context.Context) error {
 	if m.cancelRetention != nil {
 		m.cancelRetention()
 	}
-	m.closeMQTT()
+	if m.nats != nil {
+		m.nats.StopMQTT()
+	}
 	if m.sec != nil {
 		m.sec.Close()
 	}
@@ -426,9 +437,8 @@ func (m *Main) close(ctx context.Context) error {
 	if m.store != nil {
 		errs = append(errs, m.store.Close())
 	}
-	if m.ns != nil {
-		m.ns.Shutdown()
-		m.ns.WaitForShutdown()
+	if m.nats != nil {
+		m.nats.Shutdown()
 	}
 	if m.tel != nil {
 		errs = append(errs, m.tel.Shutdown(ctx))

@@ -65,10 +65,10 @@ func Filter(prefix string, p int) string {
 var ErrNotPartitioned = errors.New("stream is not partitioned")
 
 // Count returns the partition count of a stream's subject transform for
-// prefix, or ErrNotPartitioned when it has none or the MQTT copies'
-// transform (any other transform is an error naming it).
+// prefix, or ErrNotPartitioned when it has none (any other transform is
+// an error naming it; the caller knows the other transforms it sets).
 func Count(prefix string, t *jetstream.SubjectTransformConfig) (int, error) {
-	if t == nil || (t.Source == "" && t.Destination == "") || isMQTTCopies(prefix, t) {
+	if t == nil || (t.Source == "" && t.Destination == "") {
 		return 0, ErrNotPartitioned
 	}
 	head := prefix + ".{{partition("
@@ -82,14 +82,6 @@ func Count(prefix string, t *jetstream.SubjectTransformConfig) (int, error) {
 		return 0, fmt.Errorf("stream has the subject transform %s -> %s, not the partitioning of %s.*", t.Source, t.Destination, prefix)
 	}
 	return n, nil
-}
-
-// isMQTTCopies reports whether t is the transform a single node's
-// stream uses to keep the embedded MQTT listener's store copies
-// ($MQTT.msgs.<prefix>.<device>) as <prefix>.<device>: not a
-// partitioning.
-func isMQTTCopies(prefix string, t *jetstream.SubjectTransformConfig) bool {
-	return t.Source == "$MQTT.msgs."+prefix+".*" && t.Destination == prefix+".{{wildcard(1)}}"
 }
 
 // DeviceToken returns the device token of a stored subject
