@@ -9,6 +9,9 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
+	"github.com/telemetryd/telemetryd/store"
 )
 
 // defaultMemoryLimit is the default of -memory-limit: the memory limit
@@ -46,12 +49,12 @@ const (
 
 // Floors that keep each part working at the smallest limit.
 const (
-	minMemTable     = 4 << 20  // Badger's transactions are a fraction of a memtable
-	minBlockCache   = 1 << 20  // Badger needs a block cache when compression is on
-	minIndexCache   = 1 << 20  //
-	minPullBytes    = 16 << 20 // twice the largest message the embedded server accepts (8 MiB)
-	minQueryBudget  = 8 << 20  // a few full pages of 10,000 readings
-	minJetStreamMem = 16 << 20 //
+	minMemTable     = 4 << 20                         // Badger's transactions are a fraction of a memtable
+	minBlockCache   = 1 << 20                         // Badger needs a block cache when compression is on
+	minIndexCache   = 1 << 20                         //
+	minPullBytes    = 2 * natsembed.DefaultMaxPayload // twice the largest message the embedded server accepts
+	minQueryBudget  = 8 << 20                         // a few full pages of 10,000 readings
+	minJetStreamMem = 16 << 20                        //
 )
 
 // memoryBudget is how -memory-limit is divided. Create it with
@@ -86,9 +89,9 @@ func planMemory(limit int64, hotDays, maxOpen int, maxWrite int64) (memoryBudget
 		OpenTables:  hotDays + maxOpen,
 		Consumer:    share(shareConsumer),
 	}
-	// Two memtables per hot table, each also written to a memory-mapped
-	// write-ahead log whose pages count as much again.
-	b.MemTable = max(share(shareMemtables)/int64(4*hotDays), minMemTable)
+	// store.HotMemtables per hot table, each also written to a
+	// memory-mapped write-ahead log whose pages count as much again.
+	b.MemTable = max(share(shareMemtables)/int64(2*store.HotMemtables*hotDays), minMemTable)
 	b.BlockCache = max(share(shareBlockCache)/int64(hotDays), minBlockCache)
 	b.IndexCache = max(share(shareIndexCache)/int64(b.OpenTables), minIndexCache)
 	b.JetStream = max(share(shareJetStream), minJetStreamMem)
@@ -113,8 +116,8 @@ func (b memoryBudget) log(l *slog.Logger) {
 		how       string
 	}{
 		{"go_soft_limit", "go runtime soft limit", b.GoSoftLimit, "debug.SetMemoryLimit; the rest is memory the runtime does not see"},
-		{"memtables", "hot table memtables", int64(4*b.HotTables) * b.MemTable,
-			fmt.Sprintf("%d hot tables x 2 memtables x %s, plus their write-ahead log pages", b.HotTables, ib(b.MemTable))},
+		{"memtables", "hot table memtables", int64(2*store.HotMemtables*b.HotTables) * b.MemTable,
+			fmt.Sprintf("%d hot tables x %d memtables x %s, plus their write-ahead log pages", b.HotTables, store.HotMemtables, ib(b.MemTable))},
 		{"block_caches", "block caches", int64(b.HotTables) * b.BlockCache, fmt.Sprintf("%d hot tables x %s", b.HotTables, ib(b.BlockCache))},
 		{"index_caches", "index caches", int64(b.OpenTables) * b.IndexCache, fmt.Sprintf("up to %d open tables x %s", b.OpenTables, ib(b.IndexCache))},
 		{"jetstream_memory", "embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
@@ -130,43 +133,6 @@ func (b memoryBudget) log(l *slog.Logger) {
 	for _, r := range rows {
 		l.Debug("memory budget part", "part", r.part, "bytes", ib(r.total), "detail", r.how)
 	}
-}
-
-// byteSize is a flag.Value of a byte count written as 512MiB, 2GiB,
-// 1GB or a plain number of bytes.
-type byteSize struct{ n *int64 }
-
-func (s byteSize) String() string {
-	if s.n == nil {
-		return "0"
-	}
-	return formatBytes(*s.n)
-}
-
-// formatBytes writes n in the largest binary unit that divides it
-// (1GiB, 512MiB, 1000 bytes as 1000), the form -memory-limit accepts.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if n != 0 && n%u.size == 0 {
-			return fmt.Sprintf("%d%s", n/u.size, u.name)
-		}
-	}
-	return fmt.Sprintf("%d", n)
-}
-
-func (s byteSize) Set(v string) error {
-	n, err := humanize.ParseBytes(v)
-	if err != nil {
-		return fmt.Errorf("want a size such as 512MiB, 2GiB or a number of bytes: %w", err)
-	}
-	if n > 1<<62 {
-		return fmt.Errorf("size %s is too large", v)
-	}
-	*s.n = int64(n)
-	return nil
 }
 
 // diskHold returns the ingest hold of -disk-reserve: an error while the
@@ -185,7 +151,7 @@ func diskHold(dir string, reserve int64) func() error {
 		free := int64(st.Bavail) * int64(st.Bsize)
 		if free < reserve {
 			return fmt.Errorf("disk full: %s free under %s, below -disk-reserve %s",
-				humanize.IBytes(uint64(max(free, 0))), dir, formatBytes(reserve))
+				humanize.IBytes(uint64(max(free, 0))), dir, cliflag.FormatBytes(reserve))
 		}
 		return nil
 	}

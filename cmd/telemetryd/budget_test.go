@@ -13,6 +13,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 func TestMemoryLimitFlag(t *testing.T) {
@@ -27,9 +28,9 @@ func TestMemoryLimitFlag(t *testing.T) {
 	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(map[string]string{"TELEMETRY_MEMORY_LIMIT": "768MiB"}), &bytes.Buffer{}))
 	assert.Equal(t, int64(768<<20), c.MemoryLimit)
 	assert.Equal(t, int64(1<<30), DefaultConfig().MemoryLimit)
-	assert.Equal(t, "1GiB", formatBytes(1<<30))
-	assert.Equal(t, "512MiB", formatBytes(512<<20))
-	assert.Equal(t, "1000", formatBytes(1000))
+	assert.Equal(t, "1GiB", cliflag.FormatBytes(1<<30))
+	assert.Equal(t, "512MiB", cliflag.FormatBytes(512<<20))
+	assert.Equal(t, "1000", cliflag.FormatBytes(1000))
 }
 
 func TestPlanMemory(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
@@ -75,8 +76,8 @@ func DefaultConfig() Config {
 		HotDays:            sopts.HotDays,
 		MaxOpenTables:      sopts.MaxOpenTables,
 		MQTTListen:         "127.0.0.1:1883",
-		LineDeviceTags:     "device,host",
-		MaxWriteBytes:      16 << 20,
+		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
+		MaxWriteBytes:      api.DefaultMaxWriteBytes,
 		MemoryLimit:        defaultMemoryLimit,
 		StreamMaxAge:       icfg.StreamMaxAge,
 		StreamMaxBytes:     icfg.StreamMaxBytes,
@@ -98,7 +99,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "readings arrive on <prefix>.<device>")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "keep readings this long; a day table expires when its whole day is older")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", c.RetentionInterval, "how often the retention worker runs (with jitter)")
-	fs.Var(byteSize{&c.RetentionMaxBytes}, "retention-max-bytes", "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
+	fs.Var(cliflag.Size(&c.RetentionMaxBytes), "retention-max-bytes", "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
 	fs.DurationVar(&c.MaxFutureSkew, "max-future-skew", c.MaxFutureSkew, "reject readings further than this in the future")
 	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "fsync Badger (and the embedded JetStream) before acking: survives power loss, costs throughput")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -110,14 +111,14 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxOpenTables, "max-open-tables", c.MaxOpenTables, "most older day tables kept open at once (closed when idle)")
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0, 1 and 2 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
-	fs.Var(byteSize{&c.MaxWriteBytes}, "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
-	fs.Var(byteSize{&c.MemoryLimit}, "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
+	fs.Var(cliflag.Size(&c.MaxWriteBytes), "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
+	fs.Var(cliflag.Size(&c.MemoryLimit), "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
 	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the TELEMETRY stream keeps messages at most this long (the replay buffer)")
-	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; when full it refuses publishes (clients retry) and settled messages are purged from 80% of it")
-	fs.Var(byteSize{&c.RejectedMaxBytes}, "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
-	fs.Var(byteSize{&c.MQTTStreamMaxBytes}, "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
-	fs.Var(byteSize{&c.DiskReserve}, "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
+	fs.Var(cliflag.Size(&c.StreamMaxBytes), "stream-max-bytes", "disk space of the TELEMETRY stream; when full it refuses publishes (clients retry) and settled messages are purged from 80% of it")
+	fs.Var(cliflag.Size(&c.RejectedMaxBytes), "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
+	fs.Var(cliflag.Size(&c.MQTTStreamMaxBytes), "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
+	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.bind(fs)
 	c.Cluster.bind(fs)
 }
@@ -179,7 +180,7 @@ func (c *Config) Validate() error {
 	}
 	if c.StreamMaxBytes < 1<<20 || c.RejectedMaxBytes < 1<<20 || c.MQTTStreamMaxBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("-stream-max-bytes %s, -rejected-max-bytes %s and -mqtt-stream-max-bytes %s must be at least 1MiB",
-			formatBytes(c.StreamMaxBytes), formatBytes(c.RejectedMaxBytes), formatBytes(c.MQTTStreamMaxBytes)))
+			cliflag.FormatBytes(c.StreamMaxBytes), cliflag.FormatBytes(c.RejectedMaxBytes), cliflag.FormatBytes(c.MQTTStreamMaxBytes)))
 	}
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
@@ -217,6 +218,9 @@ func (c *Config) parseFlags(name string, args []string, getenv func(string) stri
 	}
 	return applyEnv(fs, c, getenv)
 }
+
+// envPrefix starts the environment variable of every flag.
+const envPrefix = "TELEMETRY_"
 
 // bindRetention registers the flags that `telemetryd retention` uses:
 // the data dir, the policy and the log.
@@ -259,30 +263,14 @@ func parseSubcommand(fs *flag.FlagSet, args []string, c *Config, getenv func(str
 // (which c is bound to, and which has parsed its arguments) that was
 // not given, and validates c.
 func applyEnv(fs *flag.FlagSet, c *Config, getenv func(string) string) error {
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := envName(f.Name)
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
+	if err := cliflag.ApplyEnv(fs, envPrefix, getenv); err != nil {
 		return err
 	}
 	return c.Validate()
 }
 
 // envName maps a flag name to its environment variable.
-func envName(flag string) string {
-	return "TELEMETRY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func envName(flag string) string { return cliflag.EnvName(envPrefix, flag) }
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level

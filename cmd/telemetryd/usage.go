@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 // errVersion is returned by the flag parsing when -version was given.
@@ -91,7 +93,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 // flagType is flag.UnquoteUsage with byte sizes named "size".
 func flagType(f *flag.Flag) (typ, usage string) {
 	typ, usage = flag.UnquoteUsage(f)
-	if _, ok := f.Value.(byteSize); ok {
+	if _, ok := f.Value.(cliflag.ByteSize); ok {
 		typ = "size"
 	}
 	return typ, usage
