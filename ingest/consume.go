@@ -213,7 +213,7 @@ func (in *Ingester) setupUntilDone(ctx context.Context) (jetstream.Consumer, err
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 		in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
-		in.log.Warn("set up streams and consumer failed; retrying", "error", err, "retry_in", delay)
+		in.log.Warn("set up streams and consumer failed; retrying", "err", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return nil, nil
 		}
@@ -269,7 +269,7 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 			}
 		}
 		in.setState(err)
-		in.log.Warn("consuming stopped; setting the consumer up again", "error", err)
+		in.log.Warn("consuming stopped; setting the consumer up again", "err", err)
 		for {
 			if !sleep(ctx, delay) {
 				return
@@ -281,7 +281,7 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 				break
 			}
 			in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
-			in.log.Warn("set up streams and consumer failed; retrying", "error", err, "retry_in", delay)
+			in.log.Warn("set up streams and consumer failed; retrying", "err", err, "retry_in", delay)
 		}
 	}
 }
@@ -369,13 +369,13 @@ func (in *Ingester) onConsumeError(_ jetstream.ConsumeContext, err error) {
 			return
 		}
 		if in.missedHB.Add(1) < 2 {
-			in.log.Warn("missed a heartbeat from the consumer", "error", err)
+			in.log.Warn("missed a heartbeat from the consumer", "err", err)
 			return
 		}
 	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrBadRequest):
 	default:
-		in.log.Warn("consume error", "error", err)
+		in.log.Warn("consume error", "err", err)
 		return
 	}
 	select {
@@ -429,7 +429,7 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 func (in *Ingester) ackExtra(msg jetstream.Msg) {
 	if err := msg.Ack(); err != nil {
 		// Delivered again after the ack wait, and acked then.
-		in.log.Debug("ack of a store copy failed", "subject", msg.Subject(), "error", err)
+		in.log.Debug("ack of a store copy failed", "subject", msg.Subject(), "err", err)
 	}
 	in.settled.Add(1)
 }
@@ -445,7 +445,7 @@ func (in *Ingester) release(n int) {
 
 func (in *Ingester) nakOnShutdown(msg jetstream.Msg) {
 	if err := msg.Nak(); err != nil {
-		in.log.Debug("nak on shutdown", "subject", msg.Subject(), "error", err)
+		in.log.Debug("nak on shutdown", "subject", msg.Subject(), "err", err)
 	}
 }
 

@@ -44,14 +44,14 @@ func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.Validat
 	dup, err := in.publishDeadLetter(ctx, subject, it.seq, it.msg.Headers(), it.msg.Data(), ve)
 	if err != nil {
 		in.log.Error("dead letter not published; the message is retried",
-			"subject", subject, "code", ve.Code, "stream_seq", it.seq, "error", err)
+			"subject", subject, "code", ve.Code, "stream_seq", it.seq, "err", err)
 		in.nak(ctx, it)
 		return
 	}
 	if err := it.msg.Term(); err != nil {
 		// A redelivery is dead-lettered again and deduplicated by the
 		// rejected stream.
-		in.log.Warn("terminate after dead letter failed", "subject", subject, "stream_seq", it.seq, "error", err)
+		in.log.Warn("terminate after dead letter failed", "subject", subject, "stream_seq", it.seq, "err", err)
 	}
 	in.lastErrs.take(it.seq)
 	if !dup {
@@ -62,7 +62,7 @@ func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.Validat
 // rejected logs and counts one dead letter.
 func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, hdr nats.Header, data []byte,
 	ve *buckets.ValidationError) {
-	args := []any{"subject", subject, "code", ve.Code, "stream_seq", seq, "error", ve.Error()}
+	args := []any{"subject", subject, "code", ve.Code, "stream_seq", seq, "err", ve.Error()}
 	if ve.Code == buckets.CodeMaxDeliveries || ve.Code == buckets.CodeInternalFailure {
 		// Valid data the service failed to store: an operator must look.
 		in.log.Error("message sent to the dead letter subject", args...)
@@ -152,7 +152,7 @@ type maxDeliveriesAdvisory struct {
 func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 	var adv maxDeliveriesAdvisory
 	if err := json.Unmarshal(data, &adv); err != nil || adv.StreamSeq == 0 {
-		in.log.Warn("unreadable max deliveries advisory", "error", err)
+		in.log.Warn("unreadable max deliveries advisory", "err", err)
 		return
 	}
 	in.mu.Lock()
@@ -163,7 +163,7 @@ func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 	cancel()
 	if err != nil {
 		in.log.Error("message that reached max deliveries not found; nothing dead-lettered",
-			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "error", err)
+			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "err", err)
 		return
 	}
 	if in.mqttCopy(raw.Subject) {
@@ -177,7 +177,7 @@ func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 	dup, err := in.publishDeadLetter(ctx, raw.Subject, adv.StreamSeq, raw.Header, raw.Data, ve)
 	if err != nil {
 		in.log.Error("dead letter for max deliveries not published", "subject", raw.Subject,
-			"code", ve.Code, "stream_seq", adv.StreamSeq, "error", err)
+			"code", ve.Code, "stream_seq", adv.StreamSeq, "err", err)
 		return
 	}
 	if !dup {

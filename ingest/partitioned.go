@@ -107,7 +107,7 @@ func (in *Ingester) resetPending(ctx context.Context, cons jetstream.Consumer) j
 	}
 	if _, err := in.js.ResetConsumer(ctx, in.cfg.Stream, in.cfg.Consumer); err != nil {
 		in.log.Warn("could not reset the consumer to its ack floor; what an earlier run left unacked is redelivered after the ack wait",
-			"consumer", in.cfg.Consumer, "ack_pending", info.NumAckPending, "ack_wait", in.cfg.AckWait, "error", err)
+			"consumer", in.cfg.Consumer, "ack_pending", info.NumAckPending, "ack_wait", in.cfg.AckWait, "err", err)
 		return cons
 	}
 	in.log.Info("redelivering at once what an earlier run left unacked", "consumer", in.cfg.Consumer,

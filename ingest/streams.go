@@ -179,7 +179,7 @@ func (in *Ingester) rejectedStreamConfig() jetstream.StreamConfig {
 func (in *Ingester) trimLoop(ctx context.Context) {
 	every(ctx, in.cfg.PaceEvery, func() {
 		if err := in.trimSettled(ctx); err != nil && ctx.Err() == nil {
-			in.log.Warn("trim settled messages from the stream", "stream", in.cfg.Stream, "error", err)
+			in.log.Warn("trim settled messages from the stream", "stream", in.cfg.Stream, "err", err)
 		}
 	})
 }

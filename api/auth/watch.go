@@ -80,7 +80,7 @@ func (s *Store) Reload() (bool, error) {
 		return false, err // logged when first seen
 	}
 	if err != nil {
-		s.log.Error("auth file not reloaded; the previous credentials stay in force", "path", s.path, "error", err)
+		s.log.Error("auth file not reloaded; the previous credentials stay in force", "path", s.path, "err", err)
 		return false, err
 	}
 	if changed {

@@ -149,7 +149,7 @@ func (r *Router) onOwner(ctx context.Context, dev buckets.DeviceID, local func()
 		if err == nil || !errors.Is(err, errTransport) {
 			return err
 		}
-		r.log.WarnContext(ctx, "owner did not answer; trying the next", "partition", p, "node", o.Node, "error", err)
+		r.log.WarnContext(ctx, "owner did not answer; trying the next", "partition", p, "node", o.Node, "err", err)
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			break
@@ -255,7 +255,7 @@ func (r *Router) Devices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets
 			q := devicesRequest{Prefix: prefix, After: after, Limit: limit, Partitions: ps}
 			devs, m, err := r.devicesOn(ctx, key, q)
 			if errors.Is(err, errTransport) {
-				r.log.WarnContext(ctx, "owner did not list its devices; trying the next", "node", peers[key].Node, "error", err)
+				r.log.WarnContext(ctx, "owner did not list its devices; trying the next", "node", peers[key].Node, "err", err)
 				for _, p := range ps {
 					tried[p]++
 				}

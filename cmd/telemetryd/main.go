@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	m := NewMain(cfg, log, getenv)
 	if err := m.Open(ctx); err != nil {
-		log.Error("start failed", "error", err)
+		log.Error("start failed", "err", err)
 		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
 		_ = m.Close(closeCtx)
@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := m.Close(closeCtx); err != nil {
-		log.Error("shutdown incomplete", "error", err)
+		log.Error("shutdown incomplete", "err", err)
 		return 1
 	}
 	log.Info("stopped")

@@ -190,14 +190,14 @@ func (s SecurityConfig) cursorKey(dataDir string) ([]byte, error) {
 func raiseFDLimit(log *slog.Logger) uint64 {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		log.Warn("cannot read the file descriptor limit", "error", err)
+		log.Warn("cannot read the file descriptor limit", "err", err)
 		return 0
 	}
 	if lim.Cur < lim.Max {
 		old := lim.Cur
 		lim.Cur = lim.Max
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			log.Warn("cannot raise the file descriptor limit", "soft", old, "hard", lim.Max, "error", err)
+			log.Warn("cannot raise the file descriptor limit", "soft", old, "hard", lim.Max, "err", err)
 			lim.Cur = old
 		} else {
 			log.Debug("file descriptor limit raised", "from", old, "to", lim.Cur)

@@ -197,7 +197,7 @@ func (m *Main) dialNATS(name string) (*nats.Conn, error) {
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close
-				log.Warn("nats disconnected", "error", err)
+				log.Warn("nats disconnected", "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
@@ -206,7 +206,7 @@ func (m *Main) dialNATS(name string) (*nats.Conn, error) {
 			if s != nil {
 				subj = s.Subject
 			}
-			log.Warn("nats async error", "subject", subj, "error", err)
+			log.Warn("nats async error", "subject", subj, "err", err)
 		}))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s: %w", url, err)
@@ -244,7 +244,7 @@ func (m *Main) startIngest() error {
 	go func() {
 		defer close(m.ingestDone)
 		if err := ing.Run(ctx); err != nil {
-			m.log.Error("ingest stopped", "error", err)
+			m.log.Error("ingest stopped", "err", err)
 		}
 	}()
 	return nil
@@ -260,7 +260,7 @@ func (m *Main) startRetention() error {
 	m.cancelRetention = cancel
 	m.wg.Go(func() {
 		if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			m.log.Error("retention worker stopped", "error", err)
+			m.log.Error("retention worker stopped", "err", err)
 		}
 	})
 	// Day tables a crash left without a known reading count are counted
@@ -346,7 +346,7 @@ func (m *Main) startPprof() {
 	m.wg.Go(func() {
 		m.log.Debug("pprof listening", "addr", m.cfg.PprofAddr) // the start-up line names it
 		if err := m.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("pprof server", "error", err)
+			m.log.Error("pprof server", "err", err)
 		}
 	})
 }
