@@ -70,8 +70,12 @@ func openSecurity(cfg Config, log *slog.Logger) (*security, error) {
 				case <-ctx.Done():
 					return
 				case <-hup:
-					s.log.Info("SIGHUP: reloading the auth file", "path", cfg.Security.AuthFile)
-					_, _ = s.creds.Reload() // logged inside
+					changed, err := s.creds.Reload()
+					if err != nil {
+						s.log.Error("SIGHUP: auth file not reloaded; the previous credentials stay in force", "path", cfg.Security.AuthFile, "err", err)
+					} else {
+						s.log.Info("SIGHUP: auth file reloaded", "path", cfg.Security.AuthFile, "changed", changed)
+					}
 				}
 			}
 		})
