@@ -146,9 +146,12 @@ type Config struct {
 // DefaultSubjectPrefix is the default Config.SubjectPrefix.
 const DefaultSubjectPrefix = "telemetry"
 
-// Subjects are the subjects of c's prefix: device, dead letter and
-// MQTT copy subjects are built there and nowhere else.
-func (c Config) Subjects() topology.Subjects { return topology.For(c.SubjectPrefix) }
+// Subjects are the subjects of c's prefix (DefaultSubjectPrefix when
+// unset): device, dead letter and MQTT copy subjects are built there
+// and nowhere else.
+func (c Config) Subjects() topology.Subjects {
+	return topology.For(cmp.Or(c.SubjectPrefix, DefaultSubjectPrefix))
+}
 
 // DefaultConfig returns the documented defaults. Logger, providers and
 // clock stay nil and are resolved by New.
