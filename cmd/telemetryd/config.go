@@ -12,6 +12,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
@@ -43,7 +44,7 @@ type Config struct {
 	MQTTListen        string // embedded server's MQTT listener; empty: off
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
-	MemoryLimit       int64  // the whole process's memory budget (budget.go)
+	MemoryLimit       int64  // the whole process's memory budget (package membudget)
 	QueryTimeout      time.Duration
 	StreamMaxAge      time.Duration
 	StreamMaxBytes    int64
@@ -55,6 +56,10 @@ type Config struct {
 	Security           SecurityConfig
 	Cluster            ClusterConfig
 }
+
+// defaultDiskReserve is the default of -disk-reserve: room for the hot
+// tables' memtable flushes and compactions to finish.
+const defaultDiskReserve = 256 << 20
 
 // DefaultConfig returns the embedded, single-machine defaults. Each
 // default that a library also applies is taken from the package that
@@ -78,7 +83,7 @@ func DefaultConfig() Config {
 		MQTTListen:         "127.0.0.1:1883",
 		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
 		MaxWriteBytes:      api.DefaultMaxWriteBytes,
-		MemoryLimit:        defaultMemoryLimit,
+		MemoryLimit:        membudget.DefaultLimit,
 		StreamMaxAge:       icfg.StreamMaxAge,
 		StreamMaxBytes:     icfg.StreamMaxBytes,
 		RejectedMaxBytes:   icfg.RejectedMaxBytes,
@@ -166,7 +171,7 @@ func (c *Config) Validate() error {
 	if c.MaxWriteBytes < 1 {
 		errs = append(errs, fmt.Errorf("-max-write-bytes %d must be positive", c.MaxWriteBytes))
 	}
-	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1), max(c.MaxWriteBytes, 1)); err != nil {
+	if _, err := membudget.Plan(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1), max(c.MaxWriteBytes, 1)); err != nil {
 		errs = append(errs, err)
 	}
 	if c.QueryTimeout <= 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
@@ -41,7 +42,7 @@ type Main struct {
 	ret    *retention.Worker
 	pprof  *http.Server
 	sec    *security
-	budget memoryBudget
+	budget membudget.Budget
 
 	// writesNC publishes the line protocol door's messages, so their
 	// acks do not queue behind the ingester's deliveries on nc.
@@ -59,6 +60,9 @@ type Main struct {
 	closeErr        error
 }
 
+// minPullBytes is the least a consumer may pull at once.
+const minPullBytes = membudget.MinPullBytes
+
 // NewMain returns a service for cfg; Open starts it.
 func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
 	return &Main{cfg: cfg, log: log, getenv: getenv, now: time.Now}
@@ -75,11 +79,11 @@ func (m *Main) Open(ctx context.Context) error {
 	m.tel = tel
 	tel.install()
 
-	if m.budget, err = planMemory(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
+	if m.budget, err = membudget.Plan(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
 		return err
 	}
-	m.budget.apply()
-	m.budget.log(m.log)
+	m.budget.Apply()
+	m.budget.Log(m.log)
 
 	sopts := store.DefaultOptions()
 	sopts.MemTableSize, sopts.BlockCacheSize = m.budget.MemTable, m.budget.BlockCache
@@ -260,7 +264,7 @@ func (m *Main) startIngest() error {
 	icfg := m.ingestConfig()
 	icfg.Positions, icfg.Tombstones = m.store, m.store
 	icfg.PullMaxBytes = int(m.budget.PullBytes)
-	icfg.Hold = diskHold(m.cfg.DataDir, m.cfg.DiskReserve)
+	icfg.Hold = ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve)
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
