@@ -480,7 +480,7 @@ func (c *clusterNode) start(p int) error {
 	// partitions, each keeping room for the largest message.
 	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(m.cfg.Cluster.Partitions), minPullBytes))
 	icfg.Logger = m.log.With("component", "ingest", "partition", p)
-	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
+	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
+	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
@@ -31,9 +32,9 @@ type Main struct {
 
 	// Test hooks; zero values mean production behaviour.
 	now     func() time.Time
-	telOpts telemetryOptions
+	telOpts otelsetup.Options
 
-	tel    *telemetry
+	tel    *otelsetup.Providers
 	nats   *natsembed.Server // the embedded server; nil with -nats-url
 	nc     *nats.Conn
 	store  *store.Store
@@ -72,12 +73,12 @@ func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
 // ingester, retention worker and HTTP API. It returns once the API
 // listens; on error the caller must still call Close.
 func (m *Main) Open(ctx context.Context) error {
-	tel, err := newTelemetry(ctx, m.getenv, m.telOpts)
+	tel, err := otelsetup.New(ctx, m.getenv, m.telOpts)
 	if err != nil {
 		return err
 	}
 	m.tel = tel
-	tel.install()
+	tel.Install()
 
 	if m.budget, err = membudget.Plan(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
 		return err
@@ -92,7 +93,7 @@ func (m *Main) Open(ctx context.Context) error {
 	sopts.HotDays = m.cfg.HotDays
 	sopts.MaxOpenTables = m.cfg.MaxOpenTables
 	sopts.Logger = m.log // the store adds component=store itself
-	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.tracer, tel.meter, m.now
+	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.Tracer, tel.Meter, m.now
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
@@ -158,7 +159,7 @@ func (m *Main) logStarted() {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		srv, err := natsembed.Start(m.sec.embeddedNATS(m.cfg, m.budget.JetStream, m.log, m.tel.meter))
+		srv, err := natsembed.Start(m.sec.embeddedNATS(m.cfg, m.budget.JetStream, m.log, m.tel.Meter))
 		if err != nil {
 			return err
 		}
@@ -266,7 +267,7 @@ func (m *Main) startIngest() error {
 	icfg.PullMaxBytes = int(m.budget.PullBytes)
 	icfg.Hold = ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve)
 	icfg.Logger = m.log.With("component", "ingest")
-	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
+	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
 	if err != nil {
 		return err
@@ -309,8 +310,8 @@ func (m *Main) retentionConfig() retention.Config {
 		Interval:       m.cfg.RetentionInterval,
 		Jitter:         0.1,
 		Logger:         m.log.With("component", "retention"),
-		TracerProvider: m.tel.tracer,
-		MeterProvider:  m.tel.meter,
+		TracerProvider: m.tel.Tracer,
+		MeterProvider:  m.tel.Meter,
 		Now:            m.now,
 	}
 }
@@ -327,7 +328,7 @@ func (m *Main) startHTTP() error {
 		Reader:            m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
 		Ready:             m.ready,
-		Metrics:           m.tel.metrics,
+		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
 		QueryTimeout:      m.cfg.QueryTimeout,
@@ -341,8 +342,8 @@ func (m *Main) startHTTP() error {
 		MaxConns:          m.sec.httpConns,
 		MaxConnsPerClient: m.cfg.Security.HTTPMaxConnsPerClient,
 		Logger:            m.log.With("component", "api"),
-		TracerProvider:    m.tel.tracer,
-		MeterProvider:     m.tel.meter,
+		TracerProvider:    m.tel.Tracer,
+		MeterProvider:     m.tel.Meter,
 		Now:               m.now,
 	}
 	if m.cluster != nil {
