@@ -22,6 +22,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 )
 
 func main() {
@@ -37,7 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runCheck(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "auth" {
-		return runAuth(args[1:], getenv, stdout, stderr)
+		return authcli.Run(args[1:], getenv, stdout, stderr)
 	}
 	cfg := DefaultConfig()
 	if err := cfg.parseFlags("telemetryd", args, getenv, stderr); err != nil {

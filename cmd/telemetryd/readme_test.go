@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 )
 
 // A documented example is a promise. These tests check every name the
@@ -113,7 +114,7 @@ func TestReadmeFlags(t *testing.T) {
 				set, args = ret, args[1:]
 			}
 			if len(args) > 0 && args[0] == "auth" {
-				set, args = authFlagSet(io.Discard), args[1:]
+				set, args = authcli.FlagSet(io.Discard), args[1:]
 			}
 			for _, a := range args {
 				if !strings.HasPrefix(a, "-") {

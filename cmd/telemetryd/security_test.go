@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api/auth"
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
@@ -46,7 +47,7 @@ func TestAuthCommand(t *testing.T) {
 
 	run := func(args ...string) (int, string) {
 		var out, errb bytes.Buffer
-		code := runAuth(append(args, "-auth-file", f.path), func(string) string { return "" }, &out, &errb)
+		code := authcli.Run(append(args, "-auth-file", f.path), func(string) string { return "" }, &out, &errb)
 		return code, errb.String()
 	}
 	code, msg := run("add-device", "dev-1")

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 
 	"github.com/dustin/go-humanize"
@@ -39,6 +41,52 @@ func ApplyEnv(fs *flag.FlagSet, prefix string, getenv func(string) string) error
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// SetUsage makes fs print head, then every flag with its type, meaning,
+// default and environment variable (none for the flags named in
+// noEnv).
+func SetUsage(fs *flag.FlagSet, head, prefix string, noEnv ...string) {
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, head)
+		PrintFlags(w, fs, prefix, noEnv...)
+	}
+}
+
+// PrintFlags lists the flags of fs: name, type (FlagType), meaning,
+// default and environment variable (EnvName; none for noEnv).
+func PrintFlags(w io.Writer, fs *flag.FlagSet, prefix string, noEnv ...string) {
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := FlagType(f)
+		line := "  -" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		if !slices.Contains(noEnv, f.Name) {
+			line += "   [" + EnvName(prefix, f.Name) + "]"
+		}
+		fmt.Fprintln(w, line)
+		fmt.Fprintf(w, "    \t%s", strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			if typ == "string" {
+				fmt.Fprintf(w, " (default %q)", f.DefValue)
+			} else {
+				fmt.Fprintf(w, " (default %s)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// FlagType is flag.UnquoteUsage with byte sizes (ByteSize) named
+// "size".
+func FlagType(f *flag.Flag) (typ, usage string) {
+	typ, usage = flag.UnquoteUsage(f)
+	if _, ok := f.Value.(ByteSize); ok {
+		typ = "size"
+	}
+	return typ, usage
 }
 
 // ByteSize is a flag.Value of a byte count written as 512MiB, 4GiB, 1GB

@@ -3,6 +3,7 @@ package cliflag
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,4 +50,15 @@ func TestByteSize(t *testing.T) {
 	assert.ErrorContains(t, Size(&n).Set("16EiB"), "too large")
 	assert.Equal(t, "1000", FormatBytes(1000))
 	assert.Equal(t, "1GiB", FormatBytes(1<<30))
+}
+
+func TestPrintFlags(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	n := int64(4 << 30)
+	fs.Var(Size(&n), "stream-max-bytes", "disk space of the stream")
+	fs.Bool("version", false, "print the version")
+	var b strings.Builder
+	PrintFlags(&b, fs, "X_", "version")
+	assert.Contains(t, b.String(), "  -stream-max-bytes size   [X_STREAM_MAX_BYTES]\n    \tdisk space of the stream (default 4GiB)\n")
+	assert.Contains(t, b.String(), "  -version\n")
 }
