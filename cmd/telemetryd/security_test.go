@@ -24,6 +24,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/cursorkey"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
@@ -328,7 +329,7 @@ func TestCursorKeyPerInstallation(t *testing.T) {
 	k2, err := sec.cursorKey(cfg.DataDir)
 	require.NoError(t, err)
 	assert.Equal(t, k1, k2, "the key survives restarts")
-	st, err := os.Stat(cfg.DataDir + "/" + cursorKeyFile)
+	st, err := os.Stat(cfg.DataDir + "/" + cursorkey.File)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 	other, err := sec.cursorKey(t.TempDir())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/auth"
+	"github.com/telemetryd/telemetryd/cmd/internal/fdlimit"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
@@ -36,11 +37,11 @@ type security struct {
 
 func openSecurity(cfg Config, log *slog.Logger) (*security, error) {
 	s := &security{cfg: cfg, log: log.With("component", "auth")}
-	fdLimit := raiseFDLimit(log)
-	s.httpConns, s.natsConns = connBudget(fdLimit, cfg.Security.HTTPMaxConns)
+	fdLimit := fdlimit.Raise(log)
+	s.httpConns, s.natsConns = fdlimit.Split(fdLimit, cfg.Security.HTTPMaxConns)
 	if s.httpConns != cfg.Security.HTTPMaxConns {
 		log.Warn("-http-max-conns lowered to keep file descriptors for the store", "http_max_conns", s.httpConns,
-			"fd_limit", fdLimit, "store_reserve", storeFDReserve)
+			"fd_limit", fdLimit, "store_reserve", fdlimit.StoreReserve)
 	}
 	var err error
 	if s.tls, err = cfg.Security.loadTLS(); err != nil {
