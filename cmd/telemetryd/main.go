@@ -24,6 +24,7 @@ import (
 	"syscall"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 func main() {
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return 0
 		}
 		if errors.Is(err, errVersion) {
-			fmt.Fprintln(stdout, version())
+			fmt.Fprintln(stdout, cliflag.Version("telemetryd"))
 			return 0
 		}
 		fmt.Fprintln(stderr, "telemetryd:", err)

@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"flag"
-	"runtime"
-	"runtime/debug"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
@@ -55,35 +53,3 @@ Flags:
 // setUsage makes fs print head, then every flag with its default and
 // its TELEMETRY_* variable.
 func setUsage(fs *flag.FlagSet, head string) { cliflag.SetUsage(fs, head, envPrefix, "version") }
-
-// version describes the binary: module version, VCS revision and time
-// when the build recorded them, and the Go version.
-func version() string {
-	v, rev, at, dirty := "(devel)", "", "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.time":
-				at = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	out := "telemetryd " + v
-	if rev != "" {
-		out += " " + rev[:min(12, len(rev))]
-		if dirty {
-			out += "-dirty"
-		}
-		if at != "" {
-			out += " " + at
-		}
-	}
-	return out + " " + runtime.Version()
-}

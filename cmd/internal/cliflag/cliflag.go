@@ -1,6 +1,7 @@
 // Package cliflag holds what the commands share in parsing their
 // flags: the environment binding (a variable for every flag, the
-// command line winning) and the byte-size flag type.
+// command line winning), the byte-size flag type, the flag list of -h
+// and the -version line.
 package cliflag
 
 import (
@@ -8,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -130,4 +133,37 @@ func FormatBytes(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%d", n)
+}
+
+// Version is what -version prints for the binary called name: its
+// module version, the VCS revision and time when the build recorded
+// them, and the Go version.
+func Version(name string) string {
+	v, rev, at, dirty := "(devel)", "", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	out := name + " " + v
+	if rev != "" {
+		out += " " + rev[:min(12, len(rev))]
+		if dirty {
+			out += "-dirty"
+		}
+		if at != "" {
+			out += " " + at
+		}
+	}
+	return out + " " + runtime.Version()
 }
