@@ -495,16 +495,6 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 	return it
 }
 
-// deviceToken is the subject token after the prefix; "" when the
-// subject does not start with it.
-func deviceToken(subject, prefix string) string {
-	tok, _ := strings.CutPrefix(subject, prefix+".")
-	if len(tok) == len(subject) {
-		return ""
-	}
-	return tok
-}
-
 func asValidation(err error) *buckets.ValidationError {
 	var ve *buckets.ValidationError
 	if errors.As(err, &ve) {

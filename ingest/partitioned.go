@@ -124,7 +124,7 @@ func (in *Ingester) deviceToken(subject string) string {
 	if in.cfg.Partitions > 0 {
 		return partition.DeviceToken(in.cfg.SubjectPrefix, subject)
 	}
-	return deviceToken(subject, in.cfg.SubjectPrefix)
+	return in.cfg.Subjects().DeviceToken(subject)
 }
 
 // Backlog reports how far the consumer is behind: the messages of its

@@ -164,7 +164,7 @@ func CaptureMQTTCopies(ctx context.Context, js jetstream.JetStream, c Config, lo
 func (in *Ingester) rejectedStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              in.cfg.RejectedStream,
-		Description:       "Dead letters: messages of " + in.cfg.SubjectPrefix + ".* that were not stored, with the reason",
+		Description:       "Dead letters: messages of " + in.cfg.Subjects().All() + " that were not stored, with the reason",
 		Subjects:          []string{in.cfg.Subjects().RejectedAll()},
 		Storage:           jetstream.FileStorage,
 		MaxAge:            RejectedMaxAge,

@@ -19,6 +19,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -150,7 +151,7 @@ func (m *Main) logStarted() {
 	if m.cfg.PprofAddr != "" {
 		args = append(args, "pprof_addr", m.cfg.PprofAddr)
 	}
-	args = append(args, "data_dir", m.cfg.DataDir, "subject", m.cfg.SubjectPrefix+".*")
+	args = append(args, "data_dir", m.cfg.DataDir, "subject", topology.For(m.cfg.SubjectPrefix).All())
 	m.log.Info("telemetryd started", args...)
 }
 

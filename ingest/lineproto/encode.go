@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
@@ -29,7 +30,7 @@ func (m *mapper) build() {
 	var buf []byte
 	var spans []span
 	for _, d := range m.devices {
-		subject := m.opts.SubjectPrefix + "." + string(d.id)
+		subject := topology.For(m.opts.SubjectPrefix).Device(string(d.id))
 		rs := d.readings
 		if d.unsorted {
 			slices.SortFunc(rs, func(a, b int32) int { return cmp.Compare(m.pending[a].ticks, m.pending[b].ticks) })

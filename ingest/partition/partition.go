@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // Max is the largest partition count accepted. Each partition costs a
@@ -48,7 +50,7 @@ func Of(n int, device string) int {
 // published on <prefix>.<device> under <prefix>.<partition>.<device>.
 func Transform(prefix string, n int) jetstream.SubjectTransformConfig {
 	return jetstream.SubjectTransformConfig{
-		Source:      prefix + ".*",
+		Source:      topology.For(prefix).All(),
 		Destination: fmt.Sprintf("%s.{{partition(%d,1)}}.{{wildcard(1)}}", prefix, n),
 	}
 }
@@ -73,7 +75,7 @@ func Count(prefix string, t *jetstream.SubjectTransformConfig) (int, error) {
 	}
 	head := prefix + ".{{partition("
 	rest, ok := strings.CutPrefix(t.Destination, head)
-	if t.Source != prefix+".*" || !ok {
+	if t.Source != topology.For(prefix).All() || !ok {
 		return 0, fmt.Errorf("stream has the subject transform %s -> %s, not the partitioning of %s.*", t.Source, t.Destination, prefix)
 	}
 	num, tail, ok := strings.Cut(rest, ",1)}}.{{wildcard(1)}}")

@@ -57,6 +57,17 @@ func For(prefix string) Subjects { return Subjects{Prefix: prefix} }
 // Device is <prefix>.<device>, where device publishes its readings.
 func (s Subjects) Device(device string) string { return s.Prefix + "." + device }
 
+// DeviceToken is the device token of subject <prefix>.<device> (the
+// rest of the subject after the prefix); "" when subject does not
+// start with the prefix.
+func (s Subjects) DeviceToken(subject string) string {
+	tok, ok := strings.CutPrefix(subject, s.Prefix+".")
+	if !ok {
+		return ""
+	}
+	return tok
+}
+
 // All is <prefix>.*, every device's subject.
 func (s Subjects) All() string { return s.Prefix + ".*" }
 
