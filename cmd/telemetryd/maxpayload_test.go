@@ -45,7 +45,7 @@ func TestExternalNATSMaxPayloadWarning(t *testing.T) {
 			})
 			if tc.warns {
 				require.Eventually(t, func() bool { return strings.Contains(logs.String(), warning) }, 10*time.Second, 10*time.Millisecond)
-				assert.Contains(t, logs.String(), "max_payload=1MiB")
+				assert.Contains(t, logs.String(), `max_payload="1.0 MiB"`)
 				assert.Equal(t, 1, strings.Count(logs.String(), warning), "warned once, by the main connection")
 				return
 			}

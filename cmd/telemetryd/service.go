@@ -14,7 +14,6 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/ingest"
@@ -171,7 +170,7 @@ func (m *Main) connectNATS() error {
 	m.natsURL = url
 	var onConnect []func(*nats.Conn)
 	if m.nats == nil {
-		onConnect = append(onConnect, m.checkMaxPayload)
+		onConnect = append(onConnect, natsembed.CheckMaxPayload(m.log))
 	}
 	nc, err := m.dialNATS("telemetryd", onConnect...)
 	if err != nil {
@@ -187,20 +186,6 @@ func (m *Main) connectNATS() error {
 	return m.nats.StartMQTT(context.Background(), nc, m.ingestConfig())
 }
 
-// checkMaxPayload warns when the external NATS server c is connected
-// to accepts smaller messages than the embedded server does: devices'
-// batches of up to 10,000 readings, and the dead letters that repeat
-// them, would be refused. The service's main connection checks at its
-// first connect and every reconnect (another server of a cluster may be
-// configured otherwise).
-func (m *Main) checkMaxPayload(c *nats.Conn) {
-	if mp := c.MaxPayload(); mp > 0 && mp < natsembed.DefaultMaxPayload {
-		m.log.Warn("the NATS server's max_payload is below what telemetryd publishes: batches of up to 10,000 readings and their dead letters are refused; set max_payload: 8MiB in its configuration (deploy/nats-cluster.conf)",
-			"server", c.ConnectedServerName(), "max_payload", cliflag.FormatBytes(mp),
-			"want", cliflag.FormatBytes(natsembed.DefaultMaxPayload))
-	}
-}
-
 // natsOptions are the service connections' credentials and TLS: the
 // embedded server's internal user, or -nats-creds / -nats-user.
 func (m *Main) natsOptions() []nats.Option {
@@ -210,44 +195,11 @@ func (m *Main) natsOptions() []nats.Option {
 	return m.sec.natsClientOptions()
 }
 
-// dialNATS opens a client connection to the service's NATS server
+// dialNATS opens one of the service's connections to its NATS server
 // (m.natsURL), reconnecting for ever; onConnect runs at every connect
 // and reconnect.
 func (m *Main) dialNATS(name string, onConnect ...func(*nats.Conn)) (*nats.Conn, error) {
-	log := m.log.With("component", "nats", "connection", name)
-	url := m.natsURL
-	nc, err := nats.Connect(url, append(m.natsOptions(),
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
-		nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: our own Close
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ConnectHandler(func(c *nats.Conn) { // the first connect, now or after a failed first try
-			for _, fn := range onConnect {
-				fn(c)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
-			for _, fn := range onConnect {
-				fn(c)
-			}
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
-			subj := ""
-			if s != nil {
-				subj = s.Subject
-			}
-			log.Warn("nats async error", "subject", subj, "err", err)
-		}))...)
-	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %w", url, err)
-	}
-	return nc, nil
+	return natsembed.Dial(m.natsURL, name, m.log, m.natsOptions(), onConnect...)
 }
 
 // ingestConfig is the single node's ingest configuration, streams and

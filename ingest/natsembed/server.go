@@ -1,7 +1,9 @@
 // Package natsembed runs telemetryd's embedded NATS server: JetStream,
 // the MQTT 3.1.1 listener with the account its clients live in, and the
 // authentication of devices (user = device ID, password = its secret,
-// publish only to its own subject). The subjects it serves are named by
+// publish only to its own subject); and the service's own client
+// connections (Dial), to it or to an external server, whose max_payload
+// they check (CheckMaxPayload). The subjects it serves are named by
 // package ingest/topology; the telemetry stream is configured by package
 // ingest.
 package natsembed
