@@ -117,8 +117,13 @@ func (c inAccount) RegisterUser(u *server.User) {
 
 // isMQTTClient tells an MQTT connection from a NATS one by the
 // server's connection info (its client type), looked up by the
-// connection's ID.
+// connection's ID. A client that named its library in its CONNECT
+// (every NATS client library does; MQTT has no such field) is a NATS
+// one without the look-up, which copies the server's client list.
 func (s *Server) isMQTTClient(c server.ClientAuthentication) bool {
+	if o := c.GetOpts(); o.Lang != "" || o.Version != "" {
+		return false
+	}
 	cz, err := s.ns.Connz(&server.ConnzOptions{CID: c.GetID()})
 	return err == nil && len(cz.Conns) == 1 && cz.Conns[0].Type == mqttClientType
 }

@@ -1,8 +1,11 @@
 package natsembed
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +52,22 @@ func TestClientsLandInTheirAccounts(t *testing.T) {
 	nc, err := nats.Connect(srv.ClientURL(), nats.Name("a-nats-client"))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
+	// A bare NATS client that names no library is told apart by the
+	// server's connection info.
+	raw, err := net.Dial("tcp", strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = raw.Close() })
+	_, err = raw.Write([]byte("CONNECT {\"verbose\":false,\"name\":\"bare\"}\r\nPING\r\n"))
+	require.NoError(t, err)
+	r := bufio.NewReader(raw)
+	for {
+		line, err := r.ReadString('\n')
+		require.NoError(t, err)
+		if strings.HasPrefix(line, "PONG") {
+			break
+		}
+		require.False(t, strings.HasPrefix(line, "-ERR"), line)
+	}
 
 	accountOf := map[string]string{}
 	for _, acc := range []string{MQTTAccount, server.DEFAULT_GLOBAL_ACCOUNT} {
@@ -60,6 +79,7 @@ func TestClientsLandInTheirAccounts(t *testing.T) {
 	}
 	assert.Equal(t, MQTTAccount, accountOf["dev-1"], "the MQTT client")
 	assert.Equal(t, server.DEFAULT_GLOBAL_ACCOUNT, accountOf["a-nats-client"], "the NATS client")
+	assert.Equal(t, server.DEFAULT_GLOBAL_ACCOUNT, accountOf["bare"], "the bare NATS client")
 
 	_, err = nats.Connect(srv.ClientURL(), nats.UserInfo(MQTTAdminUser, "not-its-secret"), nats.MaxReconnects(0))
 	assert.Error(t, err, "the MQTT account's service user needs its secret")
