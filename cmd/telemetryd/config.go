@@ -71,7 +71,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:            "./data",
 		HTTPAddr:           api.DefaultAddr,
-		NATSListen:         "127.0.0.1:4222",
+		NATSListen:         natsembed.DefaultListen,
 		SubjectPrefix:      icfg.SubjectPrefix,
 		Retention:          buckets.DefaultRetention,
 		RetentionInterval:  retention.DefaultInterval,
@@ -81,7 +81,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:    10 * time.Second,
 		HotDays:            sopts.HotDays,
 		MaxOpenTables:      sopts.MaxOpenTables,
-		MQTTListen:         "127.0.0.1:1883",
+		MQTTListen:         natsembed.DefaultMQTTListen,
 		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
 		MaxWriteBytes:      api.DefaultMaxWriteBytes,
 		MemoryLimit:        membudget.DefaultLimit,

@@ -33,6 +33,12 @@ import (
 
 // Defaults of Config.
 const (
+	// DefaultListen is the usual client listener: NATS's port, on
+	// loopback.
+	DefaultListen = "127.0.0.1:4222"
+	// DefaultMQTTListen is the usual MQTT listener: MQTT's port, on
+	// loopback.
+	DefaultMQTTListen = "127.0.0.1:1883"
 	// DefaultMaxPayload is the largest message the server accepts:
 	// batches of up to 10,000 readings need more than NATS's 1 MiB
 	// default. An external server needs at least as much.
