@@ -200,14 +200,22 @@
 
   // attrChips lists a device's attributes in ul, sorted by name, at most
   // max of them (0: all) and "+N more" naming the rest in its tooltip.
-  function attrChips(ul, attrs, max) {
+  // With onPick each attribute is a button that calls onPick(name, value).
+  function attrChips(ul, attrs, max, onPick) {
     var names = Object.keys(attrs || {}).sort();
     var shown = max && names.length > max ? names.slice(0, max - 1) : names;
     shown.forEach(function (k) {
       var li = el("li", { "class": "attr", "data-name": k, title: k + "=" + attrs[k] });
-      li.appendChild(el("span", { "class": "attr-name" }, k));
-      li.appendChild(document.createTextNode("="));
-      li.appendChild(el("span", { "class": "attr-value" }, attrs[k]));
+      var box = li;
+      if (onPick) {
+        box = el("button", { type: "button", "aria-label": "filter by " + k + "=" + attrs[k],
+          title: k + "=" + attrs[k] + " (add to the filter)" });
+        box.addEventListener("click", function () { onPick(k, attrs[k]); });
+        li.appendChild(box);
+      }
+      box.appendChild(el("span", { "class": "attr-name" }, k));
+      box.appendChild(document.createTextNode("="));
+      box.appendChild(el("span", { "class": "attr-value" }, attrs[k]));
       ul.appendChild(li);
     });
     if (shown.length < names.length) {
@@ -293,7 +301,7 @@
     tr.appendChild(seen);
     var attrs = el("td", { "class": "attributes" });
     var ul = el("ul", { "class": "attrs", "aria-label": "attributes of " + d.device });
-    if (attrChips(ul, d.attributes, LIST_ATTRS)) attrs.appendChild(ul);
+    if (attrChips(ul, d.attributes, LIST_ATTRS, addMatcher)) attrs.appendChild(ul);
     tr.appendChild(attrs);
     var vals = el("td");
     valueChips(vals, d.latest);
@@ -358,6 +366,19 @@
       }
       fail(err);
     });
+  }
+
+  // addMatcher adds name=value to the attribute filter and applies it.
+  function addMatcher(name, value) {
+    var text = $("#match").value.trim();
+    var v = /^[A-Za-z0-9_.:\/+-]+$/.test(value) ? value : JSON.stringify(value);
+    if (text.charAt(0) === "{" && text.charAt(text.length - 1) === "}") {
+      text = text.slice(0, -1).trim() + (text.length > 2 ? "," : "") + name + "=" + JSON.stringify(value) + "}";
+    } else {
+      text = (text ? text + ", " : "") + name + "=" + v;
+    }
+    $("#match").value = text;
+    applyListFilters();
   }
 
   // applyListFilters puts the attribute filter and the silent-only
