@@ -557,7 +557,7 @@ func TestUIAttributesInChromium(t *testing.T) {
 	waitList := func(want ...string) []uiRow {
 		t.Helper()
 		_, err := chromedp.Run(ctx, chromedp.Poll[bool](
-			fmt.Sprintf(`!document.querySelector('#devices').hidden &&
+			fmt.Sprintf(`!document.querySelector('#devices-view').hidden && !document.querySelector('#devices').hidden &&
 				[...document.querySelectorAll('#devices tbody tr')].map(tr => tr.dataset.device).join(',') === %q`, strings.Join(want, ",")),
 			chromedp.WithPollingTimeout(30*time.Second)))
 		require.NoError(t, err, "the list never showed exactly %v; it shows %s", want,
@@ -707,7 +707,9 @@ func TestUIAttributesInChromium(t *testing.T) {
 	// The device view: the attributes beside the charts.
 	deviceView := func(dev string) (attrs []string, silent string) {
 		t.Helper()
-		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/device/"+dev)))
+		if !strings.HasSuffix(eval(`location.hash`), "/device/"+dev) {
+			require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/device/"+dev)))
+		}
 		_, err := chromedp.Run(ctx, chromedp.Poll[bool](
 			fmt.Sprintf(`document.querySelector('#device-title').textContent === %q &&
 				document.querySelectorAll('#device-attrs li.attr').length > 0 &&
@@ -722,6 +724,12 @@ func TestUIAttributesInChromium(t *testing.T) {
 	assert.Equal(t, []string{"color=white", "depot=Boston", "driver=ana", "fleet=East", "fuel_type=diesel", "model=F-150", "tier=gold", "year=2022"}, got,
 		"the device view lists every attribute")
 	assert.Empty(t, silent)
+
+	// From the filtered list (its address) to a device and back.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/?match="+url.QueryEscape("fleet=East"))))
+	waitList("truck-1", "truck-2", "truck-3")
+	assert.Equal(t, "fleet=East", eval(`document.querySelector('#match').value`))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#devices a[href="#/device/truck-3"]`))))
 	got, silent = deviceView("truck-3")
 	assert.Equal(t, []string{"depot=Albany", "fleet=East", "model=F-150"}, got)
 	assert.Equal(t, "silent", silent)
@@ -732,7 +740,9 @@ func TestUIAttributesInChromium(t *testing.T) {
 	}
 	require.NoError(t, chromedp.Do(ctx, chromedp.Sleep(300*time.Millisecond)))
 	screenshot("device-attributes.png")
-	assert.Contains(t, eval(`document.querySelector('#back').getAttribute('href')`), "#/", "the way back to the list")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#back`))))
+	waitList("truck-1", "truck-2", "truck-3")
+	assert.Equal(t, "fleet=East", eval(`document.querySelector('#match').value`), "back to the filtered list")
 	for _, r := range reqs() {
 		assert.NotContains(t, r.URL, f.tokens["reader"], "the token is never in a URL")
 	}

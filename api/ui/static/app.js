@@ -354,8 +354,8 @@
       $("#devices").hidden = n === 0;
       $("#no-devices").textContent = emptyText(lq);
       $("#no-devices").hidden = n > 0;
-      $("#device-count").textContent = n + (listNext ? "+" : "") + (n === 1 ? " device" : " devices") +
-        (silent ? ", " + silent + " silent" : "");
+      var count = n + (listNext ? "+" : "") + (n === 1 ? " device" : " devices") + (silent ? ", " + silent + " silent" : "");
+      if ($("#device-count").textContent !== count) $("#device-count").textContent = count; // announced when it changes
       setStatus("updated " + new Date().toLocaleTimeString());
     }).catch(function (err) {
       if (seq !== listSeq) return;
