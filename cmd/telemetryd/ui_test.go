@@ -434,9 +434,11 @@ const rowsJS = `[...document.querySelectorAll('#devices tbody tr')].map(tr => {
 // an auth file on the real clock: six devices send readings over NATS
 // with their own credentials, a write token gives five of them
 // attributes with PUT /v1/devices/{device}/attributes (fleets East and
-// West), and two went silent (40 min and 3 h ago). After signing in
-// with a read token the page shows each device's attributes and marks
-// the silent ones with a class and a visible "silent" label. The
+// West) and one more device that has sent nothing, and two went silent
+// (40 min and 3 h ago). After signing in with a read token the page
+// shows each device's attributes and marks the silent ones with a class
+// and a visible "silent" label (the device without readings is not
+// silent: it shows "no readings yet"). The
 // attribute filter fleet=East is sent as match={fleet="East"} and lists
 // exactly the East devices; clicking an attribute adds it to the
 // filter; a matcher the server refuses shows the server's message;
@@ -527,6 +529,8 @@ func TestUIAttributesInChromium(t *testing.T) {
 		"truck-3": {"fleet": "East", "model": "F-150", "depot": "Albany"},
 		"van-1":   {"fleet": "West", "model": "Sprinter", "depot": "Fresno"},
 		"van-2":   {"fleet": "West", "model": "Transit", "depot": "Reno"},
+		// Known by its attributes only: it has sent no reading.
+		"trailer-1": {"depot": "Reno"},
 	}
 	for dev, a := range attrs {
 		b, err := json.Marshal(a)
@@ -601,12 +605,13 @@ func TestUIAttributesInChromium(t *testing.T) {
 	}
 
 	// Every device, with its attributes; the two silent ones marked.
+	all := []string{"pump-9", "trailer-1", "truck-1", "truck-2", "truck-3", "van-1", "van-2"}
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(base+"/ui/"),
 		chromedp.WaitVisible(chromedp.CSS(`#token`)),
 		chromedp.SendKeys(chromedp.CSS(`#token`), f.tokens["reader"]),
 		chromedp.Click(chromedp.CSS(`#signin button[type="submit"]`))))
-	rows := waitList(devs...)
+	rows := waitList(all...)
 	assert.Equal(t, []string{"truck-3", "van-2"}, silentOf(rows))
 	byDev := map[string]uiRow{}
 	for _, r := range rows {
@@ -618,7 +623,8 @@ func TestUIAttributesInChromium(t *testing.T) {
 	assert.Len(t, byDev["truck-1"].Attrs, 5, "eight attributes are shown compactly: five and a count")
 	assert.Equal(t, "+3 more", byDev["truck-1"].More)
 	assert.Contains(t, byDev["van-2"].Seen, "h ago")
-	assert.Contains(t, eval(`document.querySelector('#device-count').textContent`), "6 devices, 2 silent")
+	assert.Equal(t, "no readings yet", byDev["trailer-1"].Seen, "never silent")
+	assert.Contains(t, eval(`document.querySelector('#device-count').textContent`), "7 devices, 2 silent")
 
 	// fleet=East is sent as match={fleet="East"}: exactly the East
 	// devices, the silent one marked.
@@ -683,7 +689,7 @@ func TestUIAttributesInChromium(t *testing.T) {
 	// silent; the choice outlives a reload.
 	assert.Equal(t, "600", eval(`document.querySelector('#silence').value`), "10 minutes by default")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/")))
-	waitList(devs...)
+	waitList(all...)
 	setSilence := func(sec string) {
 		t.Helper()
 		eval(`(() => { const s = document.querySelector('#silence'); s.value = '` + sec + `';
@@ -693,10 +699,10 @@ func TestUIAttributesInChromium(t *testing.T) {
 	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('#devices tbody tr.silent').length === 1`,
 		chromedp.WithPollingTimeout(30*time.Second)))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"van-2"}, silentOf(waitList(devs...)))
+	assert.Equal(t, []string{"van-2"}, silentOf(waitList(all...)))
 	assert.Equal(t, "3600", eval(`localStorage.getItem('telemetryd.silence') || ''`))
 	require.NoError(t, chromedp.Do(ctx, chromedp.Reload()))
-	rows = waitList(devs...)
+	rows = waitList(all...)
 	assert.Equal(t, "3600", eval(`document.querySelector('#silence').value`))
 	assert.Equal(t, []string{"van-2"}, silentOf(rows))
 	setSilence("600")
