@@ -23,7 +23,9 @@ import (
 // for the mount are handed to LazyFS (syncfs, which LazyFS does not
 // turn into fsyncs), LazyFS drops every unsynced write
 // (lazyfs::clear-cache), and the file system is unmounted and mounted
-// again, as after a reboot. What survives is what was fsynced.
+// again, as after a reboot (LazyFS's cache lives in its memory, so the
+// unmount alone would drop it too; the command makes the drop
+// explicit and logged). What survives is what was fsynced.
 //
 // LazyFS persists namespace operations (create, rename, unlink,
 // truncate) at once; only file data waits for fsync.

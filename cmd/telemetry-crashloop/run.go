@@ -96,8 +96,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		}
 		defer ms.close()
 		pub.send = ms.send
+	case "lineproto":
+		if cfg.Hostile {
+			return res, errors.New("-protocol lineproto: not with -hostile")
+		}
+		pub.send = newLineSender(pub, svc.httpAddr, header).send
+		pub.field = lineMeasurement + ".seq"
 	default:
-		return res, fmt.Errorf("-protocol %q: want nats or mqtt", cfg.Protocol)
+		return res, fmt.Errorf("-protocol %q: want nats, mqtt or lineproto", cfg.Protocol)
 	}
 	pubCtx, cancelPub := context.WithCancel(ctx)
 	defer cancelPub()
@@ -190,7 +196,7 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyFS, pub *p
 
 // startAttempts is how often restart starts the service after a power
 // cut before it gives up, as a supervisor (systemd's Restart=) would.
-const startAttempts = 3
+const startAttempts = 5
 
 // restart starts the service again. After a power cut a start that
 // fails is counted in res.FailedStarts, logged with the service's
