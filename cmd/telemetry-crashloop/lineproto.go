@@ -14,6 +14,10 @@ import (
 // reading number arrives as the value lineMeasurement.seq.
 const lineMeasurement = "crash"
 
+// lineConns is how many connections the line protocol writes share,
+// below the service's connections per client (64 by default).
+const lineConns = 32
+
 // lineSender publishes the crash loop's messages as InfluxDB line
 // protocol writes (POST /api/v2/write); a message counts as acked once
 // its write was answered 204. A write that fails (the service is down,
@@ -30,7 +34,7 @@ func newLineSender(p *publisher, httpAddr string, header http.Header) *lineSende
 	return &lineSender{pub: p, header: header,
 		url: "http://" + httpAddr + "/api/v2/write?bucket=crashloop&precision=ms",
 		client: &http.Client{Timeout: 30 * time.Second,
-			Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+			Transport: &http.Transport{MaxConnsPerHost: lineConns, MaxIdleConnsPerHost: lineConns}}}
 }
 
 // body is message m as line protocol: one line per reading,

@@ -55,6 +55,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			return res, err
 		}
 	}
+	if cfg.Protocol == "lineproto" {
+		// Every write is a request: the loop's rate and its retries
+		// after a restart are not what the request rate limit is for.
+		cfg.Args = append(cfg.Args, "-http-rate", "0")
+	}
 	svc, err := newService(cfg, work, log)
 	if err != nil {
 		return res, err
