@@ -82,6 +82,7 @@ func TestPowerCutCrashLoop(t *testing.T) {
 	assert.Zero(t, res.Lost)
 	assert.Zero(t, res.Duplicated)
 	assert.Zero(t, res.Unexpected)
+	assert.Zero(t, res.FailedStarts, "the service starts by itself after a power cut")
 }
 
 // mapFile creates a 4 KiB file at path (fsynced), writes kept through a
