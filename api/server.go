@@ -154,6 +154,8 @@ type Config struct {
 	// credential, with their client's rights, outside the rate limit.
 	// Nil leaves those paths unrouted.
 	Internal InternalAPI
+	// Cluster, when set, answers GET /v1/cluster; nil answers 404.
+	Cluster ClusterView
 
 	// Logger, TracerProvider, MeterProvider and Now default to
 	// slog.Default, the otel global providers and time.Now. Now decides
@@ -172,6 +174,7 @@ type Server struct {
 	aggregator   Aggregator
 	promql       http.Handler
 	internal     InternalAPI
+	cluster      ClusterView
 	ready        func(ctx context.Context) error
 	metrics      http.Handler
 	skew         time.Duration
@@ -225,6 +228,7 @@ func New(cfg Config) (*Server, error) {
 		aggregator:   cfg.Aggregator,
 		promql:       cfg.PromQL,
 		internal:     cfg.Internal,
+		cluster:      cfg.Cluster,
 		ready:        cfg.Ready,
 		metrics:      cfg.Metrics,
 		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),

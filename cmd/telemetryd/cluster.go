@@ -260,6 +260,7 @@ func (m *Main) withCluster(c *api.Config) error {
 	c.Reader = r
 	c.Admin = clusterAdmin{node: m.cluster.node, local: admin{store: m.store, ret: m.ret}}
 	c.Internal = r.Handler()
+	c.Cluster = clusterView{m.cluster.members}
 	return withDashboards(c, r)
 }
 
