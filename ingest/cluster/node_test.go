@@ -319,7 +319,9 @@ func TestPositionsPerPartition(t *testing.T) {
 	assert.False(t, ok)
 }
 
-type positionStore struct{ m map[string]buckets.StreamPosition }
+type positionStore struct {
+	m map[string]buckets.StreamPosition
+}
 
 func (s *positionStore) LoadPosition(_ context.Context, stream string) (buckets.StreamPosition, bool, error) {
 	p, ok := s.m[stream]
