@@ -51,40 +51,65 @@ func (v *visibility) add(r *ackedReading) {
 }
 
 // sweep reads, for every device with pending readings, each owner's
-// copy over the pending span (one range query) and records when each
-// reading was first found.
+// copy over the span of the readings it has not been seen with (one
+// range query), the owners in parallel, and records when each reading
+// was first found.
 func (v *visibility) sweep(t *testing.T, owners func(dev string) []*testNode) {
 	t.Helper()
+	type job struct {
+		dev string
+		rs  []*ackedReading // not yet seen on the node
+	}
+	jobs := map[*testNode]map[string]*job{}
 	v.mu.Lock()
-	byDev := map[string][]*ackedReading{}
 	for _, r := range v.pending {
-		byDev[r.dev] = append(byDev[r.dev], r)
+		for _, n := range owners(r.dev) {
+			if _, ok := r.seen[n.cfg.Cluster.NodeName]; ok {
+				continue
+			}
+			if jobs[n] == nil {
+				jobs[n] = map[string]*job{}
+			}
+			j := jobs[n][r.dev]
+			if j == nil {
+				j = &job{dev: r.dev}
+				jobs[n][r.dev] = j
+			}
+			j.rs = append(j.rs, r)
+		}
 	}
 	v.mu.Unlock()
-	for dev, rs := range byDev {
-		from, to := rs[0].ticks, rs[0].ticks
-		for _, r := range rs {
-			from, to = min(from, r.ticks), max(to, r.ticks)
-		}
-		for _, n := range owners(dev) {
-			page, err := n.main().store.Range(context.Background(), buckets.RangeQuery{Device: buckets.DeviceID(dev),
-				From: from, To: to + 1, Order: buckets.Asc, Limit: 10000})
-			require.NoError(t, err)
-			now := time.Now()
-			have := map[buckets.Ticks]bool{}
-			for _, r := range page.Readings {
-				have[r.Ticks] = true
-			}
-			name := n.cfg.Cluster.NodeName
-			v.mu.Lock()
-			for _, r := range rs {
-				if _, ok := r.seen[name]; !ok && have[r.ticks] {
-					r.seen[name] = now
+	var wg sync.WaitGroup
+	for n, byDev := range jobs {
+		st, name := n.main().store, n.cfg.Cluster.NodeName
+		wg.Go(func() {
+			for _, j := range byDev {
+				from, to := j.rs[0].ticks, j.rs[0].ticks
+				for _, r := range j.rs {
+					from, to = min(from, r.ticks), max(to, r.ticks)
 				}
+				page, err := st.Range(context.Background(), buckets.RangeQuery{Device: buckets.DeviceID(j.dev),
+					From: from, To: to + 1, Order: buckets.Asc, Limit: 10000})
+				if err != nil {
+					t.Errorf("read %s on %s: %v", j.dev, name, err)
+					return
+				}
+				now := time.Now()
+				have := map[buckets.Ticks]bool{}
+				for _, r := range page.Readings {
+					have[r.Ticks] = true
+				}
+				v.mu.Lock()
+				for _, r := range j.rs {
+					if have[r.ticks] {
+						r.seen[name] = now
+					}
+				}
+				v.mu.Unlock()
 			}
-			v.mu.Unlock()
-		}
+		})
 	}
+	wg.Wait()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	var left []*ackedReading
