@@ -31,6 +31,8 @@
 //	telemetry-bench -phases e2e -readings 200000    one part, scaled down
 //	telemetry-bench -binary A -compare B -quick     two builds' queries side by side
 //	telemetry-bench -phases tsbs -tsbs FILE -compare OLD -binary NEW
+//	telemetry-bench -peer-binary victoria-metrics -tsbs-file FILE -binary NEW
+//	                                                telemetryd against VictoriaMetrics on a TSBS IoT file (peer.go)
 //	                                                a TSBS IoT file end to end, two builds alternately
 package main
 
@@ -64,6 +66,8 @@ type Config struct {
 	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
 	Keep           bool          // keep WorkDir
 	TSBSFile       string        // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
+	PeerBinary     string        // -peer-binary: VictoriaMetrics to compare with on TSBSFile, instead of the run
+	FleetQueries   int           // with PeerBinary: times each fleet question is asked of each service (0: none)
 	Compare        string        // -compare: a second build (B) against Binary (A): its queries side by side instead of the run, or with the tsbs phase alternate runs of both
 	Out            string        // also write the report as markdown here
 	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
@@ -115,6 +119,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if cfg.PeerBinary != "" {
+		if err := runPeer(ctx, cfg, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
 	if cfg.TSBSFile != "" && !slices.Contains(cfg.Phases, "tsbs") {
 		if err := runTSBS(ctx, cfg, cfg.TSBSFile, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
@@ -160,6 +171,9 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
 	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "a TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx): with -phases tsbs, publish it to the service end to end at 100 readings per message; otherwise, instead of the run, store it as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
+	fs.StringVar(&cfg.TSBSFile, "tsbs-file", "", "the same as -tsbs")
+	fs.StringVar(&cfg.PeerBinary, "peer-binary", "", "a VictoriaMetrics binary (single node, app/victoria-metrics): instead of the run, compare telemetryd (line protocol and JSON at 100 per message) with it on the -tsbs file, one after the other, -repeat times: ingest until queryable, disk per value, latest value right after ingest (-queries requests), peak RSS, and the fleet questions as PromQL when telemetryd has device attributes")
+	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
 	fs.StringVar(&cfg.Compare, "compare", "", "a second telemetryd build (B) against -binary (A). Without -phases tsbs, instead of the run, start both side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A. With -phases tsbs, run the TSBS file end to end on A and B alternately, A first, -repeat times each; prints B/A")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end and connect run here")
@@ -232,6 +246,10 @@ func (c Config) validate() error {
 	}
 	tsbs := slices.Contains(c.Phases, "tsbs")
 	switch {
+	case c.PeerBinary != "" && c.TSBSFile == "":
+		return errors.New("-peer-binary: want the TSBS IoT file in -tsbs-file FILE")
+	case c.FleetQueries < 0:
+		return fmt.Errorf("-fleet-queries %d: want 0 or more", c.FleetQueries)
 	case tsbs && c.TSBSFile == "":
 		return errors.New("-phases tsbs: want the data file in -tsbs FILE")
 	case c.Devices < 1:
