@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// The fleet questions of TSBS's IoT use case as PromQL (api/PROMQL-FLEET.md
+// The fleet questions of TSBS's IoT use case as PromQL (api/FLEET-QUERIES.md
 // lists them with what each computes). The two services name things
 // differently: telemetryd's series are {__name__="<measurement>.<field>",
 // device="truck_7", <attributes>}, the peer's (through its InfluxDB
