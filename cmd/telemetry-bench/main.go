@@ -33,6 +33,8 @@
 //	telemetry-bench -phases tsbs -tsbs FILE -compare OLD -binary NEW
 //	telemetry-bench -peer-binary victoria-metrics -tsbs-file FILE -binary NEW
 //	                                                telemetryd against VictoriaMetrics on a TSBS IoT file (peer.go)
+//	telemetry-bench -match-devices 100000 -binary NEW
+//	                                                the device list filtered by attribute (matchdevices.go)
 //	                                                a TSBS IoT file end to end, two builds alternately
 package main
 
@@ -68,6 +70,7 @@ type Config struct {
 	TSBSFile       string        // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
 	PeerBinary     string        // -peer-binary: VictoriaMetrics to compare with on TSBSFile, instead of the run
 	FleetQueries   int           // with PeerBinary: times each fleet question is asked of each service (0: none)
+	MatchDevices   int           // -match-devices: time the device list filtered by attribute over this many devices, instead of the run
 	Compare        string        // -compare: a second build (B) against Binary (A): its queries side by side instead of the run, or with the tsbs phase alternate runs of both
 	Out            string        // also write the report as markdown here
 	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
@@ -114,6 +117,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if cfg.Compare != "" && !slices.Contains(cfg.Phases, "tsbs") {
 		if err := runCompare(ctx, cfg, cfg.Compare, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.MatchDevices > 0 {
+		if err := runMatchDevices(ctx, cfg, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
 			return 1
 		}
@@ -174,6 +184,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.TSBSFile, "tsbs-file", "", "the same as -tsbs")
 	fs.StringVar(&cfg.PeerBinary, "peer-binary", "", "a VictoriaMetrics binary (single node, app/victoria-metrics): instead of the run, compare telemetryd (line protocol and JSON at 100 per message) with it on the -tsbs file, one after the other, -repeat times: ingest until queryable, disk per value, latest value right after ingest (-queries requests), peak RSS, and the fleet questions as PromQL when telemetryd has device attributes")
 	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
+	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)
 	fs.StringVar(&cfg.Compare, "compare", "", "a second telemetryd build (B) against -binary (A). Without -phases tsbs, instead of the run, start both side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A. With -phases tsbs, run the TSBS file end to end on A and B alternately, A first, -repeat times each; prints B/A")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end and connect run here")
@@ -248,6 +259,8 @@ func (c Config) validate() error {
 	switch {
 	case c.PeerBinary != "" && c.TSBSFile == "":
 		return errors.New("-peer-binary: want the TSBS IoT file in -tsbs-file FILE")
+	case c.MatchDevices < 0:
+		return fmt.Errorf("-match-devices %d: want 0 or more", c.MatchDevices)
 	case c.FleetQueries < 0:
 		return fmt.Errorf("-fleet-queries %d: want 0 or more", c.FleetQueries)
 	case tsbs && c.TSBSFile == "":

@@ -63,8 +63,9 @@ var peerKindNames = map[string]string{
 // peerRun is what one ingest run measured.
 type peerRun struct {
 	Kind    string
-	Rate    float64 // readings/s until queryable
-	Elapsed time.Duration
+	Rate     float64 // readings/s until queryable
+	Accepted float64 // readings/s until the last write was answered (204, JetStream ack)
+	Elapsed  time.Duration
 	Latest  latency
 	PeakRSS int64
 	Disk    int64
@@ -89,7 +90,11 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 	if err := b.ensureBinary(ctx); err != nil {
 		return err
 	}
-	attrs := hasFlag(b.bin, "line-tags")
+	attrs, err := b.probeAttributes(ctx, filepath.Join(work, "probe"))
+	if err != nil {
+		return err
+	}
+	removeAll(filepath.Join(work, "probe"), cfg.Keep)
 	ph := b.prog.begin("peer: read "+cfg.TSBSFile, 0, "messages")
 	d, err := loadPeerData(cfg.TSBSFile, time.Now(), attrs, ph)
 	if err != nil {
@@ -153,6 +158,7 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		if err := postBodies(ctx, p.client, p.url("/influx/write"), d.bodies); err != nil {
 			return res, err
 		}
+		res.Accepted = float64(d.json.readings) / time.Since(start).Seconds()
 		if err := waitPeerQueryable(ctx, p, d); err != nil {
 			return res, err
 		}
@@ -198,6 +204,7 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 				nc.Close()
 			}
 		}
+		res.Accepted = float64(d.json.readings) / time.Since(start).Seconds()
 		if err != nil {
 			cancel()
 			<-waited
@@ -226,8 +233,8 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		res.Disk = dirSize(svc.dataDir) - dirSize(filepath.Join(svc.dataDir, "nats"))
 	}
 	res.Rate = float64(d.json.readings) / res.Elapsed.Seconds()
-	ph.end(fmt.Sprintf("%s readings/s; latest p50 %s, p99 %s; peak RSS %s; %.3f B per value",
-		num(res.Rate), ms(res.Latest.P50), ms(res.Latest.P99), mib(res.PeakRSS), float64(res.Disk)/float64(d.json.values)))
+	ph.end(fmt.Sprintf("%s readings/s (writes answered at %s/s); latest p50 %s, p99 %s; peak RSS %s; %.3f B per value",
+		num(res.Rate), num(res.Accepted), ms(res.Latest.P50), ms(res.Latest.P99), mib(res.PeakRSS), float64(res.Disk)/float64(d.json.values)))
 	return res, nil
 }
 
@@ -377,4 +384,37 @@ func timeLatest(ctx context.Context, client *http.Client, n int, next func() str
 		ds = append(ds, time.Since(start))
 	}
 	return summarize(ds), nil
+}
+
+// probeAttributes tells whether the telemetryd under test turns line
+// protocol tags into device attributes: it writes one TSBS-like line to
+// a fresh service on dir and reads the device back.
+func (b *bench) probeAttributes(ctx context.Context, dir string) (bool, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	svc := b.telemetrydFor(dir)
+	if err := svc.start(ctx); err != nil {
+		return false, err
+	}
+	defer svc.stop(time.Minute)
+	line := fmt.Sprintf("readings,name=probe,fleet=East velocity=1 %d\n", time.Now().Add(-time.Minute).UnixNano())
+	if err := postOK(ctx, svc.client, svc.url("/api/v2/write?bucket=probe&precision=ns"), []byte(line)); err != nil {
+		return false, fmt.Errorf("probe: %w", err)
+	}
+	for range 100 {
+		// Stored first: a message's attributes are committed before
+		// its readings.
+		if n, err := svc.stored(ctx); err == nil && n > 0 {
+			var dev struct {
+				Attributes map[string]string `json:"attributes"`
+			}
+			err := svc.getJSON(ctx, "/v1/devices/probe", &dev)
+			return err == nil && dev.Attributes["fleet"] == "East", nil
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }

@@ -136,6 +136,7 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 			ratio(med("line", f), med("peer", f)), ratio(med("json", f), med("peer", f))})
 	}
 	row("ingest, readings/s until queryable", rate, num)
+	row("ingest, readings/s until the last write was answered", func(r peerRun) float64 { return r.Accepted }, num)
 	row("disk per value after a clean stop", disk, func(v float64) string { return fmt.Sprintf("%.3f B", v) })
 	row("latest value right after ingest, p50", p50, func(v float64) string { return ms(time.Duration(v)) })
 	row("latest value right after ingest, p99", p99, func(v float64) string { return ms(time.Duration(v)) })
@@ -166,7 +167,7 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 		q.notes = append(q.notes, "The peer's series include those of lines that miss a tag (a series of their own there); telemetryd's carry the truck's attributes.")
 		sections = append(sections, q)
 	case !attrs:
-		s.notes = append(s.notes, "Fleet questions not asked: this telemetryd has no device attributes (no -line-tags flag).")
+		s.notes = append(s.notes, "Fleet questions not asked: this telemetryd does not turn line protocol tags into device attributes.")
 	}
 	return report{sections: sections}.text()
 }

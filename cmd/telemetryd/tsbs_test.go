@@ -336,9 +336,9 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	}
 
 	t.Run("low fuel", func(t *testing.T) {
-		// 0.1 as TSBS asks (no truck of the hour is that low), and a
-		// threshold that splits the sample.
-		for _, limit := range []float64{0.1, splitBetween(t, lastOfAll("diagnostics.fuel_state"))} {
+		// 0.1 as TSBS asks (no truck of the hour is that low), and the
+		// lowest latest fuel state of the sample.
+		for _, limit := range []float64{0.1, slices.Min(lastOfAll("diagnostics.fuel_state"))} {
 			q := fmt.Sprintf(`last_over_time({__name__="diagnostics.fuel_state",fleet=%q}[2h]) <= %s`, fleet, strconv.FormatFloat(limit, 'g', -1, 64))
 			want := lastFiltered("diagnostics.fuel_state", func(v float64, _ *tsbsTruck) bool { return v <= limit })
 			if limit != 0.1 {
@@ -400,31 +400,55 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	})
 
 	t.Run("long driving sessions", func(t *testing.T) {
-		// TSBS: more than 22 of the 24 ten-minute periods of 4 hours
-		// driving; over the sample's hour, as many of the 6 as split it.
-		driving := func(tr *tsbsTruck) int {
+		// TSBS: more than 22 of the 24 ten-minute periods of 4 hours with
+		// a mean velocity above 1; over the sample's hour, more than 5 of
+		// 6 (every truck of the hour). Then a speed and a count that
+		// split the sample.
+		periods := func(tr *tsbsTruck, speed float64) int {
 			n := 0
 			for _, at := range subqueryTimes(tsbsAt, time.Hour, 10*time.Minute) {
-				if v, ok := avg10m(tr, "readings.velocity", at); ok && v > 1 {
+				if v, ok := avg10m(tr, "readings.velocity", at); ok && v > speed {
 					n++
 				}
 			}
 			return n
 		}
-		var counts []float64
-		for _, tr := range d.trucks {
-			counts = append(counts, float64(driving(tr)))
+		counts := func(speed float64) []float64 {
+			var out []float64
+			for _, tr := range d.trucks {
+				out = append(out, float64(periods(tr, speed)))
+			}
+			return out
 		}
-		limit := math.Floor(splitBetween(t, counts))
-		q := fmt.Sprintf(`count_over_time((avg_over_time({__name__="readings.velocity",fleet=%q}[10m]) > 1)[1h:10m]) > %g`, fleet, limit)
-		want := promVector{}
-		for dev, tr := range d.trucks {
-			if n := driving(tr); inFleet(tr) && float64(n) > limit {
-				want[seriesKey(truckLabels(dev, tr, ""))] = float64(n)
+		var speeds []float64
+		for _, tr := range d.trucks {
+			for _, at := range subqueryTimes(tsbsAt, time.Hour, 10*time.Minute) {
+				if v, ok := avg10m(tr, "readings.velocity", at); ok {
+					speeds = append(speeds, v)
+				}
 			}
 		}
-		require.NotEmpty(t, want, q)
-		assertVector(t, q, want, s.instant(t, q))
+		slices.Sort(speeds)
+		split := -1.0
+		for _, v := range speeds {
+			if len(slices.Compact(slices.Sorted(slices.Values(counts(v))))) >= 2 {
+				split = v
+				break
+			}
+		}
+		require.GreaterOrEqual(t, split, 0.0, "no speed splits the sample's trucks")
+		for _, c := range []struct{ speed, limit float64 }{{1, 5}, {split, math.Floor(splitBetween(t, counts(split)))}} {
+			q := fmt.Sprintf(`count_over_time((avg_over_time({__name__="readings.velocity",fleet=%q}[10m]) > %s)[1h:10m]) > %g`,
+				fleet, strconv.FormatFloat(c.speed, 'g', -1, 64), c.limit)
+			want := promVector{}
+			for dev, tr := range d.trucks {
+				if n := periods(tr, c.speed); inFleet(tr) && float64(n) > c.limit {
+					want[seriesKey(truckLabels(dev, tr, ""))] = float64(n)
+				}
+			}
+			require.NotEmpty(t, want, q)
+			assertVector(t, q, want, s.instant(t, q))
+		}
 	})
 
 	// byFleetModel is the {fleet, model} labels of a truck (an absent
