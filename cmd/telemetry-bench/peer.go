@@ -62,13 +62,13 @@ var peerKindNames = map[string]string{
 
 // peerRun is what one ingest run measured.
 type peerRun struct {
-	Kind    string
+	Kind     string
 	Rate     float64 // readings/s until queryable
 	Accepted float64 // readings/s until the last write was answered (204, JetStream ack)
 	Elapsed  time.Duration
-	Latest  latency
-	PeakRSS int64
-	Disk    int64
+	Latest   latency
+	PeakRSS  int64
+	Disk     int64
 }
 
 // questionResult is one fleet question on both services.
