@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPeerDataSendsTheSameLinesMoved checks the line protocol both
+// services are sent: every line with a name, in order, its time moved
+// by the same whole days as the JSON messages, none without a name.
+func TestPeerDataSendsTheSameLinesMoved(t *testing.T) {
+	ns := tsbsT0.Add(10 * time.Second).UnixNano()
+	file := writeTSBSFile(t, 3, 4000, fmt.Sprintf(`readings,fleet=North velocity=3i %d`, ns)) // no name: left out
+	now := tsbsT0.Add(3*24*time.Hour + 12*time.Hour) // the file spans 11 hours
+	d, err := loadPeerData(file, now, true, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 3*24*time.Hour, d.shift)
+	assert.Equal(t, 1, d.dropped)
+	assert.Equal(t, 2*3*4000, d.lines)
+	assert.Equal(t, 3*4000, d.velocity)
+	assert.Equal(t, 3*4000, d.status)
+	assert.Equal(t, []string{"truck_0", "truck_1", "truck_2"}, d.trucks)
+	require.Len(t, d.bodies, 3) // 24,000 lines in requests of 10,000
+	var sent []string
+	for _, b := range d.bodies {
+		sent = append(sent, strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")...)
+	}
+	require.Len(t, sent, d.lines)
+	assert.Equal(t, peerLinesPerRequest, strings.Count(string(d.bodies[0]), "\n"))
+	first := sent[0]
+	assert.True(t, strings.HasPrefix(first, "readings,name=truck_0,fleet=South,driver=Trish,model=H-2 load_capacity=1500,"), first)
+	ts, err := strconv.ParseInt(first[strings.LastIndexByte(first, ' ')+1:], 10, 64)
+	require.NoError(t, err)
+	assert.Equal(t, tsbsT0.Add(3*24*time.Hour).UnixNano(), ts)
+	assert.Equal(t, d.json.last, d.end)
+}
+
+// TestAttrPayloadCarriesTagsAsAttributes checks the JSON messages for a
+// service with attributes: the tags are the first reading's
+// "attributes", no reading carries them as values.
+func TestAttrPayloadCarriesTagsAsAttributes(t *testing.T) {
+	file := writeTSBSFile(t, 1, 2)
+	now := tsbsT0.Add(24 * time.Hour)
+	msgs, err := loadTSBSMessagesAs(file, now, nil, appendTSBSAttrPayload)
+	require.NoError(t, err)
+	require.Equal(t, 1, msgs.count())
+	var readings []map[string]any
+	require.NoError(t, json.Unmarshal(msgs.payloads[0], &readings), "%s", msgs.payloads[0])
+	require.Len(t, readings, 2)
+	assert.Equal(t, map[string]any{"fleet": "South", "driver": "Trish", "model": "H-2"}, readings[0]["attributes"])
+	assert.NotContains(t, readings[1], "attributes")
+	for _, r := range readings {
+		for k, v := range r {
+			if k != "attributes" {
+				assert.NotEqual(t, "string", fmt.Sprintf("%T", v), "%s is a string value", k)
+			}
+		}
+		assert.Contains(t, r, "readings.velocity")
+		assert.Contains(t, r, "diagnostics.status")
+	}
+}
+
+// TestFleetQuestionsParse checks that every question is valid PromQL in
+// both dialects and names the metrics each way.
+func TestFleetQuestionsParse(t *testing.T) {
+	for _, q := range fleetQuestions("6h") {
+		for _, d := range []promDialect{telemetrydDialect, peerDialect} {
+			text := q.Query(d, "East")
+			_, err := parser.NewParser(parser.Options{}).ParseExpr(text)
+			require.NoError(t, err, "%s: %s", q.Name, text)
+			if d.dot {
+				assert.Contains(t, text, `__name__`, text)
+				assert.NotContains(t, text, `readings_`, text)
+				assert.NotContains(t, text, `diagnostics_`, text)
+			} else {
+				assert.NotContains(t, text, `readings.`, text)
+				assert.NotContains(t, text, `diagnostics.`, text)
+			}
+		}
+	}
+}
