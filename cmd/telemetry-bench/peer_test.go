@@ -19,7 +19,7 @@ import (
 func TestPeerDataSendsTheSameLinesMoved(t *testing.T) {
 	ns := tsbsT0.Add(10 * time.Second).UnixNano()
 	file := writeTSBSFile(t, 3, 4000, fmt.Sprintf(`readings,fleet=North velocity=3i %d`, ns)) // no name: left out
-	now := tsbsT0.Add(3*24*time.Hour + 12*time.Hour) // the file spans 11 hours
+	now := tsbsT0.Add(3*24*time.Hour + 12*time.Hour)                                          // the file spans 11 hours
 	d, err := loadPeerData(file, now, true, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 3*24*time.Hour, d.shift)
