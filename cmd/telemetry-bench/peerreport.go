@@ -169,5 +169,5 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	case !attrs:
 		s.notes = append(s.notes, "Fleet questions not asked: this telemetryd does not turn line protocol tags into device attributes.")
 	}
-	return report{sections: sections}.text()
+	return sb.String() + report{sections: sections}.text()
 }
