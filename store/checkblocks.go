@@ -17,15 +17,22 @@ type CheckReport struct {
 	Tables, BlocksRead, RecordsRead int
 	// Blocks are the corrupt blocks, by day and key.
 	Blocks []BadBlock
-	// Records are the corrupt device index records.
+	// Records are the corrupt device index records, attribute records
+	// included.
 	Records []BadRecord
+	// AttributeRecordsRead and EntitiesRead count the attribute records
+	// and the attribute index entities read. MissingEntities counts the
+	// entities a record holds that were not found, StrayEntities those
+	// found that no record holds.
+	AttributeRecordsRead, EntitiesRead, MissingEntities, StrayEntities int
 	// TableErrors are the day tables that could not be read at all.
 	TableErrors []error
 }
 
 // Clean reports whether nothing corrupt or unreadable was found.
 func (r CheckReport) Clean() bool {
-	return len(r.Blocks) == 0 && len(r.Records) == 0 && len(r.TableErrors) == 0
+	return len(r.Blocks) == 0 && len(r.Records) == 0 && len(r.TableErrors) == 0 &&
+		r.MissingEntities == 0 && r.StrayEntities == 0
 }
 
 // BadRecord is a device index record that failed its checksum or its
@@ -36,8 +43,9 @@ type BadRecord struct {
 }
 
 // Check reads and decodes every block of every day table and every
-// device index record, checking each checksum, and reports what is
-// corrupt; found, when not nil, is called with each corrupt block as it
+// device index record, checking each checksum, compares the attribute
+// index entities with the attribute records, and reports what is
+// corrupt or disagrees; found, when not nil, is called with each corrupt block as it
 // is found. It changes nothing. It returns an error only when the check
 // itself could not run to the end (ctx cancelled); damage is in the
 // report.
@@ -68,7 +76,10 @@ func (s *Store) Check(ctx context.Context, found func(BadBlock)) (CheckReport, e
 			rep.TableErrors = append(rep.TableErrors, fmt.Errorf("table %s: %w", d, err))
 		}
 	}
-	return rep, s.index.check(&rep)
+	if err := s.index.check(&rep); err != nil {
+		return rep, err
+	}
+	return rep, s.index.checkAttributes(&rep)
 }
 
 // checkTable decodes every block of t into rep.
@@ -119,7 +130,7 @@ func (x *deviceIndex) check(rep *CheckReport) error {
 	err := x.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		for it.Seek(deviceKeysStart); it.Valid(); it.Next() {
 			rep.RecordsRead++
 			err := it.Item().Value(func(v []byte) error {
 				_, err := decodeEntry(v)

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,6 +42,13 @@ type deviceIndex struct {
 	// damaged lists the records load left out: the store rebuilds the
 	// index from the day tables when there are any.
 	damaged []damagedRecord
+
+	// postings are the devices of every attribute name and value
+	// (attrpostings.go); attrLocks order attribute changes per device;
+	// attrDamaged lists the attribute records load rebuilt.
+	postings    attrPostings
+	attrLocks   attrLocks
+	attrDamaged []damagedRecord
 }
 
 // damagedRecord is a device record that failed its checksum or its
@@ -57,6 +63,7 @@ type deviceEntry struct {
 	first, last buckets.Ticks
 	latest      []buckets.Field // sorted by name
 	at          []buckets.Ticks // time of each latest value
+	attrs       *attrRecord     // nil: no attribute was ever assigned
 }
 
 // openIndex opens the index database in dir and loads it.
@@ -74,16 +81,21 @@ func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*device
 		_ = db.Close()
 		return nil, fmt.Errorf("load device index: %w", err)
 	}
+	if err := idx.loadAttributes(readOnly, log); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("load device attributes: %w", err)
+	}
 	return idx, nil
 }
 
-// load reads every device record. A record that fails its checksum or
+// load reads every device record (the keys from deviceKeysStart on;
+// the attribute data sorts before them). A record that fails its checksum or
 // does not decode is left out and listed in x.damaged.
 func (x *deviceIndex) load() error {
 	return x.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
+		for it.Seek(deviceKeysStart); it.Valid(); it.Next() {
 			item := it.Item()
 			dev := buckets.DeviceID(item.KeyCopy(nil))
 			err := item.Value(func(v []byte) error {
@@ -141,6 +153,10 @@ func (x *deviceIndex) observe(rs []buckets.Reading) []buckets.DeviceID {
 			x.devices[r.Device] = e
 			at, _ := slices.BinarySearch(x.sorted, r.Device)
 			x.sorted = slices.Insert(x.sorted, at, r.Device)
+			mark(r.Device)
+		case e.first == 0 && e.last == 0:
+			// Known only by its attributes until now.
+			e.first, e.last = r.Ticks, r.Ticks
 			mark(r.Device)
 		case r.Ticks < e.first:
 			if buckets.DayOf(r.Ticks) != buckets.DayOf(e.first) {
@@ -268,50 +284,6 @@ func (x *deviceIndex) bounds(dev buckets.DeviceID) (first, last buckets.Ticks, o
 		return 0, 0, false
 	}
 	return e.first, e.last, true
-}
-
-// Devices lists the known devices q selects, sorted by ID, at most
-// q.Limit of them. more is true when further devices match.
-func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buckets.DeviceInfo, more bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	prefix, after, limit := q.Prefix, q.After, q.Limit
-	if limit <= 0 {
-		return nil, false, fmt.Errorf("%w: limit %d must be positive", buckets.ErrInvalidArgument, limit)
-	}
-	if len(q.Match) > 0 {
-		return nil, false, fmt.Errorf("%w: attribute matchers are not supported", buckets.ErrInvalidArgument)
-	}
-	if err := s.Ping(ctx); err != nil {
-		return nil, false, err
-	}
-	x := s.index
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	i, _ := slices.BinarySearch(x.sorted, buckets.DeviceID(prefix))
-	if after != "" {
-		j, found := slices.BinarySearch(x.sorted, after)
-		if found {
-			j++
-		}
-		i = max(i, j)
-	}
-	infos = make([]buckets.DeviceInfo, 0, min(limit, 256))
-	for ; i < len(x.sorted) && strings.HasPrefix(string(x.sorted[i]), prefix); i++ {
-		if len(infos) == limit {
-			return infos, true, nil
-		}
-		d := x.sorted[i]
-		e := x.devices[d]
-		if q.SilentBefore != 0 && e.last >= q.SilentBefore || q.Visible != nil && !q.Visible(d) {
-			continue
-		}
-		infos = append(infos, buckets.DeviceInfo{
-			Device: d, FirstSeen: e.first, LastSeen: e.last, Latest: slices.Clone(e.latest),
-		})
-	}
-	return infos, false, nil
 }
 
 // Record encoding, version 6:

@@ -163,6 +163,7 @@ func (s *Store) openFiles() error {
 	}
 	s.bad.start(s.metrics.corruptBlocks)
 	s.bad.damagedRecords(idx.damaged)
+	s.bad.damagedAttrRecords(idx.attrDamaged)
 	return nil
 }
 

@@ -13,8 +13,10 @@ import (
 // checkUsage heads `telemetryd check -h`.
 const checkUsage = `telemetryd check: read every block of every day table and every device
 index record of a stopped service's data dir, verify their checksums and
-decode them. Prints one line per corrupt block (day, device, key, time
-span, what is wrong) or record, then a summary. Changes nothing.
+decode them, and compare the attribute index entities with the attribute
+records. Prints one line per corrupt block (day, device, key, time span,
+what is wrong) or record, then a summary. Changes nothing (a writable
+start rewrites entities that disagree with the records).
 
 Exit status: 0 nothing corrupt, 1 corruption found (or the check could
 not run), 2 bad usage.
@@ -76,6 +78,8 @@ func printCheck(w io.Writer, rep store.CheckReport) {
 	for _, err := range rep.TableErrors {
 		fmt.Fprintf(w, "unreadable day table: %v\n", err)
 	}
+	fmt.Fprintf(w, "checked %d attribute records, %d attribute index entities: %d missing entities, %d stray entities\n",
+		rep.AttributeRecordsRead, rep.EntitiesRead, rep.MissingEntities, rep.StrayEntities)
 	fmt.Fprintf(w, "checked %d tables, %d blocks, %d device index records: %d corrupt blocks, %d corrupt records, %d unreadable tables\n",
 		rep.Tables, rep.BlocksRead, rep.RecordsRead, len(rep.Blocks), len(rep.Records), len(rep.TableErrors))
 }

@@ -1,0 +1,289 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"sync"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// attrLockStripes is how many locks serialise attribute changes: one
+// device always takes the same one, so changes of one device apply in
+// order while different devices commit in parallel.
+const attrLockStripes = 64
+
+// attrLocks serialise the read-change-commit-apply of attribute
+// changes per device.
+type attrLocks [attrLockStripes]sync.Mutex
+
+// stripes returns the sorted, distinct stripes of devs.
+func stripes(devs []buckets.DeviceID) []int {
+	out := make([]int, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, int(crc32.Checksum([]byte(d), castagnoli)%attrLockStripes))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// attrChange is the new attribute record of one device.
+type attrChange struct {
+	dev      buckets.DeviceID
+	old, new *attrRecord
+}
+
+// Assign applies attribute assignments: for every attribute of a
+// device the assignment with the newest At wins, for removals and for
+// the replacement of the whole set alike, so a late assignment never
+// rolls a newer one back and applying one again changes nothing. At
+// equal At a value beats a removal and the greater value beats the
+// smaller. A device's attribute record and its index entities change in
+// one transaction of the device index database, which day drops never
+// touch. An assignment for a device the index has not seen creates it,
+// with zero FirstSeen and LastSeen until a reading arrives.
+//
+// Invalid assignments (a name, value or device breaking its rule, a
+// name both set and removed, more than buckets.MaxAttributes after
+// applying) are refused with a *buckets.ValidationError and nothing of
+// as is applied.
+func (s *Store) Assign(ctx context.Context, as []buckets.Assignment) error {
+	if len(as) == 0 {
+		return ctx.Err()
+	}
+	if s.opts.ReadOnly {
+		return errReadOnly
+	}
+	for i := range as {
+		if err := validateAssignment(&as[i]); err != nil {
+			return err
+		}
+	}
+	if err := s.Ping(ctx); err != nil {
+		return err
+	}
+	x := s.index
+	byDev := groupAssignments(as)
+	devs := make([]buckets.DeviceID, 0, len(byDev))
+	for d := range byDev {
+		devs = append(devs, d)
+	}
+	slices.Sort(devs)
+	locks := stripes(devs)
+	for _, i := range locks {
+		x.attrLocks[i].Lock()
+	}
+	defer func() {
+		for _, i := range locks {
+			x.attrLocks[i].Unlock()
+		}
+	}()
+	changes, err := x.planAssign(devs, byDev)
+	if err != nil {
+		return err
+	}
+	if err := x.commitAttrs(changes); err != nil {
+		return classify(fmt.Errorf("assign attributes: %w", err))
+	}
+	return nil
+}
+
+// groupAssignments groups as by device, keeping their order.
+func groupAssignments(as []buckets.Assignment) map[buckets.DeviceID][]*buckets.Assignment {
+	m := make(map[buckets.DeviceID][]*buckets.Assignment)
+	for i := range as {
+		m[as[i].Device] = append(m[as[i].Device], &as[i])
+	}
+	return m
+}
+
+// planAssign computes the new records of devs; the caller holds their
+// locks. Devices whose record does not change are left out.
+func (x *deviceIndex) planAssign(devs []buckets.DeviceID, byDev map[buckets.DeviceID][]*buckets.Assignment) ([]attrChange, error) {
+	changes := make([]attrChange, 0, len(devs))
+	for _, d := range devs {
+		x.mu.RLock()
+		var old *attrRecord
+		if e := x.devices[d]; e != nil {
+			old = e.attrs
+		}
+		x.mu.RUnlock()
+		r, changed := old.clone(), false
+		for _, a := range byDev[d] {
+			changed = r.apply(a) || changed
+		}
+		if len(r.set) > buckets.MaxAttributes {
+			return nil, buckets.Invalid(buckets.CodeTooManyAttributes, -1, "attributes",
+				"device %s would have %d attributes, at most %d are allowed", d, len(r.set), buckets.MaxAttributes)
+		}
+		if changed {
+			changes = append(changes, attrChange{dev: d, old: old, new: r})
+		}
+	}
+	return changes, nil
+}
+
+// validateAssignment checks a's device, time, names and values.
+func validateAssignment(a *buckets.Assignment) error {
+	if err := a.Device.Validate(); err != nil {
+		return err
+	}
+	if a.At < 0 || a.At > buckets.MaxTicks {
+		return buckets.Invalid(buckets.CodeInvalidTime, -1, "at", "assignment time %d is outside 0001..9999", a.At)
+	}
+	if len(a.Set) > buckets.MaxAttributes {
+		return buckets.Invalid(buckets.CodeTooManyAttributes, -1, "attributes",
+			"%d attributes, at most %d are allowed", len(a.Set), buckets.MaxAttributes)
+	}
+	for i, x := range a.Set {
+		if err := buckets.ValidateAttributeName(x.Name); err != nil {
+			return err
+		}
+		if err := buckets.ValidateAttributeValue(x.Name, x.Value); err != nil {
+			return err
+		}
+		if i > 0 && a.Set[i-1].Name >= x.Name {
+			return buckets.Invalid(buckets.CodeInvalidAttributeName, -1, "attributes."+x.Name,
+				"attributes must be sorted by name and unique")
+		}
+	}
+	for _, name := range a.Remove {
+		if err := buckets.ValidateAttributeName(name); err != nil {
+			return err
+		}
+		if _, ok := a.Set.Get(name); ok {
+			return buckets.Invalid(buckets.CodeInvalidAttributeName, -1, "attributes."+name,
+				"attribute is both set and removed")
+		}
+	}
+	return nil
+}
+
+// commitAttrs writes changes, each device's record and entities in one
+// transaction, and then applies them to memory. A batch too big for one
+// transaction is split between devices; what committed is applied
+// even when a later part fails.
+func (x *deviceIndex) commitAttrs(changes []attrChange) error {
+	for from := 0; from < len(changes); {
+		n, err := x.commitLeading(changes[from:])
+		if err != nil {
+			return err
+		}
+		x.applyAttrs(changes[from : from+n])
+		from += n
+	}
+	return nil
+}
+
+// commitLeading commits as many of the leading changes as one
+// transaction holds and returns how many.
+func (x *deviceIndex) commitLeading(changes []attrChange) (int, error) {
+	txn := x.db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	n := 0
+	for ; n < len(changes); n++ {
+		err := writeAttrChange(txn, &changes[n])
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, badger.ErrTxnTooBig) || n == 0 {
+			return 0, err
+		}
+		// Part of change n went in: start again without it.
+		txn.Discard()
+		txn = x.db.NewTransaction(true)
+		for i := range n {
+			if err := writeAttrChange(txn, &changes[i]); err != nil {
+				return 0, err
+			}
+		}
+		break
+	}
+	return n, txn.Commit()
+}
+
+// writeAttrChange puts c's record and entity changes into txn.
+func writeAttrChange(txn *badger.Txn, c *attrChange) error {
+	var oldSet buckets.Attributes
+	if c.old != nil {
+		oldSet = c.old.set
+	}
+	set, del := attrChanges(c.dev, oldSet, c.new.set)
+	for _, k := range del {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	for _, k := range set {
+		if err := txn.Set(k, nil); err != nil {
+			return err
+		}
+	}
+	return txn.Set(attrRecordKey(c.dev), encodeAttrRecord(nil, c.new))
+}
+
+// applyAttrs makes committed changes visible.
+func (x *deviceIndex) applyAttrs(changes []attrChange) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, c := range changes {
+		e := x.entry(c.dev)
+		var oldSet buckets.Attributes
+		if e.attrs != nil {
+			oldSet = e.attrs.set
+		}
+		x.postings.change(c.dev, oldSet, c.new.set)
+		e.attrs = c.new
+	}
+}
+
+// entry returns dev's entry, creating one without readings if the
+// index has not seen dev. x.mu must be held for writing.
+func (x *deviceIndex) entry(dev buckets.DeviceID) *deviceEntry {
+	e := x.devices[dev]
+	if e == nil {
+		e = &deviceEntry{}
+		x.devices[dev] = e
+		i, _ := slices.BinarySearch(x.sorted, dev)
+		x.sorted = slices.Insert(x.sorted, i, dev)
+	}
+	return e
+}
+
+// Device returns what the index knows about dev, with its attributes;
+// buckets.ErrNotFound if it knows nothing.
+func (s *Store) Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
+	if err := s.Ping(ctx); err != nil {
+		return buckets.DeviceInfo{}, err
+	}
+	x := s.index
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	e := x.devices[dev]
+	if e == nil {
+		return buckets.DeviceInfo{}, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
+	}
+	return e.info(dev), nil
+}
+
+// info is the DeviceInfo of e; x.mu must be held.
+func (e *deviceEntry) info(dev buckets.DeviceID) buckets.DeviceInfo {
+	di := buckets.DeviceInfo{Device: dev, FirstSeen: e.first, LastSeen: e.last, Latest: slices.Clone(e.latest)}
+	if a := e.attributes(); len(a) > 0 {
+		di.Attributes = slices.Clone(a)
+	}
+	return di
+}
+
+// attributes is e's attribute set.
+func (e *deviceEntry) attributes() buckets.Attributes {
+	if e.attrs == nil {
+		return nil
+	}
+	return e.attrs.set
+}
