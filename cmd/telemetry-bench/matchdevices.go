@@ -1,21 +1,26 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
 // The device filter measurement (-match-devices N): a fresh telemetryd
-// is sent N devices, one reading each, spread over 10 fleets (and 7
-// models) by the "attributes" of their JSON reading; once stored, the
+// is sent N devices, one reading each, and given their attributes with
+// PUT /v1/devices/{device}/attributes, spread over 10 fleets (and 7
+// models); then the
 // device list filtered by one fleet, GET /v1/devices?match={fleet="East"},
 // is timed one request at a time: its first page at the default limit
 // and at limit=1000, each alternating with the unfiltered first page as
@@ -28,7 +33,7 @@ var matchFleets = []string{"East", "West", "North", "South", "Central", "Coast",
 // matchModels are the models it spreads the devices over.
 var matchModels = []string{"F-150", "G-2000", "H-2", "J-3", "K-40", "L-5", "M-6"}
 
-// matchMessages is one JSON message per device, with its attributes.
+// matchMessages is one JSON message per device.
 type matchMessages struct {
 	n  int
 	at time.Time
@@ -38,8 +43,7 @@ func (m matchMessages) count() int               { return m.n }
 func (m matchMessages) readingsBefore(i int) int { return i }
 func (m matchMessages) natsMsg(i int) *nats.Msg {
 	dev := matchDevice(i)
-	payload := fmt.Sprintf(`{"ts":%d,"attributes":{"fleet":%q,"model":%q},"load":%d}`,
-		m.at.UnixMilli(), matchFleets[i%len(matchFleets)], matchModels[i%len(matchModels)], i%1000)
+	payload := fmt.Sprintf(`{"ts":%d,"load":%d}`, m.at.UnixMilli(), i%1000)
 	return &nats.Msg{Subject: "telemetry." + dev, Data: []byte(payload)}
 }
 
@@ -80,6 +84,13 @@ func runMatchDevices(ctx context.Context, cfg Config, stdout, progressOut io.Wri
 		return err
 	}
 	ph.end("")
+	ph = b.prog.begin("PUT every device's attributes", n, "devices")
+	start := time.Now()
+	if err := putAttributes(ctx, svc, n, ph); err != nil {
+		return err
+	}
+	putRate := float64(n) / time.Since(start).Seconds()
+	ph.end(fmt.Sprintf("%s devices/s", num(putRate)))
 	ph = b.prog.begin("wait for the service to go idle", 0, "")
 	if _, err := waitIdle(ctx, svc, 0.05, 3*time.Minute); err != nil {
 		return err
@@ -139,8 +150,8 @@ func runMatchDevices(ctx context.Context, cfg Config, stdout, progressOut io.Wri
 		s.rows = append(s.rows, []string{f.name, ms(fl.P50) + " / " + ms(fl.P99), ms(al.P50) + " / " + ms(al.P99),
 			ratio(float64(fl.P99), float64(al.P99)), met(fl.P99 <= 5*time.Millisecond)})
 	}
-	s.notes = append(s.notes, fmt.Sprintf("Walking every page of the filtered list (limit=1000) found exactly the %s devices of the fleet. Load at the end: %s.",
-		num(float64(want)), loadavg()))
+	s.notes = append(s.notes, fmt.Sprintf("Walking every page of the filtered list (limit=1000) found exactly the %s devices of the fleet. The attributes were set at %s PUTs/s (%d in flight). Load at the end: %s.",
+		num(float64(want)), num(putRate), matchPutWriters, loadavg()))
 	fmt.Fprint(stdout, report{sections: []section{s}}.text())
 	return nil
 }
@@ -179,4 +190,52 @@ func walkDevices(ctx context.Context, svc *service, path, fleet string) (int, er
 			return n, fmt.Errorf("%s: more than %s devices", path, strconv.Itoa(n))
 		}
 	}
+}
+
+// matchPutWriters is how many attribute PUTs are in flight.
+const matchPutWriters = 4
+
+// putAttributes gives devices [0, n) their fleet and model with PUT
+// /v1/devices/{device}/attributes.
+func putAttributes(ctx context.Context, svc *service, n int, ph *phase) error {
+	var next atomic.Int64
+	errs := make([]error, matchPutWriters)
+	var wg sync.WaitGroup
+	for w := range matchPutWriters {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				body := fmt.Sprintf(`{"fleet":%q,"model":%q}`, matchFleets[i%len(matchFleets)], matchModels[i%len(matchModels)])
+				req, err := http.NewRequestWithContext(ctx, http.MethodPut, svc.url("/v1/devices/"+matchDevice(i)+"/attributes"), bytes.NewReader([]byte(body)))
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := svc.client.Do(req)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs[w] = fmt.Errorf("PUT attributes of %s: %s: %s", matchDevice(i), resp.Status, msg)
+					next.Store(int64(n))
+					return
+				}
+				ph.add(1)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }
