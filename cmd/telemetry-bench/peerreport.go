@@ -164,7 +164,7 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 		for _, r := range qs {
 			q.notes = append(q.notes, fmt.Sprintf("%s: `%s`; the peer: `%s`", r.Name, r.Query, r.PeerQuery))
 		}
-		q.notes = append(q.notes, "The peer's series include those of lines that miss a tag (a series of their own there); telemetryd's carry the truck's attributes.")
+		q.notes = append(q.notes, "The peer's series include those of lines that miss a tag (a series of their own there, whose latest value may be hours old, so its answers to the questions on latest values hold more series); telemetryd's carry the truck's attributes.")
 		sections = append(sections, q)
 	case !attrs:
 		s.notes = append(s.notes, "Fleet questions not asked: this telemetryd does not turn line protocol tags into device attributes.")
