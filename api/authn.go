@@ -97,6 +97,8 @@ func accessOf(method, route, path string) access {
 		return access{scope: auth.ScopeMetrics}
 	case influxPaths[p]:
 		return access{scope: auth.ScopeWrite, influx: true}
+	case p == attributesPath && method != http.MethodGet && method != http.MethodHead:
+		return access{scope: auth.ScopeWrite}
 	case strings.HasPrefix(p, internalPrefix):
 		return access{internal: true}
 	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) || p == "/v1/retention/run":

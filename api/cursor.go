@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"golang.org/x/crypto/chacha20poly1305"
 
@@ -25,11 +26,12 @@ import (
 // to, the order, the projected fields and the ticks of the last reading
 // returned. Pinning from and to keeps the window from sliding while
 // new readings arrive, so following next returns every matching
-// reading exactly once. A devices payload holds the prefix and the
-// position in the device index: the last device read, which may be one
-// the token cannot see (a page of a token limited to some devices ends
-// after maxDeviceScan devices of the index, visible or not, so that
-// paging always moves on).
+// reading exactly once. A devices payload holds the prefix, the
+// position in the device index (the last device read, which may be one
+// the page left out: a listing of silent devices ends a page after
+// maxDeviceScan devices of the index, so that paging always moves on)
+// and the filter: the match parameter and the silence bounds resolved
+// when the listing began.
 //
 // Cursors are sealed, not merely signed: the payload is encrypted and
 // authenticated, so a client can neither alter a cursor nor read
@@ -70,7 +72,18 @@ type rangeCursor struct {
 // devicesCursor is the state of a paged device listing.
 type devicesCursor struct {
 	Prefix string
-	Last   buckets.DeviceID // position in the index; may be hidden from the caller
+	Last   buckets.DeviceID // position in the index: the last device read
+	Filter deviceFilter
+}
+
+// deviceFilter is what a device listing keeps besides the prefix: the
+// attribute matchers as given, and for silent devices the duration and
+// the times it resolved to when the listing began.
+type deviceFilter struct {
+	Match        string
+	SilentFor    time.Duration
+	SilentBefore buckets.Ticks // keeps devices last seen before it
+	Since        buckets.Ticks // and not before it (the retention)
 }
 
 // cursorCodec seals and opens cursors.
@@ -195,14 +208,21 @@ func (cc cursorCodec) decodeRange(s string) (rangeCursor, error) {
 
 // encodeDevices returns the cursor string of c. The position takes
 // buckets.MaxDeviceIDLen bytes whatever its length, so the cursor's
-// length tells nothing of it.
+// length tells nothing of it. The filter follows the position, only
+// when there is one (so cursors of plain listings keep their form).
 func (cc cursorCodec) encodeDevices(c devicesCursor) string {
-	b := make([]byte, 0, 8+len(c.Prefix)+1+buckets.MaxDeviceIDLen)
+	b := make([]byte, 0, 8+len(c.Prefix)+1+buckets.MaxDeviceIDLen+len(c.Filter.Match)+32)
 	b = append(b, cursorVersion, cursorKindDevices)
 	b = appendBytes(b, c.Prefix)
 	b = append(b, byte(len(c.Last)))
 	b = append(b, c.Last...)
 	b = append(b, make([]byte, max(0, buckets.MaxDeviceIDLen-len(c.Last)))...)
+	if f := c.Filter; f != (deviceFilter{}) {
+		b = appendBytes(b, f.Match)
+		b = binary.BigEndian.AppendUint64(b, uint64(f.SilentFor))
+		b = binary.BigEndian.AppendUint64(b, uint64(f.SilentBefore))
+		b = binary.BigEndian.AppendUint64(b, uint64(f.Since))
+	}
 	return cc.seal(b)
 }
 
@@ -214,8 +234,20 @@ func (cc cursorCodec) decodeDevices(s string) (devicesCursor, error) {
 	}
 	r := cursorReader{b: p}
 	c := devicesCursor{Prefix: r.str()}
-	if n := int(r.byte()); r.err == nil && len(r.b) == buckets.MaxDeviceIDLen && n <= len(r.b) {
-		c.Last, r.b = buckets.DeviceID(r.b[:n]), nil
+	if n := int(r.byte()); r.err == nil && len(r.b) >= buckets.MaxDeviceIDLen && n <= buckets.MaxDeviceIDLen {
+		c.Last, r.b = buckets.DeviceID(r.b[:n]), r.b[buckets.MaxDeviceIDLen:]
+	} else {
+		r.fail()
+	}
+	if r.err == nil && len(r.b) > 0 {
+		f := &c.Filter
+		f.Match = r.str()
+		f.SilentFor = time.Duration(r.u64())
+		f.SilentBefore = buckets.Ticks(r.u64())
+		f.Since = buckets.Ticks(r.u64())
+		if len(f.Match) > maxMatchBytes || f.SilentFor < 0 || !f.SilentBefore.Valid() || !f.Since.Valid() {
+			r.fail()
+		}
 	}
 	if r.err != nil || len(r.b) != 0 || c.Last.Validate() != nil || validPrefix(c.Prefix) != nil {
 		return devicesCursor{}, invalidArg("cursor", "malformed; pass the next value of the previous page unchanged")

@@ -27,13 +27,20 @@ func TestDevicesJSONShape(t *testing.T) {
 	assert.Equal(t, []string{"devices"}, keys(body), "no next when nothing remains")
 	devs := body["devices"].([]any)
 	require.Len(t, devs, 1)
+	assert.Equal(t, map[string]any{}, devs[0].(map[string]any)["attributes"], "no attributes: an empty object")
+	env.reader.setAttributes("dev-1", "fleet", "East", "model", "F-150")
+	res = env.get(t, "/v1/devices")
+	require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
+	devs = res.json(t)["devices"].([]any)
+	require.Len(t, devs, 1)
 	assert.Equal(t, map[string]any{
-		"device":    "dev-1",
-		"firstSeen": "2026-11-01T00:00:00.5Z",
-		"lastSeen":  contractTS,
-		"latest":    map[string]any{"ok": true, "temp": json.Number("21.5")},
+		"device":     "dev-1",
+		"attributes": map[string]any{"fleet": "East", "model": "F-150"},
+		"firstSeen":  "2026-11-01T00:00:00.5Z",
+		"lastSeen":   contractTS,
+		"latest":     map[string]any{"ok": true, "temp": json.Number("21.5")},
 	}, devs[0])
-	assert.Equal(t, []devicesArgs{{"", "", 100}}, env.reader.devArgs, "default limit 100")
+	assert.Equal(t, []devicesArgs{{"", "", 100}, {"", "", 100}}, env.reader.devArgs, "default limit 100")
 }
 
 func TestDevicesEmptyListIsAnArray(t *testing.T) {

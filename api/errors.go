@@ -29,6 +29,14 @@ const (
 	codeUnavailable       = "unavailable"
 )
 
+// attributeCodes are the rejection codes of attribute assignments,
+// answered as the error code itself (400).
+var attributeCodes = map[buckets.Code]bool{
+	buckets.CodeInvalidAttributeName:  true,
+	buckets.CodeInvalidAttributeValue: true,
+	buckets.CodeTooManyAttributes:     true,
+}
+
 // internalMessage is the only message a 500 ever carries.
 const internalMessage = "internal error"
 
@@ -83,9 +91,14 @@ func (s *Server) toAPIError(err error) *apiError {
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
 	var te *buckets.TableError
+	var ve *buckets.ValidationError
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &ve) && attributeCodes[ve.Code]:
+		// The attribute's own code, so a client can tell which rule of
+		// which attribute it broke.
+		return &apiError{http.StatusBadRequest, string(ve.Code), clientMessage(err)}
 	case errors.As(err, &mbe):
 		return tooLarge()
 	case errors.As(err, &he):

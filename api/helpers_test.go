@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +47,19 @@ type fakeReader struct {
 	ranges  []buckets.RangeQuery
 	gets    []buckets.Ticks
 	devArgs []devicesArgs
+	devQs   []buckets.DeviceQuery
+	assigns []buckets.Assignment
+
+	// attrs holds every attribute ever assigned, removed ones too, with
+	// the time of the assignment that decided it (newest wins).
+	attrs map[buckets.DeviceID]map[string]attrState
+}
+
+// attrState is one attribute of the fake: its value, or gone, as of at.
+type attrState struct {
+	value string
+	at    buckets.Ticks
+	gone  bool
 }
 
 type devicesArgs struct {
@@ -54,7 +69,7 @@ type devicesArgs struct {
 }
 
 func newFakeReader() *fakeReader {
-	return &fakeReader{data: map[buckets.DeviceID][]buckets.Reading{}}
+	return &fakeReader{data: map[buckets.DeviceID][]buckets.Reading{}, attrs: map[buckets.DeviceID]map[string]attrState{}}
 }
 
 // add stores readings (any order) for their devices.
@@ -168,23 +183,186 @@ func (f *fakeReader) Devices(ctx context.Context, q buckets.DeviceQuery) ([]buck
 	prefix, after, limit := q.Prefix, q.After, q.Limit
 	f.mu.Lock()
 	f.devArgs = append(f.devArgs, devicesArgs{prefix, after, limit})
+	f.devQs = append(f.devQs, q)
 	f.mu.Unlock()
 	if err := f.enter(ctx); err != nil {
 		return nil, false, err
+	}
+	if limit <= 0 {
+		return nil, false, &wrapped{"limit " + strconv.Itoa(limit), buckets.ErrInvalidArgument}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []buckets.DeviceInfo
 	for _, d := range f.devices {
-		if !strings.HasPrefix(string(d.Device), prefix) || d.Device <= after {
+		if !strings.HasPrefix(string(d.Device), prefix) || d.Device <= after || !f.selects(q, &d) {
 			continue
 		}
 		if len(out) == limit {
 			return out, true, nil
 		}
-		out = append(out, d)
+		out = append(out, f.withAttributes(d))
 	}
 	return out, false, nil
+}
+
+// selects reports whether q keeps d, as the store decides: every
+// matcher on its attributes (a missing one matches as ""; "device" is
+// the ID), silence, visibility. f.mu is held.
+func (f *fakeReader) selects(q buckets.DeviceQuery, d *buckets.DeviceInfo) bool {
+	attrs := f.withAttributes(*d).Attributes
+	for _, m := range q.Match {
+		v, _ := attrs.Get(m.Name)
+		if m.Name == "device" {
+			v = string(d.Device)
+		}
+		if !m.Matches(v) {
+			return false
+		}
+	}
+	if q.SilentBefore != 0 && d.LastSeen >= q.SilentBefore {
+		return false
+	}
+	return q.Visible == nil || q.Visible(d.Device)
+}
+
+// withAttributes returns d with its current attributes. f.mu is held.
+func (f *fakeReader) withAttributes(d buckets.DeviceInfo) buckets.DeviceInfo {
+	d.Attributes = nil
+	for name, st := range f.attrs[d.Device] {
+		if !st.gone {
+			d.Attributes = append(d.Attributes, buckets.Attribute{Name: name, Value: st.value})
+		}
+	}
+	slices.SortFunc(d.Attributes, func(a, b buckets.Attribute) int { return strings.Compare(a.Name, b.Name) })
+	return d
+}
+
+func (f *fakeReader) Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
+	if err := f.enter(ctx); err != nil {
+		return buckets.DeviceInfo{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.devices {
+		if d.Device == dev {
+			return f.withAttributes(d), nil
+		}
+	}
+	return buckets.DeviceInfo{}, &wrapped{"device " + string(dev), buckets.ErrNotFound}
+}
+
+// Assign applies assignments as the store does: per attribute the
+// newest by At wins (removals and a PUT's replacement too), a device
+// first known by its attributes gets a record, and a set that would
+// exceed buckets.MaxAttributes is refused whole.
+func (f *fakeReader) Assign(ctx context.Context, as []buckets.Assignment) error {
+	f.mu.Lock()
+	f.assigns = append(f.assigns, as...)
+	f.mu.Unlock()
+	if err := f.enter(ctx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	next := map[buckets.DeviceID]map[string]attrState{}
+	for _, a := range as {
+		cur := next[a.Device]
+		if cur == nil {
+			cur = maps.Clone(f.attrs[a.Device])
+			if cur == nil {
+				cur = map[string]attrState{}
+			}
+			next[a.Device] = cur
+		}
+		apply := func(name string, st attrState) {
+			if old, ok := cur[name]; !ok || old.at < st.at {
+				cur[name] = st
+			}
+		}
+		for _, x := range a.Set {
+			if err := buckets.ValidateAttributeName(x.Name); err != nil {
+				return err
+			}
+			if err := buckets.ValidateAttributeValue(x.Name, x.Value); err != nil {
+				return err
+			}
+			apply(x.Name, attrState{value: x.Value, at: a.At})
+		}
+		for _, name := range a.Remove {
+			apply(name, attrState{at: a.At, gone: true})
+		}
+		if a.Replace {
+			for name := range cur {
+				if _, ok := a.Set.Get(name); !ok {
+					apply(name, attrState{at: a.At, gone: true})
+				}
+			}
+		}
+		n := 0
+		for _, st := range cur {
+			if !st.gone {
+				n++
+			}
+		}
+		if n > buckets.MaxAttributes {
+			return buckets.Invalid(buckets.CodeTooManyAttributes, -1, "attributes", "%d attributes, at most %d are allowed", n, buckets.MaxAttributes)
+		}
+	}
+	for dev, cur := range next {
+		f.attrs[dev] = cur
+		i, found := slices.BinarySearchFunc(f.devices, dev, func(d buckets.DeviceInfo, id buckets.DeviceID) int {
+			return strings.Compare(string(d.Device), string(id))
+		})
+		if !found {
+			f.devices = slices.Insert(f.devices, i, buckets.DeviceInfo{Device: dev})
+		}
+	}
+	return nil
+}
+
+// AttributeNames and AttributeValues answer from the devices q selects.
+func (f *fakeReader) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
+	return f.attributeValues(ctx, "", q)
+}
+
+func (f *fakeReader) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
+	return f.attributeValues(ctx, name, q)
+}
+
+func (f *fakeReader) attributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
+	if err := f.enter(ctx); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, d := range f.devices {
+		if !strings.HasPrefix(string(d.Device), q.Prefix) || !f.selects(q, &d) {
+			continue
+		}
+		for _, a := range f.withAttributes(d).Attributes {
+			switch {
+			case name == "":
+				out = append(out, a.Name)
+			case a.Name == name:
+				out = append(out, a.Value)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// setAttributes gives a device of f.devices attributes at time 1.
+func (f *fakeReader) setAttributes(dev buckets.DeviceID, kv ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := map[string]attrState{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = attrState{value: kv[i+1], at: 1}
+	}
+	f.attrs[dev] = m
 }
 
 func (f *fakeReader) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
@@ -278,6 +456,7 @@ func newTestEnv(t testing.TB, edit ...func(*api.Config)) *testEnv {
 	cfg := api.Config{
 		Addr:           "127.0.0.1:0",
 		Reader:         env.reader,
+		Attributes:     env.reader,
 		Admin:          env.admin,
 		Logger:         slog.New(slog.NewTextHandler(env.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		TracerProvider: tp,

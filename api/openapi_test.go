@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,6 +158,7 @@ type exchange struct {
 	method string
 	path   string
 	header []string
+	body   string // sent as application/json when set
 	setup  func(env *testEnv)
 	status int
 }
@@ -183,6 +185,9 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 		env.reader.devices = []buckets.DeviceInfo{{Device: "dev-1", FirstSeen: d1, LastSeen: d1 + 4*buckets.TicksPerSecond,
 			Latest: []buckets.Field{{Name: "temp", Value: buckets.Float(25.5)}, {Name: "ok", Value: buckets.Bool(true)}}},
 			{Device: "dev-2", FirstSeen: d1, LastSeen: d1}}
+		env.reader.setAttributes("dev-1", "fleet", "East", "model", "F-150")
+		env.reader.devices = append(env.reader.devices, buckets.DeviceInfo{Device: "dev-3"})
+		env.reader.setAttributes("dev-3", "fleet", "West")
 		env.reader.tables = []buckets.TableInfo{{Day: mustDay(t, "2026-11-21"), SizeBytes: 1 << 20, Readings: 86400}, {Day: mustDay(t, "2026-11-22"), SizeBytes: 4096, Readings: -1}}
 		env.admin.tables[mustDay(t, "2026-10-01")] = buckets.TableDrop{Day: mustDay(t, "2026-10-01"), SizeBytes: 4096, Readings: 10, Reason: "manual"}
 		env.admin.report = buckets.RetentionReport{Started: testNow, Cutoff: testNow.Add(-720 * time.Hour),
@@ -210,6 +215,18 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 		{name: "devices", method: "GET", path: "/v1/devices?limit=1", status: 200},
 		{name: "devices prefix", method: "GET", path: "/v1/devices?prefix=dev-2", status: 200},
 		{name: "devices bad prefix", method: "GET", path: "/v1/devices?prefix=a/b", status: 400},
+		{name: "devices match", method: "GET", path: "/v1/devices?match=" + url.QueryEscape(`{fleet="East",model=~"F-.*"}`) + "&limit=1", status: 200},
+		{name: "devices silent", method: "GET", path: "/v1/devices?silent_for=10m", status: 200},
+		{name: "devices bad match", method: "GET", path: "/v1/devices?match=" + url.QueryEscape(`{fleet=~"("}`), status: 400},
+		{name: "device", method: "GET", path: "/v1/devices/dev-1", status: 200},
+		{name: "device known by its attributes only", method: "GET", path: "/v1/devices/dev-3", status: 200},
+		{name: "device unknown", method: "GET", path: "/v1/devices/dev-9", status: 404},
+		{name: "device bad", method: "GET", path: "/v1/devices/a.b", status: 400},
+		{name: "put attributes", method: "PUT", path: "/v1/devices/dev-1/attributes", body: `{"fleet":"East","model":"F-150"}`, status: 200},
+		{name: "patch attributes", method: "PATCH", path: "/v1/devices/dev-1/attributes", body: `{"fleet":"West","model":null}`, status: 200},
+		{name: "put attributes bad name", method: "PUT", path: "/v1/devices/dev-1/attributes", body: `{"fleet-id":"East"}`, status: 400},
+		{name: "patch attributes bad value", method: "PATCH", path: "/v1/devices/dev-1/attributes", body: `{"fleet":""}`, status: 400},
+		{name: "put attributes too large", method: "PUT", path: "/v1/devices/dev-1/attributes", body: `{"fleet":"East"` + strings.Repeat(" ", api.MaxAttributesBodyBytes) + `}`, status: 413},
 		{name: "tables", method: "GET", path: "/v1/tables", status: 200},
 		{name: "tables unavailable", method: "GET", path: "/v1/tables", setup: unavailable, status: 503},
 		{name: "drop", method: "DELETE", path: "/v1/tables/2026-10-01", status: 200},
@@ -239,6 +256,11 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	t.Run("aggregates without aggregator", func(t *testing.T) {
 		env := newTestEnv(t)
 		validateExchange(t, env, router, exchange{method: "GET", path: "/v1/devices/dev-1/aggregates", status: 501})
+	})
+	t.Run("attributes without attributes", func(t *testing.T) {
+		env := newTestEnv(t, func(c *api.Config) { c.Attributes = nil })
+		validateExchange(t, env, router, exchange{method: "GET", path: "/v1/devices/dev-1", status: 501})
+		validateExchange(t, env, router, exchange{method: "PATCH", path: "/v1/devices/dev-1/attributes", body: `{"fleet":"East"}`, status: 501})
 	})
 	t.Run("admin without admin", func(t *testing.T) {
 		env := newTestEnv(t, func(c *api.Config) { c.Admin = nil })
@@ -320,10 +342,13 @@ var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Reques
 // response against the document.
 func validateExchange(t *testing.T, env *testEnv, router routers.Router, ex exchange) {
 	t.Helper()
-	hreq, err := http.NewRequest(ex.method, env.url+ex.path, nil)
+	hreq, err := http.NewRequest(ex.method, env.url+ex.path, bodyOf(ex))
 	require.NoError(t, err)
 	for i := 0; i+1 < len(ex.header); i += 2 {
 		hreq.Header.Set(ex.header[i], ex.header[i+1])
+	}
+	if ex.body != "" {
+		hreq.Header.Set("Content-Type", "application/json")
 	}
 	hres, err := noRedirects.Do(hreq)
 	require.NoError(t, err)
@@ -333,10 +358,13 @@ func validateExchange(t *testing.T, env *testEnv, router routers.Router, ex exch
 	res := response{hres.StatusCode, hres.Header, body}
 	require.Equal(t, ex.status, res.status, "%s %s: %s", ex.method, ex.path, res.body)
 
-	req, err := http.NewRequest(ex.method, "http://localhost"+ex.path, nil)
+	req, err := http.NewRequest(ex.method, "http://localhost"+ex.path, bodyOf(ex))
 	require.NoError(t, err)
 	for i := 0; i+1 < len(ex.header); i += 2 {
 		req.Header.Set(ex.header[i], ex.header[i+1])
+	}
+	if ex.body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	route, pathParams, err := router.FindRoute(req)
 	require.NoError(t, err, "%s %s has no operation in openapi.json", ex.method, ex.path)
@@ -353,3 +381,11 @@ func validateExchange(t *testing.T, env *testEnv, router routers.Router, ex exch
 }
 
 func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// bodyOf is the request body of ex (nil without one).
+func bodyOf(ex exchange) io.Reader {
+	if ex.body == "" {
+		return nil
+	}
+	return strings.NewReader(ex.body)
+}

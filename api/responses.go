@@ -38,12 +38,24 @@ type ReadingList struct {
 	Next     string    `json:"next,omitempty"`
 }
 
-// Device is one entry of GET /v1/devices.
+// Device is one entry of GET /v1/devices and the answer of GET
+// /v1/devices/{device}. A device known only by its attributes (no
+// reading yet) has the zero time, 0001-01-01T00:00:00Z, as first and
+// last seen.
 type Device struct {
-	Device    string         `json:"device"`
-	FirstSeen time.Time      `json:"firstSeen"`
-	LastSeen  time.Time      `json:"lastSeen"`
-	Latest    map[string]any `json:"latest"`
+	Device     string            `json:"device"`
+	Attributes map[string]string `json:"attributes"`
+	FirstSeen  time.Time         `json:"firstSeen"`
+	LastSeen   time.Time         `json:"lastSeen"`
+	Latest     map[string]any    `json:"latest"`
+}
+
+// AttributeSet is the answer of PUT and PATCH
+// /v1/devices/{device}/attributes: the device's attributes after the
+// change.
+type AttributeSet struct {
+	Device     string            `json:"device"`
+	Attributes map[string]string `json:"attributes"`
 }
 
 // DeviceList is the answer of GET /v1/devices.
@@ -144,7 +156,8 @@ func readingListOf(dev buckets.DeviceID, rs []buckets.Reading, proj []string, ne
 }
 
 func deviceOf(d *buckets.DeviceInfo) Device {
-	return Device{Device: string(d.Device), FirstSeen: d.FirstSeen.Time(), LastSeen: d.LastSeen.Time(), Latest: valuesOf(d.Latest, nil)}
+	return Device{Device: string(d.Device), Attributes: d.Attributes.Map(), FirstSeen: d.FirstSeen.Time(),
+		LastSeen: d.LastSeen.Time(), Latest: valuesOf(d.Latest, nil)}
 }
 
 // knownCount is a reading count for the JSON, nil when unknown (< 0).

@@ -9,6 +9,9 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
+// attributesPath is the route of the attribute writes (scope write).
+const attributesPath = "/v1/devices/:device/attributes"
+
 // readyTimeout bounds one readiness check.
 const readyTimeout = 5 * time.Second
 
@@ -25,6 +28,9 @@ func (s *Server) registerRoutes() {
 	e.GET("/v1/devices/:device/readings", s.handleRange, query...)
 	e.GET("/v1/devices/:device/readings/:ts", s.handlePoint, query...)
 	e.GET("/v1/devices", s.handleDevices, query...)
+	e.GET("/v1/devices/:device", s.handleDevice, query...)
+	e.PUT(attributesPath, s.handlePutAttributes, query...)
+	e.PATCH(attributesPath, s.handlePatchAttributes, query...)
 	e.GET("/v1/devices/:device/aggregates", s.handleAggregates, query...)
 	s.registerDashboards(query)
 	e.GET("/v1/tables", s.handleTables, query...)

@@ -5,7 +5,8 @@
 // mapping, opaque integrity-checked cursors, a hand-written JSON
 // encoder for readings, and OpenTelemetry traces and metrics.
 //
-// The package declares the small interfaces it needs (Reader, Admin);
+// The package declares the small interfaces it needs (Reader, Admin,
+// Attributes);
 // the service binary wires the store into them.
 package api
 
@@ -40,11 +41,22 @@ type Reader interface {
 	// Get returns the reading of dev at exactly k; the error wraps
 	// buckets.ErrNotFound when there is none.
 	Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error)
-	// Devices lists at most limit devices whose ID starts with prefix
-	// and sorts after after; more is true when more remain.
+	// Devices lists at most q.Limit devices that q selects, sorted by
+	// ID, each with its attributes; more is true when more remain.
 	Devices(ctx context.Context, q buckets.DeviceQuery) (devs []buckets.DeviceInfo, more bool, err error)
 	// Tables lists the day tables.
 	Tables(ctx context.Context) ([]buckets.TableInfo, error)
+}
+
+// Attributes reads one device's record and changes device attributes
+// (implemented by the store and the cluster router).
+type Attributes interface {
+	// Device returns dev's record with its attributes; the error wraps
+	// buckets.ErrNotFound when the device is not known.
+	Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error)
+	// Assign applies attribute assignments: the newest by At wins per
+	// attribute. Invalid ones are refused with *buckets.ValidationError.
+	Assign(ctx context.Context, as []buckets.Assignment) error
 }
 
 // Admin runs the admin operations. A nil Admin makes those endpoints
@@ -83,6 +95,15 @@ type Config struct {
 	// Aggregator answers GET /v1/devices/{device}/aggregates; nil makes
 	// it answer 501.
 	Aggregator Aggregator
+	// Attributes answers GET /v1/devices/{device} and the attribute
+	// writes (PUT and PATCH /v1/devices/{device}/attributes); nil makes
+	// them answer 501.
+	Attributes Attributes
+	// Retention is how long readings are kept. A device whose last
+	// reading is older is gone rather than silent: GET
+	// /v1/devices?silent_for= leaves it out, and silent_for may not
+	// exceed it. 0: no bound.
+	Retention time.Duration
 	// PromQL serves the Prometheus query API under /api/v1/ (package
 	// promapi); nil leaves those paths unrouted.
 	PromQL http.Handler
@@ -170,6 +191,8 @@ type Server struct {
 	reader       Reader
 	admin        Admin
 	aggregator   Aggregator
+	attributes   Attributes
+	retention    time.Duration
 	promql       http.Handler
 	internal     InternalAPI
 	ready        func(ctx context.Context) error
@@ -216,13 +239,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxFutureSkew < 0 || cfg.QueryTimeout < 0 ||
 		cfg.RateLimit < 0 || cfg.RateBurst < 0 || cfg.MaxConns < 0 || cfg.MaxConnsPerClient < 0 ||
-		cfg.ResponseBudget < 0 || cfg.StallTimeout < 0 || cfg.ClientShares < 0 {
-		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, QueryTimeout, RateLimit, RateBurst, MaxConns, MaxConnsPerClient, ResponseBudget, StallTimeout and ClientShares must not be negative")
+		cfg.ResponseBudget < 0 || cfg.StallTimeout < 0 || cfg.ClientShares < 0 || cfg.Retention < 0 {
+		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, QueryTimeout, RateLimit, RateBurst, MaxConns, MaxConnsPerClient, ResponseBudget, StallTimeout, ClientShares and Retention must not be negative")
 	}
 	s := &Server{
 		reader:       cfg.Reader,
 		admin:        cfg.Admin,
 		aggregator:   cfg.Aggregator,
+		attributes:   cfg.Attributes,
+		retention:    cfg.Retention,
 		promql:       cfg.PromQL,
 		internal:     cfg.Internal,
 		ready:        cfg.Ready,

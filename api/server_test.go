@@ -251,7 +251,7 @@ func TestMetricsEndpoint(t *testing.T) {
 func TestUnknownRoutesAnswerJSON(t *testing.T) {
 	env := newTestEnv(t)
 	requireError(t, env.get(t, "/v2/nothing"), http.StatusNotFound, "not_found", "path")
-	requireError(t, env.get(t, "/v1/devices/dev-1"), http.StatusNotFound, "not_found", "path")
+	requireError(t, env.get(t, "/v1/devices/dev-1/values"), http.StatusNotFound, "not_found", "path")
 	requireError(t, env.do(t, http.MethodPost, "/v1/tables"), http.StatusMethodNotAllowed, "method_not_allowed", "method")
 	requireError(t, env.get(t, "/v1/retention/run"), http.StatusMethodNotAllowed, "method_not_allowed", "method")
 }

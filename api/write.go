@@ -51,6 +51,10 @@ type WriteConfig struct {
 	// DeviceTags: the first of these tags present on a line names its
 	// device. Default device, host.
 	DeviceTags []string
+	// Tags says what a line's other tags become: attributes of its
+	// device (the zero value, lineproto.TagsAsAttributes) or string
+	// values (lineproto.TagsAsValues).
+	Tags lineproto.TagMode
 	// MaxBytes bounds a body before and after gunzip (413 beyond).
 	// Default DefaultMaxWriteBytes.
 	MaxBytes int64
@@ -199,6 +203,7 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 	opts := lineproto.Options{
 		SubjectPrefix:   w.cfg.SubjectPrefix,
 		DeviceTags:      w.cfg.DeviceTags,
+		Tags:            w.cfg.Tags,
 		Precision:       precision,
 		Now:             w.now(),
 		Window:          w.cfg.Window,

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -86,9 +87,10 @@ func (in *Ingester) batchLoop(ctx context.Context, intakeDone <-chan struct{}) {
 	}
 }
 
-// commit writes the readings of items with one Write under an
+// commit applies the attribute assignments of items with one Assign and
+// writes their readings with one Write (see store) under an
 // "ingest.batch" span linked to the publishers' spans, and acks the
-// messages after the write succeeded. When it fails, each message is
+// messages after both succeeded. When it fails, each message is
 // written alone so that one poison message cannot hold back the others;
 // those that still fail are nak'ed or dead-lettered.
 func (in *Ingester) commit(ctx context.Context, items []item, n int) {
@@ -122,7 +124,7 @@ func (in *Ingester) commit(ctx context.Context, items []item, n int) {
 			rs = append(rs, it.readings...)
 		}
 	}
-	err := in.w.Write(ctx, rs)
+	err := in.store(ctx, items, rs)
 	if err == nil {
 		in.committed(ctx, items, rs)
 		return
@@ -146,15 +148,31 @@ func (in *Ingester) commit(ctx context.Context, items []item, n int) {
 // how many still failed.
 func (in *Ingester) writeOneByOne(ctx context.Context, items []item) int {
 	failed := 0
-	for _, it := range items {
-		if err := in.w.Write(ctx, it.readings); err != nil {
+	for i, it := range items {
+		if err := in.store(ctx, items[i:i+1], it.readings); err != nil {
 			failed++
 			in.writeFailed(ctx, it, err)
 			continue
 		}
-		in.committed(ctx, []item{it}, it.readings)
+		in.committed(ctx, items[i:i+1], it.readings)
 	}
 	return failed
+}
+
+// store commits what items carry: first their attribute assignments
+// (one Assign), then their readings rs (one Write). Assignments go
+// first so that a message the store refuses for its attributes (a
+// device left with more than buckets.MaxAttributes) is rejected whole,
+// its readings unwritten; when the write fails after the assignments
+// were applied, the redelivery applies them again, which changes
+// nothing.
+func (in *Ingester) store(ctx context.Context, items []item, rs []buckets.Reading) error {
+	if as := assignmentsOf(items); len(as) > 0 {
+		if err := in.w.Assign(ctx, as); err != nil {
+			return fmt.Errorf("assign attributes: %w", err)
+		}
+	}
+	return in.w.Write(ctx, rs)
 }
 
 // committed records the metrics of readings rs, which were just

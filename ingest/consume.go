@@ -40,6 +40,7 @@ type item struct {
 	published time.Time // when the stream stored it
 	delivered uint64    // delivery count, 1 on first delivery
 	readings  []buckets.Reading
+	assigns   []buckets.Assignment     // attribute assignments the message carries
 	reject    *buckets.ValidationError // why the message cannot be stored
 	link      trace.SpanContext        // the publisher's span, if any
 }
@@ -483,19 +484,25 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 		return it
 	}
 	var rs []buckets.Reading
+	var as []buckets.Assignment
 	if binary {
-		rs, err = wire.Decode(device, msg.Data())
+		rs, as, err = wire.Decode(device, msg.Data())
 	} else {
-		rs, err = Decode(device, msg.Data(), def)
+		rs, as, err = Decode(device, msg.Data(), def)
 	}
 	if err == nil {
 		err = checkWindow(rs, in.cfg.Window, in.now())
+	}
+	if err == nil && binary {
+		// A JSON assignment holds as of its reading's time, checked
+		// above; a binary one carries its own.
+		err = checkAssignWindow(as, in.cfg.Window, in.now())
 	}
 	if err != nil {
 		it.reject = asValidation(err)
 		return it
 	}
-	it.readings = rs
+	it.readings, it.assigns = rs, as
 	return it
 }
 

@@ -11,8 +11,9 @@ import (
 
 // Decode parses the payload of one message published by device and
 // returns its readings, each with sorted values, validated by
-// buckets.Reading.Validate. It does not check the accepted time window
-// (that needs a clock; the Ingester does it).
+// buckets.Reading.Validate, and the attribute assignments its reading
+// objects carry (nil when none does). It does not check the accepted
+// time window (that needs a clock; the Ingester does it).
 //
 // The payload is JSON, one of
 //
@@ -27,35 +28,52 @@ import (
 // bools, strings stay strings. null, nested objects and arrays are
 // rejected, as are duplicate names.
 //
+// A reading object may also carry "attributes": {"fleet": "East", ...},
+// an object of string values that become attributes of device as of
+// the reading's time: one buckets.Assignment per such object, in
+// message order. Names and values follow buckets.ValidateAttributeName
+// and ValidateAttributeValue; an object holds at most
+// buckets.MaxAttributes names, once each, and so do the objects of one
+// message together (codes invalid_attribute_name,
+// invalid_attribute_value, too_many_attributes). An empty object
+// assigns nothing. The reading still needs at least one value.
+//
 // Every error is a *buckets.ValidationError. Its Index is the position
 // of the reading in the message (0 for a payload that is a single
 // object) and -1 when the error is about the message as a whole (not
 // JSON, not an object or array, an empty or oversized batch, an
 // invalid device). Field names the field at fault.
-func Decode(device buckets.DeviceID, data []byte, defaultTicks buckets.Ticks) ([]buckets.Reading, error) {
+func Decode(device buckets.DeviceID, data []byte, defaultTicks buckets.Ticks) ([]buckets.Reading, []buckets.Assignment, error) {
 	if err := device.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d := decoderPool.Get().(*decoder)
 	d.reset(device, data, defaultTicks)
-	rs, verr := d.decode()
+	rs, as, verr := d.decode()
 	d.release()
 	decoderPool.Put(d)
 	if verr != nil {
-		return nil, verr
+		return nil, nil, verr
 	}
-	return rs, nil
+	return rs, as, nil
 }
 
 // maxInterned bounds the value-name cache of one pooled decoder.
 const maxInterned = 1024
 
 var decoderPool = sync.Pool{New: func() any {
-	return &decoder{names: make(map[string]string)}
+	return &decoder{names: make(map[string]string), attrNames: make(map[string]struct{})}
 }}
 
 // span marks the fields of one reading inside decoder.fields.
 type span struct {
+	ticks      buckets.Ticks
+	start, end int
+}
+
+// attrSpan marks the attributes of one reading object inside
+// decoder.attrs.
+type attrSpan struct {
 	ticks      buckets.Ticks
 	start, end int
 }
@@ -71,15 +89,20 @@ type decoder struct {
 
 	fields []buckets.Field // values of every reading of the message
 	spans  []span
+	attrs  []buckets.Attribute // attributes of every reading object of the message
+	aspans []attrSpan
 	keyBuf []byte            // unescaped key
 	strBuf []byte            // unescaped string value
 	names  map[string]string // interned value names
+	// attrNames are attribute names known valid (interned in names).
+	attrNames map[string]struct{}
 }
 
 func (d *decoder) reset(device buckets.DeviceID, data []byte, def buckets.Ticks) {
 	d.buf, d.pos, d.index = data, 0, -1
 	d.device, d.def = device, def
 	d.fields, d.spans = d.fields[:0], d.spans[:0]
+	d.attrs, d.aspans = d.attrs[:0], d.aspans[:0]
 }
 
 func (d *decoder) release() {
@@ -97,6 +120,13 @@ func (d *decoder) release() {
 	if cap(d.spans) > 1024 {
 		d.spans = nil
 	}
+	clear(d.attrs)
+	if cap(d.attrs) > 1024 {
+		d.attrs = nil
+	}
+	if cap(d.aspans) > 1024 {
+		d.aspans = nil
+	}
 }
 
 // fail builds the error for the reading being decoded.
@@ -113,10 +143,10 @@ func (d *decoder) syntax(what string) *buckets.ValidationError {
 		d.pos, quoteChar(d.buf[d.pos]), what)
 }
 
-func (d *decoder) decode() ([]buckets.Reading, *buckets.ValidationError) {
+func (d *decoder) decode() ([]buckets.Reading, []buckets.Assignment, *buckets.ValidationError) {
 	d.skipWS()
 	if d.pos >= len(d.buf) {
-		return nil, d.fail(buckets.CodeInvalidPayload, "", "empty payload, want a JSON object or array")
+		return nil, nil, d.fail(buckets.CodeInvalidPayload, "", "empty payload, want a JSON object or array")
 	}
 	var err *buckets.ValidationError
 	switch d.buf[d.pos] {
@@ -127,16 +157,23 @@ func (d *decoder) decode() ([]buckets.Reading, *buckets.ValidationError) {
 	case '[':
 		err = d.batch()
 	default:
-		return nil, d.syntax("a JSON object or array")
+		return nil, nil, d.syntax("a JSON object or array")
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d.skipWS()
 	if d.pos != len(d.buf) {
-		return nil, d.syntax("end of input")
+		return nil, nil, d.syntax("end of input")
 	}
-	return d.readings(), nil
+	if len(d.aspans) == 0 {
+		return d.readings(), nil, nil
+	}
+	as, err := d.assignments()
+	if err != nil {
+		return nil, nil, err
+	}
+	return d.readings(), as, nil
 }
 
 // readings builds the result from the spans with two allocations: the
@@ -192,7 +229,7 @@ func (d *decoder) batch() *buckets.ValidationError {
 
 // readingKeys remembers which reserved keys one reading object used.
 type readingKeys struct {
-	ts, device, values, flat bool
+	ts, device, values, flat, attributes bool
 }
 
 // reading decodes one reading object starting at '{', then sorts and
@@ -206,6 +243,11 @@ func (d *decoder) reading() *buckets.ValidationError {
 	})
 	if err != nil {
 		return err
+	}
+	if seen.attributes {
+		if err := d.endAttributes(s.ticks); err != nil {
+			return err
+		}
 	}
 	s.end = len(d.fields)
 	vals := d.fields[s.start:s.end]
@@ -252,6 +294,12 @@ func (d *decoder) readingMember(key []byte, s *span, seen *readingKeys) *buckets
 		}
 		d.pos++
 		return d.members(func(name []byte) *buckets.ValidationError { return d.value(name) })
+	case "attributes":
+		if seen.attributes {
+			return d.fail(buckets.CodeInvalidPayload, "attributes", "key appears more than once")
+		}
+		seen.attributes = true
+		return d.attributes()
 	default:
 		if seen.values {
 			return d.mixed("values." + shortName(string(key)))
@@ -486,6 +534,20 @@ func checkWindow(rs []buckets.Reading, w buckets.Window, now time.Time) error {
 		if err := w.Check(rs[i].Ticks, now); err != nil {
 			ve := err.(*buckets.ValidationError)
 			ve.Index = i
+			return ve
+		}
+	}
+	return nil
+}
+
+// checkAssignWindow rejects the message when an assignment holds as of
+// a time outside the accepted window at now: a far-future one would
+// outrank every later assignment.
+func checkAssignWindow(as []buckets.Assignment, w buckets.Window, now time.Time) error {
+	for i := range as {
+		if err := w.Check(as[i].At, now); err != nil {
+			ve := err.(*buckets.ValidationError)
+			ve.Field = "attributes"
 			return ve
 		}
 	}

@@ -3,6 +3,7 @@ package ingest
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,8 +15,9 @@ import (
 
 // FuzzDecode checks that Decode never panics, accepts only valid JSON,
 // returns readings that validate, survive the storage value codec and
-// decode to the same readings when re-encoded, and otherwise fails with
-// a ValidationError. The seed corpus is in testdata/fuzz/FuzzDecode.
+// decode to the same readings when re-encoded, and assignments of valid
+// sorted attribute sets at the readings' times, and otherwise fails
+// with a ValidationError. The seed corpus is in testdata/fuzz/FuzzDecode.
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		`{"ts":"2026-11-22T01:02:03.456Z","values":{"temp":21.5,"ok":true}}`,
@@ -24,11 +26,13 @@ func FuzzDecode(f *testing.F) {
 		`{"device":"dev-1","i":9223372036854775808,"x":1e-400}`,
 		`{"a":null}`,
 		`[]`,
+		`[{"ts":1795309323456,"v":1,"attributes":{"fleet":"East","model":"F-150"}},{"v":2,"attributes":{"fleet":"W\u00e9st"}}]`,
+		`{"v":1,"attributes":{"fleet":7}}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rs, err := Decode("dev-1", data, defaultTicks)
+		rs, as, err := Decode("dev-1", data, defaultTicks)
 		if err != nil {
 			var ve *buckets.ValidationError
 			require.True(t, errors.As(err, &ve), "error %v is not a ValidationError", err)
@@ -48,7 +52,20 @@ func FuzzDecode(f *testing.F) {
 			require.NoError(t, derr)
 			require.Equal(t, rs[i].Values, back)
 		}
-		again, err := Decode("dev-1", encodeReadings(rs), defaultTicks)
+		names := map[string]bool{}
+		for _, a := range as {
+			require.Equal(t, buckets.DeviceID("dev-1"), a.Device)
+			require.True(t, slices.ContainsFunc(rs, func(r buckets.Reading) bool { return r.Ticks == a.At }), "assignment at a reading's time")
+			require.NotEmpty(t, a.Set)
+			a2, verr := buckets.NewAttributes(a.Set.Map())
+			require.Nil(t, verr)
+			require.Equal(t, a2, a.Set, "sorted, unique, valid")
+			for _, x := range a.Set {
+				names[x.Name] = true
+			}
+		}
+		require.LessOrEqual(t, len(names), buckets.MaxAttributes)
+		again, _, err := Decode("dev-1", encodeReadings(rs), defaultTicks)
 		require.NoError(t, err)
 		require.Equal(t, rs, again)
 	})

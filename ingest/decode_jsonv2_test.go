@@ -121,7 +121,7 @@ func v2Value(raw jsontext.Value) (buckets.Value, error) {
 
 func TestJSONv2DecoderAgrees(t *testing.T) {
 	for _, p := range benchPayloads() {
-		want, err := Decode("dev-1", []byte(p.payload), defaultTicks)
+		want, _, err := Decode("dev-1", []byte(p.payload), defaultTicks)
 		require.NoError(t, err)
 		got, err := decodeJSONv2("dev-1", []byte(p.payload), defaultTicks)
 		require.NoError(t, err)

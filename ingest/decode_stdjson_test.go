@@ -148,7 +148,7 @@ func benchPayloads() []struct{ name, payload string } {
 // the same work.
 func TestStdJSONDecoderAgrees(t *testing.T) {
 	for _, p := range benchPayloads() {
-		want, err := Decode("dev-1", []byte(p.payload), defaultTicks)
+		want, _, err := Decode("dev-1", []byte(p.payload), defaultTicks)
 		require.NoError(t, err)
 		got, err := decodeStdJSON("dev-1", []byte(p.payload), defaultTicks)
 		require.NoError(t, err)

@@ -88,7 +88,7 @@ func TestDecodeAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Decode("dev-1", []byte(tt.payload), defaultTicks)
+			got, _, err := Decode("dev-1", []byte(tt.payload), defaultTicks)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -154,7 +154,7 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, err := Decode("dev-1", []byte(tt.payload), defaultTicks)
+			rs, _, err := Decode("dev-1", []byte(tt.payload), defaultTicks)
 			requireInvalid(t, err, tt.code, tt.index, tt.field)
 			assert.Nil(t, rs)
 		})
@@ -177,13 +177,13 @@ func requireInvalid(t *testing.T, err error, code buckets.Code, index int, field
 
 func TestDecodeDeviceLength(t *testing.T) {
 	ok := buckets.DeviceID(strings.Repeat("d", 64))
-	rs, err := Decode(ok, []byte(`{"a":1}`), defaultTicks)
+	rs, _, err := Decode(ok, []byte(`{"a":1}`), defaultTicks)
 	require.NoError(t, err)
 	assert.Equal(t, ok, rs[0].Device)
 
-	_, err = Decode(ok+"d", []byte(`{"a":1}`), defaultTicks)
+	_, _, err = Decode(ok+"d", []byte(`{"a":1}`), defaultTicks)
 	requireInvalid(t, err, buckets.CodeInvalidDevice, -1, "device")
-	_, err = Decode("dev.1", []byte(`{"a":1}`), defaultTicks)
+	_, _, err = Decode("dev.1", []byte(`{"a":1}`), defaultTicks)
 	requireInvalid(t, err, buckets.CodeInvalidDevice, -1, "device")
 }
 
@@ -200,12 +200,12 @@ func TestDecodeValueCount(t *testing.T) {
 		b.WriteString(`}}`)
 		return []byte(b.String())
 	}
-	rs, err := Decode("dev-1", payload(buckets.MaxValues), defaultTicks)
+	rs, _, err := Decode("dev-1", payload(buckets.MaxValues), defaultTicks)
 	require.NoError(t, err)
 	require.Len(t, rs, 1)
 	assert.Len(t, rs[0].Values, buckets.MaxValues)
 
-	_, err = Decode("dev-1", payload(buckets.MaxValues+1), defaultTicks)
+	_, _, err = Decode("dev-1", payload(buckets.MaxValues+1), defaultTicks)
 	requireInvalid(t, err, buckets.CodeTooManyValues, 0, "values")
 }
 
@@ -222,21 +222,21 @@ func TestDecodeBatchSize(t *testing.T) {
 		b.WriteByte(']')
 		return []byte(b.String())
 	}
-	rs, err := Decode("dev-1", payload(buckets.MaxBatch), defaultTicks)
+	rs, _, err := Decode("dev-1", payload(buckets.MaxBatch), defaultTicks)
 	require.NoError(t, err)
 	require.Len(t, rs, buckets.MaxBatch)
 	last := rs[buckets.MaxBatch-1]
 	assert.Equal(t, exampleTicks+buckets.Ticks(buckets.MaxBatch-1)*10_000, last.Ticks)
 	assert.Equal(t, fields("v", buckets.MaxBatch-1), last.Values)
 
-	_, err = Decode("dev-1", payload(buckets.MaxBatch+1), defaultTicks)
+	_, _, err = Decode("dev-1", payload(buckets.MaxBatch+1), defaultTicks)
 	requireInvalid(t, err, buckets.CodeBatchTooLarge, -1, "")
 }
 
 // The values of one reading must not share capacity with the next, so
 // a caller appending to one cannot overwrite another.
 func TestDecodeReadingsDoNotAlias(t *testing.T) {
-	rs, err := Decode("dev-1", []byte(`[{"a":1},{"b":2}]`), defaultTicks)
+	rs, _, err := Decode("dev-1", []byte(`[{"a":1},{"b":2}]`), defaultTicks)
 	require.NoError(t, err)
 	_ = append(rs[0].Values, buckets.Field{Name: "z", Value: buckets.Int(9)})
 	assert.Equal(t, fields("b", 2), rs[1].Values)

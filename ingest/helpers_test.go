@@ -41,11 +41,84 @@ type writeCall struct {
 	err      error
 }
 
-// fakeWriter records every write and fails when fail says so.
+// assignCall is one Writer.Assign the fake saw.
+type assignCall struct {
+	assignments []buckets.Assignment
+	err         error
+}
+
+// fakeWriter records every write and assignment and fails when fail or
+// failAssign says so.
 type fakeWriter struct {
-	mu    sync.Mutex
-	calls []writeCall
-	fail  func(rs []buckets.Reading) error
+	mu         sync.Mutex
+	calls      []writeCall
+	assigns    []assignCall
+	fail       func(rs []buckets.Reading) error
+	failAssign func(as []buckets.Assignment) error
+}
+
+func (w *fakeWriter) Assign(_ context.Context, as []buckets.Assignment) error {
+	as = slices.Clone(as)
+	w.mu.Lock()
+	fail := w.failAssign
+	w.mu.Unlock()
+	var err error
+	if fail != nil {
+		err = fail(as)
+	}
+	w.mu.Lock()
+	w.assigns = append(w.assigns, assignCall{assignments: as, err: err})
+	w.mu.Unlock()
+	return err
+}
+
+func (w *fakeWriter) setFailAssign(f func(as []buckets.Assignment) error) {
+	w.mu.Lock()
+	w.failAssign = f
+	w.mu.Unlock()
+}
+
+// assigned returns the assignments of successful Assign calls, in call
+// order.
+func (w *fakeWriter) assigned() []buckets.Assignment {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []buckets.Assignment
+	for _, c := range w.assigns {
+		if c.err == nil {
+			out = append(out, c.assignments...)
+		}
+	}
+	return out
+}
+
+// attributes applies the successful assignments as a store does (per
+// attribute the newest At wins, the greater value among equal At) and
+// returns each device's attributes.
+func (w *fakeWriter) attributes() map[buckets.DeviceID]map[string]string {
+	type at struct {
+		value string
+		at    buckets.Ticks
+	}
+	state := map[buckets.DeviceID]map[string]at{}
+	for _, a := range w.assigned() {
+		if state[a.Device] == nil {
+			state[a.Device] = map[string]at{}
+		}
+		for _, x := range a.Set {
+			if cur, ok := state[a.Device][x.Name]; !ok || a.At > cur.at || a.At == cur.at && x.Value > cur.value {
+				state[a.Device][x.Name] = at{x.Value, a.At}
+			}
+		}
+	}
+	out := map[buckets.DeviceID]map[string]string{}
+	for dev, m := range state {
+		out[dev] = map[string]string{}
+		for name, v := range m {
+			out[dev][name] = v.value
+		}
+	}
+	return out
 }
 
 func (w *fakeWriter) Write(ctx context.Context, rs []buckets.Reading) error {

@@ -5,8 +5,10 @@
 // the messages and the durable pull consumer "ingest" delivers them.
 // Each message is decoded and validated as a whole (Decode and the
 // accepted time window). Valid messages are gathered into batches of up
-// to MaxBatchReadings readings or MaxBatchWait, written with ONE
-// Writer.Write, and acked only after that write returned nil.
+// to MaxBatchReadings readings or MaxBatchWait; the attribute
+// assignments they carry are applied with one Writer.Assign, their
+// readings written with ONE Writer.Write, and they are acked only after
+// both returned nil.
 //
 // A message that breaks a rule is never stored: its original payload is
 // republished to rejected.<prefix>.<device> (stream TELEMETRY_REJECTED)
@@ -55,9 +57,14 @@ import (
 // Writer is what the ingester needs from storage (implemented by
 // store.Store). Write commits readings atomically per day table; an
 // error wrapping buckets.ErrInvalidReading is permanent, any other is
-// retried. Write must not keep rs after it returns.
+// retried. Assign applies attribute assignments, the newest by At
+// winning per attribute, so applying one again changes nothing; a
+// *buckets.ValidationError (such as a device left with more than
+// buckets.MaxAttributes attributes) is permanent, any other error is
+// retried. Neither may keep its slice after it returns.
 type Writer interface {
 	Write(ctx context.Context, rs []buckets.Reading) error
+	Assign(ctx context.Context, as []buckets.Assignment) error
 }
 
 // Ingester consumes the telemetry stream into a Writer. Create it with

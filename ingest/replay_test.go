@@ -67,8 +67,8 @@ func (f *fakePositions) get(stream string) buckets.StreamPosition {
 
 // Readings of a dropped day in messages published before the drop are
 // skipped and counted; the message is acked; readings of other days in
-// the same message, and readings of the day published after the drop,
-// are stored.
+// the same message (with the message's attributes), and readings of the
+// day published after the drop, are stored.
 func TestIngestSkipsReadingsOfADayDroppedAfterPublication(t *testing.T) {
 	tombs := &fakeTombs{drops: map[buckets.Day]time.Time{}}
 	e := newTestEnv(t, func(c *Config) { c.Tombstones = tombs })
@@ -77,8 +77,8 @@ func TestIngestSkipsReadingsOfADayDroppedAfterPublication(t *testing.T) {
 	yesterday := buckets.DayOfTime(now) - 1
 	old := yesterday.Start().Time().Add(time.Hour).UnixMilli()
 	fresh := now.Add(-time.Second).UnixMilli()
-	e.publish("telemetry.dev-1", flat(old, 1))
-	e.publish("telemetry.dev-1", fmt.Sprintf(`[{"ts":%d,"v":2},{"ts":%d,"v":3}]`, old+1, fresh))
+	e.publish("telemetry.dev-1", fmt.Sprintf(`{"ts":%d,"v":1,"attributes":{"a":"1"}}`, old))
+	e.publish("telemetry.dev-1", fmt.Sprintf(`[{"ts":%d,"v":2,"attributes":{"b":"2"}},{"ts":%d,"v":3}]`, old+1, fresh))
 	tombs.drop(yesterday)
 	time.Sleep(2 * time.Millisecond)
 	last := e.publish("telemetry.dev-1", flat(old+2, 4))
@@ -90,6 +90,8 @@ func TestIngestSkipsReadingsOfADayDroppedAfterPublication(t *testing.T) {
 		vs = append(vs, r.Values[0].Value.AsInt())
 	}
 	assert.ElementsMatch(t, []int64{3, 4}, vs, "kept: the other day's reading and the one published after the drop")
+	assert.Equal(t, map[buckets.DeviceID]map[string]string{"dev-1": {"b": "2"}}, e.w.attributes(),
+		"a message with a reading kept applies its attributes; one with every reading skipped does not")
 	assert.Equal(t, int64(2), e.counter("telemetry.ingest.readings",
 		attribute.String("outcome", "skipped"), attribute.String("code", "day_dropped")))
 	assert.Equal(t, int64(3), e.counter("telemetry.ingest.messages", outcome("acked")))

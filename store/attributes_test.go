@@ -350,3 +350,28 @@ func matchers(t testing.TB, sel string) []*labels.Matcher {
 	require.NoError(t, err)
 	return ms
 }
+
+func TestAssignSplitsABatchTooBigForOneTransaction(t *testing.T) {
+	ts := newTestStore(t)
+	var as []buckets.Assignment
+	size := 0
+	for d := range 300 {
+		var set buckets.Attributes
+		for i := range buckets.MaxAttributes {
+			set = append(set, buckets.Attribute{Name: fmt.Sprintf("a%02d", i), Value: fmt.Sprintf("%03d", d) + strings.Repeat("v", 250)})
+			size += 2 * 260
+		}
+		as = append(as, buckets.Assignment{Device: buckets.DeviceID(fmt.Sprintf("d%03d", d)), At: at(0), Set: set})
+	}
+	require.Greater(t, int64(size), ts.index.db.MaxBatchSize(), "the batch needs more than one transaction")
+	ts.assign(t, as...)
+	for _, a := range as {
+		require.Equal(t, a.Set.Map(), ts.attrsOf(t, string(a.Device)))
+	}
+	require.NoError(t, ts.checkAttrIndex())
+	ts = ts.reopen(t)
+	require.NoError(t, ts.checkAttrIndex())
+	devs, _, err := ts.Devices(context.Background(), buckets.DeviceQuery{Limit: 1000, Match: matchers(t, `{a05=~"29.*"}`)})
+	require.NoError(t, err)
+	assert.Len(t, devs, 10)
+}

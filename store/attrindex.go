@@ -237,7 +237,7 @@ func (x *deviceIndex) applyAttrs(changes []attrChange) {
 		if e.attrs != nil {
 			oldSet = e.attrs.set
 		}
-		x.postings.change(c.dev, oldSet, c.new.set)
+		x.postings.change(c.dev, e, oldSet, c.new.set)
 		e.attrs = c.new
 	}
 }

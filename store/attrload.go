@@ -147,9 +147,10 @@ func (x *deviceIndex) installAttrs(records map[buckets.DeviceID]*attrRecord) {
 	}
 	x.postings = make(attrPostings)
 	for _, d := range x.sorted {
-		if r := x.devices[d].attrs; r != nil {
-			for _, a := range r.set {
-				x.postings.appendSorted(a.Name, a.Value, d)
+		e := x.devices[d]
+		if e.attrs != nil {
+			for _, a := range e.attrs.set {
+				x.postings.appendSorted(a.Name, a.Value, d, e)
 			}
 		}
 	}

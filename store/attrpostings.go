@@ -2,6 +2,7 @@ package store
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -12,18 +13,30 @@ import (
 // device index lock after each commit.
 type attrPostings map[string]*nameValues
 
-// nameValues holds the values of one attribute name.
-type nameValues struct {
-	devices map[string][]buckets.DeviceID // by value, ascending
-	values  []string                      // the keys of devices, ascending
-	count   int                           // devices with the name
+// posting is one device of a posting list, with its entry, so a query
+// reads the device without a map lookup.
+type posting struct {
+	id buckets.DeviceID
+	e  *deviceEntry
 }
 
-// add records that dev has name=value.
-func (p attrPostings) add(name, value string, dev buckets.DeviceID) {
+// comparePosting orders postings by device ID.
+func comparePosting(p posting, id buckets.DeviceID) int {
+	return strings.Compare(string(p.id), string(id))
+}
+
+// nameValues holds the values of one attribute name.
+type nameValues struct {
+	devices map[string][]posting // by value, ascending by device
+	values  []string             // the keys of devices, ascending
+	count   int                  // devices with the name
+}
+
+// add records that dev (whose entry is e) has name=value.
+func (p attrPostings) add(name, value string, dev buckets.DeviceID, e *deviceEntry) {
 	nv := p[name]
 	if nv == nil {
-		nv = &nameValues{devices: make(map[string][]buckets.DeviceID)}
+		nv = &nameValues{devices: make(map[string][]posting)}
 		p[name] = nv
 	}
 	list, known := nv.devices[value]
@@ -31,28 +44,28 @@ func (p attrPostings) add(name, value string, dev buckets.DeviceID) {
 		i, _ := slices.BinarySearch(nv.values, value)
 		nv.values = slices.Insert(nv.values, i, value)
 	}
-	i, found := slices.BinarySearch(list, dev)
+	i, found := slices.BinarySearchFunc(list, dev, comparePosting)
 	if found {
 		return
 	}
-	nv.devices[value] = slices.Insert(list, i, dev)
+	nv.devices[value] = slices.Insert(list, i, posting{id: dev, e: e})
 	nv.count++
 }
 
 // appendSorted adds dev, which sorts after every device of the list
 // already, to name=value: the fast path of building all lists from the
 // records in device order.
-func (p attrPostings) appendSorted(name, value string, dev buckets.DeviceID) {
+func (p attrPostings) appendSorted(name, value string, dev buckets.DeviceID, e *deviceEntry) {
 	nv := p[name]
 	if nv == nil {
-		nv = &nameValues{devices: make(map[string][]buckets.DeviceID)}
+		nv = &nameValues{devices: make(map[string][]posting)}
 		p[name] = nv
 	}
 	list, known := nv.devices[value]
 	if !known {
 		nv.values = append(nv.values, value) // sorted by finishLoad
 	}
-	nv.devices[value] = append(list, dev)
+	nv.devices[value] = append(list, posting{id: dev, e: e})
 	nv.count++
 }
 
@@ -70,7 +83,7 @@ func (p attrPostings) remove(name, value string, dev buckets.DeviceID) {
 		return
 	}
 	list := nv.devices[value]
-	i, found := slices.BinarySearch(list, dev)
+	i, found := slices.BinarySearchFunc(list, dev, comparePosting)
 	if !found {
 		return
 	}
@@ -88,8 +101,9 @@ func (p attrPostings) remove(name, value string, dev buckets.DeviceID) {
 	}
 }
 
-// change moves dev's postings from the attribute set old to new.
-func (p attrPostings) change(dev buckets.DeviceID, old, new buckets.Attributes) {
+// change moves the postings of dev (whose entry is e) from the
+// attribute set old to new.
+func (p attrPostings) change(dev buckets.DeviceID, e *deviceEntry, old, new buckets.Attributes) {
 	for _, a := range old {
 		if v, ok := new.Get(a.Name); !ok || v != a.Value {
 			p.remove(a.Name, a.Value, dev)
@@ -97,7 +111,7 @@ func (p attrPostings) change(dev buckets.DeviceID, old, new buckets.Attributes) 
 	}
 	for _, a := range new {
 		if v, ok := old.Get(a.Name); !ok || v != a.Value {
-			p.add(a.Name, a.Value, dev)
+			p.add(a.Name, a.Value, dev, e)
 		}
 	}
 }

@@ -38,7 +38,8 @@ func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buc
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	infos = make([]buckets.DeviceInfo, 0, min(q.Limit, 256))
-	x.selectDevices(&q, func(d buckets.DeviceID, e *deviceEntry) bool {
+	w := &walk{ctx: ctx, q: &q}
+	x.selectDevices(w, func(d buckets.DeviceID, e *deviceEntry) bool {
 		if len(infos) == q.Limit {
 			more = true
 			return false
@@ -46,6 +47,9 @@ func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buc
 		infos = append(infos, e.info(d))
 		return true
 	})
+	if w.err != nil {
+		return nil, false, w.err
+	}
 	return infos, more, nil
 }
 
@@ -67,20 +71,22 @@ func (s *Store) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]st
 	if unfiltered(&q) {
 		return names, nil
 	}
+	w := &walk{ctx: ctx, q: &q}
 	if d := x.driver(&q); d != nil {
 		seen := make(map[string]struct{})
-		x.selectDevices(&q, func(_ buckets.DeviceID, e *deviceEntry) bool {
+		x.selectDevices(w, func(_ buckets.DeviceID, e *deviceEntry) bool {
 			for _, a := range e.attributes() {
 				seen[a.Name] = struct{}{}
 			}
 			return len(seen) < len(names)
 		})
-		return slices.DeleteFunc(names, func(n string) bool { _, ok := seen[n]; return !ok }), nil
+		return slices.DeleteFunc(names, func(n string) bool { _, ok := seen[n]; return !ok }), w.err
 	}
-	return slices.DeleteFunc(names, func(n string) bool {
+	names = slices.DeleteFunc(names, func(n string) bool {
 		nv := x.postings[n]
-		return !slices.ContainsFunc(nv.values, func(v string) bool { return x.anySelected(nv.devices[v], &q) })
-	}), nil
+		return !slices.ContainsFunc(nv.values, func(v string) bool { return x.anySelected(nv.devices[v], w) })
+	})
+	return names, w.err
 }
 
 // AttributeValues returns the values of the attribute name, sorted,
@@ -100,9 +106,10 @@ func (s *Store) AttributeValues(ctx context.Context, name string, q buckets.Devi
 	if unfiltered(&q) {
 		return slices.Clone(nv.values), nil
 	}
+	w := &walk{ctx: ctx, q: &q}
 	if d := x.driver(&q); d != nil && d.size < nv.count {
 		seen := make(map[string]struct{})
-		x.selectDevices(&q, func(_ buckets.DeviceID, e *deviceEntry) bool {
+		x.selectDevices(w, func(_ buckets.DeviceID, e *deviceEntry) bool {
 			if v, ok := e.attributes().Get(name); ok {
 				seen[v] = struct{}{}
 			}
@@ -114,15 +121,15 @@ func (s *Store) AttributeValues(ctx context.Context, name string, q buckets.Devi
 				out = append(out, v)
 			}
 		}
-		return out, nil
+		return out, w.err
 	}
 	out := make([]string, 0, len(nv.values))
 	for _, v := range nv.values {
-		if x.anySelected(nv.devices[v], &q) {
+		if x.anySelected(nv.devices[v], w) {
 			out = append(out, v)
 		}
 	}
-	return out, nil
+	return out, w.err
 }
 
 // unfiltered reports whether q selects every device.
@@ -130,32 +137,59 @@ func unfiltered(q *buckets.DeviceQuery) bool {
 	return q.Prefix == "" && q.After == "" && len(q.Match) == 0 && q.SilentBefore == 0 && q.Visible == nil
 }
 
-// selectDevices calls fn with each device q selects, in ID order,
-// until fn returns false. x.mu must be held.
-func (x *deviceIndex) selectDevices(q *buckets.DeviceQuery, fn func(buckets.DeviceID, *deviceEntry) bool) {
+// walkCheckEvery is how many devices a walk examines between looks at
+// its context.
+const walkCheckEvery = 1024
+
+// walk is one pass of a query over the index. It stops, setting err,
+// when its context ends.
+type walk struct {
+	ctx context.Context
+	q   *buckets.DeviceQuery
+	n   int
+	err error
+}
+
+// stopped counts one device examined and reports whether the walk must
+// stop.
+func (w *walk) stopped() bool {
+	if w.n++; w.n%walkCheckEvery == 0 && w.err == nil {
+		w.err = w.ctx.Err()
+	}
+	return w.err != nil
+}
+
+// selectDevices calls fn with each device w's query selects, in ID
+// order, until fn returns false or the walk stops. x.mu must be held.
+func (x *deviceIndex) selectDevices(w *walk, fn func(buckets.DeviceID, *deviceEntry) bool) {
+	q := w.q
 	start, after := startOf(q)
 	var it deviceIter
 	if d := x.driver(q); d != nil {
 		it = newUnion(d.lists, start, after)
 	} else {
-		it = newUnion([][]buckets.DeviceID{x.sorted}, start, after)
+		i, found := slices.BinarySearch(x.sorted, start)
+		if found && after {
+			i++
+		}
+		it = &idCursor{ids: x.sorted[i:], devices: x.devices}
 	}
-	for d, ok := it.next(); ok && strings.HasPrefix(string(d), q.Prefix); d, ok = it.next() {
-		e := x.devices[d]
-		if e == nil || !selects(q, d, e) {
+	for p, ok := it.next(); ok && strings.HasPrefix(string(p.id), q.Prefix) && !w.stopped(); p, ok = it.next() {
+		if p.e == nil || !selects(q, p.id, p.e) {
 			continue
 		}
-		if !fn(d, e) {
+		if !fn(p.id, p.e) {
 			return
 		}
 	}
 }
 
-// anySelected reports whether q selects any device of list.
-func (x *deviceIndex) anySelected(list []buckets.DeviceID, q *buckets.DeviceQuery) bool {
+// anySelected reports whether w's query selects any device of list.
+func (x *deviceIndex) anySelected(list []posting, w *walk) bool {
+	q := w.q
 	start, after := startOf(q)
-	for i := lowerBound(list, start, after); i < len(list) && strings.HasPrefix(string(list[i]), q.Prefix); i++ {
-		if e := x.devices[list[i]]; e != nil && selects(q, list[i], e) {
+	for i := lowerBound(list, start, after); i < len(list) && strings.HasPrefix(string(list[i].id), q.Prefix) && !w.stopped(); i++ {
+		if selects(q, list[i].id, list[i].e) {
 			return true
 		}
 	}
@@ -173,8 +207,8 @@ func startOf(q *buckets.DeviceQuery) (start buckets.DeviceID, after bool) {
 
 // lowerBound is the index of the first device of list at or after
 // start (after start, when after is set).
-func lowerBound(list []buckets.DeviceID, start buckets.DeviceID, after bool) int {
-	i, found := slices.BinarySearch(list, start)
+func lowerBound(list []posting, start buckets.DeviceID, after bool) int {
+	i, found := slices.BinarySearchFunc(list, start, comparePosting)
 	if found && after {
 		i++
 	}
@@ -204,7 +238,7 @@ func selects(q *buckets.DeviceQuery, dev buckets.DeviceID, e *deviceEntry) bool 
 // candidates are the devices one matcher can match, as disjoint sorted
 // lists.
 type candidates struct {
-	lists [][]buckets.DeviceID
+	lists [][]posting
 	size  int
 }
 
@@ -230,7 +264,7 @@ func (x *deviceIndex) candidatesOf(m *labels.Matcher) *candidates {
 		return nil
 	}
 	if m.Name == deviceLabel {
-		return deviceCandidates(m)
+		return x.deviceCandidates(m)
 	}
 	c := &candidates{}
 	nv := x.postings[m.Name]
@@ -262,40 +296,59 @@ func (x *deviceIndex) candidatesOf(m *labels.Matcher) *candidates {
 	return c
 }
 
-// deviceCandidates returns the devices an equality or literal
+// deviceCandidates returns the known devices an equality or literal
 // alternation on the device ID names, or nil for other patterns.
-func deviceCandidates(m *labels.Matcher) *candidates {
-	var ids []buckets.DeviceID
+func (x *deviceIndex) deviceCandidates(m *labels.Matcher) *candidates {
+	var ids []string
 	switch set := m.SetMatches(); {
 	case m.Type == labels.MatchEqual:
-		ids = []buckets.DeviceID{buckets.DeviceID(m.Value)}
+		ids = []string{m.Value}
 	case m.Type == labels.MatchRegexp && set != nil:
-		for _, s := range set {
-			ids = append(ids, buckets.DeviceID(s))
-		}
+		ids = slices.Clone(set)
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
 	default:
 		return nil
 	}
-	return &candidates{lists: [][]buckets.DeviceID{ids}, size: len(ids)}
+	list := make([]posting, 0, len(ids))
+	for _, id := range ids {
+		if e := x.devices[buckets.DeviceID(id)]; e != nil {
+			list = append(list, posting{id: buckets.DeviceID(id), e: e})
+		}
+	}
+	return &candidates{lists: [][]posting{list}, size: len(list)}
 }
 
 // deviceIter yields devices in ascending order.
 type deviceIter interface {
-	next() (buckets.DeviceID, bool)
+	next() (posting, bool)
+}
+
+// idCursor yields the devices of a sorted list of IDs.
+type idCursor struct {
+	ids     []buckets.DeviceID
+	devices map[buckets.DeviceID]*deviceEntry
+}
+
+func (c *idCursor) next() (posting, bool) {
+	if len(c.ids) == 0 {
+		return posting{}, false
+	}
+	id := c.ids[0]
+	c.ids = c.ids[1:]
+	return posting{id: id, e: c.devices[id]}, true
 }
 
 // cursor is a position in one sorted list.
 type cursor struct {
-	list []buckets.DeviceID
+	list []posting
 	i    int
 }
 
 // union merges disjoint sorted lists into one ascending sequence.
 type union []cursor
 
-func newUnion(lists [][]buckets.DeviceID, start buckets.DeviceID, after bool) deviceIter {
+func newUnion(lists [][]posting, start buckets.DeviceID, after bool) deviceIter {
 	u := make(union, 0, len(lists))
 	for _, l := range lists {
 		if i := lowerBound(l, start, after); i < len(l) {
@@ -309,17 +362,17 @@ func newUnion(lists [][]buckets.DeviceID, start buckets.DeviceID, after bool) de
 	return &u
 }
 
-func (c *cursor) next() (buckets.DeviceID, bool) {
+func (c *cursor) next() (posting, bool) {
 	if c.i >= len(c.list) {
-		return "", false
+		return posting{}, false
 	}
 	c.i++
 	return c.list[c.i-1], true
 }
 
-func (u *union) next() (buckets.DeviceID, bool) {
+func (u *union) next() (posting, bool) {
 	if len(*u) == 0 {
-		return "", false
+		return posting{}, false
 	}
 	c := &(*u)[0]
 	d := c.list[c.i]
@@ -333,7 +386,7 @@ func (u *union) next() (buckets.DeviceID, bool) {
 }
 
 func (u union) Len() int           { return len(u) }
-func (u union) Less(i, j int) bool { return u[i].list[u[i].i] < u[j].list[u[j].i] }
+func (u union) Less(i, j int) bool { return u[i].list[u[i].i].id < u[j].list[u[j].i].id }
 func (u union) Swap(i, j int)      { u[i], u[j] = u[j], u[i] }
 func (u *union) Push(x any)        { *u = append(*u, x.(cursor)) }
 func (u *union) Pop() any {

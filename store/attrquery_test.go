@@ -181,3 +181,27 @@ func TestAttributeNamesAndValues(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"East", "West"}, vals)
 }
+
+func TestLongWalkStopsWhenItsContextEnds(t *testing.T) {
+	ts := newTestStore(t)
+	var as []buckets.Assignment
+	for i := range 3 * walkCheckEvery {
+		as = append(as, set(fmt.Sprintf("d%05d", i), at(0), "fleet", "East"))
+	}
+	ts.assign(t, as...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	hide := func(buckets.DeviceID) bool { calls++; cancel(); return false }
+	_, _, err := ts.Devices(ctx, buckets.DeviceQuery{Limit: 10, Match: matchers(t, `{fleet!="West"}`), Visible: hide})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.LessOrEqual(t, calls, walkCheckEvery)
+
+	ctx, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	hide = func(buckets.DeviceID) bool { calls++; cancel2(); return false }
+	calls = 0
+	_, err = ts.AttributeValues(ctx, "fleet", buckets.DeviceQuery{Visible: hide})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.LessOrEqual(t, calls, walkCheckEvery)
+}

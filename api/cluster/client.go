@@ -31,7 +31,8 @@ type client struct {
 // call POSTs (or GETs, when in is nil) to url+path and decodes the
 // answer into out. The call carries the cluster credential and names
 // the client of ctx (auth.FromContext) it serves. A 404 wraps
-// buckets.ErrNotFound, a 400 buckets.ErrInvalidArgument; anything else
+// buckets.ErrNotFound, a 400 buckets.ErrInvalidArgument (or the
+// *buckets.ValidationError of a refused assignment); anything else
 // failing (a 401 or 403 of a node with another credential or auth file
 // included) wraps errTransport.
 func (c *client) call(ctx context.Context, base, path string, in, out any) error {
@@ -67,6 +68,9 @@ func (c *client) call(ctx context.Context, base, path string, in, out any) error
 			}
 			return fmt.Errorf("%s: %w", msg, buckets.ErrNotFound)
 		case http.StatusBadRequest:
+			if e.Code != "" && e.Code != "invalid_argument" { // a rejection with its code
+				return buckets.Invalid(buckets.Code(e.Code), -1, e.Field, "%s", e.Message)
+			}
 			return fmt.Errorf("%s: %w", e.Message, buckets.ErrInvalidArgument)
 		}
 		return fmt.Errorf("%w: %s", errTransport, msg)

@@ -25,6 +25,9 @@ const (
 	pathAggregate = "/internal/v1/aggregate"
 	pathTables    = "/internal/v1/tables"
 	pathDrop      = "/internal/v1/drop"
+	pathDevice    = "/internal/v1/device"
+	pathAttrs     = "/internal/v1/attributes"
+	pathAssign    = "/internal/v1/assign"
 )
 
 // maxRequestBytes bounds an internal request body.
@@ -37,9 +40,10 @@ const maxRequestBytes = 64 << 10
 // name the client it serves (HeaderCaller). The credential proves the
 // call comes from a node; the caller's token then gets exactly the
 // rights the public endpoints give it: scope read for readings, device
-// lists and tables, scope admin for a drop, and only the devices of its
-// patterns (another device is not found; in a device list it is a bare
-// position without data).
+// lists, attributes and tables, scope write for attribute assignments,
+// scope admin for a drop, and only the devices of its patterns (another
+// device is not found, and no list, attribute name or value tells of
+// it).
 type Handler struct {
 	local      Local
 	part       func(buckets.DeviceID) int
@@ -68,6 +72,9 @@ func NewHandler(local Local, part func(buckets.DeviceID) int, credential string,
 	h.mux.HandleFunc("POST "+pathAggregate, h.aggregate)
 	h.mux.HandleFunc("GET "+pathTables, h.tables)
 	h.mux.HandleFunc("POST "+pathDrop, h.drop)
+	h.mux.HandleFunc("POST "+pathDevice, h.device)
+	h.mux.HandleFunc("POST "+pathAttrs, h.attributes)
+	h.mux.HandleFunc("POST "+pathAssign, h.assign)
 	return h
 }
 
@@ -177,16 +184,46 @@ func (h *Handler) devices(w http.ResponseWriter, r *http.Request) {
 	devs, more, err := localDevices(r.Context(), h.local, h.part, q)
 	h.reply(w, r, err, func() any {
 		out := devicesResponse{Devices: make([]wireDevice, len(devs)), More: more}
-		for i, d := range devs {
-			if !auth.Visible(r.Context(), string(d.Device)) {
-				out.Devices[i] = wireDevice{Device: d.Device, Hidden: true}
-				continue
-			}
-			out.Devices[i] = wireDevice{Device: d.Device, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen,
-				Latest: buckets.AppendValues(nil, d.Latest)}
+		for i := range devs {
+			out.Devices[i] = toWireDevice(&devs[i])
 		}
 		return out
 	})
+}
+
+func (h *Handler) device(w http.ResponseWriter, r *http.Request) {
+	var q deviceRequest
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
+		return
+	}
+	d, err := h.local.Device(r.Context(), q.Device)
+	h.reply(w, r, err, func() any { return toWireDevice(&d) })
+}
+
+func (h *Handler) attributes(w http.ResponseWriter, r *http.Request) {
+	var q attributesRequest
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, "") {
+		return
+	}
+	vals, err := localAttributes(r.Context(), h.local, h.part, q)
+	h.reply(w, r, err, func() any { return attributesResponse{Values: vals} })
+}
+
+func (h *Handler) assign(w http.ResponseWriter, r *http.Request) {
+	var q assignRequest
+	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeWrite, "") {
+		return
+	}
+	for _, a := range q.Assignments {
+		if !allowed(w, r, auth.ScopeWrite, a.Device) {
+			return
+		}
+	}
+	as, err := fromWireAssignments(q.Assignments)
+	if err == nil {
+		err = h.local.Assign(r.Context(), as)
+	}
+	h.reply(w, r, err, func() any { return struct{}{} })
 }
 
 func (h *Handler) tables(w http.ResponseWriter, r *http.Request) {
@@ -206,32 +243,44 @@ func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
 	h.reply(w, r, err, func() any { return d })
 }
 
-// localDevices lists the devices of q.Partitions in the local index,
-// reading the index in pages until q.Limit of them are found.
+// localDevices lists the devices of q.Partitions in the local index
+// that q selects and the caller of ctx may see: the store applies the
+// partitions and the caller's device patterns with the rest of the
+// query.
 func localDevices(ctx context.Context, local Local, part func(buckets.DeviceID) int, q devicesRequest) ([]buckets.DeviceInfo, bool, error) {
 	if q.Limit < 1 {
 		return nil, false, fmt.Errorf("limit %d: %w", q.Limit, buckets.ErrInvalidArgument)
 	}
-	var out []buckets.DeviceInfo
-	after := q.After
-	for {
-		page, more, err := local.Devices(ctx, buckets.DeviceQuery{Prefix: q.Prefix, After: after, Limit: q.Limit})
-		if err != nil {
-			return nil, false, err
-		}
-		for _, d := range page {
-			if !slices.Contains(q.Partitions, part(d.Device)) {
-				continue
-			}
-			if len(out) == q.Limit {
-				return out, true, nil
-			}
-			out = append(out, d)
-		}
-		if !more || len(page) == 0 {
-			return out, false, nil
-		}
-		after = page[len(page)-1].Device
+	ms, err := matchersFromWire(q.Match)
+	if err != nil {
+		return nil, false, err
+	}
+	return local.Devices(ctx, buckets.DeviceQuery{Prefix: q.Prefix, After: q.After, Limit: q.Limit, Match: ms,
+		SilentBefore: q.SilentBefore, Visible: partitionFilter(ctx, part, q.Partitions)})
+}
+
+// localAttributes answers an attributesRequest from the local index,
+// as localDevices does.
+func localAttributes(ctx context.Context, local Local, part func(buckets.DeviceID) int, q attributesRequest) ([]string, error) {
+	ms, err := matchersFromWire(q.Match)
+	if err != nil {
+		return nil, err
+	}
+	dq := buckets.DeviceQuery{Prefix: q.Prefix, Match: ms, Visible: partitionFilter(ctx, part, q.Partitions)}
+	if q.Name == "" {
+		return local.AttributeNames(ctx, dq)
+	}
+	return local.AttributeValues(ctx, q.Name, dq)
+}
+
+// partitionFilter keeps the devices of parts that the caller of ctx
+// may see. The local store may hold devices of partitions this node
+// does not answer for (it owned them once), so every listing is cut to
+// the partitions it was asked about.
+func partitionFilter(ctx context.Context, part func(buckets.DeviceID) int, parts []int) func(buckets.DeviceID) bool {
+	p := auth.FromContext(ctx)
+	return func(d buckets.DeviceID) bool {
+		return slices.Contains(parts, part(d)) && p.DeviceVisible(string(d))
 	}
 }
 
@@ -249,12 +298,15 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // reply writes the answer, or the error mapped to a status the caller
 // turns back into the same buckets sentinel.
 func (h *Handler) reply(w http.ResponseWriter, r *http.Request, err error, body func() any) {
+	var ve *buckets.ValidationError
 	switch {
 	case err == nil:
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(body()); err != nil {
 			h.log.WarnContext(r.Context(), "write internal answer", "path", r.URL.Path, "error", err)
 		}
+	case errors.As(err, &ve) && ve.Code != "":
+		writeJSONError(w, http.StatusBadRequest, errorResponse{Code: string(ve.Code), Message: ve.Msg, Field: ve.Field})
 	case errors.Is(err, buckets.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, buckets.ErrInvalidArgument), errors.Is(err, buckets.ErrInvalidReading):
@@ -266,7 +318,11 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, err error, body 
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSONError(w, status, errorResponse{Code: code, Message: msg})
+}
+
+func writeJSONError(w http.ResponseWriter, status int, e errorResponse) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(errorResponse{Code: code, Message: msg})
+	_ = json.NewEncoder(w).Encode(e)
 }

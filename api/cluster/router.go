@@ -11,10 +11,17 @@
 //     answered from the local store when this node has caught up on the
 //     device's partition, otherwise by an owner over the node-to-node
 //     API, trying the next owner when one fails;
-//   - the device list asks one owner per partition, each for the
-//     devices of the partitions it was chosen for, and merges the
+//   - a device's record (with its attributes) comes from an owner of
+//     its partition, like a single-device call;
+//   - the device list (filtered by attributes and silence too) and the
+//     attribute names and values ask one owner per partition, each for
+//     the devices of the partitions it was chosen for, and merge the
 //     sorted answers; PromQL reads its series through the same calls,
-//     and the Prometheus engine evaluates on the merged series;
+//     and the Prometheus engine evaluates on the merged series. The
+//     answering node applies the caller's device patterns itself;
+//   - an attribute write goes to every caught-up owner of the device's
+//     partition (each keeps its own index), and succeeds when all of
+//     them applied it;
 //   - the table list and DELETE /v1/tables/{day} go to every live node.
 //
 // Cursors hold only query parameters and positions in the data, which
@@ -54,6 +61,10 @@ type Local interface {
 	Tables(ctx context.Context) ([]buckets.TableInfo, error)
 	Aggregate(ctx context.Context, q buckets.AggregateQuery) (buckets.AggregatePage, error)
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+	Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error)
+	Assign(ctx context.Context, as []buckets.Assignment) error
+	AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error)
+	AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error)
 }
 
 // Peer is a node that answers for a partition.
@@ -218,29 +229,90 @@ func (r *Router) Aggregate(ctx context.Context, q buckets.AggregateQuery) (p buc
 	return p, err
 }
 
-// Devices implements api.Reader and promapi.Source: one owner per
-// partition lists the devices of the partitions it was chosen for; the
-// sorted lists are merged.
-func (r *Router) Devices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
-	if len(dq.Match) > 0 || dq.SilentBefore != 0 || dq.Visible != nil {
-		return nil, false, fmt.Errorf("%w: attribute matchers, silence and visibility are not routed yet", buckets.ErrInvalidArgument)
+// Device implements api.Attributes: the record of one device, from an
+// owner of its partition.
+func (r *Router) Device(ctx context.Context, dev buckets.DeviceID) (d buckets.DeviceInfo, err error) {
+	err = r.onOwner(ctx, dev,
+		func() (err error) { d, err = r.local.Device(ctx, dev); return err },
+		func(base string) error {
+			var out wireDevice
+			if err := r.c.call(ctx, base, pathDevice, deviceRequest{Device: dev}, &out); err != nil {
+				return err
+			}
+			d, err = fromWireDevice(&out)
+			if err != nil {
+				return fmt.Errorf("%w: %w", errTransport, err)
+			}
+			return nil
+		})
+	return d, err
+}
+
+// Assign implements api.Attributes: every assignment goes to every
+// caught-up owner of its device's partition, since each owner keeps
+// the index of the partition's devices. It succeeds when all of them
+// applied it; a refusal (an invalid attribute) is returned as the
+// owner gave it. When an owner cannot be reached the error names it
+// and wraps buckets.ErrUnavailable: applying the same assignments again
+// is harmless (the newest by At wins), so the client may retry.
+func (r *Router) Assign(ctx context.Context, as []buckets.Assignment) error {
+	byPart := map[int][]buckets.Assignment{}
+	for _, a := range as {
+		p := r.members.PartitionOf(a.Device)
+		byPart[p] = append(byPart[p], a)
 	}
-	prefix, after, limit := dq.Prefix, dq.After, dq.Limit
+	parts := make([]int, 0, len(byPart))
+	for p := range byPart {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	for _, p := range parts {
+		owners := r.members.Owners(p)
+		if len(owners) == 0 {
+			return unavailable(p, nil)
+		}
+		var errs []error
+		for _, o := range owners {
+			var err error
+			if o.Self {
+				err = r.local.Assign(ctx, byPart[p])
+			} else {
+				err = r.c.call(ctx, o.URL, pathAssign, assignRequest{Assignments: toWireAssignments(byPart[p])}, &struct{}{})
+			}
+			switch {
+			case err == nil:
+			case errors.Is(err, errTransport):
+				r.log.WarnContext(ctx, "owner did not take an attribute assignment", "partition", p, "node", o.Node, "error", err)
+				errs = append(errs, fmt.Errorf("node %s: %w", o.Node, err))
+			default:
+				return err
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("partition %d: assignment not applied by every owner: %w: %w", p, errors.Join(errs...), buckets.ErrUnavailable)
+		}
+	}
+	return nil
+}
+
+// perPartition runs ask once for every partition, on one of its owners,
+// grouping the partitions each owner was chosen for (base "" is this
+// node). A group whose owner did not answer (errTransport) is asked of
+// the partitions' next owners; any other error ends the walk.
+func (r *Router) perPartition(ctx context.Context, what string, ask func(base string, parts []int) error) error {
 	n := r.members.Partitions()
 	pending := make([]int, n)
 	for p := range n {
 		pending[p] = p
 	}
 	tried := map[int]int{} // partition -> owners tried
-	var all []buckets.DeviceInfo
-	more := false
 	for len(pending) > 0 {
 		groups := map[string][]int{} // owner URL ("" = self) -> partitions
 		peers := map[string]Peer{}
 		for _, p := range pending {
 			owners := r.members.Owners(p)
 			if tried[p] >= len(owners) {
-				return nil, false, unavailable(p, nil)
+				return unavailable(p, nil)
 			}
 			o := owners[tried[p]]
 			key := o.URL
@@ -251,11 +323,16 @@ func (r *Router) Devices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets
 			peers[key] = o
 		}
 		pending = nil
-		for key, ps := range groups {
-			q := devicesRequest{Prefix: prefix, After: after, Limit: limit, Partitions: ps}
-			devs, m, err := r.devicesOn(ctx, key, q)
+		keys := make([]string, 0, len(groups))
+		for k := range groups {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, key := range keys {
+			ps := groups[key]
+			err := ask(key, ps)
 			if errors.Is(err, errTransport) {
-				r.log.WarnContext(ctx, "owner did not list its devices; trying the next", "node", peers[key].Node, "error", err)
+				r.log.WarnContext(ctx, "owner did not answer; trying the next", "what", what, "node", peers[key].Node, "error", err)
 				for _, p := range ps {
 					tried[p]++
 				}
@@ -263,43 +340,116 @@ func (r *Router) Devices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets
 				continue
 			}
 			if err != nil {
-				return nil, false, err
+				return err
 			}
-			all = append(all, devs...)
-			more = more || m
 		}
+	}
+	return nil
+}
+
+// Devices implements api.Reader and promapi.Source: one owner per
+// partition lists the devices of the partitions it was chosen for; the
+// sorted lists are merged. dq.Visible must be the caller's own device
+// patterns (auth.FromContext): a remote owner applies those itself,
+// from the rights of the client the call serves.
+func (r *Router) Devices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+	if dq.Limit < 1 {
+		return nil, false, fmt.Errorf("limit %d: %w", dq.Limit, buckets.ErrInvalidArgument)
+	}
+	var all []buckets.DeviceInfo
+	more := false
+	err := r.perPartition(ctx, "devices", func(base string, ps []int) error {
+		q := devicesRequest{Prefix: dq.Prefix, After: dq.After, Limit: dq.Limit, Partitions: ps,
+			Match: matchersToWire(dq.Match), SilentBefore: dq.SilentBefore}
+		devs, m, err := r.devicesOn(ctx, base, q, dq)
+		if err != nil {
+			return err
+		}
+		all = append(all, devs...)
+		more = more || m
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	slices.SortFunc(all, func(a, b buckets.DeviceInfo) int { return cmp.Compare(a.Device, b.Device) })
 	all = slices.CompactFunc(all, func(a, b buckets.DeviceInfo) bool { return a.Device == b.Device })
-	if len(all) > limit {
-		all, more = all[:limit], true
+	if len(all) > dq.Limit {
+		all, more = all[:dq.Limit], true
 	}
 	return all, more, nil
 }
 
-// devicesOn asks one node (key "" = this one) for the devices of some
+// devicesOn asks one node (base "" = this one) for the devices of some
 // partitions.
-func (r *Router) devicesOn(ctx context.Context, base string, q devicesRequest) ([]buckets.DeviceInfo, bool, error) {
+func (r *Router) devicesOn(ctx context.Context, base string, q devicesRequest, dq buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
 	if base == "" {
-		return localDevices(ctx, r.local, r.members.PartitionOf, q)
+		visible := func(d buckets.DeviceID) bool {
+			return slices.Contains(q.Partitions, r.members.PartitionOf(d)) && (dq.Visible == nil || dq.Visible(d))
+		}
+		return r.local.Devices(ctx, buckets.DeviceQuery{Prefix: dq.Prefix, After: dq.After, Limit: dq.Limit,
+			Match: dq.Match, SilentBefore: dq.SilentBefore, Visible: visible})
 	}
 	var out devicesResponse
 	if err := r.c.call(ctx, base, pathDevices, q, &out); err != nil {
 		return nil, false, err
 	}
 	devs := make([]buckets.DeviceInfo, len(out.Devices))
-	for i, d := range out.Devices {
-		if d.Hidden { // a position only: the caller cannot see it, and its callers filter it out
-			devs[i] = buckets.DeviceInfo{Device: d.Device}
-			continue
-		}
-		latest, err := buckets.DecodeValues(d.Latest)
+	for i := range out.Devices {
+		d, err := fromWireDevice(&out.Devices[i])
 		if err != nil {
-			return nil, false, fmt.Errorf("%w: device %s: %w", errTransport, d.Device, err)
+			return nil, false, fmt.Errorf("%w: %w", errTransport, err)
 		}
-		devs[i] = buckets.DeviceInfo{Device: d.Device, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, Latest: latest}
+		devs[i] = d
 	}
 	return devs, out.More, nil
+}
+
+// AttributeNames implements promapi.AttributeIndex: the names known to
+// one owner per partition, merged.
+func (r *Router) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
+	return r.attributes(ctx, "", q)
+}
+
+// AttributeValues implements promapi.AttributeIndex: the values of name
+// known to one owner per partition, merged.
+func (r *Router) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
+	return r.attributes(ctx, name, q)
+}
+
+// attributes answers AttributeNames (name "") and AttributeValues.
+func (r *Router) attributes(ctx context.Context, name string, dq buckets.DeviceQuery) ([]string, error) {
+	var all []string
+	err := r.perPartition(ctx, "attributes", func(base string, ps []int) error {
+		var vals []string
+		var err error
+		if base == "" {
+			q := dq
+			q.Visible = func(d buckets.DeviceID) bool {
+				return slices.Contains(ps, r.members.PartitionOf(d)) && (dq.Visible == nil || dq.Visible(d))
+			}
+			if name == "" {
+				vals, err = r.local.AttributeNames(ctx, q)
+			} else {
+				vals, err = r.local.AttributeValues(ctx, name, q)
+			}
+		} else {
+			var out attributesResponse
+			err = r.c.call(ctx, base, pathAttrs, attributesRequest{Name: name, Prefix: dq.Prefix,
+				Match: matchersToWire(dq.Match), Partitions: ps}, &out)
+			vals = out.Values
+		}
+		if err != nil {
+			return err
+		}
+		all = append(all, vals...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(all)
+	return slices.Compact(all), nil
 }
 
 // Tables implements api.Reader: the day tables of every live node,

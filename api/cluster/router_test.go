@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -20,7 +22,10 @@ import (
 // memLocal is a store of a few readings, enough to answer the router's
 // calls (a fake at the consumer-declared Local).
 type memLocal struct {
-	rs []buckets.Reading
+	mu       sync.Mutex
+	rs       []buckets.Reading
+	attrs    map[buckets.DeviceID]buckets.Attributes
+	assigned []buckets.Assignment
 }
 
 func (m *memLocal) of(dev buckets.DeviceID) []buckets.Reading {
@@ -52,19 +57,120 @@ func (m *memLocal) Get(_ context.Context, dev buckets.DeviceID, k buckets.Ticks)
 }
 
 func (m *memLocal) Devices(_ context.Context, q buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
-	prefix, after, limit := q.Prefix, q.After, q.Limit
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []buckets.DeviceInfo
+	for _, d := range m.all() {
+		if strings.HasPrefix(string(d.Device), q.Prefix) && d.Device > q.After && selects(q, &d) {
+			out = append(out, d)
+		}
+	}
+	if len(out) > q.Limit {
+		return out[:q.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+// all is every device, sorted, with its attributes (m.mu held).
+func (m *memLocal) all() []buckets.DeviceInfo {
 	var out []buckets.DeviceInfo
 	for _, r := range m.rs {
-		if strings.HasPrefix(string(r.Device), prefix) && r.Device > after &&
-			!slices.ContainsFunc(out, func(d buckets.DeviceInfo) bool { return d.Device == r.Device }) {
-			out = append(out, buckets.DeviceInfo{Device: r.Device, FirstSeen: r.Ticks, LastSeen: r.Ticks, Latest: r.Values})
+		if !slices.ContainsFunc(out, func(d buckets.DeviceInfo) bool { return d.Device == r.Device }) {
+			out = append(out, buckets.DeviceInfo{Device: r.Device, FirstSeen: r.Ticks, LastSeen: r.Ticks, Latest: r.Values, Attributes: m.attrs[r.Device]})
+		}
+	}
+	for dev, a := range m.attrs {
+		if !slices.ContainsFunc(out, func(d buckets.DeviceInfo) bool { return d.Device == dev }) {
+			out = append(out, buckets.DeviceInfo{Device: dev, Attributes: a})
 		}
 	}
 	slices.SortFunc(out, func(a, b buckets.DeviceInfo) int { return strings.Compare(string(a.Device), string(b.Device)) })
-	if len(out) > limit {
-		return out[:limit], true, nil
+	return out
+}
+
+// selects reports whether q keeps d, as the store decides.
+func selects(q buckets.DeviceQuery, d *buckets.DeviceInfo) bool {
+	for _, mt := range q.Match {
+		v, _ := d.Attributes.Get(mt.Name)
+		if mt.Name == "device" {
+			v = string(d.Device)
+		}
+		if !mt.Matches(v) {
+			return false
+		}
 	}
-	return out, false, nil
+	if q.SilentBefore != 0 && d.LastSeen >= q.SilentBefore {
+		return false
+	}
+	return q.Visible == nil || q.Visible(d.Device)
+}
+
+func (m *memLocal) Device(_ context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range m.all() {
+		if d.Device == dev {
+			return d, nil
+		}
+	}
+	return buckets.DeviceInfo{}, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
+}
+
+// Assign sets (or, with Replace, replaces) attributes; it refuses a set
+// of more than one attribute named "bad" as the store refuses invalid
+// ones.
+func (m *memLocal) Assign(_ context.Context, as []buckets.Assignment) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range as {
+		if _, bad := a.Set.Get("bad"); bad {
+			return buckets.Invalid(buckets.CodeInvalidAttributeValue, -1, "attributes.bad", "refused")
+		}
+	}
+	if m.attrs == nil {
+		m.attrs = map[buckets.DeviceID]buckets.Attributes{}
+	}
+	for _, a := range as {
+		m.assigned = append(m.assigned, a)
+		cur := map[string]string{}
+		if !a.Replace {
+			cur = m.attrs[a.Device].Map()
+		}
+		for _, x := range a.Set {
+			cur[x.Name] = x.Value
+		}
+		for _, n := range a.Remove {
+			delete(cur, n)
+		}
+		set, _ := buckets.NewAttributes(cur)
+		m.attrs[a.Device] = set
+	}
+	return nil
+}
+
+func (m *memLocal) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
+	return m.AttributeValues(ctx, "", q)
+}
+
+func (m *memLocal) AttributeValues(_ context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, d := range m.all() {
+		if !strings.HasPrefix(string(d.Device), q.Prefix) || !selects(q, &d) {
+			continue
+		}
+		for _, a := range d.Attributes {
+			switch {
+			case name == "":
+				out = append(out, a.Name)
+			case a.Name == name:
+				out = append(out, a.Value)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 func (m *memLocal) Tables(context.Context) ([]buckets.TableInfo, error) {
@@ -174,9 +280,11 @@ func TestRouterDevicesMerge(t *testing.T) {
 // call names exactly its public rights: scope read to read, admin to
 // drop, and only the devices of its patterns.
 func TestHandlerAppliesTheCallersRights(t *testing.T) {
-	local := &memLocal{rs: []buckets.Reading{reading("a1", 1, 1), reading("b2", 1, 2), reading("a3", 1, 3)}}
+	local := &memLocal{rs: []buckets.Reading{reading("a1", 1, 1), reading("b2", 1, 2), reading("a3", 1, 3)},
+		attrs: map[buckets.DeviceID]buckets.Attributes{"b2": {{Name: "fleet", Value: "West"}, {Name: "route", Value: "x"}}}}
 	tokens := map[string]*auth.Principal{
 		"reader": auth.NewPrincipal("reader", []auth.Scope{auth.ScopeRead}, []string{"a*"}),
+		"writer": auth.NewPrincipal("writer", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"a*"}),
 		"admin":  auth.NewPrincipal("admin", []auth.Scope{auth.ScopeAdmin}, nil),
 	}
 	callers := func(name string) (*auth.Principal, bool) { p, ok := tokens[name]; return p, ok }
@@ -228,8 +336,25 @@ func TestHandlerAppliesTheCallersRights(t *testing.T) {
 	}
 	code, body = call(testCredential, "token reader", pathDevices, `{"limit":10,"partitions":[0,1]}`)
 	require.Equal(t, http.StatusOK, code)
-	assert.Contains(t, body, `{"d":"b2","f":0,"l":0,"v":null,"h":true}`, "a hidden device is a bare position")
+	assert.NotContains(t, body, `"b2"`, "a hidden device is not even a position")
 	assert.Contains(t, body, `"d":"a3","f":1,"l":1,"v":"`)
+	for path, body := range map[string]string{
+		pathDevice: `{"device":"b2"}`,
+		pathAssign: `{"assignments":[{"device":"b2","at":5,"set":{"fleet":"East"}}]}`,
+	} {
+		code, _ = call(testCredential, "token writer", path, body)
+		assert.Equal(t, http.StatusNotFound, code, "%s of a device outside the patterns", path)
+	}
+	code, _ = call(testCredential, "token reader", pathAssign, `{"assignments":[{"device":"a1","at":5,"set":{"fleet":"East"}}]}`)
+	assert.Equal(t, http.StatusForbidden, code, "read cannot assign")
+	code, _ = call(testCredential, "token writer", pathAssign, `{"assignments":[{"device":"a1","at":5,"set":{"fleet":"East"}}]}`)
+	assert.Equal(t, http.StatusOK, code)
+	code, body = call(testCredential, "token reader", pathAttrs, `{"name":"fleet","partitions":[0,1]}`)
+	require.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `{"values":["East"]}`, body, "b2's West is not learned")
+	code, body = call(testCredential, "token reader", pathAttrs, `{"partitions":[0,1]}`)
+	require.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `{"values":["fleet"]}`, body, "b2's secret attribute name is not learned")
 	code, _ = call(testCredential, "token reader", pathDrop, `{"day":20000}`)
 	assert.Equal(t, http.StatusForbidden, code, "read cannot drop")
 
@@ -237,4 +362,78 @@ func TestHandlerAppliesTheCallersRights(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, code, "admin cannot read")
 	code, _ = call(testCredential, "token admin", pathDrop, `{"day":20000}`)
 	assert.Equal(t, http.StatusOK, code)
+}
+
+// TestRouterAttributes: a device's record comes from an owner, filtered
+// lists and attribute values are merged from one owner per partition
+// with the matchers carried over the wire, and an assignment reaches
+// every owner of its partition.
+func TestRouterAttributes(t *testing.T) {
+	ctx := context.Background()
+	self := &memLocal{rs: []buckets.Reading{reading("a0", 1, 1), reading("b2", 5, 2)},
+		attrs: map[buckets.DeviceID]buckets.Attributes{"a0": {{Name: "fleet", Value: "East"}}, "b2": {{Name: "fleet", Value: "West"}},
+			"c1": {{Name: "fleet", Value: "Stale"}}}} // c1: partition 1, which this node no longer answers for
+	remote := &memLocal{rs: []buckets.Reading{reading("c1", 1, 3), reading("d3", 9, 4)},
+		attrs: map[buckets.DeviceID]buckets.Attributes{"c1": {{Name: "fleet", Value: "East"}, {Name: "model", Value: "F-150"}}}}
+	copy1 := &memLocal{}
+	v := view{owners: map[int][]Peer{}}
+	remoteURL := serve(t, remote, v)
+	v.owners[0] = []Peer{{Node: "self", Self: true}, {Node: "copy", URL: serve(t, copy1, v)}}
+	v.owners[1] = []Peer{{Node: "b", URL: remoteURL}}
+	r, err := New(Config{Local: self, Membership: v, Credential: testCredential})
+	require.NoError(t, err)
+
+	d, err := r.Device(ctx, "c1")
+	require.NoError(t, err)
+	assert.Equal(t, buckets.Attributes{{Name: "fleet", Value: "East"}, {Name: "model", Value: "F-150"}}, d.Attributes, "from the owner")
+	_, err = r.Device(ctx, "z1")
+	assert.ErrorIs(t, err, buckets.ErrNotFound)
+
+	east, err := labels.NewMatcher(labels.MatchEqual, "fleet", "East")
+	require.NoError(t, err)
+	devs, more, err := r.Devices(ctx, buckets.DeviceQuery{Limit: 10, Match: []*labels.Matcher{east}})
+	require.NoError(t, err)
+	assert.False(t, more)
+	var names []string
+	for _, d := range devs {
+		names = append(names, string(d.Device))
+	}
+	assert.Equal(t, []string{"a0", "c1"}, names, "the stale c1 of this node is not answered from here")
+	require.Len(t, devs, 2)
+	assert.Equal(t, "F-150", devs[1].Attributes.Map()["model"], "attributes cross the wire")
+
+	devs, _, err = r.Devices(ctx, buckets.DeviceQuery{Limit: 10, SilentBefore: 6})
+	require.NoError(t, err)
+	names = nil
+	for _, d := range devs {
+		names = append(names, string(d.Device))
+	}
+	assert.Equal(t, []string{"a0", "b2", "c1"}, names, "silence crosses the wire (d3 is not silent)")
+
+	vals, err := r.AttributeValues(ctx, "fleet", buckets.DeviceQuery{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"East", "West"}, vals)
+	vals, err = r.AttributeNames(ctx, buckets.DeviceQuery{Match: []*labels.Matcher{east}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"fleet", "model"}, vals)
+
+	require.NoError(t, r.Assign(ctx, []buckets.Assignment{
+		{Device: "a0", At: 7, Set: buckets.Attributes{{Name: "depot", Value: "Leeds"}}},
+		{Device: "d3", At: 7, Set: buckets.Attributes{{Name: "fleet", Value: "North"}}, Replace: true},
+	}))
+	assert.Len(t, self.assigned, 1, "partition 0: this node")
+	assert.Len(t, copy1.assigned, 1, "partition 0: and its other owner")
+	require.Len(t, remote.assigned, 1, "partition 1: its owner")
+	assert.Equal(t, buckets.Assignment{Device: "d3", At: 7, Set: buckets.Attributes{{Name: "fleet", Value: "North"}}, Replace: true}, remote.assigned[0])
+
+	err = r.Assign(ctx, []buckets.Assignment{{Device: "d3", At: 8, Set: buckets.Attributes{{Name: "bad", Value: "x"}}}})
+	var ve *buckets.ValidationError
+	require.ErrorAs(t, err, &ve, "a refusal crosses the wire with its code")
+	assert.Equal(t, buckets.CodeInvalidAttributeValue, ve.Code)
+	assert.Equal(t, "attributes.bad", ve.Field)
+
+	v.owners[0] = append(v.owners[0], Peer{Node: "dead", URL: "http://127.0.0.1:1"})
+	err = r.Assign(ctx, []buckets.Assignment{{Device: "a0", At: 9, Remove: []string{"depot"}}})
+	assert.ErrorIs(t, err, buckets.ErrUnavailable, "an owner that did not take it fails the write")
+	assert.Contains(t, err.Error(), "dead")
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -39,15 +42,64 @@ func fromWire(ws []wireReading) ([]buckets.Reading, error) {
 	return out, nil
 }
 
-// wireDevice is a buckets.DeviceInfo on the wire. A device the caller
-// may not see comes as a bare position (Hidden, no data): the asking
-// node pages on, and never shows it.
+// wireDevice is a buckets.DeviceInfo on the wire. Nodes answer only
+// devices their caller may see; Hidden (a bare position of a device the
+// caller may not see) is what nodes of earlier versions sent, and is
+// still understood.
 type wireDevice struct {
-	Device    buckets.DeviceID `json:"d"`
-	FirstSeen buckets.Ticks    `json:"f"`
-	LastSeen  buckets.Ticks    `json:"l"`
-	Latest    []byte           `json:"v"`
-	Hidden    bool             `json:"h,omitempty"`
+	Device     buckets.DeviceID  `json:"d"`
+	FirstSeen  buckets.Ticks     `json:"f"`
+	LastSeen   buckets.Ticks     `json:"l"`
+	Latest     []byte            `json:"v"`
+	Attributes map[string]string `json:"a,omitempty"`
+	Hidden     bool              `json:"h,omitempty"`
+}
+
+func toWireDevice(d *buckets.DeviceInfo) wireDevice {
+	w := wireDevice{Device: d.Device, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, Latest: buckets.AppendValues(nil, d.Latest)}
+	if len(d.Attributes) > 0 {
+		w.Attributes = d.Attributes.Map()
+	}
+	return w
+}
+
+func fromWireDevice(w *wireDevice) (buckets.DeviceInfo, error) {
+	if w.Hidden {
+		return buckets.DeviceInfo{Device: w.Device}, nil
+	}
+	latest, err := buckets.DecodeValues(w.Latest)
+	if err != nil {
+		return buckets.DeviceInfo{}, fmt.Errorf("device %s: %w", w.Device, err)
+	}
+	var attrs buckets.Attributes
+	if len(w.Attributes) > 0 {
+		var verr *buckets.ValidationError
+		if attrs, verr = buckets.NewAttributes(w.Attributes); verr != nil {
+			return buckets.DeviceInfo{}, fmt.Errorf("device %s: %w", w.Device, verr)
+		}
+	}
+	return buckets.DeviceInfo{Device: w.Device, FirstSeen: w.FirstSeen, LastSeen: w.LastSeen, Latest: latest, Attributes: attrs}, nil
+}
+
+// Matchers travel as their PromQL text (fleet=~"F-.*"), parsed again by
+// the answering node.
+func matchersToWire(ms []*labels.Matcher) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.String()
+	}
+	return out
+}
+
+func matchersFromWire(ss []string) ([]*labels.Matcher, error) {
+	if len(ss) == 0 {
+		return nil, nil
+	}
+	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector("{" + strings.Join(ss, ",") + "}")
+	if err != nil {
+		return nil, fmt.Errorf("matchers %q: %w: %w", ss, err, buckets.ErrInvalidArgument)
+	}
+	return ms, nil
 }
 
 // HeaderCaller names, on every node-to-node call, the client whose
@@ -102,12 +154,70 @@ type getRequest struct {
 }
 
 // devicesRequest lists the devices of some partitions only (the
-// partitions the asking node chose this one for).
+// partitions the asking node chose this one for). The answering node
+// applies its caller's device patterns itself.
 type devicesRequest struct {
-	Prefix     string           `json:"prefix"`
-	After      buckets.DeviceID `json:"after"`
-	Limit      int              `json:"limit"`
-	Partitions []int            `json:"partitions"`
+	Prefix       string           `json:"prefix"`
+	After        buckets.DeviceID `json:"after"`
+	Limit        int              `json:"limit"`
+	Partitions   []int            `json:"partitions"`
+	Match        []string         `json:"match,omitempty"`
+	SilentBefore buckets.Ticks    `json:"silentBefore,omitempty"`
+}
+
+type deviceRequest struct {
+	Device buckets.DeviceID `json:"device"`
+}
+
+// attributesRequest asks for the attribute names (Name empty) or the
+// values of the attribute Name among the devices of some partitions.
+type attributesRequest struct {
+	Name       string   `json:"name,omitempty"`
+	Prefix     string   `json:"prefix"`
+	Match      []string `json:"match,omitempty"`
+	Partitions []int    `json:"partitions"`
+}
+
+type attributesResponse struct {
+	Values []string `json:"values"`
+}
+
+// wireAssignment is a buckets.Assignment on the wire.
+type wireAssignment struct {
+	Device  buckets.DeviceID  `json:"device"`
+	At      buckets.Ticks     `json:"at"`
+	Set     map[string]string `json:"set,omitempty"`
+	Remove  []string          `json:"remove,omitempty"`
+	Replace bool              `json:"replace,omitempty"`
+}
+
+func toWireAssignments(as []buckets.Assignment) []wireAssignment {
+	out := make([]wireAssignment, len(as))
+	for i, a := range as {
+		out[i] = wireAssignment{Device: a.Device, At: a.At, Remove: a.Remove, Replace: a.Replace}
+		if len(a.Set) > 0 {
+			out[i].Set = a.Set.Map()
+		}
+	}
+	return out
+}
+
+// fromWireAssignments checks the attributes set as the store would; the
+// error is the *buckets.ValidationError of the first bad one.
+func fromWireAssignments(ws []wireAssignment) ([]buckets.Assignment, error) {
+	out := make([]buckets.Assignment, len(ws))
+	for i, w := range ws {
+		set, verr := buckets.NewAttributes(w.Set)
+		if verr != nil {
+			return nil, verr
+		}
+		out[i] = buckets.Assignment{Device: w.Device, At: w.At, Set: set, Remove: w.Remove, Replace: w.Replace}
+	}
+	return out, nil
+}
+
+type assignRequest struct {
+	Assignments []wireAssignment `json:"assignments"`
 }
 
 type devicesResponse struct {
@@ -123,8 +233,11 @@ type dropRequest struct {
 	Day buckets.Day `json:"day"`
 }
 
-// errorResponse is the body of a failed internal call.
+// errorResponse is the body of a failed internal call. A refused
+// assignment carries its rejection code and the field at fault, so the
+// asking node answers its client as this one would have.
 type errorResponse struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
 }

@@ -3,9 +3,11 @@
 // range queries, series, label names and label values. PromQL is
 // evaluated by the Prometheus engine itself (promql.Engine) over a
 // storage.Queryable on the store: each numeric value of a device is
-// the series {__name__="<value name>", device="<device>"} (bool as
-// 0/1, strings are not series). Device and __name__ matchers are pushed
-// down, so temp{device="d1"} reads only d1's readings.
+// the series {__name__="<value name>", device="<device>", <attributes>}
+// (bool as 0/1, strings are not series), and every device that sent a
+// reading has the series LastSeenName. Device, attribute and __name__
+// matchers are pushed down, so temp{device="d1"} reads only d1's
+// readings and temp{fleet="East"} only the East fleet's.
 //
 // Answers and errors use the Prometheus API's JSON envelope
 // ({"status":"success","data":...} and {"status":"error","errorType":...,"error":...}).
@@ -47,9 +49,14 @@ const (
 type Config struct {
 	// Source is the store.
 	Source Source
-	// Visible, when set, hides devices for which it returns false
-	// (devices outside a token's patterns): they are in no answer.
-	Visible func(ctx context.Context, dev buckets.DeviceID) bool
+	// Visible, when set, returns the device filter of the request of
+	// ctx (the token's device patterns; nil when it sees every device).
+	// It is handed to the store with every device query, so hidden
+	// devices, their series, attributes and values are in no answer.
+	Visible func(ctx context.Context) func(buckets.DeviceID) bool
+	// Retention is how long readings are kept: a device whose last
+	// reading is older has no LastSeenName series. 0: no bound.
+	Retention time.Duration
 	// Timeout bounds one query's evaluation (a request's timeout
 	// parameter may only lower it). Default DefaultTimeout.
 	Timeout time.Duration
@@ -84,11 +91,13 @@ func New(cfg Config) (*API, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("promapi: Config.Source is required")
 	}
-	if cfg.Timeout < 0 || cfg.MaxSamples < 0 || cfg.MaxSeries < 0 || cfg.LookbackDelta < 0 {
-		return nil, errors.New("promapi: Timeout, MaxSamples, MaxSeries and LookbackDelta must not be negative")
+	if cfg.Timeout < 0 || cfg.MaxSamples < 0 || cfg.MaxSeries < 0 || cfg.LookbackDelta < 0 || cfg.Retention < 0 {
+		return nil, errors.New("promapi: Timeout, MaxSamples, MaxSeries, LookbackDelta and Retention must not be negative")
 	}
 	a := &API{
-		q: &queryable{src: cfg.Source, visible: cfg.Visible, maxSeries: orDefault(cfg.MaxSeries, DefaultMaxSeries),
+		q: &queryable{src: cfg.Source, visible: cfg.Visible, retention: cfg.Retention,
+			lookback:   orDefault(cfg.LookbackDelta, DefaultLookbackDelta).Milliseconds(),
+			maxSeries:  orDefault(cfg.MaxSeries, DefaultMaxSeries),
 			maxSamples: orDefault(cfg.MaxSamples, DefaultMaxSamples), pageSize: defaultPageSize},
 		timeout: orDefault(cfg.Timeout, DefaultTimeout),
 		log:     cfg.Logger,

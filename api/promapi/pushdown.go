@@ -90,7 +90,9 @@ func (s *seriesSet) prefetch() {
 		})
 	}
 	for i := range s.refs {
-		next <- i
+		if s.refs[i].seen == nil { // LastSeenName is never a summary
+			next <- i
+		}
 	}
 	close(next)
 	wg.Wait()

@@ -54,7 +54,7 @@ func (s *countingSource) Devices(_ context.Context, q buckets.DeviceQuery) ([]bu
 	}
 	var out []buckets.DeviceInfo
 	for _, d := range s.devs {
-		if strings.HasPrefix(string(d.Device), prefix) && d.Device > after {
+		if strings.HasPrefix(string(d.Device), prefix) && d.Device > after && selects(q, &d) {
 			if len(out) == limit {
 				return out, true, nil
 			}
@@ -113,7 +113,9 @@ func TestVisibleHidesDevices(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	src := newCountingSource(20, now)
 	a, err := New(Config{Source: src, Now: func() time.Time { return now },
-		Visible: func(_ context.Context, d buckets.DeviceID) bool { return strings.HasPrefix(string(d), "dev-1") }})
+		Visible: func(context.Context) func(buckets.DeviceID) bool {
+			return func(d buckets.DeviceID) bool { return strings.HasPrefix(string(d), "dev-1") }
+		}})
 	require.NoError(t, err)
 	for _, path := range []string{
 		"/api/v1/label/device/values",

@@ -19,12 +19,26 @@ import (
 
 // Source is what the query API needs from the store.
 type Source interface {
-	// Devices lists at most limit devices whose ID starts with prefix
-	// and sorts after after, with their first and last seen times and
-	// latest values; more is true when more remain.
+	// Devices lists at most q.Limit devices that q selects (prefix,
+	// attribute matchers, visibility), sorted by ID, with their first
+	// and last seen times, latest values and attributes; more is true
+	// when more remain.
 	Devices(ctx context.Context, q buckets.DeviceQuery) (devs []buckets.DeviceInfo, more bool, err error)
 	// Range returns one page of a device's readings.
 	Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error)
+}
+
+// AttributeIndex is the store's index of attribute names and values.
+// When Config.Source also implements it, /api/v1/labels and the values
+// of an attribute label are answered from it instead of from every
+// matching device.
+type AttributeIndex interface {
+	// AttributeNames returns the sorted attribute names of the devices
+	// q selects (Prefix, Match, Visible).
+	AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error)
+	// AttributeValues returns the sorted values of the attribute name
+	// among the devices q selects.
+	AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error)
 }
 
 // Label names of every series.
@@ -64,10 +78,13 @@ func ticksOf(ms int64) buckets.Ticks {
 }
 
 // queryable implements storage.Queryable over a Source. Each numeric
-// value name of a device is the series {__name__=<name>, device=<id>}.
+// value name of a device is the series {__name__=<name>, device=<id>,
+// <attributes>}; every device seen has the series LastSeenName too.
 type queryable struct {
 	src        Source
-	visible    func(ctx context.Context, dev buckets.DeviceID) bool
+	visible    func(ctx context.Context) func(buckets.DeviceID) bool
+	retention  time.Duration // 0: devices never expire from LastSeenName
+	lookback   int64         // the engine's lookback delta, ms
 	maxSeries  int
 	maxSamples int
 	pageSize   int
@@ -98,44 +115,52 @@ type seriesRef struct {
 	lset labels.Labels
 	dev  buckets.DeviceID
 	name string
+	// seen is set for the device's LastSeenName series: its first and
+	// last reading times from the index.
+	seen *seenBounds
 }
+
+// seenBounds are a device's first and last reading times.
+type seenBounds struct{ first, last buckets.Ticks }
 
 // match resolves matchers to series whose device was seen in [mint,
 // maxt]: device matchers choose which devices are listed at all (an
 // equality or a regex of alternatives looks devices up one by one, a
-// regex with a literal prefix lists only that prefix), __name__
-// matchers choose among each device's value names.
+// regex with a literal prefix lists only that prefix), attribute
+// matchers are answered by the store's index, __name__ matchers choose
+// among each device's value names and LastSeenName.
 func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]seriesRef, error) {
-	var devMs, nameMs []*labels.Matcher
-	for _, m := range ms {
-		switch m.Name {
-		case model.MetricNameLabel:
-			nameMs = append(nameMs, m)
-		case labelDevice:
-			devMs = append(devMs, m)
-		default: // a label no series has: matches only if "" does
-			if !m.Matches("") {
-				return nil, nil
-			}
-		}
+	devMs, nameMs, attrMs, none := splitMatchers(ms)
+	if none {
+		return nil, nil
 	}
 	from, to := ticksOf(mint), ticksOf(maxt)
 	var out []seriesRef
-	err := qr.q.devices(ctx, devMs, func(d *buckets.DeviceInfo) error {
+	add := func(ref seriesRef) error {
+		if len(out) >= qr.q.maxSeries {
+			return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
+		}
+		out = append(out, ref)
+		return nil
+	}
+	err := qr.q.devices(ctx, devMs, attrMs, func(d *buckets.DeviceInfo) error {
+		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
+			err := add(seriesRef{lset: seriesLabels(LastSeenName, d), dev: d.Device, name: LastSeenName,
+				seen: &seenBounds{first: d.FirstSeen, last: d.LastSeen}})
+			if err != nil {
+				return err
+			}
+		}
 		if d.LastSeen < from || d.FirstSeen > to {
 			return nil
 		}
 		for _, f := range d.Latest {
-			if _, ok := buckets.Numeric(f.Value); !ok || !matchAll(nameMs, f.Name) {
+			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			if len(out) >= qr.q.maxSeries {
-				return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
+			if err := add(seriesRef{lset: seriesLabels(f.Name, d), dev: d.Device, name: f.Name}); err != nil {
+				return err
 			}
-			out = append(out, seriesRef{
-				lset: labels.FromStrings(model.MetricNameLabel, f.Name, labelDevice, string(d.Device)),
-				dev:  d.Device, name: f.Name,
-			})
 		}
 		return nil
 	})
@@ -144,6 +169,39 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	}
 	slices.SortFunc(out, func(a, b seriesRef) int { return labels.Compare(a.lset, b.lset) })
 	return out, nil
+}
+
+// splitMatchers sorts matchers by what they select: the device ID, the
+// value name, or attributes. none is true when no series can match (a
+// matcher on a label that cannot be an attribute, and that the empty
+// string does not satisfy).
+func splitMatchers(ms []*labels.Matcher) (devMs, nameMs, attrMs []*labels.Matcher, none bool) {
+	for _, m := range ms {
+		switch {
+		case m.Name == model.MetricNameLabel:
+			nameMs = append(nameMs, m)
+		case m.Name == labelDevice:
+			devMs = append(devMs, m)
+		case buckets.ValidateAttributeName(m.Name) == nil:
+			attrMs = append(attrMs, m)
+		case !m.Matches(""): // a label no series has
+			return nil, nil, nil, true
+		}
+	}
+	return devMs, nameMs, attrMs, false
+}
+
+// seriesLabels are the labels of value name of device d: the name, the
+// device and its attributes.
+func seriesLabels(name string, d *buckets.DeviceInfo) labels.Labels {
+	b := labels.NewScratchBuilder(2 + len(d.Attributes))
+	b.Add(model.MetricNameLabel, name)
+	b.Add(labelDevice, string(d.Device))
+	for _, a := range d.Attributes {
+		b.Add(a.Name, a.Value)
+	}
+	b.Sort()
+	return b.Labels()
 }
 
 func matchAll(ms []*labels.Matcher, v string) bool {
@@ -158,18 +216,30 @@ func matchAll(ms []*labels.Matcher, v string) bool {
 // devicesPage is how many devices one listing call asks for.
 const devicesPage = 1000
 
-// devices calls fn for every visible device that the device matchers
-// accept, reading from the device index only the devices they can
-// match.
-func (q *queryable) devices(ctx context.Context, ms []*labels.Matcher, fn func(*buckets.DeviceInfo) error) error {
+// deviceQuery is the store query of the devices the request of ctx may
+// see that satisfy the attribute matchers.
+func (q *queryable) deviceQuery(ctx context.Context, attrMs []*labels.Matcher) buckets.DeviceQuery {
+	dq := buckets.DeviceQuery{Match: attrMs}
+	if q.visible != nil {
+		dq.Visible = q.visible(ctx)
+	}
+	return dq
+}
+
+// devices calls fn for every visible device that the device and
+// attribute matchers accept, reading from the device index only the
+// devices they can match: the store applies the attribute matchers and
+// the visibility.
+func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher, fn func(*buckets.DeviceInfo) error) error {
+	base := q.deviceQuery(ctx, attrMs)
 	visit := func(d *buckets.DeviceInfo) error {
-		if !matchAll(ms, string(d.Device)) || (q.visible != nil && !q.visible(ctx, d.Device)) {
+		if !matchAll(devMs, string(d.Device)) {
 			return nil
 		}
 		return fn(d)
 	}
 	// Exact names: look each one up.
-	for _, m := range ms {
+	for _, m := range devMs {
 		var names []string
 		switch {
 		case m.Type == labels.MatchEqual:
@@ -184,7 +254,9 @@ func (q *queryable) devices(ctx context.Context, ms []*labels.Matcher, fn func(*
 			if dev.Validate() != nil {
 				continue
 			}
-			devs, _, err := q.src.Devices(ctx, buckets.DeviceQuery{Prefix: n, Limit: 1})
+			dq := base
+			dq.Prefix, dq.Limit = n, 1
+			devs, _, err := q.src.Devices(ctx, dq)
 			if err != nil {
 				return fmt.Errorf("look up device %s: %w", n, err)
 			}
@@ -197,15 +269,15 @@ func (q *queryable) devices(ctx context.Context, ms []*labels.Matcher, fn func(*
 		return nil
 	}
 	// Otherwise list, narrowed to a literal prefix when a regex has one.
-	prefix := ""
-	for _, m := range ms {
-		if m.Type == labels.MatchRegexp && len(m.Prefix()) > len(prefix) && buckets.DeviceID(m.Prefix()).Validate() == nil {
-			prefix = m.Prefix()
+	dq := base
+	for _, m := range devMs {
+		if m.Type == labels.MatchRegexp && len(m.Prefix()) > len(dq.Prefix) && buckets.DeviceID(m.Prefix()).Validate() == nil {
+			dq.Prefix = m.Prefix()
 		}
 	}
-	var after buckets.DeviceID
+	dq.Limit = devicesPage
 	for {
-		devs, more, err := q.src.Devices(ctx, buckets.DeviceQuery{Prefix: prefix, After: after, Limit: devicesPage})
+		devs, more, err := q.src.Devices(ctx, dq)
 		if err != nil {
 			return fmt.Errorf("list devices: %w", err)
 		}
@@ -217,7 +289,7 @@ func (q *queryable) devices(ctx context.Context, ms []*labels.Matcher, fn func(*
 		if !more || len(devs) == 0 {
 			return nil
 		}
-		after = devs[len(devs)-1].Device
+		dq.After = devs[len(devs)-1].Device
 	}
 }
 
@@ -235,6 +307,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 		mint, maxt = 0, -1 // labels only: no samples
 	}
 	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
+	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
 	if agg, ok := qr.q.src.(Aggregator); ok && !qr.q.noPushdown {
 		if w, ok := windowsOf(hints); ok {
 			set.agg, set.windows = agg, &w
@@ -244,8 +317,18 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	return set
 }
 
-// LabelValues implements storage.LabelQuerier.
+// LabelValues implements storage.LabelQuerier. The values of an
+// attribute come from the store's attribute index when the matchers
+// name no value (__name__): those are the values among the visible
+// devices the matchers select, whatever the time range.
 func (qr *querier) LabelValues(ctx context.Context, name string, _ *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	if idx, dq, ok := qr.fromIndex(ctx, ms); ok && name != model.MetricNameLabel && name != labelDevice {
+		if buckets.ValidateAttributeName(name) != nil {
+			return nil, nil, nil
+		}
+		vals, err := idx.AttributeValues(ctx, name, dq)
+		return vals, nil, err
+	}
 	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
 	if err != nil {
 		return nil, nil, err
@@ -260,13 +343,47 @@ func (qr *querier) LabelValues(ctx context.Context, name string, _ *storage.Labe
 	return slices.Compact(vals), nil, nil
 }
 
-// LabelNames implements storage.LabelQuerier.
+// fromIndex reports whether label names and attribute values for ms
+// can be answered from the attribute index (the source has one, and ms
+// has no __name__ matcher), and with which device query.
+func (qr *querier) fromIndex(ctx context.Context, ms []*labels.Matcher) (AttributeIndex, buckets.DeviceQuery, bool) {
+	idx, ok := qr.q.src.(AttributeIndex)
+	if !ok {
+		return nil, buckets.DeviceQuery{}, false
+	}
+	devMs, nameMs, attrMs, none := splitMatchers(ms)
+	if len(nameMs) > 0 || none {
+		return nil, buckets.DeviceQuery{}, false
+	}
+	// The store matches "device" against the device ID.
+	return idx, qr.q.deviceQuery(ctx, append(slices.Clone(attrMs), devMs...)), true
+}
+
+// LabelNames implements storage.LabelQuerier: __name__ and device when
+// a series matches, and the attribute names of the matching devices.
 func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	if idx, dq, ok := qr.fromIndex(ctx, ms); ok {
+		dq.Limit = 1
+		devs, _, err := qr.q.src.Devices(ctx, dq)
+		if err != nil || len(devs) == 0 {
+			return []string{}, nil, err
+		}
+		dq.Limit = 0
+		names, err := idx.AttributeNames(ctx, dq)
+		if err != nil {
+			return nil, nil, err
+		}
+		return sortedUnique(append(names, model.MetricNameLabel, labelDevice)), nil, nil
+	}
 	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
 	if err != nil || len(refs) == 0 {
 		return []string{}, nil, err
 	}
-	return []string{model.MetricNameLabel, labelDevice}, nil, nil
+	var names []string
+	for _, r := range refs {
+		r.lset.Range(func(l labels.Label) { names = append(names, l.Name) })
+	}
+	return sortedUnique(names), nil, nil
 }
 
 // Close implements storage.Querier.
@@ -283,6 +400,8 @@ type seriesSet struct {
 	agg        Aggregator
 	windows    *windows      // set: answer per window from summaries
 	loaded     []*windowIter // per ref, when prefetched
+	// the sample times of LastSeenName series (seenTimes)
+	seenFirst, seenStep, seenLast int64
 }
 
 func (s *seriesSet) Next() bool {
@@ -307,8 +426,16 @@ type series struct {
 func (s *series) Labels() labels.Labels { return s.ref.lset }
 
 func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
+	if s.ref.seen != nil {
+		last := s.set.seenLast
+		if s.set.maxt < s.set.mint {
+			last = s.set.seenFirst - 1 // labels only
+		}
+		return seenSeekIter[int64]{&seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: *s.ref.seen,
+			first: s.set.seenFirst, step: s.set.seenStep, last: last}}
+	}
 	if s.set.windows != nil {
-		if s.set.loaded != nil {
+		if s.set.loaded != nil && s.set.loaded[s.i] != nil {
 			it := *s.set.loaded[s.i] // a fresh position over the loaded samples
 			it.i = -1
 			return windowSeekIter[int64]{&it}

@@ -94,7 +94,7 @@ func TestPayloadIsWhatTheStoreWrites(t *testing.T) {
 	for _, perMsg := range []int{1, 100} {
 		w := newWorkload(devs, 3000, perMsg, time.Second, time.Date(2026, 11, 22, 0, 10, 0, 0, time.UTC))
 		for _, m := range []int{0, 1, 6, 7, w.msgs - 1} {
-			got, err := ingest.Decode(w.device(m), w.payload(nil, m), 0)
+			got, _, err := ingest.Decode(w.device(m), w.payload(nil, m), 0)
 			require.NoError(t, err)
 			assert.Equal(t, w.appendReadings(nil, m), got, "message %d of %d/msg", m, perMsg)
 		}

@@ -76,7 +76,7 @@ func TestTSBSMessagesDecodeToTheMergedReadings(t *testing.T) {
 		nm := msgs.natsMsg(m)
 		dev, ok := strings.CutPrefix(nm.Subject, "telemetry.")
 		require.True(t, ok, nm.Subject)
-		got, err := ingest.Decode(buckets.DeviceID(dev), nm.Data, 0)
+		got, _, err := ingest.Decode(buckets.DeviceID(dev), nm.Data, 0)
 		require.NoError(t, err, "message %d: %s", m, nm.Data)
 		assert.Equal(t, want[m], got, "message %d", m)
 		assert.Equal(t, len(got), msgs.readingsBefore(m+1)-msgs.readingsBefore(m))

@@ -220,6 +220,19 @@ type localStore struct {
 	count func(context.Context, buckets.TableDrop) // counts the drop in the retention metrics
 }
 
+func (l localStore) Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
+	return l.st.Device(ctx, dev)
+}
+func (l localStore) Assign(ctx context.Context, as []buckets.Assignment) error {
+	return l.st.Assign(ctx, as)
+}
+func (l localStore) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
+	return l.st.AttributeNames(ctx, q)
+}
+func (l localStore) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
+	return l.st.AttributeValues(ctx, name, q)
+}
+
 func (l localStore) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error) {
 	return l.st.Latest(ctx, dev, n)
 }
@@ -249,6 +262,7 @@ func (l localStore) DropTable(ctx context.Context, day buckets.Day) (buckets.Tab
 type storeReader interface {
 	api.Reader
 	api.Aggregator
+	attributeStore
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
 }
 
@@ -256,6 +270,7 @@ type storeReader interface {
 func (m *Main) withCluster(c *api.Config) error {
 	r := m.cluster.router
 	c.Reader = r
+	c.Attributes = r
 	c.Admin = clusterAdmin{router: r, members: m.cluster.members, local: admin{store: m.store, ret: m.ret}, log: m.log}
 	c.Internal = r.Handler()
 	return withDashboards(c, r)

@@ -12,6 +12,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/lineproto"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -40,6 +41,7 @@ type Config struct {
 	MaxOpenTables     int
 	MQTTListen        string // embedded server's MQTT listener; empty: off
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
+	LineTags          string // what a line's other tags become: attributes or values
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
 	MemoryLimit       int64  // the whole process's memory budget (budget.go)
 	QueryTimeout      time.Duration
@@ -78,6 +80,7 @@ func DefaultConfig() Config {
 		MaxOpenTables:      sopts.MaxOpenTables,
 		MQTTListen:         "127.0.0.1:1883",
 		LineDeviceTags:     "device,host",
+		LineTags:           "attributes",
 		MaxWriteBytes:      16 << 20,
 		MemoryLimit:        defaultMemoryLimit,
 		StreamMaxAge:       icfg.StreamMaxAge,
@@ -112,6 +115,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxOpenTables, "max-open-tables", c.MaxOpenTables, "most older day tables kept open at once (closed when idle)")
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0, 1 and 2 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
+	fs.StringVar(&c.LineTags, "line-tags", c.LineTags, "line protocol writes: a line's other tags become attributes of its device as of the line's time (attributes), or string values <measurement>.<tag> of its reading (values)")
 	fs.Var(byteSize{&c.MaxWriteBytes}, "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
 	fs.Var(byteSize{&c.MemoryLimit}, "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
 	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
@@ -159,6 +163,9 @@ func (c *Config) Validate() error {
 	if _, err := c.lineDeviceTags(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.lineTags(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxWriteBytes < 1 {
 		errs = append(errs, fmt.Errorf("-max-write-bytes %d must be positive", c.MaxWriteBytes))
 	}
@@ -196,6 +203,17 @@ func (c *Config) lineDeviceTags() ([]string, error) {
 		tags = append(tags, t)
 	}
 	return tags, nil
+}
+
+// lineTags parses -line-tags.
+func (c *Config) lineTags() (lineproto.TagMode, error) {
+	switch c.LineTags {
+	case "attributes":
+		return lineproto.TagsAsAttributes, nil
+	case "values":
+		return lineproto.TagsAsValues, nil
+	}
+	return 0, fmt.Errorf("-line-tags %q: want attributes or values", c.LineTags)
 }
 
 // parseFlags fills c from args and the environment. Flags set on the

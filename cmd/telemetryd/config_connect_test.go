@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/lineproto"
 )
 
 func TestConfigConnectFlags(t *testing.T) {
@@ -13,6 +15,9 @@ func TestConfigConnectFlags(t *testing.T) {
 	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(nil), &bytes.Buffer{}))
 	assert.Equal(t, "127.0.0.1:1883", c.MQTTListen)
 	assert.Equal(t, "device,host", c.LineDeviceTags)
+	mode, err := c.lineTags()
+	require.NoError(t, err)
+	assert.Equal(t, lineproto.TagsAsAttributes, mode, "tags are attributes by default")
 	assert.Equal(t, int64(16<<20), c.MaxWriteBytes)
 	tags, err := c.lineDeviceTags()
 	require.NoError(t, err)
@@ -20,16 +25,21 @@ func TestConfigConnectFlags(t *testing.T) {
 
 	c = DefaultConfig()
 	require.NoError(t, c.parseFlags("telemetryd", []string{"-mqtt-listen="},
-		envMap(map[string]string{"TELEMETRY_LINE_DEVICE_TAGS": "sensor, node", "TELEMETRY_MAX_WRITE_BYTES": "1024"}), &bytes.Buffer{}))
+		envMap(map[string]string{"TELEMETRY_LINE_DEVICE_TAGS": "sensor, node", "TELEMETRY_MAX_WRITE_BYTES": "1024",
+			"TELEMETRY_LINE_TAGS": "values"}), &bytes.Buffer{}))
 	assert.Empty(t, c.MQTTListen, "an empty -mqtt-listen turns MQTT off")
 	tags, err = c.lineDeviceTags()
 	require.NoError(t, err)
 	assert.Equal(t, []string{"sensor", "node"}, tags)
 	assert.Equal(t, int64(1024), c.MaxWriteBytes)
+	mode, err = c.lineTags()
+	require.NoError(t, err)
+	assert.Equal(t, lineproto.TagsAsValues, mode)
 
 	for name, args := range map[string][]string{
 		"empty tag":         {"-line-device-tags", "device,,host"},
 		"no tag":            {"-line-device-tags", ""},
+		"unknown tag mode":  {"-line-tags", "labels"},
 		"zero write bytes":  {"-max-write-bytes", "0"},
 		"negative bytes":    {"-max-write-bytes", "-1"},
 		"bad mqtt port":     {"-mqtt-listen", "127.0.0.1:x"},

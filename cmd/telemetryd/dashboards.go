@@ -17,6 +17,16 @@ type dashboardSource interface {
 	promapi.Source
 }
 
+// deviceFilter is the store's device filter for the request of ctx:
+// its token's device patterns, nil when it sees every device.
+func deviceFilter(ctx context.Context) func(buckets.DeviceID) bool {
+	p := auth.FromContext(ctx)
+	if p.AllDevices() {
+		return nil
+	}
+	return func(dev buckets.DeviceID) bool { return p.DeviceVisible(string(dev)) }
+}
+
 // withDashboards wires the dashboard parts of the API (aggregates,
 // the Prometheus query API and the built-in page) to the store. The
 // service and its tests share it, so tests run what the service runs.
@@ -34,7 +44,8 @@ func withDashboards(c *api.Config, st dashboardSource) error {
 		MaxSamples: api.PromQLMaxSamples(c.ResponseBudget),
 		// A token limited to device patterns sees only those devices in
 		// series, label values and query results.
-		Visible: func(ctx context.Context, dev buckets.DeviceID) bool { return auth.Visible(ctx, string(dev)) },
+		Visible:   deviceFilter,
+		Retention: c.Retention,
 	})
 	if err != nil {
 		return fmt.Errorf("prometheus query api: %w", err)

@@ -259,7 +259,7 @@ func TestGrafanaDataSourceCalls(t *testing.T) {
 			func(t *testing.T, data json.RawMessage) {
 				var ss []model.LabelSet
 				require.NoError(t, json.Unmarshal(data, &ss))
-				assert.Len(t, ss, 104, "d1's four numeric values and 100 temperatures")
+				assert.Len(t, ss, 205, "d1's four numeric values, 100 temperatures and the 101 devices' last-seen series")
 			}},
 		{"SeriesApiClient: values of a label", "POST", "/api/v1/series", with(rng, "match[]", `{device!=""}`, "limit", "2"),
 			func(t *testing.T, data json.RawMessage) {

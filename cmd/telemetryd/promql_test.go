@@ -277,7 +277,8 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 
 		names, _, _, err := f.api.LabelValues(ctx, "__name__", []string{`{device="d1"}`}, f.now.Add(-time.Hour), f.now)
 		require.NoError(t, err)
-		assert.Equal(t, model.LabelValues{"cpu.usage_idle", "hum", "ok", "temp"}, names, "strings are not series")
+		assert.Equal(t, model.LabelValues{"cpu.usage_idle", "hum", "ok", "telemetry_device_last_seen_timestamp_seconds", "temp"}, names,
+			"strings are not series; every device has its last-seen series")
 
 		labels, _, _, err := f.api.LabelNames(ctx, nil, f.now.Add(-time.Hour), f.now)
 		require.NoError(t, err)
@@ -294,6 +295,7 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 		assert.ElementsMatch(t, []string{
 			`{__name__="cpu.usage_idle", device="d1"}`, `{__name__="hum", device="d1"}`,
 			`{__name__="ok", device="d1"}`, `{__name__="temp", device="d1"}`,
+			`{__name__="telemetry_device_last_seen_timestamp_seconds", device="d1"}`,
 			`{__name__="temp", device="dev-090"}`, `{__name__="temp", device="dev-091"}`, `{__name__="temp", device="dev-092"}`,
 		}, got)
 		// A window before every device was seen lists none.

@@ -90,10 +90,15 @@ func (m *Main) withWrites(acfg *api.Config) error {
 	if err != nil {
 		return err
 	}
+	mode, err := m.cfg.lineTags()
+	if err != nil {
+		return err
+	}
 	acfg.Writes = &api.WriteConfig{
 		Publisher:     pub,
 		SubjectPrefix: m.cfg.SubjectPrefix,
 		DeviceTags:    tags,
+		Tags:          mode,
 		MaxBytes:      m.cfg.MaxWriteBytes,
 		Window:        m.window(),
 		Budget:        m.budget.Writes,

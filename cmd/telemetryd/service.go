@@ -291,6 +291,7 @@ func (m *Main) startHTTP() error {
 	acfg := api.Config{
 		Addr:              m.cfg.HTTPAddr,
 		Reader:            m.store,
+		Attributes:        m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
 		Ready:             m.ready,
 		Metrics:           m.tel.metrics,
@@ -298,6 +299,7 @@ func (m *Main) startHTTP() error {
 		ResponseBudget:    m.budget.Queries,
 		QueryTimeout:      m.cfg.QueryTimeout,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
+		Retention:         m.cfg.Retention,
 		AdminToken:        m.sec.apiAdminToken(m.cfg.AdminToken),
 		CursorKey:         m.sec.cursorKey,
 		Auth:              m.sec.tokens(),

@@ -76,7 +76,8 @@ func TestTelegraf(t *testing.T) {
 			code, v := s.point(t, device, at.Add(time.Duration(d)*time.Millisecond))
 			require.Equal(t, 200, code)
 			assert.Equal(t, map[string]any{o + "_env.temp": float64(d) + 0.5, o + "_env.count": float64(d),
-				o + "_env.ok": true, o + "_env.site": "north"}, v)
+				o + "_env.ok": true}, v)
+			waitAttributes(t, s, device, map[string]string{"site": "north"})
 		}
 	}
 }

@@ -17,7 +17,8 @@ import (
 const maxHeaderValue = 1024
 
 // build encodes the merged readings: per device (in first-seen order)
-// one message of its readings in time order, in the binary form of
+// one message of its readings in time order (the first one also with
+// the device's attribute assignments), in the binary form of
 // package wire (the ingester decodes it two to three times cheaper
 // than JSON), split where a message would pass buckets.MaxBatch readings or
 // MaxMessageBytes.
@@ -28,13 +29,18 @@ func (m *mapper) build() {
 	type span struct{ start, end int }
 	var buf []byte
 	var spans []span
-	for _, d := range m.devices {
+	for i := range m.devices {
+		d := &m.devices[i]
 		subject := m.opts.SubjectPrefix + "." + string(d.id)
 		rs := d.readings
 		if d.unsorted {
 			slices.SortFunc(rs, func(a, b int32) int { return cmp.Compare(m.pending[a].ticks, m.pending[b].ticks) })
 		}
 		enc.Reset()
+		// The device's attributes go in its first message.
+		for _, a := range m.assignments(d, rs) {
+			enc.Assign(a.at, a.set)
+		}
 		flush := func() {
 			if enc.Len() == 0 {
 				return

@@ -70,7 +70,7 @@ func TestMergeOutOfOrder(t *testing.T) {
 // TestValueOrderFollowsNames covers the value order kept from the
 // previous line: lines giving the same keys in another order, another
 // count, a duplicate after a clean line of the same count, and a
-// measurement change.
+// measurement change (tags as values, so that they take part).
 func TestValueOrderFollowsNames(t *testing.T) {
 	at := now.Add(-time.Minute).UnixNano()
 	body := strings.Join([]string{
@@ -83,7 +83,9 @@ func TestValueOrderFollowsNames(t *testing.T) {
 		fmt.Sprintf("n,device=a,site=y a=12i,z=13 %d", at+600),
 		fmt.Sprintf("n,device=a z=14 %d", at+700),
 	}, "\n")
-	res := Map([]byte(body), opts())
+	o := opts()
+	o.Tags = TagsAsValues
+	res := Map([]byte(body), o)
 	require.Len(t, res.Rejected, 1)
 	assert.Equal(t, 5, res.Rejected[0].Line)
 	assert.Equal(t, buckets.CodeDuplicateValue, res.Rejected[0].Err.Code)
@@ -110,6 +112,7 @@ func TestMapReusesNothingVisible(t *testing.T) {
 		benchBody(),
 		[]byte("m,device=a v=1 1795309323000000000\nm,device=a v=2 1795309323000000000\n"),
 		[]byte("x,host=h1 s=\"a\" 1795309323000000000\nx,host=h1,device=d s=\"b\" 1795309323000000000\nbad\n"),
+		[]byte("m,device=a,fleet=East v=1 1795309323000000000\nm,device=b,fleet=West,site=x v=2 1795309323000000000\nm,device=a,fleet=North v=3 1795309324000000000\n"),
 		benchBody()[:20000],
 	}
 	var want []Result

@@ -13,16 +13,28 @@
 //   - each field becomes the value <measurement>.<field>: float as
 //     float, integer (i) as int, unsigned (u) as int when it fits an
 //     int64 (else invalid_value), bool as bool, string as string;
-//   - each other tag becomes the string value <measurement>.<tag>;
+//   - each other tag (a lower-ranked device tag too) becomes an
+//     attribute of the device as of the line's time (TagsAsAttributes,
+//     the default): its key must be a valid attribute name and its
+//     value a valid attribute value (buckets.ValidateAttributeName,
+//     ValidateAttributeValue), at most buckets.MaxAttributes a line;
+//     with TagsAsValues it becomes the string value <measurement>.<tag>
+//     instead;
 //   - the timestamp, in the request's precision, truncated to 100 ns
 //     ticks; a line without one takes Options.Now.
 //
 // Lines of one request with the same device and time merge into one
-// reading. Two lines giving one value name different values at the
-// same device and time conflict: the later line is rejected
-// (conflicting_lines). Every line is validated as the ingester would
-// (names, values, time window) before anything is published, so one
-// bad line never holds back the good ones.
+// reading. Two lines giving one value name, or one attribute, different
+// values at the same device and time conflict: the later line is
+// rejected (conflicting_lines). The lines of one device may name at
+// most buckets.MaxAttributes attributes together. Every line is
+// validated as the ingester would (names, values, attributes, time
+// window) before anything is published, so one bad line never holds
+// back the good ones.
+//
+// A device's attributes travel in its first message as assignments:
+// per attribute the value of its latest line (the store keeps the
+// newest by time anyway), grouped by that line's time.
 package lineproto
 
 import (
@@ -66,6 +78,20 @@ const DefaultMaxMessageBytes = 1 << 20
 // a line whose device is unknown or unusable.
 const invalidDeviceToken = "_invalid"
 
+// TagMode says what the tags of a line other than its device tag
+// become.
+type TagMode int
+
+// Tag modes.
+const (
+	// TagsAsAttributes makes each tag an attribute of the line's device
+	// as of the line's time.
+	TagsAsAttributes TagMode = iota
+	// TagsAsValues makes each tag the string value <measurement>.<tag>
+	// of the line's reading.
+	TagsAsValues
+)
+
 // Options configure Map.
 type Options struct {
 	// SubjectPrefix: readings go to <prefix>.<device>, dead letters to
@@ -74,6 +100,9 @@ type Options struct {
 	// DeviceTags: the first of these tags present on a line names its
 	// device.
 	DeviceTags []string
+	// Tags says what the other tags become; the zero value is
+	// TagsAsAttributes.
+	Tags TagMode
 	// Precision is the unit of timestamps (see ParsePrecision).
 	Precision time.Duration
 	// Now is when the request arrived: the time of lines without a
@@ -122,7 +151,8 @@ type Result struct {
 	// Readings counts the readings in Messages after merging.
 	Readings int
 	// Messages carry the accepted readings, grouped per device in the
-	// order devices first appear.
+	// order devices first appear, and the attribute assignments of
+	// their lines (in each device's first message).
 	Messages []Message
 	// Rejected lists the rejected lines in body order; DeadLetters
 	// holds one message per rejected line (its raw text).
@@ -168,12 +198,20 @@ type readingKey struct {
 }
 
 // pending is one merged reading: its values sorted by name, and for
-// each the line that gave it.
+// each the line that gave it; its attributes sorted by name, each with
+// the line that gave it.
 type pending struct {
 	ticks  buckets.Ticks
 	fields []buckets.Field
 	line   int32   // the line that gave every value, until a merge
 	lines  []int32 // per value, once another line merged in
+	attrs  []lineAttr
+}
+
+// lineAttr is an attribute and the line that gave it.
+type lineAttr struct {
+	buckets.Attribute
+	line int32
 }
 
 // lineOf is the line that gave value i.
@@ -194,6 +232,9 @@ type deviceReadings struct {
 	// later than last cannot merge into an earlier reading, so the
 	// index is only built, per device, once a line is not.
 	indexed bool
+	// attrNames are the attribute names the device's lines gave,
+	// sorted; at most buckets.MaxAttributes.
+	attrNames []string
 }
 
 // devInfo is a device named by a line of the request, checked once.
@@ -213,30 +254,34 @@ type nameSlot struct {
 
 // mapper holds the state of one Map call.
 type mapper struct {
-	opts     Options
-	res      Result
-	index    map[readingKey]int32 // reading -> pending index
-	pending  []pending
-	devices  []deviceReadings
-	devs     []devInfo
-	devByID  map[string]int32  // device -> devs index
-	devBuf   []byte            // scratch: the device tag's value of the current line
-	lastDev  int32             // devs index of the previous line's device, or -1
-	slots    []nameSlot        // names of the previous line's keys, by position
-	slotMeas []byte            // the measurement slots belong to
-	lo, hi   buckets.Ticks     // the accepted window in ticks, when known
-	window   bool              // lo and hi are set
-	names    map[string]string // interned "<measurement>.<key>" names
-	badName  map[string]*buckets.ValidationError
-	arena    []buckets.Field   // backs the values of new readings: chunks[chunk]
-	chunks   [][]buckets.Field // every arena chunk, reused by the next request
-	chunk    int
-	enc      wire.Encoder
-	outHint  int             // initial capacity of the buffer of the payloads
-	fields   []buckets.Field // scratch: values of the current line
-	tags     []tagKV         // scratch: other tags of the current line
-	nameBuf  []byte          // scratch: a value name being built
-	cur      int             // physical number of the line being mapped
+	opts      Options
+	res       Result
+	index     map[readingKey]int32 // reading -> pending index
+	pending   []pending
+	devices   []deviceReadings
+	devs      []devInfo
+	devByID   map[string]int32  // device -> devs index
+	devBuf    []byte            // scratch: the device tag's value of the current line
+	lastDev   int32             // devs index of the previous line's device, or -1
+	slots     []nameSlot        // names of the previous line's keys, by position
+	slotMeas  []byte            // the measurement slots belong to
+	lo, hi    buckets.Ticks     // the accepted window in ticks, when known
+	window    bool              // lo and hi are set
+	names     map[string]string // interned "<measurement>.<key>" names
+	badName   map[string]*buckets.ValidationError
+	arena     []buckets.Field   // backs the values of new readings: chunks[chunk]
+	chunks    [][]buckets.Field // every arena chunk, reused by the next request
+	chunk     int
+	enc       wire.Encoder
+	outHint   int                                 // initial capacity of the buffer of the payloads
+	fields    []buckets.Field                     // scratch: values of the current line
+	tags      []tagKV                             // scratch: other tags of the current line
+	attrs     []lineAttr                          // scratch: the tags of the current line as attributes, sorted
+	attrArena []lineAttr                          // backs the attributes of new readings
+	attrOK    map[string]string                   // interned valid attribute names
+	badAttr   map[string]*buckets.ValidationError // invalid attribute names
+	nameBuf   []byte                              // scratch: a value name being built
+	cur       int                                 // physical number of the line being mapped
 	// perm orders the values of a line by name; it holds for the next
 	// line while permOK and the line's names are the slots unchanged.
 	perm     []int
@@ -300,6 +345,8 @@ var mappers = sync.Pool{New: func() any {
 		devByID: make(map[string]int32),
 		names:   make(map[string]string),
 		badName: make(map[string]*buckets.ValidationError),
+		attrOK:  make(map[string]string),
+		badAttr: make(map[string]*buckets.ValidationError),
 	}
 }}
 
@@ -342,7 +389,7 @@ func (m *mapper) release() {
 	clear(m.pending)
 	m.pending = m.pending[:0]
 	for i := range m.devices {
-		m.devices[i] = deviceReadings{readings: m.devices[i].readings[:0]}
+		m.devices[i] = deviceReadings{readings: m.devices[i].readings[:0], attrNames: m.devices[i].attrNames[:0]}
 	}
 	m.devices = m.devices[:0]
 	clear(m.devs)
@@ -350,6 +397,11 @@ func (m *mapper) release() {
 	clear(m.devByID)
 	clear(m.names)
 	clear(m.badName)
+	clear(m.attrOK)
+	clear(m.badAttr)
+	clear(m.attrs)
+	clear(m.attrArena)
+	m.attrs, m.attrArena = m.attrs[:0], m.attrArena[:0]
 	m.slots, m.slotMeas, m.permOK = m.slots[:0], m.slotMeas[:0], false
 	for _, c := range m.chunks {
 		clear(c[:cap(c)])
@@ -513,17 +565,21 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 	if ve != nil {
 		return devOf(), ve
 	}
-	for _, t := range m.tags {
-		name, ve := m.nameAt(slot, meas, t.key)
-		slot++
-		if ve != nil {
-			return devOf(), ve
+	if m.opts.Tags == TagsAsValues {
+		for _, t := range m.tags {
+			name, ve := m.nameAt(slot, meas, t.key)
+			slot++
+			if ve != nil {
+				return devOf(), ve
+			}
+			val := buckets.String(t.value)
+			if ve := valueOK(name, val); ve != nil {
+				return devOf(), ve
+			}
+			m.fields = append(m.fields, buckets.Field{Name: name, Value: val})
 		}
-		val := buckets.String(t.value)
-		if ve := valueOK(name, val); ve != nil {
-			return devOf(), ve
-		}
-		m.fields = append(m.fields, buckets.Field{Name: name, Value: val})
+	} else if ve := m.tagAttributes(); ve != nil {
+		return devOf(), ve
 	}
 	id := string(m.devs[di].id)
 	switch n := len(m.fields); {
@@ -703,15 +759,22 @@ func parseInt(b []byte) (int64, bool) {
 	return int64(u), true
 }
 
-// merge adds the sorted fields of a line to the request's reading of
-// the same device and time, unless one of them conflicts with an
-// earlier line.
+// merge adds the sorted fields and attributes (m.attrs) of a line to
+// the request's reading of the same device and time, unless one of them
+// conflicts with an earlier line.
 func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, line int32) *buckets.ValidationError {
 	key := readingKey{dev, ticks}
 	d := &m.devs[dev]
 	var g *deviceReadings
 	if d.group >= 0 {
 		g = &m.devices[d.group]
+	}
+	newNames := 0 // attribute names the device's earlier lines did not give
+	if len(m.attrs) > 0 {
+		if newNames = m.newAttrNames(g); g != nil && len(g.attrNames)+newNames > buckets.MaxAttributes {
+			return invalid(buckets.CodeTooManyAttributes, "tags", "with the earlier lines of device %q this request names %d attributes, more than %d",
+				d.id, len(g.attrNames)+newNames, buckets.MaxAttributes)
+		}
 	}
 	pi, ok := int32(0), false
 	if g != nil && ticks <= g.last {
@@ -733,6 +796,11 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		start := len(m.arena)
 		m.arena = append(m.arena, fields...)
 		p := pending{ticks: ticks, fields: m.arena[start:len(m.arena):len(m.arena)], line: line}
+		if len(m.attrs) > 0 {
+			start := len(m.attrArena)
+			m.attrArena = append(m.attrArena, m.attrs...)
+			p.attrs = m.attrArena[start:len(m.attrArena):len(m.attrArena)]
+		}
 		pi = int32(len(m.pending))
 		m.pending = append(m.pending, p)
 		if g == nil {
@@ -743,7 +811,10 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 				m.devices = append(m.devices, deviceReadings{})
 			}
 			g = &m.devices[d.group]
-			*g = deviceReadings{id: d.id, last: ticks, readings: g.readings[:0]}
+			*g = deviceReadings{id: d.id, last: ticks, readings: g.readings[:0], attrNames: g.attrNames[:0]}
+		}
+		if newNames > 0 {
+			m.addAttrNames(g)
 		}
 		if g.indexed {
 			m.index[key] = pi
@@ -772,6 +843,9 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		return invalid(buckets.CodeTooManyValues, "", "merged with earlier lines of the same device and time this reading has %d values, more than %d",
 			len(p.fields)+added, buckets.MaxValues)
 	}
+	if ve := p.attrConflict(m.attrs); ve != nil {
+		return ve
+	}
 	if p.lines == nil {
 		p.lines = make([]int32, len(p.fields))
 		for i := range p.lines {
@@ -784,6 +858,10 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 			p.fields = slices.Insert(p.fields, i, f)
 			p.lines = slices.Insert(p.lines, i, line)
 		}
+	}
+	p.mergeAttrs(m.attrs)
+	if newNames > 0 {
+		m.addAttrNames(g)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func batch(t *testing.T, m Message) []map[string]any {
 	require.Equal(t, wire.Format, m.Header[wire.Header])
 	device, ok := strings.CutPrefix(m.Subject, "telemetry.")
 	require.True(t, ok, m.Subject)
-	rs, err := wire.Decode(buckets.DeviceID(device), m.Data)
+	rs, _, err := wire.Decode(buckets.DeviceID(device), m.Data)
 	require.NoError(t, err)
 	var out []map[string]any
 	for _, r := range rs {
@@ -40,6 +40,25 @@ func batch(t *testing.T, m Message) []map[string]any {
 		out = append(out, map[string]any{"ts": r.Ticks, "values": values})
 	}
 	return out
+}
+
+// assignments decodes the attribute assignments of one published
+// message.
+func assignments(t *testing.T, m Message) []buckets.Assignment {
+	t.Helper()
+	device, ok := strings.CutPrefix(m.Subject, "telemetry.")
+	require.True(t, ok, m.Subject)
+	_, as, err := wire.Decode(buckets.DeviceID(device), m.Data)
+	require.NoError(t, err)
+	return as
+}
+
+func attrs(kv ...string) buckets.Attributes {
+	var a buckets.Attributes
+	for i := 0; i < len(kv); i += 2 {
+		a = append(a, buckets.Attribute{Name: kv[i], Value: kv[i+1]})
+	}
+	return a
 }
 
 func TestSplitLines(t *testing.T) {
@@ -60,8 +79,17 @@ func TestDeviceTagPriority(t *testing.T) {
 	require.Empty(t, res.Rejected)
 	require.Len(t, res.Messages, 2)
 	assert.Equal(t, "telemetry.d1", res.Messages[0].Subject, "device outranks host whatever the tag order")
-	assert.Equal(t, map[string]any{"m.v": 1.0, "m.host": "h1", "m.site": "s"}, batch(t, res.Messages[0])[0]["values"])
+	assert.Equal(t, map[string]any{"m.v": 1.0}, batch(t, res.Messages[0])[0]["values"])
+	assert.Equal(t, []buckets.Assignment{{Device: "d1", At: 639309061230000000, Set: attrs("host", "h1", "site", "s")}},
+		assignments(t, res.Messages[0]), "the lower-ranked device tag is an attribute too")
 	assert.Equal(t, "telemetry.h2", res.Messages[1].Subject)
+	assert.Nil(t, assignments(t, res.Messages[1]))
+
+	o.Tags = TagsAsValues
+	res = Map([]byte("m,host=h1,device=d1,site=s v=1 1795309323000000000\n"), o)
+	require.Empty(t, res.Rejected)
+	assert.Equal(t, map[string]any{"m.v": 1.0, "m.host": "h1", "m.site": "s"}, batch(t, res.Messages[0])[0]["values"])
+	assert.Nil(t, assignments(t, res.Messages[0]))
 
 	o.DeviceTags = []string{"sensor"}
 	res = Map([]byte("m,device=d1 v=1\n"), o)
@@ -166,13 +194,19 @@ func FuzzMap(f *testing.F) {
 	f.Add([]byte("m,device=a s=\"x\ny\",b=t,u=1u,i=-1i 1\r\n# c\n"))
 	f.Add([]byte("m\\ x,device=a\\,b v=1\nbad line\n"))
 	f.Add([]byte("m,device=a s=\"x\ny\",v=1i 1795309323000000000\n\n# c\nm,device=b v=2 1795309323000000000\nm,device=a s=\"z\" 1795309323000000000\n"))
+	f.Add([]byte("m,device=a,fleet=East,model=F v=1 1795309323000000000\nm,device=a,fleet=West v=2 1795309323000000000\nm,device=a,x.y=1 v=3\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		res := Map(body, opts())
+		mode := TagsAsAttributes
+		if len(body)%2 == 1 {
+			mode = TagsAsValues
+		}
+		o := opts()
+		o.Tags = mode
+		res := Map(body, o)
 		var entries []rawLine
 		for l := range splitLines(body) {
 			entries = append(entries, l)
 		}
-		o := opts()
 		o.MaxMessageBytes = DefaultMaxMessageBytes
 		slow := mapEach(o, entries).finish(len(entries))
 		assert.Equal(t, slow, res, "one decoder for the body and one per line must agree")

@@ -8,20 +8,38 @@ import (
 )
 
 // Decode returns the readings of a payload published by device, each
-// valid as buckets.Reading.Validate requires. Every error is a
+// valid as buckets.Reading.Validate requires, and its attribute
+// assignments for device (nil in version 1). Every error is a
 // *buckets.ValidationError: invalid_payload for a malformed payload
-// (Index -1, or the reading at fault), otherwise the code Validate
-// gives. The readings' strings share one copy of data.
-func Decode(device buckets.DeviceID, data []byte) ([]buckets.Reading, error) {
+// (Index -1, or the reading at fault), otherwise the code Validate or
+// the attribute checks give. The strings share one copy of data.
+func Decode(device buckets.DeviceID, data []byte) ([]buckets.Reading, []buckets.Assignment, error) {
 	if err := device.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d := decoder{data: data, device: device, index: -1}
 	rs, err := d.decode()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return rs, nil
+	var as []buckets.Assignment
+	if data[0] == versionAssigns {
+		if as, err = d.assignments(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if d.pos != len(d.data) {
+		d.index = -1
+		return nil, nil, d.fail("%d bytes after the last %s", len(d.data)-d.pos, lastPart(data[0]))
+	}
+	return rs, as, nil
+}
+
+func lastPart(version byte) string {
+	if version == versionAssigns {
+		return "assignment"
+	}
+	return "reading"
 }
 
 type decoder struct {
@@ -63,8 +81,8 @@ func (d *decoder) string(what string, n int) (string, *buckets.ValidationError) 
 }
 
 func (d *decoder) decode() ([]buckets.Reading, *buckets.ValidationError) {
-	if len(d.data) == 0 || d.data[0] != version {
-		return nil, d.fail("not version %d", version)
+	if len(d.data) == 0 || d.data[0] != version && d.data[0] != versionAssigns {
+		return nil, d.fail("not version %d or %d", version, versionAssigns)
 	}
 	d.pos = 1
 	names, ve := d.names()
@@ -125,10 +143,7 @@ func (d *decoder) decode() ([]buckets.Reading, *buckets.ValidationError) {
 		}
 		r.Values = fields[start:len(fields):len(fields)]
 	}
-	if d.pos != len(d.data) {
-		d.index = -1
-		return nil, d.fail("%d bytes after the last reading", len(d.data)-d.pos)
-	}
+	d.index = -1
 	return rs, nil
 }
 
@@ -219,7 +234,7 @@ func (d *decoder) value(names []string, prev int) (buckets.Field, int, *buckets.
 // payload too damaged to say).
 func Count(data []byte) int {
 	d := decoder{data: data, index: -1}
-	if len(data) == 0 || data[0] != version {
+	if len(data) == 0 || data[0] != version && data[0] != versionAssigns {
 		return 1
 	}
 	d.pos = 1
@@ -231,4 +246,94 @@ func Count(data []byte) int {
 		return 1
 	}
 	return max(n, 1)
+}
+
+// assignments reads the assignments of a version 2 payload.
+func (d *decoder) assignments() ([]buckets.Assignment, *buckets.ValidationError) {
+	n, ve := d.uvarint("assignment count", buckets.MaxBatch)
+	if ve != nil || n == 0 {
+		return nil, ve
+	}
+	// Each assignment takes at least 5 bytes (at, count, two lengths, a name byte).
+	if n > (len(d.data)-d.pos)/5+1 {
+		return nil, d.fail("%d assignments cannot fit in %d bytes", n, len(d.data)-d.pos)
+	}
+	as := make([]buckets.Assignment, n)
+	var names map[string]struct{} // every name, once the assignments hold more than the limit
+	total := 0
+	for i := range as {
+		at, k := binary.Varint(d.data[d.pos:])
+		if k <= 0 {
+			return nil, d.fail("assignment time: truncated or overlong varint")
+		}
+		d.pos += k
+		a := &as[i]
+		a.Device, a.At = d.device, buckets.Ticks(at)
+		if !a.At.Valid() {
+			return nil, buckets.Invalid(buckets.CodeInvalidTime, -1, "attributes", "assignment tick count %d is outside 0001..9999", at)
+		}
+		set, ve := d.attributeSet()
+		if ve != nil {
+			return nil, ve
+		}
+		a.Set = set
+		if total += len(set); total > buckets.MaxAttributes && names == nil {
+			names = make(map[string]struct{}, 2*buckets.MaxAttributes)
+			for _, b := range as[:i] {
+				for _, x := range b.Set {
+					names[x.Name] = struct{}{}
+				}
+			}
+		}
+		if names != nil {
+			for _, x := range set {
+				names[x.Name] = struct{}{}
+			}
+			if len(names) > buckets.MaxAttributes {
+				return nil, buckets.Invalid(buckets.CodeTooManyAttributes, -1, "attributes",
+					"the assignments name %d attributes, at most %d are allowed", len(names), buckets.MaxAttributes)
+			}
+		}
+	}
+	return as, nil
+}
+
+// attributeSet reads the attributes of one assignment.
+func (d *decoder) attributeSet() (buckets.Attributes, *buckets.ValidationError) {
+	n, ve := d.uvarint("attribute count", buckets.MaxAttributes)
+	switch {
+	case ve != nil:
+		return nil, ve
+	case n == 0:
+		return nil, d.fail("an assignment needs at least one attribute")
+	}
+	set := make(buckets.Attributes, n)
+	for i := range set {
+		l, ve := d.uvarint("attribute name length", buckets.MaxAttributeNameBytes)
+		if ve != nil {
+			return nil, ve
+		}
+		name, ve := d.string("attribute name", l)
+		if ve != nil {
+			return nil, ve
+		}
+		if ve := buckets.ValidateAttributeName(name); ve != nil {
+			return nil, ve
+		}
+		if i > 0 && set[i-1].Name >= name {
+			return nil, d.fail("attribute %q does not follow %q in order", name, set[i-1].Name)
+		}
+		if l, ve = d.uvarint("attribute value length", buckets.MaxAttributeValueBytes); ve != nil {
+			return nil, ve
+		}
+		value, ve := d.string("attribute value", l)
+		if ve != nil {
+			return nil, ve
+		}
+		if ve := buckets.ValidateAttributeValue(name, value); ve != nil {
+			return nil, ve
+		}
+		set[i] = buckets.Attribute{Name: name, Value: value}
+	}
+	return set, nil
 }

@@ -3,11 +3,16 @@
 // for producers inside the service: the line protocol door publishes
 // it, the ingester decodes it. A message in this form carries the
 // header Telemetry-Format: binary/1; without the header a payload is
-// JSON.
+// JSON. The header names the binary form; the payload's first byte is
+// the version of its layout: 1 for readings alone, 2 for readings and
+// attribute assignments. Encoder writes version 1 when it has no
+// assignment, so its payloads stay readable by a version-1 decoder
+// where they can; Decode reads both, so the messages a stream kept
+// from before version 2 still decode.
 //
 // Layout (varints as encoding/binary's; every count bounded):
 //
-//	version     byte, 1
+//	version     byte, 1 or 2
 //	names       uvarint n (>= 1), then n times: uvarint length, bytes;
 //	            strictly ascending, each a valid value name
 //	readings    uvarint n (1..buckets.MaxBatch), then n times:
@@ -18,9 +23,19 @@
 //	    kind    byte, buckets.Kind
 //	    value   float: 8 bytes, IEEE 754 bits little endian; int: varint;
 //	            bool: one byte 0 or 1; string: uvarint length, bytes
+//	assignments version 2 only: uvarint n (0..buckets.MaxBatch), then n
+//	            times:
+//	  at        varint, the ticks the assignment holds as of
+//	  set       uvarint n (1..buckets.MaxAttributes), then n times:
+//	            uvarint length, name bytes, uvarint length, value
+//	            bytes; names strictly ascending
 //
-// Nothing may follow the last reading. Decode validates everything that
-// buckets.Reading.Validate checks (the time window is the ingester's).
+// Nothing may follow the last reading (version 1) or the last
+// assignment (version 2). Decode validates everything that
+// buckets.Reading.Validate checks (the time window is the ingester's),
+// attribute names and values as buckets.ValidateAttributeName and
+// ValidateAttributeValue, and that the assignments of a payload name at
+// most buckets.MaxAttributes attributes together.
 package wire
 
 import (
@@ -38,8 +53,11 @@ const (
 	Format = "binary/1"
 )
 
-// version is the first byte of a payload.
-const version = 1
+// The first byte of a payload: its layout.
+const (
+	version        = 1 // readings
+	versionAssigns = 2 // readings, then attribute assignments
+)
 
 // Encoder builds one payload. Its zero value is ready; Reset starts the
 // next payload and keeps the buffers.
@@ -50,6 +68,14 @@ type Encoder struct {
 	size     int
 	prev     []buckets.Field // values of the last reading added
 	index    []int           // scratch of Append: name indexes of a reading
+	assigns  []assignment
+}
+
+// assignment is one added assignment; its attributes are only
+// referenced.
+type assignment struct {
+	at  buckets.Ticks
+	set buckets.Attributes
 }
 
 // reading is one added reading; its values are only referenced.
@@ -69,6 +95,8 @@ func (e *Encoder) Reset() {
 	clear(e.readings)
 	e.readings = e.readings[:0]
 	clear(e.names)
+	clear(e.assigns)
+	e.assigns = e.assigns[:0]
 	e.size, e.prev = 0, nil
 }
 
@@ -99,6 +127,26 @@ func (e *Encoder) Add(ticks buckets.Ticks, values []buckets.Field) {
 		e.size += maxValueHead + valueSize(f.Value)
 	}
 	e.prev = values
+}
+
+// Assign adds an assignment of a valid, non-empty attribute set (sorted
+// by name, names unique) as of at. set is referenced until Append, not
+// copied. A payload with assignments is written in version 2.
+func (e *Encoder) Assign(at buckets.Ticks, set buckets.Attributes) {
+	if len(e.assigns) == 0 {
+		e.size += binary.MaxVarintLen64 // the count
+	}
+	e.assigns = append(e.assigns, assignment{at, set})
+	e.size += AssignSize(set)
+}
+
+// AssignSize bounds what assigning set would add to Size.
+func AssignSize(set buckets.Attributes) int {
+	n := binary.MaxVarintLen64 + binary.MaxVarintLen16
+	for _, a := range set {
+		n += 2*binary.MaxVarintLen16 + len(a.Name) + len(a.Value)
+	}
+	return n
 }
 
 func sameNames(a, b []buckets.Field) bool {
@@ -146,7 +194,11 @@ func (e *Encoder) Append(dst []byte) []byte {
 	for i, n := range e.sorted {
 		e.names[n] = i
 	}
-	dst = append(dst, version)
+	if len(e.assigns) > 0 {
+		dst = append(dst, versionAssigns)
+	} else {
+		dst = append(dst, version)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(e.sorted)))
 	for _, n := range e.sorted {
 		dst = binary.AppendUvarint(dst, uint64(len(n)))
@@ -171,6 +223,20 @@ func (e *Encoder) Append(dst []byte) []byte {
 		for i, f := range r.values {
 			dst = binary.AppendUvarint(dst, uint64(e.index[i]))
 			dst = appendValue(dst, f.Value)
+		}
+	}
+	if len(e.assigns) == 0 {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(e.assigns)))
+	for _, a := range e.assigns {
+		dst = binary.AppendVarint(dst, int64(a.at))
+		dst = binary.AppendUvarint(dst, uint64(len(a.set)))
+		for _, x := range a.set {
+			dst = binary.AppendUvarint(dst, uint64(len(x.Name)))
+			dst = append(dst, x.Name...)
+			dst = binary.AppendUvarint(dst, uint64(len(x.Value)))
+			dst = append(dst, x.Value...)
 		}
 	}
 	return dst

@@ -42,7 +42,7 @@ func BenchmarkDecodeLineMessage(b *testing.B) {
 	b.Run("binary", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if rs, err := wire.Decode("dev-1", bin); err != nil || len(rs) != 100 {
+			if rs, _, err := wire.Decode("dev-1", bin); err != nil || len(rs) != 100 {
 				b.Fatal(err)
 			}
 		}
@@ -50,7 +50,7 @@ func BenchmarkDecodeLineMessage(b *testing.B) {
 	b.Run("json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if rs, err := ingest.Decode("dev-1", json, 0); err != nil || len(rs) != 100 {
+			if rs, _, err := ingest.Decode("dev-1", json, 0); err != nil || len(rs) != 100 {
 				b.Fatal(err)
 			}
 		}

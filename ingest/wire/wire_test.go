@@ -51,7 +51,7 @@ func sampleReadings() []buckets.Reading {
 func TestRoundTrip(t *testing.T) {
 	want := sampleReadings()
 	data := encode(want)
-	got, err := Decode(device, data)
+	got, _, err := Decode(device, data)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 	assert.True(t, math.Signbit(got[1].Values[0].Value.AsFloat()), "-0 keeps its sign")
@@ -103,7 +103,7 @@ func TestDecodeRejects(t *testing.T) {
 		msg  string
 	}{
 		{"empty", nil, buckets.CodeInvalidPayload, "not version 1"},
-		{"version", []byte{2}, buckets.CodeInvalidPayload, "not version 1"},
+		{"version", []byte{3}, buckets.CodeInvalidPayload, "not version 1 or 2"},
 		{"json", []byte(`{"ts":1,"v":1}`), buckets.CodeInvalidPayload, "not version 1"},
 		{"no readings", newRaw("v").uv(0).b, buckets.CodeEmptyBatch, ""},
 		{"too many readings", newRaw("v").uv(buckets.MaxBatch + 1).b, buckets.CodeBatchTooLarge, "10001 readings is more than 10000"},
@@ -129,14 +129,14 @@ func TestDecodeRejects(t *testing.T) {
 		{"trailing bytes", newRaw("v").uv(1).one(int64(base), 0).raw(0).b, buckets.CodeInvalidPayload, "1 bytes after the last reading"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Decode(device, tc.data)
+			_, _, err := Decode(device, tc.data)
 			var ve *buckets.ValidationError
 			require.ErrorAs(t, err, &ve)
 			assert.Equal(t, tc.code, ve.Code, ve.Error())
 			assert.Contains(t, ve.Error(), tc.msg)
 		})
 	}
-	_, err := Decode("bad.device", encode(sampleReadings()))
+	_, _, err := Decode("bad.device", encode(sampleReadings()))
 	var ve *buckets.ValidationError
 	require.ErrorAs(t, err, &ve)
 	assert.Equal(t, buckets.CodeInvalidDevice, ve.Code)
@@ -155,7 +155,7 @@ func TestDecodeLimitsAccepted(t *testing.T) {
 		rs[i] = buckets.Reading{Device: device, Ticks: base + buckets.Ticks(i), Values: values[:1+i%3]}
 	}
 	rs[0].Values = values
-	got, err := Decode(device, encode(rs))
+	got, _, err := Decode(device, encode(rs))
 	require.NoError(t, err)
 	assert.Equal(t, rs, got)
 }
@@ -164,7 +164,7 @@ func TestDecodeLimitsAccepted(t *testing.T) {
 func TestDecodeTruncated(t *testing.T) {
 	data := encode(sampleReadings())
 	for n := range len(data) {
-		_, err := Decode(device, data[:n])
+		_, _, err := Decode(device, data[:n])
 		assert.Error(t, err, "truncated to %d bytes", n)
 	}
 }
@@ -173,8 +173,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(sampleReadings()))
 	f.Add(newRaw("v").uv(1).one(int64(base), 0).b)
 	f.Add([]byte{1, 0})
+	f.Add(v2().uv(1).v(int64(base)).uv(1).str("fleet").str("East").b)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rs, err := Decode(device, data)
+		rs, _, err := Decode(device, data)
 		if err != nil {
 			var ve *buckets.ValidationError
 			require.ErrorAs(t, err, &ve)
@@ -183,7 +184,7 @@ func FuzzDecode(f *testing.F) {
 		for _, r := range rs {
 			require.NoError(t, r.Validate())
 		}
-		again, err := Decode(device, encode(rs))
+		again, _, err := Decode(device, encode(rs))
 		require.NoError(t, err)
 		assert.Equal(t, rs, again, "re-encoding gives the same readings")
 		assert.Equal(t, len(rs), Count(data))
@@ -205,7 +206,7 @@ func TestRoundTripRepeatedNames(t *testing.T) {
 	for i, names := range [][]string{{"a", "c"}, {"a", "c"}, {"a", "b"}, {"b", "c"}, {"b", "c"}, {"a"}, {"a", "b", "c"}, {"a", "c"}} {
 		want = append(want, buckets.Reading{Device: device, Ticks: base + buckets.Ticks(i), Values: fields(names...)})
 	}
-	got, err := Decode(device, encode(want))
+	got, _, err := Decode(device, encode(want))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
