@@ -258,9 +258,6 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	for dev, tr := range d.trucks {
 		waitStored(t, s, dev, len(tr.times))
 	}
-	if os.Getenv("TELEMETRY_TSBS_ATTRS") == "" {
-		t.Skip("device attributes from line protocol tags and attribute labels in PromQL are not on this branch yet")
-	}
 
 	t.Run("every truck has its tags as attributes", func(t *testing.T) {
 		for dev, tr := range d.trucks {
