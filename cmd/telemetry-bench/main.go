@@ -70,6 +70,7 @@ type Config struct {
 	TSBSFile       string        // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
 	PeerBinary     string        // -peer-binary: VictoriaMetrics to compare with on TSBSFile, instead of the run
 	FleetQueries   int           // with PeerBinary: times each fleet question is asked of each service (0: none)
+	PeerRuns       []string      // with PeerBinary: the ingest runs of each round (peerKinds)
 	MatchDevices   int           // -match-devices: time the device list filtered by attribute over this many devices, instead of the run
 	Compare        string        // -compare: a second build (B) against Binary (A): its queries side by side instead of the run, or with the tsbs phase alternate runs of both
 	Out            string        // also write the report as markdown here
@@ -115,13 +116,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if cfg.Compare != "" && !slices.Contains(cfg.Phases, "tsbs") {
-		if err := runCompare(ctx, cfg, cfg.Compare, stdout, stderr); err != nil {
-			fmt.Fprintln(stderr, "telemetry-bench:", err)
-			return 1
-		}
-		return 0
-	}
 	if cfg.MatchDevices > 0 {
 		if err := runMatchDevices(ctx, cfg, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
@@ -131,6 +125,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.PeerBinary != "" {
 		if err := runPeer(ctx, cfg, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.Compare != "" && !slices.Contains(cfg.Phases, "tsbs") {
+		if err := runCompare(ctx, cfg, cfg.Compare, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
 			return 1
 		}
@@ -183,6 +184,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "a TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx): with -phases tsbs, publish it to the service end to end at 100 readings per message; otherwise, instead of the run, store it as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
 	fs.StringVar(&cfg.TSBSFile, "tsbs-file", "", "the same as -tsbs")
 	fs.StringVar(&cfg.PeerBinary, "peer-binary", "", "a VictoriaMetrics binary (single node, app/victoria-metrics): instead of the run, compare telemetryd (line protocol and JSON at 100 per message) with it on the -tsbs file, one after the other, -repeat times: ingest until queryable, disk per value, latest value right after ingest (-queries requests), peak RSS, and the fleet questions as PromQL when telemetryd has device attributes")
+	peerRuns := fs.String("peer-runs", "line,json,peer", "with -peer-binary: the ingest runs of each round, comma-separated: line, json (telemetryd), peer (VictoriaMetrics), line-B (the -compare build through line protocol)")
 	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
 	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)
 	fs.StringVar(&cfg.Compare, "compare", "", "a second telemetryd build (B) against -binary (A). Without -phases tsbs, instead of the run, start both side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A. With -phases tsbs, run the TSBS file end to end on A and B alternately, A first, -repeat times each; prints B/A")
@@ -209,6 +211,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	if *runs != "" {
 		cfg.Runs = strings.Split(*runs, ",")
 	}
+	cfg.PeerRuns = strings.Split(*peerRuns, ",")
 	if *doors != "" {
 		cfg.Doors = strings.Split(*doors, ",")
 	}
@@ -259,6 +262,10 @@ func (c Config) validate() error {
 	switch {
 	case c.PeerBinary != "" && c.TSBSFile == "":
 		return errors.New("-peer-binary: want the TSBS IoT file in -tsbs-file FILE")
+	case c.PeerBinary != "" && slices.ContainsFunc(c.PeerRuns, func(k string) bool { return !slices.Contains(peerKinds, k) }):
+		return fmt.Errorf("-peer-runs %s: want some of %s", strings.Join(c.PeerRuns, ","), strings.Join(peerKinds, ","))
+	case c.PeerBinary != "" && slices.Contains(c.PeerRuns, "line-B") && c.Compare == "":
+		return errors.New("-peer-runs line-B: want the B build in -compare")
 	case c.MatchDevices < 0:
 		return fmt.Errorf("-match-devices %d: want 0 or more", c.MatchDevices)
 	case c.FleetQueries < 0:

@@ -50,14 +50,16 @@ import (
 // With -repeat N the three ingest runs are done N times (every other
 // round in reverse order) and the table shows medians.
 
-// peerKinds are the ingest runs of a round, in order.
-var peerKinds = []string{"line", "json", "peer"}
+// peerKinds are the ingest runs a round may do, in order: "line-B" is
+// the line protocol run of the -compare build.
+var peerKinds = []string{"line", "json", "peer", "line-B"}
 
 // peerKindNames name the runs in the report.
 var peerKindNames = map[string]string{
-	"line": "telemetryd, line protocol",
-	"json": "telemetryd, JSON 100/msg",
-	"peer": "VictoriaMetrics",
+	"line":   "telemetryd, line protocol",
+	"json":   "telemetryd, JSON 100/msg",
+	"peer":   "VictoriaMetrics",
+	"line-B": "telemetryd B, line protocol",
 }
 
 // peerRun is what one ingest run measured.
@@ -106,7 +108,7 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 	var runs []peerRun
 	keep := map[string]string{} // the last round's data dirs of the line and peer runs
 	for rep := range cfg.Repeat {
-		kinds := slices.Clone(peerKinds)
+		kinds := slices.Clone(cfg.PeerRuns)
 		if rep%2 == 1 {
 			slices.Reverse(kinds)
 		}
@@ -125,7 +127,7 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 		}
 	}
 	var qs []questionResult
-	if cfg.FleetQueries > 0 && attrs {
+	if cfg.FleetQueries > 0 && attrs && keep["line"] != "" && keep["peer"] != "" {
 		if qs, err = b.peerQuestions(ctx, keep["line"], keep["peer"], d); err != nil {
 			return fmt.Errorf("fleet questions: %w", err)
 		}
@@ -134,9 +136,9 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 	return nil
 }
 
-// telemetrydFor is a telemetryd on dir for the peer comparison.
-func (b *bench) telemetrydFor(dir string) *service {
-	return &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
+// telemetrydFor is the telemetryd bin on dir for the peer comparison.
+func (b *bench) telemetrydFor(bin, dir string) *service {
+	return &service{bin: bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
 		telemetry: true, args: []string{"-line-device-tags", "name", "-http-rate", "0"}}
 }
 
@@ -184,7 +186,11 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		}
 		res.Disk = dirSize(p.dataDir)
 	} else {
-		svc := b.telemetrydFor(dir)
+		bin := b.bin
+		if kind == "line-B" {
+			bin = b.cfg.Compare
+		}
+		svc := b.telemetrydFor(bin, dir)
 		if err := svc.start(ctx); err != nil {
 			return res, err
 		}
@@ -195,7 +201,7 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		waited := make(chan error, 1)
 		go func() { waited <- waitStored(wctx, svc, int64(d.json.readings), ph, 50*time.Millisecond) }()
 		var err error
-		if kind == "line" {
+		if kind != "json" {
 			err = postBodies(ctx, svc.client, svc.url("/api/v2/write?bucket=tsbs&precision=ns"), d.bodies)
 		} else {
 			var nc *nats.Conn
@@ -393,7 +399,7 @@ func (b *bench) probeAttributes(ctx context.Context, dir string) (bool, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, err
 	}
-	svc := b.telemetrydFor(dir)
+	svc := b.telemetrydFor(b.bin, dir)
 	if err := svc.start(ctx); err != nil {
 		return false, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 // turn, cfg.FleetQueries times each (the order swapped every other
 // time, the fleet going round tsbsFleets), at the file's newest time.
 func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *peerData) ([]questionResult, error) {
-	svc := b.telemetrydFor(lineDir)
+	svc := b.telemetrydFor(b.bin, lineDir)
 	if err := svc.start(ctx); err != nil {
 		return nil, err
 	}
@@ -130,10 +131,31 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	p99 := func(r peerRun) float64 { return float64(r.Latest.P99) }
 	rss := func(r peerRun) float64 { return float64(r.PeakRSS) }
 	s := section{title: fmt.Sprintf("telemetryd against VictoriaMetrics on one TSBS IoT file (median of %d runs each)", cfg.Repeat),
-		header: []string{"measure", peerKindNames["line"], peerKindNames["json"], peerKindNames["peer"], "line / peer", "JSON / peer"}}
+		header: []string{"measure"}}
+	type ratioCol struct{ num, den string }
+	var ratios []ratioCol
+	for _, kind := range cfg.PeerRuns {
+		s.header = append(s.header, peerKindNames[kind])
+	}
+	for _, kind := range cfg.PeerRuns {
+		switch {
+		case kind == "line-B" && slices.Contains(cfg.PeerRuns, "line"):
+			ratios = append(ratios, ratioCol{"line-B", "line"})
+			s.header = append(s.header, "line B / line A")
+		case kind != "peer" && kind != "line-B" && slices.Contains(cfg.PeerRuns, "peer"):
+			ratios = append(ratios, ratioCol{kind, "peer"})
+			s.header = append(s.header, strings.Replace(kind, "json", "JSON", 1)+" / peer")
+		}
+	}
 	row := func(name string, f func(peerRun) float64, format func(float64) string) {
-		s.rows = append(s.rows, []string{name, format(med("line", f)), format(med("json", f)), format(med("peer", f)),
-			ratio(med("line", f), med("peer", f)), ratio(med("json", f), med("peer", f))})
+		r := []string{name}
+		for _, kind := range cfg.PeerRuns {
+			r = append(r, format(med(kind, f)))
+		}
+		for _, c := range ratios {
+			r = append(r, ratio(med(c.num, f), med(c.den, f)))
+		}
+		s.rows = append(s.rows, r)
 	}
 	row("ingest, readings/s until queryable", rate, num)
 	row("ingest, readings/s until the last write was answered", func(r peerRun) float64 { return r.Accepted }, num)
@@ -142,13 +164,16 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	row("latest value right after ingest, p99", p99, func(v float64) string { return ms(time.Duration(v)) })
 	row("peak RSS", rss, func(v float64) string { return mib(int64(v)) })
 	if cfg.Repeat > 1 {
-		for _, kind := range peerKinds {
+		for _, kind := range cfg.PeerRuns {
 			var all []string
 			for _, r := range by[kind] {
 				all = append(all, num(r.Rate))
 			}
 			s.notes = append(s.notes, fmt.Sprintf("%s, readings/s of each run: %s", peerKindNames[kind], strings.Join(all, ", ")))
 		}
+	}
+	if slices.Contains(cfg.PeerRuns, "line-B") {
+		s.notes = append(s.notes, "B = "+cfg.Compare)
 	}
 	s.notes = append(s.notes, "Ratios are telemetryd over the peer: above 1 is better for readings/s, worse for the others.")
 	sections := []section{s}
