@@ -87,3 +87,48 @@ func TestFleetQuestionsParse(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerFlags checks the peer comparison's flags at their limits.
+func TestPeerFlags(t *testing.T) {
+	var out strings.Builder
+	_, err := parseFlags([]string{"-peer-binary", "vm"}, &out)
+	require.ErrorContains(t, err, "-tsbs-file")
+	_, err = parseFlags([]string{"-peer-binary", "vm", "-tsbs-file", "f", "-peer-runs", "line,influx"}, &out)
+	require.ErrorContains(t, err, `-peer-runs line,influx: want some of line,json,peer,line-B`)
+	_, err = parseFlags([]string{"-peer-binary", "vm", "-tsbs-file", "f", "-peer-runs", "line,line-B"}, &out)
+	require.ErrorContains(t, err, "-compare")
+	_, err = parseFlags([]string{"-peer-binary", "vm", "-tsbs-file", "f", "-fleet-queries", "-1"}, &out)
+	require.ErrorContains(t, err, "-fleet-queries -1")
+	cfg, err := parseFlags([]string{"-peer-binary", "vm", "-tsbs", "f"}, &out)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"line", "json", "peer"}, cfg.PeerRuns)
+	assert.Equal(t, 20, cfg.FleetQueries)
+}
+
+// TestPeerReportRatios checks the table's medians and ratios.
+func TestPeerReportRatios(t *testing.T) {
+	cfg := Config{Repeat: 3, PeerRuns: []string{"line", "peer", "line-B"}, Compare: "old"}
+	d := &peerData{json: &tsbsMessages{readings: 100, values: 1000}}
+	var runs []peerRun
+	for i, r := range []float64{10, 30, 20} {
+		runs = append(runs, peerRun{Kind: "line", Rate: r, Disk: 800, PeakRSS: 100 << 20},
+			peerRun{Kind: "peer", Rate: 2 * r, Disk: 2000, PeakRSS: 50 << 20},
+			peerRun{Kind: "line-B", Rate: r / 2, Disk: 900, PeakRSS: int64(i+1) << 20})
+	}
+	out := peerReport(cfg, d, runs, nil, false)
+	lines := strings.Split(out, "\n")
+	find := func(prefix string) []string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return strings.Fields(strings.Join(strings.Split(l, "  ")[1:], " "))
+			}
+		}
+		t.Fatalf("no row %q in\n%s", prefix, out)
+		return nil
+	}
+	// line, peer, line-B, then line / peer and line B / line A.
+	assert.Equal(t, []string{"20", "40", "10", "0.50", "0.50"}, find("ingest, readings/s until queryable"))
+	assert.Equal(t, []string{"0.800", "B", "2.000", "B", "0.900", "B", "0.40", "1.12"}, find("disk per value"))
+	assert.Contains(t, out, "B = old")
+	assert.Contains(t, out, "does not turn line protocol tags into device attributes")
+}

@@ -192,7 +192,7 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 		q.notes = append(q.notes, "The peer's series include those of lines that miss a tag (a series of their own there, whose latest value may be hours old, so its answers to the questions on latest values hold more series); telemetryd's carry the truck's attributes.")
 		sections = append(sections, q)
 	case !attrs:
-		s.notes = append(s.notes, "Fleet questions not asked: this telemetryd does not turn line protocol tags into device attributes.")
+		sections[0].notes = append(sections[0].notes, "Fleet questions not asked: this telemetryd does not turn line protocol tags into device attributes.")
 	}
 	return sb.String() + report{sections: sections}.text()
 }
