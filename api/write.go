@@ -30,6 +30,9 @@ type Publisher interface {
 	Publish(ctx context.Context, msgs []lineproto.Message) error
 }
 
+// DefaultDeviceTags are WriteConfig.DeviceTags' default.
+func DefaultDeviceTags() []string { return []string{"device", "host"} }
+
 // Defaults of WriteConfig.
 const (
 	DefaultMaxWriteBytes = 16 << 20
@@ -125,7 +128,7 @@ func newWriter(cfg *WriteConfig, now func() time.Time) *writer {
 	w.cfg.Window.Retention = cmp.Or(w.cfg.Window.Retention, buckets.DefaultRetention)
 	w.cfg.Window.MaxFutureSkew = cmp.Or(w.cfg.Window.MaxFutureSkew, buckets.DefaultMaxFutureSkew)
 	if len(w.cfg.DeviceTags) == 0 {
-		w.cfg.DeviceTags = []string{"device", "host"}
+		w.cfg.DeviceTags = DefaultDeviceTags()
 	}
 	return w
 }

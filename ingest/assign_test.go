@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
@@ -52,8 +53,8 @@ func TestIngestRejectsInvalidAttributes(t *testing.T) {
 	dl := e.waitDeadLetters(1)
 	assert.Equal(t, "rejected.telemetry.bad", dl[0].Subject)
 	assert.Equal(t, bad, string(dl[0].Data))
-	assert.Equal(t, "invalid_attribute_value", dl[0].Header.Get(HeaderErrorCode))
-	assert.Equal(t, "reading 1: attributes.fleet: an attribute value must be a string, got a number", dl[0].Header.Get(HeaderError))
+	assert.Equal(t, "invalid_attribute_value", dl[0].Header.Get(topology.HeaderErrorCode))
+	assert.Equal(t, "reading 1: attributes.fleet: an attribute value must be a string, got a number", dl[0].Header.Get(topology.HeaderError))
 	assert.Zero(t, e.w.attempts("bad"))
 	assert.Empty(t, e.w.assigned())
 }
@@ -114,8 +115,8 @@ func TestIngestDeadLettersAssignmentTheStoreRefuses(t *testing.T) {
 	dl := e.waitDeadLetters(1)
 	require.Len(t, dl, 1)
 	assert.Equal(t, "rejected.telemetry.full", dl[0].Subject)
-	assert.Equal(t, "too_many_attributes", dl[0].Header.Get(HeaderErrorCode))
-	assert.Contains(t, dl[0].Header.Get(HeaderError), "65 attributes")
+	assert.Equal(t, "too_many_attributes", dl[0].Header.Get(topology.HeaderErrorCode))
+	assert.Contains(t, dl[0].Header.Get(topology.HeaderError), "65 attributes")
 	assert.Empty(t, e.w.stored("full"), "rejected whole: its readings are not written")
 	assert.Len(t, e.w.stored("other"), 1)
 	assert.Len(t, e.w.stored("plain"), 1)
@@ -144,8 +145,8 @@ func TestIngestBinaryAssignments(t *testing.T) {
 	assert.Equal(t, map[buckets.DeviceID]map[string]string{"bin": {"fleet": "East"}}, e.w.attributes())
 	dl := e.waitDeadLetters(1)
 	assert.Equal(t, "rejected.telemetry.bin-future", dl[0].Subject)
-	assert.Equal(t, "too_far_in_future", dl[0].Header.Get(HeaderErrorCode))
-	assert.Contains(t, dl[0].Header.Get(HeaderError), "attributes")
+	assert.Equal(t, "too_far_in_future", dl[0].Header.Get(topology.HeaderErrorCode))
+	assert.Contains(t, dl[0].Header.Get(topology.HeaderError), "attributes")
 	assert.Empty(t, e.w.stored("bin-future"))
 }
 

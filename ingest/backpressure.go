@@ -88,7 +88,7 @@ func (in *Ingester) setAckWindow(ctx context.Context, want int) {
 	defer cancel()
 	c, err := in.js.UpdateConsumer(ctx, in.cfg.Stream, cfg)
 	if err != nil {
-		in.log.Debug("update the consumer's ack window", "max_ack_pending", want, "error", err)
+		in.log.Debug("update the consumer's ack window", "max_ack_pending", want, "err", err)
 		return
 	}
 	in.mu.Lock()

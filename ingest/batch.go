@@ -141,7 +141,7 @@ func (in *Ingester) commit(ctx context.Context, items []item, n int) {
 	}
 	span.SetAttributes(attribute.Int("telemetry.failed_messages", failed))
 	in.log.Warn("store write failed; failed messages are retried later",
-		"messages", len(items), "failed", failed, "stream_seq", items[0].seq, "error", err)
+		"messages", len(items), "failed", failed, "stream_seq", items[0].seq, "err", err)
 }
 
 // writeOneByOne writes each message of a failed batch alone and returns
@@ -199,7 +199,7 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 	if ackErr != nil {
 		// The readings are stored; a redelivery rewrites the same keys.
 		in.log.Warn("ack after commit failed; the messages will be redelivered and written again",
-			"messages", len(items)-acked, "error", ackErr)
+			"messages", len(items)-acked, "err", ackErr)
 	}
 	in.m.messages.Add(ctx, int64(acked), in.m.acked)
 }
@@ -217,7 +217,7 @@ func (in *Ingester) ack(ctx context.Context, it item) error {
 		// No confirmation (the connection is likely down): do not wait
 		// for one per message; plain acks wait in the reconnect buffer.
 		in.syncAcks = false
-		in.log.Warn("confirmed ack failed; acking the rest without confirmation", "error", err)
+		in.log.Warn("confirmed ack failed; acking the rest without confirmation", "err", err)
 	}
 	return it.msg.Ack()
 }
@@ -245,7 +245,7 @@ func (in *Ingester) writeFailed(ctx context.Context, it item, err error) {
 func (in *Ingester) nak(ctx context.Context, it item) {
 	if err := it.msg.NakWithDelay(in.cfg.nakDelay(it.delivered)); err != nil {
 		in.log.Warn("nak failed; the message is redelivered after the ack wait",
-			"subject", it.msg.Subject(), "stream_seq", it.seq, "error", err)
+			"subject", it.msg.Subject(), "stream_seq", it.seq, "err", err)
 	}
 	in.m.messages.Add(ctx, 1, in.m.nak)
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // RejectedMaxAge is how long the rejected stream keeps dead letters.
@@ -25,13 +26,13 @@ type Config struct {
 	SubjectPrefix string
 	// Stream captures <prefix>.* with file storage. Default "TELEMETRY".
 	Stream string
-	// ExtraSubjects are further subjects Stream captures. A message the
-	// stream keeps under one of them is acked on delivery without being
-	// read (never stored, never dead-lettered). The embedded MQTT
-	// listener's QoS 1 store subjects are one: the stream keeps those
-	// messages as <prefix>.<device> (a subject transform set up by the
-	// service), so they are read as readings.
-	ExtraSubjects []string
+	// MQTTCopies makes Stream capture the embedded MQTT listener's store
+	// copies of QoS 1 publishes (topology.Subjects.MQTTCopies) and keep
+	// each as <prefix>.<device>, so it is read as a reading (see
+	// CaptureMQTTCopies). A copy that an earlier version kept under its
+	// own subject is acked on delivery without being read (never stored,
+	// never dead-lettered). Not with Partitions.
+	MQTTCopies bool
 	// StreamMaxAge bounds how long Stream keeps messages (acked or not),
 	// so the raw stream cannot fill the disk. Default 7 days.
 	StreamMaxAge time.Duration
@@ -142,11 +143,21 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultSubjectPrefix is the default Config.SubjectPrefix.
+const DefaultSubjectPrefix = "telemetry"
+
+// Subjects are the subjects of c's prefix (DefaultSubjectPrefix when
+// unset): device, dead letter and MQTT copy subjects are built there
+// and nowhere else.
+func (c Config) Subjects() topology.Subjects {
+	return topology.For(cmp.Or(c.SubjectPrefix, DefaultSubjectPrefix))
+}
+
 // DefaultConfig returns the documented defaults. Logger, providers and
 // clock stay nil and are resolved by New.
 func DefaultConfig() Config {
 	return Config{
-		SubjectPrefix:        "telemetry",
+		SubjectPrefix:        DefaultSubjectPrefix,
 		Stream:               "TELEMETRY",
 		StreamMaxAge:         7 * 24 * time.Hour,
 		StreamMaxBytes:       4 << 30,

@@ -157,23 +157,19 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 // is therefore delivered and settled by subject (handler):
 //
 //   - <prefix>.<device>: decoded, then stored or dead-lettered;
-//   - a subject of Config.ExtraSubjects (kept under its own subject,
-//     not transformed to <prefix>.<device>): acked at once, never
-//     decoded, stored or dead-lettered;
+//   - an MQTT store copy kept under its own subject (Config.MQTTCopies,
+//     by an earlier version that did not transform it to
+//     <prefix>.<device>): acked at once, never decoded, stored or
+//     dead-lettered;
 //   - anything else (a subject an operator added to the stream, or a
 //     device token that is a literal wildcard: the stream's "<prefix>.*"
 //     stores "<prefix>.>"): dead-lettered with invalid_device, so
 //     nothing sits unread in the stream.
 
-// extraSubject reports whether subject matches one of
-// Config.ExtraSubjects.
-func (in *Ingester) extraSubject(subject string) bool {
-	for _, p := range in.cfg.ExtraSubjects {
-		if subjectMatches(p, subject) {
-			return true
-		}
-	}
-	return false
+// mqttCopy reports whether subject is an MQTT store copy's own subject
+// (with Config.MQTTCopies).
+func (in *Ingester) mqttCopy(subject string) bool {
+	return in.cfg.MQTTCopies && subjectMatches(in.cfg.Subjects().MQTTCopies(), subject)
 }
 
 // subjectMatches reports whether the subject of a stored message
@@ -218,7 +214,7 @@ func (in *Ingester) setupUntilDone(ctx context.Context) (jetstream.Consumer, err
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 		in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
-		in.log.Warn("set up streams and consumer failed; retrying", "error", err, "retry_in", delay)
+		in.log.Warn("set up streams and consumer failed; retrying", "err", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return nil, nil
 		}
@@ -274,7 +270,7 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 			}
 		}
 		in.setState(err)
-		in.log.Warn("consuming stopped; setting the consumer up again", "error", err)
+		in.log.Warn("consuming stopped; setting the consumer up again", "err", err)
 		for {
 			if !sleep(ctx, delay) {
 				return
@@ -286,7 +282,7 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 				break
 			}
 			in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
-			in.log.Warn("set up streams and consumer failed; retrying", "error", err, "retry_in", delay)
+			in.log.Warn("set up streams and consumer failed; retrying", "err", err, "retry_in", delay)
 		}
 	}
 }
@@ -374,13 +370,13 @@ func (in *Ingester) onConsumeError(_ jetstream.ConsumeContext, err error) {
 			return
 		}
 		if in.missedHB.Add(1) < 2 {
-			in.log.Warn("missed a heartbeat from the consumer", "error", err)
+			in.log.Warn("missed a heartbeat from the consumer", "err", err)
 			return
 		}
 	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrBadRequest):
 	default:
-		in.log.Warn("consume error", "error", err)
+		in.log.Warn("consume error", "err", err)
 		return
 	}
 	select {
@@ -398,7 +394,7 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	budget := int64(2 * in.cfg.MaxBatchReadings)
 	return func(msg jetstream.Msg) {
 		in.missedHB.Store(0)
-		if in.extraSubject(msg.Subject()) {
+		if in.mqttCopy(msg.Subject()) {
 			in.ackExtra(msg)
 			return
 		}
@@ -426,7 +422,7 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	}
 }
 
-// ackExtra acks a message of one of Config.ExtraSubjects as soon as it
+// ackExtra acks an MQTT store copy kept under its own subject as soon as it
 // is delivered: the stream holds it for its publisher (the MQTT
 // listener answers a QoS 1 PUBLISH once its store copy is stored, right
 // behind the device's message), not for the ingester. It counts as
@@ -434,7 +430,7 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 func (in *Ingester) ackExtra(msg jetstream.Msg) {
 	if err := msg.Ack(); err != nil {
 		// Delivered again after the ack wait, and acked then.
-		in.log.Debug("ack of a store copy failed", "subject", msg.Subject(), "error", err)
+		in.log.Debug("ack of a store copy failed", "subject", msg.Subject(), "err", err)
 	}
 	in.settled.Add(1)
 }
@@ -450,7 +446,7 @@ func (in *Ingester) release(n int) {
 
 func (in *Ingester) nakOnShutdown(msg jetstream.Msg) {
 	if err := msg.Nak(); err != nil {
-		in.log.Debug("nak on shutdown", "subject", msg.Subject(), "error", err)
+		in.log.Debug("nak on shutdown", "subject", msg.Subject(), "err", err)
 	}
 }
 
@@ -504,16 +500,6 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 	}
 	it.readings, it.assigns = rs, as
 	return it
-}
-
-// deviceToken is the subject token after the prefix; "" when the
-// subject does not start with it.
-func deviceToken(subject, prefix string) string {
-	tok, _ := strings.CutPrefix(subject, prefix+".")
-	if len(tok) == len(subject) {
-		return ""
-	}
-	return tok
 }
 
 func asValidation(err error) *buckets.ValidationError {

@@ -12,18 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 // publishTimeout bounds one dead-letter publish or message lookup.
 const publishTimeout = 5 * time.Second
-
-// invalidDeviceToken replaces a device token that cannot be a subject
-// token in the dead letter subject.
-const invalidDeviceToken = "_invalid"
-
-// rejectedPrefix is the subject prefix of dead letters.
-func rejectedPrefix(prefix string) string { return "rejected." + prefix }
 
 // maxDeliveriesSubject is the server's advisory subject for messages of
 // consumer that reached MaxDeliver.
@@ -37,9 +31,9 @@ func maxDeliveriesSubject(stream, consumer string) string {
 func (in *Ingester) deadLetterSubject(subject string) string {
 	tok := in.deviceToken(subject)
 	if !validToken(tok) {
-		tok = invalidDeviceToken
+		tok = topology.InvalidDeviceToken
 	}
-	return rejectedPrefix(in.cfg.SubjectPrefix) + "." + tok
+	return in.cfg.Subjects().Rejected(tok)
 }
 
 // deadLetter republishes the message to its dead letter subject and then
@@ -50,14 +44,14 @@ func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.Validat
 	dup, err := in.publishDeadLetter(ctx, subject, it.seq, it.msg.Headers(), it.msg.Data(), ve)
 	if err != nil {
 		in.log.Error("dead letter not published; the message is retried",
-			"subject", subject, "code", ve.Code, "stream_seq", it.seq, "error", err)
+			"subject", subject, "code", ve.Code, "stream_seq", it.seq, "err", err)
 		in.nak(ctx, it)
 		return
 	}
 	if err := it.msg.Term(); err != nil {
 		// A redelivery is dead-lettered again and deduplicated by the
 		// rejected stream.
-		in.log.Warn("terminate after dead letter failed", "subject", subject, "stream_seq", it.seq, "error", err)
+		in.log.Warn("terminate after dead letter failed", "subject", subject, "stream_seq", it.seq, "err", err)
 	}
 	in.lastErrs.take(it.seq)
 	if !dup {
@@ -68,7 +62,7 @@ func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.Validat
 // rejected logs and counts one dead letter.
 func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, hdr nats.Header, data []byte,
 	ve *buckets.ValidationError) {
-	args := []any{"subject", subject, "code", ve.Code, "stream_seq", seq, "error", ve.Error()}
+	args := []any{"subject", subject, "code", ve.Code, "stream_seq", seq, "err", ve.Error()}
 	if ve.Code == buckets.CodeMaxDeliveries || ve.Code == buckets.CodeInternalFailure {
 		// Valid data the service failed to store: an operator must look.
 		in.log.Error("message sent to the dead letter subject", args...)
@@ -99,11 +93,11 @@ func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq u
 			m.Header[k] = append([]string(nil), vs...)
 		}
 	}
-	m.Header.Set(HeaderErrorCode, string(ve.Code))
-	m.Header.Set(HeaderError, headerValue(ve.Error()))
+	m.Header.Set(topology.HeaderErrorCode, string(ve.Code))
+	m.Header.Set(topology.HeaderError, headerValue(ve.Error()))
 	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(in.cfg.RejectedStream)}
 	if seq > 0 {
-		m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
+		m.Header.Set(topology.HeaderStreamSeq, strconv.FormatUint(seq, 10))
 		in.mu.Lock()
 		id := in.dedupPrefix + strconv.FormatUint(seq, 10)
 		in.mu.Unlock()
@@ -158,7 +152,7 @@ type maxDeliveriesAdvisory struct {
 func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 	var adv maxDeliveriesAdvisory
 	if err := json.Unmarshal(data, &adv); err != nil || adv.StreamSeq == 0 {
-		in.log.Warn("unreadable max deliveries advisory", "error", err)
+		in.log.Warn("unreadable max deliveries advisory", "err", err)
 		return
 	}
 	in.mu.Lock()
@@ -169,10 +163,10 @@ func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 	cancel()
 	if err != nil {
 		in.log.Error("message that reached max deliveries not found; nothing dead-lettered",
-			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "error", err)
+			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "err", err)
 		return
 	}
-	if in.extraSubject(raw.Subject) {
+	if in.mqttCopy(raw.Subject) {
 		return // a store copy, never dead-lettered (consume.go)
 	}
 	detail := fmt.Sprintf("not acknowledged after %d deliveries (max deliveries advisory)", adv.Deliveries)
@@ -183,7 +177,7 @@ func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 	dup, err := in.publishDeadLetter(ctx, raw.Subject, adv.StreamSeq, raw.Header, raw.Data, ve)
 	if err != nil {
 		in.log.Error("dead letter for max deliveries not published", "subject", raw.Subject,
-			"code", ve.Code, "stream_seq", adv.StreamSeq, "error", err)
+			"code", ve.Code, "stream_seq", adv.StreamSeq, "err", err)
 		return
 	}
 	if !dup {

@@ -8,18 +8,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// Headers of dead letters.
-const (
-	// HeaderErrorCode carries the buckets.Code of the rejection.
-	HeaderErrorCode = "Telemetry-Error-Code"
-	// HeaderError carries the human-readable reason; it names the
-	// reading index and the field.
-	HeaderError = "Telemetry-Error"
-	// HeaderStreamSeq carries the sequence of the original message in
-	// the telemetry stream.
-	HeaderStreamSeq = "Telemetry-Stream-Seq"
-)
-
 // maxHeaderValue bounds the Telemetry-Error header.
 const maxHeaderValue = 1024
 

@@ -8,6 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 func TestHeaderValue(t *testing.T) {
@@ -45,8 +47,8 @@ func TestIngestDeadLetterHeaderIsEscaped(t *testing.T) {
 	e.publish("telemetry.dev-1", payload)
 	dl := e.waitDeadLetters(1)
 	require.Len(t, dl, 1)
-	assert.Equal(t, "invalid_value_name", dl[0].Header.Get(HeaderErrorCode))
+	assert.Equal(t, "invalid_value_name", dl[0].Header.Get(topology.HeaderErrorCode))
 	assert.Equal(t, `reading 0: values.a\nb: name has byte 0x0a at byte 1; only A-Z a-z 0-9 _ . - are allowed`,
-		dl[0].Header.Get(HeaderError))
+		dl[0].Header.Get(topology.HeaderError))
 	assert.Equal(t, payload, string(dl[0].Data))
 }

@@ -191,14 +191,14 @@ func (in *Ingester) Run(ctx context.Context) error {
 	in.batchLoop(ctx, intakeDone)
 
 	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		in.log.Warn("unsubscribe from advisories", "error", err)
+		in.log.Warn("unsubscribe from advisories", "err", err)
 	}
 	wg.Wait()
 	// Acks are buffered publishes: put them on the wire before returning.
 	// (While disconnected they wait in the reconnect buffer instead.)
 	if in.nc.Status() == nats.CONNECTED {
 		if err := in.nc.FlushTimeout(5 * time.Second); err != nil {
-			in.log.Warn("flush acks on shutdown", "error", err)
+			in.log.Warn("flush acks on shutdown", "err", err)
 		}
 	}
 	// Every settled message is acked and confirmed: save where the

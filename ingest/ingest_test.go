@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
@@ -248,9 +249,9 @@ func TestIngestRejectsInvalidMessage(t *testing.T) {
 	require.Len(t, dl, 1)
 	assert.Equal(t, "rejected.telemetry.dev-bad", dl[0].Subject)
 	assert.Equal(t, bad, string(dl[0].Data))
-	assert.Equal(t, "invalid_value", dl[0].Header.Get(HeaderErrorCode))
-	assert.Equal(t, "reading 1: values.x: null is not a value", dl[0].Header.Get(HeaderError))
-	assert.Equal(t, fmt.Sprint(badSeq), dl[0].Header.Get(HeaderStreamSeq))
+	assert.Equal(t, "invalid_value", dl[0].Header.Get(topology.HeaderErrorCode))
+	assert.Equal(t, "reading 1: values.x: null is not a value", dl[0].Header.Get(topology.HeaderError))
+	assert.Equal(t, fmt.Sprint(badSeq), dl[0].Header.Get(topology.HeaderStreamSeq))
 	assert.Equal(t, "kept", dl[0].Header.Get("Custom"))
 
 	info := e.consumerInfo()
@@ -283,8 +284,8 @@ func TestIngestRejectsInvalidSubjectDevice(t *testing.T) {
 	var subjects []string
 	for _, m := range dl {
 		subjects = append(subjects, m.Subject)
-		assert.Equal(t, "invalid_device", m.Header.Get(HeaderErrorCode))
-		assert.Contains(t, m.Header.Get(HeaderError), "device: ")
+		assert.Equal(t, "invalid_device", m.Header.Get(topology.HeaderErrorCode))
+		assert.Contains(t, m.Header.Get(topology.HeaderError), "device: ")
 	}
 	assert.Equal(t, []string{"rejected.telemetry." + long, "rejected.telemetry.bad!dev", "rejected.telemetry._invalid"}, subjects)
 	assert.Len(t, e.w.stored(""), 1)
@@ -309,7 +310,7 @@ func TestIngestRejectsOutsideWindow(t *testing.T) {
 	dl := e.waitDeadLetters(2)
 	codes := map[string]string{}
 	for _, m := range dl {
-		codes[m.Subject] = m.Header.Get(HeaderErrorCode)
+		codes[m.Subject] = m.Header.Get(topology.HeaderErrorCode)
 	}
 	assert.Equal(t, map[string]string{"rejected.telemetry.old": "too_old", "rejected.telemetry.future": "too_far_in_future"}, codes)
 
@@ -387,9 +388,9 @@ func TestIngestPoisonMessage(t *testing.T) {
 	require.Len(t, dl, 1)
 	assert.Equal(t, "rejected.telemetry.poison", dl[0].Subject)
 	assert.Equal(t, flat(ms, 666), string(dl[0].Data))
-	assert.Equal(t, "max_deliveries", dl[0].Header.Get(HeaderErrorCode))
-	assert.Contains(t, dl[0].Header.Get(HeaderError), "not committed after 3 deliveries; last store error: poison: cannot store")
-	assert.Equal(t, fmt.Sprint(poisonSeq), dl[0].Header.Get(HeaderStreamSeq))
+	assert.Equal(t, "max_deliveries", dl[0].Header.Get(topology.HeaderErrorCode))
+	assert.Contains(t, dl[0].Header.Get(topology.HeaderError), "not committed after 3 deliveries; last store error: poison: cannot store")
+	assert.Equal(t, fmt.Sprint(poisonSeq), dl[0].Header.Get(topology.HeaderStreamSeq))
 
 	alone := 0
 	for _, c := range e.w.snapshot() {
@@ -428,8 +429,8 @@ func TestIngestMaxDeliveriesAdvisory(t *testing.T) {
 	dl := e.waitDeadLetters(1)
 	assert.Equal(t, "rejected.telemetry.stuck", dl[0].Subject)
 	assert.Equal(t, payload, string(dl[0].Data))
-	assert.Equal(t, "max_deliveries", dl[0].Header.Get(HeaderErrorCode))
-	assert.Contains(t, dl[0].Header.Get(HeaderError),
+	assert.Equal(t, "max_deliveries", dl[0].Header.Get(topology.HeaderErrorCode))
+	assert.Contains(t, dl[0].Header.Get(topology.HeaderError),
 		"not acknowledged after 2 deliveries (max deliveries advisory); last store error: store stuck")
 
 	// The slow write fails after the advisory; the ingester dead-letters
@@ -472,7 +473,7 @@ func TestIngestDeadLettersEverySubjectTheStreamKeeps(t *testing.T) {
 	dl := e.waitDeadLetters(3)
 	var subjects []string
 	for _, m := range dl {
-		subjects = append(subjects, m.Subject+" "+m.Header.Get(HeaderErrorCode))
+		subjects = append(subjects, m.Subject+" "+m.Header.Get(topology.HeaderErrorCode))
 	}
 	assert.ElementsMatch(t, []string{
 		"rejected.telemetry._invalid invalid_device",
@@ -488,7 +489,7 @@ func TestIngestDeadLettersEverySubjectTheStreamKeeps(t *testing.T) {
 // consumer created with a filter by an earlier version loses it on the
 // next set-up and then delivers every subject of the stream.
 func TestConsumerUnfiltered(t *testing.T) {
-	e := newTestEnv(t, func(c *Config) { c.ExtraSubjects = []string{"$MQTT.msgs.telemetry.*"} })
+	e := newTestEnv(t, func(c *Config) { c.MQTTCopies = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
@@ -509,12 +510,19 @@ func TestConsumerUnfiltered(t *testing.T) {
 	assert.Equal(t, "rejected.telemetry._invalid", dl[0].Subject)
 }
 
-// The stream's extra subjects (the MQTT listener's QoS 1 store copies)
-// are delivered and acked at once: never decoded, stored nor
-// dead-lettered, even when their payload is not a reading, and they do
-// not hold back the device messages around them.
-func TestExtraSubjectsAreAckedUnread(t *testing.T) {
-	e := newTestEnv(t, func(c *Config) { c.ExtraSubjects = []string{"$MQTT.msgs.telemetry.*"} })
+// The MQTT listener's QoS 1 store copies, kept under their own subject
+// by an earlier version's stream (without the transform), are
+// delivered and acked at once: never decoded, stored nor dead-lettered,
+// even when their payload is not a reading, and they do not hold back
+// the device messages around them.
+func TestUntransformedMQTTCopiesAreAckedUnread(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.MQTTCopies = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "TELEMETRY", Subjects: []string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, Storage: jetstream.FileStorage,
+	})
+	require.NoError(t, err)
 	e.start()
 	var last uint64
 	for i := range 50 {
@@ -596,10 +604,10 @@ func TestIngestBinaryPayload(t *testing.T) {
 	dl := e.waitDeadLetters(2)
 	assert.Equal(t, "rejected.telemetry.bin-old", dl[0].Subject)
 	assert.Equal(t, old, dl[0].Data)
-	assert.Equal(t, "too_old", dl[0].Header.Get(HeaderErrorCode))
+	assert.Equal(t, "too_old", dl[0].Header.Get(topology.HeaderErrorCode))
 	assert.Equal(t, wire.Format, dl[0].Header.Get(wire.Header), "kept, so the dead letter can be read back")
 	assert.Equal(t, "rejected.telemetry.bin-json", dl[1].Subject)
-	assert.Equal(t, "invalid_payload", dl[1].Header.Get(HeaderErrorCode))
+	assert.Equal(t, "invalid_payload", dl[1].Header.Get(topology.HeaderErrorCode))
 	assert.Equal(t, int64(2), e.counter("telemetry.ingest.readings", outcome("rejected"), attribute.String("code", "too_old")))
 	assert.Empty(t, e.w.stored("bin-old"))
 }

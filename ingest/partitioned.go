@@ -38,8 +38,8 @@ func (c Config) validatePartitions() error {
 	if c.Partition < 0 || c.Partition >= c.Partitions {
 		return fmt.Errorf("partition %d: want 0 to %d", c.Partition, c.Partitions-1)
 	}
-	if len(c.ExtraSubjects) > 0 {
-		return errors.New("extra subjects cannot be captured by a partitioned stream")
+	if c.MQTTCopies {
+		return errors.New("the MQTT listener's store copies cannot be captured by a partitioned stream")
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ func (c Config) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
 func (in *Ingester) checkPartitions(sc jetstream.StreamConfig) error {
 	n, err := partition.Count(in.cfg.SubjectPrefix, sc.SubjectTransform)
 	switch {
-	case errors.Is(err, partition.ErrNotPartitioned):
+	case errors.Is(err, partition.ErrNotPartitioned), in.cfg.Subjects().IsMQTTCopiesTransform(sc.SubjectTransform):
 		n = 0
 	case err != nil:
 		return fmt.Errorf("%w: stream %s: %w", errPermanent, sc.Name, err)
@@ -107,7 +107,7 @@ func (in *Ingester) resetPending(ctx context.Context, cons jetstream.Consumer) j
 	}
 	if _, err := in.js.ResetConsumer(ctx, in.cfg.Stream, in.cfg.Consumer); err != nil {
 		in.log.Warn("could not reset the consumer to its ack floor; what an earlier run left unacked is redelivered after the ack wait",
-			"consumer", in.cfg.Consumer, "ack_pending", info.NumAckPending, "ack_wait", in.cfg.AckWait, "error", err)
+			"consumer", in.cfg.Consumer, "ack_pending", info.NumAckPending, "ack_wait", in.cfg.AckWait, "err", err)
 		return cons
 	}
 	in.log.Info("redelivering at once what an earlier run left unacked", "consumer", in.cfg.Consumer,
@@ -124,7 +124,7 @@ func (in *Ingester) deviceToken(subject string) string {
 	if in.cfg.Partitions > 0 {
 		return partition.DeviceToken(in.cfg.SubjectPrefix, subject)
 	}
-	return deviceToken(subject, in.cfg.SubjectPrefix)
+	return in.cfg.Subjects().DeviceToken(subject)
 }
 
 // Backlog reports how far the consumer is behind: the messages of its

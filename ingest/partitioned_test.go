@@ -102,17 +102,17 @@ func TestPartitionCountIsFixed(t *testing.T) {
 func TestPartitionConfigChecks(t *testing.T) {
 	for _, c := range []struct {
 		partitions, p int
-		extra         []string
+		mqtt          bool
 		want          string
 	}{
-		{0, 1, nil, "partition 1 without partitions"},
-		{4, 4, nil, "partition 4: want 0 to 3"},
-		{4, -1, nil, "partition -1"},
-		{partition.Max + 1, 0, nil, "want 1 to 1024"},
-		{4, 0, []string{"$MQTT.msgs.>"}, "extra subjects"},
+		{0, 1, false, "partition 1 without partitions"},
+		{4, 4, false, "partition 4: want 0 to 3"},
+		{4, -1, false, "partition -1"},
+		{partition.Max + 1, 0, false, "want 1 to 1024"},
+		{4, 0, true, "MQTT listener's store copies cannot be captured by a partitioned stream"},
 	} {
 		cfg := DefaultConfig()
-		cfg.Partitions, cfg.Partition, cfg.ExtraSubjects = c.partitions, c.p, c.extra
+		cfg.Partitions, cfg.Partition, cfg.MQTTCopies = c.partitions, c.p, c.mqtt
 		_, err := New(&nats.Conn{}, &fakeWriter{}, cfg)
 		assert.ErrorContains(t, err, c.want)
 	}

@@ -76,7 +76,7 @@ func (in *Ingester) startPosition(ctx context.Context, st jetstream.Stream, cfg 
 	pos, ok, err := in.cfg.Positions.LoadPosition(ctx, in.cfg.Stream)
 	if err != nil {
 		in.log.Warn("saved stream position unreadable; the new consumer starts at the beginning of the stream",
-			"stream", in.cfg.Stream, "error", err)
+			"stream", in.cfg.Stream, "err", err)
 		return nil
 	}
 	if !ok || pos.Seq == 0 {
@@ -118,7 +118,7 @@ func (in *Ingester) savePosition(ctx context.Context) {
 	defer cancel()
 	info, err := cons.Info(ctx)
 	if err != nil {
-		in.log.Debug("consumer info for the stream position", "error", err)
+		in.log.Debug("consumer info for the stream position", "err", err)
 		return
 	}
 	pos := buckets.StreamPosition{Stream: in.cfg.Stream, Created: st.CachedInfo().Created, Seq: info.AckFloor.Stream}
@@ -126,7 +126,7 @@ func (in *Ingester) savePosition(ctx context.Context) {
 		return
 	}
 	if err := in.cfg.Positions.SavePosition(ctx, pos); err != nil {
-		in.log.Warn("save stream position", "stream_seq", pos.Seq, "error", err)
+		in.log.Warn("save stream position", "stream_seq", pos.Seq, "err", err)
 		return
 	}
 	in.saved = pos
@@ -164,7 +164,7 @@ func (in *Ingester) skipDropped(ctx context.Context, items []item, n int) ([]ite
 		if len(rs) == 0 {
 			if err := in.ack(ctx, it); err != nil {
 				in.log.Warn("ack of a message of a dropped day failed; it will be redelivered and skipped again",
-					"stream_seq", it.seq, "error", err)
+					"stream_seq", it.seq, "err", err)
 				continue
 			}
 			in.m.messages.Add(ctx, 1, in.m.acked)

@@ -66,11 +66,11 @@ var errDuplicateWindow = errors.New("the server keeps a duplicate window on the 
 // EnsureStream creates (an existing stream keeps its other settings).
 func streamConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
-	subjects := c.SubjectPrefix + ".*"
-	return c.partitioned(jetstream.StreamConfig{
+	subjects := c.Subjects().All()
+	sc := c.partitioned(jetstream.StreamConfig{
 		Name:        c.Stream,
 		Description: "Device readings published on " + subjects,
-		Subjects:    append([]string{subjects}, c.ExtraSubjects...),
+		Subjects:    []string{subjects},
 		Storage:     jetstream.FileStorage,
 		MaxAge:      c.StreamMaxAge,
 		MaxBytes:    c.StreamMaxBytes,
@@ -78,6 +78,12 @@ func streamConfig(c Config) jetstream.StreamConfig {
 		Duplicates:  0, // off: kept so by the source (see above)
 		Sources:     []*jetstream.StreamSource{{Name: noDedupStream(c.Stream)}},
 	})
+	if c.MQTTCopies { // never with partitions (validatePartitions)
+		t := c.Subjects().MQTTCopiesTransform()
+		sc.Subjects = append(sc.Subjects, t.Source)
+		sc.SubjectTransform = &t
+	}
+	return sc
 }
 
 // EnsureStream creates or updates the readings stream of c (and the
@@ -112,12 +118,54 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c Config, log *sl
 	return st, nil
 }
 
+// CaptureMQTTCopies makes the readings stream of c (c.MQTTCopies set)
+// capture the embedded MQTT listener's store copies and keep each as
+// <prefix>.<device>, as streamConfig says. A missing stream is created
+// first (EnsureStream). The stream's subscription to the copies is made
+// anew, because the server lets an account import (the MQTT account's
+// copies, see package natsembed) reach only subscriptions made after it:
+// the embedded server calls this once the import exists. Copies an
+// earlier version kept under their own subject (stored right behind
+// their readings, never read) are purged, once: a stream that already
+// has the transform holds none, and a filtered purge of a large stream
+// is not free at every start.
+func CaptureMQTTCopies(ctx context.Context, js jetstream.JetStream, c Config, log *slog.Logger) error {
+	c = c.withDefaults()
+	if !c.MQTTCopies {
+		return errors.New("capture MQTT copies: the configuration does not capture them")
+	}
+	want := streamConfig(c)
+	copies := want.SubjectTransform.Source
+	st, err := EnsureStream(ctx, js, c, log)
+	if err != nil {
+		return err
+	}
+	cfg := st.CachedInfo().Config
+	if slices.Contains(cfg.Subjects, copies) {
+		if cfg.SubjectTransform == nil { // kept by an earlier version, untransformed
+			if err := st.Purge(ctx, jetstream.WithPurgeSubject(copies)); err != nil {
+				return fmt.Errorf("purge %s from stream %s: %w", copies, c.Stream, err)
+			}
+		}
+		cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(s string) bool { return s == copies })
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("stream %s without %s: %w", c.Stream, copies, err)
+		}
+	}
+	cfg.Subjects = append(cfg.Subjects, copies)
+	cfg.SubjectTransform = want.SubjectTransform
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("stream %s with %s: %w", c.Stream, copies, err)
+	}
+	return nil
+}
+
 // rejectedStreamConfig is the dead-letter stream's configuration.
 func (in *Ingester) rejectedStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              in.cfg.RejectedStream,
-		Description:       "Dead letters: messages of " + in.cfg.SubjectPrefix + ".* that were not stored, with the reason",
-		Subjects:          []string{rejectedPrefix(in.cfg.SubjectPrefix) + ".*"},
+		Description:       "Dead letters: messages of " + in.cfg.Subjects().All() + " that were not stored, with the reason",
+		Subjects:          []string{in.cfg.Subjects().RejectedAll()},
 		Storage:           jetstream.FileStorage,
 		MaxAge:            RejectedMaxAge,
 		MaxBytes:          in.cfg.RejectedMaxBytes,
@@ -131,7 +179,7 @@ func (in *Ingester) rejectedStreamConfig() jetstream.StreamConfig {
 func (in *Ingester) trimLoop(ctx context.Context) {
 	every(ctx, in.cfg.PaceEvery, func() {
 		if err := in.trimSettled(ctx); err != nil && ctx.Err() == nil {
-			in.log.Warn("trim settled messages from the stream", "stream", in.cfg.Stream, "error", err)
+			in.log.Warn("trim settled messages from the stream", "stream", in.cfg.Stream, "err", err)
 		}
 	})
 }

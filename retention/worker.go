@@ -128,7 +128,7 @@ func (w *Worker) CountDrop(ctx context.Context, d buckets.TableDrop) { w.m.dropp
 func (w *Worker) Run(ctx context.Context) error {
 	for {
 		if _, err := w.RunOnce(ctx, false); err != nil && ctx.Err() == nil {
-			w.log.Error("retention run failed", "error", err)
+			w.log.Error("retention run failed", "err", err)
 		}
 		timer := time.NewTimer(w.nextWait())
 		select {

@@ -515,7 +515,7 @@ func TestRunLogsFailureAndKeepsGoing(t *testing.T) {
 	failures := logRecords(t, h.logs, "retention run failed")
 	require.NotEmpty(t, failures)
 	for _, l := range failures {
-		assert.Contains(t, l["error"], "disk unavailable")
+		assert.Contains(t, l["err"], "disk unavailable")
 	}
 	assert.Equal(t, int64(len(failures)), h.sum(t, "telemetry.retention.runs", attribute.String("outcome", "error")),
 		"each failed run is logged once")

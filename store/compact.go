@@ -315,7 +315,7 @@ func (s *Store) compactAll(full bool) {
 		quiet := !full && t.quietSince(s.now(), s.opts.CompactInterval*10)
 		err := s.compactTable(t, full || quiet)
 		if err != nil && !errors.Is(err, errStopping) {
-			s.log.Error("compact day table", "table", d.String(), "err", err)
+			s.log.Error("compact day table", "day", d.String(), "err", err)
 		}
 		s.unhold(t)
 	}

@@ -97,7 +97,7 @@ func (b *badBlocks) skip(ctx context.Context, day buckets.Day, dev buckets.Devic
 	buckets.Warn(ctx, fmt.Sprintf("skipped a corrupt block: %s: %v", bb, e.err))
 	if b.first(bb) {
 		b.counter.Add(context.Background(), 1, kindBlock)
-		b.log.Error("stored block is corrupt; queries skip it and warn", "table", day.String(),
+		b.log.Error("stored block is corrupt; queries skip it and warn", "day", day.String(),
 			"device", string(dev), "key", fmt.Sprintf("%x", bb.Key), "err", e.err)
 	}
 	return true

@@ -147,7 +147,7 @@ func (s *Store) saveCount(t *table) {
 	}
 	if err := writeCountFile(t.dir, n); err != nil {
 		s.log.Warn("day table reading count not saved; it is reported as unknown after a restart until the table is opened",
-			"table", t.day.String(), "err", err)
+			"day", t.day.String(), "err", err)
 		return
 	}
 	t.countFile = true

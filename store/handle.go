@@ -197,14 +197,14 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 		s.detach(h) // not the last reference: the opener holds one
 		s.metrics.tableErrors.Add(context.Background(), 1)
 		s.log.Error("day table cannot be opened; its queries fail until it is repaired or dropped",
-			"table", t.day.String(), "dir", t.dir, "err", err)
+			"day", t.day.String(), "dir", t.dir, "err", err)
 		return unavailableTable(t.day, err)
 	}
 	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
 	h.writable = !readOnly
 	if known := t.readings.Load(); known >= 0 && known != meta.readings {
 		s.log.Warn("day table reading count file disagreed with the table; using the table's count",
-			"table", t.day.String(), "file", known, "table_count", meta.readings)
+			"day", t.day.String(), "file", known, "table_count", meta.readings)
 	}
 	t.readings.Store(meta.readings)
 	t.newest = meta.newest
@@ -289,7 +289,7 @@ func (s *Store) end(h *handle) error {
 	if h.err == nil { // it opened: t.db is its database, and nobody else uses it
 		if h.compact && !t.readOnly && !s.opts.ReadOnly {
 			if cerr := s.compactTable(t, true); cerr != nil {
-				s.log.Error("compact table before closing it", "table", t.day.String(), "err", cerr)
+				s.log.Error("compact table before closing it", "day", t.day.String(), "err", cerr)
 			}
 		}
 		err = s.closeDB(t)
@@ -309,7 +309,7 @@ func (s *Store) end(h *handle) error {
 // endLogged ends h and logs a failure to close its database.
 func (s *Store) endLogged(h *handle) {
 	if err := s.end(h); err != nil {
-		s.log.Error("close day table", "table", h.t.day.String(), "err", err)
+		s.log.Error("close day table", "day", h.t.day.String(), "err", err)
 	}
 }
 

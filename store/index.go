@@ -68,7 +68,7 @@ type deviceEntry struct {
 
 // openIndex opens the index database in dir and loads it.
 func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*deviceIndex, error) {
-	db, err := openView(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("table", "index")), openBadger)
+	db, err := openView(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("db", "index")), openBadger)
 	if err != nil {
 		return nil, fmt.Errorf("open device index: %w", err)
 	}

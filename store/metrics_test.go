@@ -132,7 +132,7 @@ func TestDamagedTableIsLoggedOnceAndCounted(t *testing.T) {
 	}
 	assert.Equal(t, int64(1), counterValue(collectMetrics(t, reader), "telemetry.store.table_errors"))
 	assert.Equal(t, 1, strings.Count(logs.String(), "day table cannot be opened"), "logged once per failure:\n%s", logs.String())
-	assert.Contains(t, logs.String(), "table="+bad.String())
+	assert.Contains(t, logs.String(), "day="+bad.String())
 
 	// After the back-off the store tries again (and fails again).
 	ts.clock.Advance(reopenAfter)

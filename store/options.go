@@ -133,7 +133,6 @@ const (
 	// memtables (one filling, one flushing) write as fast as three and
 	// keep the memtable memory of a hot table at 64 MiB (was 48).
 	hotMemTableSize    = 32 << 20 // a 10,000-reading message fits one transaction (15% of it)
-	hotNumMemtables    = 2
 	hotLevelZeroTables = 8
 	hotLevelZeroStall  = 24
 	hotBaseLevelSize   = 64 << 20
@@ -145,6 +144,11 @@ const (
 
 	indexMemTableSize = 4 << 20
 )
+
+// HotMemtables is how many memtables of Options.MemTableSize a hot day
+// table holds at once (one filling, one flushing); a memory budget
+// counts them.
+const HotMemtables = 2
 
 // tableClass selects the Badger options of a DB.
 type tableClass uint8
@@ -208,7 +212,7 @@ func withClass(o badger.Options, c tableClass) badger.Options {
 	switch c {
 	case classHot:
 		return o.WithMemTableSize(hotMemTableSize).
-			WithNumMemtables(hotNumMemtables).
+			WithNumMemtables(HotMemtables).
 			WithNumLevelZeroTables(hotLevelZeroTables).
 			WithNumLevelZeroTablesStall(hotLevelZeroStall).
 			WithBaseLevelSize(hotBaseLevelSize).

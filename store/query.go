@@ -323,7 +323,7 @@ func (s *Store) guard(t *table, read func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.metrics.tableErrors.Add(context.Background(), 1)
-			s.log.Error("reading a day table failed; it may be damaged", "table", t.day.String(), "panic", firstLine(fmt.Sprint(r)))
+			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", firstLine(fmt.Sprint(r)))
 			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
 				Err: errors.New(firstLine(fmt.Sprint(r)))}
 		}

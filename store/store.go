@@ -213,10 +213,10 @@ func (s *Store) discoverTable(day buckets.Day, dir string) *table {
 	n, ok, err := readCountFile(dir)
 	switch {
 	case err != nil:
-		s.log.Warn("ignoring day table reading count file", "table", day.String(), "err", err)
+		s.log.Warn("ignoring day table reading count file", "day", day.String(), "err", err)
 		if !s.opts.ReadOnly {
 			if err := removeCountFile(dir); err != nil {
-				s.log.Warn("remove day table reading count file", "table", day.String(), "err", err)
+				s.log.Warn("remove day table reading count file", "day", day.String(), "err", err)
 			}
 		}
 	case ok:

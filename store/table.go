@@ -132,7 +132,7 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 		class = classHot
 	}
 	readOnly = !writable && (s.opts.ReadOnly || closedCleanly(t.dir))
-	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("table", t.day.String())).
+	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("day", t.day.String())).
 		WithIndexCacheSize(s.opts.IndexCacheSize)
 	if hot {
 		opts = opts.WithMemTableSize(s.opts.MemTableSize).WithBlockCacheSize(s.opts.BlockCacheSize).
@@ -145,7 +145,7 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 	if err != nil && readOnly && !s.opts.ReadOnly {
 		// Such as a directory whose creation a crash interrupted: a
 		// writable open completes what it can.
-		s.log.Debug("opening day table read-only failed; opening it writable", "table", t.day.String(), "err", err)
+		s.log.Debug("opening day table read-only failed; opening it writable", "day", t.day.String(), "err", err)
 		readOnly = false
 		db, err = openTableBadger(opts.WithReadOnly(false))
 	}

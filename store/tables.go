@@ -176,7 +176,7 @@ func (s *Store) removeTable(t *table, size int64) (buckets.TableDrop, error) {
 	if err == nil {
 		if err := os.RemoveAll(trash); err != nil {
 			// The table is gone from the store; the next Open finishes.
-			s.log.Error("remove dropped table directory", "table", day.String(), "dir", trash, "err", err)
+			s.log.Error("remove dropped table directory", "day", day.String(), "dir", trash, "err", err)
 		}
 	}
 	return drop, nil

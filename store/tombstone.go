@@ -89,7 +89,7 @@ func (s *Store) recordTombstone(day buckets.Day) {
 	}
 	if err != nil {
 		s.log.Error("tombstone of a dropped day not saved; a replay of the stream may write the day again",
-			"table", day.String(), "err", err)
+			"day", day.String(), "err", err)
 	}
 }
 

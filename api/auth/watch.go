@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// errSameBad is a reload of content that already failed to parse.
-var errSameBad = errors.New("auth file unchanged since it failed to load")
+// ErrStillRefused wraps the error of a reload of content that already
+// failed to load: Watch reports such content once, not at every poll.
+var ErrStillRefused = errors.New("auth file unchanged since it was refused")
 
 // DefaultPollInterval is how often a Store looks for a changed file.
 const DefaultPollInterval = 2 * time.Second
@@ -23,7 +24,8 @@ const DefaultPollInterval = 2 * time.Second
 // file changes (polled, so edits, renames and Kubernetes' symlink swaps
 // of mounted secrets are all seen) or when Reload is called (SIGHUP). A
 // file that fails to load leaves the previous Set in force and is
-// logged; it is retried when it changes again.
+// reported (by Watch, or by the caller of Reload); it is retried when it
+// changes again.
 type Store struct {
 	path  string
 	extra []Token
@@ -33,6 +35,7 @@ type Store struct {
 	mu       sync.Mutex // serializes reloads; guards sum, onChange
 	sum      [sha256.Size]byte
 	bad      [sha256.Size]byte // content that last failed to parse
+	badErr   error             // why it failed
 	onChange []func(*Set)
 }
 
@@ -70,23 +73,14 @@ func (s *Store) OnChange(fn func(*Set)) {
 }
 
 // Reload loads the file now. It reports whether the content changed;
-// on error the previous Set stays in force.
+// on error the previous Set stays in force and the error is the
+// caller's to report (it wraps ErrStillRefused when the content is the
+// one refused last time). Reload itself logs nothing.
 func (s *Store) Reload() (bool, error) {
 	if s.path == "" {
 		return false, nil
 	}
-	changed, err := s.reload()
-	if errors.Is(err, errSameBad) {
-		return false, err // logged when first seen
-	}
-	if err != nil {
-		s.log.Error("auth file not reloaded; the previous credentials stay in force", "path", s.path, "error", err)
-		return false, err
-	}
-	if changed {
-		s.log.Info("auth file reloaded", "path", s.path)
-	}
-	return changed, nil
+	return s.reload()
 }
 
 func (s *Store) reload() (bool, error) {
@@ -101,12 +95,12 @@ func (s *Store) reload() (bool, error) {
 		return false, nil
 	}
 	if s.cur.Load() != nil && bytes.Equal(sum[:], s.bad[:]) {
-		return false, errSameBad
+		return false, fmt.Errorf("%w: %w", ErrStillRefused, s.badErr)
 	}
 	f, err := Parse(data)
 	if err != nil {
-		s.bad = sum
-		return false, fmt.Errorf("%s: %w", s.path, err)
+		s.bad, s.badErr = sum, fmt.Errorf("%s: %w", s.path, err)
+		return false, s.badErr
 	}
 	set := Compile(f, s.extra...)
 	s.sum = sum
@@ -117,8 +111,9 @@ func (s *Store) reload() (bool, error) {
 	return true, nil
 }
 
-// Watch reloads the file every interval until ctx is done. Use
-// DefaultPollInterval when unsure.
+// Watch reloads the file every interval until ctx is done, and logs
+// each reload and each refused content (once). Use DefaultPollInterval
+// when unsure.
 func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 	if s.path == "" {
 		return
@@ -130,7 +125,14 @@ func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_, _ = s.Reload() // logged inside
+			changed, err := s.Reload()
+			switch {
+			case errors.Is(err, ErrStillRefused): // logged when first seen
+			case err != nil:
+				s.log.Error("auth file not reloaded; the previous credentials stay in force", "path", s.path, "err", err)
+			case changed:
+				s.log.Info("auth file reloaded", "path", s.path)
+			}
 		}
 	}
 }

@@ -303,7 +303,7 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, err error, body 
 	case err == nil:
 		w.Header().Set("Content-Type", "application/json")
 		if err := json.NewEncoder(w).Encode(body()); err != nil {
-			h.log.WarnContext(r.Context(), "write internal answer", "path", r.URL.Path, "error", err)
+			h.log.WarnContext(r.Context(), "write internal answer", "path", r.URL.Path, "err", err)
 		}
 	case errors.As(err, &ve) && ve.Code != "":
 		writeJSONError(w, http.StatusBadRequest, errorResponse{Code: string(ve.Code), Message: ve.Msg, Field: ve.Field})
@@ -312,7 +312,7 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, err error, body 
 	case errors.Is(err, buckets.ErrInvalidArgument), errors.Is(err, buckets.ErrInvalidReading):
 		writeError(w, http.StatusBadRequest, "invalid_argument", err.Error())
 	default:
-		h.log.ErrorContext(r.Context(), "internal call failed", "path", r.URL.Path, "error", err)
+		h.log.ErrorContext(r.Context(), "internal call failed", "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "node: "+err.Error())
 	}
 }

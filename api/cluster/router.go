@@ -160,7 +160,7 @@ func (r *Router) onOwner(ctx context.Context, dev buckets.DeviceID, local func()
 		if err == nil || !errors.Is(err, errTransport) {
 			return err
 		}
-		r.log.WarnContext(ctx, "owner did not answer; trying the next", "partition", p, "node", o.Node, "error", err)
+		r.log.WarnContext(ctx, "owner did not answer; trying the next", "partition", p, "node", o.Node, "err", err)
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			break
@@ -282,7 +282,7 @@ func (r *Router) Assign(ctx context.Context, as []buckets.Assignment) error {
 			switch {
 			case err == nil:
 			case errors.Is(err, errTransport):
-				r.log.WarnContext(ctx, "owner did not take an attribute assignment", "partition", p, "node", o.Node, "error", err)
+				r.log.WarnContext(ctx, "owner did not take an attribute assignment", "partition", p, "node", o.Node, "err", err)
 				errs = append(errs, fmt.Errorf("node %s: %w", o.Node, err))
 			default:
 				return err
@@ -332,7 +332,7 @@ func (r *Router) perPartition(ctx context.Context, what string, ask func(base st
 			ps := groups[key]
 			err := ask(key, ps)
 			if errors.Is(err, errTransport) {
-				r.log.WarnContext(ctx, "owner did not answer; trying the next", "what", what, "node", peers[key].Node, "error", err)
+				r.log.WarnContext(ctx, "owner did not answer; trying the next", "what", what, "node", peers[key].Node, "err", err)
 				for _, p := range ps {
 					tried[p]++
 				}

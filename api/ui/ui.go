@@ -1,7 +1,12 @@
 // Package ui holds the built-in dashboard page served at /ui/: a device
-// list with last seen and latest values, and a device view with a
-// chart per numeric value over 1h/24h/7d/30d drawn from the aggregates
-// endpoint, refreshing itself, and its text values listed. A bucket
+// list with last seen, attributes and latest values, filtered by device
+// ID prefix and by attribute (Prometheus matchers sent as match=, a bare
+// fleet=East read as {fleet="East"}, the server's message shown when it
+// refuses one), devices silent for longer than a threshold marked (10
+// minutes unless changed, a preference kept in localStorage), and a
+// device view with its attributes and a chart per numeric value over
+// 1h/24h/7d/30d drawn from the aggregates endpoint, refreshing itself,
+// and its text values listed. A bucket
 // standing alone is drawn as a dot, empty buckets within a device's
 // usual spacing are joined, and a window without data says so. With an
 // auth file the page shows a sign-in form that takes a read token,

@@ -131,7 +131,7 @@ func main() {
 	res, err := Run(ctx, cfg, log)
 	printResult(os.Stdout, cfg, res)
 	if err != nil {
-		log.Error("crash loop failed", "error", err)
+		log.Error("crash loop failed", "err", err)
 		os.Exit(1)
 	}
 	if !res.OK() {

@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		v.settle = 20 * time.Second
 	}
 	if err := v.waitStored(ctx, 120*time.Second); err != nil {
-		log.Warn("store did not catch up", "error", err)
+		log.Warn("store did not catch up", "err", err)
 	}
 	if creds != nil {
 		// The auth file is still rewritten every second.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 // config is the whole simulator configuration, filled from flags and
@@ -110,30 +111,14 @@ func (c *config) parse(args []string, getenv func(string) string, out io.Writer)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := envName(f.Name)
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
+	if err := cliflag.ApplyEnv(fs, envPrefix, getenv); err != nil {
 		return err
 	}
 	return c.validate()
 }
 
-// envName maps a flag name to its environment variable.
-func envName(flag string) string {
-	return "TELEMETRY_SIM_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+// envPrefix starts the environment variable of every flag.
+const envPrefix = "TELEMETRY_SIM_"
 
 // validate checks what flag parsing cannot.
 func (c *config) validate() error {

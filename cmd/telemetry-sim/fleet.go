@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // deviceID names the i-th simulated device (1-based): prefix plus at
@@ -65,7 +66,7 @@ func newFleet(cfg config, seed uint64, now func() time.Time) *fleet {
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		f.devices[i] = &device{
 			id:      id,
-			subject: cfg.SubjectPrefix + "." + string(id),
+			subject: topology.For(cfg.SubjectPrefix).Device(string(id)),
 			sensors: newSensors(rng, cfg.Values),
 			seq:     cfg.SeqStart,
 		}

@@ -66,19 +66,19 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	if cfg.Trace {
 		tp, err := newTracerProvider(ctx, getenv)
 		if err != nil {
-			log.Error("tracing", "error", err)
+			log.Error("tracing", "err", err)
 			return 1
 		}
 		defer func() {
 			if err := shutdownTracer(tp); err != nil {
-				log.Warn("flushing spans", "error", err)
+				log.Warn("flushing spans", "err", err)
 			}
 		}()
 		deps.TracerProvider = tp
 	}
 	sum, err := run(ctx, cfg, deps)
 	if err != nil {
-		log.Error("simulator failed", "error", err)
+		log.Error("simulator failed", "err", err)
 		return 1
 	}
 	if sum.Errors > 0 || sum.Unacked > 0 {

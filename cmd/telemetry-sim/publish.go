@@ -160,7 +160,7 @@ func (p *publisher) collect() {
 // failure; later ones show up in progress lines as last_error.
 func (p *publisher) fail(readings int, span trace.Span, err error) {
 	if p.stats.errors.Add(int64(readings)) == int64(readings) {
-		p.log.Warn("publish failed; further failures are counted in progress lines", "error", err)
+		p.log.Warn("publish failed; further failures are counted in progress lines", "err", err)
 	}
 	p.errMu.Lock()
 	p.lastErr = err

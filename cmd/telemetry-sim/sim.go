@@ -101,7 +101,7 @@ func run(ctx context.Context, cfg config, deps runDeps) (summary, error) {
 		nc, err := nats.Connect(cfg.NATSURL, nats.Name("telemetry-sim"), nats.MaxReconnects(-1),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 				if err != nil {
-					log.Warn("nats disconnected", "error", err)
+					log.Warn("nats disconnected", "err", err)
 				}
 			}),
 			nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }))

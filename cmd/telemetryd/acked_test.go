@@ -22,6 +22,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 	"github.com/telemetryd/telemetryd/ingest/lineproto"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
 // Tests of "acked means stored, whatever any other client does" at the
@@ -129,7 +130,7 @@ func TestAuthReloadKeepsTheServiceConnections(t *testing.T) {
 	require.True(t, c.Publish("telemetry/dev-1", 0, false, reading(1)).WaitTimeout(10*time.Second))
 	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
 
-	own := map[string]*nats.Conn{"main": m.nc, "writes": m.writesNC, "mqtt forwarder": m.mqtt.admin}
+	own := map[string]*nats.Conn{"main": m.nc, "writes": m.writesNC, "mqtt forwarder": m.nats.MQTTForwarder()}
 	authCLI(t, f.path, "add-device", "dev-3")
 	authCLI(t, f.path, "revoke", "dev-2")
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
@@ -154,7 +155,7 @@ func TestMQTTStreamsAreBounded(t *testing.T) {
 	cfg.MQTTStreamMaxBytes = 3 << 20
 	s := startService(t, cfg)
 	mqttDevice(t, s.MQTTAddr(), "first", "", "", nil) // the server sets its streams up now
-	js, err := jetstream.New(s.mqtt.admin)
+	js, err := jetstream.New(s.nats.MQTTForwarder())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -227,11 +228,11 @@ func TestMQTTQoS2WithoutPubRelIsBounded(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the server kept the connection of a client past the bound")
 	}
-	js, err := jetstream.New(s.mqtt.admin)
+	js, err := jetstream.New(s.nats.MQTTForwarder())
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, mqttQoS2InStream)
+	st, err := js.Stream(ctx, natsembed.MQTTQoS2InStream)
 	require.NoError(t, err)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)

@@ -12,13 +12,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 )
 
 // authCLI runs `telemetryd auth args...` and returns stdout.
 func authCLI(t *testing.T, file string, args ...string) string {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := runAuth(append(args, "-auth-file", file), func(string) string { return "" }, &out, &errb)
+	code := authcli.Run(append(args, "-auth-file", file), func(string) string { return "" }, &out, &errb)
 	require.Equal(t, 0, code, "telemetryd auth %v: %s", args, errb.String())
 	return strings.TrimSpace(out.String())
 }

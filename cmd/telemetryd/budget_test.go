@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 func TestMemoryLimitFlag(t *testing.T) {
@@ -27,34 +27,9 @@ func TestMemoryLimitFlag(t *testing.T) {
 	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(map[string]string{"TELEMETRY_MEMORY_LIMIT": "768MiB"}), &bytes.Buffer{}))
 	assert.Equal(t, int64(768<<20), c.MemoryLimit)
 	assert.Equal(t, int64(1<<30), DefaultConfig().MemoryLimit)
-	assert.Equal(t, "1GiB", formatBytes(1<<30))
-	assert.Equal(t, "512MiB", formatBytes(512<<20))
-	assert.Equal(t, "1000", formatBytes(1000))
-}
-
-func TestPlanMemory(t *testing.T) {
-	b, err := planMemory(1<<30, 2, 8, api.DefaultMaxWriteBytes)
-	require.NoError(t, err)
-	assert.Equal(t, int64(32<<20), b.MemTable/(1<<20)*(1<<20), "1 GiB keeps 32 MiB memtables")
-	small, err := planMemory(512<<20, 2, 8, api.DefaultMaxWriteBytes)
-	require.NoError(t, err)
-	assert.Equal(t, b.MemTable/2, small.MemTable, "half the limit, half the memtables")
-	assert.Less(t, small.Queries, b.Queries)
-	assert.GreaterOrEqual(t, small.Writes, api.MinWriteBudget(api.DefaultMaxWriteBytes), "the largest write body always fits")
-	assert.GreaterOrEqual(t, small.PullBytes, int64(minPullBytes), "two of the largest messages always fit")
-
-	// The parts sized by a knob stay within the limit, and the Go
-	// runtime's soft limit is below it.
-	for _, limit := range []int64{256 << 20, 512 << 20, 1 << 30, 4 << 30} {
-		b, err := planMemory(limit, 2, 8, api.DefaultMaxWriteBytes)
-		require.NoError(t, err)
-		sized := 4*int64(b.HotTables)*b.MemTable + int64(b.HotTables)*b.BlockCache +
-			int64(b.OpenTables)*b.IndexCache + b.JetStream + b.Consumer + b.Queries + b.Writes
-		assert.Less(t, sized, limit*3/4, "limit %d", limit)
-		assert.Less(t, b.GoSoftLimit, limit)
-	}
-	_, err = planMemory(100<<20, 2, 8, api.DefaultMaxWriteBytes)
-	assert.ErrorContains(t, err, "below the minimum")
+	assert.Equal(t, "1GiB", cliflag.FormatBytes(1<<30))
+	assert.Equal(t, "512MiB", cliflag.FormatBytes(512<<20))
+	assert.Equal(t, "1000", cliflag.FormatBytes(1000))
 }
 
 // The service applies the budget: the runtime's soft limit, one INFO
@@ -86,5 +61,5 @@ func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 		assert.Contains(t, out, `level=DEBUG msg="memory budget part" part="`+part+`"`)
 	}
 	assert.Contains(t, out, "2 hot tables x 2 memtables x 16 MiB")
-	assert.Equal(t, int64(m.budget.JetStream), m.ns.JetStreamConfig().MaxMemory)
+	assert.Equal(t, int64(m.budget.JetStream), m.nats.NATS().JetStreamConfig().MaxMemory)
 }

@@ -297,7 +297,7 @@ func (a clusterAdmin) DropTable(ctx context.Context, day buckets.Day) (buckets.T
 	// this fails, they do after the record's wait.)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	if rerr := a.members.RecordDrop(rctx, day, at, true); rerr != nil {
-		a.log.Warn("record a cluster-wide drop as sent round", "table", day.String(), "error", rerr)
+		a.log.Warn("record a cluster-wide drop as sent round", "day", day.String(), "err", rerr)
 	}
 	cancel()
 	if err != nil {
@@ -371,7 +371,7 @@ func (c *clusterNode) step(ctx context.Context) {
 	for _, p := range want {
 		if _, ok := c.parts[p]; !ok {
 			if err := c.start(p); err != nil {
-				c.m.log.Error("start partition consumer", "partition", p, "error", err)
+				c.m.log.Error("start partition consumer", "partition", p, "err", err)
 			}
 		}
 	}
@@ -408,7 +408,7 @@ func (c *clusterNode) step(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.members.SetReady(rctx, ready); err != nil && ctx.Err() == nil {
-		c.m.log.Warn("publish caught-up partitions", "error", err)
+		c.m.log.Warn("publish caught-up partitions", "err", err)
 	}
 }
 
@@ -429,11 +429,11 @@ func (c *clusterNode) applyDrops(ctx context.Context) {
 		switch {
 		case errors.Is(err, buckets.ErrNotFound), errors.Is(err, buckets.ErrUnavailable): // none, or being dropped
 		case err != nil:
-			c.m.log.Warn("drop a day dropped cluster-wide while this node was away", "table", day.String(), "error", err)
+			c.m.log.Warn("drop a day dropped cluster-wide while this node was away", "day", day.String(), "err", err)
 		default:
 			d.Reason = retention.ReasonManual
 			c.m.countManualDrop(ctx, d)
-			c.m.log.Info("dropped a day dropped cluster-wide while this node was away", "table", day.String(),
+			c.m.log.Info("dropped a day dropped cluster-wide while this node was away", "day", day.String(),
 				"dropped_cluster_wide", at, "size_bytes", d.SizeBytes)
 		}
 	}
@@ -495,7 +495,7 @@ func (c *clusterNode) start(p int) error {
 	// partitions, each keeping room for the largest message.
 	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(m.cfg.Cluster.Partitions), minPullBytes))
 	icfg.Logger = m.log.With("component", "ingest", "partition", p)
-	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
+	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
 	if err != nil {
 		return err
@@ -506,7 +506,7 @@ func (c *clusterNode) start(p int) error {
 	go func() {
 		defer close(pc.done)
 		if err := ing.Run(ctx); err != nil {
-			m.log.Error("partition consumer stopped", "partition", p, "error", err)
+			m.log.Error("partition consumer stopped", "partition", p, "err", err)
 		}
 	}()
 	m.log.Info("consuming partition", "partition", p, "consumer", icfg.Consumer)
@@ -529,7 +529,7 @@ func (c *clusterNode) stop(ctx context.Context, p int) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.js.DeleteConsumer(dctx, ingest.DefaultConfig().Stream, c.consumerName(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		c.m.log.Warn("delete consumer of a partition handed over", "partition", p, "error", err)
+		c.m.log.Warn("delete consumer of a partition handed over", "partition", p, "err", err)
 	}
 	c.m.log.Info("partition handed over", "partition", p)
 }

@@ -11,8 +11,12 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
+	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/lineproto"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -43,7 +47,7 @@ type Config struct {
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
 	LineTags          string // what a line's other tags become: attributes or values
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
-	MemoryLimit       int64  // the whole process's memory budget (budget.go)
+	MemoryLimit       int64  // the whole process's memory budget (package membudget)
 	QueryTimeout      time.Duration
 	StreamMaxAge      time.Duration
 	StreamMaxBytes    int64
@@ -56,8 +60,9 @@ type Config struct {
 	Cluster            ClusterConfig
 }
 
-// defaultMQTTStreamMaxBytes bounds each $MQTT_* stream by default.
-const defaultMQTTStreamMaxBytes = 64 << 20
+// defaultDiskReserve is the default of -disk-reserve: room for the hot
+// tables' memtable flushes and compactions to finish.
+const defaultDiskReserve = 256 << 20
 
 // DefaultConfig returns the embedded, single-machine defaults. Each
 // default that a library also applies is taken from the package that
@@ -68,7 +73,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:            "./data",
 		HTTPAddr:           api.DefaultAddr,
-		NATSListen:         "127.0.0.1:4222",
+		NATSListen:         natsembed.DefaultListen,
 		SubjectPrefix:      icfg.SubjectPrefix,
 		Retention:          buckets.DefaultRetention,
 		RetentionInterval:  retention.DefaultInterval,
@@ -78,15 +83,15 @@ func DefaultConfig() Config {
 		ShutdownTimeout:    10 * time.Second,
 		HotDays:            sopts.HotDays,
 		MaxOpenTables:      sopts.MaxOpenTables,
-		MQTTListen:         "127.0.0.1:1883",
-		LineDeviceTags:     "device,host",
+		MQTTListen:         natsembed.DefaultMQTTListen,
+		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
 		LineTags:           "attributes",
-		MaxWriteBytes:      16 << 20,
-		MemoryLimit:        defaultMemoryLimit,
+		MaxWriteBytes:      api.DefaultMaxWriteBytes,
+		MemoryLimit:        membudget.DefaultLimit,
 		StreamMaxAge:       icfg.StreamMaxAge,
 		StreamMaxBytes:     icfg.StreamMaxBytes,
 		RejectedMaxBytes:   icfg.RejectedMaxBytes,
-		MQTTStreamMaxBytes: defaultMQTTStreamMaxBytes,
+		MQTTStreamMaxBytes: natsembed.DefaultMQTTStreamMaxBytes,
 		DiskReserve:        defaultDiskReserve,
 		QueryTimeout:       api.DefaultQueryTimeout,
 		Security:           defaultSecurity(),
@@ -103,7 +108,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "readings arrive on <prefix>.<device>")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "keep readings this long; a day table expires when its whole day is older")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", c.RetentionInterval, "how often the retention worker runs (with jitter)")
-	fs.Var(byteSize{&c.RetentionMaxBytes}, "retention-max-bytes", "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
+	fs.Var(cliflag.Size(&c.RetentionMaxBytes), "retention-max-bytes", "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
 	fs.DurationVar(&c.MaxFutureSkew, "max-future-skew", c.MaxFutureSkew, "reject readings further than this in the future")
 	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "fsync Badger (and the embedded JetStream) before acking: survives power loss, costs throughput")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -116,14 +121,14 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0, 1 and 2 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
 	fs.StringVar(&c.LineTags, "line-tags", c.LineTags, "line protocol writes: a line's other tags become attributes of its device as of the line's time (attributes), or string values <measurement>.<tag> of its reading (values)")
-	fs.Var(byteSize{&c.MaxWriteBytes}, "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
-	fs.Var(byteSize{&c.MemoryLimit}, "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
+	fs.Var(cliflag.Size(&c.MaxWriteBytes), "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
+	fs.Var(cliflag.Size(&c.MemoryLimit), "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
 	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
 	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the TELEMETRY stream keeps messages at most this long (the replay buffer)")
-	fs.Var(byteSize{&c.StreamMaxBytes}, "stream-max-bytes", "disk space of the TELEMETRY stream; when full it refuses publishes (clients retry) and settled messages are purged from 80% of it")
-	fs.Var(byteSize{&c.RejectedMaxBytes}, "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
-	fs.Var(byteSize{&c.MQTTStreamMaxBytes}, "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
-	fs.Var(byteSize{&c.DiskReserve}, "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
+	fs.Var(cliflag.Size(&c.StreamMaxBytes), "stream-max-bytes", "disk space of the TELEMETRY stream; when full it refuses publishes (clients retry) and settled messages are purged from 80% of it")
+	fs.Var(cliflag.Size(&c.RejectedMaxBytes), "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
+	fs.Var(cliflag.Size(&c.MQTTStreamMaxBytes), "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
+	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.bind(fs)
 	c.Cluster.bind(fs)
 }
@@ -155,9 +160,14 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("-log-format %q must be text or json", c.LogFormat))
 	}
+	if c.NATSURL == "" {
+		if _, _, err := natsembed.SplitListen(c.NATSListen); err != nil {
+			errs = append(errs, fmt.Errorf("-nats-listen %w", err))
+		}
+	}
 	if c.MQTTListen != "" {
-		if _, _, err := splitListen("-mqtt-listen", c.MQTTListen); err != nil {
-			errs = append(errs, err)
+		if _, _, err := natsembed.SplitListen(c.MQTTListen); err != nil {
+			errs = append(errs, fmt.Errorf("-mqtt-listen %w", err))
 		}
 	}
 	if _, err := c.lineDeviceTags(); err != nil {
@@ -169,7 +179,7 @@ func (c *Config) Validate() error {
 	if c.MaxWriteBytes < 1 {
 		errs = append(errs, fmt.Errorf("-max-write-bytes %d must be positive", c.MaxWriteBytes))
 	}
-	if _, err := planMemory(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1), max(c.MaxWriteBytes, 1)); err != nil {
+	if _, err := membudget.Plan(c.MemoryLimit, max(c.HotDays, 1), max(c.MaxOpenTables, 1), max(c.MaxWriteBytes, 1)); err != nil {
 		errs = append(errs, err)
 	}
 	if c.QueryTimeout <= 0 {
@@ -183,7 +193,7 @@ func (c *Config) Validate() error {
 	}
 	if c.StreamMaxBytes < 1<<20 || c.RejectedMaxBytes < 1<<20 || c.MQTTStreamMaxBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("-stream-max-bytes %s, -rejected-max-bytes %s and -mqtt-stream-max-bytes %s must be at least 1MiB",
-			formatBytes(c.StreamMaxBytes), formatBytes(c.RejectedMaxBytes), formatBytes(c.MQTTStreamMaxBytes)))
+			cliflag.FormatBytes(c.StreamMaxBytes), cliflag.FormatBytes(c.RejectedMaxBytes), cliflag.FormatBytes(c.MQTTStreamMaxBytes)))
 	}
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
@@ -233,6 +243,9 @@ func (c *Config) parseFlags(name string, args []string, getenv func(string) stri
 	return applyEnv(fs, c, getenv)
 }
 
+// envPrefix starts the environment variable of every flag.
+const envPrefix = "TELEMETRY_"
+
 // bindRetention registers the flags that `telemetryd retention` uses:
 // the data dir, the policy and the log.
 func (c *Config) bindRetention(fs *flag.FlagSet) {
@@ -274,30 +287,14 @@ func parseSubcommand(fs *flag.FlagSet, args []string, c *Config, getenv func(str
 // (which c is bound to, and which has parsed its arguments) that was
 // not given, and validates c.
 func applyEnv(fs *flag.FlagSet, c *Config, getenv func(string) string) error {
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := envName(f.Name)
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
+	if err := cliflag.ApplyEnv(fs, envPrefix, getenv); err != nil {
 		return err
 	}
 	return c.Validate()
 }
 
 // envName maps a flag name to its environment variable.
-func envName(flag string) string {
-	return "TELEMETRY_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+func envName(flag string) string { return cliflag.EnvName(envPrefix, flag) }
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
@@ -316,13 +313,5 @@ func newLogger(c Config, w io.Writer) *slog.Logger {
 	if c.LogFormat == "json" {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(traceHandler{h})
-}
-
-// envOr returns the environment value of key, or def.
-func envOr(getenv func(string) string, key, def string) string {
-	if v := getenv(key); v != "" {
-		return v
-	}
-	return def
+	return slog.New(otelsetup.TraceHandler{Handler: h})
 }

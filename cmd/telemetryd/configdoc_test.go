@@ -10,6 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 // The configuration reference, CONFIGURATION.md beside this file, is
@@ -52,7 +55,7 @@ func configReference() string {
 	ret := retentionFlags()
 	flagTable(&b, ret, true)
 	b.WriteString("\n## telemetryd auth\n\n")
-	flagTable(&b, authFlagSet(io.Discard), false)
+	flagTable(&b, authcli.FlagSet(io.Discard), false)
 	b.WriteString("\n")
 	return b.String()
 }
@@ -66,7 +69,7 @@ func flagTable(b *strings.Builder, fs *flag.FlagSet, env bool) {
 		b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
 	}
 	fs.VisitAll(func(f *flag.Flag) {
-		typ, usage := flagType(f)
+		typ, usage := cliflag.FlagType(f)
 		name := "`-" + f.Name + "`"
 		if typ != "" {
 			name = "`-" + f.Name + " " + typ + "`"

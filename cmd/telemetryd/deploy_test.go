@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"io"
 	"io/fs"
 	"maps"
@@ -53,9 +54,6 @@ var serviceFlags = map[string]string{
 	"cluster-token": "", "stream-replicas": "3",
 }
 
-// knownEnv are other TELEMETRY_* settings the deploy files may use.
-var knownEnv = []string{"TELEMETRY_MQTT_LISTEN", "TELEMETRY_LINE_DEVICE_TAGS", "TELEMETRY_MAX_WRITE_BYTES"}
-
 // simFlags are telemetry-sim's flags.
 var simFlags = []string{
 	"nats-url", "subject-prefix", "devices", "device-prefix", "rate", "duration", "count", "batch",
@@ -66,19 +64,18 @@ func envVar(prefix, flag string) string {
 	return prefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// checkEnvKeys fails for every TELEMETRY_* key that names no flag, so a
+// checkEnvKeys fails for every TELEMETRY_* key that names no flag (of
+// the service's FlagSet, or of telemetry-sim), so a
 // misspelt variable cannot be silently ignored.
 func checkEnvKeys(t *testing.T, where string, keys []string) {
 	t.Helper()
 	known := map[string]bool{}
-	for f := range serviceFlags {
-		known[envVar("TELEMETRY_", f)] = true
-	}
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	c.bind(fs)
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
 	for _, f := range simFlags {
 		known[envVar("TELEMETRY_SIM_", f)] = true
-	}
-	for _, k := range knownEnv {
-		known[k] = true
 	}
 	for _, k := range keys {
 		if strings.HasPrefix(k, "TELEMETRY_") {

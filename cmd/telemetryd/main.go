@@ -22,6 +22,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 func main() {
@@ -37,7 +40,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runCheck(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "auth" {
-		return runAuth(args[1:], getenv, stdout, stderr)
+		return authcli.Run(args[1:], getenv, stdout, stderr)
 	}
 	cfg := DefaultConfig()
 	if err := cfg.parseFlags("telemetryd", args, getenv, stderr); err != nil {
@@ -45,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return 0
 		}
 		if errors.Is(err, errVersion) {
-			fmt.Fprintln(stdout, version())
+			fmt.Fprintln(stdout, cliflag.Version("telemetryd"))
 			return 0
 		}
 		fmt.Fprintln(stderr, "telemetryd:", err)
@@ -57,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	m := NewMain(cfg, log, getenv)
 	if err := m.Open(ctx); err != nil {
-		log.Error("start failed", "error", err)
+		log.Error("start failed", "err", err)
 		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
 		_ = m.Close(closeCtx)
@@ -68,7 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := m.Close(closeCtx); err != nil {
-		log.Error("shutdown incomplete", "error", err)
+		log.Error("shutdown incomplete", "err", err)
 		return 1
 	}
 	log.Info("stopped")

@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // newMQTTClient connects a paho MQTT 3.1.1 client to the service.
@@ -116,14 +118,14 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 		m, err := st.GetLastMsgForSubject(ctx, "telemetry.acked")
 		require.NoError(t, err, "publish %d acknowledged but not in the stream", i)
 		require.Equal(t, payload, string(m.Data), "publish %d acknowledged before it was stored", i)
-		require.Equal(t, "1", m.Header.Get(mqttQoSHeader))
+		require.Equal(t, "1", m.Header.Get(natsembed.MQTTQoSHeader))
 	}
 	waitStored(t, s, "acked", n)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(n), info.State.Msgs, "one stored message per QoS 1 PUBLISH")
 
-	cz, err := s.ns.Connz(&server.ConnzOptions{Account: mqttAccountName})
+	cz, err := s.nats.NATS().Connz(&server.ConnzOptions{Account: natsembed.MQTTAccount})
 	require.NoError(t, err)
 	var mqttConns int
 	for _, ci := range cz.Conns {
@@ -131,8 +133,8 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 			mqttConns++
 		}
 	}
-	assert.Equal(t, 1, mqttConns, "the MQTT client is in account %s", mqttAccountName)
-	ms, err := s.js.Stream(ctx, mqttMsgsStream)
+	assert.Equal(t, 1, mqttConns, "the MQTT client is in account %s", natsembed.MQTTAccount)
+	ms, err := s.js.Stream(ctx, natsembed.MQTTMsgsStream)
 	assert.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no MQTT stream in the service's account: %v", ms)
 }
 
@@ -152,7 +154,7 @@ func TestMQTTStoreCopiesOfEarlierVersionsAreDropped(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*", mqttStoreSubject("telemetry")}, Storage: jetstream.FileStorage})
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*", topology.For("telemetry").MQTTCopies()}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
 	for i := range 5 {
 		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), i)

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 // envInt reads an integer environment override.
@@ -59,7 +60,7 @@ func TestQueriesWithinMemoryLimit(t *testing.T) {
 		limit = "1GiB"
 	}
 	var limitBytes int64
-	require.NoError(t, byteSize{&limitBytes}.Set(limit))
+	require.NoError(t, cliflag.Size(&limitBytes).Set(limit))
 	const devices = 100
 	// TELEMETRY_QUERYLOAD_DIR keeps the filled data dir there for the
 	// next run (filled again only when it has no tables yet).

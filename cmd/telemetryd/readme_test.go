@@ -21,6 +21,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/promapi"
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 )
 
 // A documented example is a promise. These tests check every name the
@@ -114,7 +115,7 @@ func TestReadmeFlags(t *testing.T) {
 				set, args = ret, args[1:]
 			}
 			if len(args) > 0 && args[0] == "auth" {
-				set, args = authFlagSet(io.Discard), args[1:]
+				set, args = authcli.FlagSet(io.Discard), args[1:]
 			}
 			for _, a := range args {
 				if !strings.HasPrefix(a, "-") {

@@ -1,21 +1,16 @@
 package main
 
 import (
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/telemetryd/telemetryd/api/auth"
+	"github.com/telemetryd/telemetryd/cmd/internal/cursorkey"
 )
 
 // SecurityConfig holds the security flags (SECURITY.md).
@@ -43,14 +38,6 @@ const (
 	defaultHTTPMaxConnsPerClient = 64
 	defaultHTTPRate              = 1000
 	defaultHTTPBurst             = 2000
-	// cursorKeyFile holds the installation's cursor key in the data dir.
-	cursorKeyFile = "cursor.key"
-	// storeFDReserve file descriptors are kept for the store (Badger
-	// tables, value logs, the device index) and never handed to
-	// network connections.
-	storeFDReserve = 4096
-	// miscFDReserve covers logs, JetStream files and the like.
-	miscFDReserve = 256
 )
 
 func defaultSecurity() SecurityConfig {
@@ -71,7 +58,7 @@ func (c *SecurityConfig) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.HTTPMaxConnsPerClient, "http-max-conns-per-client", c.HTTPMaxConnsPerClient, "most open HTTP connections from one address (0 = no limit)")
 	fs.Float64Var(&c.HTTPRate, "http-rate", c.HTTPRate, "HTTP requests (and new connections) per second per token, or per address without one; past it 429 with Retry-After (0 = no limit)")
 	fs.IntVar(&c.HTTPBurst, "http-burst", c.HTTPBurst, "burst allowed above -http-rate")
-	fs.StringVar(&c.CursorKey, "cursor-key", c.CursorKey, "secret that seals pagination cursors (at least 32 characters); empty: a random key kept in <data-dir>/"+cursorKeyFile)
+	fs.StringVar(&c.CursorKey, "cursor-key", c.CursorKey, "secret that seals pagination cursors (at least 32 characters); empty: a random key kept in <data-dir>/"+cursorkey.File)
 	fs.StringVar(&c.NATSCreds, "nats-creds", c.NATSCreds, "credentials file (JWT and NKey) for -nats-url")
 	fs.StringVar(&c.NATSUser, "nats-user", c.NATSUser, "user name for -nats-url")
 	fs.StringVar(&c.NATSPassword, "nats-password", c.NATSPassword, "password for -nats-url (prefer TELEMETRY_NATS_PASSWORD)")
@@ -151,70 +138,11 @@ func (s SecurityConfig) loadTLS() (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// cursorKey returns -cursor-key, or the installation's key in dataDir,
-// generating it (32 random bytes, mode 0600) on first start.
+// cursorKey returns -cursor-key, or the installation's key in dataDir
+// (package cursorkey).
 func (s SecurityConfig) cursorKey(dataDir string) ([]byte, error) {
 	if s.CursorKey != "" {
 		return []byte(s.CursorKey), nil
 	}
-	path := filepath.Join(dataDir, cursorKeyFile)
-	if b, err := os.ReadFile(path); err == nil {
-		key, err := hex.DecodeString(strings.TrimSpace(string(b)))
-		if err != nil || len(key) < 16 {
-			return nil, fmt.Errorf("cursor key %s is damaged; delete it to make a new one (open cursors then fail once)", path)
-		}
-		return key, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("cursor key: %w", err)
-	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("cursor key: %w", err)
-	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("cursor key: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("cursor key: %w", err)
-	}
-	_, werr := f.WriteString(hex.EncodeToString(key) + "\n")
-	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
-		return nil, fmt.Errorf("cursor key %s: %w", path, err)
-	}
-	return key, nil
-}
-
-// raiseFDLimit raises the soft file-descriptor limit to the hard limit
-// and returns the soft limit now in force.
-func raiseFDLimit(log *slog.Logger) uint64 {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		log.Warn("cannot read the file descriptor limit", "error", err)
-		return 0
-	}
-	if lim.Cur < lim.Max {
-		old := lim.Cur
-		lim.Cur = lim.Max
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-			log.Warn("cannot raise the file descriptor limit", "soft", old, "hard", lim.Max, "error", err)
-			lim.Cur = old
-		} else {
-			log.Debug("file descriptor limit raised", "from", old, "to", lim.Cur)
-		}
-	}
-	return lim.Cur
-}
-
-// connBudget splits the file descriptors left after the store's reserve
-// between HTTP and NATS clients: HTTP keeps at most want (its cap), the
-// embedded NATS server gets the rest. Both are at least 16.
-func connBudget(fdLimit uint64, want int) (httpConns, natsConns int) {
-	free := int(min(fdLimit, 1<<30)) - storeFDReserve - miscFDReserve
-	httpConns = want
-	if httpConns == 0 || httpConns > free/2 {
-		httpConns = max(16, free/2)
-	}
-	natsConns = max(16, free-httpConns)
-	return httpConns, natsConns
+	return cursorkey.Load(dataDir)
 }

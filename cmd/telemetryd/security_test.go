@@ -23,6 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api/auth"
+	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/cursorkey"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
 func TestAuthCommand(t *testing.T) {
@@ -45,7 +48,7 @@ func TestAuthCommand(t *testing.T) {
 
 	run := func(args ...string) (int, string) {
 		var out, errb bytes.Buffer
-		code := runAuth(append(args, "-auth-file", f.path), func(string) string { return "" }, &out, &errb)
+		code := authcli.Run(append(args, "-auth-file", f.path), func(string) string { return "" }, &out, &errb)
 		return code, errb.String()
 	}
 	code, msg := run("add-device", "dev-1")
@@ -187,12 +190,12 @@ func TestNATSDeviceAuth(t *testing.T) {
 	now := m.now().UTC()
 
 	t.Run("wrong secret, no secret, unknown device", func(t *testing.T) {
-		for _, c := range []struct{ user, pass string }{{"dev-1", f.devices["dev-2"]}, {"dev-1", ""}, {"", ""}, {"dev-9", f.devices["dev-1"]}, {internalUser, f.devices["dev-1"]}} {
+		for _, c := range []struct{ user, pass string }{{"dev-1", f.devices["dev-2"]}, {"dev-1", ""}, {"", ""}, {"dev-9", f.devices["dev-1"]}, {natsembed.InternalUser, f.devices["dev-1"]}} {
 			_, _, err := deviceConn(url, c.user, c.pass, nats.MaxReconnects(0))
 			require.Error(t, err, "user %q", c.user)
 			assert.Contains(t, strings.ToLower(err.Error()), "authorization violation")
 		}
-		assert.GreaterOrEqual(t, deniedCount(t, base, f.tokens["metrics"], deniedCredentials), 5)
+		assert.GreaterOrEqual(t, deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedCredentials), 5)
 	})
 
 	nc1, errs1, err := deviceConn(url, "dev-1", f.devices["dev-1"])
@@ -207,7 +210,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
 
 	t.Run("publish as another device stores nothing and is counted", func(t *testing.T) {
-		before := deniedCount(t, base, f.tokens["metrics"], deniedPublish)
+		before := deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish)
 		require.NoError(t, nc1.Publish("telemetry.dev-2", fmt.Appendf(nil, `{"ts":%q,"temp":66}`, now.Format(time.RFC3339Nano))))
 		require.NoError(t, nc1.Flush())
 		waitAsyncError(t, errs1, `Permissions Violation for Publish to "telemetry.dev-2"`)
@@ -215,7 +218,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 		defer cancelShort()
 		_, err := js1.Publish(short, "telemetry.dev-2", []byte(`{"temp":67}`), jetstream.WithRetryAttempts(0))
 		require.Error(t, err, "no ack for a denied publish")
-		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], deniedPublish) >= before+2 }, 30*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish) >= before+2 }, 30*time.Second, 20*time.Millisecond)
 		assert.Equal(t, 0, latestCount(t, base, "dev-2", f.tokens["all"]), "nothing stored for dev-2")
 		short2, cancelShort2 := context.WithTimeout(ctx, 2*time.Second)
 		defer cancelShort2()
@@ -245,7 +248,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 		assert.Error(t, err, "create stream")
 		_, err = nc1.Request("$JS.API.STREAM.DELETE.TELEMETRY", nil, 700*time.Millisecond)
 		assert.Error(t, err, "raw stream delete request")
-		_, err = nc1.SubscribeSync(serviceInboxPrefix + ".>")
+		_, err = nc1.SubscribeSync(natsembed.ServiceInboxPrefix + ".>")
 		require.NoError(t, err)
 		require.NoError(t, nc1.Flush())
 		waitAsyncError(t, errs1, "Permissions Violation for Subscription")
@@ -326,7 +329,7 @@ func TestCursorKeyPerInstallation(t *testing.T) {
 	k2, err := sec.cursorKey(cfg.DataDir)
 	require.NoError(t, err)
 	assert.Equal(t, k1, k2, "the key survives restarts")
-	st, err := os.Stat(cfg.DataDir + "/" + cursorKeyFile)
+	st, err := os.Stat(cfg.DataDir + "/" + cursorkey.File)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 	other, err := sec.cursorKey(t.TempDir())

@@ -1,39 +1,33 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/auth"
-	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/cmd/internal/fdlimit"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
 // security is the running state of the access rules (SECURITY.md): credentials (reloaded
-// on change and SIGHUP), TLS, the cursor key, the internal NATS
-// credential and the file-descriptor budget.
+// on change and SIGHUP), TLS, the cursor key and the file-descriptor
+// budget.
 type security struct {
 	cfg       Config
-	base      *slog.Logger
 	log       *slog.Logger
 	creds     *auth.Store // nil without -auth-file
 	tls       *tls.Config // nil without -tls-cert
 	cursorKey []byte
-	internal  string // password of the service's own NATS connection
-	denied    *deniedReporter
 	httpConns int
 	natsConns int
 
@@ -41,28 +35,19 @@ type security struct {
 	wg     sync.WaitGroup
 }
 
-// deniedLogInterval is the sampling interval of denial log lines.
-const deniedLogInterval = 10 * time.Second
-
-func openSecurity(cfg Config, log *slog.Logger, meter metric.MeterProvider) (*security, error) {
-	s := &security{cfg: cfg, base: log, log: log.With("component", "auth")}
-	fdLimit := raiseFDLimit(log)
-	s.httpConns, s.natsConns = connBudget(fdLimit, cfg.Security.HTTPMaxConns)
+func openSecurity(cfg Config, log *slog.Logger) (*security, error) {
+	s := &security{cfg: cfg, log: log.With("component", "auth")}
+	fdLimit := fdlimit.Raise(log)
+	s.httpConns, s.natsConns = fdlimit.Split(fdLimit, cfg.Security.HTTPMaxConns)
 	if s.httpConns != cfg.Security.HTTPMaxConns {
 		log.Warn("-http-max-conns lowered to keep file descriptors for the store", "http_max_conns", s.httpConns,
-			"fd_limit", fdLimit, "store_reserve", storeFDReserve)
+			"fd_limit", fdLimit, "store_reserve", fdlimit.StoreReserve)
 	}
 	var err error
-	if s.denied, err = newDeniedReporter(meter.Meter("github.com/telemetryd/telemetryd/cmd/telemetryd"), s.log, deniedLogInterval); err != nil {
-		return nil, err
-	}
 	if s.tls, err = cfg.Security.loadTLS(); err != nil {
 		return nil, err
 	}
 	if s.cursorKey, err = cfg.Security.cursorKey(cfg.DataDir); err != nil {
-		return nil, err
-	}
-	if s.internal, err = auth.NewSecret(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -86,8 +71,12 @@ func openSecurity(cfg Config, log *slog.Logger, meter metric.MeterProvider) (*se
 				case <-ctx.Done():
 					return
 				case <-hup:
-					s.log.Info("SIGHUP: reloading the auth file", "path", cfg.Security.AuthFile)
-					_, _ = s.creds.Reload() // logged inside
+					changed, err := s.creds.Reload()
+					if err != nil {
+						s.log.Error("SIGHUP: auth file not reloaded; the previous credentials stay in force", "path", cfg.Security.AuthFile, "err", err)
+					} else {
+						s.log.Info("SIGHUP: auth file reloaded", "path", cfg.Security.AuthFile, "changed", changed)
+					}
 				}
 			}
 		})
@@ -118,69 +107,44 @@ func (s *security) apiAdminToken(t string) string {
 	return t
 }
 
-// configureNATS sets the embedded server's authentication, TLS and
-// connection limit.
-func (s *security) configureNATS(o *server.Options) *natsLogger {
-	o.MaxConn = s.natsConns
-	if s.tls != nil {
-		o.TLSConfig = s.tls.Clone()
-		o.TLS = true
-		o.TLSTimeout = 5
-		o.MQTT.TLSConfig = s.tls.Clone()
-		o.MQTT.TLSTimeout = 5
+// embeddedNATS is the embedded server's configuration: listeners,
+// TLS, connection limit and device authentication.
+func (s *security) embeddedNATS(cfg Config, jsMemory int64, log *slog.Logger, meter metric.MeterProvider) natsembed.Config {
+	ncfg := natsembed.Config{
+		Listen:             cfg.NATSListen,
+		MQTTListen:         cfg.MQTTListen,
+		StoreDir:           filepath.Join(cfg.DataDir, "nats"),
+		SyncAlways:         cfg.SyncWrites,
+		MaxConn:            s.natsConns,
+		JetStreamMaxMemory: jsMemory,
+		TLS:                s.tls,
+		SubjectPrefix:      cfg.SubjectPrefix,
+		MQTTStreamMaxBytes: cfg.MQTTStreamMaxBytes,
+		Logger:             log,
+		MeterProvider:      meter,
 	}
 	if s.creds != nil {
-		o.CustomClientAuthentication = &deviceAuth{creds: s.creds, prefix: s.cfg.SubjectPrefix, internal: s.internal, denied: s.denied}
+		ncfg.Devices = func() natsembed.Devices { return s.creds.Current() }
 	}
-	return &natsLogger{l: s.base.With("component", "nats"), denied: s.denied,
-		sampler: &ingest.LogSampler{Burst: 20, Interval: deniedLogInterval}}
+	return ncfg
 }
 
 // watchNATS disconnects devices removed from the auth file on reload.
-func (s *security) watchNATS(ns *server.Server) {
+func (s *security) watchNATS(srv *natsembed.Server) {
 	if s.creds == nil {
 		return
 	}
-	s.creds.OnChange(func(set *auth.Set) { kickRemovedDevices(ns, set, s.log) })
+	s.creds.OnChange(func(set *auth.Set) { srv.DisconnectRemovedDevices(set.HasDevice) })
 }
 
-// natsClientOptions are the service connection's credentials and TLS:
-// the internal user (embedded) or -nats-creds / -nats-user (external).
-func (s *security) natsClientOptions(embedded bool) []nats.Option {
-	var opts []nats.Option
-	if !embedded {
-		switch {
-		case s.cfg.Security.NATSCreds != "":
-			opts = append(opts, nats.UserCredentials(s.cfg.Security.NATSCreds))
-		case s.cfg.Security.NATSUser != "":
-			opts = append(opts, nats.UserInfo(s.cfg.Security.NATSUser, s.cfg.Security.NATSPassword))
-		}
-		return opts
+// natsClientOptions are the credentials of the service's connections to
+// an external server (-nats-url): -nats-creds or -nats-user.
+func (s *security) natsClientOptions() []nats.Option {
+	switch {
+	case s.cfg.Security.NATSCreds != "":
+		return []nats.Option{nats.UserCredentials(s.cfg.Security.NATSCreds)}
+	case s.cfg.Security.NATSUser != "":
+		return []nats.Option{nats.UserInfo(s.cfg.Security.NATSUser, s.cfg.Security.NATSPassword)}
 	}
-	// Devices share the embedded server: the service's replies and
-	// pulled messages go to an inbox prefix they may not subscribe to.
-	opts = append(opts, nats.CustomInboxPrefix(serviceInboxPrefix))
-	if s.creds != nil {
-		opts = append(opts, nats.UserInfo(internalUser, s.internal))
-	}
-	if s.tls != nil {
-		opts = append(opts, nats.Secure(pinnedTLS(s.tls)))
-	}
-	return opts
-}
-
-// pinnedTLS trusts exactly the certificate the embedded server serves:
-// the service's own connection needs no CA and no host name.
-func pinnedTLS(c *tls.Config) *tls.Config {
-	leaf := c.Certificates[0].Certificate[0]
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, // replaced by the pin below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !bytes.Equal(raw[0], leaf) {
-				return errors.New("embedded nats presented another certificate than -tls-cert")
-			}
-			return nil
-		},
-	}
+	return nil
 }

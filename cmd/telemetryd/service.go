@@ -10,13 +10,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
+	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -30,10 +32,10 @@ type Main struct {
 
 	// Test hooks; zero values mean production behaviour.
 	now     func() time.Time
-	telOpts telemetryOptions
+	telOpts otelsetup.Options
 
-	tel    *telemetry
-	ns     *server.Server
+	tel    *otelsetup.Providers
+	nats   *natsembed.Server // the embedded server; nil with -nats-url
 	nc     *nats.Conn
 	store  *store.Store
 	ingest *ingest.Ingester
@@ -41,7 +43,7 @@ type Main struct {
 	ret    *retention.Worker
 	pprof  *http.Server
 	sec    *security
-	budget memoryBudget
+	budget membudget.Budget
 
 	// writesNC publishes the line protocol door's messages, so their
 	// acks do not queue behind the ingester's deliveries on nc.
@@ -51,8 +53,6 @@ type Main struct {
 	// for a single node.
 	cluster *clusterNode
 
-	mqttPort        int       // embedded MQTT listener's port; 0 when off
-	mqtt            *mqttDoor // the MQTT account's state; nil without the listener
 	cancelIngest    context.CancelFunc
 	cancelRetention context.CancelFunc
 	ingestDone      chan struct{}
@@ -60,6 +60,9 @@ type Main struct {
 	closeOnce       sync.Once
 	closeErr        error
 }
+
+// minPullBytes is the least a consumer may pull at once.
+const minPullBytes = membudget.MinPullBytes
 
 // NewMain returns a service for cfg; Open starts it.
 func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
@@ -70,18 +73,18 @@ func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
 // ingester, retention worker and HTTP API. It returns once the API
 // listens; on error the caller must still call Close.
 func (m *Main) Open(ctx context.Context) error {
-	tel, err := newTelemetry(ctx, m.getenv, m.telOpts)
+	tel, err := otelsetup.New(ctx, m.getenv, m.telOpts)
 	if err != nil {
 		return err
 	}
 	m.tel = tel
-	tel.install()
+	tel.Install()
 
-	if m.budget, err = planMemory(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
+	if m.budget, err = membudget.Plan(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
 		return err
 	}
-	m.budget.apply()
-	m.budget.log(m.log)
+	m.budget.Apply()
+	m.budget.Log(m.log)
 
 	sopts := store.DefaultOptions()
 	sopts.MemTableSize, sopts.BlockCacheSize = m.budget.MemTable, m.budget.BlockCache
@@ -90,11 +93,11 @@ func (m *Main) Open(ctx context.Context) error {
 	sopts.HotDays = m.cfg.HotDays
 	sopts.MaxOpenTables = m.cfg.MaxOpenTables
 	sopts.Logger = m.log // the store adds component=store itself
-	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.tracer, tel.meter, m.now
+	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.Tracer, tel.Meter, m.now
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
-	if m.sec, err = openSecurity(m.cfg, m.log, tel.meter); err != nil {
+	if m.sec, err = openSecurity(m.cfg, m.log); err != nil {
 		return err
 	}
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
@@ -138,7 +141,7 @@ func (m *Main) logStarted() {
 	if m.nc != nil {
 		natsURL = m.nc.ConnectedUrlRedacted()
 	}
-	args := []any{"http_addr", m.api.Addr(), "nats_url", natsURL, "embedded_nats", m.ns != nil}
+	args := []any{"http_addr", m.api.Addr(), "nats_url", natsURL, "embedded_nats", m.nats != nil}
 	if mqtt := m.MQTTAddr(); mqtt != "" {
 		args = append(args, "mqtt_addr", mqtt)
 	} else {
@@ -147,7 +150,7 @@ func (m *Main) logStarted() {
 	if m.cfg.PprofAddr != "" {
 		args = append(args, "pprof_addr", m.cfg.PprofAddr)
 	}
-	args = append(args, "data_dir", m.cfg.DataDir, "subject", m.cfg.SubjectPrefix+".*")
+	args = append(args, "data_dir", m.cfg.DataDir, "subject", topology.For(m.cfg.SubjectPrefix).All())
 	m.log.Info("telemetryd started", args...)
 }
 
@@ -156,60 +159,47 @@ func (m *Main) logStarted() {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		configure := []func(*server.Options) *natsLogger{m.sec.configureNATS,
-			func(o *server.Options) *natsLogger { o.JetStreamMaxMemory = m.budget.JetStream; return nil }}
-		if m.cfg.MQTTListen != "" {
-			secret, err := auth.NewSecret()
-			if err != nil {
-				return err
-			}
-			m.mqtt = &mqttDoor{secret: secret}
-			configure = append(configure, m.mqtt.configure) // wraps the authentication set above
-		}
-		ns, mqttPort, err := startEmbeddedNATS(m.cfg.NATSListen, m.cfg.MQTTListen, m.cfg.DataDir, m.cfg.SyncWrites, m.log, configure...)
+		srv, err := natsembed.Start(m.sec.embeddedNATS(m.cfg, m.budget.JetStream, m.log, m.tel.Meter))
 		if err != nil {
 			return err
 		}
-		m.ns, m.mqttPort = ns, mqttPort
-		url = ns.ClientURL()
-		m.sec.watchNATS(ns)
+		m.nats = srv
+		url = srv.ClientURL()
+		m.sec.watchNATS(srv)
 	}
 	m.natsURL = url
-	nc, err := m.dialNATS("telemetryd")
+	var onConnect []func(*nats.Conn)
+	if m.nats == nil {
+		onConnect = append(onConnect, natsembed.CheckMaxPayload(m.log))
+	}
+	nc, err := m.dialNATS("telemetryd", onConnect...)
 	if err != nil {
 		return err
 	}
 	m.nc = nc
-	return m.startMQTT()
+	if m.nats == nil {
+		if m.cfg.MQTTListen != "" {
+			m.log.Info("mqtt listener not started: with -nats-url, MQTT is the NATS server's job")
+		}
+		return nil
+	}
+	return m.nats.StartMQTT(context.Background(), nc, m.ingestConfig())
 }
 
-// dialNATS opens a client connection to the service's NATS server
-// (m.natsURL), reconnecting for ever.
-func (m *Main) dialNATS(name string) (*nats.Conn, error) {
-	log := m.log.With("component", "nats", "connection", name)
-	url := m.natsURL
-	nc, err := nats.Connect(url, append(m.sec.natsClientOptions(m.ns != nil),
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
-		nats.RetryOnFailedConnect(true),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: our own Close
-				log.Warn("nats disconnected", "error", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
-			subj := ""
-			if s != nil {
-				subj = s.Subject
-			}
-			log.Warn("nats async error", "subject", subj, "error", err)
-		}))...)
-	if err != nil {
-		return nil, fmt.Errorf("connect nats %s: %w", url, err)
+// natsOptions are the service connections' credentials and TLS: the
+// embedded server's internal user, or -nats-creds / -nats-user.
+func (m *Main) natsOptions() []nats.Option {
+	if m.nats != nil {
+		return m.nats.ClientOptions()
 	}
-	return nc, nil
+	return m.sec.natsClientOptions()
+}
+
+// dialNATS opens one of the service's connections to its NATS server
+// (m.natsURL), reconnecting for ever; onConnect runs at every connect
+// and reconnect.
+func (m *Main) dialNATS(name string, onConnect ...func(*nats.Conn)) (*nats.Conn, error) {
+	return natsembed.Dial(m.natsURL, name, m.log, m.natsOptions(), onConnect...)
 }
 
 // ingestConfig is the single node's ingest configuration, streams and
@@ -218,9 +208,7 @@ func (m *Main) ingestConfig() ingest.Config {
 	icfg := ingest.DefaultConfig()
 	icfg.SubjectPrefix = m.cfg.SubjectPrefix
 	icfg.Window = m.window()
-	if m.mqttPort != 0 {
-		icfg.ExtraSubjects = []string{mqttStoreSubject(m.cfg.SubjectPrefix)} // stored as <prefix>.<device> (mqtt.go)
-	}
+	icfg.MQTTCopies = m.MQTTAddr() != "" // stored as <prefix>.<device> (natsembed)
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
 	return icfg
@@ -230,9 +218,9 @@ func (m *Main) startIngest() error {
 	icfg := m.ingestConfig()
 	icfg.Positions, icfg.Tombstones = m.store, m.store
 	icfg.PullMaxBytes = int(m.budget.PullBytes)
-	icfg.Hold = diskHold(m.cfg.DataDir, m.cfg.DiskReserve)
+	icfg.Hold = ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve)
 	icfg.Logger = m.log.With("component", "ingest")
-	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.tracer, m.tel.meter, m.now
+	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
 	ing, err := ingest.New(m.nc, m.store, icfg)
 	if err != nil {
 		return err
@@ -244,7 +232,7 @@ func (m *Main) startIngest() error {
 	go func() {
 		defer close(m.ingestDone)
 		if err := ing.Run(ctx); err != nil {
-			m.log.Error("ingest stopped", "error", err)
+			m.log.Error("ingest stopped", "err", err)
 		}
 	}()
 	return nil
@@ -260,7 +248,7 @@ func (m *Main) startRetention() error {
 	m.cancelRetention = cancel
 	m.wg.Go(func() {
 		if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			m.log.Error("retention worker stopped", "error", err)
+			m.log.Error("retention worker stopped", "err", err)
 		}
 	})
 	// Day tables a crash left without a known reading count are counted
@@ -275,8 +263,8 @@ func (m *Main) retentionConfig() retention.Config {
 		Interval:       m.cfg.RetentionInterval,
 		Jitter:         0.1,
 		Logger:         m.log.With("component", "retention"),
-		TracerProvider: m.tel.tracer,
-		MeterProvider:  m.tel.meter,
+		TracerProvider: m.tel.Tracer,
+		MeterProvider:  m.tel.Meter,
 		Now:            m.now,
 	}
 }
@@ -294,7 +282,7 @@ func (m *Main) startHTTP() error {
 		Attributes:        m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
 		Ready:             m.ready,
-		Metrics:           m.tel.metrics,
+		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
 		QueryTimeout:      m.cfg.QueryTimeout,
@@ -309,8 +297,8 @@ func (m *Main) startHTTP() error {
 		MaxConns:          m.sec.httpConns,
 		MaxConnsPerClient: m.cfg.Security.HTTPMaxConnsPerClient,
 		Logger:            m.log.With("component", "api"),
-		TracerProvider:    m.tel.tracer,
-		MeterProvider:     m.tel.meter,
+		TracerProvider:    m.tel.Tracer,
+		MeterProvider:     m.tel.Meter,
 		Now:               m.now,
 	}
 	if m.cluster != nil {
@@ -348,7 +336,7 @@ func (m *Main) startPprof() {
 	m.wg.Go(func() {
 		m.log.Debug("pprof listening", "addr", m.cfg.PprofAddr) // the start-up line names it
 		if err := m.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("pprof server", "error", err)
+			m.log.Error("pprof server", "err", err)
 		}
 	})
 }
@@ -380,10 +368,19 @@ func (m *Main) HTTPAddr() string { return m.api.Addr() }
 
 // NATSURL is the URL of the NATS server in use.
 func (m *Main) NATSURL() string {
-	if m.ns != nil {
-		return m.ns.ClientURL()
+	if m.nats != nil {
+		return m.nats.ClientURL()
 	}
 	return m.cfg.NATSURL
+}
+
+// MQTTAddr is the embedded MQTT listener's address, empty when it is
+// off.
+func (m *Main) MQTTAddr() string {
+	if m.nats == nil {
+		return ""
+	}
+	return m.nats.MQTTAddr()
 }
 
 // Close shuts down in order: stop intake and let the ingester finish
@@ -408,7 +405,9 @@ func (m *Main) close(ctx context.Context) error {
 	if m.cancelRetention != nil {
 		m.cancelRetention()
 	}
-	m.closeMQTT()
+	if m.nats != nil {
+		m.nats.StopMQTT()
+	}
 	if m.sec != nil {
 		m.sec.Close()
 	}
@@ -428,9 +427,8 @@ func (m *Main) close(ctx context.Context) error {
 	if m.store != nil {
 		errs = append(errs, m.store.Close())
 	}
-	if m.ns != nil {
-		m.ns.Shutdown()
-		m.ns.WaitForShutdown()
+	if m.nats != nil {
+		m.nats.Shutdown()
 	}
 	if m.tel != nil {
 		errs = append(errs, m.tel.Shutdown(ctx))

@@ -24,12 +24,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 )
 
 func TestTraceContextFromPublisherToStoreCommit(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	s := startService(t, newTestConfig(t), func(m *Main) {
-		m.telOpts.spanProcessors = []sdktrace.SpanProcessor{sdktrace.NewSimpleSpanProcessor(exp)}
+		m.telOpts.SpanProcessors = []sdktrace.SpanProcessor{sdktrace.NewSimpleSpanProcessor(exp)}
 	})
 	traceID, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	msg := nats.NewMsg("telemetry.dev-tr")
@@ -230,15 +232,15 @@ func TestOTLPExportOverHTTP(t *testing.T) {
 }
 
 func TestTelemetryDisabled(t *testing.T) {
-	tel, err := newTelemetry(context.Background(), envMap(map[string]string{"OTEL_SDK_DISABLED": "true"}), telemetryOptions{})
+	tel, err := otelsetup.New(context.Background(), envMap(map[string]string{"OTEL_SDK_DISABLED": "true"}), otelsetup.Options{})
 	require.NoError(t, err)
-	_, span := tel.tracer.Tracer("t").Start(context.Background(), "x")
+	_, span := tel.Tracer.Tracer("t").Start(context.Background(), "x")
 	assert.False(t, span.SpanContext().IsValid(), "no spans when disabled")
-	c, err := tel.meter.Meter("t").Int64Counter("telemetry.test")
+	c, err := tel.Meter.Meter("t").Int64Counter("telemetry.test")
 	require.NoError(t, err)
 	c.Add(context.Background(), 1)
 	rec := httptest.NewRecorder()
-	tel.metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	tel.Metrics.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	assert.NotContains(t, rec.Body.String(), "telemetry_test")
 	assert.Contains(t, rec.Body.String(), "go_goroutines", "runtime metrics stay")
 	require.NoError(t, tel.Shutdown(context.Background()))

@@ -24,6 +24,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
 // testCert writes a self-signed certificate for 127.0.0.1 and
@@ -161,17 +163,17 @@ func TestMQTTDeviceAuth(t *testing.T) {
 	require.True(t, pub.WaitTimeout(10*time.Second))
 	require.NoError(t, pub.Error())
 	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
-	cz, err := m.ns.Connz(&server.ConnzOptions{Account: mqttAccountName, Username: true})
+	cz, err := m.nats.NATS().Connz(&server.ConnzOptions{Account: natsembed.MQTTAccount, Username: true})
 	require.NoError(t, err)
 	require.Len(t, cz.Conns, 2, "the device and the service's forwarder are in the MQTT account")
-	assert.ElementsMatch(t, []string{"dev-1", mqttAdminUser}, []string{cz.Conns[0].AuthorizedUser, cz.Conns[1].AuthorizedUser})
+	assert.ElementsMatch(t, []string{"dev-1", natsembed.MQTTAdminUser}, []string{cz.Conns[0].AuthorizedUser, cz.Conns[1].AuthorizedUser})
 
-	before := deniedCount(t, base, f.tokens["metrics"], deniedPublish)
+	before := deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish)
 	c2, err := mqttConnect(t, addr, "dev-1", f.devices["dev-1"])
 	require.NoError(t, err)
 	pub = c2.Publish("telemetry/dev-2", 1, false, fmt.Sprintf(`{"ts":%q,"temp":66}`, ts.Format(time.RFC3339Nano)))
 	pub.WaitTimeout(3 * time.Second) // the server may drop the client instead of acking
-	require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], deniedPublish) > before }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish) > before }, 10*time.Second, 20*time.Millisecond,
 		"the denied publish is counted")
 	// A later, allowed reading of dev-1 is stored: the denied one had its
 	// chance to be stored before it.

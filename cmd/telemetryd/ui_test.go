@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -107,9 +112,9 @@ func newBrowser(t *testing.T) (ctx context.Context, requests func() []pageReques
 type pageRequest struct{ URL, Authorization string }
 
 // TestUIInChromium opens /ui/ in headless Chromium: the device list
-// shows the devices, the device view draws a chart with data points
-// for each numeric value, and switching 1h -> 24h makes a new
-// aggregates request. TELEMETRY_UI_SCREENSHOT=FILE saves a PNG of the
+// shows the devices, the device view lists the device's attributes and
+// draws a chart with data points for each numeric value, and switching
+// 1h -> 24h makes a new aggregates request. TELEMETRY_UI_SCREENSHOT=FILE saves a PNG of the
 // device view there (the README's screenshot).
 func TestUIInChromium(t *testing.T) {
 	ctx, reqs := newBrowser(t)
@@ -135,6 +140,10 @@ func TestUIInChromium(t *testing.T) {
 		}
 	}
 	env.write(t, rs...)
+	site, vs := buckets.NewAttributes(map[string]string{"site": "north-field", "crop": "tomato", "house": "1"})
+	require.Nil(t, vs)
+	require.NoError(t, env.st.Assign(context.Background(), []buckets.Assignment{
+		{Device: "greenhouse-1", At: buckets.MustTicks(now), Set: site}}))
 	requests := func() []string {
 		var out []string
 		for _, r := range reqs() {
@@ -181,6 +190,9 @@ func TestUIInChromium(t *testing.T) {
 		assert.Contains(t, c.Src, "interval=10s")
 	}
 	assert.Equal(t, []string{"door_open", "humidity", "temp"}, names, "strings are not charted")
+	attrs, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#device-attrs li.attr')].map(li => li.textContent)`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"crop=tomato", "house=1", "site=north-field"}, attrs, "the device's attributes above its charts")
 	before := len(requests())
 	require.Positive(t, before)
 	assert.Contains(t, requests()[before-1], "interval=10s")
@@ -225,8 +237,8 @@ func openRealClockService(t *testing.T, cfg Config) *Main {
 // are dots at 7d, a window without data says so, a device with only
 // text values lists them, and an unknown device has a page of its own.
 // TELEMETRY_UI_SCREENSHOTS=DIR writes signin-wrong-token.png,
-// devices.png, once-a-minute-1h.png and text-only.png there (the
-// README's screenshots).
+// once-a-minute-1h.png and text-only.png there (the README's
+// screenshots; TestUIAttributesInChromium writes the device list's).
 func TestUISignInInChromium(t *testing.T) {
 	ctx, reqs := newBrowser(t)
 	f := newAuthFixture(t, nil, "reader:read", "metrics:metrics")
@@ -346,7 +358,6 @@ func TestUISignInInChromium(t *testing.T) {
 		}
 	}
 	assert.True(t, sawBearer, "the page sends the token as Authorization: Bearer")
-	screenshot("devices.png")
 
 	// Once a minute at 1h (10 s buckets): a line, not an empty chart.
 	waitCharts("meter-07", "1h", 1)
@@ -399,4 +410,346 @@ func TestUISignInInChromium(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#signout`))))
 	visible(`#signin`)
 	assert.Empty(t, eval(`sessionStorage.getItem('telemetryd.token') || ''`))
+}
+
+// uiRow is what the device list shows for one device.
+type uiRow struct {
+	Device string   `json:"device"`
+	Silent bool     `json:"silent"` // the row's class
+	Label  string   `json:"label"`  // the visible label beside last seen
+	Seen   string   `json:"seen"`
+	Attrs  []string `json:"attrs"`
+	More   string   `json:"more"`
+}
+
+const rowsJS = `[...document.querySelectorAll('#devices tbody tr')].map(tr => {
+  const b = tr.querySelector('.silent-badge');
+  const more = tr.querySelector('li.attr.more');
+  return {device: tr.dataset.device, silent: tr.classList.contains('silent'),
+    label: b && b.offsetParent !== null ? b.textContent : '', seen: tr.querySelector('td.seen').textContent,
+    attrs: [...tr.querySelectorAll('li.attr:not(.more)')].map(li => li.textContent), more: more ? more.textContent : ''};
+})`
+
+// TestUIAttributesInChromium drives the device list of a service with
+// an auth file on the real clock: six devices send readings over NATS
+// with their own credentials, a write token gives five of them
+// attributes with PUT /v1/devices/{device}/attributes (fleets East and
+// West) and one more device that has sent nothing, and two went silent
+// (40 min and 3 h ago). After signing in with a read token the page
+// shows each device's attributes and marks the silent ones with a class
+// and a visible "silent" label (the device without readings is not
+// silent: it shows "no readings yet"). The
+// attribute filter fleet=East is sent as match={fleet="East"} and lists
+// exactly the East devices; clicking an attribute adds it to the
+// filter; a matcher the server refuses shows the server's message;
+// "silent only" sends silent_for=; a changed silence threshold re-marks
+// the list and is remembered in localStorage; the device view lists the
+// device's attributes beside its charts. TELEMETRY_UI_SCREENSHOTS=DIR
+// writes devices.png (the list filtered by fleet) and
+// device-attributes.png there (the README's screenshots).
+func TestUIAttributesInChromium(t *testing.T) {
+	ctx, reqs := newBrowser(t)
+	devs := []string{"pump-9", "truck-1", "truck-2", "truck-3", "van-1", "van-2"}
+	f := newAuthFixture(t, devs, "reader:read", "fleetops:write")
+	cfg := newTestConfig(t)
+	cfg.Security.AuthFile = f.path
+	m := openRealClockService(t, cfg)
+	base := "http://" + m.HTTPAddr()
+	send := func(method, path, token, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool {
+		code, _ := send(http.MethodGet, "/readyz", "", "")
+		return code == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond, "service never became ready")
+
+	// Each device sends an hour of readings, once a minute, up to its
+	// last reading: now for four of them, 40 min and 3 h ago for the
+	// silent two.
+	now := time.Now().UTC().Truncate(time.Second)
+	silentFor := map[string]time.Duration{"truck-3": 40 * time.Minute, "van-2": 3 * time.Hour}
+	for di, dev := range devs {
+		nc, _, err := deviceConn(m.NATSURL(), dev, f.devices[dev])
+		require.NoError(t, err)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		var b strings.Builder
+		b.WriteByte('[')
+		for j := range 60 {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			ts := now.Add(-silentFor[dev] - time.Duration(59-j)*time.Minute)
+			fmt.Fprintf(&b, `{"ts":%d,"speed":%.1f,"fuel":%d}`, ts.UnixMilli(),
+				math.Round((50+20*math.Sin(float64(j+di*7)/8))*10)/10, 90-j/2-di*5)
+		}
+		b.WriteByte(']')
+		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = js.Publish(pctx, cfg.SubjectPrefix+"."+dev, []byte(b.String()))
+		cancel()
+		nc.Close()
+		require.NoError(t, err, dev)
+	}
+	require.Eventually(t, func() bool {
+		var l struct {
+			Devices []struct {
+				Device   string    `json:"device"`
+				LastSeen time.Time `json:"lastSeen"`
+			} `json:"devices"`
+		}
+		code, body := send(http.MethodGet, "/v1/devices", f.tokens["reader"], "")
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &l) != nil || len(l.Devices) != len(devs) {
+			return false
+		}
+		for _, d := range l.Devices {
+			if !d.LastSeen.Equal(now.Add(-silentFor[d.Device])) {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the readings were never stored")
+
+	// The attributes, set as an operator would.
+	attrs := map[string]map[string]string{
+		"truck-1": {"fleet": "East", "model": "F-150", "depot": "Boston", "driver": "ana", "year": "2022",
+			"fuel_type": "diesel", "color": "white", "tier": "gold"},
+		"truck-2": {"fleet": "East", "model": "F-250", "depot": "Boston"},
+		"truck-3": {"fleet": "East", "model": "F-150", "depot": "Albany"},
+		"van-1":   {"fleet": "West", "model": "Sprinter", "depot": "Fresno"},
+		"van-2":   {"fleet": "West", "model": "Transit", "depot": "Reno"},
+		// Known by its attributes only: it has sent no reading.
+		"trailer-1": {"depot": "Reno"},
+	}
+	for dev, a := range attrs {
+		b, err := json.Marshal(a)
+		require.NoError(t, err)
+		code, body := send(http.MethodPut, "/v1/devices/"+dev+"/attributes", f.tokens["fleetops"], string(b))
+		require.Equal(t, http.StatusOK, code, "PUT attributes of %s: %s", dev, body)
+	}
+
+	dir := os.Getenv("TELEMETRY_UI_SCREENSHOTS")
+	screenshot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.Greater(t, len(png), 10000)
+		if dir != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
+			t.Logf("screenshot: %s", filepath.Join(dir, name))
+		}
+	}
+	eval := func(js string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		require.NoError(t, err, js)
+		return s
+	}
+	// waitList waits until the list shows exactly want (in order) and
+	// returns its rows.
+	waitList := func(want ...string) []uiRow {
+		t.Helper()
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](
+			fmt.Sprintf(`!document.querySelector('#devices-view').hidden && !document.querySelector('#devices').hidden &&
+				[...document.querySelectorAll('#devices tbody tr')].map(tr => tr.dataset.device).join(',') === %q`, strings.Join(want, ",")),
+			chromedp.WithPollingTimeout(30*time.Second)))
+		require.NoError(t, err, "the list never showed exactly %v; it shows %s", want,
+			eval(`[...document.querySelectorAll('#devices tbody tr')].map(tr => tr.dataset.device).join(',')`))
+		rows, err := chromedp.Run(ctx, chromedp.Evaluate[[]uiRow](rowsJS))
+		require.NoError(t, err)
+		return rows
+	}
+	silentOf := func(rows []uiRow) []string {
+		var out []string
+		for _, r := range rows {
+			if r.Silent {
+				out = append(out, r.Device)
+				assert.Equal(t, "silent", r.Label, "%s: a visible label, not the colour alone", r.Device)
+			} else {
+				assert.Empty(t, r.Label, r.Device)
+			}
+		}
+		return out
+	}
+	// lastList is the query of the page's last GET /v1/devices.
+	lastList := func() url.Values {
+		t.Helper()
+		var last string
+		for _, r := range reqs() {
+			if strings.Contains(r.URL, "/v1/devices?") {
+				last = r.URL
+			}
+		}
+		require.NotEmpty(t, last)
+		u, err := url.Parse(last)
+		require.NoError(t, err)
+		return u.Query()
+	}
+	filter := func(text string) {
+		t.Helper()
+		eval(`document.querySelector('#match').value = ''`)
+		require.NoError(t, chromedp.Do(ctx,
+			chromedp.SendKeys(chromedp.CSS(`#match`), text),
+			chromedp.Click(chromedp.CSS(`#match-form button[type="submit"]`))))
+	}
+
+	// Every device, with its attributes; the two silent ones marked.
+	all := []string{"pump-9", "trailer-1", "truck-1", "truck-2", "truck-3", "van-1", "van-2"}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS(`#token`)),
+		chromedp.SendKeys(chromedp.CSS(`#token`), f.tokens["reader"]),
+		chromedp.Click(chromedp.CSS(`#signin button[type="submit"]`))))
+	rows := waitList(all...)
+	assert.Equal(t, []string{"truck-3", "van-2"}, silentOf(rows))
+	byDev := map[string]uiRow{}
+	for _, r := range rows {
+		byDev[r.Device] = r
+	}
+	assert.Empty(t, byDev["pump-9"].Attrs)
+	assert.Equal(t, []string{"depot=Boston", "fleet=East", "model=F-250"}, byDev["truck-2"].Attrs)
+	assert.Equal(t, []string{"depot=Reno", "fleet=West", "model=Transit"}, byDev["van-2"].Attrs)
+	assert.Len(t, byDev["truck-1"].Attrs, 5, "eight attributes are shown compactly: five and a count")
+	assert.Equal(t, "+3 more", byDev["truck-1"].More)
+	assert.Contains(t, byDev["van-2"].Seen, "h ago")
+	assert.Equal(t, "no readings yet", byDev["trailer-1"].Seen, "never silent")
+	assert.Contains(t, eval(`document.querySelector('#device-count').textContent`), "7 devices, 2 silent")
+
+	// fleet=East is sent as match={fleet="East"}: exactly the East
+	// devices, the silent one marked.
+	filter("fleet=East")
+	rows = waitList("truck-1", "truck-2", "truck-3")
+	assert.Equal(t, []string{"truck-3"}, silentOf(rows))
+	assert.Equal(t, `{fleet="East"}`, lastList().Get("match"))
+	assert.Contains(t, eval(`location.hash`), "match=fleet%3DEast", "the filter is in the page's address")
+	for _, r := range rows {
+		assert.Contains(t, r.Attrs, "fleet=East", r.Device)
+	}
+	screenshot("devices.png")
+
+	// An attribute in the list is a button that adds it to the filter.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#devices tr[data-device="truck-3"] li.attr[data-name="model"] button`))))
+	waitList("truck-1", "truck-3")
+	assert.Equal(t, `{fleet="East",model="F-150"}`, lastList().Get("match"))
+	assert.Equal(t, "fleet=East, model=F-150", eval(`document.querySelector('#match').value`))
+
+	// Prometheus syntax as it is, and several matchers.
+	filter(`{fleet="West"}`)
+	rows = waitList("van-1", "van-2")
+	assert.Equal(t, []string{"van-2"}, silentOf(rows))
+	assert.Equal(t, `{fleet="West"}`, lastList().Get("match"))
+	filter(`fleet!=West, model=~F-1.*`)
+	waitList("truck-1", "truck-3")
+	assert.Equal(t, `{fleet!="West",model=~"F-1.*"}`, lastList().Get("match"))
+
+	// A matcher the server refuses: its message, and no list.
+	filter(`model=~F-(`)
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`!document.querySelector('#match-error').hidden`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err)
+	code, body := send(http.MethodGet, "/v1/devices?match="+url.QueryEscape(`{model=~"F-("}`), f.tokens["reader"], "")
+	require.Equal(t, http.StatusBadRequest, code, body)
+	var apiErr struct {
+		Error struct{ Message string } `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &apiErr))
+	require.NotEmpty(t, apiErr.Error.Message)
+	msg := eval(`document.querySelector('#match-error').textContent`)
+	assert.Contains(t, msg, apiErr.Error.Message, "the server's own words")
+	assert.Contains(t, msg, `{model=~"F-("}`)
+	assert.Contains(t, msg, "400")
+	assert.Equal(t, "true", eval(`String(document.querySelector('#devices').hidden)`))
+	assert.Equal(t, "true", eval(`document.querySelector('#match').getAttribute('aria-invalid') || ''`))
+
+	// Silent only: silent_for= with the threshold, combined with the filter.
+	filter("fleet=East")
+	waitList("truck-1", "truck-2", "truck-3")
+	assert.Equal(t, "true", eval(`String(document.querySelector('#match-error').hidden)`))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#silent-only`))))
+	rows = waitList("truck-3")
+	assert.Equal(t, []string{"truck-3"}, silentOf(rows))
+	assert.Equal(t, "10m", lastList().Get("silent_for"))
+	assert.Equal(t, `{fleet="East"}`, lastList().Get("match"))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#silent-only`))))
+	waitList("truck-1", "truck-2", "truck-3")
+	assert.Empty(t, lastList().Get("silent_for"))
+
+	// A longer threshold: 40 minutes without a reading is no longer
+	// silent; the choice outlives a reload.
+	assert.Equal(t, "600", eval(`document.querySelector('#silence').value`), "10 minutes by default")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/")))
+	waitList(all...)
+	setSilence := func(sec string) {
+		t.Helper()
+		eval(`(() => { const s = document.querySelector('#silence'); s.value = '` + sec + `';
+			s.dispatchEvent(new Event('change')); return ''; })()`)
+	}
+	setSilence("3600")
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('#devices tbody tr.silent').length === 1`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"van-2"}, silentOf(waitList(all...)))
+	assert.Equal(t, "3600", eval(`localStorage.getItem('telemetryd.silence') || ''`))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Reload()))
+	rows = waitList(all...)
+	assert.Equal(t, "3600", eval(`document.querySelector('#silence').value`))
+	assert.Equal(t, []string{"van-2"}, silentOf(rows))
+	setSilence("600")
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('#devices tbody tr.silent').length === 2`,
+		chromedp.WithPollingTimeout(30*time.Second)))
+	require.NoError(t, err)
+
+	// The device view: the attributes beside the charts.
+	deviceView := func(dev string) (attrs []string, silent string) {
+		t.Helper()
+		if !strings.HasSuffix(eval(`location.hash`), "/device/"+dev) {
+			require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/device/"+dev)))
+		}
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](
+			fmt.Sprintf(`document.querySelector('#device-title').textContent === %q &&
+				document.querySelectorAll('#device-attrs li.attr').length > 0 &&
+				document.querySelectorAll('#charts .chart[data-points]').length === 2`, dev),
+			chromedp.WithPollingTimeout(30*time.Second)))
+		require.NoError(t, err, dev)
+		attrs, err = chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#device-attrs li.attr')].map(li => li.textContent)`))
+		require.NoError(t, err)
+		return attrs, eval(`(b => b.offsetParent !== null ? b.textContent : '')(document.querySelector('#device-silent'))`)
+	}
+	got, silent := deviceView("truck-1")
+	assert.Equal(t, []string{"color=white", "depot=Boston", "driver=ana", "fleet=East", "fuel_type=diesel", "model=F-150", "tier=gold", "year=2022"}, got,
+		"the device view lists every attribute")
+	assert.Empty(t, silent)
+
+	// From the filtered list (its address) to a device and back.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/?match="+url.QueryEscape("fleet=East"))))
+	waitList("truck-1", "truck-2", "truck-3")
+	assert.Equal(t, "fleet=East", eval(`document.querySelector('#match').value`))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#devices a[href="#/device/truck-3"]`))))
+	got, silent = deviceView("truck-3")
+	assert.Equal(t, []string{"depot=Albany", "fleet=East", "model=F-150"}, got)
+	assert.Equal(t, "silent", silent)
+	charts, err := chromedp.Run(ctx, chromedp.Evaluate[[]chartState](chartsJS))
+	require.NoError(t, err)
+	for _, c := range charts {
+		assert.Positive(t, c.Points, c.Name)
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.Sleep(300*time.Millisecond)))
+	screenshot("device-attributes.png")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#back`))))
+	waitList("truck-1", "truck-2", "truck-3")
+	assert.Equal(t, "fleet=East", eval(`document.querySelector('#match').value`), "back to the filtered list")
+	for _, r := range reqs() {
+		assert.NotContains(t, r.URL, f.tokens["reader"], "the token is never in a URL")
+	}
 }

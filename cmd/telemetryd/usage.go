@@ -3,11 +3,8 @@ package main
 import (
 	"errors"
 	"flag"
-	"fmt"
-	"io"
-	"runtime"
-	"runtime/debug"
-	"strings"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 )
 
 // errVersion is returned by the flag parsing when -version was given.
@@ -55,77 +52,5 @@ Flags:
 `
 
 // setUsage makes fs print head, then every flag with its default and
-// its environment variable.
-func setUsage(fs *flag.FlagSet, head string) {
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprint(w, head)
-		printFlags(w, fs)
-	}
-}
-
-// printFlags lists the flags of fs: name, type, meaning, default and
-// the TELEMETRY_* variable (none for -version).
-func printFlags(w io.Writer, fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		typ, usage := flagType(f)
-		line := "  -" + f.Name
-		if typ != "" {
-			line += " " + typ
-		}
-		if f.Name != "version" {
-			line += "   [" + envName(f.Name) + "]"
-		}
-		fmt.Fprintln(w, line)
-		fmt.Fprintf(w, "    \t%s", strings.ReplaceAll(usage, "\n", "\n    \t"))
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			if typ == "string" {
-				fmt.Fprintf(w, " (default %q)", f.DefValue)
-			} else {
-				fmt.Fprintf(w, " (default %s)", f.DefValue)
-			}
-		}
-		fmt.Fprintln(w)
-	})
-}
-
-// flagType is flag.UnquoteUsage with byte sizes named "size".
-func flagType(f *flag.Flag) (typ, usage string) {
-	typ, usage = flag.UnquoteUsage(f)
-	if _, ok := f.Value.(byteSize); ok {
-		typ = "size"
-	}
-	return typ, usage
-}
-
-// version describes the binary: module version, VCS revision and time
-// when the build recorded them, and the Go version.
-func version() string {
-	v, rev, at, dirty := "(devel)", "", "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.time":
-				at = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	out := "telemetryd " + v
-	if rev != "" {
-		out += " " + rev[:min(12, len(rev))]
-		if dirty {
-			out += "-dirty"
-		}
-		if at != "" {
-			out += " " + at
-		}
-	}
-	return out + " " + runtime.Version()
-}
+// its TELEMETRY_* variable.
+func setUsage(fs *flag.FlagSet, head string) { cliflag.SetUsage(fs, head, envPrefix, "version") }

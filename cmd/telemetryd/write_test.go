@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/lineproto"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // post sends body to path with the given headers.
@@ -221,13 +221,13 @@ func TestLineProtocolPartialWrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "rejected.telemetry.pw", m1.Subject)
 	assert.Equal(t, lines[2], string(m1.Data))
-	assert.Equal(t, "invalid_payload", m1.Header.Get(ingest.HeaderErrorCode))
-	assert.Contains(t, m1.Header.Get(ingest.HeaderError), "line 3")
+	assert.Equal(t, "invalid_payload", m1.Header.Get(topology.HeaderErrorCode))
+	assert.Contains(t, m1.Header.Get(topology.HeaderError), "line 3")
 	m2, err := sub.NextMsg(5 * time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, "rejected.telemetry._invalid", m2.Subject)
 	assert.Equal(t, lines[4], string(m2.Data))
-	assert.Equal(t, "invalid_device", m2.Header.Get(ingest.HeaderErrorCode))
+	assert.Equal(t, "invalid_device", m2.Header.Get(topology.HeaderErrorCode))
 }
 
 func TestLineProtocolConflicts(t *testing.T) {
@@ -277,7 +277,7 @@ func TestLineProtocolFieldTypesAtTheirLimits(t *testing.T) {
 	for _, want := range []string{"too_far_in_future", "too_old"} {
 		m, err := sub.NextMsg(5 * time.Second)
 		require.NoError(t, err)
-		assert.Equal(t, want, m.Header.Get(ingest.HeaderErrorCode))
+		assert.Equal(t, want, m.Header.Get(topology.HeaderErrorCode))
 	}
 }
 
@@ -395,8 +395,8 @@ func TestQueryCreateDatabase(t *testing.T) {
 // TestDeadLetterHeadersMatchTheIngester keeps the line protocol dead
 // letters in the ingester's format.
 func TestDeadLetterHeadersMatchTheIngester(t *testing.T) {
-	assert.Equal(t, ingest.HeaderErrorCode, lineproto.HeaderErrorCode)
-	assert.Equal(t, ingest.HeaderError, lineproto.HeaderError)
+	assert.Equal(t, topology.HeaderErrorCode, lineproto.HeaderErrorCode)
+	assert.Equal(t, topology.HeaderError, lineproto.HeaderError)
 }
 
 // TestLineProtocolWriteAuth: with an auth file a write needs a token
@@ -445,7 +445,7 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 	at := testEpoch.Add(-time.Minute).Truncate(time.Second)
 	code, body := s.post(t, "/api/v2/write?bucket=b&precision=s", fmt.Appendf(nil, "env,device=own-conn v=1 %d\n", at.Unix()), nil)
 	require.Equal(t, http.StatusNoContent, code, body)
-	cz, err := s.ns.Connz(&server.ConnzOptions{})
+	cz, err := s.nats.NATS().Connz(&server.ConnzOptions{})
 	require.NoError(t, err)
 	byName := map[string]*server.ConnInfo{}
 	for _, c := range cz.Conns {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
@@ -31,7 +32,7 @@ func (m *mapper) build() {
 	var spans []span
 	for i := range m.devices {
 		d := &m.devices[i]
-		subject := m.opts.SubjectPrefix + "." + string(d.id)
+		subject := topology.For(m.opts.SubjectPrefix).Device(string(d.id))
 		rs := d.readings
 		if d.unsorted {
 			slices.SortFunc(rs, func(a, b int32) int { return cmp.Compare(m.pending[a].ticks, m.pending[b].ticks) })

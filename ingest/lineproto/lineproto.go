@@ -51,6 +51,7 @@ import (
 	lp "github.com/influxdata/line-protocol/v2/lineprotocol"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
@@ -64,19 +65,15 @@ const CodeConflictingLines buckets.Code = "conflicting_lines"
 // refused request, not bad device data.
 const CodeDeviceNotAllowed buckets.Code = "device_not_allowed"
 
-// Headers of dead letters; the same names the ingester uses.
+// Headers of dead letters (package topology names them).
 const (
-	HeaderErrorCode = "Telemetry-Error-Code"
-	HeaderError     = "Telemetry-Error"
+	HeaderErrorCode = topology.HeaderErrorCode
+	HeaderError     = topology.HeaderError
 )
 
 // DefaultMaxMessageBytes bounds the payload of one published message
 // when Options.MaxMessageBytes is zero (NATS's default max payload).
 const DefaultMaxMessageBytes = 1 << 20
-
-// invalidDeviceToken is the device token of the dead letter subject of
-// a line whose device is unknown or unusable.
-const invalidDeviceToken = "_invalid"
 
 // TagMode says what the tags of a line other than its device tag
 // become.
@@ -442,9 +439,9 @@ func (m *mapper) reject(l rawLine, dev string, ve *buckets.ValidationError) {
 		return
 	}
 	if buckets.DeviceID(dev).Validate() != nil {
-		dev = invalidDeviceToken
+		dev = topology.InvalidDeviceToken
 	}
-	subject := "rejected." + m.opts.SubjectPrefix + "." + dev
+	subject := topology.For(m.opts.SubjectPrefix).Rejected(dev)
 	data := bytes.Clone(l.text)
 	m.res.DeadLetters = append(m.res.DeadLetters, Message{
 		Subject: subject,

@@ -220,7 +220,7 @@ func (m *Membership) Run(ctx context.Context) {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			if err := m.kv.Delete(dctx, keyPrefix+m.cfg.Node); err != nil {
-				m.log.Warn("delete lease", "node", m.cfg.Node, "error", err)
+				m.log.Warn("delete lease", "node", m.cfg.Node, "err", err)
 			}
 			cancel()
 			return
@@ -230,18 +230,18 @@ func (m *Membership) Run(ctx context.Context) {
 		// renewal rather than failing it, and the next tick follows.
 		rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
 		if err := m.renew(rctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("renew lease", "node", m.cfg.Node, "error", err)
+			m.log.Warn("renew lease", "node", m.cfg.Node, "err", err)
 		}
 		cancel()
 		rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
 		if err := m.refresh(rctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("read leases", "error", err)
+			m.log.Warn("read leases", "err", err)
 		}
 		cancel()
 		if m.cfg.Now().Sub(lastDrops) >= dropsEvery {
 			rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
 			if err := m.readDrops(rctx); err != nil && ctx.Err() == nil {
-				m.log.Warn("read cluster-wide drops", "error", err)
+				m.log.Warn("read cluster-wide drops", "err", err)
 			} else {
 				lastDrops = m.cfg.Now()
 			}

@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // Max is the largest partition count accepted. Each partition costs a
@@ -48,7 +50,7 @@ func Of(n int, device string) int {
 // published on <prefix>.<device> under <prefix>.<partition>.<device>.
 func Transform(prefix string, n int) jetstream.SubjectTransformConfig {
 	return jetstream.SubjectTransformConfig{
-		Source:      prefix + ".*",
+		Source:      topology.For(prefix).All(),
 		Destination: fmt.Sprintf("%s.{{partition(%d,1)}}.{{wildcard(1)}}", prefix, n),
 	}
 }
@@ -65,15 +67,15 @@ func Filter(prefix string, p int) string {
 var ErrNotPartitioned = errors.New("stream is not partitioned")
 
 // Count returns the partition count of a stream's subject transform for
-// prefix, or ErrNotPartitioned when it has none or the MQTT copies'
-// transform (any other transform is an error naming it).
+// prefix, or ErrNotPartitioned when it has none (any other transform is
+// an error naming it; the caller knows the other transforms it sets).
 func Count(prefix string, t *jetstream.SubjectTransformConfig) (int, error) {
-	if t == nil || (t.Source == "" && t.Destination == "") || isMQTTCopies(prefix, t) {
+	if t == nil || (t.Source == "" && t.Destination == "") {
 		return 0, ErrNotPartitioned
 	}
 	head := prefix + ".{{partition("
 	rest, ok := strings.CutPrefix(t.Destination, head)
-	if t.Source != prefix+".*" || !ok {
+	if t.Source != topology.For(prefix).All() || !ok {
 		return 0, fmt.Errorf("stream has the subject transform %s -> %s, not the partitioning of %s.*", t.Source, t.Destination, prefix)
 	}
 	num, tail, ok := strings.Cut(rest, ",1)}}.{{wildcard(1)}}")
@@ -82,14 +84,6 @@ func Count(prefix string, t *jetstream.SubjectTransformConfig) (int, error) {
 		return 0, fmt.Errorf("stream has the subject transform %s -> %s, not the partitioning of %s.*", t.Source, t.Destination, prefix)
 	}
 	return n, nil
-}
-
-// isMQTTCopies reports whether t is the transform a single node's
-// stream uses to keep the embedded MQTT listener's store copies
-// ($MQTT.msgs.<prefix>.<device>) as <prefix>.<device>: not a
-// partitioning.
-func isMQTTCopies(prefix string, t *jetstream.SubjectTransformConfig) bool {
-	return t.Source == "$MQTT.msgs."+prefix+".*" && t.Destination == prefix+".{{wildcard(1)}}"
 }
 
 // DeviceToken returns the device token of a stored subject

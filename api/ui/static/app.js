@@ -1,6 +1,8 @@
-// The built-in dashboard: a device list and per-device charts drawn
-// with uPlot from GET /v1/devices/{device}/aggregates. No build step:
-// this file is served as it is.
+// The built-in dashboard: a device list filtered by device ID prefix
+// and by attribute (Prometheus matchers, sent as match=), with silent
+// devices marked, and per-device charts drawn with uPlot from
+// GET /v1/devices/{device}/aggregates. No build step: this file is
+// served as it is.
 (function () {
   "use strict";
 
@@ -17,6 +19,13 @@
   // The token lives in sessionStorage: this tab only, gone when it
   // closes, never in a cookie or a URL.
   var TOKEN_KEY = "telemetryd.token";
+  // The silence threshold (seconds) is a preference, not a secret: it is
+  // kept in localStorage once it is changed from the default.
+  var SILENCE_KEY = "telemetryd.silence";
+  var DEFAULT_SILENCE = "600";
+  // The list shows at most this many attributes of a device; the rest
+  // are counted ("+3 more") and named in the tooltip.
+  var LIST_ATTRS = 6;
 
   var $ = function (sel) { return document.querySelector(sel); };
   var timer = null;
@@ -43,9 +52,10 @@
     this.message = message;
   }
 
-  // ApiError is any other non-2xx answer.
+  // ApiError is any other non-2xx answer; detail is the server's message.
   function ApiError(status, message) {
     this.status = status;
+    this.detail = message;
     this.message = status + " " + message;
   }
 
@@ -142,6 +152,119 @@
     return e;
   }
 
+  // seenAt is the time of lastSeen in ms since the epoch, or null for a
+  // device that has sent no reading yet (its attributes were set first,
+  // so its lastSeen is the zero time).
+  function seenAt(iso) {
+    var t = Date.parse(iso || "");
+    return isNaN(t) || t <= 0 ? null : t;
+  }
+
+  function silenceSeconds() { return Number($("#silence").value); }
+
+  function silenceText() { return $("#silence").selectedOptions[0].textContent; }
+
+  // isSilent tells whether a device's last reading is older than the
+  // silence threshold.
+  function isSilent(lastSeen) {
+    var t = seenAt(lastSeen);
+    return t !== null && Date.now() - t > silenceSeconds() * 1000;
+  }
+
+  // goDuration writes whole seconds as a Go duration: 600 -> "10m".
+  function goDuration(sec) {
+    if (sec % 3600 === 0) return sec / 3600 + "h";
+    if (sec % 60 === 0) return sec / 60 + "m";
+    return sec + "s";
+  }
+
+  function silentBadge() {
+    return el("span", { "class": "badge silent-badge", title: "no reading for more than " + silenceText() }, "silent");
+  }
+
+  // seenCell fills td with how long ago the device was last seen and,
+  // when it is silent, a "silent" label (the row's colour is not the
+  // only sign).
+  function seenCell(td, lastSeen) {
+    if (seenAt(lastSeen) === null) {
+      td.appendChild(el("span", { "class": "ago" }, "no readings yet"));
+      return;
+    }
+    td.title = lastSeen;
+    td.appendChild(el("span", { "class": "ago" }, ago(lastSeen)));
+    if (isSilent(lastSeen)) {
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(silentBadge());
+    }
+  }
+
+  // attrChips lists a device's attributes in ul, sorted by name, at most
+  // max of them (0: all) and "+N more" naming the rest in its tooltip.
+  // With onPick each attribute is a button that calls onPick(name, value).
+  function attrChips(ul, attrs, max, onPick) {
+    var names = Object.keys(attrs || {}).sort();
+    var shown = max && names.length > max ? names.slice(0, max - 1) : names;
+    shown.forEach(function (k) {
+      var li = el("li", { "class": "attr", "data-name": k, title: k + "=" + attrs[k] });
+      var box = li;
+      if (onPick) {
+        box = el("button", { type: "button", "aria-label": "filter by " + k + "=" + attrs[k],
+          title: k + "=" + attrs[k] + " (add to the filter)" });
+        box.addEventListener("click", function () { onPick(k, attrs[k]); });
+        li.appendChild(box);
+      }
+      box.appendChild(el("span", { "class": "attr-name" }, k));
+      box.appendChild(document.createTextNode("="));
+      box.appendChild(el("span", { "class": "attr-value" }, attrs[k]));
+      ul.appendChild(li);
+    });
+    if (shown.length < names.length) {
+      var rest = names.slice(shown.length);
+      ul.appendChild(el("li", { "class": "attr more", title: rest.map(function (k) { return k + "=" + attrs[k]; }).join("\n") },
+        "+" + rest.length + " more"));
+    }
+    return names.length;
+  }
+
+  // splitMatchers splits text at the commas outside quotes.
+  function splitMatchers(text) {
+    var parts = [], cur = "", quote = "";
+    for (var i = 0; i < text.length; i++) {
+      var c = text.charAt(i);
+      if (quote) {
+        cur += c;
+        if (c === "\\" && quote !== "`" && i + 1 < text.length) cur += text.charAt(++i);
+        else if (c === quote) quote = "";
+      } else if (c === '"' || c === "'" || c === "`") {
+        quote = c;
+        cur += c;
+      } else if (c === ",") {
+        parts.push(cur);
+        cur = "";
+      } else {
+        cur += c;
+      }
+    }
+    parts.push(cur);
+    return parts.map(function (p) { return p.trim(); }).filter(function (p) { return p !== ""; });
+  }
+
+  // selector turns the attribute filter as typed into a Prometheus
+  // selector. Text in braces is sent as it is; otherwise each
+  // comma-separated name<op>value has its value quoted, so
+  // "fleet=East, model=~F-.*" is {fleet="East",model=~"F-.*"}. A part
+  // that is not of that form, or whose value starts with a quote, is
+  // passed on unchanged, for the server to say what is wrong with it.
+  function selector(text) {
+    text = text.trim();
+    if (!text || text.charAt(0) === "{") return text;
+    return "{" + splitMatchers(text).map(function (part) {
+      var m = part.match(/^([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*([\s\S]*)$/);
+      if (!m || /^["'`]/.test(m[3])) return part;
+      return m[1] + m[2] + JSON.stringify(m[3]);
+    }).join(",") + "}";
+  }
+
   function valueChips(td, latest) {
     Object.keys(latest || {}).sort().forEach(function (k) {
       td.appendChild(el("span", { "class": "kv" }, k + "=" + JSON.stringify(latest[k])));
@@ -151,38 +274,128 @@
   // ---- device list ----
 
   var listNext = "";
+  var listMatch = "";     // the attribute filter as typed (in the hash as match=)
+  var listHash = "#/";    // the list's hash, for the device view's way back
+  var listSeq = 0;        // answers to older requests are dropped
+
+  // listQuery is the query of GET /v1/devices for the list's filters.
+  function listQuery(append) {
+    var prefix = $("#filter").value.trim();
+    var sel = selector(listMatch);
+    var q = "?limit=" + PAGE;
+    if (prefix) q += "&prefix=" + encodeURIComponent(prefix);
+    if (sel) q += "&match=" + encodeURIComponent(sel);
+    if ($("#silent-only").checked) q += "&silent_for=" + goDuration(silenceSeconds());
+    if (append && listNext) q += "&cursor=" + encodeURIComponent(listNext);
+    return { q: q, prefix: prefix, sel: sel };
+  }
+
+  function deviceRow(d) {
+    var tr = el("tr", { "data-device": d.device });
+    var a = el("a", { href: "#/device/" + encodeURIComponent(d.device) }, d.device);
+    var td = el("td");
+    td.appendChild(a);
+    tr.appendChild(td);
+    var seen = el("td", { "class": "seen" });
+    seenCell(seen, d.lastSeen);
+    tr.appendChild(seen);
+    var attrs = el("td", { "class": "attributes" });
+    var ul = el("ul", { "class": "attrs", "aria-label": "attributes of " + d.device });
+    if (attrChips(ul, d.attributes, LIST_ATTRS, addMatcher)) attrs.appendChild(ul);
+    tr.appendChild(attrs);
+    var vals = el("td");
+    valueChips(vals, d.latest);
+    tr.appendChild(vals);
+    if (isSilent(d.lastSeen)) tr.classList.add("silent");
+    return tr;
+  }
+
+  // emptyText says why the list is empty.
+  function emptyText(lq) {
+    var why = [];
+    if (lq.prefix) why.push("whose ID starts with \u201c" + lq.prefix + "\u201d");
+    if (lq.sel) why.push("matching " + lq.sel);
+    if ($("#silent-only").checked) why.push("silent for more than " + silenceText());
+    return why.length ? "No device " + why.join(", ") + "." : "No devices have sent readings yet.";
+  }
+
+  // listRefused shows the server's reason for refusing the filters (a
+  // 400, such as a matcher it cannot parse) instead of a list.
+  function listRefused(lq, err) {
+    var box = $("#match-error");
+    box.textContent = (lq.sel ? "The server refused the filter " + lq.sel : "The server refused the filter") +
+      " (" + err.status + "): " + err.detail;
+    box.hidden = false;
+    $("#match").setAttribute("aria-invalid", "true");
+    $("#devices").hidden = true;
+    $("#no-devices").hidden = true;
+    $("#more").hidden = true;
+    $("#devices tbody").textContent = "";
+    listNext = "";
+    $("#device-count").textContent = "";
+    setStatus("filter refused", true);
+  }
 
   function loadDevices(append) {
-    var prefix = $("#filter").value.trim();
-    var q = "?limit=" + PAGE + (prefix ? "&prefix=" + encodeURIComponent(prefix) : "");
-    if (append && listNext) q += "&cursor=" + encodeURIComponent(listNext);
-    return api("/v1/devices" + q).then(function (body) {
+    var lq = listQuery(append);
+    var seq = ++listSeq;
+    return api("/v1/devices" + lq.q).then(function (body) {
+      if (seq !== listSeq) return;
       show("#devices-view");
+      $("#match-error").hidden = true;
+      $("#match").removeAttribute("aria-invalid");
       var tbody = $("#devices tbody");
       if (!append) tbody.textContent = "";
-      body.devices.forEach(function (d) {
-        var tr = el("tr", { "data-device": d.device });
-        var a = el("a", { href: "#/device/" + encodeURIComponent(d.device) }, d.device);
-        var td = el("td");
-        td.appendChild(a);
-        tr.appendChild(td);
-        var seen = el("td", { title: d.lastSeen });
-        seen.appendChild(el("span", { "class": "ago" }, ago(d.lastSeen)));
-        tr.appendChild(seen);
-        var vals = el("td");
-        valueChips(vals, d.latest);
-        tr.appendChild(vals);
-        tbody.appendChild(tr);
-      });
+      body.devices.forEach(function (d) { tbody.appendChild(deviceRow(d)); });
       listNext = body.next || "";
       $("#more").hidden = !listNext;
       var n = tbody.children.length;
+      var silent = tbody.querySelectorAll("tr.silent").length;
       $("#devices").hidden = n === 0;
-      $("#no-devices").textContent = prefix ? "No device ID starts with \u201c" + prefix + "\u201d." : "No devices have sent readings yet.";
+      $("#no-devices").textContent = emptyText(lq);
       $("#no-devices").hidden = n > 0;
-      $("#device-count").textContent = n + (listNext ? "+" : "") + (n === 1 ? " device" : " devices");
+      var count = n + (listNext ? "+" : "") + (n === 1 ? " device" : " devices") + (silent ? ", " + silent + " silent" : "");
+      if ($("#device-count").textContent !== count) $("#device-count").textContent = count; // announced when it changes
       setStatus("updated " + new Date().toLocaleTimeString());
-    }).catch(fail);
+    }).catch(function (err) {
+      if (seq !== listSeq) return;
+      if (err instanceof ApiError && err.status === 400) {
+        show("#devices-view");
+        listRefused(lq, err);
+        return;
+      }
+      fail(err);
+    });
+  }
+
+  // addMatcher adds name=value to the attribute filter and applies it.
+  function addMatcher(name, value) {
+    var text = $("#match").value.trim();
+    var v = /^[A-Za-z0-9_.:\/+-]+$/.test(value) ? value : JSON.stringify(value);
+    if (text.charAt(0) === "{" && text.charAt(text.length - 1) === "}") {
+      text = text.slice(0, -1).trim() + (text.length > 2 ? "," : "") + name + "=" + JSON.stringify(value) + "}";
+    } else {
+      text = (text ? text + ", " : "") + name + "=" + v;
+    }
+    $("#match").value = text;
+    applyListFilters();
+  }
+
+  // applyListFilters puts the attribute filter and the silent-only
+  // toggle in the hash (so the list can be linked, and Back returns to
+  // it) and loads the list.
+  function applyListFilters() {
+    var p = new URLSearchParams();
+    var m = $("#match").value.trim();
+    if (m) p.set("match", m);
+    if ($("#silent-only").checked) p.set("silent", "1");
+    var h = p.toString() ? "#/?" + p.toString() : "#/";
+    if (h === (location.hash || "#/")) {
+      listMatch = m;
+      loadDevices(false);
+      return;
+    }
+    location.hash = h;
   }
 
   // ---- device view ----
@@ -316,6 +529,14 @@
     box.hidden = names.length === 0;
   }
 
+  function drawAttributes(attrs) {
+    var ul = $("#device-attrs ul");
+    ul.textContent = "";
+    var n = attrChips(ul, attrs, 0);
+    ul.hidden = n === 0;
+    $("#device-attrs .none").hidden = n > 0;
+  }
+
   function drawCharts() {
     var dev = state.device, w = WINDOWS[state.window];
     var names = numericNames(state.info.latest);
@@ -363,8 +584,12 @@
       if (dev !== state.device) return;
       show("#device-view");
       state.info = info;
-      $("#device-seen").textContent = "last seen " + ago(info.lastSeen);
-      $("#device-seen").title = info.lastSeen;
+      var never = seenAt(info.lastSeen) === null;
+      $("#device-seen").textContent = never ? "no readings yet" : "last seen " + ago(info.lastSeen);
+      $("#device-seen").title = never ? "" : info.lastSeen;
+      $("#device-silent").hidden = !isSilent(info.lastSeen);
+      $("#device-silent").title = "no reading for more than " + silenceText();
+      drawAttributes(info.attributes);
       return drawCharts();
     }).catch(function (err) {
       if (err instanceof NotKnown || (err instanceof ApiError && err.status === 400)) {
@@ -418,6 +643,13 @@
     }
     state.device = null;
     resetCharts();
+    var lm = location.hash.match(/^#\/\?(.*)$/);
+    var params = new URLSearchParams(lm ? lm[1] : "");
+    listMatch = (params.get("match") || "").trim();
+    $("#match").value = listMatch;
+    $("#silent-only").checked = params.get("silent") === "1";
+    listHash = lm ? location.hash : "#/";
+    $("#back").setAttribute("href", listHash);
     loadDevices(false);
     schedule(function () { loadDevices(false); }, LIST_REFRESH);
   }
@@ -433,6 +665,25 @@
     filterTimer = setTimeout(function () { loadDevices(false); }, 250);
   });
   $("#more").addEventListener("click", function () { loadDevices(true); });
+  $("#match-form").addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    applyListFilters();
+  });
+  $("#match").addEventListener("input", function () {
+    if (!$("#match").value.trim() && listMatch) applyListFilters(); // cleared
+  });
+  $("#silent-only").addEventListener("change", applyListFilters);
+  (function () {
+    var saved = null;
+    try { saved = localStorage.getItem(SILENCE_KEY); } catch (e) { /* storage off */ }
+    var sel = $("#silence");
+    sel.value = DEFAULT_SILENCE;
+    if (saved && /^[0-9]+$/.test(saved) && sel.querySelector('option[value="' + saved + '"]')) sel.value = saved;
+  })();
+  $("#silence").addEventListener("change", function () {
+    try { localStorage.setItem(SILENCE_KEY, $("#silence").value); } catch (e) { /* storage off */ }
+    loadDevices(false);
+  });
   window.addEventListener("hashchange", route);
   window.addEventListener("resize", function () {
     Object.keys(charts).forEach(function (k) {

@@ -1,8 +1,10 @@
-package main
+package natsembed
 
 import (
+	"bytes"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,7 +37,7 @@ func TestQoS0ForwarderSamplesItsFailures(t *testing.T) {
 		if i%2 == 1 {
 			qos = "1"
 		}
-		f.forward(&nats.Msg{Subject: "telemetry.dev-1", Header: nats.Header{mqttQoSHeader: []string{qos}}, Data: []byte(`{}`)})
+		f.forward(&nats.Msg{Subject: "telemetry.dev-1", Header: nats.Header{MQTTQoSHeader: []string{qos}}, Data: []byte(`{}`)})
 	}
 	assert.Equal(t, int64(100), out.n.Load(), "every QoS 0 reading, and no QoS 1 one, was forwarded")
 	lines := strings.Count(logs.String(), "QoS 0 MQTT reading dropped: not forwarded")
@@ -67,4 +69,22 @@ func TestQoS0ForwarderReportsSlowConsumer(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Contains(t, logs.String(), "subject=telemetry.*")
 	assert.Regexp(t, `dropped_so_far=[1-9]`, logs.String())
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

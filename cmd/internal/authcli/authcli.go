@@ -1,4 +1,7 @@
-package main
+// Package authcli is `telemetryd auth`: it edits the auth file, adding
+// devices and tokens with new random secrets (printed once, stored as
+// their SHA-256), revoking them and listing them.
+package authcli
 
 import (
 	"errors"
@@ -24,8 +27,8 @@ is printed once; the file keeps only its SHA-256. A running telemetryd
 picks the change up within seconds (or at once on SIGHUP).
 `
 
-// runAuth is `telemetryd auth ...`: it edits the auth file.
-func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// Run is `telemetryd auth ARGS...`; it returns the exit status.
+func Run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
 		fmt.Fprint(stderr, authUsage)
 		if len(args) == 0 {
@@ -34,7 +37,7 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 		return 0
 	}
 	cmd := args[0]
-	fs := authFlagSet(stderr)
+	fs := FlagSet(stderr)
 	file, scopes := fs.Lookup("auth-file").Value, fs.Lookup("scopes").Value
 	devices, replace := fs.Lookup("devices").Value, fs.Lookup("replace").Value.(flag.Getter)
 	if err := file.Set(getenv("TELEMETRY_AUTH_FILE")); err != nil {
@@ -93,8 +96,8 @@ func runAuth(args []string, getenv func(string) string, stdout, stderr io.Writer
 	return 0
 }
 
-// authFlagSet is the flag set of the auth subcommands.
-func authFlagSet(out io.Writer) *flag.FlagSet {
+// FlagSet is the flag set of the auth subcommands.
+func FlagSet(out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("telemetryd auth", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.String("auth-file", "", "the auth file to edit (created when missing; TELEMETRY_AUTH_FILE)")

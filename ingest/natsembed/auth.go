@@ -1,44 +1,54 @@
-package main
+package natsembed
 
 import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
+
+	"log/slog"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/telemetryd/telemetryd/api/auth"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
-// internalUser is the user name of the service's own connection to the
-// embedded server. It is not a valid device ID, so no device entry can
-// take it; its password is random per process and never written down.
-const internalUser = "$telemetryd"
+// The service's own users and inbox.
+const (
+	// InternalUser is the user name of the service's own connection. It
+	// is not a valid device ID, so no device entry can take it; its
+	// password is random per process and never written down.
+	InternalUser = "$telemetryd"
+	// MQTTAdminUser is the service's connection to the MQTT account
+	// (the QoS 0 forwarder).
+	MQTTAdminUser = "$telemetryd-mqtt"
+	// ServiceInboxPrefix is the inbox prefix of the service's
+	// connections; devices may not subscribe to it.
+	ServiceInboxPrefix = "_TELEMETRYD_INBOX"
+)
 
 // serviceUser reports whether user is one of the service's own
-// connections (never a device, never subject to the auth file).
-func serviceUser(user string) bool { return user == internalUser || user == mqttAdminUser }
+// connections (never a device, never subject to the credentials).
+func serviceUser(user string) bool { return user == InternalUser || user == MQTTAdminUser }
 
 // Reasons of telemetry.auth.denied.
 const (
-	deniedCredentials = "credentials" // wrong or unknown user/secret
-	deniedPublish     = "publish"     // publish outside the device's subject
-	deniedSubscribe   = "subscribe"   // subscribe outside the inbox
+	DeniedCredentials = "credentials" // wrong or unknown user/secret
+	DeniedPublish     = "publish"     // publish outside the device's subject
+	DeniedSubscribe   = "subscribe"   // subscribe outside the inbox
 )
 
-// deviceAuth is the embedded NATS server's CustomClientAuthentication
-// (NATS and MQTT clients both pass through it). Devices log in as user
-// = device ID with their secret and may publish only to
-// <prefix>.<device> (MQTT topic <prefix>/<device>) and subscribe only
-// to reply inboxes; nothing else, so no device can reach $JS.API.
+// deviceAuth is the server's CustomClientAuthentication (NATS and MQTT
+// clients both pass through it). Devices log in as user = device ID
+// with their secret and may publish only to <prefix>.<device> (MQTT
+// topic <prefix>/<device>) and subscribe only to reply inboxes;
+// nothing else, so no device can reach $JS.API.
 type deviceAuth struct {
-	creds    *auth.Store
+	devices  func() Devices
 	prefix   string
 	internal string // the internal user's password
 	denied   *deniedReporter
@@ -47,20 +57,21 @@ type deviceAuth struct {
 // Check authenticates one client connection.
 func (a *deviceAuth) Check(c server.ClientAuthentication) bool {
 	o := c.GetOpts()
-	if o.Username == internalUser {
+	if o.Username == InternalUser {
 		if !equalSecret(o.Password, a.internal) {
-			a.denied.report(context.Background(), deniedCredentials, "nats login refused", "user", o.Username, "remote", addrOf(c))
+			a.denied.report(context.Background(), DeniedCredentials, "nats login refused", "user", o.Username, "remote", addrOf(c))
 			return false
 		}
-		c.RegisterUser(&server.User{Username: internalUser}) // no permissions: everything
+		c.RegisterUser(&server.User{Username: InternalUser}) // no permissions: everything
 		return true
 	}
-	if o.Username == "" || !a.creds.Device(o.Username, o.Password) {
-		a.denied.report(context.Background(), deniedCredentials, "nats login refused", "user", o.Username, "remote", addrOf(c))
+	devices := a.devices()
+	if o.Username == "" || !devices.Device(o.Username, o.Password) {
+		a.denied.report(context.Background(), DeniedCredentials, "nats login refused", "user", o.Username, "remote", addrOf(c))
 		return false
 	}
 	c.RegisterUser(&server.User{Username: o.Username,
-		Permissions: devicePermissions(a.prefix, o.Username, a.creds.Current().PublishAs(o.Username))})
+		Permissions: devicePermissions(a.prefix, o.Username, devices.PublishAs(o.Username))})
 	return true
 }
 
@@ -71,9 +82,10 @@ func (a *deviceAuth) Check(c server.ClientAuthentication) bool {
 // A gateway's credential may publish for the devices of publishAs too
 // ("*" is every device: the subject wildcard <prefix>.*).
 func devicePermissions(prefix, device string, publishAs []string) *server.Permissions {
-	allow := []string{prefix + "." + device}
+	subjects := topology.For(prefix)
+	allow := []string{subjects.Device(device)}
 	for _, id := range publishAs {
-		allow = append(allow, prefix+"."+id)
+		allow = append(allow, subjects.Device(id))
 	}
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: allow},
@@ -88,25 +100,22 @@ func addrOf(c server.ClientAuthentication) string {
 	return ""
 }
 
-// serviceInboxPrefix is the inbox prefix of the service's connection;
-// devices may not subscribe to it.
-const serviceInboxPrefix = "_TELEMETRYD_INBOX"
-
-// kickRemovedDevices disconnects the clients logged in as a device that
-// is no longer in set (removed from the auth file); every other
-// connection stays, the service's own above all (serviceUser).
-func kickRemovedDevices(ns *server.Server, set *auth.Set, log *slog.Logger) {
+// DisconnectRemovedDevices disconnects the clients logged in as a
+// device for which has is false (removed from the credentials); every
+// other connection stays, the service's own above all.
+func (s *Server) DisconnectRemovedDevices(has func(device string) bool) {
+	log := s.log.With("component", "auth")
 	for offset := 0; ; {
-		cz, err := ns.Connz(&server.ConnzOptions{Username: true, Offset: offset, Limit: 1024})
+		cz, err := s.ns.Connz(&server.ConnzOptions{Username: true, Offset: offset, Limit: 1024})
 		if err != nil {
-			log.Warn("cannot list nats connections after an auth reload", "error", err)
+			log.Warn("cannot list nats connections after an auth reload", "err", err)
 			return
 		}
 		for _, ci := range cz.Conns {
-			if ci.AuthorizedUser == "" || serviceUser(ci.AuthorizedUser) || set.HasDevice(ci.AuthorizedUser) {
+			if ci.AuthorizedUser == "" || serviceUser(ci.AuthorizedUser) || has(ci.AuthorizedUser) {
 				continue
 			}
-			if err := ns.DisconnectClientByID(ci.Cid); err == nil {
+			if err := s.ns.DisconnectClientByID(ci.Cid); err == nil {
 				log.Info("device disconnected: no longer in the auth file", "device", ci.AuthorizedUser, "cid", ci.Cid)
 			}
 		}
@@ -143,7 +152,7 @@ func newDeniedReporter(meter metric.Meter, log *slog.Logger, interval time.Durat
 	}
 	// Every reason is exported from the start (at 0), so alerts on a
 	// rate see the series before the first denial.
-	for _, r := range []string{deniedCredentials, deniedPublish, deniedSubscribe} {
+	for _, r := range []string{DeniedCredentials, DeniedPublish, DeniedSubscribe} {
 		c.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", r)))
 	}
 	return &deniedReporter{counter: c, log: log, interval: interval, windows: map[string]*sampleWindow{}}, nil
@@ -172,15 +181,15 @@ func (d *deniedReporter) report(ctx context.Context, reason, msg string, args ..
 	d.log.Warn(msg, args...)
 }
 
-// violation recognises the embedded server's permission-violation log
-// lines ("... - Publish Violation - Subject ...") and reports them.
+// violation recognises the server's permission-violation log lines
+// ("... - Publish Violation - Subject ...") and reports them.
 func (d *deniedReporter) violation(line string) bool {
 	var reason string
 	switch {
 	case strings.Contains(line, "Publish Violation"):
-		reason = deniedPublish
+		reason = DeniedPublish
 	case strings.Contains(line, "Subscription Violation"):
-		reason = deniedSubscribe
+		reason = DeniedSubscribe
 	default:
 		return false
 	}

@@ -1,28 +1,30 @@
-package main
+// Package membudget divides telemetryd's memory budget (-memory-limit)
+// among the parts of the service that a knob sizes: the Go runtime's
+// soft limit, the hot tables' memtables and caches, the embedded
+// JetStream's memory, the consumer's pull buffers and the bytes of
+// query responses and write bodies in flight.
+package membudget
 
 import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"syscall"
 
 	"github.com/dustin/go-humanize"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/ingest/natsembed"
+	"github.com/telemetryd/telemetryd/store"
 )
 
-// defaultMemoryLimit is the default of -memory-limit: the memory limit
+// DefaultLimit is the default of -memory-limit: the memory limit
 // of the shipped Kubernetes manifest.
-const defaultMemoryLimit = 1 << 30
+const DefaultLimit = 1 << 30
 
-// defaultDiskReserve is the default of -disk-reserve: room for the hot
-// tables' memtable flushes and compactions to finish.
-const defaultDiskReserve = 256 << 20
-
-// minMemoryLimit is the smallest -memory-limit accepted: below it the
+// MinLimit is the smallest -memory-limit accepted: below it the
 // fixed costs (the runtime, the binary, the device index, the largest
 // message the server accepts twice over) leave nothing to divide.
-const minMemoryLimit = 256 << 20
+const MinLimit = 256 << 20
 
 // Shares of -memory-limit, in percent. What is left (38%) covers what
 // is not sized by a knob: Badger compactions and the device index, cold
@@ -46,17 +48,17 @@ const (
 
 // Floors that keep each part working at the smallest limit.
 const (
-	minMemTable     = 4 << 20  // Badger's transactions are a fraction of a memtable
-	minBlockCache   = 1 << 20  // Badger needs a block cache when compression is on
-	minIndexCache   = 1 << 20  //
-	minPullBytes    = 16 << 20 // twice the largest message the embedded server accepts (8 MiB)
-	minQueryBudget  = 8 << 20  // a few full pages of 10,000 readings
-	minJetStreamMem = 16 << 20 //
+	minMemTable     = 4 << 20                         // Badger's transactions are a fraction of a memtable
+	minBlockCache   = 1 << 20                         // Badger needs a block cache when compression is on
+	minIndexCache   = 1 << 20                         //
+	MinPullBytes    = 2 * natsembed.DefaultMaxPayload // twice the largest message the embedded server accepts
+	minQueryBudget  = 8 << 20                         // a few full pages of 10,000 readings
+	minJetStreamMem = 16 << 20                        //
 )
 
-// memoryBudget is how -memory-limit is divided. Create it with
-// planMemory.
-type memoryBudget struct {
+// Budget is how -memory-limit is divided. Create it with
+// Plan.
+type Budget struct {
 	Limit       int64 // -memory-limit
 	GoSoftLimit int64 // debug.SetMemoryLimit
 	HotTables   int   // -hot-days
@@ -71,41 +73,41 @@ type memoryBudget struct {
 	Writes      int64 // write body bytes in flight (at least api.MinWriteBudget of -max-write-bytes)
 }
 
-// planMemory divides limit among the parts of the service, for hotDays
+// Plan divides limit among the parts of the service, for hotDays
 // hot tables, maxOpen cold ones and write bodies of maxWrite bytes.
-func planMemory(limit int64, hotDays, maxOpen int, maxWrite int64) (memoryBudget, error) {
-	if limit < minMemoryLimit {
-		return memoryBudget{}, fmt.Errorf("-memory-limit %s is below the minimum %s",
-			humanize.IBytes(uint64(max(limit, 0))), humanize.IBytes(minMemoryLimit))
+func Plan(limit int64, hotDays, maxOpen int, maxWrite int64) (Budget, error) {
+	if limit < MinLimit {
+		return Budget{}, fmt.Errorf("-memory-limit %s is below the minimum %s",
+			humanize.IBytes(uint64(max(limit, 0))), humanize.IBytes(MinLimit))
 	}
 	share := func(pct int64) int64 { return limit * pct / 100 }
-	b := memoryBudget{
+	b := Budget{
 		Limit:       limit,
 		GoSoftLimit: share(goSoftLimitShare),
 		HotTables:   hotDays,
 		OpenTables:  hotDays + maxOpen,
 		Consumer:    share(shareConsumer),
 	}
-	// Two memtables per hot table, each also written to a memory-mapped
-	// write-ahead log whose pages count as much again.
-	b.MemTable = max(share(shareMemtables)/int64(4*hotDays), minMemTable)
+	// store.HotMemtables per hot table, each also written to a
+	// memory-mapped write-ahead log whose pages count as much again.
+	b.MemTable = max(share(shareMemtables)/int64(2*store.HotMemtables*hotDays), minMemTable)
 	b.BlockCache = max(share(shareBlockCache)/int64(hotDays), minBlockCache)
 	b.IndexCache = max(share(shareIndexCache)/int64(b.OpenTables), minIndexCache)
 	b.JetStream = max(share(shareJetStream), minJetStreamMem)
-	b.PullBytes = max(b.Consumer/2, minPullBytes)
+	b.PullBytes = max(b.Consumer/2, MinPullBytes)
 	b.Queries = max(share(shareQueries), minQueryBudget)
 	b.Writes = max(share(shareWrites), api.MinWriteBudget(maxWrite))
 	return b, nil
 }
 
-// apply sets the Go runtime's soft memory limit.
-func (b memoryBudget) apply() {
+// Apply sets the Go runtime's soft memory limit.
+func (b Budget) Apply() {
 	debug.SetMemoryLimit(b.GoSoftLimit)
 }
 
-// log writes the division in one line at INFO (each part's size under
+// Log writes the division in one line at INFO (each part's size under
 // its own key) and how each part was sized at DEBUG, one line per part.
-func (b memoryBudget) log(l *slog.Logger) {
+func (b Budget) Log(l *slog.Logger) {
 	ib := func(n int64) string { return humanize.IBytes(uint64(n)) }
 	rows := []struct {
 		key, part string
@@ -113,8 +115,8 @@ func (b memoryBudget) log(l *slog.Logger) {
 		how       string
 	}{
 		{"go_soft_limit", "go runtime soft limit", b.GoSoftLimit, "debug.SetMemoryLimit; the rest is memory the runtime does not see"},
-		{"memtables", "hot table memtables", int64(4*b.HotTables) * b.MemTable,
-			fmt.Sprintf("%d hot tables x 2 memtables x %s, plus their write-ahead log pages", b.HotTables, ib(b.MemTable))},
+		{"memtables", "hot table memtables", int64(2*store.HotMemtables*b.HotTables) * b.MemTable,
+			fmt.Sprintf("%d hot tables x %d memtables x %s, plus their write-ahead log pages", b.HotTables, store.HotMemtables, ib(b.MemTable))},
 		{"block_caches", "block caches", int64(b.HotTables) * b.BlockCache, fmt.Sprintf("%d hot tables x %s", b.HotTables, ib(b.BlockCache))},
 		{"index_caches", "index caches", int64(b.OpenTables) * b.IndexCache, fmt.Sprintf("up to %d open tables x %s", b.OpenTables, ib(b.IndexCache))},
 		{"jetstream_memory", "embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
@@ -129,64 +131,5 @@ func (b memoryBudget) log(l *slog.Logger) {
 	l.Info("memory budget", args...)
 	for _, r := range rows {
 		l.Debug("memory budget part", "part", r.part, "bytes", ib(r.total), "detail", r.how)
-	}
-}
-
-// byteSize is a flag.Value of a byte count written as 512MiB, 2GiB,
-// 1GB or a plain number of bytes.
-type byteSize struct{ n *int64 }
-
-func (s byteSize) String() string {
-	if s.n == nil {
-		return "0"
-	}
-	return formatBytes(*s.n)
-}
-
-// formatBytes writes n in the largest binary unit that divides it
-// (1GiB, 512MiB, 1000 bytes as 1000), the form -memory-limit accepts.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if n != 0 && n%u.size == 0 {
-			return fmt.Sprintf("%d%s", n/u.size, u.name)
-		}
-	}
-	return fmt.Sprintf("%d", n)
-}
-
-func (s byteSize) Set(v string) error {
-	n, err := humanize.ParseBytes(v)
-	if err != nil {
-		return fmt.Errorf("want a size such as 512MiB, 2GiB or a number of bytes: %w", err)
-	}
-	if n > 1<<62 {
-		return fmt.Errorf("size %s is too large", v)
-	}
-	*s.n = int64(n)
-	return nil
-}
-
-// diskHold returns the ingest hold of -disk-reserve: an error while the
-// file system of dir has less than reserve bytes available to the
-// service, so intake pauses before Badger meets a full disk (and
-// resumes once space returns). A reserve of 0 turns it off (nil).
-func diskHold(dir string, reserve int64) func() error {
-	if reserve <= 0 {
-		return nil
-	}
-	return func() error {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(dir, &st); err != nil {
-			return nil // cannot tell; the store reports real write errors
-		}
-		free := int64(st.Bavail) * int64(st.Bsize)
-		if free < reserve {
-			return fmt.Errorf("disk full: %s free under %s, below -disk-reserve %s",
-				humanize.IBytes(uint64(max(free, 0))), dir, formatBytes(reserve))
-		}
-		return nil
 	}
 }

@@ -1,4 +1,7 @@
-package main
+// Package otelsetup builds telemetryd's OpenTelemetry providers from
+// the standard OTEL_* environment variables: traces and metrics, OTLP
+// export when configured, and a Prometheus exposition of every metric.
+package otelsetup
 
 import (
 	"context"
@@ -28,21 +31,21 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
-// telemetry owns the OpenTelemetry providers of one service instance.
-type telemetry struct {
-	tracer   trace.TracerProvider
-	meter    metric.MeterProvider
-	metrics  http.Handler // Prometheus exposition of every metric
+// Providers are the OpenTelemetry providers of one service instance.
+type Providers struct {
+	Tracer   trace.TracerProvider
+	Meter    metric.MeterProvider
+	Metrics  http.Handler // Prometheus exposition of every metric
 	shutdown []func(context.Context) error
 }
 
-// telemetryOptions lets tests add span processors or metric readers.
-type telemetryOptions struct {
-	spanProcessors []sdktrace.SpanProcessor
-	metricReaders  []sdkmetric.Reader
+// Options add span processors or metric readers (tests).
+type Options struct {
+	SpanProcessors []sdktrace.SpanProcessor
+	MetricReaders  []sdkmetric.Reader
 }
 
-// newTelemetry builds the providers from the standard OTEL_* variables:
+// New builds the providers from the standard OTEL_* variables:
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES for the resource,
 // OTEL_TRACES_SAMPLER(_ARG) for sampling (read by the SDK), and OTLP
 // export when OTEL_EXPORTER_OTLP_ENDPOINT (or the per-signal
@@ -51,10 +54,10 @@ type telemetryOptions struct {
 //
 // OTEL_SDK_DISABLED=true switches traces and metrics off entirely (no-op
 // providers; /metrics then serves only the Go runtime metrics).
-func newTelemetry(ctx context.Context, getenv func(string) string, opts telemetryOptions) (*telemetry, error) {
+func New(ctx context.Context, getenv func(string) string, opts Options) (*Providers, error) {
 	if getenv("OTEL_SDK_DISABLED") == "true" {
-		return &telemetry{tracer: tracenoop.NewTracerProvider(), meter: metricnoop.NewMeterProvider(),
-			metrics: promhttp.HandlerFor(runtimeRegistry(), promhttp.HandlerOpts{})}, nil
+		return &Providers{Tracer: tracenoop.NewTracerProvider(), Meter: metricnoop.NewMeterProvider(),
+			Metrics: promhttp.HandlerFor(runtimeRegistry(), promhttp.HandlerOpts{})}, nil
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName("telemetryd")),
@@ -69,11 +72,11 @@ func newTelemetry(ctx context.Context, getenv func(string) string, opts telemetr
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
-	for _, r := range opts.metricReaders {
+	for _, r := range opts.MetricReaders {
 		mopts = append(mopts, sdkmetric.WithReader(r))
 	}
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	for _, p := range opts.spanProcessors {
+	for _, p := range opts.SpanProcessors {
 		topts = append(topts, sdktrace.WithSpanProcessor(p))
 	}
 	proto := envOr(getenv, "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
@@ -92,10 +95,10 @@ func newTelemetry(ctx context.Context, getenv func(string) string, opts telemetr
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 	}
 	tp, mp := sdktrace.NewTracerProvider(topts...), sdkmetric.NewMeterProvider(mopts...)
-	return &telemetry{
-		tracer:   tp,
-		meter:    mp,
-		metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	return &Providers{
+		Tracer:   tp,
+		Meter:    mp,
+		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		shutdown: []func(context.Context) error{tp.Shutdown, mp.Shutdown},
 	}, nil
 }
@@ -137,16 +140,16 @@ func newMetricExporter(ctx context.Context, proto string) (sdkmetric.Exporter, e
 	return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", proto)
 }
 
-// install makes the providers and the W3C propagator the process
+// Install makes the providers and the W3C propagator the process
 // globals, for libraries that use them.
-func (t *telemetry) install() {
-	otel.SetTracerProvider(t.tracer)
-	otel.SetMeterProvider(t.meter)
+func (t *Providers) Install() {
+	otel.SetTracerProvider(t.Tracer)
+	otel.SetMeterProvider(t.Meter)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 }
 
 // Shutdown flushes and stops both providers.
-func (t *telemetry) Shutdown(ctx context.Context) error {
+func (t *Providers) Shutdown(ctx context.Context) error {
 	var errs []error
 	for _, f := range t.shutdown {
 		errs = append(errs, f(ctx))
@@ -154,12 +157,12 @@ func (t *telemetry) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// traceHandler adds trace_id and span_id to records logged with a
+// TraceHandler adds trace_id and span_id to records logged with a
 // context that holds a valid span.
-type traceHandler struct{ slog.Handler }
+type TraceHandler struct{ slog.Handler }
 
 // Handle implements slog.Handler.
-func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+func (h TraceHandler) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
@@ -167,11 +170,19 @@ func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 // WithAttrs implements slog.Handler.
-func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return traceHandler{h.Handler.WithAttrs(as)}
+func (h TraceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return TraceHandler{h.Handler.WithAttrs(as)}
 }
 
 // WithGroup implements slog.Handler.
-func (h traceHandler) WithGroup(name string) slog.Handler {
-	return traceHandler{h.Handler.WithGroup(name)}
+func (h TraceHandler) WithGroup(name string) slog.Handler {
+	return TraceHandler{h.Handler.WithGroup(name)}
+}
+
+// envOr returns the environment value of key, or def.
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
 }

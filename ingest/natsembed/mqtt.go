@@ -1,14 +1,11 @@
-package main
+package natsembed
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,18 +16,19 @@ import (
 	"github.com/telemetryd/telemetryd/ingest"
 )
 
-// MQTT clients of the embedded server live in an account of their own,
-// mqttAccountName, so that a reading published over MQTT is stored in
-// the telemetry stream once:
+// MQTT clients of the server live in an account of their own,
+// MQTTAccount, so that a reading published over MQTT is stored in the
+// telemetry stream once:
 //
 //   - the server handles a QoS 1 PUBLISH by publishing the message on
 //     <prefix>.<device> in the client's account, then storing a copy on
 //     $MQTT.msgs.<prefix>.<device> and sending the PUBACK once JetStream
 //     acknowledges that store. The service's account imports the copies
 //     (and the MQTT account the acknowledgements, on $MQTT.JSA.>); the
-//     telemetry stream captures $MQTT.msgs.<prefix>.* and stores each
-//     copy as <prefix>.<device> (a subject transform), so the copy is the
-//     reading's message and the PUBACK means it is persisted there;
+//     telemetry stream captures the copies and stores each as
+//     <prefix>.<device> (topology.Subjects.MQTTCopiesTransform), so the
+//     copy is the reading's message and the PUBACK means it is persisted
+//     there;
 //   - a QoS 0 PUBLISH has no copy: its message on <prefix>.<device>
 //     reaches the service's forwarder (a subscription in the MQTT
 //     account), which publishes the QoS 0 ones into the telemetry
@@ -45,37 +43,33 @@ import (
 // PUBREC and PUBCOMP). MQTT logins are refused until all of this is set
 // up.
 const (
-	mqttAccountName  = "MQTT"
-	mqttAdminUser    = "$telemetryd-mqtt" // the service's connection to the MQTT account
-	mqttMsgsStream   = "$MQTT_msgs"
-	mqttMsgsPrefix   = "$MQTT.msgs."
+	// MQTTAccount is the account of MQTT clients.
+	MQTTAccount = "MQTT"
+	// MQTTQoSHeader is the server's header of an MQTT publish: its QoS.
+	MQTTQoSHeader = "Nmqtt-Pub"
+	// MQTTQoS2InStream holds QoS 2 PUBLISHes between PUBREC and PUBREL.
+	MQTTQoS2InStream = "$MQTT_qos2in"
+
+	MQTTMsgsStream   = "$MQTT_msgs"  // QoS 1/2 deliveries to MQTT subscribers
 	mqttAcksSubject  = "$MQTT.JSA.>" // the MQTT listener's JetStream replies
-	mqttQoSHeader    = "Nmqtt-Pub"   // the server's header of an MQTT publish: its QoS
 	mqttSetupTimeout = 10 * time.Second
 	// mqttForwardPending bounds the QoS 0 forwarder's queue (messages);
 	// past it the server drops QoS 0 readings, as MQTT allows.
 	mqttForwardPending = 1 << 16
+	// mqttClientType is the type nats-server's connection info gives an
+	// MQTT client (server.ConnInfo.Type).
+	mqttClientType = "mqtt"
 )
 
-// mqttStoreSubject is the subject of the server's QoS 1 store copies of
-// device publishes, in the MQTT account.
-func mqttStoreSubject(prefix string) string { return mqttMsgsPrefix + prefix + ".*" }
-
-// mqttDoor is the state the embedded server's authentication shares
-// with the MQTT setup: the MQTT account, and whether MQTT clients may
-// log in yet.
+// mqttDoor is the state the server's authentication shares with the
+// MQTT set-up: the MQTT account, and whether MQTT clients may log in
+// yet.
 type mqttDoor struct {
 	acc    atomic.Pointer[server.Account]
 	ready  atomic.Bool
-	secret string // mqttAdminUser's password, random per process
+	secret string // MQTTAdminUser's password, random per process
 	admin  *nats.Conn
-}
-
-// configure wraps the server's authentication (or its absence) so that
-// MQTT clients are put in the MQTT account.
-func (d *mqttDoor) configure(o *server.Options) *natsLogger {
-	o.CustomClientAuthentication = &mqttAuth{next: o.CustomClientAuthentication, door: d}
-	return nil
+	isMQTT func(server.ClientAuthentication) bool
 }
 
 // mqttAuth puts MQTT clients in the MQTT account and lets the service's
@@ -89,12 +83,12 @@ type mqttAuth struct {
 // Check authenticates one client connection.
 func (a *mqttAuth) Check(c server.ClientAuthentication) bool {
 	acc := a.door.acc.Load()
-	if !isMQTTClient(c) {
-		if o := c.GetOpts(); o.Username == mqttAdminUser {
+	if !a.door.isMQTT(c) {
+		if o := c.GetOpts(); o.Username == MQTTAdminUser {
 			if acc == nil || !equalSecret(o.Password, a.door.secret) {
 				return false
 			}
-			c.RegisterUser(&server.User{Username: mqttAdminUser, Account: acc})
+			c.RegisterUser(&server.User{Username: MQTTAdminUser, Account: acc})
 			return true
 		}
 		return a.next == nil || a.next.Check(c)
@@ -121,23 +115,27 @@ func (c inAccount) RegisterUser(u *server.User) {
 	c.ClientAuthentication.RegisterUser(u)
 }
 
-// isMQTTClient tells an MQTT connection from a NATS one. The server
-// names its connections "<addr> - cid:<n>" (NATS), "- wid:" (websocket)
-// and "- mid:" (MQTT) in its logs and monitoring; this is the one place
-// its client kind is visible to an authenticator.
-func isMQTTClient(c server.ClientAuthentication) bool {
-	s, ok := c.(fmt.Stringer)
-	return ok && strings.Contains(s.String(), " - mid")
+// isMQTTClient tells an MQTT connection from a NATS one by the
+// server's connection info (its client type), looked up by the
+// connection's ID. A client that named its library in its CONNECT
+// (every NATS client library does; MQTT has no such field) is a NATS
+// one without the look-up, which copies the server's client list.
+func (s *Server) isMQTTClient(c server.ClientAuthentication) bool {
+	if o := c.GetOpts(); o.Lang != "" || o.Version != "" {
+		return false
+	}
+	cz, err := s.ns.Connz(&server.ConnzOptions{CID: c.GetID()})
+	return err == nil && len(cz.Conns) == 1 && cz.Conns[0].Type == mqttClientType
 }
 
 // setupMQTTAccount creates the MQTT account with JetStream, the import
 // of device copies into the service's account and the import of their
-// acknowledgements back. It runs once the embedded server is up, before
-// any MQTT login is accepted.
-func setupMQTTAccount(ns *server.Server, prefix string) (*server.Account, error) {
-	acc, err := ns.RegisterAccount(mqttAccountName)
+// acknowledgements back. It runs once the server is up, before any MQTT
+// login is accepted.
+func setupMQTTAccount(ns *server.Server, copies string) (*server.Account, error) {
+	acc, err := ns.RegisterAccount(MQTTAccount)
 	if errors.Is(err, server.ErrAccountExists) {
-		acc, err = ns.LookupAccount(mqttAccountName)
+		acc, err = ns.LookupAccount(MQTTAccount)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("mqtt account: %w", err)
@@ -149,7 +147,7 @@ func setupMQTTAccount(ns *server.Server, prefix string) (*server.Account, error)
 			return nil, fmt.Errorf("mqtt account: jetstream: %w", err)
 		}
 	}
-	gacc, copies := ns.GlobalAccount(), mqttStoreSubject(prefix)
+	gacc := ns.GlobalAccount()
 	for _, step := range []struct {
 		what string
 		err  func() error
@@ -168,13 +166,13 @@ func setupMQTTAccount(ns *server.Server, prefix string) (*server.Account, error)
 
 // The server's MQTT streams in the MQTT account. The server has no
 // option for their limits and creates them unbounded when the first
-// MQTT client connects, unless they exist; the service creates them
-// first (as the server would, with the same names, subjects and
-// retention), or updates them, each bounded to maxBytes with discard
-// new, before any MQTT login is accepted. A full one refuses the store
-// behind a PUBACK, PUBREC or PUBCOMP, so the server closes that
-// client's connection; the client reconnects and sends again.
-// $MQTT_msgs is narrowed as well (see mqttMsgsStreamConfig).
+// MQTT client connects, unless they exist; they are created first (as
+// the server would, with the same names, subjects and retention), or
+// updated, each bounded to maxBytes with discard new, before any MQTT
+// login is accepted. A full one refuses the store behind a PUBACK,
+// PUBREC or PUBCOMP, so the server closes that client's connection; the
+// client reconnects and sends again. $MQTT_msgs is narrowed as well
+// (see mqttMsgsStreamConfig).
 func mqttStreamConfigs(maxBytes int64) []jetstream.StreamConfig {
 	bounded := func(c jetstream.StreamConfig) jetstream.StreamConfig {
 		c.Storage, c.MaxBytes, c.Discard = jetstream.FileStorage, maxBytes, jetstream.DiscardNew
@@ -184,7 +182,7 @@ func mqttStreamConfigs(maxBytes int64) []jetstream.StreamConfig {
 		bounded(jetstream.StreamConfig{Name: "$MQTT_sess", Subjects: []string{"$MQTT.sess.>"},
 			Retention: jetstream.LimitsPolicy, MaxMsgsPerSubject: 1}),
 		bounded(mqttMsgsStreamConfig()),
-		bounded(jetstream.StreamConfig{Name: mqttQoS2InStream, Subjects: []string{"$MQTT.qos2.in.>"},
+		bounded(jetstream.StreamConfig{Name: MQTTQoS2InStream, Subjects: []string{"$MQTT.qos2.in.>"},
 			Retention: jetstream.LimitsPolicy, MaxMsgsPerSubject: 1, DiscardNewPerSubject: true}),
 		bounded(jetstream.StreamConfig{Name: "$MQTT_out", Subjects: []string{"$MQTT.out.>"},
 			Retention: jetstream.InterestPolicy}),
@@ -193,18 +191,15 @@ func mqttStreamConfigs(maxBytes int64) []jetstream.StreamConfig {
 	}
 }
 
-// mqttQoS2InStream holds QoS 2 PUBLISHes between PUBREC and PUBREL.
-const mqttQoS2InStream = "$MQTT_qos2in"
-
 // mqttMsgsStreamConfig is $MQTT_msgs narrowed so that it does not
 // capture $MQTT.msgs.<prefix>.*: those copies go to the telemetry
 // stream through the import, and a second store here would answer the
 // PUBACK first.
 func mqttMsgsStreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:        mqttMsgsStream,
+		Name:        MQTTMsgsStream,
 		Description: "MQTT QoS 1/2 deliveries to MQTT subscribers (device readings go to the telemetry stream)",
-		Subjects:    []string{mqttMsgsStream},
+		Subjects:    []string{MQTTMsgsStream},
 		Retention:   jetstream.InterestPolicy,
 		MaxAge:      time.Hour,
 	}
@@ -231,7 +226,7 @@ func ensureMQTTStreams(ctx context.Context, js jetstream.JetStream, maxBytes int
 			return fmt.Errorf("look up stream %s: %w", want.Name, err)
 		}
 		cfg := st.CachedInfo().Config
-		narrow := want.Name == mqttMsgsStream && !slices.Equal(cfg.Subjects, want.Subjects)
+		narrow := want.Name == MQTTMsgsStream && !slices.Equal(cfg.Subjects, want.Subjects)
 		if cfg.MaxBytes == want.MaxBytes && cfg.Discard == want.Discard && !narrow {
 			continue
 		}
@@ -242,48 +237,6 @@ func ensureMQTTStreams(ctx context.Context, js jetstream.JetStream, maxBytes int
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("bound stream %s: %w", want.Name, err)
 		}
-	}
-	return nil
-}
-
-// captureStoreCopies makes the telemetry stream capture the MQTT
-// listener's store copies and keep each as <prefix>.<device>. A missing
-// stream is created first as the ingester creates it (icfg). The
-// stream's subscription to the copies is made anew here, after the
-// import exists (the server lets an import reach only subscriptions
-// made after it). Copies an earlier version kept under their own
-// subject (stored right behind their readings, never read) are purged,
-// once: a stream that already has the transform holds none, and a
-// filtered purge of a large stream is not free at every start.
-func captureStoreCopies(ctx context.Context, js jetstream.JetStream, icfg ingest.Config, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
-	defer cancel()
-	stream, prefix := icfg.Stream, icfg.SubjectPrefix
-	copies := mqttStoreSubject(prefix)
-	transform := &jetstream.SubjectTransformConfig{Source: copies, Destination: prefix + ".{{wildcard(1)}}"}
-	st, err := js.Stream(ctx, stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = ingest.EnsureStream(ctx, js, icfg, log)
-	}
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", stream, err)
-	}
-	cfg := st.CachedInfo().Config
-	if slices.Contains(cfg.Subjects, copies) {
-		if cfg.SubjectTransform == nil { // kept by an earlier version, untransformed
-			if err := st.Purge(ctx, jetstream.WithPurgeSubject(copies)); err != nil {
-				return fmt.Errorf("purge %s from stream %s: %w", copies, stream, err)
-			}
-		}
-		cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(s string) bool { return s == copies })
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("stream %s without %s: %w", stream, copies, err)
-		}
-	}
-	cfg.Subjects = append(cfg.Subjects, copies)
-	cfg.SubjectTransform = transform
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("stream %s with %s: %w", stream, copies, err)
 	}
 	return nil
 }
@@ -311,7 +264,7 @@ func newQoS0Forwarder(out msgPublisher, log *slog.Logger) *qos0Forwarder {
 
 // forward handles one MQTT publish.
 func (f *qos0Forwarder) forward(msg *nats.Msg) {
-	if q := msg.Header.Get(mqttQoSHeader); q != "" && q[0] != '0' {
+	if q := msg.Header.Get(MQTTQoSHeader); q != "" && q[0] != '0' {
 		return
 	}
 	err := f.out.PublishMsg(&nats.Msg{Subject: msg.Subject, Header: msg.Header, Data: msg.Data})
@@ -319,7 +272,7 @@ func (f *qos0Forwarder) forward(msg *nats.Msg) {
 		return
 	}
 	if ok, held := f.sampler.Allow(time.Now()); ok {
-		f.log.Warn("QoS 0 MQTT reading dropped: not forwarded", "subject", msg.Subject, "error", err, "lines_dropped_before", held)
+		f.log.Warn("QoS 0 MQTT reading dropped: not forwarded", "subject", msg.Subject, "err", err, "lines_dropped_before", held)
 	}
 }
 
@@ -328,7 +281,7 @@ func (f *qos0Forwarder) forward(msg *nats.Msg) {
 // did not take in time (nats.go reports it once per episode).
 func (f *qos0Forwarder) asyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
 	if sub == nil {
-		f.log.Warn("nats async error", "error", err)
+		f.log.Warn("nats async error", "err", err)
 		return
 	}
 	if errors.Is(err, nats.ErrSlowConsumer) {
@@ -336,51 +289,53 @@ func (f *qos0Forwarder) asyncError(_ *nats.Conn, sub *nats.Subscription, err err
 		f.log.Warn("QoS 0 MQTT readings dropped: the forwarder fell behind", "subject", sub.Subject, "dropped_so_far", dropped)
 		return
 	}
-	f.log.Warn("nats async error", "subject", sub.Subject, "error", err)
+	f.log.Warn("nats async error", "subject", sub.Subject, "err", err)
 }
 
-// startMQTT sets up the MQTT account behind the embedded MQTT listener
-// and then lets MQTT clients in. Without the listener it only reports
-// (with -nats-url, MQTT is the external server's job).
-func (m *Main) startMQTT() error {
-	if m.mqttPort == 0 {
-		if m.cfg.NATSURL != "" && m.cfg.MQTTListen != "" {
-			m.log.Info("mqtt listener not started: with -nats-url, MQTT is the NATS server's job")
-		}
+// StartMQTT sets up the MQTT account behind the MQTT listener, makes
+// the telemetry stream of icfg capture the MQTT store copies
+// (ingest.CaptureMQTTCopies), starts the QoS 0 forwarder publishing on
+// service (the service's own connection) and then lets MQTT clients
+// in. Without the listener it does nothing.
+func (s *Server) StartMQTT(ctx context.Context, service *nats.Conn, icfg ingest.Config) error {
+	if s.mqtt == nil {
 		return nil
 	}
-	prefix := m.cfg.SubjectPrefix
-	acc, err := setupMQTTAccount(m.ns, prefix)
+	log := s.log.With("component", "mqtt")
+	icfg.MQTTCopies = true
+	subjects := icfg.Subjects()
+	acc, err := setupMQTTAccount(s.ns, subjects.MQTTCopies())
 	if err != nil {
 		return err
 	}
-	m.mqtt.acc.Store(acc)
-	ctx := context.Background()
-	js, err := jetstream.New(m.nc)
+	s.mqtt.acc.Store(acc)
+	js, err := jetstream.New(service)
 	if err != nil {
 		return fmt.Errorf("mqtt: jetstream: %w", err)
 	}
-	if err := captureStoreCopies(ctx, js, m.ingestConfig(), m.log.With("component", "mqtt")); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
+	defer cancel()
+	if err := ingest.CaptureMQTTCopies(cctx, js, icfg, log); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
-	fwd := newQoS0Forwarder(m.nc, m.log.With("component", "mqtt"))
-	admin, err := nats.Connect(m.ns.ClientURL(), append(m.sec.natsClientOptions(true),
-		nats.Name("telemetryd-mqtt"), nats.UserInfo(mqttAdminUser, m.mqtt.secret), nats.MaxReconnects(-1),
+	fwd := newQoS0Forwarder(service, log)
+	admin, err := nats.Connect(s.ns.ClientURL(), append(s.ClientOptions(),
+		nats.Name("telemetryd-mqtt"), nats.UserInfo(MQTTAdminUser, s.mqtt.secret), nats.MaxReconnects(-1),
 		nats.ErrorHandler(fwd.asyncError))...)
 	if err != nil {
-		return fmt.Errorf("mqtt: connect to account %s: %w", mqttAccountName, err)
+		return fmt.Errorf("mqtt: connect to account %s: %w", MQTTAccount, err)
 	}
-	m.mqtt.admin = admin
+	s.mqtt.admin = admin
 	ajs, err := jetstream.New(admin)
 	if err != nil {
 		return fmt.Errorf("mqtt: jetstream: %w", err)
 	}
-	if err := ensureMQTTStreams(ctx, ajs, m.cfg.MQTTStreamMaxBytes); err != nil {
+	if err := ensureMQTTStreams(ctx, ajs, s.cfg.MQTTStreamMaxBytes); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
-	sub, err := admin.Subscribe(prefix+".*", fwd.forward)
+	sub, err := admin.Subscribe(subjects.All(), fwd.forward)
 	if err != nil {
-		return fmt.Errorf("mqtt: subscribe %s.*: %w", prefix, err)
+		return fmt.Errorf("mqtt: subscribe %s: %w", subjects.All(), err)
 	}
 	if err := sub.SetPendingLimits(mqttForwardPending, -1); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
@@ -388,29 +343,29 @@ func (m *Main) startMQTT() error {
 	if err := admin.Flush(); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
-	m.mqtt.ready.Store(true)
+	s.mqtt.ready.Store(true)
 	return nil
 }
 
-// closeMQTT stops the QoS 0 forwarder, after the last MQTT reading it
-// received was handed on.
-func (m *Main) closeMQTT() {
-	if m.mqtt != nil && m.mqtt.admin != nil {
-		m.mqtt.ready.Store(false)
-		_ = m.mqtt.admin.Drain()
-		for deadline := time.Now().Add(mqttSetupTimeout); m.mqtt.admin.IsDraining() && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-		m.mqtt.admin.Close()
+// MQTTForwarder is the QoS 0 forwarder's connection (nil before
+// StartMQTT or without the listener).
+func (s *Server) MQTTForwarder() *nats.Conn {
+	if s.mqtt == nil {
+		return nil
 	}
+	return s.mqtt.admin
 }
 
-// MQTTAddr is the embedded MQTT listener's address, empty when it is
-// off.
-func (m *Main) MQTTAddr() string {
-	if m.ns == nil || m.cfg.MQTTListen == "" || m.mqttPort == 0 {
-		return ""
+// StopMQTT refuses new MQTT logins and stops the QoS 0 forwarder,
+// after the last MQTT reading it received was handed on.
+func (s *Server) StopMQTT() {
+	if s.mqtt == nil || s.mqtt.admin == nil {
+		return
 	}
-	host, _, _ := net.SplitHostPort(m.cfg.MQTTListen)
-	return net.JoinHostPort(host, strconv.Itoa(m.mqttPort))
+	s.mqtt.ready.Store(false)
+	_ = s.mqtt.admin.Drain()
+	for deadline := time.Now().Add(mqttSetupTimeout); s.mqtt.admin.IsDraining() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.mqtt.admin.Close()
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/ingest"
+)
+
+// withWrites configures the line protocol write endpoints.
+func (m *Main) withWrites(acfg *api.Config) error {
+	nc, err := m.dialNATS("telemetryd-writes")
+	if err != nil {
+		return fmt.Errorf("api writes: %w", err)
+	}
+	m.writesNC = nc
+	pub, err := ingest.NewPublisher(nc, m.ingestConfig())
+	if err != nil {
+		return fmt.Errorf("api writes: %w", err)
+	}
+	tags, err := m.cfg.lineDeviceTags()
+	if err != nil {
+		return err
+	}
+	mode, err := m.cfg.lineTags()
+	if err != nil {
+		return err
+	}
+	acfg.Writes = &api.WriteConfig{
+		Publisher:     pub,
+		SubjectPrefix: m.cfg.SubjectPrefix,
+		DeviceTags:    tags,
+		Tags:          mode,
+		MaxBytes:      m.cfg.MaxWriteBytes,
+		Window:        m.window(),
+		Budget:        m.budget.Writes,
+	}
+	// Leave room for headers within the server's max payload (unknown,
+	// so the 1 MiB default, until the first connect).
+	if mp := int(m.nc.MaxPayload()); mp >= 64<<10 {
+		acfg.Writes.MaxMessageBytes = mp - 4096
+	}
+	return nil
+}

@@ -1,0 +1,30 @@
+package ingest
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/dustin/go-humanize"
+)
+
+// DiskReserve returns a Config.Hold that pauses intake while the file
+// system of dir has less than reserve bytes available to the process,
+// so it pauses before the store meets a full disk (and resumes once
+// space returns). A reserve of 0 turns it off (nil).
+func DiskReserve(dir string, reserve int64) func() error {
+	if reserve <= 0 {
+		return nil
+	}
+	return func() error {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err != nil {
+			return nil // cannot tell; the store reports real write errors
+		}
+		free := int64(st.Bavail) * int64(st.Bsize)
+		if free < reserve {
+			return fmt.Errorf("disk full: %s free under %s, below the reserve of %s",
+				humanize.IBytes(uint64(max(free, 0))), dir, humanize.IBytes(uint64(reserve)))
+		}
+		return nil
+	}
+}

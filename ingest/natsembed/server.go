@@ -1,0 +1,289 @@
+// Package natsembed runs telemetryd's embedded NATS server: JetStream,
+// the MQTT 3.1.1 listener with the account its clients live in, and the
+// authentication of devices (user = device ID, password = its secret,
+// publish only to its own subject); and the service's own client
+// connections (Dial), to it or to an external server, whose max_payload
+// they check (CheckMaxPayload). The subjects it serves are named by
+// package ingest/topology; the telemetry stream is configured by package
+// ingest.
+package natsembed
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/telemetryd/telemetryd/ingest"
+)
+
+// Defaults of Config.
+const (
+	// DefaultListen is the usual client listener: NATS's port, on
+	// loopback.
+	DefaultListen = "127.0.0.1:4222"
+	// DefaultMQTTListen is the usual MQTT listener: MQTT's port, on
+	// loopback.
+	DefaultMQTTListen = "127.0.0.1:1883"
+	// DefaultMaxPayload is the largest message the server accepts:
+	// batches of up to 10,000 readings need more than NATS's 1 MiB
+	// default. An external server needs at least as much.
+	DefaultMaxPayload = 8 << 20
+	// DefaultMQTTStreamMaxBytes bounds each of the MQTT listener's
+	// streams ($MQTT_*).
+	DefaultMQTTStreamMaxBytes = 64 << 20
+	// readyTimeout bounds the server's start.
+	readyTimeout = 10 * time.Second
+	// deniedLogInterval is the sampling interval of denial log lines and
+	// of the server's own warnings.
+	deniedLogInterval = 10 * time.Second
+)
+
+// Config configures the embedded server. A zero field takes its
+// default.
+type Config struct {
+	// Listen is the client listener, host:port; port 0 or -1 picks a
+	// free one.
+	Listen string
+	// MQTTListen is the MQTT listener, host:port; empty: off.
+	MQTTListen string
+	// StoreDir holds the JetStream streams.
+	StoreDir string
+	// SyncAlways makes JetStream fsync every write.
+	SyncAlways bool
+	// MaxPayload bounds one message. Default DefaultMaxPayload.
+	MaxPayload int32
+	// MaxConn bounds the client connections (0: the server's default).
+	MaxConn int
+	// JetStreamMaxMemory bounds JetStream's memory (0: the server's
+	// default).
+	JetStreamMaxMemory int64
+	// TLS, when set, serves TLS on the client and MQTT listeners; the
+	// service's own connection pins its certificate (ClientOptions).
+	TLS *tls.Config
+	// Devices, when set, authenticates every client as a device (and
+	// the service's own connection with an internal credential); nil
+	// lets every client in. It is asked at each login, so a reloaded
+	// credential set applies to the next one.
+	Devices func() Devices
+	// SubjectPrefix: devices publish on <prefix>.<device>. Default
+	// ingest.DefaultSubjectPrefix.
+	SubjectPrefix string
+	// MQTTStreamMaxBytes bounds each of the MQTT listener's streams.
+	// Default DefaultMQTTStreamMaxBytes.
+	MQTTStreamMaxBytes int64
+	// Logger receives the server's log; default slog.Default().
+	Logger *slog.Logger
+	// MeterProvider counts refused logins (telemetry.auth.denied);
+	// default the otel global.
+	MeterProvider metric.MeterProvider
+}
+
+// Devices are the device credentials the server checks logins against
+// (an *auth.Set is one).
+type Devices interface {
+	// Device reports whether secret is device id's.
+	Device(id, secret string) bool
+	// PublishAs lists the further devices id may publish for ("*":
+	// every device).
+	PublishAs(id string) []string
+}
+
+// Server is a running embedded server.
+type Server struct {
+	ns       *server.Server
+	cfg      Config
+	log      *slog.Logger
+	internal string // password of the service's own connection
+	mqttPort int    // 0 when the MQTT listener is off
+	mqtt     *mqttDoor
+}
+
+// Start runs the server and returns once it accepts connections. A
+// listener that cannot bind fails it at once with the server's reason.
+func Start(cfg Config) (*Server, error) {
+	cfg.MaxPayload = cmp.Or(cfg.MaxPayload, DefaultMaxPayload)
+	cfg.SubjectPrefix = cmp.Or(cfg.SubjectPrefix, ingest.DefaultSubjectPrefix)
+	cfg.MQTTStreamMaxBytes = cmp.Or(cfg.MQTTStreamMaxBytes, DefaultMQTTStreamMaxBytes)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	host, port, err := SplitListen(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: listen: %w", err)
+	}
+	opts := &server.Options{
+		ServerName:         "telemetryd",
+		Host:               host,
+		Port:               port,
+		JetStream:          true,
+		JetStreamMaxMemory: cfg.JetStreamMaxMemory,
+		StoreDir:           cfg.StoreDir,
+		SyncAlways:         cfg.SyncAlways,
+		NoSigs:             true,
+		MaxPayload:         cfg.MaxPayload,
+		MaxConn:            cfg.MaxConn,
+	}
+	if cfg.MQTTListen != "" {
+		// MQTT needs JetStream and a server name, both set above.
+		if opts.MQTT.Host, opts.MQTT.Port, err = SplitListen(cfg.MQTTListen); err != nil {
+			return nil, fmt.Errorf("embedded nats: mqtt listen: %w", err)
+		}
+	}
+	if cfg.TLS != nil {
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = cfg.TLS.Clone(), true, 5
+		opts.MQTT.TLSConfig, opts.MQTT.TLSTimeout = cfg.TLS.Clone(), 5
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if s.internal, err = newSecret(); err != nil {
+		return nil, err
+	}
+	denied, err := newDeniedReporter(cfg.MeterProvider.Meter("github.com/telemetryd/telemetryd/ingest/natsembed"),
+		cfg.Logger.With("component", "auth"), deniedLogInterval)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Devices != nil {
+		opts.CustomClientAuthentication = &deviceAuth{devices: cfg.Devices, prefix: cfg.SubjectPrefix,
+			internal: s.internal, denied: denied}
+	}
+	if cfg.MQTTListen != "" {
+		secret, err := newSecret()
+		if err != nil {
+			return nil, err
+		}
+		s.mqtt = &mqttDoor{secret: secret}
+		// Wraps the authentication set above.
+		opts.CustomClientAuthentication = &mqttAuth{next: opts.CustomClientAuthentication, door: s.mqtt}
+	}
+	logger := &natsLogger{l: cfg.Logger.With("component", "nats"), denied: denied,
+		sampler: &ingest.LogSampler{Burst: 20, Interval: deniedLogInterval},
+		fatal:   make(chan string, 1), started: new(atomic.Bool)}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	s.ns = ns
+	if s.mqtt != nil {
+		s.mqtt.isMQTT = s.isMQTTClient
+	}
+	logger.disconnect = disconnectOnce(ns)
+	ns.SetLoggerV2(logger, false, false, false)
+	ns.Start()
+	// A listener that cannot bind (a busy port) is reported through
+	// Fatalf at once; fail then instead of waiting out the timeout.
+	deadline := time.Now().Add(readyTimeout)
+	for !ns.ReadyForConnections(20 * time.Millisecond) {
+		select {
+		case msg := <-logger.fatal:
+			ns.Shutdown()
+			return nil, fmt.Errorf("embedded nats (listen %s, mqtt listen %q): %s", cfg.Listen, cfg.MQTTListen, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			ns.Shutdown()
+			return nil, fmt.Errorf("embedded nats (listen %s, mqtt listen %q): not ready after %s", cfg.Listen, cfg.MQTTListen, readyTimeout)
+		}
+	}
+	logger.started.Store(true)
+	// The server writes the port it picked back into its options.
+	s.mqttPort = max(opts.MQTT.Port, 0)
+	return s, nil
+}
+
+// SplitListen parses a host:port listen address; port 0 or -1 picks a
+// free port.
+func SplitListen(listen string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%q: port: %w", listen, err)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// NATS is the running nats-server.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// ClientURL is the URL the service connects to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// MQTTAddr is the MQTT listener's address, empty when it is off.
+func (s *Server) MQTTAddr() string {
+	if s.mqttPort == 0 {
+		return ""
+	}
+	host, _, _ := net.SplitHostPort(s.cfg.MQTTListen)
+	return net.JoinHostPort(host, strconv.Itoa(s.mqttPort))
+}
+
+// ClientOptions are the options of the service's own connections: the
+// internal credential (with Devices), an inbox prefix devices may not
+// subscribe to, and TLS pinned to the server's certificate.
+func (s *Server) ClientOptions() []nats.Option {
+	// Devices share the server: the service's replies and pulled
+	// messages go to an inbox prefix they may not subscribe to.
+	opts := []nats.Option{nats.CustomInboxPrefix(ServiceInboxPrefix)}
+	if s.cfg.Devices != nil {
+		opts = append(opts, nats.UserInfo(InternalUser, s.internal))
+	}
+	if s.cfg.TLS != nil {
+		opts = append(opts, nats.Secure(pinnedTLS(s.cfg.TLS)))
+	}
+	return opts
+}
+
+// Shutdown stops the server and waits for it; call StopMQTT first.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+// pinnedTLS trusts exactly the certificate the server serves: the
+// service's own connection needs no CA and no host name.
+func pinnedTLS(c *tls.Config) *tls.Config {
+	leaf := c.Certificates[0].Certificate[0]
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // replaced by the pin below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], leaf) {
+				return errors.New("embedded nats presented another certificate than the configured one")
+			}
+			return nil
+		},
+	}
+}
+
+// newSecret is a random password for one of the service's own
+// connections, new at every start and never written down.
+func newSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("embedded nats: secret: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
