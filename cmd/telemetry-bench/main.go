@@ -31,6 +31,10 @@
 //	telemetry-bench -phases e2e -readings 200000    one part, scaled down
 //	telemetry-bench -binary A -compare B -quick     two builds' queries side by side
 //	telemetry-bench -phases tsbs -tsbs FILE -compare OLD -binary NEW
+//	telemetry-bench -peer-binary victoria-metrics -tsbs-file FILE -binary NEW
+//	                                                telemetryd against VictoriaMetrics on a TSBS IoT file (peer.go)
+//	telemetry-bench -match-devices 100000 -binary NEW
+//	                                                the device list filtered by attribute (matchdevices.go)
 //	                                                a TSBS IoT file end to end, two builds alternately
 package main
 
@@ -64,6 +68,10 @@ type Config struct {
 	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
 	Keep           bool          // keep WorkDir
 	TSBSFile       string        // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
+	PeerBinary     string        // -peer-binary: VictoriaMetrics to compare with on TSBSFile, instead of the run
+	FleetQueries   int           // with PeerBinary: times each fleet question is asked of each service (0: none)
+	PeerRuns       []string      // with PeerBinary: the ingest runs of each round (peerKinds)
+	MatchDevices   int           // -match-devices: time the device list filtered by attribute over this many devices, instead of the run
 	Compare        string        // -compare: a second build (B) against Binary (A): its queries side by side instead of the run, or with the tsbs phase alternate runs of both
 	Out            string        // also write the report as markdown here
 	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
@@ -108,6 +116,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if cfg.MatchDevices > 0 {
+		if err := runMatchDevices(ctx, cfg, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.PeerBinary != "" {
+		if err := runPeer(ctx, cfg, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
 	if cfg.Compare != "" && !slices.Contains(cfg.Phases, "tsbs") {
 		if err := runCompare(ctx, cfg, cfg.Compare, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
@@ -160,6 +182,11 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")
 	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "a TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx): with -phases tsbs, publish it to the service end to end at 100 readings per message; otherwise, instead of the run, store it as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
+	fs.StringVar(&cfg.TSBSFile, "tsbs-file", "", "the same as -tsbs")
+	fs.StringVar(&cfg.PeerBinary, "peer-binary", "", "a VictoriaMetrics binary (single node, app/victoria-metrics): instead of the run, compare telemetryd (line protocol and JSON at 100 per message) with it on the -tsbs file, one after the other, -repeat times: ingest until queryable, disk per value, latest value right after ingest (-queries requests), peak RSS, and the fleet questions as PromQL when telemetryd has device attributes")
+	peerRuns := fs.String("peer-runs", "line,json,peer", "with -peer-binary: the ingest runs of each round, comma-separated: line, json (telemetryd), peer (VictoriaMetrics), line-B (the -compare build through line protocol)")
+	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
+	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)
 	fs.StringVar(&cfg.Compare, "compare", "", "a second telemetryd build (B) against -binary (A). Without -phases tsbs, instead of the run, start both side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A. With -phases tsbs, run the TSBS file end to end on A and B alternately, A first, -repeat times each; prints B/A")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end and connect run here")
@@ -184,6 +211,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	if *runs != "" {
 		cfg.Runs = strings.Split(*runs, ",")
 	}
+	cfg.PeerRuns = strings.Split(*peerRuns, ",")
 	if *doors != "" {
 		cfg.Doors = strings.Split(*doors, ",")
 	}
@@ -232,6 +260,16 @@ func (c Config) validate() error {
 	}
 	tsbs := slices.Contains(c.Phases, "tsbs")
 	switch {
+	case c.PeerBinary != "" && c.TSBSFile == "":
+		return errors.New("-peer-binary: want the TSBS IoT file in -tsbs-file FILE")
+	case c.PeerBinary != "" && slices.ContainsFunc(c.PeerRuns, func(k string) bool { return !slices.Contains(peerKinds, k) }):
+		return fmt.Errorf("-peer-runs %s: want some of %s", strings.Join(c.PeerRuns, ","), strings.Join(peerKinds, ","))
+	case c.PeerBinary != "" && slices.Contains(c.PeerRuns, "line-B") && c.Compare == "":
+		return errors.New("-peer-runs line-B: want the B build in -compare")
+	case c.MatchDevices < 0:
+		return fmt.Errorf("-match-devices %d: want 0 or more", c.MatchDevices)
+	case c.FleetQueries < 0:
+		return fmt.Errorf("-fleet-queries %d: want 0 or more", c.FleetQueries)
 	case tsbs && c.TSBSFile == "":
 		return errors.New("-phases tsbs: want the data file in -tsbs FILE")
 	case c.Devices < 1:

@@ -57,8 +57,15 @@ const tsbsRetention = 29 * 24 * time.Hour
 
 // loadTSBSMessages reads file into messages of tsbsMsg readings, with
 // every time moved by tsbsShift(its newest time, now), counting them on
-// ph (nil: no progress).
+// ph (nil: no progress). Tags are string values, as appendTSBSPayload
+// writes them.
 func loadTSBSMessages(file string, now time.Time, ph *phase) (*tsbsMessages, error) {
+	return loadTSBSMessagesAs(file, now, ph, appendTSBSPayload)
+}
+
+// loadTSBSMessagesAs is loadTSBSMessages with the payloads written by
+// encode.
+func loadTSBSMessagesAs(file string, now time.Time, ph *phase, encode func(dst []byte, readings []buckets.Reading) []byte) (*tsbsMessages, error) {
 	newest, err := tsbsNewest(file)
 	if err != nil {
 		return nil, err
@@ -82,7 +89,7 @@ func loadTSBSMessages(file string, now time.Time, ph *phase) (*tsbsMessages, err
 			lo, hi = min(lo, r.Ticks), max(hi, r.Ticks)
 		}
 		t.subjects = append(t.subjects, "telemetry."+string(msg[0].Device))
-		t.payloads = append(t.payloads, appendTSBSPayload(nil, msg))
+		t.payloads = append(t.payloads, encode(nil, msg))
 		t.before = append(t.before, t.before[len(t.before)-1]+len(msg))
 		t.values += values
 		ph.add(1)
