@@ -7,45 +7,6 @@ import (
 	"math"
 )
 
-// Storage keys. Inside one day table a reading is stored under
-//
-//	<device> '/' <inverted ticks, 8 bytes big-endian>
-//
-// The day half of the partition key is the table itself. Device IDs
-// cannot contain '/', so the device prefix "<device>/" never matches
-// another device, and because the row key is inverted a forward scan of
-// the prefix returns the device's newest reading first.
-const (
-	keySep       = '/'
-	tickKeyBytes = 8
-)
-
-// DevicePrefix is the key prefix of every reading of device in a table.
-func DevicePrefix(device DeviceID) []byte {
-	p := make([]byte, 0, len(device)+1)
-	return append(append(p, device...), keySep)
-}
-
-// AppendKey appends the storage key of (device, ticks) to dst.
-func AppendKey(dst []byte, device DeviceID, k Ticks) []byte {
-	dst = append(dst, device...)
-	dst = append(dst, keySep)
-	return binary.BigEndian.AppendUint64(dst, k.Inverted())
-}
-
-// ParseKey splits a storage key into device and ticks.
-func ParseKey(key []byte) (DeviceID, Ticks, error) {
-	n := len(key) - tickKeyBytes - 1
-	if n < 1 || key[n] != keySep {
-		return "", 0, fmt.Errorf("storage key %x: not <device>/<8-byte inverted ticks>", key)
-	}
-	inv := binary.BigEndian.Uint64(key[n+1:])
-	if inv > uint64(MaxTicks) {
-		return "", 0, fmt.Errorf("storage key %x: inverted ticks out of range", key)
-	}
-	return DeviceID(key[:n]), TicksFromInverted(inv), nil
-}
-
 // Value encoding, version 1:
 //
 //	version byte (1)

@@ -41,7 +41,7 @@ func rawVariants() []rawVariant {
 }
 
 // rawBadger writes w as one Badger entry per reading (key
-// buckets.AppendKey, value buckets.AppendValues: the layout before
+// appendRawKey, value buckets.AppendValues: the layout before
 // blocks) with Badger WriteBatches, on a DB with the store's hot day
 // table options, and returns readings/s. It is the baseline the store's
 // write path is measured against: no reads, no merge, no reading
@@ -97,7 +97,7 @@ func writeChunk(db *badger.DB, w workload, from, to int, ph *phase) error {
 		dev := w.device(m)
 		for i := range w.perMsg {
 			k := len(arena)
-			arena = buckets.AppendKey(arena, dev, buckets.MustTicks(w.at(m, i)))
+			arena = appendRawKey(arena, dev, buckets.MustTicks(w.at(m, i)))
 			v := len(arena)
 			arena = buckets.AppendValues(arena, w.fields(fields[:0], m, i))
 			if err := wb.Set(arena[k:v:v], arena[v:len(arena):len(arena)]); err != nil {

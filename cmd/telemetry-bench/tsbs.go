@@ -262,7 +262,7 @@ func tsbsRaw(file, dir string) (tsbsStats, error) {
 		start := time.Now()
 		defer func() { st.writeTime += time.Since(start) }()
 		for _, r := range msg {
-			if err := wb.Set(buckets.AppendKey(nil, r.Device, r.Ticks), buckets.AppendValues(nil, r.Values)); err != nil {
+			if err := wb.Set(appendRawKey(nil, r.Device, r.Ticks), buckets.AppendValues(nil, r.Values)); err != nil {
 				return err
 			}
 		}
