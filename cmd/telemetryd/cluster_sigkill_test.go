@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/exactlyonce"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
@@ -216,7 +217,7 @@ func TestClusterSIGKILL(t *testing.T) {
 }
 
 // internalCopy reads node base's own copy of dev through the
-// node-to-node API (values in the store's codec).
+// node-to-node API (values in the nodewire encoding).
 func internalCopy(base, dev string) ([]exactlyonce.Reading, error) {
 	body, _ := json.Marshal(map[string]any{"device": dev, "n": 100000})
 	resp, err := http.Post(base+"/internal/v1/latest", "application/json", bytes.NewReader(body))
@@ -235,7 +236,7 @@ func internalCopy(base, dev string) ([]exactlyonce.Reading, error) {
 	}
 	out := make([]exactlyonce.Reading, 0, len(page.Readings))
 	for _, r := range page.Readings {
-		vs, err := buckets.DecodeValues(r.V)
+		vs, err := nodewire.DecodeValues(r.V)
 		if err != nil {
 			return nil, fmt.Errorf("copy of %s on %s: %w", dev, base, err)
 		}

@@ -1,8 +1,9 @@
-package buckets_test
+package store
 
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -46,11 +47,11 @@ var valueCases = map[string]buckets.Value{
 	"string of the version": buckets.String("\x01"),
 }
 
-func TestValuesRoundTripEachKind(t *testing.T) {
+func TestIndexValuesRoundTripEachKind(t *testing.T) {
 	for name, v := range valueCases {
 		t.Run(name, func(t *testing.T) {
 			in := []buckets.Field{{Name: "x", Value: v}}
-			out, err := buckets.DecodeValues(buckets.AppendValues(nil, in))
+			out, err := decodeValues(appendValues(nil, in))
 			require.NoError(t, err)
 			require.Len(t, out, 1)
 			assert.Equal(t, in, out)
@@ -62,7 +63,7 @@ func TestValuesRoundTripEachKind(t *testing.T) {
 	}
 }
 
-func TestValuesRoundTripMany(t *testing.T) {
+func TestIndexValuesRoundTripMany(t *testing.T) {
 	var in []buckets.Field
 	for name, v := range valueCases {
 		in = append(in, buckets.Field{Name: strings.ReplaceAll(name, " ", "_"), Value: v})
@@ -72,13 +73,13 @@ func TestValuesRoundTripMany(t *testing.T) {
 	in = append(in, floatFields(200)...)
 	buckets.SortValues(in)
 
-	enc := buckets.AppendValues([]byte("keep"), in)
+	enc := appendValues([]byte("keep"), in)
 	require.Equal(t, []byte("keep"), enc[:4], "AppendValues appends")
-	out, err := buckets.DecodeValues(enc[4:])
+	out, err := decodeValues(enc[4:])
 	require.NoError(t, err)
 	assert.Equal(t, in, out)
 
-	empty, err := buckets.DecodeValues(buckets.AppendValues(nil, nil))
+	empty, err := decodeValues(appendValues(nil, nil))
 	require.NoError(t, err)
 	assert.Empty(t, empty)
 }
@@ -86,7 +87,7 @@ func TestValuesRoundTripMany(t *testing.T) {
 // TestValuesFloatEncoding checks the documented tags: whole floats of at
 // most 2^53 in magnitude take the short varint form (tag 6); -0 and
 // anything else keep all 8 bytes (tag 1).
-func TestValuesFloatEncoding(t *testing.T) {
+func TestIndexValuesFloatEncoding(t *testing.T) {
 	const tagFloat, tagFloatInt = 1, 6
 	tests := []struct {
 		v       float64
@@ -106,7 +107,7 @@ func TestValuesFloatEncoding(t *testing.T) {
 		{1e300, tagFloat, 8},
 	}
 	for _, tc := range tests {
-		enc := buckets.AppendValues(nil, []buckets.Field{{Name: "x", Value: buckets.Float(tc.v)}})
+		enc := appendValues(nil, []buckets.Field{{Name: "x", Value: buckets.Float(tc.v)}})
 		// version, count, name length, name, tag, payload
 		require.Len(t, enc, 5+tc.payload, "%g", tc.v)
 		assert.Equal(t, []byte{1, 1, 1, 'x'}, enc[:4])
@@ -114,8 +115,8 @@ func TestValuesFloatEncoding(t *testing.T) {
 	}
 }
 
-func TestDecodeValuesRejects(t *testing.T) {
-	valid := buckets.AppendValues(nil, []buckets.Field{
+func TestIndexDecodeValuesRejects(t *testing.T) {
+	valid := appendValues(nil, []buckets.Field{
 		{Name: "a", Value: buckets.Float(1.5)},
 		{Name: "b", Value: buckets.String("hello")},
 		{Name: "c", Value: buckets.Int(-300)},
@@ -148,7 +149,7 @@ func TestDecodeValuesRejects(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var out []buckets.Field
 			var err error
-			require.NotPanics(t, func() { out, err = buckets.DecodeValues(in) })
+			require.NotPanics(t, func() { out, err = decodeValues(in) })
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "corrupt value encoding")
 			assert.Nil(t, out)
@@ -157,27 +158,71 @@ func TestDecodeValuesRejects(t *testing.T) {
 
 	// Every strict prefix of a valid encoding is truncated.
 	for n := range len(valid) {
-		_, err := buckets.DecodeValues(valid[:n])
+		_, err := decodeValues(valid[:n])
 		assert.Error(t, err, "prefix of %d bytes", n)
 	}
-	_, err := buckets.DecodeValues(valid)
+	_, err := decodeValues(valid)
 	require.NoError(t, err)
 }
 
-func TestAppendValuesPanicsOnUnknownKind(t *testing.T) {
-	assert.Panics(t, func() { buckets.AppendValues(nil, []buckets.Field{{Name: "x"}}) })
+func TestIndexAppendValuesPanicsOnUnknownKind(t *testing.T) {
+	assert.Panics(t, func() { appendValues(nil, []buckets.Field{{Name: "x"}}) })
 }
 
 // TestDecodeValuesFieldCountLimit: the decoder accepts up to 4*MaxValues
 // fields (room for merged readings) and refuses one more.
-func TestDecodeValuesFieldCountLimit(t *testing.T) {
+func TestIndexDecodeValuesFieldCountLimit(t *testing.T) {
 	encode := func(n int) []byte {
 		b := binary.AppendUvarint([]byte{1}, uint64(n))
 		return append(b, bytes.Repeat([]byte{1, 'x', 3}, n)...)
 	}
-	out, err := buckets.DecodeValues(encode(4 * buckets.MaxValues))
+	out, err := decodeValues(encode(4 * buckets.MaxValues))
 	require.NoError(t, err)
 	assert.Len(t, out, 4*buckets.MaxValues)
-	_, err = buckets.DecodeValues(encode(4*buckets.MaxValues + 1))
+	_, err = decodeValues(encode(4*buckets.MaxValues + 1))
 	assert.ErrorContains(t, err, "bad field count")
+}
+
+// FuzzIndexValueCodec checks that DecodeValues never panics on arbitrary
+// bytes, and that whatever it decodes encodes and decodes back to the
+// same fields, with a stable encoding.
+//
+//	go test -fuzz=FuzzIndexValueCodec ./store
+func FuzzIndexValueCodec(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 0})
+	f.Add(appendValues(nil, []buckets.Field{
+		{Name: "a", Value: buckets.Float(1.5)},
+		{Name: "b", Value: buckets.String("x\x00y")},
+		{Name: "c", Value: buckets.Int(math.MinInt64)},
+		{Name: "d", Value: buckets.Bool(true)},
+		{Name: "e", Value: buckets.Float(1 << 53)},
+	}))
+	f.Add(binary.AppendVarint([]byte{1, 1, 1, 'x', 6}, math.MaxInt64)) // non-canonical float
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fields, err := decodeValues(data)
+		if err != nil {
+			require.Nil(t, fields)
+			return
+		}
+		enc := appendValues(nil, fields)
+		again, err := decodeValues(enc)
+		require.NoError(t, err)
+		require.Len(t, again, len(fields))
+		if len(fields) > 0 {
+			// DeepEqual on Value compares float bits: -0 stays -0.
+			assert.Equal(t, fields, again)
+		}
+		require.Equal(t, enc, appendValues(nil, again), "encoding is stable")
+		require.LessOrEqual(t, len(enc), len(data), "the canonical encoding is never longer")
+	})
+}
+
+// floatFields returns n float fields named v000, v001, ... (sorted).
+func floatFields(n int) []buckets.Field {
+	out := make([]buckets.Field, n)
+	for i := range out {
+		out[i] = buckets.Field{Name: fmt.Sprintf("v%03d", i), Value: buckets.Float(float64(i))}
+	}
+	return out
 }

@@ -1,13 +1,15 @@
-package buckets
+package store
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// Value encoding, version 1:
+// The values of a device index record (index.go), version 1:
 //
 //	version byte (1)
 //	uvarint   number of fields
@@ -28,11 +30,11 @@ const (
 	tagFloatInt
 )
 
-// errCorrupt is returned by DecodeValues for bytes it did not write.
-var errCorrupt = errors.New("corrupt value encoding")
+// errCorruptValues is returned by decodeValues for bytes it did not write.
+var errCorruptValues = errors.New("corrupt value encoding")
 
-// AppendValues appends the encoding of fields to dst.
-func AppendValues(dst []byte, fields []Field) []byte {
+// appendValues appends the encoding of fields to dst.
+func appendValues(dst []byte, fields []buckets.Field) []byte {
 	dst = append(dst, valuesVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(fields)))
 	for _, f := range fields {
@@ -40,87 +42,88 @@ func AppendValues(dst []byte, fields []Field) []byte {
 		dst = append(dst, f.Name...)
 		v := f.Value
 		switch v.Kind {
-		case KindFloat:
+		case buckets.KindFloat:
 			fl := v.AsFloat()
 			if i := int64(fl); float64(i) == fl && i >= -1<<53 && i <= 1<<53 && !(fl == 0 && math.Signbit(fl)) {
 				dst = append(dst, tagFloatInt)
 				dst = binary.AppendVarint(dst, i)
 			} else {
 				dst = append(dst, tagFloat)
-				dst = binary.LittleEndian.AppendUint64(dst, v.num)
+				dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(fl))
 			}
-		case KindInt:
+		case buckets.KindInt:
 			dst = append(dst, tagInt)
 			dst = binary.AppendVarint(dst, v.AsInt())
-		case KindBool:
+		case buckets.KindBool:
 			if v.AsBool() {
 				dst = append(dst, tagTrue)
 			} else {
 				dst = append(dst, tagFalse)
 			}
-		case KindString:
+		case buckets.KindString:
+			s := v.AsString()
 			dst = append(dst, tagString)
-			dst = binary.AppendUvarint(dst, uint64(len(v.str)))
-			dst = append(dst, v.str...)
+			dst = binary.AppendUvarint(dst, uint64(len(s)))
+			dst = append(dst, s...)
 		default:
-			panic(fmt.Sprintf("buckets: encoding unknown value kind %d", v.Kind))
+			panic(fmt.Sprintf("store: encoding unknown value kind %d", v.Kind))
 		}
 	}
 	return dst
 }
 
-// DecodeValues decodes what AppendValues wrote. It never panics on
+// decodeValues decodes what appendValues wrote. It never panics on
 // arbitrary input.
-func DecodeValues(b []byte) ([]Field, error) {
+func decodeValues(b []byte) ([]buckets.Field, error) {
 	if len(b) == 0 || b[0] != valuesVersion {
-		return nil, fmt.Errorf("%w: unknown version", errCorrupt)
+		return nil, fmt.Errorf("%w: unknown version", errCorruptValues)
 	}
-	d := decoder{b: b[1:]}
+	d := valueDecoder{b: b[1:]}
 	n := d.uvarint()
-	if d.err != nil || n > MaxValues*4 || n > uint64(len(d.b)) {
-		return nil, fmt.Errorf("%w: bad field count", errCorrupt)
+	if d.err != nil || n > buckets.MaxValues*4 || n > uint64(len(d.b)) {
+		return nil, fmt.Errorf("%w: bad field count", errCorruptValues)
 	}
-	fields := make([]Field, 0, n)
+	fields := make([]buckets.Field, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		name := string(d.bytes(d.uvarint()))
-		var v Value
+		var v buckets.Value
 		switch tag := d.byte(); tag {
 		case tagFloat:
-			v = Value{Kind: KindFloat, num: binary.LittleEndian.Uint64(d.bytes(8))}
+			v = buckets.Float(math.Float64frombits(binary.LittleEndian.Uint64(d.bytes(8))))
 		case tagFloatInt:
-			v = Float(float64(d.varint()))
+			v = buckets.Float(float64(d.varint()))
 		case tagInt:
-			v = Int(d.varint())
+			v = buckets.Int(d.varint())
 		case tagFalse, tagTrue:
-			v = Bool(tag == tagTrue)
+			v = buckets.Bool(tag == tagTrue)
 		case tagString:
-			v = String(string(d.bytes(d.uvarint())))
+			v = buckets.String(string(d.bytes(d.uvarint())))
 		default:
 			d.fail()
 		}
-		fields = append(fields, Field{Name: name, Value: v})
+		fields = append(fields, buckets.Field{Name: name, Value: v})
 	}
 	if d.err != nil || len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: truncated or trailing bytes", errCorrupt)
+		return nil, fmt.Errorf("%w: truncated or trailing bytes", errCorruptValues)
 	}
 	return fields, nil
 }
 
 // decoder reads a byte slice, remembering the first failure so callers
 // check once at the end.
-type decoder struct {
+type valueDecoder struct {
 	b   []byte
 	err error
 }
 
-func (d *decoder) fail() {
+func (d *valueDecoder) fail() {
 	if d.err == nil {
-		d.err = errCorrupt
+		d.err = errCorruptValues
 	}
 	d.b = nil
 }
 
-func (d *decoder) uvarint() uint64 {
+func (d *valueDecoder) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
 		d.fail()
@@ -130,7 +133,7 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
-func (d *decoder) varint() int64 {
+func (d *valueDecoder) varint() int64 {
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.fail()
@@ -140,7 +143,7 @@ func (d *decoder) varint() int64 {
 	return v
 }
 
-func (d *decoder) byte() byte {
+func (d *valueDecoder) byte() byte {
 	if len(d.b) < 1 {
 		d.fail()
 		return 0
@@ -150,7 +153,7 @@ func (d *decoder) byte() byte {
 	return c
 }
 
-func (d *decoder) bytes(n uint64) []byte {
+func (d *valueDecoder) bytes(n uint64) []byte {
 	if n > uint64(len(d.b)) {
 		d.fail()
 		return make([]byte, 8)
