@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -218,12 +219,14 @@ func (s *Server) logFailure(c echo.Context, ae *apiError, err error) {
 	}
 }
 
-// writeError writes {"error":{"code":...,"message":...}}.
+// writeError writes {"error":{"code":...,"message":...}}, or under the
+// Prometheus API's path that API's error shape (promapi.WriteError).
 func writeError(c echo.Context, ae *apiError) {
-	var body any = ErrorResponse{Error: ErrorDetail{Code: ae.code, Message: ae.msg}}
 	if strings.HasPrefix(c.Request().URL.Path, promPrefix) {
-		body = PromErrorResponse{Status: "error", ErrorType: promErrorType(ae.code), Error: ae.msg}
+		promapi.WriteError(c.Response(), ae.status, promErrorType(ae.code), ae.msg)
+		return
 	}
+	body := ErrorResponse{Error: ErrorDetail{Code: ae.code, Message: ae.msg}}
 	if err := sendValue(c, ae.status, body); err != nil {
 		c.Response().WriteHeader(ae.status) // two strings always encode; keep the status regardless
 	}
@@ -235,21 +238,14 @@ func writeError(c echo.Context, ae *apiError) {
 // API runs (401, 403, 429, 503, 501) take that shape there too.
 const promPrefix = "/api/v1/"
 
-// PromErrorResponse is an error in the Prometheus API's shape.
-type PromErrorResponse struct {
-	Status    string `json:"status"` // always "error"
-	ErrorType string `json:"errorType"`
-	Error     string `json:"error"`
-}
-
 // promErrorType names a code in the Prometheus API's vocabulary where
 // it has the word, else keeps the code.
-func promErrorType(code string) string {
+func promErrorType(code string) promapi.ErrorType {
 	switch code {
 	case codeInvalidArgument, codePayloadTooLarge:
-		return "bad_data"
+		return promapi.ErrorBadData
 	case codeResourceExhausted, codeUnavailable:
-		return "unavailable"
+		return promapi.ErrorUnavailable
 	}
-	return code // not_found, internal, unauthenticated, permission_denied, ...
+	return promapi.ErrorType(code) // not_found, internal, unauthenticated, permission_denied, ...
 }

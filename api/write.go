@@ -19,13 +19,15 @@ import (
 
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/ingest/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/lineproto"
 )
 
-// Publisher stores messages in JetStream (implemented in the service
-// binary over a NATS connection). Publish returns once every message
-// is acknowledged by its stream, or with the first error; messages
-// carry a Nats-Msg-Id, so publishing one twice stores it once.
+// Publisher stores the messages Map made of a body: each device's
+// readings on its subject, each dead letter on the rejected subject of
+// its device (ingest.Publisher over JetStream). Publish returns once
+// every message is acknowledged by its stream, or with the first
+// error; messages carry a Nats-Msg-Id, so publishing one twice stores
+// it once.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []lineproto.Message) error
 }
@@ -48,9 +50,6 @@ type WriteConfig struct {
 	// Publisher stores the mapped messages; nil makes the write
 	// endpoints answer 501.
 	Publisher Publisher
-	// SubjectPrefix: readings go to <prefix>.<device>. Default
-	// "telemetry".
-	SubjectPrefix string
 	// DeviceTags: the first of these tags present on a line names its
 	// device. Default device, host.
 	DeviceTags []string
@@ -120,7 +119,6 @@ func newWriter(cfg *WriteConfig, now func() time.Time) *writer {
 	if cfg != nil {
 		w.cfg = *cfg
 	}
-	w.cfg.SubjectPrefix = cmp.Or(w.cfg.SubjectPrefix, "telemetry")
 	w.cfg.MaxBytes = cmp.Or(w.cfg.MaxBytes, DefaultMaxWriteBytes)
 	w.cfg.Budget = max(cmp.Or(w.cfg.Budget, DefaultWriteBudget), MinWriteBudget(w.cfg.MaxBytes))
 	w.budget = newByteBudget(w.cfg.Budget)
@@ -204,7 +202,6 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 			"write bodies: the memory budget for write bodies in flight is spent (%s); retry later", mib(w.budget.size))
 	}
 	opts := lineproto.Options{
-		SubjectPrefix:   w.cfg.SubjectPrefix,
 		DeviceTags:      w.cfg.DeviceTags,
 		Tags:            w.cfg.Tags,
 		Precision:       precision,
@@ -298,8 +295,8 @@ func (s *writeSummary) add(r *lineproto.Result, offset, i int) {
 			if i > 0 && d < len(r.DeadLetters) {
 				dl := &r.DeadLetters[d]
 				dl.MsgID += "." + strconv.Itoa(i)
-				if rest, ok := strings.CutPrefix(dl.Header[lineproto.HeaderError], "line "+strconv.Itoa(local)+": "); ok {
-					dl.Header[lineproto.HeaderError] = "line " + strconv.Itoa(le.Line) + ": " + rest
+				if rest, ok := strings.CutPrefix(dl.Reason, "line "+strconv.Itoa(local)+": "); ok {
+					dl.Reason = "line " + strconv.Itoa(le.Line) + ": " + rest
 				}
 			}
 			d++

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/ingest/lineproto"
-	"github.com/telemetryd/telemetryd/ingest/wire"
+	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
 // countingPublisher acknowledges every message at once and counts the

@@ -4,7 +4,13 @@
 // inverted ticks, one table per UTC day).
 //
 // It does no I/O and imports only the standard library. Every other
-// package meets through the types declared here.
+// package meets through the types declared here. Its sub-packages are
+// the formats in which readings travel that more than one package
+// speaks, pure encodings without I/O either: buckets/wire (the binary
+// payload of a device's readings in a message) and buckets/lineproto
+// (InfluxDB line protocol mapped to such messages), which the HTTP
+// write endpoints in api and the ingester in ingest both import. The
+// store's formats on disk are private to package store.
 package buckets
 
 import "errors"

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 	"github.com/telemetryd/telemetryd/ingest/topology"
-	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 // A message's attributes are assigned as of its readings' times, before

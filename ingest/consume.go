@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/ingest/wire"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
 const (

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 	"github.com/telemetryd/telemetryd/ingest/topology"
-	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 // publishTimeout bounds one dead-letter publish or message lookup.

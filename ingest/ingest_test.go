@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 	"github.com/telemetryd/telemetryd/ingest/topology"
-	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 func TestNewRejectsBadConfig(t *testing.T) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -356,9 +357,17 @@ func setupSharedDB(dropFn func(context.Context, *badger.DB, []byte) error) func(
 
 func dayPrefix(d buckets.Day) []byte { return []byte(d.String() + "/") }
 
-// sharedKey is prefix + the storage key of r.
+// sharedKey is prefix + the per-reading key of r.
 func sharedKey(prefix []byte, r *buckets.Reading) []byte {
-	return buckets.AppendKey(append(make([]byte, 0, len(prefix)+len(r.Device)+9), prefix...), r.Device, r.Ticks)
+	return appendReadingKey(append(make([]byte, 0, len(prefix)+len(r.Device)+9), prefix...), r.Device, r.Ticks)
+}
+
+// appendReadingKey appends the key of one reading in the per-reading
+// layout the benchmarks compare blocks with:
+// <device> '/' <inverted ticks, 8 bytes big-endian>.
+func appendReadingKey(dst []byte, device buckets.DeviceID, k buckets.Ticks) []byte {
+	dst = append(append(dst, device...), '/')
+	return binary.BigEndian.AppendUint64(dst, k.Inverted())
 }
 
 // setBatch writes rs under prefix with a WriteBatch.
@@ -366,7 +375,7 @@ func setBatch(db *badger.DB, prefix []byte, rs []buckets.Reading) error {
 	wb := db.NewWriteBatch()
 	defer wb.Cancel()
 	for i := range rs {
-		if err := wb.Set(sharedKey(prefix, &rs[i]), buckets.AppendValues(nil, rs[i].Values)); err != nil {
+		if err := wb.Set(sharedKey(prefix, &rs[i]), appendValues(nil, rs[i].Values)); err != nil {
 			return err
 		}
 	}
@@ -378,7 +387,7 @@ func (t *sharedTarget) writeToday(_ context.Context, rs []buckets.Reading) error
 	txn := t.db.NewTransaction(true)
 	defer txn.Discard()
 	for i := range rs {
-		if err := txn.Set(sharedKey(t.now, &rs[i]), buckets.AppendValues(nil, rs[i].Values)); err != nil {
+		if err := txn.Set(sharedKey(t.now, &rs[i]), appendValues(nil, rs[i].Values)); err != nil {
 			return err
 		}
 	}

@@ -291,7 +291,7 @@ func (x *deviceIndex) bounds(dev buckets.DeviceID) (first, last buckets.Ticks, o
 //	version byte (6)
 //	uvarint first ticks, uvarint last ticks
 //	uvarint n, then n uvarint times (one per latest value)
-//	the latest values as buckets.AppendValues writes them
+//	the latest values as appendValues writes them (values.go)
 //	CRC-32C (Castagnoli) of all the bytes before it, 4 bytes big-endian
 //
 // Version 1 records, written before records carried a checksum, are
@@ -312,7 +312,7 @@ func encodeEntry(dst []byte, e *deviceEntry) []byte {
 	for _, k := range e.at {
 		dst = binary.AppendUvarint(dst, uint64(k))
 	}
-	dst = buckets.AppendValues(dst, e.latest)
+	dst = appendValues(dst, e.latest)
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
@@ -369,7 +369,7 @@ func decodeEntry(b []byte) (*deviceEntry, error) {
 	for i := range e.at {
 		e.at[i] = buckets.Ticks(next())
 	}
-	fields, err := buckets.DecodeValues(b)
+	fields, err := decodeValues(b)
 	if err != nil || uint64(len(fields)) != n {
 		return nil, errBad
 	}

@@ -90,6 +90,14 @@ func (a blockRef) overlaps(b blockRef) bool {
 	return a.oldest <= b.newest && b.oldest <= a.newest
 }
 
+// devicePrefix is the prefix "<device>/" of every block key of device
+// in a table. Device IDs cannot contain '/', so it never matches a key
+// of another device.
+func devicePrefix(device buckets.DeviceID) []byte {
+	p := make([]byte, 0, len(device)+1)
+	return append(append(p, device...), '/')
+}
+
 // appendBlockKey appends the key of the block ref of dev to dst.
 func appendBlockKey(dst []byte, dev buckets.DeviceID, ref blockRef) []byte {
 	dst = append(dst, dev...)
@@ -159,7 +167,7 @@ type blockIterator struct {
 // newBlockIterator returns an iterator over the blocks of dev in txn;
 // Close it when done.
 func newBlockIterator(txn *badger.Txn, dev buckets.DeviceID) blockIterator {
-	prefix := buckets.DevicePrefix(dev)
+	prefix := devicePrefix(dev)
 	return blockIterator{txn.NewIterator(badger.IteratorOptions{Prefix: prefix}), len(prefix)}
 }
 

@@ -1,9 +1,11 @@
 // Package store keeps readings in Badger, one database per UTC day
-// table, following the key design of package buckets: inside the table
-// of a day a reading is stored under <device>/<inverted ticks>, so a
-// forward scan of a device prefix returns its newest readings first,
-// and retention drops a whole day by closing its database and removing
-// its directory.
+// table. Inside the table of a day a device's readings are stored in
+// blocks (package store/block) keyed <device>/<inverted newest ticks>...
+// (series.go), so a forward scan of a device prefix returns its newest
+// readings first, and retention drops a whole day by closing its
+// database and removing its directory. The formats on disk (block keys
+// and blocks, the device index's records, the table's format version)
+// are private to this package; README.md describes them.
 //
 // Layout under the data directory:
 //

@@ -61,7 +61,7 @@ func BenchmarkRawBadgerWriteBatch(b *testing.B) {
 		rs := benchBatch(n)
 		wb := db.NewWriteBatch()
 		for _, r := range rs {
-			if err := wb.Set(buckets.AppendKey(nil, r.Device, r.Ticks), buckets.AppendValues(nil, r.Values)); err != nil {
+			if err := wb.Set(appendReadingKey(nil, r.Device, r.Ticks), appendValues(nil, r.Values)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -8,12 +8,15 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/telemetryd/telemetryd/api/auth"
+	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// The node-to-node API speaks JSON. Values travel in the store's own
-// value codec (buckets.AppendValues, base64 in JSON), so every kind and
-// every float bit pattern arrives exactly as stored.
+// The node-to-node API speaks JSON under /internal/v1/. Values travel
+// in the versioned encoding of package nodewire (base64 in JSON), which
+// belongs to this API and not to the store, so every kind and every
+// float bit pattern arrives exactly as stored whatever the store keeps
+// on disk.
 
 // wireReading is a buckets.Reading on the wire.
 type wireReading struct {
@@ -25,7 +28,7 @@ type wireReading struct {
 func toWire(rs []buckets.Reading) []wireReading {
 	out := make([]wireReading, len(rs))
 	for i, r := range rs {
-		out[i] = wireReading{Device: r.Device, Ticks: r.Ticks, Values: buckets.AppendValues(nil, r.Values)}
+		out[i] = wireReading{Device: r.Device, Ticks: r.Ticks, Values: nodewire.AppendValues(nil, r.Values)}
 	}
 	return out
 }
@@ -33,7 +36,7 @@ func toWire(rs []buckets.Reading) []wireReading {
 func fromWire(ws []wireReading) ([]buckets.Reading, error) {
 	out := make([]buckets.Reading, len(ws))
 	for i, w := range ws {
-		vs, err := buckets.DecodeValues(w.Values)
+		vs, err := nodewire.DecodeValues(w.Values)
 		if err != nil {
 			return nil, fmt.Errorf("reading %d of %s: %w", i, w.Device, err)
 		}
@@ -56,7 +59,7 @@ type wireDevice struct {
 }
 
 func toWireDevice(d *buckets.DeviceInfo) wireDevice {
-	w := wireDevice{Device: d.Device, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, Latest: buckets.AppendValues(nil, d.Latest)}
+	w := wireDevice{Device: d.Device, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, Latest: nodewire.AppendValues(nil, d.Latest)}
 	if len(d.Attributes) > 0 {
 		w.Attributes = d.Attributes.Map()
 	}
@@ -67,7 +70,7 @@ func fromWireDevice(w *wireDevice) (buckets.DeviceInfo, error) {
 	if w.Hidden {
 		return buckets.DeviceInfo{Device: w.Device}, nil
 	}
-	latest, err := buckets.DecodeValues(w.Latest)
+	latest, err := nodewire.DecodeValues(w.Latest)
 	if err != nil {
 		return buckets.DeviceInfo{}, fmt.Errorf("device %s: %w", w.Device, err)
 	}

@@ -15,28 +15,32 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
-// Error types of the Prometheus API and their HTTP status.
-type errorType string
+// ErrorType is the errorType of an error answer of the Prometheus API;
+// each has its HTTP status. Other types (unauthenticated,
+// permission_denied, ...) name what the server's own codes name.
+type ErrorType string
+
+// The error types of the Prometheus API.
 
 const (
-	errBadData     errorType = "bad_data"
-	errExec        errorType = "execution"
-	errTimeout     errorType = "timeout"
-	errCanceled    errorType = "canceled"
-	errInternal    errorType = "internal"
-	errUnavailable errorType = "unavailable"
-	errNotFound    errorType = "not_found"
+	ErrorBadData     ErrorType = "bad_data"
+	ErrorExec        ErrorType = "execution"
+	ErrorTimeout     ErrorType = "timeout"
+	ErrorCanceled    ErrorType = "canceled"
+	ErrorInternal    ErrorType = "internal"
+	ErrorUnavailable ErrorType = "unavailable"
+	ErrorNotFound    ErrorType = "not_found"
 )
 
-func (t errorType) status() int {
+func (t ErrorType) status() int {
 	switch t {
-	case errBadData:
+	case ErrorBadData:
 		return http.StatusBadRequest
-	case errExec:
+	case ErrorExec:
 		return http.StatusUnprocessableEntity
-	case errTimeout, errCanceled, errUnavailable:
+	case ErrorTimeout, ErrorCanceled, ErrorUnavailable:
 		return http.StatusServiceUnavailable
-	case errNotFound:
+	case ErrorNotFound:
 		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError
@@ -44,7 +48,7 @@ func (t errorType) status() int {
 
 // apiError is an error answer.
 type apiError struct {
-	typ errorType
+	typ ErrorType
 	msg string
 }
 
@@ -52,14 +56,14 @@ func (e *apiError) Error() string { return string(e.typ) + ": " + e.msg }
 
 // badData is a 400 bad_data naming param: `invalid parameter "step": ...`.
 func badData(param, format string, args ...any) *apiError {
-	return &apiError{typ: errBadData, msg: describe(param) + fmt.Sprintf(format, args...)}
+	return &apiError{typ: ErrorBadData, msg: describe(param) + fmt.Sprintf(format, args...)}
 }
 
 // response is the Prometheus API envelope.
 type response struct {
 	Status    string    `json:"status"`
 	Data      any       `json:"data,omitempty"`
-	ErrorType errorType `json:"errorType,omitempty"`
+	ErrorType ErrorType `json:"ErrorType,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	Warnings  []string  `json:"warnings,omitempty"`
 }
@@ -69,14 +73,23 @@ func writeData(w http.ResponseWriter, data any, warnings []string) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
-	write(w, e.typ.status(), response{Status: "error", ErrorType: e.typ, Error: e.msg})
+	WriteError(w, e.typ.status(), e.typ, e.msg)
+}
+
+// WriteError answers with the Prometheus API's error envelope
+// {"status":"error","errorType":typ,"error":msg} and status: the shape
+// Grafana, promtool and the Prometheus Go client read, so the server's
+// own answers under the API's path (401, 403, 429, 503, ...) take it
+// too.
+func WriteError(w http.ResponseWriter, status int, typ ErrorType, msg string) {
+	write(w, status, response{Status: "error", ErrorType: typ, Error: msg})
 }
 
 func write(w http.ResponseWriter, status int, r response) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"status":"error","errorType":"internal","error":"cannot encode the answer"}`)
+		b = []byte(`{"status":"error","ErrorType":"internal","error":"cannot encode the answer"}`)
 	}
 	writeBody(w, status, b)
 }

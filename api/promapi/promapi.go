@@ -10,7 +10,7 @@
 // readings and temp{fleet="East"} only the East fleet's.
 //
 // Answers and errors use the Prometheus API's JSON envelope
-// ({"status":"success","data":...} and {"status":"error","errorType":...,"error":...}).
+// ({"status":"success","data":...} and {"status":"error","ErrorType":...,"error":...}).
 package promapi
 
 import (
@@ -133,7 +133,7 @@ func New(cfg Config) (*API, error) {
 	a.mux.HandleFunc("GET /api/v1/label/{name}/values", a.handleLabelValues)
 	a.registerGrafana()
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{typ: errNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path})
+		writeError(w, &apiError{typ: ErrorNotFound, msg: "no such endpoint: " + r.Method + " " + r.URL.Path})
 	})
 	return a, nil
 }
@@ -255,19 +255,19 @@ func (a *API) execError(r *http.Request, err error) *apiError {
 	)
 	switch {
 	case errors.As(err, &eqt), errors.Is(err, context.DeadlineExceeded):
-		return &apiError{typ: errTimeout, msg: "query timed out; narrow it or retry later"}
+		return &apiError{typ: ErrorTimeout, msg: "query timed out; narrow it or retry later"}
 	case errors.As(err, &eqc), errors.Is(err, context.Canceled):
-		return &apiError{typ: errCanceled, msg: "query canceled"}
+		return &apiError{typ: ErrorCanceled, msg: "query canceled"}
 	case errors.Is(err, errTooManySeries):
-		return &apiError{typ: errExec, msg: err.Error()}
+		return &apiError{typ: ErrorExec, msg: err.Error()}
 	case errors.Is(err, buckets.ErrUnavailable):
 		a.log.WarnContext(r.Context(), "query could not be served", "path", r.URL.Path, "err", err)
-		return &apiError{typ: errUnavailable, msg: "store temporarily unavailable; retry later"}
+		return &apiError{typ: ErrorUnavailable, msg: "store temporarily unavailable; retry later"}
 	case errors.As(err, &es):
 		a.log.ErrorContext(r.Context(), "query failed in the store", "path", r.URL.Path, "err", err)
-		return &apiError{typ: errInternal, msg: "internal error"}
+		return &apiError{typ: ErrorInternal, msg: "internal error"}
 	}
-	return &apiError{typ: errExec, msg: err.Error()}
+	return &apiError{typ: ErrorExec, msg: err.Error()}
 }
 
 // withTimeout applies the request's timeout parameter (never above the

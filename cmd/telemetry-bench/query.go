@@ -19,6 +19,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 
+	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -120,7 +121,7 @@ func (b *bench) runQuery(ctx context.Context) (*queryResult, error) {
 	}
 	res.DiskPrefill = dirSize(store.TableDir(prefilled, day))
 	// The raw baseline is the same readings as one Badger entry each
-	// (buckets.AppendKey, buckets.AppendValues), the layout before
+	// (rawkey.go, values as nodewire.AppendValues), the layout before
 	// blocks, in a directory of its own.
 	rawDir := filepath.Join(dir, "raw")
 	ph := b.prog.begin("raw Badger one entry per reading, for the raw queries", w.readings(), "readings")
@@ -218,18 +219,18 @@ func (b *bench) rawQueries(tableDir string, w workload, res *queryResult) error 
 func rawScan(db *badger.DB, dev buckets.DeviceID, from, to buckets.Ticks, limit int) (int, error) {
 	txn := db.NewTransaction(false)
 	defer txn.Discard()
-	prefix := buckets.DevicePrefix(dev)
+	prefix := rawPrefix(dev)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	n := 0
-	for it.Seek(buckets.AppendKey(nil, dev, min(to-1, buckets.MaxTicks))); it.Valid() && n < limit; it.Next() {
+	for it.Seek(appendRawKey(nil, dev, min(to-1, buckets.MaxTicks))); it.Valid() && n < limit; it.Next() {
 		key := it.Item().Key()
 		k := buckets.TicksFromInverted(binary.BigEndian.Uint64(key[len(prefix):]))
 		if k < from {
 			break
 		}
 		if err := it.Item().Value(func(v []byte) error {
-			_, err := buckets.DecodeValues(v)
+			_, err := nodewire.DecodeValues(v)
 			return err
 		}); err != nil {
 			return n, err

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -41,7 +42,7 @@ func rawVariants() []rawVariant {
 }
 
 // rawBadger writes w as one Badger entry per reading (key
-// buckets.AppendKey, value buckets.AppendValues: the layout before
+// appendRawKey, value nodewire.AppendValues: the layout before
 // blocks) with Badger WriteBatches, on a DB with the store's hot day
 // table options, and returns readings/s. It is the baseline the store's
 // write path is measured against: no reads, no merge, no reading
@@ -97,9 +98,9 @@ func writeChunk(db *badger.DB, w workload, from, to int, ph *phase) error {
 		dev := w.device(m)
 		for i := range w.perMsg {
 			k := len(arena)
-			arena = buckets.AppendKey(arena, dev, buckets.MustTicks(w.at(m, i)))
+			arena = appendRawKey(arena, dev, buckets.MustTicks(w.at(m, i)))
 			v := len(arena)
-			arena = buckets.AppendValues(arena, w.fields(fields[:0], m, i))
+			arena = nodewire.AppendValues(arena, w.fields(fields[:0], m, i))
 			if err := wb.Set(arena[k:v:v], arena[v:len(arena):len(arena)]); err != nil {
 				return fmt.Errorf("write batch: %w", err)
 			}

@@ -121,7 +121,7 @@ func ingestSection(r *Results) section {
 	add("end to end 100/msg", r.e2eRate("100/msg"), "raw Badger", r.RawBadger)
 	add("end to end 100/msg", r.e2eRate("100/msg"), "VictoriaMetrics, 100-line requests", peerRate100)
 	add("end to end 10000/msg", r.e2eRate("10000/msg"), "VictoriaMetrics, 10,000-line requests", peerRate10000)
-	s.notes = []string{"Raw Badger writes one entry per reading (buckets.AppendKey, buckets.AppendValues: the layout before blocks) on a DB with the hot table options; the baseline (raw Badger below and in the targets) is the better of its variants.",
+	s.notes = []string{"Raw Badger writes one entry per reading (key <device>/<inverted ticks>, one value record: the layout before blocks) on a DB with the hot table options; the baseline (raw Badger below and in the targets) is the better of its variants.",
 		"A message of N readings is N readings for the JetStream rows (messages/s = readings/s / N)."}
 	return s
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	lp "github.com/influxdata/line-protocol/v2/lineprotocol"
 
+	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -262,7 +263,7 @@ func tsbsRaw(file, dir string) (tsbsStats, error) {
 		start := time.Now()
 		defer func() { st.writeTime += time.Since(start) }()
 		for _, r := range msg {
-			if err := wb.Set(buckets.AppendKey(nil, r.Device, r.Ticks), buckets.AppendValues(nil, r.Values)); err != nil {
+			if err := wb.Set(appendRawKey(nil, r.Device, r.Ticks), nodewire.AppendValues(nil, r.Values)); err != nil {
 				return err
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api/cluster"
+	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/exactlyonce"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
@@ -217,7 +218,7 @@ func TestClusterSIGKILL(t *testing.T) {
 }
 
 // internalCopy reads node base's own copy of dev through the
-// node-to-node API (values in the store's codec), with the cluster
+// node-to-node API (values in the nodewire encoding), with the cluster
 // credential the nodes derive from testCursorKey, as a node without
 // authentication calls it.
 func internalCopy(base, dev string) ([]exactlyonce.Reading, error) {
@@ -255,7 +256,7 @@ func internalCopy(base, dev string) ([]exactlyonce.Reading, error) {
 	}
 	out := make([]exactlyonce.Reading, 0, len(page.Readings))
 	for _, r := range page.Readings {
-		vs, err := buckets.DecodeValues(r.V)
+		vs, err := nodewire.DecodeValues(r.V)
 		if err != nil {
 			return nil, fmt.Errorf("copy of %s on %s: %w", dev, base, err)
 		}

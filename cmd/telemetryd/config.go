@@ -11,11 +11,11 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/lineproto"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/ingest"
-	"github.com/telemetryd/telemetryd/ingest/lineproto"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"

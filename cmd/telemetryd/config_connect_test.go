@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/telemetryd/telemetryd/ingest/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/lineproto"
 )
 
 func TestConfigConnectFlags(t *testing.T) {

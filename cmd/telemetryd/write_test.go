@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/telemetryd/telemetryd/ingest/lineproto"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -390,13 +389,6 @@ func TestQueryCreateDatabase(t *testing.T) {
 	code, resp = s.post(t, "/query?q="+url.QueryEscape("SELECT * FROM cpu"), nil, nil)
 	assert.Equal(t, http.StatusBadRequest, code, resp)
 	assert.Contains(t, resp, "only CREATE DATABASE")
-}
-
-// TestDeadLetterHeadersMatchTheIngester keeps the line protocol dead
-// letters in the ingester's format.
-func TestDeadLetterHeadersMatchTheIngester(t *testing.T) {
-	assert.Equal(t, topology.HeaderErrorCode, lineproto.HeaderErrorCode)
-	assert.Equal(t, topology.HeaderError, lineproto.HeaderError)
 }
 
 // TestLineProtocolWriteAuth: with an auth file a write needs a token

@@ -27,13 +27,12 @@ func (m *Main) withWrites(acfg *api.Config) error {
 		return err
 	}
 	acfg.Writes = &api.WriteConfig{
-		Publisher:     pub,
-		SubjectPrefix: m.cfg.SubjectPrefix,
-		DeviceTags:    tags,
-		Tags:          mode,
-		MaxBytes:      m.cfg.MaxWriteBytes,
-		Window:        m.window(),
-		Budget:        m.budget.Writes,
+		Publisher:  pub,
+		DeviceTags: tags,
+		Tags:       mode,
+		MaxBytes:   m.cfg.MaxWriteBytes,
+		Window:     m.window(),
+		Budget:     m.budget.Writes,
 	}
 	// Leave room for headers within the server's max payload (unknown,
 	// so the 1 MiB default, until the first connect).

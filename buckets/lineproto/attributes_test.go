@@ -84,7 +84,7 @@ func TestTagsThatAreNotAttributes(t *testing.T) {
 			assert.Equal(t, tc.code, res.Rejected[0].Err.Code)
 			assert.Contains(t, res.Rejected[0].Error(), "line 2: "+tc.msg)
 			require.Len(t, res.DeadLetters, 1)
-			assert.Equal(t, string(tc.code), res.DeadLetters[0].Header[HeaderErrorCode])
+			assert.Equal(t, tc.code, res.DeadLetters[0].Code)
 			assert.Equal(t, 1, res.Readings, "the good line is kept")
 
 			if tc.asValues {

@@ -1,8 +1,9 @@
-package buckets_test
+package store
 
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -12,82 +13,6 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
-
-func TestKeyLayout(t *testing.T) {
-	key := buckets.AppendKey(nil, "dev-1", exampleTicks)
-	want := binary.BigEndian.AppendUint64([]byte("dev-1/"), 2516069914765439999)
-	assert.Equal(t, want, key)
-
-	// AppendKey appends: what dst held stays in front.
-	buf := buckets.AppendKey([]byte("prefix"), "dev-1", exampleTicks)
-	assert.Equal(t, append([]byte("prefix"), want...), buf)
-
-	assert.Equal(t, []byte("dev-1/"), buckets.DevicePrefix("dev-1"))
-	assert.True(t, bytes.HasPrefix(key, buckets.DevicePrefix("dev-1")))
-}
-
-func TestKeyRoundTrip(t *testing.T) {
-	devices := []buckets.DeviceID{"a", "dev-1", "A_b-9", buckets.DeviceID(strings.Repeat("z", 64))}
-	ticks := []buckets.Ticks{0, 1, exampleTicks, buckets.MaxTicks - 1, buckets.MaxTicks,
-		// inverted ticks whose bytes contain the separator and 0x00/0xff
-		buckets.TicksFromInverted(0x2a2f2f2f2f2f2f2f), buckets.TicksFromInverted(0x00ff00ff00ff00ff)}
-	for _, d := range devices {
-		for _, k := range ticks {
-			key := buckets.AppendKey(nil, d, k)
-			gotDevice, gotTicks, err := buckets.ParseKey(key)
-			require.NoError(t, err)
-			assert.Equal(t, d, gotDevice)
-			assert.Equal(t, k, gotTicks)
-			assert.Len(t, key, len(d)+1+8)
-		}
-	}
-}
-
-func TestKeyOrderNewestFirst(t *testing.T) {
-	ordered := []buckets.Ticks{buckets.MaxTicks, buckets.MaxTicks - 1, exampleTicks + 1, exampleTicks, 1, 0}
-	for i := 1; i < len(ordered); i++ {
-		newer, older := ordered[i-1], ordered[i]
-		assert.Negative(t, bytes.Compare(buckets.AppendKey(nil, "dev-1", newer), buckets.AppendKey(nil, "dev-1", older)),
-			"key(%d) must sort before key(%d)", newer, older)
-		assert.Less(t, newer.RowKey(), older.RowKey())
-	}
-}
-
-func TestDevicePrefixSeparatesDevices(t *testing.T) {
-	// Every device ID is a prefix of longer ones; the separator keeps
-	// their keys apart.
-	pairs := [][2]buckets.DeviceID{{"a", "ab"}, {"a", "a-"}, {"a", "a_"}, {"a", "a0"}, {"dev-1", "dev-10"}, {"dev", "dev-1"}}
-	for _, p := range pairs {
-		short, long := p[0], p[1]
-		for _, k := range []buckets.Ticks{0, exampleTicks, buckets.MaxTicks, buckets.TicksFromInverted(0x2a2f2f2f2f2f2f2f)} {
-			assert.False(t, bytes.HasPrefix(buckets.AppendKey(nil, long, k), buckets.DevicePrefix(short)),
-				"prefix of %q must not match a key of %q", short, long)
-			assert.False(t, bytes.HasPrefix(buckets.AppendKey(nil, short, k), buckets.DevicePrefix(long)),
-				"prefix of %q must not match a key of %q", long, short)
-			assert.True(t, bytes.HasPrefix(buckets.AppendKey(nil, short, k), buckets.DevicePrefix(short)))
-		}
-	}
-}
-
-func TestParseKeyErrors(t *testing.T) {
-	valid := buckets.AppendKey(nil, "dev-1", exampleTicks)
-	tests := map[string][]byte{
-		"empty":                     nil,
-		"ticks only":                valid[len(valid)-8:],
-		"separator and ticks only":  valid[len(valid)-9:],
-		"one byte short":            valid[:len(valid)-1],
-		"no separator":              append([]byte("dev-1x"), valid[len(valid)-8:]...),
-		"inverted ticks past range": binary.BigEndian.AppendUint64([]byte("d/"), uint64(buckets.MaxTicks)+1),
-		"all ones":                  binary.BigEndian.AppendUint64([]byte("d/"), math.MaxUint64),
-	}
-	for name, key := range tests {
-		t.Run(name, func(t *testing.T) {
-			_, _, err := buckets.ParseKey(key)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), "storage key")
-		})
-	}
-}
 
 // valueCases covers every kind and the edges of the float encoding.
 var valueCases = map[string]buckets.Value{
@@ -122,11 +47,11 @@ var valueCases = map[string]buckets.Value{
 	"string of the version": buckets.String("\x01"),
 }
 
-func TestValuesRoundTripEachKind(t *testing.T) {
+func TestIndexValuesRoundTripEachKind(t *testing.T) {
 	for name, v := range valueCases {
 		t.Run(name, func(t *testing.T) {
 			in := []buckets.Field{{Name: "x", Value: v}}
-			out, err := buckets.DecodeValues(buckets.AppendValues(nil, in))
+			out, err := decodeValues(appendValues(nil, in))
 			require.NoError(t, err)
 			require.Len(t, out, 1)
 			assert.Equal(t, in, out)
@@ -138,7 +63,7 @@ func TestValuesRoundTripEachKind(t *testing.T) {
 	}
 }
 
-func TestValuesRoundTripMany(t *testing.T) {
+func TestIndexValuesRoundTripMany(t *testing.T) {
 	var in []buckets.Field
 	for name, v := range valueCases {
 		in = append(in, buckets.Field{Name: strings.ReplaceAll(name, " ", "_"), Value: v})
@@ -148,13 +73,13 @@ func TestValuesRoundTripMany(t *testing.T) {
 	in = append(in, floatFields(200)...)
 	buckets.SortValues(in)
 
-	enc := buckets.AppendValues([]byte("keep"), in)
+	enc := appendValues([]byte("keep"), in)
 	require.Equal(t, []byte("keep"), enc[:4], "AppendValues appends")
-	out, err := buckets.DecodeValues(enc[4:])
+	out, err := decodeValues(enc[4:])
 	require.NoError(t, err)
 	assert.Equal(t, in, out)
 
-	empty, err := buckets.DecodeValues(buckets.AppendValues(nil, nil))
+	empty, err := decodeValues(appendValues(nil, nil))
 	require.NoError(t, err)
 	assert.Empty(t, empty)
 }
@@ -162,7 +87,7 @@ func TestValuesRoundTripMany(t *testing.T) {
 // TestValuesFloatEncoding checks the documented tags: whole floats of at
 // most 2^53 in magnitude take the short varint form (tag 6); -0 and
 // anything else keep all 8 bytes (tag 1).
-func TestValuesFloatEncoding(t *testing.T) {
+func TestIndexValuesFloatEncoding(t *testing.T) {
 	const tagFloat, tagFloatInt = 1, 6
 	tests := []struct {
 		v       float64
@@ -182,7 +107,7 @@ func TestValuesFloatEncoding(t *testing.T) {
 		{1e300, tagFloat, 8},
 	}
 	for _, tc := range tests {
-		enc := buckets.AppendValues(nil, []buckets.Field{{Name: "x", Value: buckets.Float(tc.v)}})
+		enc := appendValues(nil, []buckets.Field{{Name: "x", Value: buckets.Float(tc.v)}})
 		// version, count, name length, name, tag, payload
 		require.Len(t, enc, 5+tc.payload, "%g", tc.v)
 		assert.Equal(t, []byte{1, 1, 1, 'x'}, enc[:4])
@@ -190,8 +115,8 @@ func TestValuesFloatEncoding(t *testing.T) {
 	}
 }
 
-func TestDecodeValuesRejects(t *testing.T) {
-	valid := buckets.AppendValues(nil, []buckets.Field{
+func TestIndexDecodeValuesRejects(t *testing.T) {
+	valid := appendValues(nil, []buckets.Field{
 		{Name: "a", Value: buckets.Float(1.5)},
 		{Name: "b", Value: buckets.String("hello")},
 		{Name: "c", Value: buckets.Int(-300)},
@@ -224,7 +149,7 @@ func TestDecodeValuesRejects(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var out []buckets.Field
 			var err error
-			require.NotPanics(t, func() { out, err = buckets.DecodeValues(in) })
+			require.NotPanics(t, func() { out, err = decodeValues(in) })
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), "corrupt value encoding")
 			assert.Nil(t, out)
@@ -233,27 +158,71 @@ func TestDecodeValuesRejects(t *testing.T) {
 
 	// Every strict prefix of a valid encoding is truncated.
 	for n := range len(valid) {
-		_, err := buckets.DecodeValues(valid[:n])
+		_, err := decodeValues(valid[:n])
 		assert.Error(t, err, "prefix of %d bytes", n)
 	}
-	_, err := buckets.DecodeValues(valid)
+	_, err := decodeValues(valid)
 	require.NoError(t, err)
 }
 
-func TestAppendValuesPanicsOnUnknownKind(t *testing.T) {
-	assert.Panics(t, func() { buckets.AppendValues(nil, []buckets.Field{{Name: "x"}}) })
+func TestIndexAppendValuesPanicsOnUnknownKind(t *testing.T) {
+	assert.Panics(t, func() { appendValues(nil, []buckets.Field{{Name: "x"}}) })
 }
 
 // TestDecodeValuesFieldCountLimit: the decoder accepts up to 4*MaxValues
 // fields (room for merged readings) and refuses one more.
-func TestDecodeValuesFieldCountLimit(t *testing.T) {
+func TestIndexDecodeValuesFieldCountLimit(t *testing.T) {
 	encode := func(n int) []byte {
 		b := binary.AppendUvarint([]byte{1}, uint64(n))
 		return append(b, bytes.Repeat([]byte{1, 'x', 3}, n)...)
 	}
-	out, err := buckets.DecodeValues(encode(4 * buckets.MaxValues))
+	out, err := decodeValues(encode(4 * buckets.MaxValues))
 	require.NoError(t, err)
 	assert.Len(t, out, 4*buckets.MaxValues)
-	_, err = buckets.DecodeValues(encode(4*buckets.MaxValues + 1))
+	_, err = decodeValues(encode(4*buckets.MaxValues + 1))
 	assert.ErrorContains(t, err, "bad field count")
+}
+
+// FuzzIndexValueCodec checks that DecodeValues never panics on arbitrary
+// bytes, and that whatever it decodes encodes and decodes back to the
+// same fields, with a stable encoding.
+//
+//	go test -fuzz=FuzzIndexValueCodec ./store
+func FuzzIndexValueCodec(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 0})
+	f.Add(appendValues(nil, []buckets.Field{
+		{Name: "a", Value: buckets.Float(1.5)},
+		{Name: "b", Value: buckets.String("x\x00y")},
+		{Name: "c", Value: buckets.Int(math.MinInt64)},
+		{Name: "d", Value: buckets.Bool(true)},
+		{Name: "e", Value: buckets.Float(1 << 53)},
+	}))
+	f.Add(binary.AppendVarint([]byte{1, 1, 1, 'x', 6}, math.MaxInt64)) // non-canonical float
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fields, err := decodeValues(data)
+		if err != nil {
+			require.Nil(t, fields)
+			return
+		}
+		enc := appendValues(nil, fields)
+		again, err := decodeValues(enc)
+		require.NoError(t, err)
+		require.Len(t, again, len(fields))
+		if len(fields) > 0 {
+			// DeepEqual on Value compares float bits: -0 stays -0.
+			assert.Equal(t, fields, again)
+		}
+		require.Equal(t, enc, appendValues(nil, again), "encoding is stable")
+		require.LessOrEqual(t, len(enc), len(data), "the canonical encoding is never longer")
+	})
+}
+
+// floatFields returns n float fields named v000, v001, ... (sorted).
+func floatFields(n int) []buckets.Field {
+	out := make([]buckets.Field, n)
+	for i := range out {
+		out[i] = buckets.Field{Name: fmt.Sprintf("v%03d", i), Value: buckets.Float(float64(i))}
+	}
+	return out
 }

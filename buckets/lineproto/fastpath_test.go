@@ -22,7 +22,7 @@ func readingsOf(t *testing.T, res Result) map[string][]map[string]any {
 	t.Helper()
 	out := map[string][]map[string]any{}
 	for _, m := range res.Messages {
-		dev := strings.TrimPrefix(m.Subject, "telemetry.")
+		dev := m.Device
 		out[dev] = append(out[dev], batch(t, m)...)
 	}
 	return out

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 	"github.com/telemetryd/telemetryd/ingest"
-	"github.com/telemetryd/telemetryd/ingest/wire"
 )
 
 // lineMessage is one message of the line protocol door as the

@@ -11,13 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/ingest/wire"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 func opts() Options {
-	return Options{SubjectPrefix: "telemetry", DeviceTags: []string{"device", "host"}, Precision: time.Nanosecond,
+	return Options{DeviceTags: []string{"device", "host"}, Precision: time.Nanosecond,
 		Now: now, Window: buckets.Window{Retention: 720 * time.Hour, MaxFutureSkew: 5 * time.Minute}}
 }
 
@@ -26,9 +26,8 @@ func opts() Options {
 func batch(t *testing.T, m Message) []map[string]any {
 	t.Helper()
 	require.Equal(t, wire.Format, m.Header[wire.Header])
-	device, ok := strings.CutPrefix(m.Subject, "telemetry.")
-	require.True(t, ok, m.Subject)
-	rs, _, err := wire.Decode(buckets.DeviceID(device), m.Data)
+	require.False(t, m.DeadLetter)
+	rs, _, err := wire.Decode(buckets.DeviceID(m.Device), m.Data)
 	require.NoError(t, err)
 	var out []map[string]any
 	for _, r := range rs {
@@ -46,9 +45,7 @@ func batch(t *testing.T, m Message) []map[string]any {
 // message.
 func assignments(t *testing.T, m Message) []buckets.Assignment {
 	t.Helper()
-	device, ok := strings.CutPrefix(m.Subject, "telemetry.")
-	require.True(t, ok, m.Subject)
-	_, as, err := wire.Decode(buckets.DeviceID(device), m.Data)
+	_, as, err := wire.Decode(buckets.DeviceID(m.Device), m.Data)
 	require.NoError(t, err)
 	return as
 }
@@ -78,11 +75,11 @@ func TestDeviceTagPriority(t *testing.T) {
 	res := Map([]byte("m,host=h1,device=d1,site=s v=1 1795309323000000000\nm,host=h2 v=2 1795309323000000000\n"), o)
 	require.Empty(t, res.Rejected)
 	require.Len(t, res.Messages, 2)
-	assert.Equal(t, "telemetry.d1", res.Messages[0].Subject, "device outranks host whatever the tag order")
+	assert.Equal(t, "d1", res.Messages[0].Device, "device outranks host whatever the tag order")
 	assert.Equal(t, map[string]any{"m.v": 1.0}, batch(t, res.Messages[0])[0]["values"])
 	assert.Equal(t, []buckets.Assignment{{Device: "d1", At: 639309061230000000, Set: attrs("host", "h1", "site", "s")}},
 		assignments(t, res.Messages[0]), "the lower-ranked device tag is an attribute too")
-	assert.Equal(t, "telemetry.h2", res.Messages[1].Subject)
+	assert.Equal(t, "h2", res.Messages[1].Device)
 	assert.Nil(t, assignments(t, res.Messages[1]))
 
 	o.Tags = TagsAsValues
@@ -95,7 +92,8 @@ func TestDeviceTagPriority(t *testing.T) {
 	res = Map([]byte("m,device=d1 v=1\n"), o)
 	require.Len(t, res.Rejected, 1)
 	assert.Equal(t, buckets.CodeInvalidDevice, res.Rejected[0].Err.Code)
-	assert.Equal(t, "rejected.telemetry._invalid", res.DeadLetters[0].Subject)
+	assert.True(t, res.DeadLetters[0].DeadLetter)
+	assert.Empty(t, res.DeadLetters[0].Device, "a dead letter of a line without a device has none")
 
 	res = Map([]byte("m,device=bad.id v=1\n"), opts())
 	require.Len(t, res.Rejected, 1)

@@ -10,11 +10,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/ingest/topology"
-	"github.com/telemetryd/telemetryd/ingest/wire"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
-// maxHeaderValue bounds the Telemetry-Error header.
+// maxHeaderValue bounds Message.Reason (it travels as a header).
 const maxHeaderValue = 1024
 
 // build encodes the merged readings: per device (in first-seen order)
@@ -32,7 +31,6 @@ func (m *mapper) build() {
 	var spans []span
 	for i := range m.devices {
 		d := &m.devices[i]
-		subject := topology.For(m.opts.SubjectPrefix).Device(string(d.id))
 		rs := d.readings
 		if d.unsorted {
 			slices.SortFunc(rs, func(a, b int32) int { return cmp.Compare(m.pending[a].ticks, m.pending[b].ticks) })
@@ -49,7 +47,7 @@ func (m *mapper) build() {
 			start := len(buf)
 			buf = enc.Append(buf)
 			spans = append(spans, span{start, len(buf)})
-			m.res.Messages = append(m.res.Messages, Message{Subject: subject, Header: hdr})
+			m.res.Messages = append(m.res.Messages, Message{Device: string(d.id), Header: hdr})
 			enc.Reset()
 		}
 		for _, pi := range rs {
@@ -68,15 +66,15 @@ func (m *mapper) build() {
 	for i, sp := range spans {
 		msg := &m.res.Messages[i]
 		msg.Data = buf[sp.start:sp.end:sp.end]
-		msg.MsgID = msgID(msg.Subject, msg.Data)
+		msg.MsgID = msgID(msg.Device, msg.Data)
 	}
 }
 
 // msgID is a Nats-Msg-Id naming the content of a message: the same
 // request sent again produces the same IDs.
-func msgID(subject string, data []byte, extra ...string) string {
+func msgID(name string, data []byte, extra ...string) string {
 	h := sha256.New()
-	h.Write([]byte(subject))
+	h.Write([]byte(name))
 	h.Write([]byte{0})
 	h.Write(data)
 	for _, p := range extra {

@@ -1,10 +1,13 @@
 // Package lineproto maps InfluxDB line protocol onto telemetry
 // messages (ingest/README.md). It parses with
 // github.com/influxdata/line-protocol/v2 and produces, for one write
-// request, the messages to publish on <prefix>.<device> (one group per
-// device, in the binary form of package wire) and a dead letter for
-// every line it rejects. It does no
-// I/O: the HTTP handler publishes what Map returns.
+// request, the messages of each device's readings (one group per
+// device, in the binary form of package buckets/wire) and a dead letter
+// for every line it rejects. It does no I/O and knows no NATS subject:
+// the HTTP handler hands what Map returns to a publisher, which puts a
+// device's messages on its subject and the dead letters on the
+// rejected ones, with the reason in headers (package ingest/topology
+// names them).
 //
 // Mapping of one line `<measurement>,<tags> <fields> [<timestamp>]`:
 //
@@ -51,8 +54,7 @@ import (
 	lp "github.com/influxdata/line-protocol/v2/lineprotocol"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/ingest/topology"
-	"github.com/telemetryd/telemetryd/ingest/wire"
+	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
 // CodeConflictingLines rejects a line that gives a value name another
@@ -64,12 +66,6 @@ const CodeConflictingLines buckets.Code = "conflicting_lines"
 // write (Options.Allow). Such a line gets no dead letter: it is a
 // refused request, not bad device data.
 const CodeDeviceNotAllowed buckets.Code = "device_not_allowed"
-
-// Headers of dead letters (package topology names them).
-const (
-	HeaderErrorCode = topology.HeaderErrorCode
-	HeaderError     = topology.HeaderError
-)
 
 // DefaultMaxMessageBytes bounds the payload of one published message
 // when Options.MaxMessageBytes is zero (NATS's default max payload).
@@ -91,9 +87,6 @@ const (
 
 // Options configure Map.
 type Options struct {
-	// SubjectPrefix: readings go to <prefix>.<device>, dead letters to
-	// rejected.<prefix>.<device>.
-	SubjectPrefix string
 	// DeviceTags: the first of these tags present on a line names its
 	// device.
 	DeviceTags []string
@@ -116,18 +109,27 @@ type Options struct {
 	MaxMessageBytes int
 }
 
-// Message is one message to publish to JetStream.
+// Message is one message to publish to JetStream: the readings of one
+// device, or the raw text of one rejected line (a dead letter).
 type Message struct {
-	Subject string
-	Data    []byte
-	// MsgID is a hash of subject and data, so a retried request gives
+	// Device is the device of the readings or of the rejected line; ""
+	// for a rejected line that names no valid device ID.
+	Device string
+	// DeadLetter marks the raw text of a rejected line; Code and Reason
+	// say why it was rejected (Reason names the line, is valid UTF-8
+	// without control characters and at most about 1 KiB, so it fits
+	// a header).
+	DeadLetter bool
+	Code       buckets.Code
+	Reason     string
+	Data       []byte
+	// MsgID is a hash of device and data, so a retried request gives
 	// the same ID. Dead letters are published with it as Nats-Msg-Id
 	// (the rejected stream deduplicates them); readings need none (the
 	// readings stream has no duplicate window, and every line protocol
 	// reading carries its time, so a retry is merged by the store).
 	MsgID string
-	// Header: for readings the payload format (wire.Header), for dead
-	// letters the error headers.
+	// Header holds, for readings, the payload format (wire.Header).
 	Header map[string]string
 }
 
@@ -439,18 +441,16 @@ func (m *mapper) reject(l rawLine, dev string, ve *buckets.ValidationError) {
 		return
 	}
 	if buckets.DeviceID(dev).Validate() != nil {
-		dev = topology.InvalidDeviceToken
+		dev = ""
 	}
-	subject := topology.For(m.opts.SubjectPrefix).Rejected(dev)
 	data := bytes.Clone(l.text)
 	m.res.DeadLetters = append(m.res.DeadLetters, Message{
-		Subject: subject,
-		Data:    data,
-		MsgID:   msgID(subject, data, strconv.Itoa(l.number)),
-		Header: map[string]string{
-			HeaderErrorCode: string(ve.Code),
-			HeaderError:     headerValue(le.Error()),
-		},
+		Device:     dev,
+		DeadLetter: true,
+		Code:       ve.Code,
+		Reason:     headerValue(le.Error()),
+		Data:       data,
+		MsgID:      msgID("rejected\x00"+dev, data, strconv.Itoa(l.number)),
 	})
 }
 
