@@ -175,7 +175,9 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	if slices.Contains(cfg.PeerRuns, "line-B") {
 		s.notes = append(s.notes, "B = "+cfg.Compare)
 	}
-	s.notes = append(s.notes, "Ratios are telemetryd over the peer: above 1 is better for readings/s, worse for the others.")
+	if slices.Contains(cfg.PeerRuns, "peer") {
+		s.notes = append(s.notes, "Ratios are telemetryd over the peer: above 1 is better for readings/s, worse for the others.")
+	}
 	sections := []section{s}
 	switch {
 	case len(qs) > 0:
