@@ -47,6 +47,7 @@ func (s *Server) registerRoutes() {
 	e.GET("/openapi.json", s.handleOpenAPI)
 	s.registerWriteRoutes(e)
 	s.registerInternal(query)
+	s.registerCluster(query)
 
 	s.routes = make(map[string]string)
 	for _, r := range e.Routes() {

@@ -175,6 +175,8 @@ type Config struct {
 	// credential, with their client's rights, outside the rate limit.
 	// Nil leaves those paths unrouted.
 	Internal InternalAPI
+	// Cluster, when set, answers GET /v1/cluster; nil answers 404.
+	Cluster ClusterView
 
 	// Logger, TracerProvider, MeterProvider and Now default to
 	// slog.Default, the otel global providers and time.Now. Now decides
@@ -195,6 +197,7 @@ type Server struct {
 	retention    time.Duration
 	promql       http.Handler
 	internal     InternalAPI
+	cluster      ClusterView
 	ready        func(ctx context.Context) error
 	metrics      http.Handler
 	skew         time.Duration
@@ -250,6 +253,7 @@ func New(cfg Config) (*Server, error) {
 		retention:    cfg.Retention,
 		promql:       cfg.PromQL,
 		internal:     cfg.Internal,
+		cluster:      cfg.Cluster,
 		ready:        cfg.Ready,
 		metrics:      cfg.Metrics,
 		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),

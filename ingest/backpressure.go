@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -80,7 +81,7 @@ func (in *Ingester) setAckWindow(ctx context.Context, want int) {
 	}
 	cfg := cons.CachedInfo().Config
 	cur := cfg.MaxAckPending
-	if cur == want || (want != in.cfg.MaxAckPending && abs(want-cur) < int(paceChange*float64(cur))) {
+	if !repace(cur, want, in.cfg.MaxAckPending, in.replicated(cfg)) {
 		return
 	}
 	cfg.MaxAckPending = want
@@ -102,6 +103,31 @@ func (in *Ingester) setAckWindow(ctx context.Context, want int) {
 	} else {
 		in.log.Debug("ingest window back to its maximum", "max_ack_pending", want)
 	}
+}
+
+// repace reports whether a consumer's window cur should become want
+// (at most limit): a change of at least paceChange, or back to the
+// limit, and never down for a replicated consumer.
+func repace(cur, want, limit int, replicated bool) bool {
+	switch {
+	case cur == want, replicated && want < cur:
+		return false
+	case want == limit:
+		return true
+	}
+	return abs(want-cur) >= int(paceChange*float64(cur))
+}
+
+// replicated reports whether the consumer of cfg keeps more than one
+// replica: its own count, or else its stream's.
+func (in *Ingester) replicated(cfg jetstream.ConsumerConfig) bool {
+	if cfg.Replicas > 0 {
+		return cfg.Replicas > 1
+	}
+	in.mu.Lock()
+	st := in.stream
+	in.mu.Unlock()
+	return st != nil && st.CachedInfo().Config.Replicas > 1
 }
 
 func abs(x int) int {

@@ -19,6 +19,29 @@ func TestAckWindow(t *testing.T) {
 	assert.Equal(t, 600, ackWindow(300, 10000))
 }
 
+func TestRepace(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		cur, want, limit int
+		replicated       bool
+		change           bool
+	}{
+		{"same", 1000, 1000, 10000, false, false},
+		{"up by a quarter", 1000, 1250, 10000, false, true},
+		{"up by less", 1000, 1249, 10000, false, false},
+		{"down by a quarter", 1000, 750, 10000, false, true},
+		{"down by less", 1000, 751, 10000, false, false},
+		{"back to the limit by little", 9900, 10000, 10000, false, true},
+		{"replicated: up", 1000, 1250, 10000, true, true},
+		{"replicated: never down", 1000, 256, 10000, true, false},
+		{"replicated: never down from the limit", 10000, 256, 10000, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.change, repace(tc.cur, tc.want, tc.limit, tc.replicated))
+		})
+	}
+}
+
 // When commits fall behind, the consumer's window of delivered,
 // unacked messages shrinks to what commits keep up with; when they
 // speed up it grows back to the configured maximum.

@@ -167,14 +167,15 @@ func closedCleanly(dir string) bool {
 	return err == nil && len(mems) == 0
 }
 
-// openBadger is badger.Open with panics turned into errors.
+// openBadger is badger.Open with panics turned into errors, past the
+// empty files a power cut can leave (openSizingEmptyFiles).
 func openBadger(opts badger.Options) (db *badger.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			db, err = nil, fmt.Errorf("badger panicked: %v", r)
 		}
 	}()
-	return badger.Open(opts)
+	return openSizingEmptyFiles(opts, badger.Open)
 }
 
 // tableMeta is the metadata of a day table.

@@ -6,7 +6,13 @@
 // stored exactly once, and nothing that was never published may appear.
 // With -protocol mqtt it publishes MQTT QoS 1 on telemetry/<device>
 // through the service's MQTT listener instead, and a reading counts as
-// acked once its PUBACK arrived.
+// acked once its PUBACK arrived; with -protocol lineproto it writes
+// InfluxDB line protocol to POST /api/v2/write, and a reading counts as
+// acked once its write was answered 204.
+//
+// With -power-cut (and -lazyfs, the LazyFS binary) every kill is a
+// power cut: the data dir is on a LazyFS mount, and before the restart
+// every write the service had not fsynced is dropped (see README.md).
 //
 // With -hostile the guarantee must hold whatever another client does.
 // The service runs with an auth file (the loop publishes with a gateway
@@ -35,6 +41,7 @@
 //	go run ./cmd/telemetry-crashloop -kills 50 -readings 500000 -rate 5000
 //	go run ./cmd/telemetry-crashloop -protocol mqtt -kills 10 -readings 200000 -rate 5000
 //	go run ./cmd/telemetry-crashloop -hostile -kills 10 -readings 200000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -power-cut -lazyfs /opt/lazyfs/lazyfs/build/lazyfs -sync-writes -kills 20 -readings 200000
 //	go run ./cmd/telemetry-crashloop -hostile -protocol mqtt -kills 10 -readings 200000 -rate 5000
 package main
 
@@ -66,8 +73,12 @@ type Config struct {
 	Seed     int64         // seeds the kill schedule
 	Progress time.Duration // progress line interval
 	Args     []string      // extra telemetryd flags (e.g. -sync-writes)
-	Protocol string        // nats (JetStream publish acks) or mqtt (QoS 1 PUBACKs)
+	Protocol string        // nats (JetStream publish acks), mqtt (QoS 1 PUBACKs) or lineproto (204s)
 	Hostile  bool          // run the service with credentials and a hostile second client
+	// PowerCut puts the data dir on a LazyFS mount and, at each kill,
+	// drops every write the service had not fsynced (see lazyFS).
+	PowerCut bool
+	LazyFS   string // the lazyfs binary (-power-cut)
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
@@ -91,9 +102,12 @@ type Result struct {
 	// messages stored before the service was killed, or messages whose
 	// Nats-Msg-Id another client used first.
 	DuplicateAcks int
-	Hostile       *HostileCounts // what the hostile client did (-hostile)
-	Probe         *ProbeCounts   // what the QoS 0 probe found (-hostile)
-	Elapsed       time.Duration
+	// FailedStarts counts starts after a power cut that failed (the
+	// next attempt started the service).
+	FailedStarts int
+	Hostile      *HostileCounts // what the hostile client did (-hostile)
+	Probe        *ProbeCounts   // what the QoS 0 probe found (-hostile)
+	Elapsed      time.Duration
 }
 
 // OK reports whether the run upheld the guarantee and every reading
@@ -116,9 +130,11 @@ func main() {
 	flag.DurationVar(&cfg.MinUp, "min-up", 500*time.Millisecond, "shortest uptime between kills")
 	flag.DurationVar(&cfg.MaxUp, "max-up", 3*time.Second, "longest uptime between kills")
 	flag.Int64Var(&cfg.Seed, "seed", time.Now().UnixNano(), "seed of the kill schedule (printed, for replay)")
-	flag.StringVar(&cfg.Protocol, "protocol", "nats", "publish with nats (JetStream acks) or mqtt (QoS 1, PUBACKs)")
+	flag.StringVar(&cfg.Protocol, "protocol", "nats", "publish with nats (JetStream acks), mqtt (QoS 1, PUBACKs) or lineproto (line protocol writes, 204s)")
 	flag.DurationVar(&cfg.Progress, "progress", time.Second, "progress interval")
 	flag.BoolVar(&cfg.Hostile, "hostile", false, "run the service with an auth file and a 64MiB stream while a second device copies the loop's message IDs, floods invalid payloads and rewrites the auth file every second")
+	flag.BoolVar(&cfg.PowerCut, "power-cut", false, "put the data dir on LazyFS and cut the power at every kill: drop every write the service had not fsynced")
+	flag.StringVar(&cfg.LazyFS, "lazyfs", "", "lazyfs binary for -power-cut (see cmd/telemetry-crashloop/README.md)")
 	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.Parse()
@@ -140,9 +156,9 @@ func main() {
 }
 
 func printResult(w io.Writer, cfg Config, r Result) {
-	fmt.Fprintf(w, "protocol=%s seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d retried=%d duplicate_acks=%d lost_acked_duplicate=%d elapsed=%s\n",
-		cmp.Or(cfg.Protocol, "nats"), cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
-		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "protocol=%s power_cut=%t seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d retried=%d duplicate_acks=%d lost_acked_duplicate=%d failed_starts=%d elapsed=%s\n",
+		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
+		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.FailedStarts, r.Elapsed.Round(time.Millisecond))
 	if r.Hostile != nil {
 		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -119,6 +120,17 @@ func (s *service) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	return fmt.Errorf("telemetryd not ready after %s; see %s", timeout, s.logPath)
+}
+
+// lastLogLine returns the last line of the service's log, which says
+// why a start failed.
+func (s *service) lastLogLine() string {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }
 
 // kill SIGKILLs the service and waits for it to be gone.

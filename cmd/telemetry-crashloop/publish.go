@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ type publisher struct {
 	send   func(m int) (<-chan error, error) // publishes message m; the channel reports its ack; nil: JetStream
 	cfg    Config
 	base   time.Time // reading seq is stamped base + seq ms
+	field  string    // the value that carries seq once stored; empty: seq
 	acked  atomic.Int64
 	errors atomic.Int64
 	// next is the first message not yet sent (retries aside).
@@ -39,6 +41,9 @@ type publisher struct {
 var errStalled = errors.New("publishing stalled")
 
 const maxInFlight = 512
+
+// seqField is the value that carries a reading's number once stored.
+func (p *publisher) seqField() string { return cmp.Or(p.field, "seq") }
 
 func (p *publisher) messages() int { return (p.cfg.Readings + p.cfg.Batch - 1) / p.cfg.Batch }
 

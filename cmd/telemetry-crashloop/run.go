@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			return res, err
 		}
 	}
+	var lfs *lazyFS
+	if cfg.PowerCut {
+		// -data-dir, if given, is the disk under the mount.
+		root := cmp.Or(cfg.DataDir, filepath.Join(work, "disk"))
+		if lfs, err = newLazyFS(cfg.LazyFS, filepath.Join(work, "lazyfs"), root, log); err != nil {
+			return res, err
+		}
+		if err := lfs.mount(ctx); err != nil {
+			lfs.close()
+			return res, err
+		}
+		defer lfs.close() // after the service stopped: defers run last first
+		cfg.DataDir = filepath.Join(lfs.mnt, "data")
+	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = filepath.Join(work, "data")
 	}
@@ -40,11 +55,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			return res, err
 		}
 	}
+	if cfg.Protocol == "lineproto" {
+		// Every write is a request: the loop's rate and its retries
+		// after a restart are not what the request rate limit is for.
+		cfg.Args = append(cfg.Args, "-http-rate", "0")
+	}
 	svc, err := newService(cfg, work, log)
 	if err != nil {
 		return res, err
 	}
-	log.Info("crash loop", "protocol", cfg.Protocol, "hostile", cfg.Hostile, "seed", cfg.Seed, "kills", cfg.Kills, "readings", cfg.Readings, "data_dir", cfg.DataDir, "log", svc.logPath)
+	log.Info("crash loop", "protocol", cfg.Protocol, "hostile", cfg.Hostile, "power_cut", cfg.PowerCut, "seed", cfg.Seed, "kills", cfg.Kills, "readings", cfg.Readings, "data_dir", cfg.DataDir, "log", svc.logPath)
 	if err := svc.start(ctx); err != nil {
 		return res, err
 	}
@@ -81,8 +101,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		}
 		defer ms.close()
 		pub.send = ms.send
+	case "lineproto":
+		if cfg.Hostile {
+			return res, errors.New("-protocol lineproto: not with -hostile")
+		}
+		pub.send = newLineSender(pub, svc.httpAddr, header).send
+		pub.field = lineMeasurement + ".seq"
 	default:
-		return res, fmt.Errorf("-protocol %q: want nats or mqtt", cfg.Protocol)
+		return res, fmt.Errorf("-protocol %q: want nats, mqtt or lineproto", cfg.Protocol)
 	}
 	pubCtx, cancelPub := context.WithCancel(ctx)
 	defer cancelPub()
@@ -100,7 +126,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 
 	stopProgress := progress(cfg.Progress, log, pub, res.Hostile)
 	defer stopProgress()
-	if err := killLoop(ctx, cfg, svc, &res); err != nil {
+	if err := killLoop(ctx, cfg, svc, lfs, pub, log, &res); err != nil {
 		return res, err
 	}
 	stalled := <-pubErr
@@ -144,8 +170,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 }
 
 // killLoop SIGKILLs the service cfg.Kills times at seeded random
-// moments, restarting it each time.
-func killLoop(ctx context.Context, cfg Config, svc *service, res *Result) error {
+// moments, restarting it each time. With lfs, each kill is a power cut:
+// every write the service had not fsynced is lost before the restart.
+func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyFS, pub *publisher, log *slog.Logger, res *Result) error {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
 	for res.Kills < cfg.Kills {
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
@@ -158,11 +185,36 @@ func killLoop(ctx context.Context, cfg Config, svc *service, res *Result) error 
 			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
 		}
 		res.Kills++
-		if err := svc.start(ctx); err != nil {
+		if lfs != nil {
+			acked := pub.acked.Load()
+			if err := lfs.cut(ctx); err != nil {
+				return fmt.Errorf("power cut %d: %w", res.Kills, err)
+			}
+			log.Info("power cut", "cut", res.Kills, "acked_before", acked)
+		}
+		if err := restart(ctx, svc, lfs != nil, log, res); err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 		}
 	}
 	return nil
+}
+
+// startAttempts is how often restart starts the service after a power
+// cut before it gives up, as a supervisor (systemd's Restart=) would.
+const startAttempts = 5
+
+// restart starts the service again. After a power cut a start that
+// fails is counted in res.FailedStarts, logged with the service's
+// reason, and tried again.
+func restart(ctx context.Context, svc *service, powerCut bool, log *slog.Logger, res *Result) error {
+	for attempt := 1; ; attempt++ {
+		err := svc.start(ctx)
+		if err == nil || !powerCut || attempt == startAttempts || ctx.Err() != nil {
+			return err
+		}
+		res.FailedStarts++
+		log.Warn("start after power cut failed; starting again", "attempt", attempt, "err", err, "reason", svc.lastLogLine())
+	}
 }
 
 func newService(cfg Config, work string, log *slog.Logger) (*service, error) {

@@ -94,7 +94,7 @@ func (v verifier) check(ctx context.Context, res *Result) error {
 		if err != nil {
 			return err
 		}
-		run := exactlyonce.Run{Field: "seq", Base: v.pub.base, Step: time.Millisecond,
+		run := exactlyonce.Run{Field: v.pub.seqField(), Base: v.pub.base, Step: time.Millisecond,
 			Published: func(seq int) bool { return seq < cfg.Readings && v.pub.deviceOf(seq) == d }}
 		var acked, ackedDup []int
 		for seq := range cfg.Readings {

@@ -8,11 +8,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"github.com/telemetryd/telemetryd/api/cluster"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
+	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/retention"
@@ -124,27 +123,15 @@ func (c *Config) clusterCredential() (string, error) {
 	return hex.EncodeToString(key), nil
 }
 
-// clusterNode runs this node's share of a cluster: its lease, the
-// consumers of the partitions it owns, and the query router.
+// clusterNode is this node's share of a cluster: its lease, the
+// partition consumers (package ingest/cluster) and the query router.
 type clusterNode struct {
-	m       *Main
 	members *ownership.Membership
+	node    *ingestcluster.Node
 	router  *cluster.Router
-	js      jetstream.JetStream
 
-	cancel context.CancelFunc
+	cancel context.CancelFunc // stops the lease's renewals
 	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	parts map[int]*partitionConsumer
-}
-
-// partitionConsumer is one partition's ingester.
-type partitionConsumer struct {
-	ing    *ingest.Ingester
-	cancel context.CancelFunc
-	done   chan struct{}
-	ready  bool
 }
 
 // membershipView adapts ownership.Membership to cluster.Membership.
@@ -209,7 +196,22 @@ func (m *Main) openCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.cluster = &clusterNode{m: m, members: members, router: router, js: js, parts: map[int]*partitionConsumer{}}
+	node, err := ingestcluster.New(ingestcluster.Config{
+		Members:    members,
+		Consumers:  clusterConsumers{m: m, js: js},
+		Store:      m.store,
+		Everywhere: router,
+		Dropped: func(ctx context.Context, d buckets.TableDrop) {
+			d.Reason = retention.ReasonManual
+			m.countManualDrop(ctx, d)
+		},
+		Logger: m.log.With("component", "cluster"),
+		Now:    m.now,
+	})
+	if err != nil {
+		return err
+	}
+	m.cluster = &clusterNode{members: members, node: node, router: router}
 	return nil
 }
 
@@ -271,40 +273,24 @@ func (m *Main) withCluster(c *api.Config) error {
 	r := m.cluster.router
 	c.Reader = r
 	c.Attributes = r
-	c.Admin = clusterAdmin{router: r, members: m.cluster.members, local: admin{store: m.store, ret: m.ret}, log: m.log}
+	c.Admin = clusterAdmin{node: m.cluster.node, local: admin{store: m.store, ret: m.ret}}
 	c.Internal = r.Handler()
+	c.Cluster = clusterView{m.cluster.members}
 	return withDashboards(c, r)
 }
 
 // clusterAdmin drops tables on every node; retention stays per node.
 type clusterAdmin struct {
-	router  *cluster.Router
-	members *ownership.Membership
-	local   admin
-	log     *slog.Logger
+	node  *ingestcluster.Node
+	local admin
 }
 
-// DropTable records the drop cluster-wide first (a node that is down
-// or unreachable applies it when it is back, see applyDrops), then
-// drops the day on every live node.
 func (a clusterAdmin) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
-	at := time.Now()
-	if err := a.members.RecordDrop(ctx, day, at, false); err != nil {
-		return buckets.TableDrop{Day: day, Readings: -1}, fmt.Errorf("table %s: %w: %w", day, err, buckets.ErrUnavailable)
+	d, err := a.node.DropTable(ctx, day)
+	if err == nil {
+		d.Reason = retention.ReasonManual
 	}
-	d, err := a.router.DropTable(ctx, day)
-	// Gone round: the nodes that did not answer may now apply it. (If
-	// this fails, they do after the record's wait.)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	if rerr := a.members.RecordDrop(rctx, day, at, true); rerr != nil {
-		a.log.Warn("record a cluster-wide drop as sent round", "day", day.String(), "err", rerr)
-	}
-	cancel()
-	if err != nil {
-		return d, err
-	}
-	d.Reason = "manual"
-	return d, nil
+	return d, err
 }
 
 func (a clusterAdmin) RunRetention(ctx context.Context, dryRun bool) (buckets.RetentionReport, error) {
@@ -312,261 +298,64 @@ func (a clusterAdmin) RunRetention(ctx context.Context, dryRun bool) (buckets.Re
 }
 
 // runCluster renews the lease and follows the partitions this node
-// should consume until Close.
+// should consume until closeCluster.
 func (m *Main) runCluster() {
 	c := m.cluster
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.wg.Go(func() { c.members.Run(ctx) })
-	c.wg.Go(func() { c.follow(ctx) })
+	c.node.Start()
 }
 
 // closeCluster stops every partition consumer (their durable consumers
-// stay, so a restart resumes them) and deletes the lease.
+// stay, so a restart resumes them), then deletes the lease.
 func (m *Main) closeCluster(ctx context.Context) error {
 	c := m.cluster
 	if c == nil || c.cancel == nil {
 		return nil
 	}
+	err := c.node.Close(ctx)
 	c.cancel()
 	c.wg.Wait()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
-	for p, pc := range c.parts {
-		pc.cancel()
-		select {
-		case <-pc.done:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("partition %d did not finish its batch: %w", p, ctx.Err()))
-		}
-	}
-	return errors.Join(errs...)
+	return err
 }
 
-// followEvery is how often the consumers are compared with the
-// ownership and the catch-up of new ones checked.
-const followEvery = 500 * time.Millisecond
-
-// follow starts and stops partition consumers as ownership changes and
-// publishes the partitions caught up on.
-func (c *clusterNode) follow(ctx context.Context) {
-	t := time.NewTicker(followEvery)
-	defer t.Stop()
-	for {
-		c.step(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.members.Changes():
-		case <-t.C:
-		}
-	}
-}
-
-// step brings the consumers in line with Wanted once.
-func (c *clusterNode) step(ctx context.Context) {
-	want := c.members.Wanted()
-	c.mu.Lock()
-	for _, p := range want {
-		if _, ok := c.parts[p]; !ok {
-			if err := c.start(p); err != nil {
-				c.m.log.Error("start partition consumer", "partition", p, "err", err)
-			}
-		}
-	}
-	var drop []int
-	for p := range c.parts {
-		if !slices.Contains(want, p) {
-			drop = append(drop, p)
-		}
-	}
-	c.mu.Unlock()
-	for _, p := range drop {
-		c.stop(ctx, p)
-	}
-	c.mu.Lock()
-	var ready, holding []int
-	for p, pc := range c.parts {
-		holding = append(holding, p)
-		if !pc.ready {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			ok, err := pc.ing.CaughtUp(cctx)
-			cancel()
-			if err == nil && ok {
-				pc.ready = true
-				c.m.log.Info("partition caught up", "partition", p)
-			}
-		}
-		if pc.ready {
-			ready = append(ready, p)
-		}
-	}
-	c.mu.Unlock()
-	c.applyDrops(ctx)
-	c.members.SetHolding(holding)
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.members.SetReady(rctx, ready); err != nil && ctx.Err() == nil {
-		c.m.log.Warn("publish caught-up partitions", "err", err)
-	}
-}
-
-// dropSkew is how much earlier than the cluster-wide record a node's
-// own drop of a day may be stamped (the nodes' clocks differ) and still
-// count as that drop.
-const dropSkew = time.Minute
-
-// applyDrops drops the days dropped cluster-wide that this node still
-// holds without a drop of its own since: it was down or unreachable
-// when the DELETE went round.
-func (c *clusterNode) applyDrops(ctx context.Context) {
-	for day, at := range c.members.Drops() {
-		if own, ok := c.m.store.DroppedAt(day); ok && !own.Before(at.Add(-dropSkew)) {
-			continue
-		}
-		d, err := c.m.store.DropTable(ctx, day)
-		switch {
-		case errors.Is(err, buckets.ErrNotFound), errors.Is(err, buckets.ErrUnavailable): // none, or being dropped
-		case err != nil:
-			c.m.log.Warn("drop a day dropped cluster-wide while this node was away", "day", day.String(), "err", err)
-		default:
-			d.Reason = retention.ReasonManual
-			c.m.countManualDrop(ctx, d)
-			c.m.log.Info("dropped a day dropped cluster-wide while this node was away", "day", day.String(),
-				"dropped_cluster_wide", at, "size_bytes", d.SizeBytes)
-		}
-	}
-}
-
-// clusterTombstones are the store's tombstones and the cluster-wide
-// drops together: a partition consumer skips a reading of a day
-// dropped by either after its message was stored, so a node that
-// replays the stream (a new owner, or one back from an outage) does
-// not write a cluster-wide dropped day again.
-type clusterTombstones struct {
-	local   ingest.Tombstones
-	cluster interface {
-		DroppedAt(buckets.Day) (time.Time, bool)
-	}
-}
-
-func (t clusterTombstones) DroppedAt(day buckets.Day) (time.Time, bool) {
-	a, okA := t.local.DroppedAt(day)
-	b, okB := t.cluster.DroppedAt(day)
-	switch {
-	case okA && okB:
-		return maxTime(a, b), true
-	case okB:
-		return b, true
-	}
-	return a, okA
-}
-
-func (t clusterTombstones) HoldDrops() (release func()) { return t.local.HoldDrops() }
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
+// clusterConsumers makes the partition consumers: one ingester per
+// partition, with its own durable consumer named after this node.
+type clusterConsumers struct {
+	m  *Main
+	js jetstream.JetStream
 }
 
 // consumerName is the durable consumer of partition p on this node.
-func (c *clusterNode) consumerName(p int) string {
-	return "ingest-" + c.m.cfg.Cluster.NodeName + "-p" + strconv.Itoa(p)
+func (cc clusterConsumers) consumerName(p int) string {
+	return "ingest-" + cc.m.cfg.Cluster.NodeName + "-p" + strconv.Itoa(p)
 }
 
-// start runs a consumer for partition p (c.mu held).
-func (c *clusterNode) start(p int) error {
-	m := c.m
-	icfg := ingest.DefaultConfig()
-	icfg.SubjectPrefix = m.cfg.SubjectPrefix
-	icfg.Window = m.window()
+func (cc clusterConsumers) Consumer(p int) (ingestcluster.Consumer, error) {
+	m := cc.m
+	icfg := m.ingestConfig()
+	icfg.MQTTCopies = false // a cluster node has no embedded MQTT listener
 	icfg.Partitions, icfg.Partition = m.cfg.Cluster.Partitions, p
 	icfg.Replicas = m.cfg.Cluster.StreamReplicas
-	icfg.Consumer = c.consumerName(p)
+	icfg.Consumer = cc.consumerName(p)
 	icfg.Exclusive = true // named after this node, whose name is unique (leases)
-	icfg.Positions = partitionPositions{st: m.store, p: p}
-	icfg.Tombstones = clusterTombstones{local: m.store, cluster: c.members}
-	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
-	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
+	icfg.Positions = ingestcluster.Positions{Store: m.store, Partition: p}
+	icfg.Tombstones = ingestcluster.Tombstones{Local: m.store, Cluster: m.cluster.members}
 	// The consumer share of the memory budget is split between the
 	// partitions, each keeping room for the largest message.
 	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(m.cfg.Cluster.Partitions), minPullBytes))
 	icfg.Logger = m.log.With("component", "ingest", "partition", p)
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
-	ing, err := ingest.New(m.nc, m.store, icfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pc := &partitionConsumer{ing: ing, cancel: cancel, done: make(chan struct{})}
-	c.parts[p] = pc
-	go func() {
-		defer close(pc.done)
-		if err := ing.Run(ctx); err != nil {
-			m.log.Error("partition consumer stopped", "partition", p, "err", err)
-		}
-	}()
-	m.log.Info("consuming partition", "partition", p, "consumer", icfg.Consumer)
-	return nil
+	return ingest.New(m.nc, m.store, icfg)
 }
 
-// stop ends the consumer of a partition this node no longer owns and
-// deletes its durable consumer; its saved position lets a later
-// takeover resume where it stopped.
-func (c *clusterNode) stop(ctx context.Context, p int) {
-	c.mu.Lock()
-	pc := c.parts[p]
-	delete(c.parts, p)
-	c.mu.Unlock()
-	if pc == nil {
-		return
-	}
-	pc.cancel()
-	<-pc.done
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.js.DeleteConsumer(dctx, ingest.DefaultConfig().Stream, c.consumerName(p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		c.m.log.Warn("delete consumer of a partition handed over", "partition", p, "err", err)
-	}
-	c.m.log.Info("partition handed over", "partition", p)
-}
-
-// ready reports whether this node can serve: its lease is held and at
-// least one of its partitions caught up, or it owns none.
-func (c *clusterNode) readyErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for p, pc := range c.parts {
-		if err := pc.ing.Ready(); err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
+func (cc clusterConsumers) Remove(ctx context.Context, p int) error {
+	err := cc.js.DeleteConsumer(ctx, ingest.DefaultConfig().Stream, cc.consumerName(p))
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete consumer %s: %w", cc.consumerName(p), err)
 	}
 	return nil
-}
-
-// partitionPositions keeps one saved stream position per partition in
-// the store, under "<stream>/p<N>".
-type partitionPositions struct {
-	st interface {
-		ingest.Positions
-	}
-	p int
-}
-
-func (pp partitionPositions) key(stream string) string { return stream + "/p" + strconv.Itoa(pp.p) }
-
-func (pp partitionPositions) LoadPosition(ctx context.Context, stream string) (buckets.StreamPosition, bool, error) {
-	pos, ok, err := pp.st.LoadPosition(ctx, pp.key(stream))
-	pos.Stream = stream
-	return pos, ok, err
-}
-
-func (pp partitionPositions) SavePosition(ctx context.Context, pos buckets.StreamPosition) error {
-	pos.Stream = pp.key(pos.Stream)
-	return pp.st.SavePosition(ctx, pos)
 }
 
 // clusterConnsPerNode bounds the connections one node keeps to another.

@@ -92,11 +92,9 @@ func TestClusterIngestThroughput(t *testing.T) {
 			if m.cluster == nil {
 				ings = append(ings, m.ingest)
 			} else {
-				m.cluster.mu.Lock()
-				for _, pc := range m.cluster.parts {
-					ings = append(ings, pc.ing)
+				for _, c := range m.cluster.node.Consumers() {
+					ings = append(ings, c)
 				}
-				m.cluster.mu.Unlock()
 			}
 			for _, in := range ings {
 				pending, _, err := in.Backlog(context.Background())

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/api/cluster"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/exactlyonce"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
@@ -216,14 +217,33 @@ func TestClusterSIGKILL(t *testing.T) {
 }
 
 // internalCopy reads node base's own copy of dev through the
-// node-to-node API (values in the store's codec).
+// node-to-node API (values in the store's codec), with the cluster
+// credential the nodes derive from testCursorKey, as a node without
+// authentication calls it.
 func internalCopy(base, dev string) ([]exactlyonce.Reading, error) {
+	cfg := DefaultConfig()
+	cfg.Security.CursorKey = testCursorKey
+	credential, err := cfg.clusterCredential()
+	if err != nil {
+		return nil, err
+	}
 	body, _ := json.Marshal(map[string]any{"device": dev, "n": 100000})
-	resp, err := http.Post(base+"/internal/v1/latest", "application/json", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, base+"/internal/v1/latest", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+credential)
+	req.Header.Set(cluster.HeaderCaller, "open")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return nil, fmt.Errorf("copy of %s on %s: %d %s", dev, base, resp.StatusCode, b)
+	}
 	var page struct {
 		Readings []struct {
 			K int64  `json:"k"`

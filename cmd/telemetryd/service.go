@@ -355,7 +355,7 @@ func (m *Main) ready(ctx context.Context) error {
 		return fmt.Errorf("nats: %s", m.nc.Status())
 	}
 	if m.cluster != nil {
-		return m.cluster.readyErr()
+		return m.cluster.node.Ready()
 	}
 	if err := m.ingest.Ready(); err != nil {
 		return fmt.Errorf("ingest: %w", err)

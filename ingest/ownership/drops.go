@@ -50,6 +50,9 @@ type drop struct {
 
 // openDrops creates (or opens) the drops bucket and reads it.
 func (m *Membership) openDrops(ctx context.Context) error {
+	if m.js == nil { // NewOn
+		return m.readDrops(ctx)
+	}
 	kv, err := m.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      m.cfg.Bucket + "_DROPS",
 		Description: "telemetryd: days dropped cluster-wide (DELETE /v1/tables/{day}) and when",
@@ -94,7 +97,7 @@ func (m *Membership) readDrops(ctx context.Context) error {
 		drops[day] = d
 	}
 	m.mu.Lock()
-	m.drops = drops
+	m.drops, m.lastDrops = drops, m.cfg.Now()
 	m.mu.Unlock()
 	return nil
 }

@@ -3,8 +3,9 @@
 // a JetStream key-value bucket.
 //
 // Every node holds a lease: the key nodes.<name> of the bucket, whose
-// value names the node's advertised URL and the partitions it has
-// caught up on. The bucket's TTL is the lease TTL; a node renews its
+// value (Lease, JSON) names the node's advertised URL, the partitions
+// it consumes and those it has caught up on, and how far behind the
+// stream it is. The bucket's TTL is the lease TTL; a node renews its
 // lease every third of it, and a lease older than the TTL is dead
 // (whether or not the server has removed it yet). A node that stops
 // cleanly deletes its lease, so the others take over at once.
@@ -95,16 +96,39 @@ type Config struct {
 	Now    func() time.Time
 }
 
-// Lease is what a node publishes about itself.
+// Lease is what a node publishes about itself, the value of its key
+// (JSON):
+//
+//	{"node":"node-0","url":"http://node-0:8080","ready":[0,3,7],
+//	 "holding":[0,3,7,9],"lag":120,"renewed":"2026-11-22T12:00:00Z"}
 type Lease struct {
 	Node string `json:"node"`
 	URL  string `json:"url"`
-	// Ready lists the partitions the node has caught up on, ascending.
+	// Ready lists the partitions the node has caught up on, ascending:
+	// the ones it answers queries for.
 	Ready []int `json:"ready"`
+	// Holding lists the partitions the node consumes, ascending: Ready
+	// and those it is catching up on. Absent from older nodes' leases.
+	Holding []int `json:"holding,omitempty"`
+	// Lag is how many messages of its partitions the node had not
+	// settled (not yet delivered, or delivered and not yet acked) when
+	// it last looked, summed over Holding.
+	Lag uint64 `json:"lag"`
 	// Renewed is when the lease was last written (the bucket's own
 	// timestamp decides expiry; this is for people).
 	Renewed time.Time `json:"renewed"`
 }
+
+// KV is the part of a JetStream key-value bucket the leases and the
+// drops are kept in (jetstream.KeyValue has it).
+type KV interface {
+	Put(ctx context.Context, key string, value []byte) (uint64, error)
+	Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error)
+	Keys(ctx context.Context, opts ...jetstream.WatchOpt) ([]string, error)
+	Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error
+}
+
+var _ KV = jetstream.KeyValue(nil)
 
 // Peer is a node that can answer for a partition.
 type Peer struct {
@@ -121,17 +145,43 @@ type Membership struct {
 
 	changed chan struct{}
 
-	mu      sync.Mutex
-	kv      jetstream.KeyValue
-	live    map[string]Lease // by node, this node included once it holds its lease
-	ready   []int            // this node's caught-up partitions
-	holding map[int]bool     // partitions this node consumes now
-	dropsKV jetstream.KeyValue
-	drops   map[buckets.Day]drop // days dropped cluster-wide (drops.go)
+	mu        sync.Mutex
+	kv        KV
+	live      map[string]Lease // by node, this node included once it holds its lease
+	ready     []int            // this node's caught-up partitions
+	holding   map[int]bool     // partitions this node consumes now
+	lag       uint64           // this node's unsettled messages
+	renewed   time.Time        // when this node's lease was last written
+	renewErr  error            // why the last renewal failed; nil when it did not
+	dropsKV   KV
+	drops     map[buckets.Day]drop // days dropped cluster-wide (drops.go)
+	lastDrops time.Time            // when drops were last read
 }
 
-// New checks cfg and returns a Membership on js; Run keeps it.
+// New checks cfg and returns a Membership on js; Open creates its
+// buckets and Run keeps it.
 func New(js jetstream.JetStream, cfg Config) (*Membership, error) {
+	if js == nil {
+		return nil, errors.New("ownership: nil JetStream")
+	}
+	return newMembership(js, cfg)
+}
+
+// NewOn returns a Membership on buckets that exist already: leases
+// (with the lease TTL) and drops. Open takes the lease.
+func NewOn(leases, drops KV, cfg Config) (*Membership, error) {
+	if leases == nil || drops == nil {
+		return nil, errors.New("ownership: nil bucket")
+	}
+	m, err := newMembership(nil, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.kv, m.dropsKV = leases, drops
+	return m, nil
+}
+
+func newMembership(js jetstream.JetStream, cfg Config) (*Membership, error) {
 	cfg.Bucket = cmp.Or(cfg.Bucket, DefaultBucket)
 	cfg.Copies = cmp.Or(cfg.Copies, DefaultCopies)
 	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, DefaultLeaseTTL)
@@ -142,8 +192,6 @@ func New(js jetstream.JetStream, cfg Config) (*Membership, error) {
 		cfg.Now = time.Now
 	}
 	switch {
-	case js == nil:
-		return nil, errors.New("ownership: nil JetStream")
 	case cfg.Partitions < 1:
 		return nil, fmt.Errorf("ownership: partitions %d: want at least 1", cfg.Partitions)
 	case cfg.Copies < 1:
@@ -175,21 +223,24 @@ const bucketMaxBytes = 64 << 20
 // two nodes of one name would each believe the other's partitions are
 // theirs.
 func (m *Membership) Open(ctx context.Context) error {
-	kv, err := m.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      m.cfg.Bucket,
-		Description: "telemetryd node leases: advertised URL and caught-up partitions",
-		TTL:         m.cfg.LeaseTTL,
-		History:     1,
-		MaxBytes:    bucketMaxBytes,
-		Storage:     jetstream.FileStorage,
-		Replicas:    m.cfg.Replicas,
-	})
-	if err != nil {
-		return fmt.Errorf("ownership: bucket %s: %w", m.cfg.Bucket, err)
+	if m.js != nil {
+		kv, err := m.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      m.cfg.Bucket,
+			Description: "telemetryd node leases: advertised URL and caught-up partitions",
+			TTL:         m.cfg.LeaseTTL,
+			History:     1,
+			MaxBytes:    bucketMaxBytes,
+			Storage:     jetstream.FileStorage,
+			Replicas:    m.cfg.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("ownership: bucket %s: %w", m.cfg.Bucket, err)
+		}
+		m.mu.Lock()
+		m.kv = kv
+		m.mu.Unlock()
 	}
-	m.mu.Lock()
-	m.kv = kv
-	m.mu.Unlock()
+	kv := m.kv
 	if e, err := kv.Get(ctx, keyPrefix+m.cfg.Node); err == nil && m.alive(e) {
 		var l Lease
 		if json.Unmarshal(e.Value(), &l) == nil && l.URL != m.cfg.URL {
@@ -210,44 +261,71 @@ func (m *Membership) Open(ctx context.Context) error {
 const dropsEvery = 10 * time.Second
 
 // Run renews the lease and refreshes the view every third of the lease
-// TTL until ctx is done, then deletes the lease.
+// TTL (Sync) until ctx is done, then deletes the lease.
 func (m *Membership) Run(ctx context.Context) {
 	t := time.NewTicker(m.cfg.LeaseTTL / 3)
 	defer t.Stop()
-	lastDrops := m.cfg.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := m.kv.Delete(dctx, keyPrefix+m.cfg.Node); err != nil {
-				m.log.Warn("delete lease", "node", m.cfg.Node, "err", err)
-			}
-			cancel()
+			m.Leave(context.WithoutCancel(ctx))
 			return
 		case <-t.C:
 		}
-		// Each step may take up to half the TTL: a slow server delays a
-		// renewal rather than failing it, and the next tick follows.
-		rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
-		if err := m.renew(rctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("renew lease", "node", m.cfg.Node, "err", err)
-		}
-		cancel()
-		rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
-		if err := m.refresh(rctx); err != nil && ctx.Err() == nil {
-			m.log.Warn("read leases", "err", err)
-		}
-		cancel()
-		if m.cfg.Now().Sub(lastDrops) >= dropsEvery {
-			rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
-			if err := m.readDrops(rctx); err != nil && ctx.Err() == nil {
-				m.log.Warn("read cluster-wide drops", "err", err)
-			} else {
-				lastDrops = m.cfg.Now()
-			}
-			cancel()
-		}
+		m.Sync(ctx)
 	}
+}
+
+// Leave deletes this node's lease, so the others take its partitions
+// over at once.
+func (m *Membership) Leave(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := m.kv.Delete(dctx, keyPrefix+m.cfg.Node); err != nil {
+		m.log.Warn("delete lease", "node", m.cfg.Node, "err", err)
+	}
+}
+
+// Sync renews the lease, reads the others' and, every dropsEvery, the
+// cluster-wide drops. Each step may take up to half the TTL: a slow
+// server delays a renewal rather than failing it, and the next one
+// follows. Failures are logged; LeaseErr reports a lease that lapsed.
+func (m *Membership) Sync(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
+	if err := m.renew(rctx); err != nil && ctx.Err() == nil {
+		m.log.Warn("renew lease", "node", m.cfg.Node, "err", err)
+	}
+	cancel()
+	rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
+	if err := m.refresh(rctx); err != nil && ctx.Err() == nil {
+		m.log.Warn("read leases", "err", err)
+	}
+	cancel()
+	m.mu.Lock()
+	due := m.cfg.Now().Sub(m.lastDrops) >= dropsEvery
+	m.mu.Unlock()
+	if due {
+		rctx, cancel = context.WithTimeout(ctx, m.cfg.LeaseTTL/2)
+		if err := m.readDrops(rctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("read cluster-wide drops", "err", err)
+		}
+		cancel()
+	}
+}
+
+// LeaseErr is nil while this node's lease is held: written less than
+// the lease TTL ago. Otherwise the other nodes no longer count this
+// one, and the error says why.
+func (m *Membership) LeaseErr() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if age := m.cfg.Now().Sub(m.renewed); m.renewed.IsZero() || age >= m.cfg.LeaseTTL {
+		if m.renewErr != nil {
+			return fmt.Errorf("cluster lease not renewed for %s: %w", age.Round(time.Millisecond), m.renewErr)
+		}
+		return fmt.Errorf("cluster lease not renewed for %s", age.Round(time.Millisecond))
+	}
+	return nil
 }
 
 // Changes signals (coalesced) when the view or this node's readiness
@@ -264,16 +342,29 @@ func (m *Membership) notify() {
 // renew writes this node's lease.
 func (m *Membership) renew(ctx context.Context) error {
 	m.mu.Lock()
-	l := Lease{Node: m.cfg.Node, URL: m.cfg.URL, Ready: slices.Clone(m.ready), Renewed: m.cfg.Now().UTC()}
+	now := m.cfg.Now()
+	l := m.ownLease()
+	l.Renewed = now.UTC()
 	m.mu.Unlock()
 	b, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("ownership: encode lease: %w", err)
 	}
-	if _, err := m.kv.Put(ctx, keyPrefix+m.cfg.Node, b); err != nil {
+	_, err = m.kv.Put(ctx, keyPrefix+m.cfg.Node, b)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.renewErr = err
 		return fmt.Errorf("ownership: renew lease %s: %w", m.cfg.Node, err)
 	}
+	m.renewed, m.renewErr = now, nil
 	return nil
+}
+
+// ownLease is this node's lease as it stands (m.mu held), Renewed unset.
+func (m *Membership) ownLease() Lease {
+	return Lease{Node: m.cfg.Node, URL: m.cfg.URL, Ready: slices.Clone(m.ready),
+		Holding: slices.Sorted(maps.Keys(m.holding)), Lag: m.lag}
 }
 
 // alive reports whether a lease entry is younger than the TTL.
@@ -303,13 +394,10 @@ func (m *Membership) refresh(ctx context.Context) error {
 		live[l.Node] = l
 	}
 	m.mu.Lock()
-	if _, ok := live[m.cfg.Node]; !ok { // our own lease is live by definition
-		live[m.cfg.Node] = Lease{Node: m.cfg.Node, URL: m.cfg.URL, Ready: slices.Clone(m.ready)}
-	} else {
-		l := live[m.cfg.Node]
-		l.Ready = slices.Clone(m.ready)
-		live[m.cfg.Node] = l
-	}
+	// Our own lease is live by definition, and as it stands now.
+	own := m.ownLease()
+	own.Renewed = live[m.cfg.Node].Renewed
+	live[m.cfg.Node] = own
 	changed := !sameView(m.live, live)
 	m.live = live
 	m.mu.Unlock()
@@ -339,14 +427,20 @@ func (m *Membership) SetReady(ctx context.Context, ready []int) error {
 	return m.renew(ctx)
 }
 
-// SetHolding records the partitions this node consumes now; Wanted
-// keeps them until their new owners caught up.
-func (m *Membership) SetHolding(ps []int) {
+// SetHolding records the partitions this node consumes now and how
+// many of their messages it has not settled; Wanted keeps them until
+// their new owners caught up. The next renewal publishes both.
+func (m *Membership) SetHolding(ps []int, lag uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.holding = map[int]bool{}
 	for _, p := range ps {
 		m.holding[p] = true
+	}
+	m.lag = lag
+	if l, ok := m.live[m.cfg.Node]; ok {
+		l.Holding, l.Lag = slices.Sorted(maps.Keys(m.holding)), lag
+		m.live[m.cfg.Node] = l
 	}
 }
 
@@ -420,10 +514,15 @@ func (m *Membership) Nodes() []Lease {
 	defer m.mu.Unlock()
 	out := make([]Lease, 0, len(m.live))
 	for _, name := range slices.Sorted(maps.Keys(m.live)) {
-		out = append(out, m.live[name])
+		l := m.live[name]
+		l.Ready, l.Holding = slices.Clone(l.Ready), slices.Clone(l.Holding)
+		out = append(out, l)
 	}
 	return out
 }
+
+// Copies is how many nodes own each partition.
+func (m *Membership) Copies() int { return m.cfg.Copies }
 
 // Node is this node's name.
 func (m *Membership) Node() string { return m.cfg.Node }

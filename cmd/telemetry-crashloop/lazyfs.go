@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// lazyFS runs LazyFS (github.com/dsrhaslab/lazyfs), a FUSE file system
+// that keeps every write in its own cache until the writer fsyncs it,
+// and drops what was not synced on command. It mounts root at mnt; a
+// power cut is: the service is dead, the writes the kernel still holds
+// for the mount are handed to LazyFS (syncfs, which LazyFS does not
+// turn into fsyncs), LazyFS drops every unsynced write
+// (lazyfs::clear-cache), and the file system is unmounted and mounted
+// again, as after a reboot (LazyFS's cache lives in its memory, so the
+// unmount alone would drop it too; the command makes the drop
+// explicit and logged). What survives is what was fsynced.
+//
+// LazyFS persists namespace operations (create, rename, unlink,
+// truncate) at once; only file data waits for fsync.
+type lazyFS struct {
+	bin    string // the lazyfs binary
+	dir    string // config, fifos and log
+	root   string // the backing directory, what a disk would hold
+	mnt    string // the mount point
+	log    *slog.Logger
+	config string
+	faults string // fifo LazyFS reads commands from
+	acks   string // fifo LazyFS reports finished commands on
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	ackf   *os.File
+	lines  chan string // lines read from acks
+}
+
+// lazyFSCacheSize is LazyFS's cache: the unsynced writes it can hold
+// between two power cuts. Past it LazyFS writes through to root, which
+// only makes a cut lose less.
+const lazyFSCacheSize = "512mb"
+
+// newLazyFS prepares a LazyFS mount of root at dir/mnt; mount starts it.
+func newLazyFS(bin, dir, root string, log *slog.Logger) (*lazyFS, error) {
+	if bin == "" {
+		return nil, errors.New("-power-cut needs -lazyfs, the path of the lazyfs binary (see the crash loop's README)")
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return nil, fmt.Errorf("-lazyfs %s: %w", bin, err)
+	}
+	l := &lazyFS{bin: bin, dir: dir, root: root, mnt: filepath.Join(dir, "mnt"), log: log,
+		config: filepath.Join(dir, "lazyfs.toml"), faults: filepath.Join(dir, "faults.fifo"),
+		acks: filepath.Join(dir, "faults-done.fifo"), lines: make(chan string, 16)}
+	for _, d := range []string{root, l.mnt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range []string{l.faults, l.acks} {
+		if err := unix.Mkfifo(f, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("mkfifo %s: %w", f, err)
+		}
+	}
+	cfg := fmt.Sprintf(`[faults]
+fifo_path=%q
+fifo_path_completed=%q
+
+[cache]
+apply_eviction=false
+
+[cache.simple]
+custom_size=%q
+blocks_per_page=1
+
+[filesystem]
+log_all_operations=false
+logfile=%q
+`, l.faults, l.acks, lazyFSCacheSize, filepath.Join(dir, "lazyfs.log"))
+	if err := os.WriteFile(l.config, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	// Read and write: LazyFS's open for writing never blocks, and the
+	// reader outlives every LazyFS instance of the run.
+	ackf, err := os.OpenFile(l.acks, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", l.acks, err)
+	}
+	l.ackf = ackf
+	go func() {
+		sc := bufio.NewScanner(ackf)
+		for sc.Scan() {
+			l.lines <- sc.Text()
+		}
+		close(l.lines)
+	}()
+	return l, nil
+}
+
+// mount starts LazyFS and waits until the mount is there.
+func (l *lazyFS) mount(ctx context.Context) error {
+	out, err := os.OpenFile(filepath.Join(l.dir, "lazyfs.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	l.cmd = exec.Command(l.bin, l.mnt, "--config-path", l.config,
+		"-o", "allow_other", "-o", "modules=subdir", "-o", "subdir="+l.root, "-f")
+	l.cmd.Stdout, l.cmd.Stderr = out, out
+	// LazyFS unmounts on SIGTERM: a crash loop that dies takes its mount
+	// with it.
+	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := l.cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", l.bin, err)
+	}
+	l.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(l.cmd, l.exited)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ok, err := l.mounted(); err != nil {
+			return err
+		} else if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lazyfs not mounted at %s after 30s; see %s", l.mnt, out.Name())
+		}
+		select {
+		case <-l.exited:
+			return fmt.Errorf("lazyfs exited before mounting %s; see %s", l.mnt, out.Name())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// mounted reports whether a LazyFS file system is mounted at l.mnt.
+func (l *lazyFS) mounted() (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		// ID parent major:minor root mountpoint options ... - fstype source super
+		if len(f) < 5 || f[4] != l.mnt {
+			continue
+		}
+		for i, v := range f {
+			if v == "-" && i+1 < len(f) && f[i+1] == "fuse.lazyfs" {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// cut loses every write not fsynced since the last cut, then mounts
+// the file system again. The service must not be running.
+func (l *lazyFS) cut(ctx context.Context) error {
+	if err := l.handOver(); err != nil {
+		return err
+	}
+	if err := l.clearCache(ctx); err != nil {
+		return err
+	}
+	if err := l.unmount(); err != nil {
+		return err
+	}
+	return l.mount(ctx)
+}
+
+// handOver moves the writes the kernel still holds for the mount
+// (dirty pages of written or memory-mapped files) to LazyFS, as
+// unsynced writes, so that the cut drops them too. syncfs on a FUSE
+// mount writes dirty pages back but sends no fsync: LazyFS keeps them
+// in its cache.
+func (l *lazyFS) handOver() error {
+	fd, err := unix.Open(l.mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", l.mnt, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return fmt.Errorf("syncfs %s: %w", l.mnt, err)
+	}
+	return nil
+}
+
+// clearCache tells LazyFS to drop every unsynced write and waits until
+// it did.
+func (l *lazyFS) clearCache(ctx context.Context) error {
+	f, err := os.OpenFile(l.faults, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", l.faults, err)
+	}
+	_, err = f.WriteString("lazyfs::clear-cache\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", l.faults, err)
+	}
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case line, ok := <-l.lines:
+			if !ok {
+				return errors.New("lazyfs completion fifo closed")
+			}
+			if line == "finished::clear-cache" {
+				return nil
+			}
+		case <-l.exited:
+			return errors.New("lazyfs exited while clearing its cache")
+		case <-timeout:
+			return errors.New("lazyfs did not clear its cache within a minute")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// unmount unmounts the file system and waits for LazyFS to exit,
+// killing it after 10 seconds.
+func (l *lazyFS) unmount() error {
+	if l.cmd == nil {
+		return nil
+	}
+	out, err := exec.Command("fusermount3", "-u", l.mnt).CombinedOutput()
+	if err != nil {
+		l.log.Warn("fusermount3 -u failed; killing lazyfs", "mount", l.mnt, "err", err, "output", strings.TrimSpace(string(out)))
+		_ = l.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	select {
+	case <-l.exited:
+	case <-time.After(10 * time.Second):
+		_ = l.cmd.Process.Signal(syscall.SIGKILL)
+		<-l.exited
+	}
+	l.cmd = nil
+	if ok, _ := l.mounted(); ok {
+		// A killed LazyFS leaves its mount behind: detach it.
+		if out, err := exec.Command("fusermount3", "-uz", l.mnt).CombinedOutput(); err != nil {
+			return fmt.Errorf("fusermount3 -uz %s: %w: %s", l.mnt, err, out)
+		}
+	}
+	return nil
+}
+
+// close unmounts and stops reading the completion fifo.
+func (l *lazyFS) close() error {
+	err := l.unmount()
+	l.ackf.Close()
+	return err
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// lazyFSBinary returns the lazyfs binary named by TELEMETRY_LAZYFS, or
+// skips: the power-cut tests need LazyFS built and FUSE (see README.md).
+func lazyFSBinary(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("TELEMETRY_LAZYFS")
+	if bin == "" {
+		t.Skip("set TELEMETRY_LAZYFS to the lazyfs binary to run the power-cut tests (cmd/telemetry-crashloop/README.md)")
+	}
+	return bin
+}
+
+// TestLazyFSCut checks the power cut itself: a write that was fsynced
+// survives it, one that was not is gone, also when the file is
+// memory-mapped.
+func TestLazyFSCut(t *testing.T) {
+	bin := lazyFSBinary(t)
+	dir := t.TempDir()
+	l, err := newLazyFS(bin, filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, l.mount(ctx))
+	defer l.close()
+
+	synced, unsynced := filepath.Join(l.mnt, "synced"), filepath.Join(l.mnt, "unsynced")
+	f, err := os.Create(synced)
+	require.NoError(t, err)
+	_, err = f.WriteString("kept")
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteString(" and lost")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, os.WriteFile(unsynced, []byte("lost"), 0o644))
+	mapped := mapFile(t, filepath.Join(l.mnt, "mapped"), "kept", "lost")
+
+	require.NoError(t, l.cut(ctx))
+
+	got, err := os.ReadFile(mapped)
+	require.NoError(t, err)
+	assert.Equal(t, "kept", string(bytes.TrimRight(got, "\x00")), "msynced data kept, the rest lost")
+
+	got, err = os.ReadFile(synced)
+	require.NoError(t, err)
+	assert.Equal(t, "kept", string(got))
+	got, err = os.ReadFile(unsynced)
+	require.NoError(t, err, "LazyFS keeps the file (creation is not cached), not its data")
+	assert.Empty(t, got)
+}
+
+// TestPowerCutCrashLoop cuts the power under a service that runs with
+// -sync-writes three times: every acked reading must survive.
+func TestPowerCutCrashLoop(t *testing.T) {
+	bin := lazyFSBinary(t)
+	cfg := Config{Kills: 3, Readings: 20000, Devices: 10, Batch: 10, Rate: 5000, PowerCut: true, LazyFS: bin,
+		Args: []string{"-sync-writes"}, MinUp: 500 * time.Millisecond, MaxUp: 1500 * time.Millisecond, Seed: 4}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	t.Logf("cuts=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d failed_starts=%d",
+		res.Kills, res.Published, res.Stored, res.Lost, res.Duplicated, res.Unexpected, res.FailedStarts)
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Kills)
+	assert.Equal(t, cfg.Readings, res.Published)
+	assert.Equal(t, cfg.Readings, res.Stored)
+	assert.Zero(t, res.Lost)
+	assert.Zero(t, res.Duplicated)
+	assert.Zero(t, res.Unexpected)
+	assert.Zero(t, res.FailedStarts, "the service starts by itself after a power cut")
+}
+
+// mapFile creates a 4 KiB file at path (fsynced), writes kept through a
+// shared mapping and msyncs it, then writes lost after it and unmaps it
+// without msync, as a memory-mapped write-ahead log would.
+func mapFile(t *testing.T, path, kept, lost string) string {
+	t.Helper()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, f.Truncate(4096))
+	require.NoError(t, f.Sync())
+	b, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	copy(b, kept)
+	require.NoError(t, unix.Msync(b, unix.MS_SYNC))
+	copy(b[len(kept):], lost)
+	require.NoError(t, unix.Munmap(b))
+	return path
+}

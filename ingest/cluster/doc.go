@@ -1,0 +1,29 @@
+// Package cluster runs one node's share of a telemetryd cluster
+// (deploy/CLUSTER.md): it consumes the partitions the leases give this
+// node, publishes the ones it has caught up on, applies the days dropped
+// cluster-wide and drops a day on every node.
+//
+// Node is the reconcile loop. Every FollowEvery, and whenever the view
+// of the leases changes, Step compares the partitions Members wants this
+// node to consume with the consumers it runs:
+//
+//   - a wanted partition without a consumer gets one (Consumers.Start);
+//   - a consumer of a partition no longer wanted is stopped and its
+//     durable consumer deleted (Consumers.Remove); Members keeps a
+//     partition wanted until its new owners have caught up, so a
+//     hand-over never leaves fewer answering copies than before;
+//   - a consumer that has settled everything the stream held when it
+//     started is caught up (Consumer.Backlog) and published as ready:
+//     only then do queries come to this node for its partition;
+//   - the days dropped cluster-wide that this node still holds are
+//     dropped (see Node.DropTable for the protocol).
+//
+// No lock is held across a call to the network or the store: /readyz
+// (Ready), the cluster's status and shutdown never wait for a slow
+// NATS server.
+//
+// The edges are small interfaces declared here (Members, Consumers,
+// Consumer, Store), met by ingest/ownership, the ingester and the store;
+// the clock is a parameter. Tombstones and Positions adapt the store to
+// a partition consumer.
+package cluster

@@ -1,0 +1,347 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Members is the cluster view this node follows (ownership.Membership).
+type Members interface {
+	// Wanted is the partitions this node should consume now.
+	Wanted() []int
+	// Changes signals (coalesced) when Wanted may have changed.
+	Changes() <-chan struct{}
+	// SetHolding records the partitions consumed and their messages not
+	// yet settled; SetReady publishes the partitions caught up on.
+	SetHolding(ps []int, lag uint64)
+	SetReady(ctx context.Context, ready []int) error
+	// LeaseErr is nil while this node's lease is held.
+	LeaseErr() error
+	// Drops is the days dropped cluster-wide that a node should apply,
+	// DroppedAt one of them (whether or not the drop went round yet),
+	// RecordDrop records one (see Node.DropTable).
+	Drops() map[buckets.Day]time.Time
+	DroppedAt(day buckets.Day) (time.Time, bool)
+	RecordDrop(ctx context.Context, day buckets.Day, at time.Time, done bool) error
+}
+
+// Consumer is one partition's consumer (an *ingest.Ingester).
+type Consumer interface {
+	// Run consumes until ctx is done, then settles what it holds.
+	Run(ctx context.Context) error
+	// Ready is nil while the consumer is consuming.
+	Ready() error
+	// Backlog is how many messages of the partition are not settled,
+	// and whether everything the stream held when the consumer started
+	// is: it is caught up when either says so. It asks the server.
+	Backlog(ctx context.Context) (pending uint64, passedStart bool, err error)
+}
+
+// Consumers makes partition consumers.
+type Consumers interface {
+	// Consumer returns a consumer of partition p, not yet running.
+	Consumer(p int) (Consumer, error)
+	// Remove deletes the durable consumer of a partition handed over
+	// (its saved position stays, for a later take-over).
+	Remove(ctx context.Context, p int) error
+}
+
+// Store is the local store as far as drops go (store.Store).
+type Store interface {
+	DroppedAt(day buckets.Day) (time.Time, bool)
+	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+}
+
+// Dropper drops a day on every live node (the query router).
+type Dropper interface {
+	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultFollowEvery = 500 * time.Millisecond
+	// DefaultCallTimeout bounds each call to the server of a Step.
+	DefaultCallTimeout = 5 * time.Second
+)
+
+// Config configures a Node. Members, Consumers and Store are required.
+type Config struct {
+	Members   Members
+	Consumers Consumers
+	Store     Store
+	// Everywhere drops a day on every live node; DropTable needs it.
+	Everywhere Dropper
+	// Dropped is told of each day this node dropped because it was
+	// dropped cluster-wide (for metrics); optional.
+	Dropped func(ctx context.Context, d buckets.TableDrop)
+	// FollowEvery is how often Run steps without a change of the view.
+	FollowEvery time.Duration
+	// CallTimeout bounds each call to the server; default
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
+	// Logger defaults to slog.Default(); Now to time.Now.
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Node runs this node's partition consumers as the leases say.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	parts map[int]*running // by partition
+}
+
+// running is one partition's running consumer.
+type running struct {
+	c      Consumer
+	cancel context.CancelFunc
+	done   chan struct{}
+	ready  bool   // caught up once; stays so
+	lag    uint64 // unsettled messages when last asked
+}
+
+// New checks cfg and returns a Node; Start runs it.
+func New(cfg Config) (*Node, error) {
+	if cfg.Members == nil || cfg.Consumers == nil || cfg.Store == nil {
+		return nil, errors.New("cluster: Members, Consumers and Store are required")
+	}
+	if cfg.FollowEvery <= 0 {
+		cfg.FollowEvery = DefaultFollowEvery
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Dropped == nil {
+		cfg.Dropped = func(context.Context, buckets.TableDrop) {}
+	}
+	return &Node{cfg: cfg, log: cfg.Logger, parts: map[int]*running{}}, nil
+}
+
+// Start runs the reconcile loop until Close.
+func (n *Node) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.wg.Go(func() { n.follow(ctx) })
+}
+
+// follow steps every FollowEvery and whenever the view changes.
+func (n *Node) follow(ctx context.Context) {
+	t := time.NewTicker(n.cfg.FollowEvery)
+	defer t.Stop()
+	for {
+		n.Step(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.cfg.Members.Changes():
+		case <-t.C:
+		}
+	}
+}
+
+// Step brings the consumers in line with Members once: it starts the
+// wanted partitions' consumers, stops the others, checks the catch-up
+// of those not yet caught up, applies the cluster-wide drops and
+// publishes what it holds and what is ready. Run calls it; it is
+// exported for tests and must not run twice at once.
+func (n *Node) Step(ctx context.Context) {
+	want := n.cfg.Members.Wanted()
+	n.mu.Lock()
+	var start, stop []int
+	for _, p := range want {
+		if _, ok := n.parts[p]; !ok {
+			start = append(start, p)
+		}
+	}
+	for p := range n.parts {
+		if !slices.Contains(want, p) {
+			stop = append(stop, p)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range start {
+		if err := n.start(p); err != nil {
+			n.log.Error("start partition consumer", "partition", p, "err", err)
+		}
+	}
+	for _, p := range stop {
+		n.stop(ctx, p)
+	}
+	n.checkBacklogs(ctx)
+	n.applyDrops(ctx)
+
+	n.mu.Lock()
+	holding := slices.Sorted(maps.Keys(n.parts))
+	var ready []int
+	var lag uint64
+	for _, p := range holding {
+		r := n.parts[p]
+		lag += r.lag
+		if r.ready {
+			ready = append(ready, p)
+		}
+	}
+	n.mu.Unlock()
+	n.cfg.Members.SetHolding(holding, lag)
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
+	defer cancel()
+	if err := n.cfg.Members.SetReady(rctx, ready); err != nil && ctx.Err() == nil {
+		n.log.Warn("publish caught-up partitions", "err", err)
+	}
+}
+
+// checkBacklogs asks each consumer how far behind it is, without the
+// lock: each answer is a call to the server.
+func (n *Node) checkBacklogs(ctx context.Context) {
+	n.mu.Lock()
+	parts := maps.Clone(n.parts)
+	n.mu.Unlock()
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		r := parts[p]
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
+		pending, passed, err := r.c.Backlog(cctx)
+		cancel()
+		if err != nil {
+			continue // not set up yet, or the server is slow: next step
+		}
+		n.mu.Lock()
+		if n.parts[p] == r { // not stopped meanwhile
+			r.lag = pending
+			if !r.ready && (pending == 0 || passed) {
+				r.ready = true
+				n.log.Info("partition caught up", "partition", p)
+			}
+		}
+		n.mu.Unlock()
+	}
+}
+
+// start runs a consumer for partition p.
+func (n *Node) start(p int) error {
+	c, err := n.cfg.Consumers.Consumer(p)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{c: c, cancel: cancel, done: make(chan struct{})}
+	n.mu.Lock()
+	n.parts[p] = r
+	n.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		if err := c.Run(ctx); err != nil {
+			n.log.Error("partition consumer stopped", "partition", p, "err", err)
+		}
+	}()
+	n.log.Info("consuming partition", "partition", p)
+	return nil
+}
+
+// stop ends the consumer of a partition this node no longer owns and
+// removes its durable consumer; its saved position lets a later
+// take-over resume where it stopped.
+func (n *Node) stop(ctx context.Context, p int) {
+	n.mu.Lock()
+	r := n.parts[p]
+	delete(n.parts, p)
+	n.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	dctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
+	defer cancel()
+	if err := n.cfg.Consumers.Remove(dctx, p); err != nil {
+		n.log.Warn("delete the consumer of a partition handed over", "partition", p, "err", err)
+	}
+	n.log.Info("partition handed over", "partition", p)
+}
+
+// Close stops the loop and every partition consumer, each settling
+// what it holds (their durable consumers stay, so a restart resumes
+// them), waiting until ctx is done at most.
+func (n *Node) Close(ctx context.Context) error {
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	n.mu.Lock()
+	parts := n.parts
+	n.parts = map[int]*running{}
+	n.mu.Unlock()
+	var errs []error
+	for _, r := range parts {
+		r.cancel()
+	}
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
+		select {
+		case <-parts[p].done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("partition %d did not finish its batch: %w", p, ctx.Err()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Ready reports whether this node can serve (/readyz): its lease is
+// held, so the others count it, and every partition consumer it runs
+// is consuming. A node catching up is ready: it answers queries for
+// the partitions it has not caught up on through their other owners.
+func (n *Node) Ready() error {
+	if err := n.cfg.Members.LeaseErr(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range slices.Sorted(maps.Keys(n.parts)) {
+		if err := n.parts[p].c.Ready(); err != nil {
+			return fmt.Errorf("partition %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Holding returns the partitions this node consumes and, of those, the
+// ones it has caught up on.
+func (n *Node) Holding() (holding, ready []int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	holding = slices.Sorted(maps.Keys(n.parts))
+	for _, p := range holding {
+		if n.parts[p].ready {
+			ready = append(ready, p)
+		}
+	}
+	return holding, ready
+}
+
+// Consumers returns the running consumers by partition.
+func (n *Node) Consumers() map[int]Consumer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[int]Consumer, len(n.parts))
+	for p, r := range n.parts {
+		out[p] = r.c
+	}
+	return out
+}

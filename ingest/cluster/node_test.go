@@ -1,0 +1,334 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// requireLayout checks that every partition is consumed and answered
+// for by exactly its desired owners, as every live node sees it.
+func requireLayout(t *testing.T, c *testCluster) {
+	t.Helper()
+	for p := range c.partitions {
+		want := slices.Sorted(slices.Values(c.desired(p)))
+		for name, n := range c.nodes {
+			if n.down {
+				continue
+			}
+			holding, ready := n.node.Holding()
+			mine := slices.Contains(want, name)
+			assert.Equal(t, mine, slices.Contains(holding, p), "%s consumes partition %d", name, p)
+			assert.Equal(t, mine, slices.Contains(ready, p), "%s is caught up on partition %d", name, p)
+			assert.Equal(t, want, c.owners(name, p), "owners of partition %d as %s sees them", p, name)
+		}
+	}
+}
+
+// A node that joins takes over the partitions it now ranks among the
+// first copies for, and only those. The nodes it replaces keep
+// consuming and answering for them until it has caught up; queries go
+// to it only then; then they stop and delete their consumers.
+func TestRebalanceOnJoinHandsOverAfterCatchUp(t *testing.T) {
+	c := newTestCluster(t, 12, 2)
+	c.add("node-a", 0)
+	c.add("node-b", 0)
+	c.add("node-c", 0)
+	c.settle()
+	requireLayout(t, c)
+	before := map[int][]string{}
+	for p := range c.partitions {
+		before[p] = c.desired(p)
+	}
+
+	d := c.add("node-d", 1000) // starts behind
+	c.settle()
+	var moved []int
+	for p := range c.partitions {
+		after := c.desired(p)
+		if !slices.Contains(after, "node-d") {
+			assert.Equal(t, before[p], after, "partition %d moved without the new node", p)
+			continue
+		}
+		moved = append(moved, p)
+		holding, ready := d.node.Holding()
+		assert.Contains(t, holding, p, "the new owner consumes partition %d", p)
+		assert.NotContains(t, ready, p, "the new owner is not caught up on partition %d", p)
+		for _, name := range []string{"node-a", "node-b", "node-c", "node-d"} {
+			assert.Equal(t, slices.Sorted(slices.Values(before[p])), c.owners(name, p),
+				"partition %d is answered by its old owners only until the new one caught up (%s's view)", p, name)
+		}
+		for _, old := range before[p] {
+			h, r := c.nodes[old].node.Holding()
+			assert.Contains(t, h, p, "%s still consumes partition %d", old, p)
+			assert.Contains(t, r, p, "%s still answers for partition %d", old, p)
+		}
+	}
+	require.NotEmpty(t, moved, "a fourth node takes some partitions")
+	require.Less(t, len(moved), c.partitions, "a fourth node does not take every partition")
+
+	d.consumers.catchUpAll()
+	c.settle()
+	requireLayout(t, c)
+	for p := range c.partitions {
+		for _, old := range before[p] {
+			n := c.nodes[old]
+			if slices.Contains(c.desired(p), old) {
+				assert.Equal(t, 1, n.consumers.starts(p), "%s kept its consumer of partition %d", old, p)
+				assert.NotContains(t, n.consumers.removed, p)
+				continue
+			}
+			assert.Contains(t, n.consumers.removed, p, "%s deleted its consumer of partition %d, handed over", old, p)
+			select {
+			case <-n.consumers.last(p).stopped:
+			default:
+				t.Errorf("%s's consumer of partition %d still runs", old, p)
+			}
+		}
+	}
+}
+
+// When a node stops renewing its lease (a crash), the others take its
+// partitions over once the lease is older than the TTL, not before;
+// the new owners answer for them once caught up.
+func TestTakeOverAfterLeaseExpires(t *testing.T) {
+	c := newTestCluster(t, 12, 1)
+	c.add("node-a", 0)
+	b := c.add("node-b", 0)
+	c.settle()
+	requireLayout(t, c)
+	_, bReady := b.node.Holding()
+	require.NotEmpty(t, bReady)
+
+	c.crash("node-b")
+	a := c.nodes["node-a"]
+	a.consumers.lag = 50
+	// Renewals every third of the TTL: until the TTL has passed, b's
+	// lease stands and its partitions stay its own.
+	for range 2 {
+		c.clock.Advance(c.ttl / 3)
+		c.round()
+		for _, p := range bReady {
+			holding, _ := a.node.Holding()
+			assert.NotContains(t, holding, p, "partition %d taken over before the lease expired", p)
+			assert.Equal(t, []string{"node-b"}, c.owners("node-a", p))
+		}
+	}
+	c.clock.Advance(c.ttl / 3)
+	c.round()
+	holding, ready := a.node.Holding()
+	for _, p := range bReady {
+		assert.Contains(t, holding, p, "partition %d taken over once the lease expired", p)
+		assert.NotContains(t, ready, p, "partition %d not answered before the catch-up", p)
+		assert.Empty(t, c.owners("node-a", p), "no caught-up owner of partition %d yet", p)
+	}
+	a.consumers.catchUpAll()
+	c.settle()
+	requireLayout(t, c)
+}
+
+// A new consumer answers for its partition only once it has settled
+// what the stream held when it started; until then the node publishes
+// it as held, not ready, with its lag.
+func TestCatchUpBeforeServing(t *testing.T) {
+	c := newTestCluster(t, 2, 1)
+	a := c.add("node-a", 70)
+	c.settle()
+	holding, ready := a.node.Holding()
+	assert.Equal(t, []int{0, 1}, holding)
+	assert.Empty(t, ready)
+	assert.Empty(t, c.owners("node-a", 0))
+	require.NoError(t, a.node.Ready(), "a node catching up is ready: it routes queries elsewhere")
+	l := a.members.Nodes()[0]
+	assert.Equal(t, []int{0, 1}, l.Holding)
+	assert.Equal(t, uint64(140), l.Lag)
+	assert.Empty(t, l.Ready)
+
+	// Past the start point with messages still pending: caught up.
+	cons := a.consumers.last(0)
+	cons.mu.Lock()
+	cons.passed = true
+	cons.mu.Unlock()
+	c.round()
+	_, ready = a.node.Holding()
+	assert.Equal(t, []int{0}, ready)
+	assert.Equal(t, []string{"node-a"}, c.owners("node-a", 0))
+	assert.Empty(t, c.owners("node-a", 1))
+}
+
+// Step asks the server for each consumer's backlog without holding the
+// node's lock: /readyz and the status answer while a call hangs.
+func TestNoLockAcrossServerCalls(t *testing.T) {
+	c := newTestCluster(t, 1, 1)
+	a := c.add("node-a", 10)
+	c.settle()
+	cons := a.consumers.last(0)
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	cons.mu.Lock()
+	cons.gate, cons.entered = gate, entered
+	cons.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.node.Step(context.Background())
+	}()
+	<-entered // Step is inside Backlog, waiting at the gate
+	require.True(t, a.node.mu.TryLock(), "Step holds the lock across a call to the server")
+	a.node.mu.Unlock()
+	require.NoError(t, a.node.Ready())
+	holding, _ := a.node.Holding()
+	assert.Equal(t, []int{0}, holding)
+	assert.Len(t, a.node.Consumers(), 1)
+	close(gate)
+	<-done
+}
+
+// Ready reports a lease that was not renewed for the TTL: the other
+// nodes no longer count this one.
+func TestReadyNeedsTheLease(t *testing.T) {
+	c := newTestCluster(t, 1, 1)
+	a := c.add("node-a", 0)
+	c.settle()
+	require.NoError(t, a.node.Ready())
+	c.leases.failPuts("nodes.node-a", errFakeServer)
+	c.clock.Advance(c.ttl / 3)
+	c.round()
+	require.NoError(t, a.node.Ready(), "one failed renewal: the lease still stands")
+	c.clock.Advance(c.ttl)
+	c.round()
+	err := a.node.Ready()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "lease")
+	assert.ErrorIs(t, err, errFakeServer)
+}
+
+// everywhere is the query router's drop on every node, checking that
+// the drop was recorded before it went round.
+type everywhere struct {
+	t     *testing.T
+	c     *testCluster
+	calls int
+}
+
+func (e *everywhere) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
+	e.calls++
+	// Recorded, not yet gone round: no node applies it yet.
+	_, ok := e.c.nodes["node-b"].members.DroppedAt(day)
+	assert.False(e.t, ok, "node-b has not read the drops since")
+	for _, n := range e.c.nodes {
+		if !n.down {
+			if _, err := n.store.DropTable(ctx, day); err != nil {
+				return buckets.TableDrop{}, err
+			}
+		}
+	}
+	return buckets.TableDrop{Day: day, Readings: 20}, nil
+}
+
+// A day dropped through one node is dropped on every live node and
+// recorded; a node that was down drops it when it is back; a node
+// whose own drop is as recent is left alone.
+func TestDropReachesANodeThatWasDown(t *testing.T) {
+	c := newTestCluster(t, 2, 1)
+	a := c.add("node-a", 0)
+	b := c.add("node-b", 0)
+	day := buckets.DayOfTime(c.clock.Now().Add(-48 * time.Hour))
+	for _, n := range []*testNode{a, b} {
+		n.store.days[day] = true
+	}
+	e := &everywhere{t: t, c: c}
+	a.node.cfg.Everywhere = e
+	c.settle()
+
+	b.down = true // unreachable: the drop goes round without it
+	d, err := a.node.DropTable(context.Background(), day)
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.calls)
+	assert.Equal(t, int64(20), d.Readings)
+	assert.False(t, a.store.has(day))
+	require.True(t, b.store.has(day))
+	at, ok := a.members.DroppedAt(day)
+	require.True(t, ok)
+	assert.Equal(t, c.clock.Now(), at)
+
+	b.down = false
+	c.clock.Advance(10 * time.Second) // b reads the drops again
+	c.round()
+	assert.False(t, b.store.has(day), "the node that was away dropped the day")
+	require.Len(t, b.dropped, 1)
+	assert.Equal(t, day, b.dropped[0].Day)
+	assert.Empty(t, a.dropped, "a dropped the day through the DELETE, not as one missed")
+
+	// A later record of the same day does not drop again what the node
+	// dropped itself since.
+	b.store.days[day] = true
+	b.store.dropped[day] = c.clock.Now()
+	require.NoError(t, a.members.RecordDrop(context.Background(), day, c.clock.Now().Add(-DropSkew/2), true))
+	c.clock.Advance(10 * time.Second)
+	c.round()
+	assert.True(t, b.store.has(day), "its own drop is as recent: the day written since stays")
+}
+
+func TestTombstonesTakeTheLaterDrop(t *testing.T) {
+	day := buckets.DayOfTime(time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC))
+	early, late := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	at := func(m map[buckets.Day]time.Time) *fakeStore { return &fakeStore{dropped: m} }
+	for _, tc := range []struct {
+		name         string
+		local, group map[buckets.Day]time.Time
+		want         time.Time
+		ok           bool
+	}{
+		{"neither", nil, nil, time.Time{}, false},
+		{"local only", map[buckets.Day]time.Time{day: early}, nil, early, true},
+		{"cluster only", nil, map[buckets.Day]time.Time{day: late}, late, true},
+		{"cluster later", map[buckets.Day]time.Time{day: early}, map[buckets.Day]time.Time{day: late}, late, true},
+		{"local later", map[buckets.Day]time.Time{day: late}, map[buckets.Day]time.Time{day: early}, late, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := Tombstones{Local: holdStore{at(tc.local)}, Cluster: at(tc.group)}
+			got, ok := ts.DroppedAt(day)
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// holdStore adds HoldDrops to a fakeStore.
+type holdStore struct{ *fakeStore }
+
+func (holdStore) HoldDrops() func() { return func() {} }
+
+func TestPositionsPerPartition(t *testing.T) {
+	st := &positionStore{m: map[string]buckets.StreamPosition{}}
+	p3 := Positions{Store: st, Partition: 3}
+	require.NoError(t, p3.SavePosition(context.Background(), buckets.StreamPosition{Stream: "TELEMETRY", Seq: 42}))
+	assert.Contains(t, st.m, "TELEMETRY/p3")
+	pos, ok, err := p3.LoadPosition(context.Background(), "TELEMETRY")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, buckets.StreamPosition{Stream: "TELEMETRY", Seq: 42}, pos)
+	_, ok, err = Positions{Store: st, Partition: 4}.LoadPosition(context.Background(), "TELEMETRY")
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
+
+type positionStore struct {
+	m map[string]buckets.StreamPosition
+}
+
+func (s *positionStore) LoadPosition(_ context.Context, stream string) (buckets.StreamPosition, bool, error) {
+	p, ok := s.m[stream]
+	return p, ok, nil
+}
+
+func (s *positionStore) SavePosition(_ context.Context, p buckets.StreamPosition) error {
+	s.m[p.Stream] = p
+	return nil
+}
