@@ -191,10 +191,19 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 			bin = b.cfg.Compare
 		}
 		svc := b.telemetrydFor(bin, dir)
+		if b.cfg.ProfileDir != "" {
+			addr, err := freeAddr()
+			if err != nil {
+				return res, err
+			}
+			svc.pprofAddr = addr
+		}
 		if err := svc.start(ctx); err != nil {
 			return res, err
 		}
 		defer svc.stop(time.Minute)
+		stopProfile := b.profile(ctx, svc, "peer-"+filepath.Base(dir))
+		defer stopProfile()
 		start := time.Now()
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -16,8 +16,17 @@ import (
 // waits until both are idle, and sends every fleet question to both in
 // turn, cfg.FleetQueries times each (the order swapped every other
 // time, the fleet going round tsbsFleets), at the file's newest time.
+// With -profile-dir, telemetryd's CPU profile of the first
+// -profile-seconds of each question is saved as fleet-<question>.pprof.
 func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *peerData) ([]questionResult, error) {
 	svc := b.telemetrydFor(b.bin, lineDir)
+	if b.cfg.ProfileDir != "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		svc.pprofAddr = addr
+	}
 	if err := svc.start(ctx); err != nil {
 		return nil, err
 	}
@@ -41,6 +50,7 @@ func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *p
 		ph := b.prog.begin("fleet question: "+q.Name, 2*b.cfg.FleetQueries, "queries")
 		r := questionResult{Name: q.Name, Query: q.Query(telemetrydDialect, "East"), PeerQuery: q.Query(peerDialect, "East")}
 		var ours, peer []time.Duration
+		stopProfile := b.profile(ctx, svc, "fleet-"+sanitize(q.Name))
 		for i := range b.cfg.FleetQueries {
 			fleet := tsbsFleets[i%len(tsbsFleets)]
 			sides := []struct {
@@ -68,6 +78,7 @@ func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *p
 				ph.add(1)
 			}
 		}
+		stopProfile()
 		r.Ours, r.Peer = summarize(ours), summarize(peer)
 		ph.end(fmt.Sprintf("p50 %s against %s", ms(r.Ours.P50), ms(r.Peer.P50)))
 		out = append(out, r)
@@ -175,7 +186,9 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	if slices.Contains(cfg.PeerRuns, "line-B") {
 		s.notes = append(s.notes, "B = "+cfg.Compare)
 	}
-	s.notes = append(s.notes, "Ratios are telemetryd over the peer: above 1 is better for readings/s, worse for the others.")
+	if slices.Contains(cfg.PeerRuns, "peer") {
+		s.notes = append(s.notes, "Ratios are telemetryd over the peer: above 1 is better for readings/s, worse for the others.")
+	}
 	sections := []section{s}
 	switch {
 	case len(qs) > 0:
