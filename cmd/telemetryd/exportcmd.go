@@ -53,12 +53,9 @@ type exportCmd struct {
 	progressEvery                                    time.Duration
 }
 
-// runExport is `telemetryd export`.
-func runExport(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg := DefaultConfig()
-	x := exportCmd{format: api.FormatNDJSON, page: 1_000_000, progressEvery: time.Second}
+// flagSet binds the flags of `telemetryd export` to x and cfg.
+func (x *exportCmd) flagSet(cfg *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("telemetryd export", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
 	fs.StringVar(&x.url, "url", "", "base URL of a running service (http://host:8080); empty: read -data-dir")
 	fs.StringVar(&x.token, "token", "", "bearer token with the read scope (with -url)")
@@ -69,6 +66,15 @@ func runExport(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&x.format, "format", x.format, "ndjson or csv")
 	fs.StringVar(&x.out, "o", "", "write to this file instead of stdout")
 	fs.Int64Var(&x.page, "page", x.page, "readings per request (with -url); a broken transfer resumes within its page")
+	return fs
+}
+
+// runExport is `telemetryd export`.
+func runExport(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg := DefaultConfig()
+	x := exportCmd{format: api.FormatNDJSON, page: 1_000_000, progressEvery: time.Second}
+	fs := x.flagSet(&cfg)
+	fs.SetOutput(stderr)
 	setUsage(fs, exportUsage)
 	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
 		return code
