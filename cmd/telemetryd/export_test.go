@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +89,29 @@ func TestExportCommand(t *testing.T) {
 	assert.Equal(t, 1+3*6000, strings.Count(read("offline.csv"), "\n"))
 
 	s := startService(t, cfg)
+	// The export is the range API's answers, device by device.
+	var fromRange []string
+	for d := range 7 {
+		dev := fmt.Sprintf("dev-%04d", d)
+		cursor := ""
+		for {
+			var page struct {
+				Readings []json.RawMessage `json:"readings"`
+				Next     string            `json:"next"`
+			}
+			code, body := s.get(t, "/v1/devices/"+dev+"/readings?"+url.Values{"from": {"0"}, "to": {to},
+				"order": {"asc"}, "limit": {"500"}, "cursor": {cursor}}.Encode(), &page)
+			require.Equal(t, http.StatusOK, code, body)
+			for _, r := range page.Readings {
+				fromRange = append(fromRange, `{"device":"`+dev+`",`+string(r[1:]))
+			}
+			if cursor = page.Next; cursor == "" {
+				break
+			}
+		}
+	}
+	assert.Equal(t, fromRange, lines)
+
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"export", "-data-dir", cfg.DataDir}, envMap(nil), &stdout, &stderr)
 	assert.Equal(t, 1, code)
