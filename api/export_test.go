@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -469,4 +471,48 @@ func TestExportFunction(t *testing.T) {
 	assert.Equal(t, n, seen)
 	_, err = api.Export(context.Background(), env.reader, api.ExportOptions{Format: "xml"}, io.Discard, nil)
 	assert.ErrorContains(t, err, "xml")
+}
+
+// failingReader answers the first free ranges, then fails every one.
+type failingReader struct {
+	*fakeReader
+	free atomic.Int32
+}
+
+func (r *failingReader) Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error) {
+	if r.free.Add(-1) < 0 {
+		return buckets.Page{}, errors.New("disk on fire")
+	}
+	return r.fakeReader.Range(ctx, q)
+}
+
+// A store failure before the first byte is a JSON error; after it the
+// transfer is aborted, so the client cannot take a short export for a
+// whole one.
+func TestExportFailureIsNeverAShortExport(t *testing.T) {
+	fr := &failingReader{}
+	env := newTestEnv(t, func(c *api.Config) {
+		fr.fakeReader = c.Reader.(*fakeReader)
+		c.Reader = fr
+	})
+	for _, dev := range []string{"dev-a", "dev-b"} {
+		wideReadings(t, env, dev, 12000, 20)
+		env.reader.devices = append(env.reader.devices, buckets.DeviceInfo{Device: buckets.DeviceID(dev)})
+	}
+	path := "/v1/export" + q("to", testNow.Format(time.RFC3339))
+
+	fr.free.Store(0)
+	requireError(t, env.get(t, path), http.StatusInternalServerError, "internal", "")
+
+	fr.free.Store(1)
+	res, err := http.Get(env.url + path)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	body, err := io.ReadAll(res.Body)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	assert.Greater(t, bytes.Count(body, []byte("\n")), 1000, "the first page was sent")
+	require.Eventually(t, func() bool { return strings.Contains(env.logs.String(), "export failed mid-stream") },
+		time.Minute, 10*time.Millisecond)
+	assert.Contains(t, env.logs.String(), "disk on fire")
 }
