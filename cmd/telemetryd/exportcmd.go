@@ -42,6 +42,9 @@ than -token: a command line is visible to every user of the host.
 Flags:
 `
 
+// defaultExportPage is the default -page: readings per request.
+const defaultExportPage = 1_000_000
+
 // exportRetries is how often a broken transfer is resumed before the
 // export gives up.
 const exportRetries = 5
@@ -63,16 +66,16 @@ func (x *exportCmd) flagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&x.prefix, "prefix", "", "keep devices whose ID starts with this")
 	fs.StringVar(&x.from, "from", "", "inclusive start, RFC 3339 or epoch milliseconds; empty: the earliest reading")
 	fs.StringVar(&x.to, "to", "", "exclusive end, RFC 3339 or epoch milliseconds; empty: now plus the accepted skew (-url) or no end")
-	fs.StringVar(&x.format, "format", x.format, "ndjson or csv")
+	fs.StringVar(&x.format, "format", api.FormatNDJSON, "ndjson or csv")
 	fs.StringVar(&x.out, "o", "", "write to this file instead of stdout")
-	fs.Int64Var(&x.page, "page", x.page, "readings per request (with -url); a broken transfer resumes within its page")
+	fs.Int64Var(&x.page, "page", defaultExportPage, "readings per request (with -url); a broken transfer resumes within its page")
 	return fs
 }
 
 // runExport is `telemetryd export`.
 func runExport(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	cfg := DefaultConfig()
-	x := exportCmd{format: api.FormatNDJSON, page: 1_000_000, progressEvery: time.Second}
+	x := exportCmd{progressEvery: time.Second}
 	fs := x.flagSet(&cfg)
 	fs.SetOutput(stderr)
 	setUsage(fs, exportUsage)
