@@ -516,3 +516,44 @@ func TestExportFailureIsNeverAShortExport(t *testing.T) {
 		time.Minute, 10*time.Millisecond)
 	assert.Contains(t, env.logs.String(), "disk on fire")
 }
+
+// An export holds a full range page of the response budget for as long
+// as it streams: with room for one, a second export is refused at once
+// while the first waits on the store, and admitted once it has ended.
+func TestExportHoldsItsShareOfTheBudget(t *testing.T) {
+	br := &blockingReader{held: make(chan struct{}), ended: make(chan struct{})}
+	env := newTestEnv(t, func(c *api.Config) {
+		br.fakeReader = c.Reader.(*fakeReader)
+		c.Reader = br
+		c.ResponseBudget = 3 << 20 // one export's 2.5 MiB
+		c.ClientShares = 1
+	})
+	env.reader.add(reading(t, "dev-a", mustTicks(t, "2026-11-22T10:00:00Z"), 1))
+	env.reader.devices = []buckets.DeviceInfo{{Device: "dev-a"}}
+	path := "/v1/export" + q("to", testNow.Format(time.RFC3339))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.url+path, nil)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+		}
+	}()
+	select {
+	case <-br.held:
+	case <-time.After(time.Minute):
+		t.Fatal("the first export never reached the store")
+	}
+	r := env.get(t, path)
+	requireError(t, r, http.StatusServiceUnavailable, "unavailable", "query responses")
+	assert.Equal(t, "1", r.header.Get("Retry-After"))
+	cancel()
+	<-done
+	br.mu.Lock()
+	br.free = 1 << 30
+	br.mu.Unlock()
+	require.Eventually(t, func() bool { return env.get(t, path).status == http.StatusOK }, time.Minute, 10*time.Millisecond)
+}
