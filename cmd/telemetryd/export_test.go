@@ -132,3 +132,37 @@ func TestExportCommand(t *testing.T) {
 		})
 	}
 }
+
+// The token comes from -token or TELEMETRY_TOKEN; a refusal is reported
+// with the service's message and not retried.
+func TestExportCommandToken(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if r.Header.Get("Authorization") != "Bearer s3cret-token" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":{"code":"unauthenticated","message":"authorization: no token"}}`)
+			return
+		}
+		assert.Equal(t, "/v1/export", r.URL.Path)
+		assert.Equal(t, `{fleet="East"}`, r.URL.Query().Get("match"))
+		_, _ = io.WriteString(w, `{"device":"d1","ts":"2026-11-22T00:00:00Z","partitionKey":"d1/2026-11-22","rowKey":"2516069052799999999","values":{"v":1}}`+"\n")
+	}))
+	defer srv.Close()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"export", "-url", srv.URL, "-match", `{fleet="East"}`},
+		envMap(map[string]string{"TELEMETRY_TOKEN": "s3cret-token"}), &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	assert.Equal(t, 1, strings.Count(stdout.String(), "\n"))
+	assert.Contains(t, stderr.String(), "telemetryd export: 1 readings in ")
+
+	requests.Store(0)
+	stdout.Reset()
+	stderr.Reset()
+	code = run(context.Background(), []string{"export", "-url", srv.URL}, envMap(nil), &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr.String(), "401 Unauthorized: {\"error\":{\"code\":\"unauthenticated\",\"message\":\"authorization: no token\"}}")
+	assert.Equal(t, int32(1), requests.Load(), "not retried")
+	assert.Empty(t, stdout.String())
+}
