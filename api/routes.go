@@ -34,6 +34,8 @@ func (s *Server) registerRoutes() {
 	e.GET("/v1/devices/:device/aggregates", s.handleAggregates, query...)
 	s.registerDashboards(query)
 	e.GET("/v1/tables", s.handleTables, query...)
+	// An export is bounded per store call, not as a whole (handleExport).
+	e.GET("/v1/export", s.handleExport, s.limitInFlight)
 
 	e.DELETE("/v1/tables/:day", s.handleDropTable, s.requireAdmin)
 	e.POST("/v1/retention/run", s.handleRetention, s.requireAdmin)

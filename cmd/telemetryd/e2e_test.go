@@ -37,7 +37,7 @@ type testService struct {
 }
 
 // newTestConfig returns a config on a fresh data dir and random ports.
-func newTestConfig(t *testing.T) Config {
+func newTestConfig(t testing.TB) Config {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
@@ -82,7 +82,7 @@ func openMain(t *testing.T, cfg Config, w io.Writer, now func() time.Time) *Main
 }
 
 // startService opens a service for cfg and closes it at cleanup.
-func startService(t *testing.T, cfg Config, opts ...func(*Main)) *testService {
+func startService(t testing.TB, cfg Config, opts ...func(*Main)) *testService {
 	t.Helper()
 	m := NewMain(cfg, newLogger(cfg, testLogWriter(t)), func(string) string { return "" })
 	m.now = testClock()
@@ -108,7 +108,7 @@ func startService(t *testing.T, cfg Config, opts ...func(*Main)) *testService {
 }
 
 // stop closes the client connection and the service (idempotent).
-func (s *testService) stop(t *testing.T) {
+func (s *testService) stop(t testing.TB) {
 	t.Helper()
 	if s.nc != nil {
 		s.nc.Close()
@@ -118,7 +118,7 @@ func (s *testService) stop(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 }
 
-func (s *testService) waitReady(t *testing.T) {
+func (s *testService) waitReady(t testing.TB) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		code, _ := s.get(t, "/readyz", nil)
@@ -136,7 +136,7 @@ func (s *testService) publish(t *testing.T, device, payload string) {
 }
 
 // get fetches path and decodes JSON into out (when not nil).
-func (s *testService) get(t *testing.T, path string, out any) (int, string) {
+func (s *testService) get(t testing.TB, path string, out any) (int, string) {
 	t.Helper()
 	resp, err := http.Get(s.base + path)
 	require.NoError(t, err)
@@ -453,14 +453,14 @@ func TestRestartKeepsEveryReading(t *testing.T) {
 }
 
 // testLogWriter sends service logs to the test log.
-func testLogWriter(t *testing.T) io.Writer {
+func testLogWriter(t testing.TB) io.Writer {
 	if os.Getenv("TELEMETRY_TEST_LOGS") != "" {
 		return os.Stderr
 	}
 	return tWriter{t}
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Helper()

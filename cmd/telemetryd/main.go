@@ -39,6 +39,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "check" {
 		return runCheck(ctx, args[1:], getenv, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "export" {
+		return runExport(ctx, args[1:], getenv, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "auth" {
 		return authcli.Run(args[1:], getenv, stdout, stderr)
 	}

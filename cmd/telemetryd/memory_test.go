@@ -76,7 +76,7 @@ func TestServiceMemoryThirtyDays(t *testing.T) {
 
 // fillStore writes perDay readings of devices for every day in
 // [first, last] straight into a store under dir.
-func fillStore(t *testing.T, dir string, first, last buckets.Day, perDay, devices int) {
+func fillStore(t testing.TB, dir string, first, last buckets.Day, perDay, devices int) {
 	t.Helper()
 	opts := store.DefaultOptions()
 	s, err := store.Open(context.Background(), dir, opts)

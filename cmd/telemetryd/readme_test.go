@@ -117,6 +117,10 @@ func TestReadmeFlags(t *testing.T) {
 			if len(args) > 0 && args[0] == "auth" {
 				set, args = authcli.FlagSet(io.Discard), args[1:]
 			}
+			if len(args) > 0 && args[0] == "export" {
+				cfg := DefaultConfig()
+				set, args = (&exportCmd{}).flagSet(&cfg), args[1:]
+			}
 			for _, a := range args {
 				if !strings.HasPrefix(a, "-") {
 					continue

@@ -19,6 +19,9 @@ Usage:
                                            (its flags: telemetryd retention -h)
   telemetryd check [flags]                 verify the checksum of every stored block of a
                                            stopped service's data dir (telemetryd check -h)
+  telemetryd export -url URL|-data-dir D [flags]
+                                           write readings as NDJSON or CSV from a running
+                                           service or a stopped data dir (telemetryd export -h)
   telemetryd auth add-device|add-token|revoke|list [flags]
                                            edit the -auth-file (telemetryd auth -h)
   telemetryd -version                      print the version
