@@ -182,8 +182,8 @@ func (m *Main) openCluster(ctx context.Context) error {
 		return err
 	}
 	var callers cluster.Callers
-	if m.sec.creds != nil {
-		callers = m.sec.creds.TokenNamed
+	if m.sec.Creds != nil {
+		callers = m.sec.Creds.TokenNamed
 	}
 	router, err := cluster.New(cluster.Config{
 		Local:      localStore{st: m.store, count: m.countManualDrop},

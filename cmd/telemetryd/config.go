@@ -14,6 +14,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
+	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/lineproto"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
@@ -56,7 +57,7 @@ type Config struct {
 	// streams ($MQTT_sess, _msgs, _qos2in, _out, _rmsgs).
 	MQTTStreamMaxBytes int64
 	DiskReserve        int64 // ingest pauses while less is free under DataDir
-	Security           SecurityConfig
+	Security           security.Config
 	Cluster            ClusterConfig
 }
 
@@ -94,7 +95,7 @@ func DefaultConfig() Config {
 		MQTTStreamMaxBytes: natsembed.DefaultMQTTStreamMaxBytes,
 		DiskReserve:        defaultDiskReserve,
 		QueryTimeout:       api.DefaultQueryTimeout,
-		Security:           defaultSecurity(),
+		Security:           security.Default(),
 		Cluster:            defaultCluster(),
 	}
 }
@@ -129,7 +130,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.RejectedMaxBytes), "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
 	fs.Var(cliflag.Size(&c.MQTTStreamMaxBytes), "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
 	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
-	c.Security.bind(fs)
+	c.Security.Bind(fs)
 	c.Cluster.bind(fs)
 }
 
