@@ -2,15 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/hkdf"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
-	"net/url"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -18,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/api/cluster"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
@@ -28,99 +21,15 @@ import (
 	"github.com/telemetryd/telemetryd/retention"
 )
 
-// ClusterConfig is the scale-out configuration (deploy/CLUSTER.md). With
-// Partitions 0 the service is a single node and nothing here applies.
-type ClusterConfig struct {
-	Partitions     int
-	Copies         int
-	NodeName       string
-	AdvertiseURL   string
-	LeaseTTL       time.Duration
-	ClusterToken   string // the cluster credential; default derived from -cursor-key
-	StreamReplicas int
-}
-
-// defaultCluster returns the cluster defaults: off.
-func defaultCluster() ClusterConfig {
-	return ClusterConfig{
-		Copies:         ownership.DefaultCopies,
-		LeaseTTL:       ownership.DefaultLeaseTTL,
-		StreamReplicas: 3,
-	}
-}
-
-func (c *ClusterConfig) bind(fs *flag.FlagSet) {
-	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "split the devices into this many partitions shared by the nodes of a cluster (0: a single node); fixed for the life of the stream")
-	fs.IntVar(&c.Copies, "copies", c.Copies, "cluster: how many nodes store each partition")
-	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "cluster: this node's unique name (empty: the host name)")
-	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "cluster: the HTTP base URL other nodes use to reach this one, e.g. http://node-1:8080")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "cluster: a node whose lease is not renewed for this long is gone and its partitions are taken over")
-	fs.StringVar(&c.ClusterToken, "cluster-token", c.ClusterToken, "cluster: the secret nodes present to each other's node-to-node API, the same on every node (at least 16 characters; not a token of the auth file); empty: derived from -cursor-key")
-	fs.IntVar(&c.StreamReplicas, "stream-replicas", c.StreamReplicas, "cluster: replicas of the streams and the lease bucket when a node creates them")
-}
-
-// validateCluster checks the cluster flags together with the others.
+// validateCluster checks the cluster flags (package clustercfg).
 func (c *Config) validateCluster() error {
-	k := c.Cluster
-	if k.Partitions == 0 {
-		return nil
-	}
-	var errs []error
-	if k.NodeName == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("-node-name: empty, and the host name is unknown: %w", err))
-		}
-		c.Cluster.NodeName, k.NodeName = host, host
-	}
-	if err := partition.Validate(k.Partitions); err != nil {
-		errs = append(errs, fmt.Errorf("-partitions: %w", err))
-	}
-	if k.Copies < 1 || k.Copies > 5 {
-		errs = append(errs, fmt.Errorf("-copies %d: want 1 to 5", k.Copies))
-	}
-	if err := ownership.ValidateNodeName(k.NodeName); err != nil {
-		errs = append(errs, fmt.Errorf("-node-name: %w", err))
-	}
-	if u, err := url.Parse(k.AdvertiseURL); k.AdvertiseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("-advertise-url %q: a cluster node needs the http(s) base URL other nodes reach it at", k.AdvertiseURL))
-	}
-	if c.NATSURL == "" {
-		errs = append(errs, errors.New("-partitions: a cluster node needs -nats-url pointing at the NATS JetStream cluster (the embedded server is a single node)"))
-	}
-	if k.LeaseTTL < ownership.MinLeaseTTL {
-		errs = append(errs, fmt.Errorf("-lease-ttl %s: want at least %s", k.LeaseTTL, ownership.MinLeaseTTL))
-	}
-	if k.StreamReplicas < 1 || k.StreamReplicas > 5 {
-		errs = append(errs, fmt.Errorf("-stream-replicas %d: want 1 to 5", k.StreamReplicas))
-	}
-	if c.Security.CursorKey == "" {
-		errs = append(errs, errors.New("-partitions: a cluster node needs -cursor-key, the same on every node, so a cursor made by one node continues on any other"))
-	}
-	if k.ClusterToken != "" && len(k.ClusterToken) < auth.MinSecretLen {
-		errs = append(errs, fmt.Errorf("-cluster-token has %d characters; use at least %d random ones (or leave it empty to derive one from -cursor-key)", len(k.ClusterToken), auth.MinSecretLen))
-	}
-	return errors.Join(errs...)
+	return c.Cluster.Validate(c.NATSURL, c.Security.CursorKey)
 }
 
-// clusterCredentialInfo separates the cluster credential derived from
-// the cursor key from the cursor key itself.
-const clusterCredentialInfo = "telemetryd cluster credential v1"
-
-// clusterCredential is the secret of node-to-node calls: -cluster-token,
-// else one derived from -cursor-key (which every node of a cluster
-// shares; the derivation does not reveal it). Never -admin-token: a
-// node-to-node call reads any device for its caller, and an admin-only
-// token may not read.
+// clusterCredential is the secret of node-to-node calls (package
+// clustercfg).
 func (c *Config) clusterCredential() (string, error) {
-	if c.Cluster.ClusterToken != "" {
-		return c.Cluster.ClusterToken, nil
-	}
-	key, err := hkdf.Key(sha256.New, []byte(c.Security.CursorKey), nil, clusterCredentialInfo, 32)
-	if err != nil {
-		return "", fmt.Errorf("cluster credential: %w", err)
-	}
-	return hex.EncodeToString(key), nil
+	return c.Cluster.Credential(c.Security.CursorKey)
 }
 
 // clusterNode is this node's share of a cluster: its lease, the

@@ -12,6 +12,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/clustercfg"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
@@ -58,7 +59,7 @@ type Config struct {
 	MQTTStreamMaxBytes int64
 	DiskReserve        int64 // ingest pauses while less is free under DataDir
 	Security           security.Config
-	Cluster            ClusterConfig
+	Cluster            clustercfg.Config
 }
 
 // defaultDiskReserve is the default of -disk-reserve: room for the hot
@@ -96,7 +97,7 @@ func DefaultConfig() Config {
 		DiskReserve:        defaultDiskReserve,
 		QueryTimeout:       api.DefaultQueryTimeout,
 		Security:           security.Default(),
-		Cluster:            defaultCluster(),
+		Cluster:            clustercfg.Default(),
 	}
 }
 
@@ -131,7 +132,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.MQTTStreamMaxBytes), "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
 	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.Bind(fs)
-	c.Cluster.bind(fs)
+	c.Cluster.Bind(fs)
 }
 
 // Validate checks the values that flags cannot check alone.
