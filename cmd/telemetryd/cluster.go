@@ -134,7 +134,7 @@ func (m *Main) withCluster(c *api.Config) error {
 	c.Admin = clusterAdmin{node: m.cluster.node, local: admin{store: m.store, ret: m.ret}}
 	c.Internal = r.Handler()
 	c.Cluster = clusterView{m.cluster.members}
-	return withDashboards(c, r)
+	return c.WithDashboards(r)
 }
 
 // clusterAdmin drops tables on every node; retention stays per node.

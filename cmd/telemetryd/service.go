@@ -306,7 +306,7 @@ func (m *Main) startHTTP() error {
 		if err := m.withCluster(&acfg); err != nil {
 			return err
 		}
-	} else if err := withDashboards(&acfg, m.store); err != nil {
+	} else if err := acfg.WithDashboards(m.store); err != nil {
 		return err
 	}
 	if err := m.withWrites(&acfg); err != nil {
