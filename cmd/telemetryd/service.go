@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
+	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
@@ -42,7 +41,7 @@ type Main struct {
 	ingest *ingest.Ingester
 	api    *api.Server
 	ret    *retention.Worker
-	pprof  *http.Server
+	pprof  *pprofserve.Server
 	sec    *security.State
 	budget membudget.Budget
 
@@ -321,25 +320,9 @@ func (m *Main) startHTTP() error {
 	}
 	m.api = srv
 	if m.cfg.PprofAddr != "" {
-		m.startPprof()
+		m.pprof = pprofserve.Start(m.cfg.PprofAddr, m.log)
 	}
 	return nil
-}
-
-// startPprof serves net/http/pprof for profiling the hot paths.
-func (m *Main) startPprof() {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	m.pprof = &http.Server{Addr: m.cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	m.wg.Go(func() {
-		m.log.Debug("pprof listening", "addr", m.cfg.PprofAddr) // the start-up line names it
-		if err := m.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("pprof server", "err", err)
-		}
-	})
 }
 
 func (m *Main) window() buckets.Window {
