@@ -98,10 +98,44 @@ type Config struct {
 	// Callers looks up the token a node-to-node call serves; nil when
 	// this node has no authentication.
 	Callers Callers
-	// HTTPClient makes node-to-node calls; default one with a 30s
-	// timeout. Give it the cluster's TLS roots when nodes speak HTTPS.
+	// HTTPClient makes node-to-node calls; default NewHTTPClient().
 	HTTPClient *http.Client
-	Logger     *slog.Logger
+	// Dropped is told of each day this node's store dropped for a
+	// cluster-wide drop (for metrics); optional.
+	Dropped func(ctx context.Context, d buckets.TableDrop)
+	Logger  *slog.Logger
+}
+
+// ConnsPerNode bounds the connections one node keeps to another. They
+// are kept alive and reused, so node-to-node calls open few new
+// connections, and several nodes behind one address stay within the
+// API's per-address connection limit (64 by default): those limits
+// apply before any credential is seen.
+const ConnsPerNode = 16
+
+// NewHTTPClient is the default client of node-to-node calls: a 30 s
+// timeout and at most ConnsPerNode connections to each node. Nodes
+// serving HTTPS need certificates the system roots trust.
+func NewHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxConnsPerHost = ConnsPerNode
+	t.MaxIdleConnsPerHost = ConnsPerNode
+	return &http.Client{Timeout: 30 * time.Second, Transport: t}
+}
+
+// countingLocal tells Config.Dropped of each day the local store drops,
+// whether for this node's router or for another node's call.
+type countingLocal struct {
+	Local
+	dropped func(ctx context.Context, d buckets.TableDrop)
+}
+
+func (l countingLocal) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
+	d, err := l.Local.DropTable(ctx, day)
+	if err == nil {
+		l.dropped(ctx, d)
+	}
+	return d, err
 }
 
 // Router answers queries from the owners of each device.
@@ -123,13 +157,17 @@ func New(cfg Config) (*Router, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: 30 * time.Second}
+		hc = NewHTTPClient()
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Router{local: cfg.Local, members: cfg.Membership, c: client{http: hc, credential: cfg.Credential},
+	local := cfg.Local
+	if cfg.Dropped != nil {
+		local = countingLocal{Local: local, dropped: cfg.Dropped}
+	}
+	return &Router{local: local, members: cfg.Membership, c: client{http: hc, credential: cfg.Credential},
 		callers: cfg.Callers, log: log}, nil
 }
 

@@ -437,3 +437,29 @@ func TestRouterAttributes(t *testing.T) {
 	assert.ErrorIs(t, err, buckets.ErrUnavailable, "an owner that did not take it fails the write")
 	assert.Contains(t, err.Error(), "dead")
 }
+
+// TestRouterDropTellsDropped: a cluster-wide drop tells each node's
+// Dropped of its own store's drop, both for the node that asked and for
+// a node called over the wire, and the total adds up every node's.
+func TestRouterDropTellsDropped(t *testing.T) {
+	var selfDrops, otherDrops []buckets.TableDrop
+	other, err := New(Config{Local: &memLocal{rs: []buckets.Reading{reading("b1", 1, 1)}}, Membership: view{},
+		Credential: testCredential, Dropped: func(_ context.Context, d buckets.TableDrop) { otherDrops = append(otherDrops, d) }})
+	require.NoError(t, err)
+	srv := httptest.NewServer(other.Handler())
+	t.Cleanup(srv.Close)
+	v := view{nodes: []Peer{{Node: "a", Self: true}, {Node: "b", URL: srv.URL}}}
+	self := &memLocal{rs: []buckets.Reading{reading("a0", 1, 1), reading("c2", 1, 1)}}
+	r, err := New(Config{Local: self, Membership: v, Credential: testCredential,
+		Dropped: func(_ context.Context, d buckets.TableDrop) { selfDrops = append(selfDrops, d) }})
+	require.NoError(t, err)
+
+	day := buckets.Day(20000)
+	total, err := r.DropTable(context.Background(), day)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), total.SizeBytes, "both nodes' drops add up")
+	require.Len(t, selfDrops, 1)
+	assert.Equal(t, buckets.TableDrop{Day: day, SizeBytes: 2}, selfDrops[0])
+	require.Len(t, otherDrops, 1, "the called node counts its own drop")
+	assert.Equal(t, buckets.TableDrop{Day: day, SizeBytes: 1}, otherDrops[0])
+}

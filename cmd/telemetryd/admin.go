@@ -31,6 +31,7 @@ func (a admin) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDro
 // cluster-wide drop reaches every node's store) in the retention
 // counters.
 func (m *Main) countManualDrop(ctx context.Context, d buckets.TableDrop) {
+	d.Reason = retention.ReasonManual
 	if m.ret != nil {
 		m.ret.CountDrop(ctx, d)
 	}

@@ -2,125 +2,30 @@ package main
 
 import (
 	"context"
-	"crypto/hkdf"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"flag"
 	"fmt"
-	"net/http"
-	"net/url"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/api/cluster"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/ingest"
 	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/retention"
 )
 
-// ClusterConfig is the scale-out configuration (deploy/CLUSTER.md). With
-// Partitions 0 the service is a single node and nothing here applies.
-type ClusterConfig struct {
-	Partitions     int
-	Copies         int
-	NodeName       string
-	AdvertiseURL   string
-	LeaseTTL       time.Duration
-	ClusterToken   string // the cluster credential; default derived from -cursor-key
-	StreamReplicas int
-}
-
-// defaultCluster returns the cluster defaults: off.
-func defaultCluster() ClusterConfig {
-	return ClusterConfig{
-		Copies:         ownership.DefaultCopies,
-		LeaseTTL:       ownership.DefaultLeaseTTL,
-		StreamReplicas: 3,
-	}
-}
-
-func (c *ClusterConfig) bind(fs *flag.FlagSet) {
-	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "split the devices into this many partitions shared by the nodes of a cluster (0: a single node); fixed for the life of the stream")
-	fs.IntVar(&c.Copies, "copies", c.Copies, "cluster: how many nodes store each partition")
-	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "cluster: this node's unique name (empty: the host name)")
-	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "cluster: the HTTP base URL other nodes use to reach this one, e.g. http://node-1:8080")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "cluster: a node whose lease is not renewed for this long is gone and its partitions are taken over")
-	fs.StringVar(&c.ClusterToken, "cluster-token", c.ClusterToken, "cluster: the secret nodes present to each other's node-to-node API, the same on every node (at least 16 characters; not a token of the auth file); empty: derived from -cursor-key")
-	fs.IntVar(&c.StreamReplicas, "stream-replicas", c.StreamReplicas, "cluster: replicas of the streams and the lease bucket when a node creates them")
-}
-
-// validateCluster checks the cluster flags together with the others.
+// validateCluster checks the cluster flags (package clustercfg).
 func (c *Config) validateCluster() error {
-	k := c.Cluster
-	if k.Partitions == 0 {
-		return nil
-	}
-	var errs []error
-	if k.NodeName == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("-node-name: empty, and the host name is unknown: %w", err))
-		}
-		c.Cluster.NodeName, k.NodeName = host, host
-	}
-	if err := partition.Validate(k.Partitions); err != nil {
-		errs = append(errs, fmt.Errorf("-partitions: %w", err))
-	}
-	if k.Copies < 1 || k.Copies > 5 {
-		errs = append(errs, fmt.Errorf("-copies %d: want 1 to 5", k.Copies))
-	}
-	if err := ownership.ValidateNodeName(k.NodeName); err != nil {
-		errs = append(errs, fmt.Errorf("-node-name: %w", err))
-	}
-	if u, err := url.Parse(k.AdvertiseURL); k.AdvertiseURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("-advertise-url %q: a cluster node needs the http(s) base URL other nodes reach it at", k.AdvertiseURL))
-	}
-	if c.NATSURL == "" {
-		errs = append(errs, errors.New("-partitions: a cluster node needs -nats-url pointing at the NATS JetStream cluster (the embedded server is a single node)"))
-	}
-	if k.LeaseTTL < ownership.MinLeaseTTL {
-		errs = append(errs, fmt.Errorf("-lease-ttl %s: want at least %s", k.LeaseTTL, ownership.MinLeaseTTL))
-	}
-	if k.StreamReplicas < 1 || k.StreamReplicas > 5 {
-		errs = append(errs, fmt.Errorf("-stream-replicas %d: want 1 to 5", k.StreamReplicas))
-	}
-	if c.Security.CursorKey == "" {
-		errs = append(errs, errors.New("-partitions: a cluster node needs -cursor-key, the same on every node, so a cursor made by one node continues on any other"))
-	}
-	if k.ClusterToken != "" && len(k.ClusterToken) < auth.MinSecretLen {
-		errs = append(errs, fmt.Errorf("-cluster-token has %d characters; use at least %d random ones (or leave it empty to derive one from -cursor-key)", len(k.ClusterToken), auth.MinSecretLen))
-	}
-	return errors.Join(errs...)
+	return c.Cluster.Validate(c.NATSURL, c.Security.CursorKey)
 }
 
-// clusterCredentialInfo separates the cluster credential derived from
-// the cursor key from the cursor key itself.
-const clusterCredentialInfo = "telemetryd cluster credential v1"
-
-// clusterCredential is the secret of node-to-node calls: -cluster-token,
-// else one derived from -cursor-key (which every node of a cluster
-// shares; the derivation does not reveal it). Never -admin-token: a
-// node-to-node call reads any device for its caller, and an admin-only
-// token may not read.
+// clusterCredential is the secret of node-to-node calls (package
+// clustercfg).
 func (c *Config) clusterCredential() (string, error) {
-	if c.Cluster.ClusterToken != "" {
-		return c.Cluster.ClusterToken, nil
-	}
-	key, err := hkdf.Key(sha256.New, []byte(c.Security.CursorKey), nil, clusterCredentialInfo, 32)
-	if err != nil {
-		return "", fmt.Errorf("cluster credential: %w", err)
-	}
-	return hex.EncodeToString(key), nil
+	return c.Cluster.Credential(c.Security.CursorKey)
 }
 
 // clusterNode is this node's share of a cluster: its lease, the
@@ -182,90 +87,43 @@ func (m *Main) openCluster(ctx context.Context) error {
 		return err
 	}
 	var callers cluster.Callers
-	if m.sec.creds != nil {
-		callers = m.sec.creds.TokenNamed
+	if m.sec.Creds != nil {
+		callers = m.sec.Creds.TokenNamed
 	}
 	router, err := cluster.New(cluster.Config{
-		Local:      localStore{st: m.store, count: m.countManualDrop},
+		Local:      m.store,
+		Dropped:    m.countManualDrop,
 		Membership: membershipView{members},
 		Credential: credential,
 		Callers:    callers,
-		HTTPClient: m.clusterHTTPClient(),
 		Logger:     m.log.With("component", "cluster"),
 	})
 	if err != nil {
 		return err
 	}
+	icfg := m.ingestConfig()
+	icfg.MQTTCopies = false // a cluster node has no embedded MQTT listener
+	icfg.Partitions, icfg.Replicas = k.Partitions, k.StreamReplicas
+	// The consumer share of the memory budget is split between the
+	// partitions, each keeping room for the largest message.
+	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(k.Partitions), minPullBytes))
+	icfg.Logger = m.log.With("component", "ingest")
+	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
 	node, err := ingestcluster.New(ingestcluster.Config{
-		Members:    members,
-		Consumers:  clusterConsumers{m: m, js: js},
+		Members: members,
+		Consumers: ingestcluster.PartitionConsumers{
+			NC: m.nc, Store: m.store, Drops: members, Node: k.NodeName, Template: icfg},
 		Store:      m.store,
 		Everywhere: router,
-		Dropped: func(ctx context.Context, d buckets.TableDrop) {
-			d.Reason = retention.ReasonManual
-			m.countManualDrop(ctx, d)
-		},
-		Logger: m.log.With("component", "cluster"),
-		Now:    m.now,
+		Dropped:    m.countManualDrop,
+		Logger:     m.log.With("component", "cluster"),
+		Now:        m.now,
 	})
 	if err != nil {
 		return err
 	}
 	m.cluster = &clusterNode{members: members, node: node, router: router}
 	return nil
-}
-
-// localStore is the store as the router's Local (DropTable marks the
-// drop manual, as the admin endpoint does).
-type localStore struct {
-	st    storeReader
-	count func(context.Context, buckets.TableDrop) // counts the drop in the retention metrics
-}
-
-func (l localStore) Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
-	return l.st.Device(ctx, dev)
-}
-func (l localStore) Assign(ctx context.Context, as []buckets.Assignment) error {
-	return l.st.Assign(ctx, as)
-}
-func (l localStore) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
-	return l.st.AttributeNames(ctx, q)
-}
-func (l localStore) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
-	return l.st.AttributeValues(ctx, name, q)
-}
-
-func (l localStore) Latest(ctx context.Context, dev buckets.DeviceID, n int) ([]buckets.Reading, error) {
-	return l.st.Latest(ctx, dev, n)
-}
-func (l localStore) Range(ctx context.Context, q buckets.RangeQuery) (buckets.Page, error) {
-	return l.st.Range(ctx, q)
-}
-func (l localStore) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) (buckets.Reading, error) {
-	return l.st.Get(ctx, dev, k)
-}
-func (l localStore) Devices(ctx context.Context, q buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
-	return l.st.Devices(ctx, q)
-}
-func (l localStore) Tables(ctx context.Context) ([]buckets.TableInfo, error) { return l.st.Tables(ctx) }
-func (l localStore) Aggregate(ctx context.Context, q buckets.AggregateQuery) (buckets.AggregatePage, error) {
-	return l.st.Aggregate(ctx, q)
-}
-func (l localStore) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error) {
-	d, err := l.st.DropTable(ctx, day)
-	if err == nil {
-		d.Reason = retention.ReasonManual
-		l.count(ctx, d)
-	}
-	return d, err
-}
-
-// storeReader is the part of *store.Store a cluster node reads.
-type storeReader interface {
-	api.Reader
-	api.Aggregator
-	attributeStore
-	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
 }
 
 // withCluster routes the API through the cluster router.
@@ -276,7 +134,7 @@ func (m *Main) withCluster(c *api.Config) error {
 	c.Admin = clusterAdmin{node: m.cluster.node, local: admin{store: m.store, ret: m.ret}}
 	c.Internal = r.Handler()
 	c.Cluster = clusterView{m.cluster.members}
-	return withDashboards(c, r)
+	return c.WithDashboards(r)
 }
 
 // clusterAdmin drops tables on every node; retention stays per node.
@@ -318,58 +176,4 @@ func (m *Main) closeCluster(ctx context.Context) error {
 	c.cancel()
 	c.wg.Wait()
 	return err
-}
-
-// clusterConsumers makes the partition consumers: one ingester per
-// partition, with its own durable consumer named after this node.
-type clusterConsumers struct {
-	m  *Main
-	js jetstream.JetStream
-}
-
-// consumerName is the durable consumer of partition p on this node.
-func (cc clusterConsumers) consumerName(p int) string {
-	return "ingest-" + cc.m.cfg.Cluster.NodeName + "-p" + strconv.Itoa(p)
-}
-
-func (cc clusterConsumers) Consumer(p int) (ingestcluster.Consumer, error) {
-	m := cc.m
-	icfg := m.ingestConfig()
-	icfg.MQTTCopies = false // a cluster node has no embedded MQTT listener
-	icfg.Partitions, icfg.Partition = m.cfg.Cluster.Partitions, p
-	icfg.Replicas = m.cfg.Cluster.StreamReplicas
-	icfg.Consumer = cc.consumerName(p)
-	icfg.Exclusive = true // named after this node, whose name is unique (leases)
-	icfg.Positions = ingestcluster.Positions{Store: m.store, Partition: p}
-	icfg.Tombstones = ingestcluster.Tombstones{Local: m.store, Cluster: m.cluster.members}
-	// The consumer share of the memory budget is split between the
-	// partitions, each keeping room for the largest message.
-	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(m.cfg.Cluster.Partitions), minPullBytes))
-	icfg.Logger = m.log.With("component", "ingest", "partition", p)
-	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
-	return ingest.New(m.nc, m.store, icfg)
-}
-
-func (cc clusterConsumers) Remove(ctx context.Context, p int) error {
-	err := cc.js.DeleteConsumer(ctx, ingest.DefaultConfig().Stream, cc.consumerName(p))
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("delete consumer %s: %w", cc.consumerName(p), err)
-	}
-	return nil
-}
-
-// clusterConnsPerNode bounds the connections one node keeps to another.
-// They are kept alive and reused, so node-to-node calls open few new
-// connections, and several nodes behind one address stay within the
-// per-address connection limit (-http-max-conns-per-client, 64): those
-// limits apply before any credential is seen.
-const clusterConnsPerNode = 16
-
-// clusterHTTPClient makes node-to-node calls. Nodes serving HTTPS need
-// certificates the system roots trust.
-func (m *Main) clusterHTTPClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxConnsPerHost = clusterConnsPerNode
-	t.MaxIdleConnsPerHost = clusterConnsPerNode
-	return &http.Client{Timeout: 30 * time.Second, Transport: t}
 }

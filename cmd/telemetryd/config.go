@@ -13,8 +13,10 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/lineproto"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/clustercfg"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
+	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
@@ -56,8 +58,8 @@ type Config struct {
 	// streams ($MQTT_sess, _msgs, _qos2in, _out, _rmsgs).
 	MQTTStreamMaxBytes int64
 	DiskReserve        int64 // ingest pauses while less is free under DataDir
-	Security           SecurityConfig
-	Cluster            ClusterConfig
+	Security           security.Config
+	Cluster            clustercfg.Config
 }
 
 // defaultDiskReserve is the default of -disk-reserve: room for the hot
@@ -94,8 +96,8 @@ func DefaultConfig() Config {
 		MQTTStreamMaxBytes: natsembed.DefaultMQTTStreamMaxBytes,
 		DiskReserve:        defaultDiskReserve,
 		QueryTimeout:       api.DefaultQueryTimeout,
-		Security:           defaultSecurity(),
-		Cluster:            defaultCluster(),
+		Security:           security.Default(),
+		Cluster:            clustercfg.Default(),
 	}
 }
 
@@ -129,8 +131,8 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.RejectedMaxBytes), "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
 	fs.Var(cliflag.Size(&c.MQTTStreamMaxBytes), "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
 	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
-	c.Security.bind(fs)
-	c.Cluster.bind(fs)
+	c.Security.Bind(fs)
+	c.Cluster.Bind(fs)
 }
 
 // Validate checks the values that flags cannot check alone.

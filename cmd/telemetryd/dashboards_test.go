@@ -54,7 +54,7 @@ func (e *dashEnv) open(t testing.TB) {
 	st, err := store.Open(context.Background(), e.dir, sopts)
 	require.NoError(t, err)
 	acfg := api.Config{Addr: "127.0.0.1:0", Reader: st, Logger: log, Now: now, Auth: e.auth, QueryTimeout: e.queryTimeout}
-	require.NoError(t, withDashboards(&acfg, st))
+	require.NoError(t, acfg.WithDashboards(st))
 	srv, err := api.New(acfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.Open())

@@ -24,7 +24,6 @@ import (
 
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
-	"github.com/telemetryd/telemetryd/cmd/internal/cursorkey"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
@@ -319,26 +318,6 @@ func TestHTTPAuthService(t *testing.T) {
 			return code == http.StatusOK
 		}, 10*time.Second, 100*time.Millisecond)
 	})
-}
-
-func TestCursorKeyPerInstallation(t *testing.T) {
-	cfg := newTestConfig(t)
-	sec := cfg.Security
-	k1, err := sec.cursorKey(cfg.DataDir)
-	require.NoError(t, err)
-	k2, err := sec.cursorKey(cfg.DataDir)
-	require.NoError(t, err)
-	assert.Equal(t, k1, k2, "the key survives restarts")
-	st, err := os.Stat(cfg.DataDir + "/" + cursorkey.File)
-	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
-	other, err := sec.cursorKey(t.TempDir())
-	require.NoError(t, err)
-	assert.NotEqual(t, k1, other, "each installation has its own")
-	sec.CursorKey = strings.Repeat("k", 32)
-	k3, err := sec.cursorKey(cfg.DataDir)
-	require.NoError(t, err)
-	assert.Equal(t, []byte(sec.CursorKey), k3, "-cursor-key wins")
 }
 
 // waitAsyncError waits for an async error containing want.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
+	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
+	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/ingest/topology"
@@ -41,8 +41,8 @@ type Main struct {
 	ingest *ingest.Ingester
 	api    *api.Server
 	ret    *retention.Worker
-	pprof  *http.Server
-	sec    *security
+	pprof  *pprofserve.Server
+	sec    *security.State
 	budget membudget.Budget
 
 	// writesNC publishes the line protocol door's messages, so their
@@ -97,7 +97,7 @@ func (m *Main) Open(ctx context.Context) error {
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
-	if m.sec, err = openSecurity(m.cfg, m.log); err != nil {
+	if m.sec, err = security.Open(m.cfg.Security, m.cfg.AdminToken, m.cfg.DataDir, m.log); err != nil {
 		return err
 	}
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
@@ -159,13 +159,13 @@ func (m *Main) logStarted() {
 func (m *Main) connectNATS() error {
 	url := m.cfg.NATSURL
 	if url == "" {
-		srv, err := natsembed.Start(m.sec.embeddedNATS(m.cfg, m.budget.JetStream, m.log, m.tel.Meter))
+		srv, err := natsembed.Start(m.embeddedNATS())
 		if err != nil {
 			return err
 		}
 		m.nats = srv
 		url = srv.ClientURL()
-		m.sec.watchNATS(srv)
+		m.sec.WatchNATS(srv)
 	}
 	m.natsURL = url
 	var onConnect []func(*nats.Conn)
@@ -192,7 +192,7 @@ func (m *Main) natsOptions() []nats.Option {
 	if m.nats != nil {
 		return m.nats.ClientOptions()
 	}
-	return m.sec.natsClientOptions()
+	return m.sec.NATSClientOptions()
 }
 
 // dialNATS opens one of the service's connections to its NATS server
@@ -288,13 +288,13 @@ func (m *Main) startHTTP() error {
 		QueryTimeout:      m.cfg.QueryTimeout,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
 		Retention:         m.cfg.Retention,
-		AdminToken:        m.sec.apiAdminToken(m.cfg.AdminToken),
-		CursorKey:         m.sec.cursorKey,
-		Auth:              m.sec.tokens(),
-		TLSConfig:         m.sec.tls,
+		AdminToken:        m.sec.APIAdminToken(m.cfg.AdminToken),
+		CursorKey:         m.sec.CursorKey,
+		Auth:              m.sec.Tokens(),
+		TLSConfig:         m.sec.TLS,
 		RateLimit:         m.cfg.Security.HTTPRate,
 		RateBurst:         m.cfg.Security.HTTPBurst,
-		MaxConns:          m.sec.httpConns,
+		MaxConns:          m.sec.HTTPConns,
 		MaxConnsPerClient: m.cfg.Security.HTTPMaxConnsPerClient,
 		Logger:            m.log.With("component", "api"),
 		TracerProvider:    m.tel.Tracer,
@@ -305,7 +305,7 @@ func (m *Main) startHTTP() error {
 		if err := m.withCluster(&acfg); err != nil {
 			return err
 		}
-	} else if err := withDashboards(&acfg, m.store); err != nil {
+	} else if err := acfg.WithDashboards(m.store); err != nil {
 		return err
 	}
 	if err := m.withWrites(&acfg); err != nil {
@@ -320,25 +320,9 @@ func (m *Main) startHTTP() error {
 	}
 	m.api = srv
 	if m.cfg.PprofAddr != "" {
-		m.startPprof()
+		m.pprof = pprofserve.Start(m.cfg.PprofAddr, m.log)
 	}
 	return nil
-}
-
-// startPprof serves net/http/pprof for profiling the hot paths.
-func (m *Main) startPprof() {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	m.pprof = &http.Server{Addr: m.cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	m.wg.Go(func() {
-		m.log.Debug("pprof listening", "addr", m.cfg.PprofAddr) // the start-up line names it
-		if err := m.pprof.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			m.log.Error("pprof server", "err", err)
-		}
-	})
 }
 
 func (m *Main) window() buckets.Window {
