@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -126,5 +127,54 @@ func TestPagesSplittingAMillisecondKeepItsNewestValue(t *testing.T) {
 		}
 		require.Equal(t, []float64{2, 12, 22, 32}, got, "pages of %d readings", size)
 		qry.Close()
+	}
+}
+
+// TestInstantLastOverTimeFromSummaries answers instant last_over_time
+// queries from the store's summaries, and the answers are those over
+// raw readings.
+func TestInstantLastOverTimeFromSummaries(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	windowData(t, dir, now)
+	o := store.DefaultOptions()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	src := &readCountingStore{countedStore: countedStore{Store: st}}
+	fast, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw.q.noPushdown = true
+	run := func(a *API, q string, at time.Time) promql.Vector {
+		qry, err := a.engine.NewInstantQuery(context.Background(), a.q, nil, q, at)
+		require.NoError(t, err)
+		defer qry.Close()
+		res := qry.Exec(context.Background())
+		require.NoError(t, res.Err, q)
+		v, err := res.Vector()
+		require.NoError(t, err)
+		return slices.Clone(v)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, q := range []string{`last_over_time(temp[6h])`, `last_over_time({__name__=~"temp|hum"}[1m])`,
+		`last_over_time(temp[90s]) - last_over_time(hum[90s])`, `last_over_time(temp[1h] offset 5m)`} {
+		for range 40 {
+			at := now.Add(-time.Duration(rng.Int64N(int64(30 * time.Hour))))
+			if rng.IntN(2) == 0 {
+				at = at.Truncate(time.Minute) // window edges on readings
+			}
+			aggs, reads := src.aggregates.Load(), src.ranges.Load()+src.samples.Load()
+			got := run(fast, q, at)
+			require.Equal(t, reads, src.ranges.Load()+src.samples.Load(), "%s: no raw reads", q)
+			if len(got) > 0 {
+				require.Greater(t, src.aggregates.Load(), aggs, "%s: summaries", q)
+			}
+			want := run(raw, q, at)
+			require.Equal(t, want, got, "%s at %s", q, at)
+		}
 	}
 }
