@@ -320,7 +320,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 			return set
 		}
 	}
-	if qr.samples != nil && mint <= maxt {
+	if qr.samples != nil && mint <= maxt && dense(hints, qr.q.lookback) {
 		set.samples = qr.samples
 		for _, r := range refs {
 			if r.seen == nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/prometheus/prometheus/storage"
+
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -19,6 +21,22 @@ type SampleReader interface {
 	// from <= ticks < to, with their ticks and values oldest first:
 	// the values Range gives. ticks and vals are fn's to keep.
 	Samples(ctx context.Context, dev buckets.DeviceID, from, to buckets.Ticks, names []string, fn func(name string, ticks []buckets.Ticks, vals []float64)) error
+}
+
+// dense reports whether the engine's evaluations of a select cover its
+// span without gaps (an instant query, or steps no longer than the
+// range or, for a plain selector, the lookback), so reading the whole
+// span at once reads nothing the engine skips. Sparser steps read page
+// by page from each step's time instead.
+func dense(h *storage.SelectHints, lookback int64) bool {
+	if h == nil {
+		return false
+	}
+	covered := h.Range
+	if covered == 0 {
+		covered = lookback
+	}
+	return h.Step <= covered
 }
 
 // sampleSpan is a device and a span [from, to) of ticks: what one read

@@ -94,6 +94,13 @@ func TestProjectedReadsMatchRawReadings(t *testing.T) {
 			require.Equal(t, want, got, "%s at %s", c.q, at)
 		}
 	}
+	// Steps with gaps between their windows read page by page from each
+	// step, as before.
+	samplesBefore, rangesBefore := src.samples.Load(), src.ranges.Load()
+	got := run(fast, `temp`, now.Add(-29*time.Hour), now, 2*time.Hour)
+	require.Equal(t, samplesBefore, src.samples.Load(), "sparse steps: no projected reads")
+	require.Greater(t, src.ranges.Load(), rangesBefore, "sparse steps: pages")
+	require.Equal(t, run(raw, `temp`, now.Add(-29*time.Hour), now, 2*time.Hour), got)
 }
 
 // TestPagesSplittingAMillisecondKeepItsNewestValue reads a series page
