@@ -80,6 +80,8 @@ func BenchmarkFleetQuestions(b *testing.B) {
 		{"high_load", `last_over_time({__name__="diagnostics.current_load"}[6h]) >= 0.9 * last_over_time({__name__="diagnostics.load_capacity"}[6h])`},
 		{"average_load", `avg(avg_over_time({__name__="diagnostics.current_load"}[6h]) / avg_over_time({__name__="diagnostics.load_capacity"}[6h]))`},
 		{"stationary", `avg_over_time({__name__="readings.velocity"}[10m]) < 1`},
+		{"long_driving", `count_over_time((avg_over_time({__name__="readings.velocity"}[10m]) > 1)[4h:10m]) > 22`},
+		{"daily_activity", `count_over_time((avg(avg_over_time({__name__="diagnostics.status"}[10m])) < 1)[1d:10m]) / 144`},
 	} {
 		for _, path := range []string{"raw", "default"} {
 			b.Run(q.name+"/"+path, func(b *testing.B) {
