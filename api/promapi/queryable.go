@@ -400,8 +400,13 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 	return sortedUnique(names), nil, nil
 }
 
-// Close implements storage.Querier.
-func (qr *querier) Close() error { return nil }
+// Close implements storage.Querier: it waits for the reads ahead.
+func (qr *querier) Close() error {
+	if qr.samples != nil {
+		qr.samples.wait()
+	}
+	return nil
+}
 
 // seriesSet walks the matched series; samples are read only when the
 // engine iterates a series.

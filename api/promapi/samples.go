@@ -49,24 +49,42 @@ type sampleSpan struct {
 // sampleCache gathers, for one querier, the value names its selects
 // want per device and span, and reads each device's names together the
 // first time one of its series is iterated (the engine makes every
-// select of a query before it iterates any series). A series' samples
-// are handed out once and then forgotten; a series iterated again is
-// read again.
+// select of a query before it iterates any series). While one span is
+// used the next one wanted is read ahead, so the store's read of one
+// device overlaps the engine's work on another; at most two reads are
+// in flight. A series' samples are handed out once and then forgotten;
+// a series iterated again is read again.
 type sampleCache struct {
-	src  SampleReader
-	mu   sync.Mutex
-	want map[sampleSpan][]string
-	got  map[sampleSpan]map[string][]sample // present: read (nil: no samples)
+	src   SampleReader
+	mu    sync.Mutex
+	want  map[sampleSpan][]string
+	order []sampleSpan       // spans in the order first wanted
+	index map[sampleSpan]int // span -> index in order
+	reads map[sampleSpan]*spanRead
+	wg    sync.WaitGroup // reads in flight
+}
+
+// spanRead is the read of a span's wanted names; got and err are set
+// when done is closed.
+type spanRead struct {
+	done chan struct{}
+	got  map[string][]sample
+	err  error
 }
 
 func newSampleCache(src SampleReader) *sampleCache {
-	return &sampleCache{src: src, want: map[sampleSpan][]string{}, got: map[sampleSpan]map[string][]sample{}}
+	return &sampleCache{src: src, want: map[sampleSpan][]string{}, index: map[sampleSpan]int{},
+		reads: map[sampleSpan]*spanRead{}}
 }
 
 // add registers the series name of sp as one a select wants.
 func (c *sampleCache) add(sp sampleSpan, name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, ok := c.index[sp]; !ok {
+		c.index[sp] = len(c.order)
+		c.order = append(c.order, sp)
+	}
 	for _, n := range c.want[sp] {
 		if n == name {
 			return
@@ -75,34 +93,52 @@ func (c *sampleCache) add(sp sampleSpan, name string) {
 	c.want[sp] = append(c.want[sp], name)
 }
 
+// start reads the wanted names of sp in a goroutine; c.mu is held.
+func (c *sampleCache) start(ctx context.Context, sp sampleSpan) *spanRead {
+	r := &spanRead{done: make(chan struct{})}
+	c.reads[sp] = r
+	names := c.want[sp]
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(r.done)
+		r.got, r.err = c.read(ctx, sp, names)
+	}()
+	return r
+}
+
 // take returns the samples of the series name of sp, one per
 // millisecond, reading every wanted name of sp the first time.
 func (c *sampleCache) take(ctx context.Context, sp sampleSpan, name string) ([]sample, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	got, read := c.got[sp]
-	if read {
-		if s, ok := got[name]; ok {
-			delete(got, name)
-			return s, nil
+	r := c.reads[sp]
+	if r == nil {
+		if len(c.want[sp]) == 0 {
+			c.want[sp] = []string{name}
 		}
-		// Iterated before: read it alone.
-		one, err := c.read(ctx, sp, []string{name})
-		return one[name], err
+		r = c.start(ctx, sp)
 	}
-	names := c.want[sp]
-	if len(names) == 0 {
-		names = []string{name}
+	if i, ok := c.index[sp]; ok && i+1 < len(c.order) && c.reads[c.order[i+1]] == nil {
+		c.start(ctx, c.order[i+1])
 	}
-	got, err := c.read(ctx, sp, names)
-	if err != nil {
-		return nil, err
+	c.mu.Unlock()
+	<-r.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.err != nil {
+		return nil, r.err
 	}
-	s := got[name]
-	delete(got, name)
-	c.got[sp] = got
-	return s, nil
+	if s, ok := r.got[name]; ok {
+		delete(r.got, name)
+		return s, nil
+	}
+	// Iterated before: read it alone.
+	one, err := c.read(ctx, sp, []string{name})
+	return one[name], err
 }
+
+// wait waits for the reads in flight.
+func (c *sampleCache) wait() { c.wg.Wait() }
 
 // read reads names of sp, every name present in the answer.
 func (c *sampleCache) read(ctx context.Context, sp sampleSpan, names []string) (map[string][]sample, error) {
