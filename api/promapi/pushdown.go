@@ -45,7 +45,15 @@ type windows struct {
 // first must be a multiple of Step, which holds for range queries with
 // a step-aligned start (as Grafana sends them) and for subqueries,
 // whose steps are aligned to multiples of their step.
+//
+// An instant query (Step 0) of last_over_time is one window too: the
+// newest sample of the window is its summary's last value, which the
+// store reads from block headers where it can.
 func windowsOf(h *storage.SelectHints) (windows, bool) {
+	if h != nil && h.Step == 0 && h.Range > 0 && h.Func == "last_over_time" && h.Start+h.Range-1 == h.End {
+		return windows{first: h.End, last: h.End, step: h.Range, rng: h.Range, fn: h.Func,
+			value: func(s *buckets.Summary) float64 { return s.Last }}, true
+	}
 	if h == nil || h.Range <= 0 || h.Step <= 0 || h.Step < h.Range {
 		return windows{}, false
 	}
@@ -115,7 +123,7 @@ type windowIter struct {
 
 func (it *windowIter) load() {
 	it.read = true
-	if it.w.step%it.w.rng == 0 && it.w.rng%1000 == 0 && it.w.step/it.w.rng <= maxGridRatio {
+	if it.w.first < it.w.last && it.w.step%it.w.rng == 0 && it.w.rng%1000 == 0 && it.w.step/it.w.rng <= maxGridRatio {
 		it.err = it.loadGrid()
 		return
 	}

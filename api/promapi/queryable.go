@@ -97,13 +97,18 @@ var _ storage.Queryable = (*queryable)(nil)
 
 // Querier implements storage.Queryable.
 func (q *queryable) Querier(mint, maxt int64) (storage.Querier, error) {
-	return &querier{q: q, mint: mint, maxt: maxt}, nil
+	qr := &querier{q: q, mint: mint, maxt: maxt}
+	if r, ok := q.src.(SampleReader); ok && !q.noPushdown {
+		qr.samples = newSampleCache(r)
+	}
+	return qr, nil
 }
 
 // querier answers selects for [mint, maxt] (milliseconds, inclusive).
 type querier struct {
 	q          *queryable
 	mint, maxt int64
+	samples    *sampleCache // nil: series are read page by page with Range
 }
 
 // errTooManySeries is returned when a selector matches more series than
@@ -312,6 +317,15 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 		if w, ok := windowsOf(hints); ok {
 			set.agg, set.windows = agg, &w
 			set.prefetch()
+			return set
+		}
+	}
+	if qr.samples != nil && mint <= maxt && dense(hints, qr.q.lookback) {
+		set.samples = qr.samples
+		for _, r := range refs {
+			if r.seen == nil {
+				set.samples.add(set.span(r), r.name)
+			}
 		}
 	}
 	return set
@@ -386,8 +400,13 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 	return sortedUnique(names), nil, nil
 }
 
-// Close implements storage.Querier.
-func (qr *querier) Close() error { return nil }
+// Close implements storage.Querier: it waits for the reads ahead.
+func (qr *querier) Close() error {
+	if qr.samples != nil {
+		qr.samples.wait()
+	}
+	return nil
+}
 
 // seriesSet walks the matched series; samples are read only when the
 // engine iterates a series.
@@ -400,6 +419,7 @@ type seriesSet struct {
 	agg        Aggregator
 	windows    *windows      // set: answer per window from summaries
 	loaded     []*windowIter // per ref, when prefetched
+	samples    *sampleCache  // set: samples come from the querier's projected reads
 	// the sample times of LastSeenName series (seenTimes)
 	seenFirst, seenStep, seenLast int64
 }
@@ -442,8 +462,17 @@ func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
 		}
 		return windowSeekIter[int64]{s.set.newWindowIter(s.ref)}
 	}
+	if s.set.samples != nil {
+		return loadedIter(s.set.ctx, s.set.samples, s.set.span(s.ref), s.ref.name)
+	}
+	sp := s.set.span(s.ref)
 	return seekingIter[int64]{&sampleIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, name: s.ref.name,
-		from: ticksOf(s.set.mint), to: ticksOf(s.set.maxt) + 10000, i: -1}}
+		from: sp.from, to: sp.to, i: -1}}
+}
+
+// span is the device of ref and the ticks of the set's samples.
+func (s *seriesSet) span(ref seriesRef) sampleSpan {
+	return sampleSpan{dev: ref.dev, from: ticksOf(s.mint), to: ticksOf(s.maxt) + 10000}
 }
 
 // sample is one point of a series.
@@ -466,6 +495,7 @@ type sampleIter struct {
 	after    *buckets.Ticks
 	done     bool
 	buf      []sample
+	held     *sample // the last sample of a page, until the next page
 	i        int
 	err      error
 }
@@ -484,6 +514,9 @@ func (it *sampleIter) fill() bool {
 			break
 		}
 		it.buf, it.i = it.buf[:0], 0
+		if it.held != nil {
+			it.buf, it.held = append(it.buf, *it.held), nil
+		}
 		for i := range page.Readings {
 			r := &page.Readings[i]
 			v, ok := r.Get(it.name)
@@ -505,12 +538,12 @@ func (it *sampleIter) fill() bool {
 			it.done = true
 		} else {
 			last := page.Readings[len(page.Readings)-1].Ticks
-			// The next page starts at the next millisecond, so readings of
-			// one millisecond never straddle two pages.
+			it.after = &last
+			// The next page may hold newer readings of the millisecond
+			// of the page's last reading: its sample waits for them.
 			if n := len(it.buf); n > 0 && it.buf[n-1].t == msOf(last) {
-				it.from, it.after = ticksOf(msOf(last)+1), nil
-			} else {
-				it.after = &last
+				held := it.buf[n-1]
+				it.buf, it.held = it.buf[:n-1], &held
 			}
 		}
 		if len(it.buf) > 0 {
@@ -522,7 +555,7 @@ func (it *sampleIter) fill() bool {
 }
 
 func (it *sampleIter) Next() chunkenc.ValueType {
-	if it.i >= 0 && it.i+1 < len(it.buf) {
+	if it.i+1 < len(it.buf) { // i is -1 before the first sample of samples already loaded
 		it.i++
 		return chunkenc.ValFloat
 	}
