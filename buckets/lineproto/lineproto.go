@@ -85,6 +85,31 @@ const (
 	TagsAsValues
 )
 
+// ParseTagMode reads a TagMode by name: "attributes" or "values".
+func ParseTagMode(s string) (TagMode, error) {
+	switch s {
+	case "attributes":
+		return TagsAsAttributes, nil
+	case "values":
+		return TagsAsValues, nil
+	}
+	return 0, fmt.Errorf("%q: want attributes or values", s)
+}
+
+// ParseDeviceTags splits a comma-separated list of tag keys, the tags
+// that name a line's device (Options.DeviceTags).
+func ParseDeviceTags(s string) ([]string, error) {
+	var tags []string
+	for t := range strings.SplitSeq(s, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			return nil, fmt.Errorf("%q: want comma-separated tag keys, none empty", s)
+		}
+		tags = append(tags, t)
+	}
+	return tags, nil
+}
+
 // Options configure Map.
 type Options struct {
 	// DeviceTags: the first of these tags present on a line names its

@@ -206,26 +206,20 @@ func (c *Config) Validate() error {
 
 // lineDeviceTags splits -line-device-tags.
 func (c *Config) lineDeviceTags() ([]string, error) {
-	var tags []string
-	for t := range strings.SplitSeq(c.LineDeviceTags, ",") {
-		t = strings.TrimSpace(t)
-		if t == "" {
-			return nil, fmt.Errorf("-line-device-tags %q: want comma-separated tag keys, none empty", c.LineDeviceTags)
-		}
-		tags = append(tags, t)
+	tags, err := lineproto.ParseDeviceTags(c.LineDeviceTags)
+	if err != nil {
+		return nil, fmt.Errorf("-line-device-tags %w", err)
 	}
 	return tags, nil
 }
 
 // lineTags parses -line-tags.
 func (c *Config) lineTags() (lineproto.TagMode, error) {
-	switch c.LineTags {
-	case "attributes":
-		return lineproto.TagsAsAttributes, nil
-	case "values":
-		return lineproto.TagsAsValues, nil
+	mode, err := lineproto.ParseTagMode(c.LineTags)
+	if err != nil {
+		return 0, fmt.Errorf("-line-tags %w", err)
 	}
-	return 0, fmt.Errorf("-line-tags %q: want attributes or values", c.LineTags)
+	return mode, nil
 }
 
 // parseFlags fills c from args and the environment. Flags set on the
@@ -299,21 +293,14 @@ func applyEnv(fs *flag.FlagSet, c *Config, getenv func(string) string) error {
 func envName(flag string) string { return cliflag.EnvName(envPrefix, flag) }
 
 func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("-log-level %q must be debug, info, warn or error", s)
+	l, err := otelsetup.ParseLevel(s)
+	if err != nil {
+		return 0, fmt.Errorf("-log-level %w", err)
 	}
 	return l, nil
 }
 
-// newLogger builds the service logger; records carry trace_id and
-// span_id when their context holds a span.
+// newLogger builds the service logger (otelsetup.NewLogger).
 func newLogger(c Config, w io.Writer) *slog.Logger {
-	level, _ := parseLevel(c.LogLevel)
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(w, opts)
-	if c.LogFormat == "json" {
-		h = slog.NewJSONHandler(w, opts)
-	}
-	return slog.New(otelsetup.TraceHandler{Handler: h})
+	return otelsetup.NewLogger(c.LogLevel, c.LogFormat, w)
 }

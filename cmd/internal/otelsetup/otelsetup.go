@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 
@@ -185,4 +186,26 @@ func envOr(getenv func(string) string, key, def string) string {
 		return v
 	}
 	return def
+}
+
+// ParseLevel reads a log level: debug, info, warn or error.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q must be debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// NewLogger builds a logger writing text (or, with format "json",
+// JSON) to w at level (info when it does not parse); records carry
+// trace_id and span_id when their context holds a span.
+func NewLogger(level, format string, w io.Writer) *slog.Logger {
+	l, _ := ParseLevel(level)
+	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if format == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(TraceHandler{Handler: h})
 }
