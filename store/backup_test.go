@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// snapshot is everything a user can read of devs, as JSON, so two
+// stores compare byte for byte.
+func snapshot(t *testing.T, s *Store, devs ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	for _, d := range devs {
+		p, err := s.Range(ctx, buckets.RangeQuery{Device: buckets.DeviceID(d), From: 0, To: buckets.Ticks(1) << 62, Order: buckets.Asc, Limit: 1 << 20})
+		require.NoError(t, err)
+		out["range/"+d] = p
+		latest, err := s.Latest(ctx, buckets.DeviceID(d), 3)
+		require.NoError(t, err)
+		out["latest/"+d] = latest
+	}
+	infos, _, err := s.Devices(ctx, buckets.DeviceQuery{Limit: 1000})
+	require.NoError(t, err)
+	out["devices"] = infos
+	tables, err := s.Tables(ctx)
+	require.NoError(t, err)
+	for i := range tables {
+		tables[i].SizeBytes = 0
+	}
+	out["tables"] = tables
+	b, err := json.Marshal(out)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func restoreInto(t *testing.T, from string) (*testStore, BackupManifest) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	m, err := Restore(context.Background(), from, dir, RestoreOptions{})
+	require.NoError(t, err)
+	return openTestStore(t, dir, newTestClock()), m
+}
+
+func TestBackupIncrementalRestore(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	old := today - 3
+	ts.write(t, series("a", dayTick(old, time.Hour), time.Second, 500)...)
+	ts.write(t, series("b", dayTick(today, time.Hour), time.Second, 300)...)
+	attrs, verr := buckets.NewAttributes(map[string]string{"fleet": "East"})
+	require.Nil(t, verr)
+	require.NoError(t, ts.Assign(ctx, []buckets.Assignment{{Device: "a", At: at(0), Set: attrs}}))
+	pos := buckets.StreamPosition{Stream: "TELEMETRY", Created: baseTime, Seq: 41}
+	require.NoError(t, ts.SavePosition(ctx, pos))
+
+	bdir := t.TempDir()
+	var steps []BackupProgress
+	m1, err := ts.Backup(ctx, bdir, BackupOptions{Progress: func(p BackupProgress) { steps = append(steps, p) }})
+	require.NoError(t, err)
+	assert.Equal(t, 1, m1.ID)
+	require.Len(t, m1.Tables, 2)
+	assert.Equal(t, 3, m1.CopiedFiles) // index and both tables
+	assert.Equal(t, uint64(41), m1.Positions["TELEMETRY"].Seq)
+	require.Len(t, steps, 3)
+	assert.Equal(t, BackupProgress{Name: today.String(), Done: 3, Total: 3, Bytes: m1.Tables[1].Bytes()}, steps[2])
+	first := snapshot(t, ts.Store, "a", "b")
+
+	// More writes to today only: the next backup copies only them.
+	ts.write(t, series("b", dayTick(today, 2*time.Hour), time.Second, 200)...)
+	ts.write(t, series("c", dayTick(today, 3*time.Hour), time.Second, 10)...)
+	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: baseTime, Seq: 97}))
+	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, m2.ID)
+	assert.Equal(t, 1, m2.Skipped, "the old day did not change")
+	assert.Equal(t, m1.Tables[0].Files, m2.Tables[0].Files, "the old day's chain is the first copy")
+	require.Len(t, m2.Tables[1].Files, 2, "today: full copy then incremental")
+	inc := m2.Tables[1].Files[1]
+	assert.Equal(t, m1.Tables[1].Version, inc.Since)
+	assert.Less(t, m2.CopiedBytes, m1.CopiedBytes+m2.Tables[1].Files[1].Size)
+	_, err = os.Stat(filepath.Join(bdir, "000002", "tables", old.String()+".kv"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "unchanged table not copied")
+
+	// A third backup with nothing new copies nothing but the manifest.
+	m3, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, m3.Skipped)
+	assert.Equal(t, m2.Tables, m3.Tables, "no table copied")
+
+	want := snapshot(t, ts.Store, "a", "b", "c")
+	require.NotEqual(t, first, want)
+	rs, m := restoreInto(t, bdir)
+	assert.Equal(t, 3, m.ID)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a", "b", "c"))
+	p, ok, err := rs.LoadPosition(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, uint64(97), p.Seq)
+	assert.True(t, p.Created.Equal(baseTime))
+}
+
+// A table compacted between backups (its open blocks deleted and merged)
+// restores to the same answers: the incremental copy carries deletions.
+func TestBackupIncrementalAfterCompaction(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	for i := range 20 {
+		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
+	}
+	bdir := t.TempDir()
+	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	ts.write(t, series("a", dayTick(today, 3*time.Hour), time.Second, 5)...)
+	ts.compactAll(true)
+	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	want := snapshot(t, ts.Store, "a")
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+}
+
+func TestBackupOfReadOnlyStore(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
+	want := snapshot(t, ts.Store, "a")
+	require.NoError(t, ts.Close())
+	ro := openTestStore(t, ts.dir, ts.clock, func(o *Options) { o.ReadOnly = true })
+	bdir := t.TempDir()
+	_, err := ro.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+}
+
+func TestRestoreRefusesCorruptFile(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
+	bdir := t.TempDir()
+	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	path := filepath.Join(bdir, m.Tables[0].Files[0].Path)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	b[len(b)/2] ^= 0x40
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+
+	dir := filepath.Join(t.TempDir(), "data")
+	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
+	require.ErrorIs(t, err, ErrBackupCorrupt)
+	assert.Contains(t, err.Error(), path)
+	_, statErr := os.Stat(dir)
+	assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written before the check")
+
+	require.NoError(t, os.Remove(path))
+	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
+	require.ErrorIs(t, err, ErrBackupCorrupt)
+	assert.Contains(t, err.Error(), path)
+}
+
+func TestRestoreRefusesNonEmptyDir(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
+	bdir := t.TempDir()
+	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	_, err = Restore(ctx, bdir, ts.dir, RestoreOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not empty")
+
+	_, err = Restore(ctx, t.TempDir(), filepath.Join(t.TempDir(), "x"), RestoreOptions{})
+	require.Error(t, err, "a directory without a backup")
+}
+
+func TestBackupKeepsTombstones(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	old := today - 2
+	ts.write(t, series("a", dayTick(old, time.Hour), time.Second, 5)...)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
+	_, err := ts.DropTable(ctx, old)
+	require.NoError(t, err)
+	bdir := t.TempDir()
+	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Len(t, m.Tables, 1)
+	rs, _ := restoreInto(t, bdir)
+	_, dropped := rs.DroppedAt(old)
+	assert.True(t, dropped)
+}
