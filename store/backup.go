@@ -55,6 +55,9 @@ const (
 	backupManifestName = "MANIFEST.json"
 	backupLockName     = "LOCK"
 	backupIndexName    = "index.kv"
+	// restoredFileName in a data directory says that Restore made it
+	// and no service has resumed the stream on it yet (Restored).
+	restoredFileName = "RESTORED"
 )
 
 // loadPendingWrites is how many batches a restore keeps in flight per
@@ -451,6 +454,10 @@ type RestoreOptions struct {
 	Progress func(BackupProgress)
 	// Logger receives Badger's messages (nil: slog.Default()).
 	Logger *slog.Logger
+	// Keep names entries the data directory may already hold (such as
+	// a NATS server's store kept beside the data), which Restore leaves
+	// alone; any other entry makes it refuse the directory.
+	Keep []string
 }
 
 // Restore rebuilds a data directory from the newest backup in from.
@@ -465,7 +472,7 @@ func Restore(ctx context.Context, from, dataDir string, opts RestoreOptions) (Ba
 	if err != nil {
 		return BackupManifest{}, fmt.Errorf("restore: %w", err)
 	}
-	if err := checkEmptyDir(dataDir); err != nil {
+	if err := checkEmptyDir(dataDir, opts.Keep); err != nil {
 		return m, err
 	}
 	if err := VerifyBackup(ctx, from, m); err != nil {
@@ -500,8 +507,8 @@ func Restore(ctx context.Context, from, dataDir string, opts RestoreOptions) (Ba
 	return m, nil
 }
 
-// checkEmptyDir refuses a dataDir that holds anything.
-func checkEmptyDir(dataDir string) error {
+// checkEmptyDir refuses a dataDir that holds anything but keep.
+func checkEmptyDir(dataDir string, keep []string) error {
 	entries, err := os.ReadDir(dataDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -509,8 +516,10 @@ func checkEmptyDir(dataDir string) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if len(entries) > 0 {
-		return fmt.Errorf("restore: data directory %s is not empty (it holds %s); restore only into an empty or new directory", dataDir, entries[0].Name())
+	for _, e := range entries {
+		if !slices.Contains(keep, e.Name()) {
+			return fmt.Errorf("restore: data directory %s is not empty (it holds %s); restore only into an empty or new directory", dataDir, e.Name())
+		}
 	}
 	return nil
 }
@@ -611,7 +620,35 @@ func writeRestoredState(dataDir string, m BackupManifest) error {
 	if b, err = json.Marshal(recs); err != nil {
 		return err
 	}
-	return replaceFile(dataDir, tombstonesFileName, b)
+	if err := replaceFile(dataDir, tombstonesFileName, b); err != nil {
+		return err
+	}
+	if b, err = json.Marshal(struct {
+		ID      int       `json:"backup_id"`
+		Created time.Time `json:"backup_created"`
+	}{m.ID, m.Created}); err != nil {
+		return err
+	}
+	return replaceFile(dataDir, restoredFileName, b)
+}
+
+// Restored reports whether the data directory was made by Restore and
+// no consumer of the stream has been set to resume from its positions
+// yet. A consumer that outlived the restore has acknowledged messages
+// past them, so the caller deletes it (a new one starts after the
+// saved positions) and then calls ClearRestored.
+func (s *Store) Restored() bool {
+	_, err := os.Stat(filepath.Join(s.dir, restoredFileName))
+	return err == nil
+}
+
+// ClearRestored forgets that the directory was restored.
+func (s *Store) ClearRestored() error {
+	err := os.Remove(filepath.Join(s.dir, restoredFileName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("clear restore marker: %w", err)
+	}
+	return syncDir(s.dir)
 }
 
 // BackupID formats a backup's ID as its subdirectory name.
