@@ -19,6 +19,9 @@ Usage:
                                            (its flags: telemetryd retention -h)
   telemetryd check [flags]                 verify the checksum of every stored block of a
                                            stopped service's data dir (telemetryd check -h)
+  telemetryd backup -to DIR [-url URL]     back up a stopped data dir, or a running service
+                                           through POST /v1/backup (telemetryd backup -h)
+  telemetryd restore -from DIR -data-dir D rebuild a data dir from a backup (telemetryd restore -h)
   telemetryd auth add-device|add-token|revoke|list [flags]
                                            edit the -auth-file (telemetryd auth -h)
   telemetryd -version                      print the version
