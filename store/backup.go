@@ -197,6 +197,11 @@ func (b *backupRun) run(ctx context.Context) (BackupManifest, error) {
 	s := b.s
 	b.m = BackupManifest{Format: BackupFormat, ID: b.prev.ID + 1, Created: b.opts.Now().UTC(), Positions: map[string]BackupPosition{}}
 	b.sub = BackupID(b.m.ID)
+	// A subdirectory the manifest does not list is what an interrupted
+	// backup left.
+	if err := os.RemoveAll(filepath.Join(b.dir, b.sub)); err != nil {
+		return b.m, fmt.Errorf("backup: remove an interrupted backup: %w", err)
+	}
 	if err := os.MkdirAll(filepath.Join(b.dir, b.sub, tablesDirName), 0o755); err != nil {
 		return b.m, fmt.Errorf("backup: %w", err)
 	}

@@ -199,3 +199,24 @@ func TestBackupKeepsTombstones(t *testing.T) {
 	_, dropped := rs.DroppedAt(old)
 	assert.True(t, dropped)
 }
+
+// A backup interrupted before its manifest (a killed process) leaves a
+// subdirectory that the next backup replaces.
+func TestBackupAfterAnInterruptedOne(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
+	bdir := t.TempDir()
+	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	leftover := filepath.Join(bdir, BackupID(2), "tables")
+	require.NoError(t, os.MkdirAll(leftover, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(leftover, today.String()+".kv"), []byte("torn"), 0o644))
+	ts.write(t, series("a", dayTick(today, 2*time.Hour), time.Second, 5)...)
+	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, m.ID)
+	want := snapshot(t, ts.Store, "a")
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+}
