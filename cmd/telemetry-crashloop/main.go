@@ -36,6 +36,10 @@
 //	go run ./cmd/telemetry-crashloop -protocol mqtt -kills 10 -readings 200000 -rate 5000
 //	go run ./cmd/telemetry-crashloop -hostile -kills 10 -readings 200000 -rate 5000
 //	go run ./cmd/telemetry-crashloop -hostile -protocol mqtt -kills 10 -readings 200000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -backup -backup-every 10m -kills 20 -max-up 60s -readings 6500000 -rate 5000
+//
+// With -backup it also takes online backups while it runs and checks a
+// restore of the newest one instead of the data dir it wrote (backup.go).
 package main
 
 import (
@@ -68,6 +72,10 @@ type Config struct {
 	Args     []string      // extra telemetryd flags (e.g. -sync-writes)
 	Protocol string        // nats (JetStream publish acks) or mqtt (QoS 1 PUBACKs)
 	Hostile  bool          // run the service with credentials and a hostile second client
+	// Backup takes an online backup every BackupEvery while the loop
+	// runs, then checks a restore of the newest one (backup.go).
+	Backup      bool
+	BackupEvery time.Duration
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
@@ -92,6 +100,7 @@ type Result struct {
 	// Nats-Msg-Id another client used first.
 	DuplicateAcks int
 	Hostile       *HostileCounts // what the hostile client did (-hostile)
+	Backups       []backupTaken  // the backups taken (-backup)
 	Probe         *ProbeCounts   // what the QoS 0 probe found (-hostile)
 	Elapsed       time.Duration
 }
@@ -120,6 +129,8 @@ func main() {
 	flag.DurationVar(&cfg.Progress, "progress", time.Second, "progress interval")
 	flag.BoolVar(&cfg.Hostile, "hostile", false, "run the service with an auth file and a 64MiB stream while a second device copies the loop's message IDs, floods invalid payloads and rewrites the auth file every second")
 	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
+	flag.BoolVar(&cfg.Backup, "backup", false, "take an online backup every -backup-every while publishing and killing; at the end restore the newest into a fresh data dir, start the service on it and check that")
+	flag.DurationVar(&cfg.BackupEvery, "backup-every", 20*time.Second, "interval of the -backup backups (each incremental against the one before)")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.Parse()
 	if *sync {
@@ -148,5 +159,8 @@ func printResult(w io.Writer, cfg Config, r Result) {
 	}
 	if r.Probe != nil {
 		fmt.Fprintf(w, "qos0 probe: %s\n", r.Probe)
+	}
+	for _, b := range r.Backups {
+		fmt.Fprintln(w, b)
 	}
 }

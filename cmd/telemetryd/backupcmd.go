@@ -269,6 +269,9 @@ func (b backupService) allowed(dir string) error {
 	if rel, err := filepath.Rel(b.root, dir); err != nil || rel == "." || !filepath.IsLocal(rel) {
 		return outside
 	}
+	if err := os.MkdirAll(b.root, 0o755); err != nil {
+		return fmt.Errorf("backup root: %w", err)
+	}
 	root, err := filepath.EvalSymlinks(b.root)
 	if err != nil {
 		return fmt.Errorf("backup root: %w", err)
