@@ -57,22 +57,51 @@ Flags:
 // backupRequestTimeout bounds an online backup request.
 const backupRequestTimeout = 24 * time.Hour
 
-// runBackup is `telemetryd backup`.
-func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg := DefaultConfig()
-	var to, url, token string
-	var full bool
+// backupArgs are the flags of `telemetryd backup`.
+type backupArgs struct {
+	cfg            Config
+	to, url, token string
+	full           bool
+}
+
+// backupFlags binds the flags of `telemetryd backup`.
+func backupFlags(stderr io.Writer) (*flag.FlagSet, *backupArgs) {
+	a := &backupArgs{cfg: DefaultConfig()}
 	fs := flag.NewFlagSet("telemetryd backup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
-	fs.StringVar(&to, "to", "", "backup directory (created if missing; with -url, an absolute path on the service's machine)")
-	fs.StringVar(&url, "url", "", "base URL of a running service to back up through POST /v1/backup (empty: back up -data-dir offline)")
-	fs.StringVar(&token, "token", "", "bearer token with the admin scope, for -url")
-	fs.BoolVar(&full, "full", false, "copy everything, starting a new chain, instead of only what changed since the previous backup in -to")
+	a.cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
+	fs.StringVar(&a.to, "to", "", "backup directory (created if missing; with -url, an absolute path on the service's machine)")
+	fs.StringVar(&a.url, "url", "", "base URL of a running service to back up through POST /v1/backup (empty: back up -data-dir offline)")
+	fs.StringVar(&a.token, "token", "", "bearer token with the admin scope, for -url")
+	fs.BoolVar(&a.full, "full", false, "copy everything, starting a new chain, instead of only what changed since the previous backup in -to")
 	setUsage(fs, backupUsage)
-	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
+	return fs, a
+}
+
+// restoreArgs are the flags of `telemetryd restore`.
+type restoreArgs struct {
+	cfg  Config
+	from string
+}
+
+// restoreFlags binds the flags of `telemetryd restore`.
+func restoreFlags(stderr io.Writer) (*flag.FlagSet, *restoreArgs) {
+	a := &restoreArgs{cfg: DefaultConfig()}
+	fs := flag.NewFlagSet("telemetryd restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a.cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
+	fs.StringVar(&a.from, "from", "", "backup directory to restore from (its newest backup)")
+	setUsage(fs, restoreUsage)
+	return fs, a
+}
+
+// runBackup is `telemetryd backup`.
+func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs, a := backupFlags(stderr)
+	if code, ok := parseSubcommand(fs, args, &a.cfg, getenv, stderr); !ok {
 		return code
 	}
+	cfg, to, url, token, full := a.cfg, a.to, a.url, a.token, a.full
 	if to == "" {
 		fmt.Fprintln(stderr, "telemetryd backup: -to is required")
 		return 2
@@ -144,16 +173,11 @@ func backupOnline(ctx context.Context, base, token, to string, full bool, stdout
 
 // runRestore is `telemetryd restore`.
 func runRestore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg := DefaultConfig()
-	var from string
-	fs := flag.NewFlagSet("telemetryd restore", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
-	fs.StringVar(&from, "from", "", "backup directory to restore from (its newest backup)")
-	setUsage(fs, restoreUsage)
-	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
+	fs, a := restoreFlags(stderr)
+	if code, ok := parseSubcommand(fs, args, &a.cfg, getenv, stderr); !ok {
 		return code
 	}
+	cfg, from := a.cfg, a.from
 	if from == "" {
 		fmt.Fprintln(stderr, "telemetryd restore: -from is required")
 		return 2
