@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -156,6 +157,18 @@ type BackupOptions struct {
 // written, and on a read-only one (a stopped data dir). Only one backup
 // writes to a directory at a time.
 func (s *Store) Backup(ctx context.Context, dir string, opts BackupOptions) (BackupManifest, error) {
+	m, err := s.backup(ctx, dir, opts)
+	if err != nil {
+		s.metrics.backups.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(outcomeFailed))
+		return BackupManifest{}, err
+	}
+	s.metrics.backups.Add(ctx, 1, metric.WithAttributes(outcomeOK))
+	s.metrics.backupBytes.Add(ctx, m.CopiedBytes)
+	s.lastBackup.Store(time.Now().Unix())
+	return m, nil
+}
+
+func (s *Store) backup(ctx context.Context, dir string, opts BackupOptions) (BackupManifest, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -219,4 +221,31 @@ func TestBackupAfterAnInterruptedOne(t *testing.T) {
 	want := snapshot(t, ts.Store, "a")
 	rs, _ := restoreInto(t, bdir)
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+}
+
+func TestBackupMetrics(t *testing.T) {
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	ts := newTestStore(t, func(o *Options) {
+		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	m := collectMetrics(t, reader)
+	assert.Zero(t, gaugeValue(t, m, "telemetry.store.backup.last_success"))
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
+	bdir := t.TempDir()
+	man, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(bdir, "MANIFEST.json"), []byte("{"), 0o644))
+	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	require.Error(t, err, "a damaged manifest stops the next backup")
+
+	m = collectMetrics(t, reader)
+	assert.Greater(t, gaugeValue(t, m, "telemetry.store.backup.last_success"), int64(0))
+	assert.Equal(t, man.CopiedBytes, counterValue(m, "telemetry.store.backup.copied"))
+	byOutcome := map[string]int64{}
+	for _, dp := range m["telemetry.store.backups"].(metricdata.Sum[int64]).DataPoints {
+		v, _ := dp.Attributes.Value("outcome")
+		byOutcome[v.AsString()] = dp.Value
+	}
+	assert.Equal(t, map[string]int64{"ok": 1, "failed": 1}, byOutcome)
 }
