@@ -82,3 +82,13 @@ func TestBackupEndpointOff(t *testing.T) {
 	env := newTestEnv(t)
 	requireError(t, postBackup(t, env, `{"dir":"/x"}`), http.StatusNotImplemented, "not_implemented", "")
 }
+
+func TestBackupEndpointNeedsAdmin(t *testing.T) {
+	env := newAuthEnv(t)
+	for _, tk := range []string{readAll, writeOnly, metricsTk} {
+		requireError(t, env.do(t, http.MethodPost, "/v1/backup", bearer(tk)...), http.StatusForbidden, "permission_denied", "authorization")
+	}
+	requireError(t, env.do(t, http.MethodPost, "/v1/backup"), http.StatusUnauthorized, "unauthenticated", "authorization")
+	// Past the scope check: this instance serves no backups.
+	requireError(t, env.do(t, http.MethodPost, "/v1/backup", bearer(adminOnly)...), http.StatusNotImplemented, "not_implemented", "")
+}
