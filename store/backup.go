@@ -496,8 +496,21 @@ func Restore(ctx context.Context, from, dataDir string, opts RestoreOptions) (Ba
 	if err := VerifyBackup(ctx, from, m); err != nil {
 		return m, err
 	}
+	if err := load(ctx, from, dataDir, m, opts); err != nil {
+		// Leave the directory as it was found, so a retry can start over.
+		for _, name := range []string{tablesDirName, indexDirName, positionsFileName, tombstonesFileName, restoredFileName} {
+			_ = os.RemoveAll(filepath.Join(dataDir, name))
+		}
+		return m, err
+	}
+	return m, nil
+}
+
+// load loads every database of m into dataDir and writes the state
+// files.
+func load(ctx context.Context, from, dataDir string, m BackupManifest, opts RestoreOptions) error {
 	if err := os.MkdirAll(filepath.Join(dataDir, tablesDirName), 0o755); err != nil {
-		return m, fmt.Errorf("restore: %w", err)
+		return fmt.Errorf("restore: %w", err)
 	}
 	total := len(m.Tables) + 1
 	report := func(p BackupProgress) {
@@ -510,19 +523,19 @@ func Restore(ctx context.Context, from, dataDir string, opts RestoreOptions) (Ba
 		log = slog.Default()
 	}
 	if err := loadDB(ctx, log, from, filepath.Join(dataDir, indexDirName), classIndex, openBadger, m.Index.Files); err != nil {
-		return m, fmt.Errorf("restore device index: %w", err)
+		return fmt.Errorf("restore device index: %w", err)
 	}
 	report(BackupProgress{Name: "index", Done: 1, Total: total, Bytes: m.Index.Bytes()})
 	for i, t := range m.Tables {
 		if err := loadDB(ctx, log, from, filepath.Join(dataDir, tablesDirName, t.Day), classCold, openTableBadger, t.Files); err != nil {
-			return m, fmt.Errorf("restore table %s: %w", t.Day, err)
+			return fmt.Errorf("restore table %s: %w", t.Day, err)
 		}
 		report(BackupProgress{Name: t.Day, Done: i + 2, Total: total, Bytes: t.Bytes()})
 	}
 	if err := writeRestoredState(dataDir, m); err != nil {
-		return m, fmt.Errorf("restore: %w", err)
+		return fmt.Errorf("restore: %w", err)
 	}
-	return m, nil
+	return nil
 }
 
 // checkEmptyDir refuses a dataDir that holds anything but keep.

@@ -249,3 +249,27 @@ func TestBackupMetrics(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int64{"ok": 1, "failed": 1}, byOutcome)
 }
+
+// A restore that fails after it began loading leaves the directory
+// empty, so it can be retried.
+func TestRestoreFailureLeavesNothing(t *testing.T) {
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today-1, time.Hour), time.Second, 5)...)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
+	bdir := t.TempDir()
+	_, err := ts.Backup(context.Background(), bdir, BackupOptions{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	_, err = Restore(ctx, bdir, dir, RestoreOptions{Progress: func(p BackupProgress) {
+		if p.Done == 2 {
+			cancel()
+		}
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+	_, err = Restore(context.Background(), bdir, dir, RestoreOptions{})
+	require.NoError(t, err, "a retry starts over")
+}
