@@ -61,6 +61,9 @@ const (
 	restoredFileName = "RESTORED"
 )
 
+// backupReaders is how many goroutines read a table for its copy.
+const backupReaders = 2
+
 // loadPendingWrites is how many batches a restore keeps in flight per
 // database.
 const loadPendingWrites = 16
@@ -322,6 +325,9 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 			f, err = b.copyDB(ctx, name, since, func(w io.Writer) (uint64, error) {
 				st := t.db.NewStreamAt(at)
 				st.LogPrefix = "backup " + day.String()
+				// Two readers: a backup runs beside ingest and queries, and
+				// each reader holds batches of up to 32 MiB.
+				st.NumGo = backupReaders
 				st.SinceTs = since
 				return st.Backup(w, since)
 			})
