@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,10 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/pb"
+	"github.com/dgraph-io/ristretto/v2/z"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -328,8 +332,7 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 				// Two readers: a backup runs beside ingest and queries, and
 				// each reader holds batches of up to 32 MiB.
 				st.NumGo = backupReaders
-				st.SinceTs = since
-				return st.Backup(w, since)
+				return streamNewest(ctx, st, since, w)
 			})
 			return err
 		})
@@ -418,6 +421,81 @@ func (b *backupRun) finish() error {
 func (t *table) pinVersion() (at uint64, unpin func()) {
 	txn, done := t.readTxn()
 	return txn.ReadTs(), done
+}
+
+// badgerDeleteMeta is the meta bit of a Badger deletion marker in its
+// backup format (bitDelete in Badger).
+const badgerDeleteMeta = 1
+
+// streamNewest writes, in Badger's backup format (what DB.Load reads),
+// the newest version of every key that changed after since: its value,
+// or a deletion marker when it was deleted (a full copy, since 0,
+// leaves deleted keys out). Badger's own Stream.Backup writes every
+// version above since, which for a day table is mostly the blocks the
+// compactor merged away meanwhile. It returns the highest version
+// written.
+func streamNewest(ctx context.Context, st *badger.Stream, since uint64, w io.Writer) (uint64, error) {
+	st.SinceTs = since
+	st.KeyToList = func(key []byte, itr *badger.Iterator) (*pb.KVList, error) {
+		return newestKV(itr.Item(), since)
+	}
+	var maxVersion uint64
+	st.Send = func(buf *z.Buffer) error {
+		list, err := badger.BufferToKVList(buf)
+		if err != nil {
+			return err
+		}
+		out := list.Kv[:0]
+		for _, kv := range list.Kv {
+			if kv.StreamDone {
+				continue
+			}
+			maxVersion = max(maxVersion, kv.Version)
+			out = append(out, kv)
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		list.Kv = out
+		b, err := proto.Marshal(list)
+		if err != nil {
+			return err
+		}
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		if _, err := w.Write(n[:]); err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	if err := st.Orchestrate(ctx); err != nil {
+		return 0, err
+	}
+	return maxVersion, nil
+}
+
+// newestKV is the entry streamNewest writes for item, the newest
+// version of its key: none when it is not above since, or deleted in a
+// full copy.
+func newestKV(item *badger.Item, since uint64) (*pb.KVList, error) {
+	if item.Version() <= since {
+		return &pb.KVList{}, nil
+	}
+	kv := &pb.KV{Key: item.KeyCopy(nil), Version: item.Version(), UserMeta: []byte{item.UserMeta()}, ExpiresAt: item.ExpiresAt()}
+	if item.IsDeletedOrExpired() {
+		if since == 0 {
+			return &pb.KVList{}, nil
+		}
+		kv.Meta = []byte{badgerDeleteMeta}
+	} else {
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, err
+		}
+		kv.Value = v
+	}
+	return &pb.KVList{Kv: []*pb.KV{kv}}, nil
 }
 
 // dirInode is the inode number of dir, 0 if unknown.

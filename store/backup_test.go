@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -126,8 +127,32 @@ func TestBackupIncrementalAfterCompaction(t *testing.T) {
 	_, err = ts.Backup(ctx, bdir, BackupOptions{})
 	require.NoError(t, err)
 	want := snapshot(t, ts.Store, "a")
+	wantKeys := tableKeys(t, ts.Store, today)
 	rs, _ := restoreInto(t, bdir)
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today), "the blocks merged away are gone from the restore too")
+}
+
+// tableKeys lists the live keys of the table of day with their values.
+func tableKeys(t *testing.T, s *Store, day buckets.Day) map[string]string {
+	t.Helper()
+	tb, err := s.acquire(context.Background(), day, forRead)
+	require.NoError(t, err)
+	defer s.release(tb)
+	out := map[string]string{}
+	require.NoError(t, viewLatest(tb.db, func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			out[string(it.Item().Key())] = string(v)
+		}
+		return nil
+	}))
+	return out
 }
 
 func TestBackupOfReadOnlyStore(t *testing.T) {
