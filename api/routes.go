@@ -39,6 +39,7 @@ func (s *Server) registerRoutes() {
 
 	e.DELETE("/v1/tables/:day", s.handleDropTable, s.requireAdmin)
 	e.POST("/v1/retention/run", s.handleRetention, s.requireAdmin)
+	e.POST(backupPath, s.handleBackup, s.requireAdmin)
 
 	// Probes answer HEAD too: load balancers and uptime checkers use it.
 	e.GET("/healthz", s.handleHealth)

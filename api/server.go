@@ -92,6 +92,8 @@ type Config struct {
 	Reader Reader
 	// Admin runs admin operations; nil makes them answer 501.
 	Admin Admin
+	// Backups serves POST /v1/backup; nil makes it answer 501.
+	Backups Backups
 	// Aggregator answers GET /v1/devices/{device}/aggregates; nil makes
 	// it answer 501.
 	Aggregator Aggregator
@@ -192,6 +194,7 @@ type Config struct {
 type Server struct {
 	reader       Reader
 	admin        Admin
+	backups      Backups
 	aggregator   Aggregator
 	attributes   Attributes
 	retention    time.Duration
@@ -248,6 +251,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		reader:       cfg.Reader,
 		admin:        cfg.Admin,
+		backups:      cfg.Backups,
 		aggregator:   cfg.Aggregator,
 		attributes:   cfg.Attributes,
 		retention:    cfg.Retention,

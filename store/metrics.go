@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -18,6 +19,8 @@ type metrics struct {
 	tableErrors    metric.Int64Counter
 	compactions    metric.Int64Counter
 	corruptBlocks  metric.Int64Counter
+	backups        metric.Int64Counter // by outcome (backup.go)
+	backupBytes    metric.Int64Counter
 	registration   metric.Registration
 }
 
@@ -44,13 +47,19 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open tables gauge: %w", err)
 	}
+	lastBackup, err := meter.Int64ObservableGauge("telemetry.store.backup.last_success",
+		metric.WithDescription("Unix time of the last backup that completed in this process (0: none yet)."), metric.WithUnit("s"))
+	if err != nil {
+		return nil, fmt.Errorf("last backup gauge: %w", err)
+	}
 	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := s.stats()
 		o.ObserveInt64(tables, int64(st.tables))
 		o.ObserveInt64(bytes, st.bytes)
 		o.ObserveInt64(open, int64(st.open))
+		o.ObserveInt64(lastBackup, s.lastBackup.Load())
 		return nil
-	}, tables, bytes, open)
+	}, tables, bytes, open, lastBackup)
 	if err != nil {
 		return nil, fmt.Errorf("register store gauges: %w", err)
 	}
@@ -104,7 +113,26 @@ func (m *metrics) newCounters(meter metric.Meter) error {
 		metric.WithUnit("{block}")); err != nil {
 		return fmt.Errorf("corrupt blocks counter: %w", err)
 	}
+	if m.backups, err = meter.Int64Counter("telemetry.store.backups",
+		metric.WithDescription("Backups taken (outcome=ok) or failed (outcome=failed)."),
+		metric.WithUnit("{backup}")); err != nil {
+		return fmt.Errorf("backups counter: %w", err)
+	}
+	if m.backupBytes, err = meter.Int64Counter("telemetry.store.backup.copied",
+		metric.WithDescription("Bytes written into backup directories."),
+		metric.WithUnit("By")); err != nil {
+		return fmt.Errorf("backup bytes counter: %w", err)
+	}
 	m.tableErrors.Add(context.Background(), 0)
 	m.compactions.Add(context.Background(), 0)
+	m.backups.Add(context.Background(), 0, metric.WithAttributes(outcomeOK))
+	m.backups.Add(context.Background(), 0, metric.WithAttributes(outcomeFailed))
+	m.backupBytes.Add(context.Background(), 0)
 	return nil
 }
+
+// The outcome attributes of telemetry.store.backups.
+var (
+	outcomeOK     = attribute.String("outcome", "ok")
+	outcomeFailed = attribute.String("outcome", "failed")
+)

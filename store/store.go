@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -79,6 +80,8 @@ type Store struct {
 	lock      *dirLock
 	index     *deviceIndex
 	replay    replayState // stream positions and tombstones (checkpoint.go, tombstone.go)
+	// lastBackup is the Unix time of the last backup that completed.
+	lastBackup atomic.Int64
 
 	mu       sync.Mutex
 	tables   map[buckets.Day]*table // every day table on disk (or being created)

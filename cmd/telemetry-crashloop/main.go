@@ -43,6 +43,10 @@
 //	go run ./cmd/telemetry-crashloop -hostile -kills 10 -readings 200000 -rate 5000
 //	go run ./cmd/telemetry-crashloop -power-cut -lazyfs /opt/lazyfs/lazyfs/build/lazyfs -sync-writes -kills 20 -readings 200000
 //	go run ./cmd/telemetry-crashloop -hostile -protocol mqtt -kills 10 -readings 200000 -rate 5000
+//	go run ./cmd/telemetry-crashloop -backup -backup-every 10m -kills 20 -max-up 60s -readings 6500000 -rate 5000
+//
+// With -backup it also takes online backups while it runs and checks a
+// restore of the newest one instead of the data dir it wrote (backup.go).
 package main
 
 import (
@@ -79,6 +83,10 @@ type Config struct {
 	// drops every write the service had not fsynced (see lazyFS).
 	PowerCut bool
 	LazyFS   string // the lazyfs binary (-power-cut)
+	// Backup takes an online backup every BackupEvery while the loop
+	// runs, then checks a restore of the newest one (backup.go).
+	Backup      bool
+	BackupEvery time.Duration
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
@@ -106,6 +114,7 @@ type Result struct {
 	// next attempt started the service).
 	FailedStarts int
 	Hostile      *HostileCounts // what the hostile client did (-hostile)
+	Backups      []backupTaken  // the backups taken (-backup)
 	Probe        *ProbeCounts   // what the QoS 0 probe found (-hostile)
 	Elapsed      time.Duration
 }
@@ -136,6 +145,8 @@ func main() {
 	flag.BoolVar(&cfg.PowerCut, "power-cut", false, "put the data dir on LazyFS and cut the power at every kill: drop every write the service had not fsynced")
 	flag.StringVar(&cfg.LazyFS, "lazyfs", "", "lazyfs binary for -power-cut (see cmd/telemetry-crashloop/README.md)")
 	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
+	flag.BoolVar(&cfg.Backup, "backup", false, "take an online backup every -backup-every while publishing and killing; at the end restore the newest into a fresh data dir, start the service on it and check that")
+	flag.DurationVar(&cfg.BackupEvery, "backup-every", 20*time.Second, "interval of the -backup backups (each incremental against the one before)")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.Parse()
 	if *sync {
@@ -164,5 +175,8 @@ func printResult(w io.Writer, cfg Config, r Result) {
 	}
 	if r.Probe != nil {
 		fmt.Fprintf(w, "qos0 probe: %s\n", r.Probe)
+	}
+	for _, b := range r.Backups {
+		fmt.Fprintln(w, b)
 	}
 }

@@ -49,6 +49,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = filepath.Join(work, "data")
 	}
+	if cfg.Backup {
+		if cfg.Hostile {
+			return res, errors.New("-backup and -hostile cannot be combined")
+		}
+		cfg.Args = append(cfg.Args, "-backup-dir", filepath.Join(work, "backups"))
+	}
 	var creds *credentials
 	if cfg.Hostile {
 		if creds, err = hostileService(&cfg, work); err != nil {
@@ -124,6 +130,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		defer stopHostile()
 	}
 
+	var bl *backupLoop
+	stopBackups := func() {}
+	if cfg.Backup {
+		bl = &backupLoop{dir: filepath.Join(work, "backups", "telemetry"), base: "http://" + svc.httpAddr,
+			every: cfg.BackupEvery, pub: pub, log: log, start: started}
+		bctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); bl.run(bctx) }()
+		stopBackups = func() { cancel(); <-done }
+	}
+	defer stopBackups()
 	stopProgress := progress(cfg.Progress, log, pub, res.Hostile)
 	defer stopProgress()
 	if err := killLoop(ctx, cfg, svc, lfs, pub, log, &res); err != nil {
@@ -143,6 +160,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		// Readings the hostile flood cost the loop never arrive; stop
 		// waiting for them once the count stops moving.
 		v.settle = 20 * time.Second
+	}
+	if bl != nil {
+		stopBackups()
+		if res.Backups = bl.list(); len(res.Backups) == 0 {
+			return res, errNoBackup
+		}
+		if err := restoreService(ctx, svc, bl.dir, work, log); err != nil {
+			return res, err
+		}
 	}
 	if err := v.waitStored(ctx, 120*time.Second); err != nil {
 		log.Warn("store did not catch up", "err", err)

@@ -8,6 +8,8 @@
 //	telemetryd retention [-dry-run] [flags]  run retention once on a data dir
 //	telemetryd auth add-device|add-token|revoke|list  edit the auth file
 //	telemetryd check [flags]                 verify every stored block
+//	telemetryd backup -to DIR [-url URL]     back up a data dir or a running service
+//	telemetryd restore -from DIR -data-dir D rebuild a data dir from a backup
 //
 // Every flag may also be set as TELEMETRY_<NAME>; see -h. -version
 // prints the version.
@@ -41,6 +43,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(args) > 0 && args[0] == "export" {
 		return runExport(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "backup" {
+		return runBackup(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "restore" {
+		return runRestore(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "auth" {
 		return authcli.Run(args[1:], getenv, stdout, stderr)

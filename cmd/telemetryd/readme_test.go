@@ -121,6 +121,14 @@ func TestReadmeFlags(t *testing.T) {
 				cfg := DefaultConfig()
 				set, args = (&exportCmd{}).flagSet(&cfg), args[1:]
 			}
+			if len(args) > 0 && args[0] == "backup" {
+				set, _ = backupFlags(io.Discard)
+				args = args[1:]
+			}
+			if len(args) > 0 && args[0] == "restore" {
+				set, _ = restoreFlags(io.Discard)
+				args = args[1:]
+			}
 			for _, a := range args {
 				if !strings.HasPrefix(a, "-") {
 					continue

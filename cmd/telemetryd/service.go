@@ -221,6 +221,9 @@ func (m *Main) startIngest() error {
 	icfg.Hold = ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve)
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
+	if err := m.resumeRestored(icfg); err != nil {
+		return err
+	}
 	ing, err := ingest.New(m.nc, m.store, icfg)
 	if err != nil {
 		return err
@@ -281,6 +284,7 @@ func (m *Main) startHTTP() error {
 		Reader:            m.store,
 		Attributes:        m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
+		Backups:           m.backups(),
 		Ready:             m.ready,
 		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,

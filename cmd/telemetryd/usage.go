@@ -22,6 +22,9 @@ Usage:
   telemetryd export -url URL|-data-dir D [flags]
                                            write readings as NDJSON or CSV from a running
                                            service or a stopped data dir (telemetryd export -h)
+  telemetryd backup -to DIR [-url URL]     back up a stopped data dir, or a running service
+                                           through POST /v1/backup (telemetryd backup -h)
+  telemetryd restore -from DIR -data-dir D rebuild a data dir from a backup (telemetryd restore -h)
   telemetryd auth add-device|add-token|revoke|list [flags]
                                            edit the -auth-file (telemetryd auth -h)
   telemetryd -version                      print the version

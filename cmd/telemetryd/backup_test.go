@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/api"
+)
+
+// backupAcked is what a publisher got acked: device -> reading times.
+type backupAcked struct {
+	mu sync.Mutex
+	ts map[string][]string
+	n  int
+}
+
+func (a *backupAcked) count() int { a.mu.Lock(); defer a.mu.Unlock(); return a.n }
+
+// publishUntil publishes messages of perMsg readings to devices
+// round-robin until stop is closed, recording every acked reading.
+func publishUntil(t *testing.T, js jetstream.JetStream, devices []string, stop <-chan struct{}) (*backupAcked, <-chan struct{}) {
+	const perMsg = 5
+	log := &backupAcked{ts: map[string][]string{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			dev := devices[i%len(devices)]
+			base := testEpoch.Add(-time.Hour + time.Duration(i)*10*time.Millisecond)
+			var ts, parts []string
+			for j := range perMsg {
+				s := base.Add(time.Duration(j) * time.Millisecond).Format(time.RFC3339Nano)
+				ts = append(ts, s)
+				parts = append(parts, fmt.Sprintf(`{"ts":%q,"v":%d}`, s, i*perMsg+j))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := js.Publish(ctx, "telemetry."+dev, []byte("["+strings.Join(parts, ",")+"]"))
+			cancel()
+			if err != nil {
+				t.Errorf("publish %d: %v", i, err)
+				return
+			}
+			log.mu.Lock()
+			log.ts[dev] = append(log.ts[dev], ts...)
+			log.n++
+			log.mu.Unlock()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return log, done
+}
+
+// An online backup taken while readings flow, restored into a fresh
+// data dir, and a service started on it against the same stream: every
+// acked reading is stored exactly once, those published after the
+// backup included (the consumer resumes after the backup's positions).
+func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
+	ns := runNATS(t, -1, t.TempDir())
+	t.Cleanup(ns.Shutdown)
+	cfg := newTestConfig(t)
+	cfg.NATSURL = ns.ClientURL()
+	root := t.TempDir()
+	cfg.BackupDir = root
+	s := startService(t, cfg)
+
+	pc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(pc.Close)
+	js, err := jetstream.New(pc)
+	require.NoError(t, err)
+	devices := []string{"bk-a", "bk-b", "bk-c"}
+	stop := make(chan struct{})
+	acked, pubDone := publishUntil(t, js, devices, stop)
+
+	require.Eventually(t, func() bool { return acked.count() > 300 }, 30*time.Second, 10*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // a stream position is saved every second
+
+	bdir := filepath.Join(root, "nightly")
+	body, _ := json.Marshal(api.BackupRequest{Dir: bdir})
+	code, out := s.post(t, "/v1/backup", body, map[string]string{"Content-Type": "application/json"})
+	require.Equal(t, http.StatusOK, code, out)
+	var sum api.BackupSummary
+	require.NoError(t, json.Unmarshal([]byte(out), &sum))
+	backupSeq := sum.Positions["TELEMETRY"]
+	require.NotZero(t, backupSeq, "the backup records the stream position: %s", out)
+
+	n := acked.count()
+	require.Eventually(t, func() bool { return acked.count() > n+300 }, 30*time.Second, 10*time.Millisecond)
+	close(stop)
+	<-pubDone
+	s.stop(t)
+
+	stream, err := js.Stream(context.Background(), "TELEMETRY")
+	require.NoError(t, err)
+	info, err := stream.Info(context.Background())
+	require.NoError(t, err)
+	require.Greater(t, info.State.LastSeq, backupSeq+100, "messages after the backup must come from the stream")
+
+	dataDir := filepath.Join(t.TempDir(), "restored")
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"restore", "-from", bdir, "-data-dir", dataDir},
+		func(string) string { return "" }, &stdout, &stderr), stderr.String())
+	assert.Contains(t, stdout.String(), fmt.Sprintf("TELEMETRY after %d", backupSeq))
+	assert.Contains(t, stdout.String(), "[1/")
+
+	cfg2 := cfg
+	cfg2.DataDir = dataDir
+	s2 := startService(t, cfg2)
+	t.Cleanup(func() { s2.stop(t) })
+	require.Eventually(t, func() bool {
+		c, err := js.Consumer(context.Background(), "TELEMETRY", "ingest")
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(context.Background())
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Config.OptStartSeq == backupSeq+1
+	}, 30*time.Second, 50*time.Millisecond, "the consumer did not resume after the backup's position")
+
+	from := testEpoch.Add(-2 * time.Hour).Format(time.RFC3339Nano)
+	to := testEpoch.Format(time.RFC3339Nano)
+	for _, d := range devices {
+		want := acked.ts[d]
+		require.NotEmpty(t, want)
+		got := pageAll(t, s2, d, "asc", 10000, url.Values{"from": {from}, "to": {to}})
+		seen := map[string]int{}
+		for _, r := range got {
+			seen[r.TS]++
+		}
+		missing, twice := 0, 0
+		for _, ts := range want {
+			switch seen[ts] {
+			case 0:
+				missing++
+			case 1:
+			default:
+				twice++
+			}
+		}
+		assert.Zero(t, missing, "device %s: acked readings lost", d)
+		assert.Zero(t, twice, "device %s: readings stored twice", d)
+		assert.Len(t, got, len(want), "device %s", d)
+	}
+}
+
+// POST /v1/backup writes only under -backup-dir.
+func TestOnlineBackupStaysUnderTheRoot(t *testing.T) {
+	cfg := newTestConfig(t)
+	root := t.TempDir()
+	cfg.BackupDir = root
+	s := startService(t, cfg)
+	t.Cleanup(func() { s.stop(t) })
+	outside := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "link")))
+	for _, dir := range []string{outside, root, filepath.Join(root, "link"), filepath.Join(root, "link", "deeper")} {
+		body, _ := json.Marshal(api.BackupRequest{Dir: dir})
+		code, out := s.post(t, "/v1/backup", body, map[string]string{"Content-Type": "application/json"})
+		assert.Equal(t, http.StatusBadRequest, code, "%s: %s", dir, out)
+		assert.Contains(t, out, "outside the backup root", dir)
+	}
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing written outside the root")
+
+	body, _ := json.Marshal(api.BackupRequest{Dir: filepath.Join(root, "ok", "nested")})
+	code, out := s.post(t, "/v1/backup", body, map[string]string{"Content-Type": "application/json"})
+	require.Equal(t, http.StatusOK, code, out)
+	_, err = os.Stat(filepath.Join(root, "ok", "nested", "MANIFEST.json"))
+	assert.NoError(t, err)
+}
+
+// The offline command refuses a data dir in use and points to the
+// online way; restore refuses a corrupt backup naming the file.
+func TestBackupCommandOfflineAndRestoreChecks(t *testing.T) {
+	ctx := context.Background()
+	env := func(string) string { return "" }
+	cfg := newTestConfig(t)
+	s := startService(t, cfg)
+	s.publish(t, "cli-a", fmt.Sprintf(`{"ts":%q,"v":1}`, testEpoch.Add(-time.Minute).Format(time.RFC3339Nano)))
+	require.Eventually(t, func() bool {
+		code, _ := s.get(t, "/v1/devices/cli-a/readings/latest", nil)
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond)
+
+	bdir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 1, run(ctx, []string{"backup", "-data-dir", cfg.DataDir, "-to", bdir}, env, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "in use by a running telemetryd")
+	assert.Contains(t, stderr.String(), "-url")
+	s.stop(t)
+
+	stdout.Reset()
+	stderr.Reset()
+	require.Equal(t, 0, run(ctx, []string{"backup", "-data-dir", cfg.DataDir, "-to", bdir}, env, &stdout, &stderr), stderr.String())
+	assert.Contains(t, stdout.String(), "backup 1 in "+bdir)
+
+	var m struct {
+		Tables []struct {
+			Files []struct{ Path string } `json:"files"`
+		} `json:"tables"`
+	}
+	b, err := os.ReadFile(filepath.Join(bdir, "MANIFEST.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.NotEmpty(t, m.Tables)
+	path := filepath.Join(bdir, m.Tables[0].Files[0].Path)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	data[len(data)-1] ^= 1
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+
+	stderr.Reset()
+	dataDir := filepath.Join(t.TempDir(), "d")
+	assert.Equal(t, 1, run(ctx, []string{"restore", "-from", bdir, "-data-dir", dataDir}, env, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), path)
+	_, err = os.Stat(dataDir)
+	assert.True(t, os.IsNotExist(err), "nothing restored from a corrupt backup")
+}

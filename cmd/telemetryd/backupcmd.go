@@ -1,0 +1,359 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/store"
+)
+
+// backupUsage heads `telemetryd backup -h`.
+const backupUsage = `telemetryd backup: copy every day table and the device index into a
+backup directory, with the stream positions the copy is consistent with.
+A second backup into the same directory copies only what changed.
+
+Offline, on a stopped service's data dir:
+  telemetryd backup -data-dir D -to DIR
+Online, through a running service (POST /v1/backup; DIR is on the
+service's machine, under its -backup-dir):
+  telemetryd backup -url http://HOST:PORT -to DIR [-token TOKEN]
+
+Every flag can also be set by the environment variable named beside it;
+a flag on the command line wins.
+
+Flags:
+`
+
+// restoreUsage heads `telemetryd restore -h`.
+const restoreUsage = `telemetryd restore: rebuild a data dir from the newest backup in a
+backup directory. Every file is checked against the manifest's SHA-256
+first; a corrupt or missing file stops the restore before anything is
+written. The data dir must be new or empty. A service started on it
+resumes the stream after the backup's positions, so a restore plus the
+stream loses nothing the stream still holds.
+
+Usage:
+  telemetryd restore -from DIR -data-dir D
+
+Flags:
+`
+
+// backupRequestTimeout bounds an online backup request.
+const backupRequestTimeout = 24 * time.Hour
+
+// backupArgs are the flags of `telemetryd backup`.
+type backupArgs struct {
+	cfg            Config
+	to, url, token string
+	full           bool
+}
+
+// backupFlags binds the flags of `telemetryd backup`.
+func backupFlags(stderr io.Writer) (*flag.FlagSet, *backupArgs) {
+	a := &backupArgs{cfg: DefaultConfig()}
+	fs := flag.NewFlagSet("telemetryd backup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a.cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
+	fs.StringVar(&a.to, "to", "", "backup directory (created if missing; with -url, an absolute path on the service's machine)")
+	fs.StringVar(&a.url, "url", "", "base URL of a running service to back up through POST /v1/backup (empty: back up -data-dir offline)")
+	fs.StringVar(&a.token, "token", "", "bearer token with the admin scope, for -url")
+	fs.BoolVar(&a.full, "full", false, "copy everything, starting a new chain, instead of only what changed since the previous backup in -to")
+	setUsage(fs, backupUsage)
+	return fs, a
+}
+
+// restoreArgs are the flags of `telemetryd restore`.
+type restoreArgs struct {
+	cfg  Config
+	from string
+}
+
+// restoreFlags binds the flags of `telemetryd restore`.
+func restoreFlags(stderr io.Writer) (*flag.FlagSet, *restoreArgs) {
+	a := &restoreArgs{cfg: DefaultConfig()}
+	fs := flag.NewFlagSet("telemetryd restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a.cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
+	fs.StringVar(&a.from, "from", "", "backup directory to restore from (its newest backup)")
+	setUsage(fs, restoreUsage)
+	return fs, a
+}
+
+// runBackup is `telemetryd backup`.
+func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs, a := backupFlags(stderr)
+	if code, ok := parseSubcommand(fs, args, &a.cfg, getenv, stderr); !ok {
+		return code
+	}
+	cfg, to, url, token, full := a.cfg, a.to, a.url, a.token, a.full
+	if to == "" {
+		fmt.Fprintln(stderr, "telemetryd backup: -to is required")
+		return 2
+	}
+	if url != "" {
+		return backupOnline(ctx, url, token, to, full, stdout, stderr)
+	}
+	sopts := store.DefaultOptions()
+	sopts.ReadOnly = true
+	sopts.Logger = newLogger(cfg, stderr).With("component", "backup")
+	st, err := store.Open(ctx, cfg.DataDir, sopts)
+	if errors.Is(err, store.ErrLocked) {
+		fmt.Fprintf(stderr, "telemetryd backup: %s is in use by a running telemetryd; back it up through the service instead: "+
+			"telemetryd backup -url http://<http-addr> -to <dir under its -backup-dir> (or POST /v1/backup)\n", cfg.DataDir)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetryd backup:", err)
+		return 1
+	}
+	defer st.Close()
+	m, err := st.Backup(ctx, to, store.BackupOptions{Full: full, Progress: printProgress(stdout, "copied")})
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetryd backup:", err)
+		return 1
+	}
+	printSummary(stdout, summaryOf(to, m))
+	return 0
+}
+
+// backupOnline asks the service at base to take the backup.
+func backupOnline(ctx context.Context, base, token, to string, full bool, stdout, stderr io.Writer) int {
+	body, _ := json.Marshal(api.BackupRequest{Dir: to, Full: full})
+	ctx, cancel := context.WithTimeout(ctx, backupRequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/backup", bytes.NewReader(body))
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetryd backup: -url:", err)
+		return 2
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	fmt.Fprintf(stdout, "asking %s to back up into %s ...\n", base, to)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetryd backup:", err)
+		return 1
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetryd backup:", err)
+		return 1
+	}
+	if res.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "telemetryd backup: %s answered %s: %s\n", base, res.Status, strings.TrimSpace(string(b)))
+		return 1
+	}
+	var sum api.BackupSummary
+	if err := json.Unmarshal(b, &sum); err != nil {
+		fmt.Fprintln(stderr, "telemetryd backup: answer:", err)
+		return 1
+	}
+	printSummary(stdout, sum)
+	return 0
+}
+
+// runRestore is `telemetryd restore`.
+func runRestore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs, a := restoreFlags(stderr)
+	if code, ok := parseSubcommand(fs, args, &a.cfg, getenv, stderr); !ok {
+		return code
+	}
+	cfg, from := a.cfg, a.from
+	if from == "" {
+		fmt.Fprintln(stderr, "telemetryd restore: -from is required")
+		return 2
+	}
+	fmt.Fprintf(stdout, "verifying the files of %s ...\n", from)
+	m, err := store.Restore(ctx, from, cfg.DataDir, store.RestoreOptions{
+		Progress: printProgress(stdout, "loaded"),
+		Logger:   newLogger(cfg, stderr).With("component", "restore"),
+		Keep:     []string{embeddedNATSDir},
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "telemetryd", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "restored backup %d of %s (taken %s) into %s: %d tables\n",
+		m.ID, from, m.Created.Format(time.RFC3339), cfg.DataDir, len(m.Tables))
+	fmt.Fprintf(stdout, "stream positions: %s\n", positionsText(summaryOf(from, m).Positions))
+	fmt.Fprintln(stdout, "start telemetryd on this data dir: it resumes each stream after these positions, so the stream must still hold the messages after them (-stream-max-age)")
+	return 0
+}
+
+// printProgress prints one line per database.
+func printProgress(w io.Writer, verb string) func(store.BackupProgress) {
+	return func(p store.BackupProgress) {
+		if p.Skipped {
+			fmt.Fprintf(w, "[%d/%d] %s unchanged\n", p.Done, p.Total, p.Name)
+			return
+		}
+		fmt.Fprintf(w, "[%d/%d] %s %s %s\n", p.Done, p.Total, p.Name, verb, sizeText(p.Bytes))
+	}
+}
+
+func printSummary(w io.Writer, s api.BackupSummary) {
+	fmt.Fprintf(w, "backup %d in %s: %d tables (%d unchanged), copied %d files, %s; a restore loads %s\n",
+		s.ID, s.Dir, s.Tables, s.Skipped, s.CopiedFiles, sizeText(s.CopiedBytes), sizeText(s.TotalBytes))
+	fmt.Fprintf(w, "stream positions: %s\n", positionsText(s.Positions))
+}
+
+func positionsText(pos map[string]uint64) string {
+	if len(pos) == 0 {
+		return "none saved (a service started on a restore reads its streams from their start)"
+	}
+	names := make([]string, 0, len(pos))
+	for n := range pos {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s after %d", n, pos[n])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sizeText writes n bytes for people.
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// summaryOf is the API's summary of a manifest.
+func summaryOf(dir string, m store.BackupManifest) api.BackupSummary {
+	s := api.BackupSummary{Dir: dir, ID: m.ID, Created: m.Created, Tables: len(m.Tables), Skipped: m.Skipped,
+		CopiedFiles: m.CopiedFiles, CopiedBytes: m.CopiedBytes, TotalBytes: m.Index.Bytes(), Positions: map[string]uint64{}}
+	for _, t := range m.Tables {
+		s.TotalBytes += t.Bytes()
+	}
+	for name, p := range m.Positions {
+		s.Positions[name] = p.Seq
+	}
+	return s
+}
+
+// backupService is the api.Backups of a running service: backups go
+// only into directories under root.
+type backupService struct {
+	store *store.Store
+	root  string
+}
+
+// backups is the service's api.Backups, nil when -backup-dir is empty.
+func (m *Main) backups() api.Backups {
+	if m.cfg.BackupDir == "" {
+		return nil
+	}
+	return backupService{store: m.store, root: m.cfg.BackupDir}
+}
+
+// Backup implements api.Backups.
+func (b backupService) Backup(ctx context.Context, dir string, full bool) (api.BackupSummary, error) {
+	if err := b.allowed(dir); err != nil {
+		return api.BackupSummary{}, err
+	}
+	m, err := b.store.Backup(ctx, dir, store.BackupOptions{Full: full})
+	if err != nil {
+		return api.BackupSummary{}, err
+	}
+	return summaryOf(dir, m), nil
+}
+
+// allowed refuses a dir outside the root, also through symbolic
+// links: the nearest existing ancestor of dir is resolved and must lie
+// in the root before dir is created, and dir itself after.
+func (b backupService) allowed(dir string) error {
+	outside := fmt.Errorf("%w: dir: %s is outside the backup root %s (-backup-dir)", buckets.ErrInvalidArgument, dir, b.root)
+	if rel, err := filepath.Rel(b.root, dir); err != nil || rel == "." || !filepath.IsLocal(rel) {
+		return outside
+	}
+	if err := os.MkdirAll(b.root, 0o755); err != nil {
+		return fmt.Errorf("backup root: %w", err)
+	}
+	root, err := filepath.EvalSymlinks(b.root)
+	if err != nil {
+		return fmt.Errorf("backup root: %w", err)
+	}
+	within := func(p string) bool {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return false
+		}
+		rel, err := filepath.Rel(root, real)
+		return err == nil && filepath.IsLocal(rel)
+	}
+	existing := dir
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if !within(existing) {
+		return outside
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("backup directory: %w", err)
+	}
+	if !within(dir) {
+		return outside
+	}
+	return nil
+}
+
+// embeddedNATSDir is the embedded NATS server's store under the data
+// dir: the stream, which a restore leaves in place.
+const embeddedNATSDir = "nats"
+
+// resumeRestored prepares a data dir that restore made: the ingest
+// consumer, if it outlived the restore, has acknowledged messages past
+// the backup's positions, so it is deleted and ingest creates it again
+// after the restored positions. The marker is cleared after that, so
+// a later start keeps the consumer.
+func (m *Main) resumeRestored(icfg ingest.Config) error {
+	if !m.store.Restored() {
+		return nil
+	}
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return fmt.Errorf("resume after restore: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = js.DeleteConsumer(ctx, icfg.Stream, icfg.Consumer)
+	switch {
+	case err == nil:
+		m.log.Warn("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
+			"stream", icfg.Stream, "consumer", icfg.Consumer)
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+	default:
+		return fmt.Errorf("resume after restore: delete consumer %s: %w", icfg.Consumer, err)
+	}
+	return m.store.ClearRestored()
+}
