@@ -285,6 +285,7 @@ func (m *Main) startHTTP() error {
 		Attributes:        m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
 		Backups:           m.backups(),
+		BackupRoot:        m.cfg.BackupDir,
 		Ready:             m.ready,
 		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
