@@ -72,7 +72,7 @@ func (s *Server) handleBackup(c echo.Context) error {
 	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
-	if err := BackupDirAllowed(s.backupRoot, req.Dir); err != nil {
+	if err := backupDirAllowed(s.backupRoot, req.Dir); err != nil {
 		return readerError(err, "backup into %s", req.Dir)
 	}
 	started := time.Now()
@@ -112,12 +112,12 @@ func readBackupRequest(r *http.Request) (BackupRequest, error) {
 	return req, nil
 }
 
-// BackupDirAllowed refuses a backup directory dir (a clean absolute
+// backupDirAllowed refuses a backup directory dir (a clean absolute
 // path) outside root, also through symbolic links: the nearest existing
 // ancestor of dir is resolved and must lie in root before dir is
 // created, and dir itself after. It creates root and dir. The refusal
 // wraps buckets.ErrInvalidArgument.
-func BackupDirAllowed(root, dir string) error {
+func backupDirAllowed(root, dir string) error {
 	outside := fmt.Errorf("%w: dir: %s is outside the backup root %s (-backup-dir)", buckets.ErrInvalidArgument, dir, root)
 	if rel, err := filepath.Rel(root, dir); err != nil || rel == "." || !filepath.IsLocal(rel) {
 		return outside
