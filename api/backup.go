@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/telemetryd/telemetryd/buckets"
 )
 
 // backupPath is the route of the online backup (scope admin).
@@ -23,10 +27,10 @@ const MaxBackupBodyBytes = 4 << 10
 // makes POST /v1/backup answer 501.
 type Backups interface {
 	// Backup copies every day table and the device index into dir, a
-	// clean absolute path on the server, incrementally against the
-	// previous backup there unless full. An error wrapping
-	// buckets.ErrInvalidArgument (dir not allowed) goes back to the
-	// client as a 400.
+	// clean absolute path on the server that the handler has checked to
+	// lie under Config.BackupRoot, incrementally against the previous
+	// backup there unless full. An error wrapping
+	// buckets.ErrInvalidArgument goes back to the client as a 400.
 	Backup(ctx context.Context, dir string, full bool) (BackupSummary, error)
 }
 
@@ -68,6 +72,9 @@ func (s *Server) handleBackup(c echo.Context) error {
 	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
+	if err := backupDirAllowed(s.backupRoot, req.Dir); err != nil {
+		return readerError(err, "backup into %s", req.Dir)
+	}
 	started := time.Now()
 	sum, err := s.backups.Backup(ctx, req.Dir, req.Full)
 	if err != nil {
@@ -103,4 +110,48 @@ func readBackupRequest(r *http.Request) (BackupRequest, error) {
 		return req, invalidArg("dir", "%q is not a clean path (write it as %q)", req.Dir, filepath.Clean(req.Dir))
 	}
 	return req, nil
+}
+
+// backupDirAllowed refuses a backup directory dir (a clean absolute
+// path) outside root, also through symbolic links: the nearest existing
+// ancestor of dir is resolved and must lie in root before dir is
+// created, and dir itself after. It creates root and dir. The refusal
+// wraps buckets.ErrInvalidArgument.
+func backupDirAllowed(root, dir string) error {
+	outside := fmt.Errorf("%w: dir: %s is outside the backup root %s (-backup-dir)", buckets.ErrInvalidArgument, dir, root)
+	if rel, err := filepath.Rel(root, dir); err != nil || rel == "." || !filepath.IsLocal(rel) {
+		return outside
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("backup root: %w", err)
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return fmt.Errorf("backup root: %w", err)
+	}
+	within := func(p string) bool {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return false
+		}
+		rel, err := filepath.Rel(realRoot, real)
+		return err == nil && filepath.IsLocal(rel)
+	}
+	existing := dir
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	if !within(existing) {
+		return outside
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("backup directory: %w", err)
+	}
+	if !within(dir) {
+		return outside
+	}
+	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -46,15 +48,17 @@ func postBackup(t *testing.T, env *testEnv, body string) response {
 
 func TestBackupEndpoint(t *testing.T) {
 	fb := &fakeBackups{}
-	env := newTestEnv(t, func(c *api.Config) { c.Backups = fb })
+	root := t.TempDir()
+	env := newTestEnv(t, func(c *api.Config) { c.Backups = fb; c.BackupRoot = root })
+	dir, x := filepath.Join(root, "telemetry"), `{"dir":"`+filepath.Join(root, "x")+`"}`
 
-	res := postBackup(t, env, `{"dir":"/var/backups/telemetry","full":true}`)
+	res := postBackup(t, env, `{"dir":"`+dir+`","full":true}`)
 	require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(res.body, &got))
 	assert.Equal(t, float64(1234), got["copiedBytes"])
 	assert.Equal(t, map[string]any{"TELEMETRY": float64(42)}, got["positions"])
-	assert.Equal(t, []api.BackupRequest{{Dir: "/var/backups/telemetry", Full: true}}, fb.calls)
+	assert.Equal(t, []api.BackupRequest{{Dir: dir, Full: true}}, fb.calls)
 
 	for _, tc := range []struct{ name, body, param string }{
 		{"relative", `{"dir":"backups"}`, "dir"},
@@ -69,13 +73,43 @@ func TestBackupEndpoint(t *testing.T) {
 	}
 	assert.Len(t, fb.calls, 1, "refused requests reach no backup")
 
-	requireError(t, postBackup(t, env, `{"dir":"/x"}`+strings.Repeat(" ", api.MaxBackupBodyBytes)), http.StatusRequestEntityTooLarge, "payload_too_large", "")
-	postBackup(t, env, `{"dir":"/x"}`+strings.Repeat(" ", api.MaxBackupBodyBytes-len(`{"dir":"/x"}`)))
+	requireError(t, postBackup(t, env, x+strings.Repeat(" ", api.MaxBackupBodyBytes)), http.StatusRequestEntityTooLarge, "payload_too_large", "")
+	postBackup(t, env, x+strings.Repeat(" ", api.MaxBackupBodyBytes-len(x)))
 	assert.Len(t, fb.calls, 2, "a body of exactly the limit is read")
 
 	fb.err = fmt.Errorf("%w: dir: /x is outside the backup root /b", buckets.ErrInvalidArgument)
-	msg := requireError(t, postBackup(t, env, `{"dir":"/x"}`), http.StatusBadRequest, "invalid_argument", "")
+	msg := requireError(t, postBackup(t, env, x), http.StatusBadRequest, "invalid_argument", "")
 	assert.Contains(t, msg, "outside the backup root")
+}
+
+// POST /v1/backup refuses, before any backup starts, a dir outside the
+// root, the root itself, and a path through a symbolic link leading
+// out; nothing is created outside the root.
+func TestBackupEndpointStaysUnderTheRoot(t *testing.T) {
+	fb := &fakeBackups{}
+	root := t.TempDir()
+	env := newTestEnv(t, func(c *api.Config) { c.Backups = fb; c.BackupRoot = root })
+	outside := t.TempDir()
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "link")))
+	for _, dir := range []string{outside, root, filepath.Dir(root), filepath.Join(root, "link"), filepath.Join(root, "link", "deeper")} {
+		msg := requireError(t, postBackup(t, env, `{"dir":"`+dir+`"}`), http.StatusBadRequest, "invalid_argument", "")
+		assert.Contains(t, msg, "outside the backup root "+root, dir)
+	}
+	assert.Empty(t, fb.calls, "refused requests reach no backup")
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing created outside the root")
+
+	nested := filepath.Join(root, "ok", "nested")
+	res := postBackup(t, env, `{"dir":"`+nested+`"}`)
+	require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
+	assert.DirExists(t, nested)
+	assert.Equal(t, []api.BackupRequest{{Dir: nested}}, fb.calls)
+}
+
+func TestBackupsNeedARoot(t *testing.T) {
+	_, err := api.New(api.Config{Reader: newFakeReader(), Backups: &fakeBackups{}})
+	require.ErrorContains(t, err, "BackupRoot")
 }
 
 func TestBackupEndpointOff(t *testing.T) {

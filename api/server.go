@@ -94,6 +94,9 @@ type Config struct {
 	Admin Admin
 	// Backups serves POST /v1/backup; nil makes it answer 501.
 	Backups Backups
+	// BackupRoot is the directory every backup of POST /v1/backup must
+	// lie under (checked through symbolic links); required with Backups.
+	BackupRoot string
 	// Aggregator answers GET /v1/devices/{device}/aggregates; nil makes
 	// it answer 501.
 	Aggregator Aggregator
@@ -195,6 +198,7 @@ type Server struct {
 	reader       Reader
 	admin        Admin
 	backups      Backups
+	backupRoot   string
 	aggregator   Aggregator
 	attributes   Attributes
 	retention    time.Duration
@@ -248,10 +252,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.ResponseBudget < 0 || cfg.StallTimeout < 0 || cfg.ClientShares < 0 || cfg.Retention < 0 {
 		return nil, errors.New("api: MaxInFlight, MaxFutureSkew, QueryTimeout, RateLimit, RateBurst, MaxConns, MaxConnsPerClient, ResponseBudget, StallTimeout, ClientShares and Retention must not be negative")
 	}
+	if cfg.Backups != nil && cfg.BackupRoot == "" {
+		return nil, errors.New("api: Backups needs a BackupRoot")
+	}
 	s := &Server{
 		reader:       cfg.Reader,
 		admin:        cfg.Admin,
 		backups:      cfg.Backups,
+		backupRoot:   cfg.BackupRoot,
 		aggregator:   cfg.Aggregator,
 		attributes:   cfg.Attributes,
 		retention:    cfg.Retention,

@@ -135,6 +135,26 @@ func (t BackupTable) Bytes() int64 {
 	return n
 }
 
+// TotalBytes is what a restore of m loads: the device index and every
+// table, all their files.
+func (m BackupManifest) TotalBytes() int64 {
+	n := m.Index.Bytes()
+	for _, t := range m.Tables {
+		n += t.Bytes()
+	}
+	return n
+}
+
+// Sequences are the stream positions of m: stream -> last sequence the
+// backup holds.
+func (m BackupManifest) Sequences() map[string]uint64 {
+	seqs := make(map[string]uint64, len(m.Positions))
+	for name, p := range m.Positions {
+		seqs[name] = p.Seq
+	}
+	return seqs
+}
+
 // BackupProgress reports one step of a backup or a restore.
 type BackupProgress struct {
 	// Name is the database: a day ("2026-11-25") or "index".

@@ -73,6 +73,9 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	require.Len(t, m1.Tables, 2)
 	assert.Equal(t, 3, m1.CopiedFiles) // index and both tables
 	assert.Equal(t, uint64(41), m1.Positions["TELEMETRY"].Seq)
+	assert.Equal(t, map[string]uint64{"TELEMETRY": 41}, m1.Sequences())
+	assert.Equal(t, m1.Index.Bytes()+m1.Tables[0].Bytes()+m1.Tables[1].Bytes(), m1.TotalBytes())
+	assert.Equal(t, m1.CopiedBytes, m1.TotalBytes(), "a first backup copies all it holds")
 	require.Len(t, steps, 3)
 	assert.Equal(t, BackupProgress{Name: today.String(), Done: 3, Total: 3, Bytes: m1.Tables[1].Bytes()}, steps[2])
 	first := snapshot(t, ts.Store, "a", "b")

@@ -1,24 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/api/backupclient"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/store"
 )
@@ -53,9 +46,6 @@ Usage:
 
 Flags:
 `
-
-// backupRequestTimeout bounds an online backup request.
-const backupRequestTimeout = 24 * time.Hour
 
 // backupArgs are the flags of `telemetryd backup`.
 type backupArgs struct {
@@ -123,51 +113,29 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 		return 1
 	}
 	defer st.Close()
-	m, err := st.Backup(ctx, to, store.BackupOptions{Full: full, Progress: printProgress(stdout, "copied")})
+	m, err := st.Backup(ctx, to, store.BackupOptions{Full: full, Progress: backupclient.PrintProgress(stdout, "copied")})
 	if err != nil {
 		fmt.Fprintln(stderr, "telemetryd backup:", err)
 		return 1
 	}
-	printSummary(stdout, summaryOf(to, m))
+	backupclient.PrintSummary(stdout, backupclient.SummaryOf(to, m))
 	return 0
 }
 
 // backupOnline asks the service at base to take the backup.
 func backupOnline(ctx context.Context, base, token, to string, full bool, stdout, stderr io.Writer) int {
-	body, _ := json.Marshal(api.BackupRequest{Dir: to, Full: full})
-	ctx, cancel := context.WithTimeout(ctx, backupRequestTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/backup", bytes.NewReader(body))
+	c, err := backupclient.New(base, token)
 	if err != nil {
 		fmt.Fprintln(stderr, "telemetryd backup: -url:", err)
 		return 2
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
 	fmt.Fprintf(stdout, "asking %s to back up into %s ...\n", base, to)
-	res, err := http.DefaultClient.Do(req)
+	sum, err := c.Backup(ctx, to, full)
 	if err != nil {
 		fmt.Fprintln(stderr, "telemetryd backup:", err)
 		return 1
 	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	if err != nil {
-		fmt.Fprintln(stderr, "telemetryd backup:", err)
-		return 1
-	}
-	if res.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "telemetryd backup: %s answered %s: %s\n", base, res.Status, strings.TrimSpace(string(b)))
-		return 1
-	}
-	var sum api.BackupSummary
-	if err := json.Unmarshal(b, &sum); err != nil {
-		fmt.Fprintln(stderr, "telemetryd backup: answer:", err)
-		return 1
-	}
-	printSummary(stdout, sum)
+	backupclient.PrintSummary(stdout, sum)
 	return 0
 }
 
@@ -184,7 +152,7 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintf(stdout, "verifying the files of %s ...\n", from)
 	m, err := store.Restore(ctx, from, cfg.DataDir, store.RestoreOptions{
-		Progress: printProgress(stdout, "loaded"),
+		Progress: backupclient.PrintProgress(stdout, "loaded"),
 		Logger:   newLogger(cfg, stderr).With("component", "restore"),
 		Keep:     []string{embeddedNATSDir},
 	})
@@ -194,137 +162,30 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintf(stdout, "restored backup %d of %s (taken %s) into %s: %d tables\n",
 		m.ID, from, m.Created.Format(time.RFC3339), cfg.DataDir, len(m.Tables))
-	fmt.Fprintf(stdout, "stream positions: %s\n", positionsText(summaryOf(from, m).Positions))
+	fmt.Fprintf(stdout, "stream positions: %s\n", backupclient.PositionsText(m.Sequences()))
 	fmt.Fprintln(stdout, "start telemetryd on this data dir: it resumes each stream after these positions, so the stream must still hold the messages after them (-stream-max-age)")
 	return 0
 }
 
-// printProgress prints one line per database.
-func printProgress(w io.Writer, verb string) func(store.BackupProgress) {
-	return func(p store.BackupProgress) {
-		if p.Skipped {
-			fmt.Fprintf(w, "[%d/%d] %s unchanged\n", p.Done, p.Total, p.Name)
-			return
-		}
-		fmt.Fprintf(w, "[%d/%d] %s %s %s\n", p.Done, p.Total, p.Name, verb, sizeText(p.Bytes))
-	}
-}
-
-func printSummary(w io.Writer, s api.BackupSummary) {
-	fmt.Fprintf(w, "backup %d in %s: %d tables (%d unchanged), copied %d files, %s; a restore loads %s\n",
-		s.ID, s.Dir, s.Tables, s.Skipped, s.CopiedFiles, sizeText(s.CopiedBytes), sizeText(s.TotalBytes))
-	fmt.Fprintf(w, "stream positions: %s\n", positionsText(s.Positions))
-}
-
-func positionsText(pos map[string]uint64) string {
-	if len(pos) == 0 {
-		return "none saved (a service started on a restore reads its streams from their start)"
-	}
-	names := make([]string, 0, len(pos))
-	for n := range pos {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%s after %d", n, pos[n])
-	}
-	return strings.Join(parts, ", ")
-}
-
-// sizeText writes n bytes for people.
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-// summaryOf is the API's summary of a manifest.
-func summaryOf(dir string, m store.BackupManifest) api.BackupSummary {
-	s := api.BackupSummary{Dir: dir, ID: m.ID, Created: m.Created, Tables: len(m.Tables), Skipped: m.Skipped,
-		CopiedFiles: m.CopiedFiles, CopiedBytes: m.CopiedBytes, TotalBytes: m.Index.Bytes(), Positions: map[string]uint64{}}
-	for _, t := range m.Tables {
-		s.TotalBytes += t.Bytes()
-	}
-	for name, p := range m.Positions {
-		s.Positions[name] = p.Seq
-	}
-	return s
-}
-
-// backupService is the api.Backups of a running service: backups go
-// only into directories under root.
-type backupService struct {
-	store *store.Store
-	root  string
-}
+// backupService is the api.Backups of a running service; the API
+// keeps its backups under -backup-dir.
+type backupService struct{ store *store.Store }
 
 // backups is the service's api.Backups, nil when -backup-dir is empty.
 func (m *Main) backups() api.Backups {
 	if m.cfg.BackupDir == "" {
 		return nil
 	}
-	return backupService{store: m.store, root: m.cfg.BackupDir}
+	return backupService{store: m.store}
 }
 
 // Backup implements api.Backups.
 func (b backupService) Backup(ctx context.Context, dir string, full bool) (api.BackupSummary, error) {
-	if err := b.allowed(dir); err != nil {
-		return api.BackupSummary{}, err
-	}
 	m, err := b.store.Backup(ctx, dir, store.BackupOptions{Full: full})
 	if err != nil {
 		return api.BackupSummary{}, err
 	}
-	return summaryOf(dir, m), nil
-}
-
-// allowed refuses a dir outside the root, also through symbolic
-// links: the nearest existing ancestor of dir is resolved and must lie
-// in the root before dir is created, and dir itself after.
-func (b backupService) allowed(dir string) error {
-	outside := fmt.Errorf("%w: dir: %s is outside the backup root %s (-backup-dir)", buckets.ErrInvalidArgument, dir, b.root)
-	if rel, err := filepath.Rel(b.root, dir); err != nil || rel == "." || !filepath.IsLocal(rel) {
-		return outside
-	}
-	if err := os.MkdirAll(b.root, 0o755); err != nil {
-		return fmt.Errorf("backup root: %w", err)
-	}
-	root, err := filepath.EvalSymlinks(b.root)
-	if err != nil {
-		return fmt.Errorf("backup root: %w", err)
-	}
-	within := func(p string) bool {
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return false
-		}
-		rel, err := filepath.Rel(root, real)
-		return err == nil && filepath.IsLocal(rel)
-	}
-	existing := dir
-	for {
-		if _, err := os.Lstat(existing); err == nil {
-			break
-		}
-		existing = filepath.Dir(existing)
-	}
-	if !within(existing) {
-		return outside
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("backup directory: %w", err)
-	}
-	if !within(dir) {
-		return outside
-	}
-	return nil
+	return backupclient.SummaryOf(dir, m), nil
 }
 
 // embeddedNATSDir is the embedded NATS server's store under the data
@@ -332,10 +193,9 @@ func (b backupService) allowed(dir string) error {
 const embeddedNATSDir = "nats"
 
 // resumeRestored prepares a data dir that restore made: the ingest
-// consumer, if it outlived the restore, has acknowledged messages past
-// the backup's positions, so it is deleted and ingest creates it again
-// after the restored positions. The marker is cleared after that, so
-// a later start keeps the consumer.
+// consumer, if it outlived the restore, is deleted so that ingest
+// creates it again after the restored positions. The marker is cleared
+// after that, so a later start keeps the consumer.
 func (m *Main) resumeRestored(icfg ingest.Config) error {
 	if !m.store.Restored() {
 		return nil
@@ -346,14 +206,13 @@ func (m *Main) resumeRestored(icfg ingest.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = js.DeleteConsumer(ctx, icfg.Stream, icfg.Consumer)
-	switch {
-	case err == nil:
+	deleted, err := ingest.ResetConsumer(ctx, js, icfg)
+	if err != nil {
+		return fmt.Errorf("resume after restore: %w", err)
+	}
+	if deleted {
 		m.log.Warn("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
 			"stream", icfg.Stream, "consumer", icfg.Consumer)
-	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
-	default:
-		return fmt.Errorf("resume after restore: delete consumer %s: %w", icfg.Consumer, err)
 	}
 	return m.store.ClearRestored()
 }

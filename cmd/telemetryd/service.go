@@ -48,7 +48,7 @@ type Main struct {
 	// writesNC publishes the line protocol door's messages, so their
 	// acks do not queue behind the ingester's deliveries on nc.
 	writesNC *nats.Conn
-	natsURL  string // what nc and writesNC connect to
+	link     *natsembed.Link // how nc and writesNC reach the server
 	// cluster is this node's share of a cluster (-partitions > 0); nil
 	// for a single node.
 	cluster *clusterNode
@@ -157,26 +157,12 @@ func (m *Main) logStarted() {
 // connectNATS starts the embedded server unless -nats-url is set, then
 // connects with unlimited reconnects.
 func (m *Main) connectNATS() error {
-	url := m.cfg.NATSURL
-	if url == "" {
-		srv, err := natsembed.Start(m.embeddedNATS())
-		if err != nil {
-			return err
-		}
-		m.nats = srv
-		url = srv.ClientURL()
-		m.sec.WatchNATS(srv)
-	}
-	m.natsURL = url
-	var onConnect []func(*nats.Conn)
-	if m.nats == nil {
-		onConnect = append(onConnect, natsembed.CheckMaxPayload(m.log))
-	}
-	nc, err := m.dialNATS("telemetryd", onConnect...)
+	link, nc, err := natsembed.OpenLink(natsembed.LinkConfig{URL: m.cfg.NATSURL, Embedded: m.embeddedNATS,
+		Started: m.sec.WatchNATS, External: m.sec.NATSClientOptions, Logger: m.log}, "telemetryd")
 	if err != nil {
 		return err
 	}
-	m.nc = nc
+	m.link, m.nats, m.nc = link, link.Server, nc
 	if m.nats == nil {
 		if m.cfg.MQTTListen != "" {
 			m.log.Info("mqtt listener not started: with -nats-url, MQTT is the NATS server's job")
@@ -184,22 +170,6 @@ func (m *Main) connectNATS() error {
 		return nil
 	}
 	return m.nats.StartMQTT(context.Background(), nc, m.ingestConfig())
-}
-
-// natsOptions are the service connections' credentials and TLS: the
-// embedded server's internal user, or -nats-creds / -nats-user.
-func (m *Main) natsOptions() []nats.Option {
-	if m.nats != nil {
-		return m.nats.ClientOptions()
-	}
-	return m.sec.NATSClientOptions()
-}
-
-// dialNATS opens one of the service's connections to its NATS server
-// (m.natsURL), reconnecting for ever; onConnect runs at every connect
-// and reconnect.
-func (m *Main) dialNATS(name string, onConnect ...func(*nats.Conn)) (*nats.Conn, error) {
-	return natsembed.Dial(m.natsURL, name, m.log, m.natsOptions(), onConnect...)
 }
 
 // ingestConfig is the single node's ingest configuration, streams and
@@ -285,6 +255,7 @@ func (m *Main) startHTTP() error {
 		Attributes:        m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
 		Backups:           m.backups(),
+		BackupRoot:        m.cfg.BackupDir,
 		Ready:             m.ready,
 		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,

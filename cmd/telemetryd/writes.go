@@ -9,7 +9,7 @@ import (
 
 // withWrites configures the line protocol write endpoints.
 func (m *Main) withWrites(acfg *api.Config) error {
-	nc, err := m.dialNATS("telemetryd-writes")
+	nc, err := m.link.Dial("telemetryd-writes")
 	if err != nil {
 		return fmt.Errorf("api writes: %w", err)
 	}
