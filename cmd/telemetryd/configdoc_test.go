@@ -13,6 +13,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/exportcli"
 )
 
 // The configuration reference, CONFIGURATION.md beside this file, is
@@ -55,8 +56,7 @@ func configReference() string {
 	ret := retentionFlags()
 	flagTable(&b, ret, true)
 	b.WriteString("\n## telemetryd export\n\n")
-	exportCfg := DefaultConfig()
-	flagTable(&b, (&exportCmd{}).flagSet(&exportCfg), true)
+	flagTable(&b, exportcli.FlagSet(io.Discard, shared(os.Getenv, io.Discard)), true)
 	b.WriteString("\n## telemetryd auth\n\n")
 	flagTable(&b, authcli.FlagSet(io.Discard), false)
 	b.WriteString("\n")

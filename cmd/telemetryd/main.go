@@ -26,7 +26,12 @@ import (
 	"syscall"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/backupcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/checkcli"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/exportcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/retentioncli"
+	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 )
 
 func main() {
@@ -35,20 +40,14 @@ func main() {
 
 // run dispatches to a subcommand and returns the process exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "retention" {
-		return runRetention(ctx, args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "check" {
-		return runCheck(ctx, args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "export" {
-		return runExport(ctx, args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "backup" {
-		return runBackup(ctx, args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "restore" {
-		return runRestore(ctx, args[1:], getenv, stdout, stderr)
+	if len(args) > 0 {
+		sub := map[string]func(context.Context, []string, io.Writer, io.Writer, subcmd.Shared) int{
+			"retention": retentioncli.Run, "check": checkcli.Run, "export": exportcli.Run,
+			"backup": backupcli.RunBackup, "restore": backupcli.RunRestore,
+		}[args[0]]
+		if sub != nil {
+			return sub(ctx, args[1:], stdout, stderr, shared(getenv, stderr))
+		}
 	}
 	if len(args) > 0 && args[0] == "auth" {
 		return authcli.Run(args[1:], getenv, stdout, stderr)
@@ -87,4 +86,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// shared gives a subcommand the service's flags it uses, bound to one
+// default configuration, with the environment from getenv and errors
+// on stderr.
+func shared(getenv func(string) string, stderr io.Writer) subcmd.Shared {
+	cfg := DefaultConfig()
+	return subcmd.Shared{
+		Bind:  cfg.bindSubset,
+		Usage: setUsage,
+		Parse: func(fs *flag.FlagSet, args []string) (int, bool) {
+			return parseSubcommand(fs, args, &cfg, getenv, stderr)
+		},
+		Values: func() subcmd.Values {
+			return subcmd.Values{DataDir: cfg.DataDir, Retention: cfg.Retention, RetentionMaxBytes: cfg.RetentionMaxBytes,
+				LogLevel: cfg.LogLevel, LogFormat: cfg.LogFormat}
+		},
+	}
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/backupcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/exportcli"
 )
 
 // A documented example is a promise. These tests check every name the
@@ -118,15 +120,14 @@ func TestReadmeFlags(t *testing.T) {
 				set, args = authcli.FlagSet(io.Discard), args[1:]
 			}
 			if len(args) > 0 && args[0] == "export" {
-				cfg := DefaultConfig()
-				set, args = (&exportCmd{}).flagSet(&cfg), args[1:]
+				set, args = exportcli.FlagSet(io.Discard, shared(os.Getenv, io.Discard)), args[1:]
 			}
 			if len(args) > 0 && args[0] == "backup" {
-				set, _ = backupFlags(io.Discard)
+				set = backupcli.BackupFlagSet(io.Discard, shared(os.Getenv, io.Discard))
 				args = args[1:]
 			}
 			if len(args) > 0 && args[0] == "restore" {
-				set, _ = restoreFlags(io.Discard)
+				set = backupcli.RestoreFlagSet(io.Discard, shared(os.Getenv, io.Discard))
 				args = args[1:]
 			}
 			for _, a := range args {

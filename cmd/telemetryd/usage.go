@@ -43,20 +43,6 @@ standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SDK_DISABLED, ...).
 Flags:
 `
 
-// retentionUsage heads `telemetryd retention -h`.
-const retentionUsage = `telemetryd retention: apply the retention policy once to the data dir of a
-stopped service (a running service holds the directory; use its
-POST /v1/retention/run instead). Prints one line per table and a summary.
-
-Usage:
-  telemetryd retention [-dry-run] [flags]
-
-Every flag can also be set by the environment variable named beside it;
-a flag on the command line wins.
-
-Flags:
-`
-
 // setUsage makes fs print head, then every flag with its default and
 // its TELEMETRY_* variable.
 func setUsage(fs *flag.FlagSet, head string) { cliflag.SetUsage(fs, head, envPrefix, "version") }

@@ -1,4 +1,6 @@
-package main
+// Package exportcli is `telemetryd export`: it writes readings as
+// NDJSON or CSV from a running service or a stopped data dir.
+package exportcli
 
 import (
 	"bufio"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/exportclient"
+	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 	"github.com/telemetryd/telemetryd/store"
 )
 
@@ -44,10 +47,17 @@ type exportCmd struct {
 	page            int64
 }
 
-// flagSet binds the flags of `telemetryd export` to x and cfg.
-func (x *exportCmd) flagSet(cfg *Config) *flag.FlagSet {
+// FlagSet returns the flags of `telemetryd export`, writing its usage
+// to stderr.
+func FlagSet(stderr io.Writer, sh subcmd.Shared) *flag.FlagSet {
+	return new(exportCmd).flagSet(stderr, sh)
+}
+
+// flagSet binds the flags of `telemetryd export` to x and sh.
+func (x *exportCmd) flagSet(stderr io.Writer, sh subcmd.Shared) *flag.FlagSet {
 	fs := flag.NewFlagSet("telemetryd export", flag.ContinueOnError)
-	cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
+	fs.SetOutput(stderr)
+	sh.Bind(fs, "data-dir", "log-level", "log-format")
 	fs.StringVar(&x.url, "url", "", "base URL of a running service (http://host:8080); empty: read -data-dir")
 	fs.StringVar(&x.token, "token", "", "bearer token with the read scope (with -url)")
 	fs.StringVar(&x.Match, "match", "", `Prometheus selector over device attributes and device, e.g. {fleet="East"}; empty: every device`)
@@ -57,21 +67,20 @@ func (x *exportCmd) flagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&x.Format, "format", api.FormatNDJSON, "ndjson or csv")
 	fs.StringVar(&x.out, "o", "", "write to this file instead of stdout")
 	fs.Int64Var(&x.page, "page", exportclient.DefaultPage, "readings per request (with -url); a broken transfer resumes within its page")
+	sh.Usage(fs, exportUsage)
 	return fs
 }
 
-// runExport is `telemetryd export`: the remote path is an
+// Run is `telemetryd export`: the remote path is an
 // exportclient.Client, the offline one api.Export over the data dir
-// opened read-only.
-func runExport(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg := DefaultConfig()
+// opened read-only. It returns the exit status.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd.Shared) int {
 	var x exportCmd
-	fs := x.flagSet(&cfg)
-	fs.SetOutput(stderr)
-	setUsage(fs, exportUsage)
-	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
+	fs := x.flagSet(stderr, sh)
+	if code, ok := sh.Parse(fs, args); !ok {
 		return code
 	}
+	cfg := sh.Values()
 	if x.Format != api.FormatNDJSON && x.Format != api.FormatCSV {
 		fmt.Fprintf(stderr, "telemetryd export: -format %q is not ndjson or csv\n", x.Format)
 		return 2
@@ -91,7 +100,7 @@ func runExport(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // export writes the export to -o or stdout, with progress on stderr.
-func (x *exportCmd) export(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) {
+func (x *exportCmd) export(ctx context.Context, cfg subcmd.Values, stdout, stderr io.Writer) (err error) {
 	out, closeOut := stdout, func() error { return nil }
 	if x.out != "" && x.out != "-" {
 		f, err := os.Create(x.out)
@@ -122,14 +131,14 @@ func (x *exportCmd) export(ctx context.Context, cfg Config, stdout, stderr io.Wr
 }
 
 // local exports from a stopped service's data dir.
-func (x *exportCmd) local(ctx context.Context, cfg Config, w io.Writer, p *exportclient.Progress, stderr io.Writer) (int64, error) {
+func (x *exportCmd) local(ctx context.Context, cfg subcmd.Values, w io.Writer, p *exportclient.Progress, stderr io.Writer) (int64, error) {
 	o, err := x.Options()
 	if err != nil {
 		return 0, fmt.Errorf("-%w", err)
 	}
 	sopts := store.DefaultOptions()
 	sopts.ReadOnly = true
-	sopts.Logger = newLogger(cfg, stderr).With("component", "export")
+	sopts.Logger = cfg.Logger(stderr).With("component", "export")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		return 0, fmt.Errorf("%s is in use by a running telemetryd; export through it with -url http://<http-addr>", cfg.DataDir)

@@ -1,4 +1,6 @@
-package main
+// Package retentioncli is `telemetryd retention`: it applies the
+// retention policy once to a stopped service's data dir.
+package retentioncli
 
 import (
 	"context"
@@ -10,25 +12,41 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 )
 
-// runRetention is `telemetryd retention [-dry-run]`: it opens the data
-// dir (refusing when a running service holds it), applies the policy
-// once and prints one line per table and a summary.
-func runRetention(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg := DefaultConfig()
+// retentionUsage heads `telemetryd retention -h`.
+const retentionUsage = `telemetryd retention: apply the retention policy once to the data dir of a
+stopped service (a running service holds the directory; use its
+POST /v1/retention/run instead). Prints one line per table and a summary.
+
+Usage:
+  telemetryd retention [-dry-run] [flags]
+
+Every flag can also be set by the environment variable named beside it;
+a flag on the command line wins.
+
+Flags:
+`
+
+// Run is `telemetryd retention [-dry-run]`: it opens the data dir
+// (refusing when a running service holds it), applies the policy once
+// and prints one line per table and a summary. It returns the exit
+// status.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd.Shared) int {
 	dryRun := false
 	fs := flag.NewFlagSet("telemetryd retention", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.bindRetention(fs)
+	sh.Bind(fs, "data-dir", "retention", "retention-max-bytes", "log-level", "log-format")
 	fs.BoolVar(&dryRun, "dry-run", false, "list what would be dropped; change nothing")
-	setUsage(fs, retentionUsage)
-	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
+	sh.Usage(fs, retentionUsage)
+	if code, ok := sh.Parse(fs, args); !ok {
 		return code
 	}
-	log := newLogger(cfg, stderr)
+	cfg := sh.Values()
+	log := cfg.Logger(stderr)
 	sopts := store.DefaultOptions()
 	sopts.ReadOnly = dryRun
 	sopts.Logger = log

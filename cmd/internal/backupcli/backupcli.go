@@ -1,4 +1,7 @@
-package main
+// Package backupcli is `telemetryd backup` and `telemetryd restore`:
+// a backup of a stopped data dir or, through POST /v1/backup, of a
+// running service, and a data dir rebuilt from a backup.
+package backupcli
 
 import (
 	"context"
@@ -8,11 +11,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/backupclient"
-	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 	"github.com/telemetryd/telemetryd/store"
 )
 
@@ -49,49 +49,61 @@ Flags:
 
 // backupArgs are the flags of `telemetryd backup`.
 type backupArgs struct {
-	cfg            Config
 	to, url, token string
 	full           bool
 }
 
+// BackupFlagSet returns the flags of `telemetryd backup`, writing its
+// usage to stderr.
+func BackupFlagSet(stderr io.Writer, sh subcmd.Shared) *flag.FlagSet {
+	fs, _ := backupFlags(stderr, sh)
+	return fs
+}
+
 // backupFlags binds the flags of `telemetryd backup`.
-func backupFlags(stderr io.Writer) (*flag.FlagSet, *backupArgs) {
-	a := &backupArgs{cfg: DefaultConfig()}
+func backupFlags(stderr io.Writer, sh subcmd.Shared) (*flag.FlagSet, *backupArgs) {
+	a := &backupArgs{}
 	fs := flag.NewFlagSet("telemetryd backup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	a.cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
+	sh.Bind(fs, "data-dir", "log-level", "log-format")
 	fs.StringVar(&a.to, "to", "", "backup directory (created if missing; with -url, an absolute path on the service's machine)")
 	fs.StringVar(&a.url, "url", "", "base URL of a running service to back up through POST /v1/backup (empty: back up -data-dir offline)")
 	fs.StringVar(&a.token, "token", "", "bearer token with the admin scope, for -url")
 	fs.BoolVar(&a.full, "full", false, "copy everything, starting a new chain, instead of only what changed since the previous backup in -to")
-	setUsage(fs, backupUsage)
+	sh.Usage(fs, backupUsage)
 	return fs, a
 }
 
 // restoreArgs are the flags of `telemetryd restore`.
 type restoreArgs struct {
-	cfg  Config
 	from string
 }
 
+// RestoreFlagSet returns the flags of `telemetryd restore`, writing its
+// usage to stderr.
+func RestoreFlagSet(stderr io.Writer, sh subcmd.Shared) *flag.FlagSet {
+	fs, _ := restoreFlags(stderr, sh)
+	return fs
+}
+
 // restoreFlags binds the flags of `telemetryd restore`.
-func restoreFlags(stderr io.Writer) (*flag.FlagSet, *restoreArgs) {
-	a := &restoreArgs{cfg: DefaultConfig()}
+func restoreFlags(stderr io.Writer, sh subcmd.Shared) (*flag.FlagSet, *restoreArgs) {
+	a := &restoreArgs{}
 	fs := flag.NewFlagSet("telemetryd restore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	a.cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
+	sh.Bind(fs, "data-dir", "log-level", "log-format")
 	fs.StringVar(&a.from, "from", "", "backup directory to restore from (its newest backup)")
-	setUsage(fs, restoreUsage)
+	sh.Usage(fs, restoreUsage)
 	return fs, a
 }
 
-// runBackup is `telemetryd backup`.
-func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs, a := backupFlags(stderr)
-	if code, ok := parseSubcommand(fs, args, &a.cfg, getenv, stderr); !ok {
+// RunBackup is `telemetryd backup`; it returns the exit status.
+func RunBackup(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd.Shared) int {
+	fs, a := backupFlags(stderr, sh)
+	if code, ok := sh.Parse(fs, args); !ok {
 		return code
 	}
-	cfg, to, url, token, full := a.cfg, a.to, a.url, a.token, a.full
+	cfg, to, url, token, full := sh.Values(), a.to, a.url, a.token, a.full
 	if to == "" {
 		fmt.Fprintln(stderr, "telemetryd backup: -to is required")
 		return 2
@@ -101,7 +113,7 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	sopts := store.DefaultOptions()
 	sopts.ReadOnly = true
-	sopts.Logger = newLogger(cfg, stderr).With("component", "backup")
+	sopts.Logger = cfg.Logger(stderr).With("component", "backup")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		fmt.Fprintf(stderr, "telemetryd backup: %s is in use by a running telemetryd; back it up through the service instead: "+
@@ -139,13 +151,13 @@ func backupOnline(ctx context.Context, base, token, to string, full bool, stdout
 	return 0
 }
 
-// runRestore is `telemetryd restore`.
-func runRestore(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs, a := restoreFlags(stderr)
-	if code, ok := parseSubcommand(fs, args, &a.cfg, getenv, stderr); !ok {
+// RunRestore is `telemetryd restore`; it returns the exit status.
+func RunRestore(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd.Shared) int {
+	fs, a := restoreFlags(stderr, sh)
+	if code, ok := sh.Parse(fs, args); !ok {
 		return code
 	}
-	cfg, from := a.cfg, a.from
+	cfg, from := sh.Values(), a.from
 	if from == "" {
 		fmt.Fprintln(stderr, "telemetryd restore: -from is required")
 		return 2
@@ -153,7 +165,7 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	fmt.Fprintf(stdout, "verifying the files of %s ...\n", from)
 	m, err := store.Restore(ctx, from, cfg.DataDir, store.RestoreOptions{
 		Progress: backupclient.PrintProgress(stdout, "loaded"),
-		Logger:   newLogger(cfg, stderr).With("component", "restore"),
+		Logger:   cfg.Logger(stderr).With("component", "restore"),
 		Keep:     []string{embeddedNATSDir},
 	})
 	if err != nil {
@@ -167,52 +179,6 @@ func runRestore(ctx context.Context, args []string, getenv func(string) string, 
 	return 0
 }
 
-// backupService is the api.Backups of a running service; the API
-// keeps its backups under -backup-dir.
-type backupService struct{ store *store.Store }
-
-// backups is the service's api.Backups, nil when -backup-dir is empty.
-func (m *Main) backups() api.Backups {
-	if m.cfg.BackupDir == "" {
-		return nil
-	}
-	return backupService{store: m.store}
-}
-
-// Backup implements api.Backups.
-func (b backupService) Backup(ctx context.Context, dir string, full bool) (api.BackupSummary, error) {
-	m, err := b.store.Backup(ctx, dir, store.BackupOptions{Full: full})
-	if err != nil {
-		return api.BackupSummary{}, err
-	}
-	return backupclient.SummaryOf(dir, m), nil
-}
-
 // embeddedNATSDir is the embedded NATS server's store under the data
 // dir: the stream, which a restore leaves in place.
 const embeddedNATSDir = "nats"
-
-// resumeRestored prepares a data dir that restore made: the ingest
-// consumer, if it outlived the restore, is deleted so that ingest
-// creates it again after the restored positions. The marker is cleared
-// after that, so a later start keeps the consumer.
-func (m *Main) resumeRestored(icfg ingest.Config) error {
-	if !m.store.Restored() {
-		return nil
-	}
-	js, err := jetstream.New(m.nc)
-	if err != nil {
-		return fmt.Errorf("resume after restore: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	deleted, err := ingest.ResetConsumer(ctx, js, icfg)
-	if err != nil {
-		return fmt.Errorf("resume after restore: %w", err)
-	}
-	if deleted {
-		m.log.Warn("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
-			"stream", icfg.Stream, "consumer", icfg.Consumer)
-	}
-	return m.store.ClearRestored()
-}

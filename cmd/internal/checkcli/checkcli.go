@@ -1,4 +1,6 @@
-package main
+// Package checkcli is `telemetryd check`: it verifies every stored
+// block and device index record of a stopped service's data dir.
+package checkcli
 
 import (
 	"context"
@@ -7,6 +9,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 	"github.com/telemetryd/telemetryd/store"
 )
 
@@ -30,21 +33,21 @@ a flag on the command line wins.
 Flags:
 `
 
-// runCheck is `telemetryd check`: it opens the data dir read-only
-// (refusing when a running service holds it) and reports every corrupt
-// block and device index record.
-func runCheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	cfg := DefaultConfig()
+// Run is `telemetryd check`: it opens the data dir read-only (refusing
+// when a running service holds it) and reports every corrupt block and
+// device index record. It returns the exit status.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd.Shared) int {
 	fs := flag.NewFlagSet("telemetryd check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.bindSubset(fs, "data-dir", "log-level", "log-format")
-	setUsage(fs, checkUsage)
-	if code, ok := parseSubcommand(fs, args, &cfg, getenv, stderr); !ok {
+	sh.Bind(fs, "data-dir", "log-level", "log-format")
+	sh.Usage(fs, checkUsage)
+	if code, ok := sh.Parse(fs, args); !ok {
 		return code
 	}
+	cfg := sh.Values()
 	sopts := store.DefaultOptions()
 	sopts.ReadOnly = true
-	sopts.Logger = newLogger(cfg, stderr).With("component", "check")
+	sopts.Logger = cfg.Logger(stderr).With("component", "check")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		fmt.Fprintf(stderr, "telemetryd check: %s is in use by a running telemetryd; stop it first\n", cfg.DataDir)

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/api/backupclient"
+	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/store"
+)
+
+// backupService is the api.Backups of a running service; the API
+// keeps its backups under -backup-dir.
+type backupService struct{ store *store.Store }
+
+// backups is the service's api.Backups, nil when -backup-dir is empty.
+func (m *Main) backups() api.Backups {
+	if m.cfg.BackupDir == "" {
+		return nil
+	}
+	return backupService{store: m.store}
+}
+
+// Backup implements api.Backups.
+func (b backupService) Backup(ctx context.Context, dir string, full bool) (api.BackupSummary, error) {
+	m, err := b.store.Backup(ctx, dir, store.BackupOptions{Full: full})
+	if err != nil {
+		return api.BackupSummary{}, err
+	}
+	return backupclient.SummaryOf(dir, m), nil
+}
+
+// resumeRestored prepares a data dir that restore made: the ingest
+// consumer, if it outlived the restore, is deleted so that ingest
+// creates it again after the restored positions. The marker is cleared
+// after that, so a later start keeps the consumer.
+func (m *Main) resumeRestored(icfg ingest.Config) error {
+	if !m.store.Restored() {
+		return nil
+	}
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return fmt.Errorf("resume after restore: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	deleted, err := ingest.ResetConsumer(ctx, js, icfg)
+	if err != nil {
+		return fmt.Errorf("resume after restore: %w", err)
+	}
+	if deleted {
+		m.log.Warn("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
+			"stream", icfg.Stream, "consumer", icfg.Consumer)
+	}
+	return m.store.ClearRestored()
+}
