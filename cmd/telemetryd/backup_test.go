@@ -196,8 +196,8 @@ func TestBackupCommandOfflineAndRestoreChecks(t *testing.T) {
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	s.publish(t, "cli-a", fmt.Sprintf(`{"ts":%q,"v":1}`, testEpoch.Add(-time.Minute).Format(time.RFC3339Nano)))
-	require.Eventually(t, func() bool {
-		code, _ := s.get(t, "/v1/devices/cli-a/readings/latest", nil)
+	require.Eventually(t, func() bool { // the device's record exists once its reading is stored
+		code, _ := s.get(t, "/v1/devices/cli-a", nil)
 		return code == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
 
@@ -221,7 +221,7 @@ func TestBackupCommandOfflineAndRestoreChecks(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(bdir, "MANIFEST.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &m))
-	require.NotEmpty(t, m.Tables)
+	require.NotEmpty(t, m.Tables, "stdout %s stderr %s manifest %s", stdout.String(), stderr.String(), b)
 	path := filepath.Join(bdir, m.Tables[0].Files[0].Path)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
