@@ -63,11 +63,6 @@ func (r *attrRecord) clone() *attrRecord {
 	return &attrRecord{floor: r.floor, set: slices.Clone(r.set), at: slices.Clone(r.at), gone: slices.Clone(r.gone)}
 }
 
-// empty reports whether r holds nothing worth keeping.
-func (r *attrRecord) empty() bool {
-	return r == nil || len(r.set) == 0 && len(r.gone) == 0 && r.floor == 0
-}
-
 func (r *attrRecord) find(name string) (int, bool) {
 	return slices.BinarySearchFunc(r.set, name, func(a buckets.Attribute, n string) int { return strings.Compare(a.Name, n) })
 }
