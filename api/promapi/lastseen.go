@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
@@ -69,15 +68,12 @@ func (q *queryable) seenTimes(h *storage.SelectHints, mint, maxt int64) (first, 
 // between the first such sample and the last reading are read once,
 // in order (time stamps only matter).
 type seenIter struct {
-	ctx                context.Context
-	q                  *queryable
-	dev                buckets.DeviceID
-	seen               seenBounds
-	first, step, last  int64 // sample times, ms
-	read               bool
-	buf                []sample
-	i                  int
-	err                error
+	ctx               context.Context
+	q                 *queryable
+	dev               buckets.DeviceID
+	seen              seenBounds
+	first, step, last int64 // sample times, ms
+	loadedSamples
 	scanFrom, scanTo   buckets.Ticks
 	after              *buckets.Ticks
 	pending            []buckets.Ticks // read but not yet passed
@@ -161,53 +157,13 @@ func (it *seenIter) fill() {
 	it.after = &last
 }
 
-func (it *seenIter) Next() chunkenc.ValueType {
-	if !it.read {
-		it.load()
-	}
-	if it.err != nil || it.i+1 >= len(it.buf) {
-		it.i = len(it.buf)
-		return chunkenc.ValNone
-	}
-	it.i++
-	return chunkenc.ValFloat
-}
-
-func (it *seenIter) seek(t int64) chunkenc.ValueType {
-	if !it.read {
-		it.load()
-	}
-	if it.err != nil {
-		return chunkenc.ValNone
-	}
-	it.i = max(it.i, 0)
-	for it.i < len(it.buf) && it.buf[it.i].t < t {
-		it.i++
-	}
-	if it.i >= len(it.buf) {
-		return chunkenc.ValNone
-	}
-	return chunkenc.ValFloat
-}
-
 // seenSeekIter adds Seek (see seekingIter for the type parameter).
 type seenSeekIter[T ~int64] struct{ *seenIter }
 
+// Next implements chunkenc.Iterator.
+func (it *seenIter) Next() chunkenc.ValueType { return it.next(it.load) }
+
 // Seek implements chunkenc.Iterator.
-func (it seenSeekIter[T]) Seek(t T) chunkenc.ValueType { return it.seek(int64(t)) }
+func (it seenSeekIter[T]) Seek(t T) chunkenc.ValueType { return it.seek(int64(t), it.load) }
 
 var _ chunkenc.Iterator = seenSeekIter[int64]{}
-
-func (it *seenIter) At() (int64, float64) { s := it.buf[it.i]; return s.t, s.f }
-
-func (it *seenIter) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
-	return it.buf[it.i].t, nil
-}
-
-func (it *seenIter) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
-	return it.buf[it.i].t, nil
-}
-
-func (it *seenIter) AtT() int64  { return it.buf[it.i].t }
-func (it *seenIter) AtST() int64 { return 0 }
-func (it *seenIter) Err() error  { return it.err }

@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 
-	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
@@ -115,10 +114,7 @@ type windowIter struct {
 	dev  buckets.DeviceID
 	name string
 	w    windows
-	read bool
-	buf  []sample
-	i    int
-	err  error
+	loadedSamples
 }
 
 func (it *windowIter) load() {
@@ -248,55 +244,13 @@ func (it *windowIter) loadGrid() error {
 	return nil
 }
 
-func (it *windowIter) Next() chunkenc.ValueType {
-	if !it.read {
-		it.load()
-		it.i = -1
-	}
-	if it.err != nil || it.i+1 >= len(it.buf) {
-		it.i = len(it.buf)
-		return chunkenc.ValNone
-	}
-	it.i++
-	return chunkenc.ValFloat
-}
-
-func (it *windowIter) seek(t int64) chunkenc.ValueType {
-	if !it.read {
-		it.load()
-		it.i = -1
-	}
-	if it.err != nil {
-		return chunkenc.ValNone
-	}
-	it.i = max(it.i, 0)
-	for it.i < len(it.buf) && it.buf[it.i].t < t {
-		it.i++
-	}
-	if it.i >= len(it.buf) {
-		return chunkenc.ValNone
-	}
-	return chunkenc.ValFloat
-}
-
 // windowSeekIter adds Seek (see seekingIter for the type parameter).
 type windowSeekIter[T ~int64] struct{ *windowIter }
 
+// Next implements chunkenc.Iterator.
+func (it *windowIter) Next() chunkenc.ValueType { return it.next(it.load) }
+
 // Seek implements chunkenc.Iterator.
-func (it windowSeekIter[T]) Seek(t T) chunkenc.ValueType { return it.seek(int64(t)) }
+func (it windowSeekIter[T]) Seek(t T) chunkenc.ValueType { return it.seek(int64(t), it.load) }
 
 var _ chunkenc.Iterator = windowSeekIter[int64]{}
-
-func (it *windowIter) At() (int64, float64) { s := it.buf[it.i]; return s.t, s.f }
-
-func (it *windowIter) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
-	return it.buf[it.i].t, nil
-}
-
-func (it *windowIter) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
-	return it.buf[it.i].t, nil
-}
-
-func (it *windowIter) AtT() int64  { return it.buf[it.i].t }
-func (it *windowIter) AtST() int64 { return 0 }
-func (it *windowIter) Err() error  { return it.err }

@@ -481,6 +481,62 @@ type sample struct {
 	f float64
 }
 
+// loadedSamples is the position of an iterator over samples it loads
+// whole on first use (the last-seen series, pushed-down windows): the
+// loader fills buf or sets err and read. It gives such iterators their
+// Next, Seek and At methods.
+type loadedSamples struct {
+	read bool
+	buf  []sample
+	i    int
+	err  error
+}
+
+func (s *loadedSamples) next(load func()) chunkenc.ValueType {
+	if !s.read {
+		load()
+		s.i = -1
+	}
+	if s.err != nil || s.i+1 >= len(s.buf) {
+		s.i = len(s.buf)
+		return chunkenc.ValNone
+	}
+	s.i++
+	return chunkenc.ValFloat
+}
+
+func (s *loadedSamples) seek(t int64, load func()) chunkenc.ValueType {
+	if !s.read {
+		load()
+		s.i = -1
+	}
+	if s.err != nil {
+		return chunkenc.ValNone
+	}
+	s.i = max(s.i, 0)
+	for s.i < len(s.buf) && s.buf[s.i].t < t {
+		s.i++
+	}
+	if s.i >= len(s.buf) {
+		return chunkenc.ValNone
+	}
+	return chunkenc.ValFloat
+}
+
+func (s *loadedSamples) At() (int64, float64) { x := s.buf[s.i]; return x.t, x.f }
+
+func (s *loadedSamples) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
+	return s.buf[s.i].t, nil
+}
+
+func (s *loadedSamples) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	return s.buf[s.i].t, nil
+}
+
+func (s *loadedSamples) AtT() int64  { return s.buf[s.i].t }
+func (s *loadedSamples) AtST() int64 { return 0 }
+func (s *loadedSamples) Err() error  { return s.err }
+
 // sampleIter reads a series from the store page by page, oldest first.
 // A series has one sample per millisecond: readings less than a
 // millisecond apart share it, and the newest of them is the sample
