@@ -50,7 +50,7 @@ func (p *ProbeCounts) OK() bool {
 }
 
 func (p *ProbeCounts) String() string {
-	s := fmt.Sprintf("qos0_sent=%d stored=%d qos0_lost=%d duplicated=%d unexpected=%d",
+	s := fmt.Sprintf("qos0_sent=%d stored_with_barriers=%d qos0_lost=%d duplicated=%d unexpected=%d",
 		p.Sent, p.Stored, p.Lost, p.Duplicated, p.Unexpected)
 	if p.Unchecked != "" {
 		s += " unchecked=" + strconv.Quote(p.Unchecked)
