@@ -185,6 +185,17 @@ func (m *memLocal) DropTable(_ context.Context, day buckets.Day) (buckets.TableD
 	return buckets.TableDrop{Day: day, SizeBytes: int64(len(m.rs))}, nil
 }
 
+func (m *memLocal) DeleteDevice(_ context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.rs)
+	m.rs = slices.DeleteFunc(m.rs, func(r buckets.Reading) bool { return r.Device == dev })
+	if len(m.rs) == n {
+		return buckets.DeviceDelete{Device: dev, Readings: -1}, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
+	}
+	return buckets.DeviceDelete{Device: dev, Readings: int64(n - len(m.rs))}, nil
+}
+
 // view is a fixed membership: partition = last digit of the device ID
 // mod 2; owners listed per partition.
 type view struct {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -229,6 +230,76 @@ func (e *everywhere) DropTable(ctx context.Context, day buckets.Day) (buckets.Ta
 		}
 	}
 	return buckets.TableDrop{Day: day, Readings: 20}, nil
+}
+
+func (e *everywhere) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	e.calls++
+	// Recorded, not yet gone round: no node applies it yet.
+	_, ok := e.c.nodes["node-b"].members.DeletedAt(dev)
+	assert.False(e.t, ok, "node-b has not read the deletes since")
+	found := false
+	for _, n := range e.c.nodes {
+		if !n.down {
+			_, err := n.store.DeleteDevice(ctx, dev)
+			if errors.Is(err, buckets.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return buckets.DeviceDelete{}, err
+			}
+			found = true
+		}
+	}
+	if !found {
+		return buckets.DeviceDelete{Device: dev, Readings: -1}, buckets.ErrNotFound
+	}
+	return buckets.DeviceDelete{Device: dev, Readings: 5}, nil
+}
+
+// A device deleted through one node is deleted on every live node and
+// recorded; a node that was down deletes it when it is back, once; the
+// partition consumers' tombstones see the cluster-wide delete.
+func TestDeviceDeleteReachesANodeThatWasDown(t *testing.T) {
+	c := newTestCluster(t, 2, 1)
+	a := c.add("node-a", 0)
+	b := c.add("node-b", 0)
+	for _, n := range []*testNode{a, b} {
+		n.store.devices = map[buckets.DeviceID]bool{"dev-1": true, "dev-2": true}
+	}
+	e := &everywhere{t: t, c: c}
+	a.node.cfg.Everywhere = e
+	c.settle()
+
+	b.down = true
+	d, err := a.node.DeleteDevice(context.Background(), "dev-1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), d.Readings)
+	assert.False(t, a.store.hasDevice("dev-1"))
+	require.True(t, b.store.hasDevice("dev-1"))
+	at, ok := a.members.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.Equal(t, c.clock.Now(), at)
+
+	b.down = false
+	c.clock.Advance(10 * time.Second) // b reads the drops and deletes again
+	c.round()
+	assert.False(t, b.store.hasDevice("dev-1"), "deleted when back")
+	assert.True(t, b.store.hasDevice("dev-2"), "the other device stays")
+	b.store.devices["dev-1"] = true // published again after the delete
+	c.clock.Advance(10 * time.Second)
+	c.round()
+	assert.True(t, b.store.hasDevice("dev-1"), "its own delete is as recent: what came since stays")
+	assert.Equal(t, 1, b.store.deletes)
+
+	ts := Tombstones{Local: holdStore{b.store}, Cluster: b.members}
+	got, ok := ts.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.Equal(t, at.Add(10*time.Second), got, "the later of b's own delete and the cluster-wide one")
+	_, ok = ts.DeletedAt("dev-2")
+	assert.False(t, ok)
+
+	_, err = a.node.DeleteDevice(context.Background(), "nosuch")
+	assert.ErrorIs(t, err, buckets.ErrNotFound)
 }
 
 // A day dropped through one node is dropped on every live node and
