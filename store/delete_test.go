@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,6 +43,24 @@ func tableCounts(t *testing.T, ts *testStore) map[buckets.Day]int64 {
 		out[tb.Day] = tb.Readings
 	}
 	return out
+}
+
+// keysUnder counts the keys under prefix in the table of day.
+func keysUnder(t *testing.T, ts *testStore, day buckets.Day, prefix string) int {
+	t.Helper()
+	tb, err := ts.acquire(context.Background(), day, forRead)
+	require.NoError(t, err)
+	require.NotNil(t, tb)
+	defer ts.release(tb)
+	txn, done := tb.readTxn()
+	defer done()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+	defer it.Close()
+	n := 0
+	for it.Rewind(); it.Valid(); it.Next() {
+		n++
+	}
+	return n
 }
 
 // TestDeleteDevice deletes a device with readings on three days (in
@@ -112,6 +131,8 @@ func TestDeleteDevice(t *testing.T) {
 		counts := tableCounts(t, ts)
 		for _, d := range days {
 			assert.Equal(t, countsBefore[d]-5020, counts[d], "%s: reading count of %s", step, d)
+			assert.Zero(t, keysUnder(t, ts, d, "gone/"), "%s: block keys left in %s", step, d)
+			assert.NotZero(t, keysUnder(t, ts, d, "kept/"), "%s: the other device's blocks in %s", step, d)
 		}
 		require.NoError(t, ts.checkAttrIndex(), step)
 		at, ok := ts.DeletedAt("gone")
