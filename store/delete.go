@@ -139,12 +139,31 @@ func (s *Store) DeletedAt(dev buckets.DeviceID) (time.Time, bool) {
 
 // DeleteDevice deletes dev: its readings in every day table, its
 // device index record (first and last seen, latest values), its
-// attributes and their index entities, after recording a tombstone
-// (see the comment at the top of this file). The error wraps
-// buckets.ErrNotFound when the index does not know dev, and
-// buckets.ErrUnavailable for transient conditions (then repeating the
-// delete finishes it).
+// attributes and their index entities, after recording a tombstone at
+// the present wall-clock time (see the comment at the top of this
+// file). The error wraps buckets.ErrNotFound when the index does not
+// know dev (then no tombstone is recorded), and buckets.ErrUnavailable
+// for transient conditions (then repeating the delete finishes it).
 func (s *Store) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	return s.deleteDevice(ctx, dev, time.Time{})
+}
+
+// DeleteDeviceAt applies a delete of dev made elsewhere at at (a
+// cluster-wide delete this node missed): it records the tombstone at
+// at whether or not the store knows dev, so that messages the stream
+// stored before at are skipped and later ones written, and removes
+// what the store holds of dev as DeleteDevice does. The error wraps
+// buckets.ErrNotFound when it held nothing of dev.
+func (s *Store) DeleteDeviceAt(ctx context.Context, dev buckets.DeviceID, at time.Time) (buckets.DeviceDelete, error) {
+	if at.IsZero() {
+		return buckets.DeviceDelete{Device: dev, Readings: -1}, fmt.Errorf("delete device %s: no delete time", dev)
+	}
+	return s.deleteDevice(ctx, dev, at)
+}
+
+// deleteDevice is DeleteDevice with the tombstone at at, or now if at
+// is zero (then an unknown device records none).
+func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.Time) (buckets.DeviceDelete, error) {
 	out := buckets.DeviceDelete{Device: dev, Readings: -1}
 	if err := dev.Validate(); err != nil {
 		return out, err
@@ -155,42 +174,59 @@ func (s *Store) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets
 	if err := s.Ping(ctx); err != nil {
 		return out, err
 	}
-	if _, _, ok := s.index.bounds(dev); !ok { // spares the gate
+	if _, _, ok := s.index.bounds(dev); !ok && at.IsZero() { // spares the gate
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
 	s.replay.gate.Lock()
 	defer s.replay.gate.Unlock()
 	first, last, ok := s.index.bounds(dev)
-	if !ok {
+	if !ok && at.IsZero() {
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
-	// Wall-clock time, not the store's clock: it is compared with the
-	// time the NATS server stored each message.
-	at := time.Now()
+	if at.IsZero() {
+		// Wall-clock time, not the store's clock: it is compared with
+		// the time the NATS server stored each message.
+		at = time.Now()
+	}
 	if err := s.saveDeviceTomb(dev, at); err != nil {
 		return out, classify(fmt.Errorf("delete device %s: record its tombstone: %w", dev, err))
 	}
 	out.Deleted = at
+	if !ok {
+		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
+	}
 	// From here on the delete finishes even if its caller goes away.
-	ctx = context.WithoutCancel(ctx)
-	var removed int64
-	if first != 0 || last != 0 {
-		for _, day := range s.daysBetween(buckets.DayOf(first), buckets.DayOf(last), buckets.Asc) {
-			n, had, err := s.deleteFromTable(ctx, day, dev)
-			if err != nil {
-				return out, fmt.Errorf("delete device %s: %w", dev, err)
-			}
-			if had {
-				out.Tables++
-				removed += n
-			}
-		}
+	tables, removed, err := s.deleteReadings(context.WithoutCancel(ctx), dev, first, last)
+	out.Tables = tables
+	if err != nil {
+		return out, fmt.Errorf("delete device %s: %w", dev, err)
 	}
 	if err := s.index.deleteDevice(dev); err != nil {
 		return out, classify(fmt.Errorf("delete device %s: %w", dev, err))
 	}
 	out.Readings = removed
 	return out, nil
+}
+
+// deleteReadings removes dev's blocks from the tables of the days from
+// first to last and returns how many tables held some and the readings
+// they held. A device known only by its attributes (both zero) has none.
+func (s *Store) deleteReadings(ctx context.Context, dev buckets.DeviceID, first, last buckets.Ticks) (int, int64, error) {
+	if first == 0 && last == 0 {
+		return 0, 0, nil
+	}
+	tables, removed := 0, int64(0)
+	for _, day := range s.daysBetween(buckets.DayOf(first), buckets.DayOf(last), buckets.Asc) {
+		n, had, err := s.deleteFromTable(ctx, day, dev)
+		if err != nil {
+			return tables, removed, err
+		}
+		if had {
+			tables++
+			removed += n
+		}
+	}
+	return tables, removed, nil
 }
 
 // deleteFromTable removes every block of dev from the table of day and

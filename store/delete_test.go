@@ -178,3 +178,32 @@ func TestDeleteDeviceWithOnlyAttributes(t *testing.T) {
 	assert.ErrorIs(t, err, buckets.ErrNotFound)
 	require.NoError(t, ts.checkAttrIndex())
 }
+
+// TestDeleteDeviceAt applies a delete made elsewhere: the tombstone is
+// recorded at the given time, known device or not, and survives a
+// restart.
+func TestDeleteDeviceAt(t *testing.T) {
+	ts := newTestStore(t)
+	ctx := context.Background()
+	when := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	_, err := ts.DeleteDeviceAt(ctx, "never-seen", when)
+	require.ErrorIs(t, err, buckets.ErrNotFound)
+	got, ok := ts.DeletedAt("never-seen")
+	require.True(t, ok, "recorded for an unknown device too")
+	assert.True(t, when.Equal(got))
+
+	ts.write(t, reading("held", at(time.Minute), "v", 1))
+	del, err := ts.DeleteDeviceAt(ctx, "held", when)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, del.Readings)
+	assert.True(t, when.Equal(del.Deleted))
+
+	_, err = ts.DeleteDeviceAt(ctx, "held", time.Time{})
+	assert.Error(t, err, "a delete time is required")
+	ts = ts.reopen(t)
+	got, ok = ts.DeletedAt("held")
+	require.True(t, ok)
+	assert.True(t, when.Equal(got))
+	_, err = ts.Device(ctx, "held")
+	assert.ErrorIs(t, err, buckets.ErrNotFound)
+}

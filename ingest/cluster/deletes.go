@@ -11,14 +11,19 @@ import (
 
 // The cluster-wide device delete follows the day drop's protocol (see
 // DropTable). DELETE /v1/devices/{device} through any node first
-// records the delete with Members, then deletes the device on every
-// live node (each records its own tombstone at its own time and removes
-// its copy), then records that the delete has gone round. A node that
-// was down or unreachable meanwhile reads the record and deletes the
-// device when it is back (applyDeletes); and no partition consumer
-// writes a reading or an attribute of the device from a message the
-// stream stored before the later of the cluster-wide and its own delete
-// (Tombstones), a new owner replaying the stream included.
+// records the delete with Members, stamped with the wall clock (it is
+// compared with the time the NATS server stored each message), then
+// deletes the device on every live node (each records its own
+// tombstone at its own time and removes its copy), then records that
+// the delete has gone round. A node that was down, unreachable or not
+// yet a member reads the record and, at the start of its next Step,
+// before it starts any consumer, records the tombstone at the
+// cluster-wide time and deletes what it holds of the device
+// (applyDeletes). No partition consumer writes a reading or an
+// attribute of the device from a message the stream stored before the
+// later of the cluster-wide and its own delete (Tombstones), a new
+// owner replaying the stream included; what the device publishes after
+// the delete is stored.
 
 // DeleteDevice deletes dev on every live node and records the delete
 // cluster-wide, so the nodes that did not answer apply it later. The
@@ -29,7 +34,7 @@ func (n *Node) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.
 	if n.cfg.Everywhere == nil {
 		return out, errors.New("cluster: no way to reach the other nodes")
 	}
-	at := n.cfg.Now()
+	at := time.Now()
 	if err := n.cfg.Members.RecordDelete(ctx, dev, at, false); err != nil {
 		return out, fmt.Errorf("device %s: %w: %w", dev, err, buckets.ErrUnavailable)
 	}
@@ -48,15 +53,17 @@ func (n *Node) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.
 	return d, err
 }
 
-// applyDeletes deletes the devices deleted cluster-wide that this node
-// still holds without a delete of its own since: it was down or
-// unreachable when the DELETE went round.
+// applyDeletes applies the devices deleted cluster-wide without a
+// delete of this node's own since: it was down, unreachable or not a
+// member when the DELETE went round. The store records the tombstone
+// at the cluster-wide time (known device or not, so this is done once)
+// and deletes what it holds of the device.
 func (n *Node) applyDeletes(ctx context.Context) {
 	for dev, at := range n.cfg.Members.Deletes() {
 		if own, ok := n.cfg.Store.DeletedAt(dev); ok && !own.Before(at.Add(-DropSkew)) {
 			continue
 		}
-		d, err := n.cfg.Store.DeleteDevice(ctx, dev)
+		d, err := n.cfg.Store.DeleteDeviceAt(ctx, dev, at)
 		switch {
 		case errors.Is(err, buckets.ErrNotFound): // holds nothing of it
 		case err != nil:

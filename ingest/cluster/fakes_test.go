@@ -256,19 +256,19 @@ func (s *fakeStore) DeletedAt(dev buckets.DeviceID) (time.Time, bool) {
 	return at, ok
 }
 
-func (s *fakeStore) DeleteDevice(_ context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+func (s *fakeStore) DeleteDeviceAt(_ context.Context, dev buckets.DeviceID, at time.Time) (buckets.DeviceDelete, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.deleted == nil {
+		s.deleted = map[buckets.DeviceID]time.Time{}
+	}
+	s.deleted[dev] = at
 	if !s.devices[dev] {
 		return buckets.DeviceDelete{Device: dev, Readings: -1}, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
 	delete(s.devices, dev)
-	if s.deleted == nil {
-		s.deleted = map[buckets.DeviceID]time.Time{}
-	}
-	s.deleted[dev] = s.now()
 	s.deletes++
-	return buckets.DeviceDelete{Device: dev, Deleted: s.now(), Readings: 5}, nil
+	return buckets.DeviceDelete{Device: dev, Deleted: at, Readings: 5}, nil
 }
 
 func (s *fakeStore) hasDevice(dev buckets.DeviceID) bool {

@@ -65,7 +65,7 @@ type Store interface {
 	DroppedAt(day buckets.Day) (time.Time, bool)
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
 	DeletedAt(dev buckets.DeviceID) (time.Time, bool)
-	DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error)
+	DeleteDeviceAt(ctx context.Context, dev buckets.DeviceID, at time.Time) (buckets.DeviceDelete, error)
 }
 
 // Dropper drops a day, or deletes a device, on every live node (the
@@ -175,6 +175,9 @@ func (n *Node) follow(ctx context.Context) {
 // publishes what it holds and what is ready. Run calls it; it is
 // exported for tests and must not run twice at once.
 func (n *Node) Step(ctx context.Context) {
+	// Before any consumer starts: a node back from an outage, or
+	// joining, applies the deletes it missed before it writes again.
+	n.applyDeletes(ctx)
 	want := n.cfg.Members.Wanted()
 	n.mu.Lock()
 	var start, stop []int
@@ -199,7 +202,6 @@ func (n *Node) Step(ctx context.Context) {
 	}
 	n.checkBacklogs(ctx)
 	n.applyDrops(ctx)
-	n.applyDeletes(ctx)
 
 	n.mu.Lock()
 	holding := slices.Sorted(maps.Keys(n.parts))

@@ -240,7 +240,7 @@ func (e *everywhere) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (bu
 	found := false
 	for _, n := range e.c.nodes {
 		if !n.down {
-			_, err := n.store.DeleteDevice(ctx, dev)
+			_, err := n.store.DeleteDeviceAt(ctx, dev, time.Now())
 			if errors.Is(err, buckets.ErrNotFound) {
 				continue
 			}
@@ -271,6 +271,7 @@ func TestDeviceDeleteReachesANodeThatWasDown(t *testing.T) {
 	c.settle()
 
 	b.down = true
+	start := time.Now()
 	d, err := a.node.DeleteDevice(context.Background(), "dev-1")
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), d.Readings)
@@ -278,13 +279,16 @@ func TestDeviceDeleteReachesANodeThatWasDown(t *testing.T) {
 	require.True(t, b.store.hasDevice("dev-1"))
 	at, ok := a.members.DeletedAt("dev-1")
 	require.True(t, ok)
-	assert.Equal(t, c.clock.Now(), at)
+	assert.False(t, at.Before(start) || at.After(time.Now()), "stamped with the wall clock: %s", at)
 
 	b.down = false
 	c.clock.Advance(10 * time.Second) // b reads the drops and deletes again
 	c.round()
 	assert.False(t, b.store.hasDevice("dev-1"), "deleted when back")
 	assert.True(t, b.store.hasDevice("dev-2"), "the other device stays")
+	own, ok := b.store.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.True(t, at.Equal(own), "the tombstone at the cluster-wide time, so later messages are written")
 	b.store.devices["dev-1"] = true // published again after the delete
 	c.clock.Advance(10 * time.Second)
 	c.round()
@@ -294,13 +298,54 @@ func TestDeviceDeleteReachesANodeThatWasDown(t *testing.T) {
 	ts := Tombstones{Local: holdStore{b.store}, Cluster: b.members}
 	got, ok := ts.DeletedAt("dev-1")
 	require.True(t, ok)
-	assert.Equal(t, at.Add(10*time.Second), got, "the later of b's own delete and the cluster-wide one")
+	assert.True(t, at.Equal(got), "b recorded the cluster-wide time: %s", got)
 	_, ok = ts.DeletedAt("dev-2")
 	assert.False(t, ok)
+
+	// A node that joins later records the tombstone at the cluster-wide
+	// time before it consumes, holding nothing of the device.
+	j := c.add("node-c", 0)
+	c.round()
+	own, ok = j.store.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.True(t, at.Equal(own))
+	assert.Zero(t, j.store.deletes)
 
 	_, err = a.node.DeleteDevice(context.Background(), "nosuch")
 	assert.ErrorIs(t, err, buckets.ErrNotFound)
 }
+
+func TestTombstonesTakeTheLaterDelete(t *testing.T) {
+	early, late := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	store := func(at time.Time) *fakeStore {
+		s := &fakeStore{}
+		if !at.IsZero() {
+			s.deleted = map[buckets.DeviceID]time.Time{"d": at}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name         string
+		local, group time.Time
+		want         time.Time
+	}{
+		{"neither", time.Time{}, time.Time{}, time.Time{}},
+		{"local only", early, time.Time{}, early},
+		{"cluster only", time.Time{}, late, late},
+		{"cluster later", early, late, late},
+		{"local later", late, early, late},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := Tombstones{Local: holdStore{store(tc.local)}, Cluster: deletesOnly{store(tc.group)}}
+			got, ok := ts.DeletedAt("d")
+			assert.Equal(t, !tc.want.IsZero(), ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// deletesOnly is the cluster-wide record of a fakeStore's deletes.
+type deletesOnly struct{ *fakeStore }
 
 // A day dropped through one node is dropped on every live node and
 // recorded; a node that was down drops it when it is back; a node
