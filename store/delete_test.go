@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,4 +209,79 @@ func TestDeleteDeviceAt(t *testing.T) {
 	assert.True(t, when.Equal(got))
 	_, err = ts.Device(ctx, "held")
 	assert.ErrorIs(t, err, buckets.ErrNotFound)
+}
+
+// TestDeleteDeviceWhileWriting deletes a device while writers that
+// check the tombstones, as the ingester does, write it and another
+// device, and the compactor runs: every reading of the deleted device
+// stamped before the delete is gone, every one stamped after it is
+// stored, and the other device keeps all of its. Run it with -race.
+func TestDeleteDeviceWhileWriting(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Millisecond })
+	ctx := context.Background()
+	type written struct {
+		k   buckets.Ticks
+		pub time.Time
+	}
+	var after []written // readings of "gone" written with a stamp after the delete
+	deletedSeen := make(chan struct{})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var keptN atomic.Int64
+	go func() {
+		defer close(done)
+		seen := false
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := at(time.Duration(i) * time.Second)
+			pub := time.Now()
+			release := ts.HoldDrops()
+			rs := []buckets.Reading{reading("kept", k, "v", i)}
+			if del, ok := ts.DeletedAt("gone"); !ok || !del.After(pub) {
+				rs = append(rs, reading("gone", k, "v", i))
+				if ok {
+					after = append(after, written{k: k, pub: pub})
+				}
+			}
+			if _, ok := ts.DeletedAt("gone"); ok && !seen {
+				seen = true
+				close(deletedSeen)
+			}
+			slices.SortFunc(rs, func(a, b buckets.Reading) int { return strings.Compare(string(a.Device), string(b.Device)) })
+			err := ts.Write(ctx, rs)
+			release()
+			if !assert.NoError(t, err) {
+				return
+			}
+			keptN.Add(1)
+		}
+	}()
+	require.Eventually(t, func() bool {
+		rs, err := ts.Latest(ctx, "gone", 1)
+		return err == nil && len(rs) == 1 && rs[0].Ticks > at(300*time.Second)
+	}, time.Minute, time.Millisecond, "the writer wrote for a while")
+	_, err := ts.DeleteDevice(ctx, "gone")
+	require.NoError(t, err)
+	<-deletedSeen
+	n := keptN.Load()
+	require.Eventually(t, func() bool { return keptN.Load() > n+300 }, time.Minute, time.Millisecond, "the writer went on")
+	close(stop)
+	<-done
+	ts.compactAll(true)
+
+	page, err := ts.Range(ctx, buckets.RangeQuery{Device: "gone", From: 0, To: buckets.MaxTicks, Order: buckets.Asc, Limit: 1 << 20})
+	require.NoError(t, err)
+	require.NotEmpty(t, after, "the test needs readings written after the delete")
+	want := make([]buckets.Ticks, len(after))
+	for i, w := range after {
+		want[i] = w.k
+	}
+	assert.Equal(t, want, ticksOf(page.Readings), "exactly the readings stamped after the delete")
+	page, err = ts.Range(ctx, buckets.RangeQuery{Device: "kept", From: 0, To: buckets.MaxTicks, Order: buckets.Asc, Limit: 1 << 20})
+	require.NoError(t, err)
+	assert.Len(t, page.Readings, int(keptN.Load()), "the other device")
 }
