@@ -18,11 +18,13 @@ import (
 // drops bucket beside the day drops, key device.<device>, value the
 // delete time (and whether the DELETE has gone round the live nodes),
 // exactly as a day drop is: every node reads the records with the
-// drops, deletes a device it still holds that was deleted cluster-wide
-// after its own last delete of it, and never writes a reading or an
-// attribute of the device from a message the stream stored before the
-// delete (a new owner replaying the stream included). Records expire
-// with the bucket's TTL, as long as the store keeps its tombstones.
+// drops and applies a delete newer than its own last delete of the
+// device (ingest/cluster: it records the tombstone at the cluster-wide
+// time and removes what it holds, before it consumes), and never writes
+// a reading or an attribute of the device from a message the stream
+// stored before the delete (a new owner replaying the stream included).
+// Records expire with the bucket's TTL, as long as the store keeps its
+// tombstones.
 
 const deleteKeyPrefix = "device."
 
