@@ -101,7 +101,8 @@ func accessOf(method, route, path string) access {
 		return access{scope: auth.ScopeWrite}
 	case strings.HasPrefix(p, internalPrefix):
 		return access{internal: true}
-	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) || p == "/v1/retention/run" || p == backupPath:
+	case (method == http.MethodDelete && (strings.HasPrefix(p, "/v1/tables/") || p == devicePath)) ||
+		p == "/v1/retention/run" || p == backupPath:
 		return access{scope: auth.ScopeAdmin}
 	default:
 		return access{scope: auth.ScopeRead}

@@ -397,6 +397,8 @@ type fakeAdmin struct {
 	report  buckets.RetentionReport
 	dropped []buckets.Day
 	runs    []bool
+	devices map[buckets.DeviceID]buckets.DeviceDelete // what DeleteDevice finds
+	deleted []buckets.DeviceID
 }
 
 func (a *fakeAdmin) DropTable(_ context.Context, day buckets.Day) (buckets.TableDrop, error) {
@@ -408,6 +410,18 @@ func (a *fakeAdmin) DropTable(_ context.Context, day buckets.Day) (buckets.Table
 	}
 	delete(a.tables, day)
 	a.dropped = append(a.dropped, day)
+	return d, nil
+}
+
+func (a *fakeAdmin) DeleteDevice(_ context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, ok := a.devices[dev]
+	if !ok {
+		return buckets.DeviceDelete{Device: dev, Readings: -1}, &wrapped{"device " + string(dev), buckets.ErrNotFound}
+	}
+	delete(a.devices, dev)
+	a.deleted = append(a.deleted, dev)
 	return d, nil
 }
 

@@ -186,6 +186,8 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 			Latest: []buckets.Field{{Name: "temp", Value: buckets.Float(25.5)}, {Name: "ok", Value: buckets.Bool(true)}}},
 			{Device: "dev-2", FirstSeen: d1, LastSeen: d1}}
 		env.reader.setAttributes("dev-1", "fleet", "East", "model", "F-150")
+		env.admin.devices = map[buckets.DeviceID]buckets.DeviceDelete{
+			"dev-1": {Device: "dev-1", Deleted: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC), Readings: 5, Tables: 1}}
 		env.reader.devices = append(env.reader.devices, buckets.DeviceInfo{Device: "dev-3"})
 		env.reader.setAttributes("dev-3", "fleet", "West")
 		env.reader.tables = []buckets.TableInfo{{Day: mustDay(t, "2026-11-21"), SizeBytes: 1 << 20, Readings: 86400}, {Day: mustDay(t, "2026-11-22"), SizeBytes: 4096, Readings: -1}}
@@ -232,6 +234,9 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 		{name: "drop", method: "DELETE", path: "/v1/tables/2026-10-01", status: 200},
 		{name: "drop missing", method: "DELETE", path: "/v1/tables/2026-10-02", status: 404},
 		{name: "drop bad day", method: "DELETE", path: "/v1/tables/yesterday", status: 400},
+		{name: "delete device", method: "DELETE", path: "/v1/devices/dev-1", status: 200},
+		{name: "delete unknown device", method: "DELETE", path: "/v1/devices/dev-9", status: 404},
+		{name: "delete bad device", method: "DELETE", path: "/v1/devices/-x", status: 400},
 		{name: "retention dry run", method: "POST", path: "/v1/retention/run?dry_run=true", status: 200},
 		{name: "retention", method: "POST", path: "/v1/retention/run", status: 200},
 		{name: "retention bad flag", method: "POST", path: "/v1/retention/run?dry_run=maybe", status: 400},

@@ -28,7 +28,7 @@ func (s *Server) registerRoutes() {
 	e.GET("/v1/devices/:device/readings", s.handleRange, query...)
 	e.GET("/v1/devices/:device/readings/:ts", s.handlePoint, query...)
 	e.GET("/v1/devices", s.handleDevices, query...)
-	e.GET("/v1/devices/:device", s.handleDevice, query...)
+	e.GET(devicePath, s.handleDevice, query...)
 	e.PUT(attributesPath, s.handlePutAttributes, query...)
 	e.PATCH(attributesPath, s.handlePatchAttributes, query...)
 	e.GET("/v1/devices/:device/aggregates", s.handleAggregates, query...)
@@ -38,6 +38,7 @@ func (s *Server) registerRoutes() {
 	e.GET("/v1/export", s.handleExport, s.limitInFlight)
 
 	e.DELETE("/v1/tables/:day", s.handleDropTable, s.requireAdmin)
+	e.DELETE(devicePath, s.handleDeleteDevice, s.requireAdmin)
 	e.POST("/v1/retention/run", s.handleRetention, s.requireAdmin)
 	e.POST(backupPath, s.handleBackup, s.requireAdmin)
 

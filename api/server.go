@@ -68,6 +68,10 @@ type Admin interface {
 	// RunRetention drops expired tables, or only reports them when
 	// dryRun is set.
 	RunRetention(ctx context.Context, dryRun bool) (buckets.RetentionReport, error)
+	// DeleteDevice deletes a device's readings, latest values, record
+	// and attributes (on every node of a cluster); the error wraps
+	// buckets.ErrNotFound when the device is not known.
+	DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error)
 }
 
 // Defaults applied by New to zero Config fields (MaxFutureSkew takes

@@ -32,6 +32,10 @@ const (
 	// message was published (a replay after the drop). Such readings are
 	// skipped and counted, not dead-lettered: the operator deleted them.
 	CodeDayDropped Code = "day_dropped"
+	// CodeDeviceDeleted: the reading's device was deleted after the
+	// stream stored its message (a replay); the reading is skipped,
+	// not written.
+	CodeDeviceDeleted Code = "device_deleted"
 )
 
 // ValidationError says which rule a reading broke and where. Its

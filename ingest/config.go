@@ -103,10 +103,11 @@ type Config struct {
 	// instead of replaying the whole stream. Nil: a new consumer
 	// starts at the beginning of the stream.
 	Positions Positions
-	// Tombstones, when set, reports the days dropped from storage, so
-	// that readings of a dropped day from messages published before
-	// the drop are skipped (counted with code day_dropped), never
-	// written again.
+	// Tombstones, when set, reports the days dropped from storage and
+	// the devices deleted, so that readings of a dropped day or a
+	// deleted device from messages published before the drop or delete
+	// are skipped (counted with code day_dropped or device_deleted),
+	// never written again.
 	Tombstones Tombstones
 	// PositionEvery is how often the settled position is saved while
 	// it moves. Default 1s.

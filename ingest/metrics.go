@@ -23,6 +23,7 @@ type metrics struct {
 
 	accepted, acked, nak, rejected metric.MeasurementOption
 	skippedDropped                 metric.MeasurementOption // readings of a dropped day in a replay
+	skippedDeleted                 metric.MeasurementOption // readings of a deleted device in a replay
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -35,6 +36,8 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		rejected: metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "rejected"))),
 		skippedDropped: metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "skipped"),
 			attribute.String("code", string(buckets.CodeDayDropped)))),
+		skippedDeleted: metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "skipped"),
+			attribute.String("code", string(buckets.CodeDeviceDeleted)))),
 	}
 	if out.readings, err = m.Int64Counter("telemetry.ingest.readings",
 		metric.WithDescription("Readings ingested, by outcome (accepted, rejected, skipped) and code."),

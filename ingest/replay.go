@@ -32,6 +32,13 @@ import (
 //     drop are new data and are stored. The check and the write hold
 //     the store's drop gate (HoldDrops), so a drop cannot fall between
 //     them.
+//   - Device tombstones: a deleted device is recorded with its delete
+//     time. Its readings and attribute assignments in a message the
+//     stream stored before the delete are skipped the same way (code
+//     device_deleted); what it publishes after the delete is stored. A
+//     delete holds the gate from its tombstone to its last removal, so
+//     a write either finished before the delete began (and is removed
+//     by it) or sees the tombstone.
 
 // finalPositionTimeout bounds the position saved at shutdown.
 const finalPositionTimeout = time.Second
@@ -46,11 +53,13 @@ type Positions interface {
 	SavePosition(ctx context.Context, p buckets.StreamPosition) error
 }
 
-// Tombstones reports the days dropped from storage (implemented by
-// store.Store).
+// Tombstones reports the days dropped from storage and the devices
+// deleted (implemented by store.Store).
 type Tombstones interface {
 	// DroppedAt is when the table of day was last dropped.
 	DroppedAt(day buckets.Day) (time.Time, bool)
+	// DeletedAt is when dev was last deleted.
+	DeletedAt(dev buckets.DeviceID) (time.Time, bool)
 	// HoldDrops keeps drops from recording a tombstone until release
 	// is called.
 	HoldDrops() (release func())
@@ -132,16 +141,17 @@ func (in *Ingester) savePosition(ctx context.Context) {
 	in.saved = pos
 }
 
-// skipDropped removes from items the readings of dropped days that
-// their message was published before the drop, acks the messages left
-// without readings and returns the rest with their reading count. The
-// caller holds the drop gate.
+// skipDropped removes from items the readings of dropped days and the
+// readings and attribute assignments of deleted devices that their
+// message was published before the drop or delete, acks the messages
+// left without readings and returns the rest with their reading count.
+// The caller holds the drop gate.
 func (in *Ingester) skipDropped(ctx context.Context, items []item, n int) ([]item, int) {
 	tombs := in.cfg.Tombstones
 	var kept []item
 	for i, it := range items {
-		drop := droppedBefore(tombs, it)
-		if drop == nil {
+		drop, gone := droppedBefore(tombs, it), deletedBefore(tombs, it)
+		if drop == nil && gone == nil {
 			if kept != nil {
 				kept = append(kept, it)
 			}
@@ -151,17 +161,38 @@ func (in *Ingester) skipDropped(ctx context.Context, items []item, n int) ([]ite
 			kept = append(make([]item, 0, len(items)), items[:i]...)
 		}
 		rs := make([]buckets.Reading, 0, len(it.readings))
+		var dayDropped, deleted int
 		for _, r := range it.readings {
-			if !drop[r.Day()] {
+			switch {
+			case gone[r.Device]:
+				deleted++
+			case drop[r.Day()]:
+				dayDropped++
+			default:
 				rs = append(rs, r)
 			}
 		}
-		skipped := len(it.readings) - len(rs)
-		n -= skipped
-		in.m.readings.Add(ctx, int64(skipped), in.m.skippedDropped)
-		in.log.Debug("readings of a dropped day skipped", "subject", it.msg.Subject(), "stream_seq", it.seq,
-			"readings", skipped)
-		if len(rs) == 0 {
+		if gone != nil {
+			var as []buckets.Assignment
+			for _, a := range it.assigns {
+				if !gone[a.Device] {
+					as = append(as, a)
+				}
+			}
+			it.assigns = as
+		}
+		n -= dayDropped + deleted
+		if dayDropped > 0 {
+			in.m.readings.Add(ctx, int64(dayDropped), in.m.skippedDropped)
+		}
+		if deleted > 0 {
+			in.m.readings.Add(ctx, int64(deleted), in.m.skippedDeleted)
+		}
+		in.log.Debug("readings of a dropped day or a deleted device skipped", "subject", it.msg.Subject(),
+			"stream_seq", it.seq, "day_dropped", dayDropped, "device_deleted", deleted)
+		// A message whose readings were all skipped is settled; one that
+		// carried only attribute assignments keeps those left.
+		if len(rs) == 0 && (len(it.readings) > 0 || len(it.assigns) == 0) {
 			if err := in.ack(ctx, it); err != nil {
 				in.log.Warn("ack of a message of a dropped day failed; it will be redelivered and skipped again",
 					"stream_seq", it.seq, "err", err)
@@ -196,6 +227,34 @@ func droppedBefore(tombs Tombstones, it item) map[buckets.Day]bool {
 			}
 			out[d] = true
 		}
+	}
+	return out
+}
+
+// deletedBefore returns the devices of it's readings and attribute
+// assignments that were deleted after the message was published, or
+// nil.
+func deletedBefore(tombs Tombstones, it item) map[buckets.DeviceID]bool {
+	var out map[buckets.DeviceID]bool
+	var last buckets.DeviceID
+	checked, lastGone := false, false
+	check := func(d buckets.DeviceID) {
+		if !checked || d != last {
+			at, ok := tombs.DeletedAt(d)
+			last, lastGone, checked = d, ok && at.After(it.published), true
+		}
+		if lastGone {
+			if out == nil {
+				out = map[buckets.DeviceID]bool{}
+			}
+			out[d] = true
+		}
+	}
+	for _, r := range it.readings {
+		check(r.Device)
+	}
+	for _, a := range it.assigns {
+		check(a.Device)
 	}
 	return out
 }

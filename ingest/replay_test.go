@@ -17,9 +17,10 @@ import (
 
 // fakeTombs is a Tombstones with settable drops.
 type fakeTombs struct {
-	mu    sync.Mutex
-	drops map[buckets.Day]time.Time
-	gate  sync.RWMutex
+	mu      sync.Mutex
+	drops   map[buckets.Day]time.Time
+	deletes map[buckets.DeviceID]time.Time
+	gate    sync.RWMutex
 }
 
 func (f *fakeTombs) DroppedAt(d buckets.Day) (time.Time, bool) {
@@ -29,7 +30,25 @@ func (f *fakeTombs) DroppedAt(d buckets.Day) (time.Time, bool) {
 	return at, ok
 }
 
+func (f *fakeTombs) DeletedAt(d buckets.DeviceID) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.deletes[d]
+	return at, ok
+}
+
 func (f *fakeTombs) HoldDrops() func() { f.gate.RLock(); return f.gate.RUnlock }
+
+func (f *fakeTombs) deleteDevice(d buckets.DeviceID) {
+	f.gate.Lock()
+	defer f.gate.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deletes == nil {
+		f.deletes = map[buckets.DeviceID]time.Time{}
+	}
+	f.deletes[d] = time.Now()
+}
 
 func (f *fakeTombs) drop(d buckets.Day) {
 	f.gate.Lock()
@@ -128,4 +147,39 @@ func TestIngestRecreatedConsumerStartsAfterSavedPosition(t *testing.T) {
 	e2.setup()
 	info2 := e2.consumerInfo()
 	assert.Equal(t, jetstream.DeliverAllPolicy, info2.Config.DeliverPolicy)
+}
+
+// Readings and attribute assignments of a device deleted after their
+// message was published are skipped and counted, the message acked;
+// another device's messages, and what the deleted device publishes
+// after the delete, are stored.
+func TestIngestSkipsReadingsOfADeviceDeletedAfterPublication(t *testing.T) {
+	tombs := &fakeTombs{drops: map[buckets.Day]time.Time{}}
+	e := newTestEnv(t, func(c *Config) { c.Tombstones = tombs })
+	e.setup()
+	ms := time.Now().Add(-time.Minute).UnixMilli()
+	e.publish("telemetry.dev-1", fmt.Sprintf(`{"ts":%d,"v":1,"attributes":{"a":"1"}}`, ms))
+	e.publish("telemetry.dev-1", fmt.Sprintf(`[{"ts":%d,"v":2},{"ts":%d,"v":3}]`, ms+1, ms+2))
+	e.publish("telemetry.dev-2", fmt.Sprintf(`{"ts":%d,"v":10,"attributes":{"a":"2"}}`, ms))
+	tombs.deleteDevice("dev-1")
+	time.Sleep(2 * time.Millisecond)
+	last := e.publish("telemetry.dev-1", fmt.Sprintf(`{"ts":%d,"v":4,"attributes":{"b":"2"}}`, ms+3))
+	e.start()
+	e.waitAcked(last)
+
+	values := func(dev buckets.DeviceID) []int64 {
+		var vs []int64
+		for _, r := range e.w.stored(dev) {
+			vs = append(vs, r.Values[0].Value.AsInt())
+		}
+		return vs
+	}
+	assert.Equal(t, []int64{4}, values("dev-1"), "only the reading published after the delete")
+	assert.Equal(t, []int64{10}, values("dev-2"))
+	assert.Equal(t, map[buckets.DeviceID]map[string]string{"dev-1": {"b": "2"}, "dev-2": {"a": "2"}}, e.w.attributes(),
+		"the deleted device's attributes from before the delete are not applied")
+	assert.Equal(t, int64(3), e.counter("telemetry.ingest.readings",
+		attribute.String("outcome", "skipped"), attribute.String("code", "device_deleted")))
+	assert.Equal(t, int64(4), e.counter("telemetry.ingest.messages", outcome("acked")))
+	assert.Empty(t, e.deadLetters())
 }

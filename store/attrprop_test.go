@@ -97,6 +97,15 @@ func (m *attrModel) apply(a buckets.Assignment) {
 	}
 }
 
+// forget models the delete of dev: it is unknown, with no attributes
+// and no readings, until an assignment or a reading comes.
+func (m *attrModel) forget(dev string) {
+	delete(m.known, dev)
+	delete(m.names, dev)
+	delete(m.last, dev)
+	delete(m.hasRdg, dev)
+}
+
 // attrs returns dev's attributes in the model.
 func (m *attrModel) attrs(dev string) map[string]string {
 	out := map[string]string{}
@@ -271,7 +280,8 @@ func checkModel(t *testing.T, ts *testStore, m *attrModel, step string) {
 }
 
 // TestAttributeIndexMatchesBruteForce applies random sequences of
-// PATCH, PUT, batched assignments, readings and restarts, and after
+// PATCH, PUT, batched assignments, readings, device deletes and
+// restarts, and after
 // every step checks each device's attributes against the model and
 // random queries against a filter over every device.
 func TestAttributeIndexMatchesBruteForce(t *testing.T) {
@@ -300,7 +310,7 @@ func TestAttributeIndexMatchesBruteForce(t *testing.T) {
 // propStep does one random thing to the store and the model.
 func propStep(t *testing.T, rng *rand.Rand, ts **testStore, m *attrModel) string {
 	t.Helper()
-	switch op := rng.IntN(10); {
+	switch op := rng.IntN(11); {
 	case op < 5:
 		a := randomAssignment(rng)
 		(*ts).assign(t, a)
@@ -323,9 +333,19 @@ func propStep(t *testing.T, rng *rand.Rand, ts **testStore, m *attrModel) string
 		m.known[d], m.hasRdg[d] = true, true
 		m.last[d] = max(m.last[d], k)
 		return "write"
-	default:
+	case op < 10:
 		*ts = (*ts).reopen(t)
 		return "reopen"
+	default:
+		d := propDevices[rng.IntN(len(propDevices))]
+		_, err := (*ts).DeleteDevice(context.Background(), buckets.DeviceID(d))
+		if !m.known[d] {
+			require.ErrorIs(t, err, buckets.ErrNotFound, "delete of %s", d)
+			return "delete unknown"
+		}
+		require.NoError(t, err, "delete of %s", d)
+		m.forget(d)
+		return "delete"
 	}
 }
 

@@ -247,9 +247,13 @@ func (x *deviceIndex) persist(ids []buckets.DeviceID) error {
 	x.persistMu.Lock()
 	defer x.persistMu.Unlock()
 	x.mu.Lock()
-	recs := make([][]byte, len(ids))
-	for i, d := range ids {
-		recs[i] = encodeEntry(nil, x.devices[d])
+	keys := make([]buckets.DeviceID, 0, len(ids))
+	recs := make([][]byte, 0, len(ids))
+	for _, d := range ids {
+		if e := x.devices[d]; e != nil { // else deleted (delete.go)
+			keys = append(keys, d)
+			recs = append(recs, encodeEntry(nil, e))
+		}
 		delete(x.dirty, d)
 	}
 	x.mu.Unlock()
@@ -257,7 +261,7 @@ func (x *deviceIndex) persist(ids []buckets.DeviceID) error {
 	wb := x.db.NewWriteBatch()
 	defer wb.Cancel()
 	err := func() error {
-		for i, d := range ids {
+		for i, d := range keys {
 			if err := wb.Set([]byte(d), recs[i]); err != nil {
 				return err
 			}
@@ -266,7 +270,7 @@ func (x *deviceIndex) persist(ids []buckets.DeviceID) error {
 	}()
 	if err != nil {
 		x.mu.Lock()
-		for _, d := range ids {
+		for _, d := range keys {
 			x.dirty[d] = struct{}{}
 		}
 		x.mu.Unlock()

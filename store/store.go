@@ -80,6 +80,7 @@ type Store struct {
 	lock      *dirLock
 	index     *deviceIndex
 	replay    replayState // stream positions and tombstones (checkpoint.go, tombstone.go)
+	deletes   deviceTombs // deleted devices (delete.go)
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 
@@ -163,6 +164,9 @@ func (s *Store) openFiles() error {
 		return errors.Join(err, lock.unlock())
 	}
 	s.index = idx
+	if err := s.loadDeviceTombs(); err != nil {
+		return errors.Join(err, idx.close(), lock.unlock())
+	}
 	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
 		return errors.Join(err, idx.close(), lock.unlock())
 	}

@@ -72,6 +72,7 @@ func NewHandler(local Local, part func(buckets.DeviceID) int, credential string,
 	h.mux.HandleFunc("POST "+pathAggregate, h.aggregate)
 	h.mux.HandleFunc("GET "+pathTables, h.tables)
 	h.mux.HandleFunc("POST "+pathDrop, h.drop)
+	h.mux.HandleFunc("POST "+pathDeleteDevice, h.deleteDevice)
 	h.mux.HandleFunc("POST "+pathDevice, h.device)
 	h.mux.HandleFunc("POST "+pathAttrs, h.attributes)
 	h.mux.HandleFunc("POST "+pathAssign, h.assign)

@@ -61,6 +61,7 @@ type Local interface {
 	Tables(ctx context.Context) ([]buckets.TableInfo, error)
 	Aggregate(ctx context.Context, q buckets.AggregateQuery) (buckets.AggregatePage, error)
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+	DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error)
 	Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error)
 	Assign(ctx context.Context, as []buckets.Assignment) error
 	AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error)

@@ -185,6 +185,17 @@ func (m *memLocal) DropTable(_ context.Context, day buckets.Day) (buckets.TableD
 	return buckets.TableDrop{Day: day, SizeBytes: int64(len(m.rs))}, nil
 }
 
+func (m *memLocal) DeleteDevice(_ context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.rs)
+	m.rs = slices.DeleteFunc(m.rs, func(r buckets.Reading) bool { return r.Device == dev })
+	if len(m.rs) == n {
+		return buckets.DeviceDelete{Device: dev, Readings: -1}, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
+	}
+	return buckets.DeviceDelete{Device: dev, Readings: int64(n - len(m.rs))}, nil
+}
+
 // view is a fixed membership: partition = last digit of the device ID
 // mod 2; owners listed per partition.
 type view struct {
@@ -283,9 +294,10 @@ func TestHandlerAppliesTheCallersRights(t *testing.T) {
 	local := &memLocal{rs: []buckets.Reading{reading("a1", 1, 1), reading("b2", 1, 2), reading("a3", 1, 3)},
 		attrs: map[buckets.DeviceID]buckets.Attributes{"b2": {{Name: "fleet", Value: "West"}, {Name: "route", Value: "x"}}}}
 	tokens := map[string]*auth.Principal{
-		"reader": auth.NewPrincipal("reader", []auth.Scope{auth.ScopeRead}, []string{"a*"}),
-		"writer": auth.NewPrincipal("writer", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"a*"}),
-		"admin":  auth.NewPrincipal("admin", []auth.Scope{auth.ScopeAdmin}, nil),
+		"reader":  auth.NewPrincipal("reader", []auth.Scope{auth.ScopeRead}, []string{"a*"}),
+		"writer":  auth.NewPrincipal("writer", []auth.Scope{auth.ScopeRead, auth.ScopeWrite}, []string{"a*"}),
+		"admin":   auth.NewPrincipal("admin", []auth.Scope{auth.ScopeAdmin}, nil),
+		"admin-a": auth.NewPrincipal("admin-a", []auth.Scope{auth.ScopeAdmin}, []string{"a*"}),
 	}
 	callers := func(name string) (*auth.Principal, bool) { p, ok := tokens[name]; return p, ok }
 	v := view{owners: map[int][]Peer{}}
@@ -362,6 +374,15 @@ func TestHandlerAppliesTheCallersRights(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, code, "admin cannot read")
 	code, _ = call(testCredential, "token admin", pathDrop, `{"day":20000}`)
 	assert.Equal(t, http.StatusOK, code)
+
+	code, _ = call(testCredential, "token writer", pathDeleteDevice, `{"device":"a1"}`)
+	assert.Equal(t, http.StatusForbidden, code, "write cannot delete a device")
+	code, _ = call(testCredential, "token admin-a", pathDeleteDevice, `{"device":"b2"}`)
+	assert.Equal(t, http.StatusNotFound, code, "a device outside the patterns")
+	assert.Len(t, local.of("b2"), 1, "not deleted")
+	code, _ = call(testCredential, "token admin-a", pathDeleteDevice, `{"device":"a1"}`)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Empty(t, local.of("a1"))
 }
 
 // TestRouterAttributes: a device's record comes from an owner, filtered

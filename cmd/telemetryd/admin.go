@@ -37,6 +37,12 @@ func (m *Main) countManualDrop(ctx context.Context, d buckets.TableDrop) {
 	}
 }
 
+// DeleteDevice deletes one device from the store, on an operator's
+// request.
+func (a admin) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	return a.store.DeleteDevice(ctx, dev)
+}
+
 // RunRetention runs the retention policy once.
 func (a admin) RunRetention(ctx context.Context, dryRun bool) (buckets.RetentionReport, error) {
 	return a.ret.RunOnce(ctx, dryRun)

@@ -137,7 +137,8 @@ func (m *Main) withCluster(c *api.Config) error {
 	return c.WithDashboards(r)
 }
 
-// clusterAdmin drops tables on every node; retention stays per node.
+// clusterAdmin drops tables and deletes devices on every node;
+// retention stays per node.
 type clusterAdmin struct {
 	node  *ingestcluster.Node
 	local admin
@@ -149,6 +150,10 @@ func (a clusterAdmin) DropTable(ctx context.Context, day buckets.Day) (buckets.T
 		d.Reason = retention.ReasonManual
 	}
 	return d, err
+}
+
+func (a clusterAdmin) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	return a.node.DeleteDevice(ctx, dev)
 }
 
 func (a clusterAdmin) RunRetention(ctx context.Context, dryRun bool) (buckets.RetentionReport, error) {

@@ -29,10 +29,11 @@ type IngestStore interface {
 type PartitionConsumers struct {
 	NC    *nats.Conn
 	Store IngestStore
-	// Drops is the cluster-wide record of dropped days (the
-	// membership).
+	// Drops is the cluster-wide record of dropped days and deleted
+	// devices (the membership).
 	Drops interface {
 		DroppedAt(day buckets.Day) (time.Time, bool)
+		DeletedAt(dev buckets.DeviceID) (time.Time, bool)
 	}
 	// Node is this node's unique name (the leases).
 	Node string

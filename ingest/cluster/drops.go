@@ -70,6 +70,7 @@ func (n *Node) applyDrops(ctx context.Context) {
 // (ingest.Tombstones, met by store.Store).
 type LocalTombstones interface {
 	DroppedAt(day buckets.Day) (time.Time, bool)
+	DeletedAt(dev buckets.DeviceID) (time.Time, bool)
 	HoldDrops() (release func())
 }
 
@@ -82,6 +83,7 @@ type Tombstones struct {
 	Local   LocalTombstones
 	Cluster interface {
 		DroppedAt(day buckets.Day) (time.Time, bool)
+		DeletedAt(dev buckets.DeviceID) (time.Time, bool)
 	}
 }
 

@@ -225,6 +225,9 @@ type fakeStore struct {
 	mu      sync.Mutex
 	days    map[buckets.Day]bool
 	dropped map[buckets.Day]time.Time
+	devices map[buckets.DeviceID]bool
+	deleted map[buckets.DeviceID]time.Time
+	deletes int // DeleteDevice calls that deleted
 	now     func() time.Time
 }
 
@@ -244,6 +247,34 @@ func (s *fakeStore) DropTable(_ context.Context, day buckets.Day) (buckets.Table
 	delete(s.days, day)
 	s.dropped[day] = s.now()
 	return buckets.TableDrop{Day: day, Readings: 10}, nil
+}
+
+func (s *fakeStore) DeletedAt(dev buckets.DeviceID) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.deleted[dev]
+	return at, ok
+}
+
+func (s *fakeStore) DeleteDeviceAt(_ context.Context, dev buckets.DeviceID, at time.Time) (buckets.DeviceDelete, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleted == nil {
+		s.deleted = map[buckets.DeviceID]time.Time{}
+	}
+	s.deleted[dev] = at
+	if !s.devices[dev] {
+		return buckets.DeviceDelete{Device: dev, Readings: -1}, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
+	}
+	delete(s.devices, dev)
+	s.deletes++
+	return buckets.DeviceDelete{Device: dev, Deleted: at, Readings: 5}, nil
+}
+
+func (s *fakeStore) hasDevice(dev buckets.DeviceID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.devices[dev]
 }
 
 func (s *fakeStore) has(day buckets.Day) bool {

@@ -31,6 +31,11 @@ type Members interface {
 	Drops() map[buckets.Day]time.Time
 	DroppedAt(day buckets.Day) (time.Time, bool)
 	RecordDrop(ctx context.Context, day buckets.Day, at time.Time, done bool) error
+	// Deletes, DeletedAt and RecordDelete are the same for devices
+	// deleted cluster-wide (see Node.DeleteDevice).
+	Deletes() map[buckets.DeviceID]time.Time
+	DeletedAt(dev buckets.DeviceID) (time.Time, bool)
+	RecordDelete(ctx context.Context, dev buckets.DeviceID, at time.Time, done bool) error
 }
 
 // Consumer is one partition's consumer (an *ingest.Ingester).
@@ -54,15 +59,20 @@ type Consumers interface {
 	Remove(ctx context.Context, p int) error
 }
 
-// Store is the local store as far as drops go (store.Store).
+// Store is the local store as far as drops and deletes go
+// (store.Store).
 type Store interface {
 	DroppedAt(day buckets.Day) (time.Time, bool)
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+	DeletedAt(dev buckets.DeviceID) (time.Time, bool)
+	DeleteDeviceAt(ctx context.Context, dev buckets.DeviceID, at time.Time) (buckets.DeviceDelete, error)
 }
 
-// Dropper drops a day on every live node (the query router).
+// Dropper drops a day, or deletes a device, on every live node (the
+// query router).
 type Dropper interface {
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
+	DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error)
 }
 
 // Defaults of Config.
@@ -77,7 +87,8 @@ type Config struct {
 	Members   Members
 	Consumers Consumers
 	Store     Store
-	// Everywhere drops a day on every live node; DropTable needs it.
+	// Everywhere drops a day or deletes a device on every live node;
+	// DropTable and DeleteDevice need it.
 	Everywhere Dropper
 	// Dropped is told of each day this node dropped because it was
 	// dropped cluster-wide (for metrics); optional.
@@ -164,6 +175,9 @@ func (n *Node) follow(ctx context.Context) {
 // publishes what it holds and what is ready. Run calls it; it is
 // exported for tests and must not run twice at once.
 func (n *Node) Step(ctx context.Context) {
+	// Before any consumer starts: a node back from an outage, or
+	// joining, applies the deletes it missed before it writes again.
+	n.applyDeletes(ctx)
 	want := n.cfg.Members.Wanted()
 	n.mu.Lock()
 	var start, stop []int

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -230,6 +231,121 @@ func (e *everywhere) DropTable(ctx context.Context, day buckets.Day) (buckets.Ta
 	}
 	return buckets.TableDrop{Day: day, Readings: 20}, nil
 }
+
+func (e *everywhere) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
+	e.calls++
+	// Recorded, not yet gone round: no node applies it yet.
+	_, ok := e.c.nodes["node-b"].members.DeletedAt(dev)
+	assert.False(e.t, ok, "node-b has not read the deletes since")
+	found := false
+	for _, n := range e.c.nodes {
+		if !n.down {
+			_, err := n.store.DeleteDeviceAt(ctx, dev, time.Now())
+			if errors.Is(err, buckets.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return buckets.DeviceDelete{}, err
+			}
+			found = true
+		}
+	}
+	if !found {
+		return buckets.DeviceDelete{Device: dev, Readings: -1}, buckets.ErrNotFound
+	}
+	return buckets.DeviceDelete{Device: dev, Readings: 5}, nil
+}
+
+// A device deleted through one node is deleted on every live node and
+// recorded; a node that was down deletes it when it is back, once; the
+// partition consumers' tombstones see the cluster-wide delete.
+func TestDeviceDeleteReachesANodeThatWasDown(t *testing.T) {
+	c := newTestCluster(t, 2, 1)
+	a := c.add("node-a", 0)
+	b := c.add("node-b", 0)
+	for _, n := range []*testNode{a, b} {
+		n.store.devices = map[buckets.DeviceID]bool{"dev-1": true, "dev-2": true}
+	}
+	e := &everywhere{t: t, c: c}
+	a.node.cfg.Everywhere = e
+	c.settle()
+
+	b.down = true
+	start := time.Now()
+	d, err := a.node.DeleteDevice(context.Background(), "dev-1")
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), d.Readings)
+	assert.False(t, a.store.hasDevice("dev-1"))
+	require.True(t, b.store.hasDevice("dev-1"))
+	at, ok := a.members.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.False(t, at.Before(start) || at.After(time.Now()), "stamped with the wall clock: %s", at)
+
+	b.down = false
+	c.clock.Advance(10 * time.Second) // b reads the drops and deletes again
+	c.round()
+	assert.False(t, b.store.hasDevice("dev-1"), "deleted when back")
+	assert.True(t, b.store.hasDevice("dev-2"), "the other device stays")
+	own, ok := b.store.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.True(t, at.Equal(own), "the tombstone at the cluster-wide time, so later messages are written")
+	b.store.devices["dev-1"] = true // published again after the delete
+	c.clock.Advance(10 * time.Second)
+	c.round()
+	assert.True(t, b.store.hasDevice("dev-1"), "its own delete is as recent: what came since stays")
+	assert.Equal(t, 1, b.store.deletes)
+
+	ts := Tombstones{Local: holdStore{b.store}, Cluster: b.members}
+	got, ok := ts.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.True(t, at.Equal(got), "b recorded the cluster-wide time: %s", got)
+	_, ok = ts.DeletedAt("dev-2")
+	assert.False(t, ok)
+
+	// A node that joins later records the tombstone at the cluster-wide
+	// time before it consumes, holding nothing of the device.
+	j := c.add("node-c", 0)
+	c.round()
+	own, ok = j.store.DeletedAt("dev-1")
+	require.True(t, ok)
+	assert.True(t, at.Equal(own))
+	assert.Zero(t, j.store.deletes)
+
+	_, err = a.node.DeleteDevice(context.Background(), "nosuch")
+	assert.ErrorIs(t, err, buckets.ErrNotFound)
+}
+
+func TestTombstonesTakeTheLaterDelete(t *testing.T) {
+	early, late := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	store := func(at time.Time) *fakeStore {
+		s := &fakeStore{}
+		if !at.IsZero() {
+			s.deleted = map[buckets.DeviceID]time.Time{"d": at}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name         string
+		local, group time.Time
+		want         time.Time
+	}{
+		{"neither", time.Time{}, time.Time{}, time.Time{}},
+		{"local only", early, time.Time{}, early},
+		{"cluster only", time.Time{}, late, late},
+		{"cluster later", early, late, late},
+		{"local later", late, early, late},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := Tombstones{Local: holdStore{store(tc.local)}, Cluster: deletesOnly{store(tc.group)}}
+			got, ok := ts.DeletedAt("d")
+			assert.Equal(t, !tc.want.IsZero(), ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// deletesOnly is the cluster-wide record of a fakeStore's deletes.
+type deletesOnly struct{ *fakeStore }
 
 // A day dropped through one node is dropped on every live node and
 // recorded; a node that was down drops it when it is back; a node

@@ -81,6 +81,7 @@ func (m *Membership) readDrops(ctx context.Context) error {
 		return fmt.Errorf("ownership: list drops: %w", err)
 	}
 	drops := map[buckets.Day]drop{}
+	deletes := map[buckets.DeviceID]drop{}
 	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -88,6 +89,10 @@ func (m *Membership) readDrops(ctx context.Context) error {
 		}
 		if err != nil {
 			return fmt.Errorf("ownership: read drop %s: %w", k, err)
+		}
+		if dev, d, ok := parseDelete(e); ok {
+			deletes[dev] = d
+			continue
 		}
 		day, d, ok := parseDrop(e)
 		if !ok {
@@ -97,7 +102,7 @@ func (m *Membership) readDrops(ctx context.Context) error {
 		drops[day] = d
 	}
 	m.mu.Lock()
-	m.drops, m.lastDrops = drops, m.cfg.Now()
+	m.drops, m.deletes, m.lastDrops = drops, deletes, m.cfg.Now()
 	m.mu.Unlock()
 	return nil
 }

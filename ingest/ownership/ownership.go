@@ -154,8 +154,9 @@ type Membership struct {
 	renewed   time.Time        // when this node's lease was last written
 	renewErr  error            // why the last renewal failed; nil when it did not
 	dropsKV   KV
-	drops     map[buckets.Day]drop // days dropped cluster-wide (drops.go)
-	lastDrops time.Time            // when drops were last read
+	drops     map[buckets.Day]drop      // days dropped cluster-wide (drops.go)
+	deletes   map[buckets.DeviceID]drop // devices deleted cluster-wide (deletes.go)
+	lastDrops time.Time                 // when drops were last read
 }
 
 // New checks cfg and returns a Membership on js; Open creates its
