@@ -22,7 +22,10 @@ type Aggregator interface {
 
 // windowFuncs are the functions whose value over a window is a value
 // of the window's summary, so one synthetic sample per window carrying
-// it gives the engine exactly the same result.
+// it gives the engine the same result: minima and maxima exactly, sums
+// and averages within rounding (the engine adds a window's samples with
+// Kahan compensation, the store adds them in block order and block
+// headers carry each block's sum).
 var windowFuncs = map[string]func(*buckets.Summary) float64{
 	"avg_over_time": func(s *buckets.Summary) float64 { return s.Avg() },
 	"min_over_time": func(s *buckets.Summary) float64 { return s.Min },
@@ -45,13 +48,20 @@ type windows struct {
 // a step-aligned start (as Grafana sends them) and for subqueries,
 // whose steps are aligned to multiples of their step.
 //
-// An instant query (Step 0) of last_over_time is one window too: the
-// newest sample of the window is its summary's last value, which the
-// store reads from block headers where it can.
+// An instant query (Step 0) is one window: of last_over_time (the
+// newest sample of the window is its summary's last value) and of the
+// functions above, which the store answers from block headers for the
+// blocks inside the window and reads only the blocks cut by its edges.
 func windowsOf(h *storage.SelectHints) (windows, bool) {
-	if h != nil && h.Step == 0 && h.Range > 0 && h.Func == "last_over_time" && h.Start+h.Range-1 == h.End {
-		return windows{first: h.End, last: h.End, step: h.Range, rng: h.Range, fn: h.Func,
-			value: func(s *buckets.Summary) float64 { return s.Last }}, true
+	if h != nil && h.Step == 0 && h.Range > 0 && h.Start+h.Range-1 == h.End {
+		value, ok := windowFuncs[h.Func]
+		if h.Func == "last_over_time" {
+			value, ok = func(s *buckets.Summary) float64 { return s.Last }, true
+		}
+		if !ok {
+			return windows{}, false
+		}
+		return windows{first: h.End, last: h.End, step: h.Range, rng: h.Range, fn: h.Func, value: value}, true
 	}
 	if h == nil || h.Range <= 0 || h.Step <= 0 || h.Step < h.Range {
 		return windows{}, false
