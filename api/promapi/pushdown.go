@@ -45,14 +45,16 @@ type windows struct {
 // engine evaluates the range at first = Start+Range-1 and every Step
 // after it up to End; the windows must not overlap (Step >= Range) and
 // first must be a multiple of Step, which holds for range queries with
-// a step-aligned start (as Grafana sends them) and for subqueries,
-// whose steps are aligned to multiples of their step.
+// a step-aligned start (as Grafana sends them). A subquery evaluates
+// its selects at the multiples of its step after Start+Range-1; when
+// subquery says the select is in one (queryShape.inSubquery), the
+// first window ends at the next multiple.
 //
 // An instant query (Step 0) is one window: of last_over_time (the
 // newest sample of the window is its summary's last value) and of the
 // functions above, which the store answers from block headers for the
 // blocks inside the window and reads only the blocks cut by its edges.
-func windowsOf(h *storage.SelectHints) (windows, bool) {
+func windowsOf(h *storage.SelectHints, subquery bool) (windows, bool) {
 	if h != nil && h.Step == 0 && h.Range > 0 && h.Start+h.Range-1 == h.End {
 		value, ok := windowFuncs[h.Func]
 		if h.Func == "last_over_time" {
@@ -71,7 +73,13 @@ func windowsOf(h *storage.SelectHints) (windows, bool) {
 		return windows{}, false
 	}
 	first := h.Start + h.Range - 1
-	if first%h.Step != 0 || first > h.End {
+	if off := ((first % h.Step) + h.Step) % h.Step; off != 0 {
+		if !subquery {
+			return windows{}, false
+		}
+		first += h.Step - off
+	}
+	if first > h.End {
 		return windows{}, false
 	}
 	return windows{first: first, last: h.End, step: h.Step, rng: h.Range, fn: h.Func, value: value}, true

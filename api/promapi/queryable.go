@@ -91,6 +91,9 @@ type queryable struct {
 	// noPushdown makes every select read raw readings (for tests that
 	// compare both ways).
 	noPushdown bool
+	// shape is the shape of the one query this copy serves; nil when
+	// unknown.
+	shape *queryShape
 }
 
 var _ storage.Queryable = (*queryable)(nil)
@@ -314,7 +317,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
 	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
 	if agg, ok := qr.q.src.(Aggregator); ok && !qr.q.noPushdown {
-		if w, ok := windowsOf(hints); ok {
+		if w, ok := windowsOf(hints, qr.q.shape.inSubquery(hints)); ok {
 			set.agg, set.windows = agg, &w
 			set.prefetch()
 			return set

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/stretchr/testify/require"
 
@@ -268,6 +269,91 @@ func TestInstantWindowsMatchTheEngineOverRawSamples(t *testing.T) {
 				want := run(raw, q, at)
 				sameMatrix(t, q, want, got)
 			}
+		}
+	}
+}
+
+// TestSubqueryWindowsMatchTheEngineOverRawSamples compares queries
+// whose selects sit in subqueries, instant and range, at times that are
+// not multiples of the subquery's step: the selects are answered per
+// window on the subquery's steps, and must equal the engine's answer
+// over every raw sample; with an offset they are read raw.
+func TestSubqueryWindowsMatchTheEngineOverRawSamples(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	windowData(t, dir, now)
+	o := store.DefaultOptions()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	src := &countedStore{Store: st}
+	pushed, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw.q.noPushdown = true
+
+	matrixOf := func(v any) promql.Matrix {
+		switch v := v.(type) {
+		case promql.Vector:
+			out := make(promql.Matrix, len(v))
+			for i, s := range v {
+				out[i] = promql.Series{Metric: s.Metric, Floats: []promql.FPoint{{T: s.T, F: s.F}}}
+			}
+			slices.SortFunc(out, func(a, b promql.Series) int { return labels.Compare(a.Metric, b.Metric) })
+			return out
+		case promql.Matrix:
+			out := make(promql.Matrix, len(v))
+			for i, s := range v {
+				out[i] = promql.Series{Metric: s.Metric, Floats: slices.Clone(s.Floats)}
+			}
+			return out
+		}
+		t.Fatalf("result %T", v)
+		return nil
+	}
+	run := func(a *API, q string, at time.Time, span, step time.Duration) promql.Matrix {
+		var qry promql.Query
+		var err error
+		if span == 0 {
+			qry, err = a.newInstantQuery(context.Background(), q, at)
+		} else {
+			qry, err = a.newRangeQuery(context.Background(), q, at.Add(-span), at, step)
+		}
+		require.NoError(t, err)
+		defer qry.Close()
+		res := qry.Exec(context.Background())
+		require.NoError(t, res.Err, q)
+		return matrixOf(res.Value)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		q      string
+		pushed bool
+	}{
+		{`count_over_time((avg_over_time(temp[10m]) > 0)[4h:10m])`, true},
+		{`sum_over_time(max_over_time(temp[1m])[2h:5m])`, true},
+		{`max_over_time(min_over_time(temp{device="w-1"}[90s])[3h:90s])`, true},
+		{`avg by (device) (sum_over_time(avg_over_time(temp[1m])[1h:1m]))`, true},
+		{`max_over_time(count_over_time(avg_over_time(temp[1m])[30m:1m])[2h:10m])`, true},
+		{`count_over_time((avg_over_time(temp[10m] offset 7m) > 0)[4h:10m])`, false},
+		{`count_over_time((avg_over_time(temp[10m]) > 0)[4h:10m] offset 3m)`, false},
+	} {
+		for _, span := range []time.Duration{0, 0, time.Hour} {
+			at := now.Add(-time.Duration(rng.Int64N(int64(20 * time.Hour))))
+			if span > 0 && rng.IntN(2) == 0 {
+				at = at.Truncate(time.Minute)
+			}
+			before := src.ranges.Load()
+			got := run(pushed, c.q, at, span, 7*time.Minute)
+			if c.pushed {
+				require.Equal(t, before, src.ranges.Load(), "%s at %s over %s: answered from summaries", c.q, at, span)
+			}
+			want := run(raw, c.q, at, span, 7*time.Minute)
+			require.NotEmpty(t, want, c.q)
+			sameMatrix(t, c.q, want, got)
 		}
 	}
 }
