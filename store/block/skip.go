@@ -75,10 +75,22 @@ func (sc *Scanner) skipColumn(r *reader, in *scanName, n int, cover bool) error 
 const continuation = 0x8080808080808080
 
 // skipVarints moves r past k varints (signed and unsigned ones end the
-// same way: at the first byte below 0x80), eight bytes at a time while
-// the word cannot hold the end of the k-th.
+// same way: at the first byte below 0x80), 32 or eight bytes at a time
+// while those bytes cannot hold the end of the k-th.
 func (r *reader) skipVarints(k int, what string) {
 	b, i := r.b, 0
+	for k > 32 && len(b)-i >= 32 {
+		p := b[i : i+32]
+		ends := bits.OnesCount64(^binary.LittleEndian.Uint64(p)&continuation) +
+			bits.OnesCount64(^binary.LittleEndian.Uint64(p[8:])&continuation) +
+			bits.OnesCount64(^binary.LittleEndian.Uint64(p[16:])&continuation) +
+			bits.OnesCount64(^binary.LittleEndian.Uint64(p[24:])&continuation)
+		if ends >= k {
+			break
+		}
+		k -= ends
+		i += 32
+	}
 	for k > 0 {
 		if len(b)-i >= 8 {
 			ends := bits.OnesCount64(^binary.LittleEndian.Uint64(b[i:]) & continuation)
