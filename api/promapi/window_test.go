@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -354,6 +355,55 @@ func TestSubqueryWindowsMatchTheEngineOverRawSamples(t *testing.T) {
 			want := run(raw, c.q, at, span, 7*time.Minute)
 			require.NotEmpty(t, want, c.q)
 			sameMatrix(t, c.q, want, got)
+		}
+	}
+}
+
+// TestWindowsOfADeviceAreReadTogether checks that the pushed-down
+// series of one device that share their windows, in one selector or in
+// several, are read with one store call per device, and still answer
+// as the engine does over raw samples.
+func TestWindowsOfADeviceAreReadTogether(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	windowData(t, dir, now)
+	o := store.DefaultOptions()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	src := &countedStore{Store: st}
+	pushed, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw.q.noPushdown = true
+	run := func(a *API, q string) promql.Vector {
+		qry, err := a.newInstantQuery(context.Background(), q, now.Add(-3*time.Hour))
+		require.NoError(t, err)
+		defer qry.Close()
+		res := qry.Exec(context.Background())
+		require.NoError(t, res.Err, q)
+		v, err := res.Vector()
+		require.NoError(t, err)
+		v = slices.Clone(v)
+		slices.SortFunc(v, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
+		return v
+	}
+	for _, q := range []string{
+		`last_over_time({__name__=~"temp|hum"}[6h])`,
+		`avg_over_time(temp[6h]) / on (device) avg_over_time(hum[6h])`,
+		`count_over_time((avg_over_time(temp[10m]) > 0)[4h:10m]) + on (device) count_over_time((avg_over_time(hum[10m]) > 50)[4h:10m])`,
+	} {
+		before := src.aggregates.Load()
+		got := run(pushed, q)
+		assert.Equal(t, int64(3), src.aggregates.Load()-before, "%s: one store call per device", q)
+		want := run(raw, q)
+		require.Equal(t, len(want), len(got), q)
+		for i := range want {
+			require.Equal(t, want[i].Metric, got[i].Metric, q)
+			require.InEpsilon(t, want[i].F, got[i].F, 1e-9, "%s %s", q, want[i].Metric)
 		}
 	}
 }
