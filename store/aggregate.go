@@ -55,6 +55,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		return newAggregator(q, 0).page(), nil
 	}
 	agg := newAggregator(q, int(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1, maxBucketsHint)))
+	defer agg.release()
 	for _, d := range s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), buckets.Asc) {
 		t, err := s.acquire(ctx, d, forRead)
 		if err != nil {
@@ -106,7 +107,7 @@ type aggregator struct {
 	decoded  int                    // blocks decoded into readings
 	maxStart buckets.Ticks          // the latest bucket start seen
 	names    map[string]string      // interned value names
-	scan     block.Scanner          // reused by every block read column by column
+	scan     *block.Scanner         // from scanners on first use, for every block read column by column
 	msTicks  []buckets.Ticks        // values left by newestPerMs
 	msVals   []float64
 	refs     []blockRef // buffers of table, reused from table to table
@@ -350,6 +351,9 @@ func (a *aggregator) addHeader(ref blockRef, v []byte) error {
 // overlaps no other block, column by column: every (device, ticks) is
 // in it once, so nothing needs resolving.
 func (a *aggregator) addColumns(ref blockRef, v []byte, lo, hi buckets.Ticks) error {
+	if a.scan == nil {
+		a.scan = scanners.Get().(*block.Scanner)
+	}
 	err := a.scan.Numeric(v, a.wants, func(name []byte, ticks []buckets.Ticks, vals []float64) {
 		if a.q.PerMillisecond {
 			ticks, vals = a.newestPerMs(ticks, vals)
@@ -421,6 +425,14 @@ func foldRun(s *buckets.Summary, ticks []buckets.Ticks, vals []float64) {
 	}
 	if last := len(ticks) - 1; ticks[last] >= s.LastTicks {
 		s.Last, s.LastTicks = vals[last], ticks[last]
+	}
+}
+
+// release hands the aggregator's scanner back to scanners.
+func (a *aggregator) release() {
+	if a.scan != nil {
+		scanners.Put(a.scan)
+		a.scan = nil
 	}
 }
 

@@ -181,7 +181,7 @@ func (a *API) handleQuery(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badData("query", "missing; give a PromQL expression"))
 		return
 	}
-	a.run(ctx, w, r, qs, func() (promql.Query, error) { return a.engine.NewInstantQuery(ctx, a.q, nil, qs, ts) })
+	a.run(ctx, w, r, qs, func() (promql.Query, error) { return a.newInstantQuery(ctx, qs, ts) })
 }
 
 // handleQueryRange serves /api/v1/query_range.
@@ -225,7 +225,7 @@ func (a *API) handleQueryRange(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.run(ctx, w, r, qs, func() (promql.Query, error) {
-		return a.engine.NewRangeQuery(ctx, a.q, nil, qs, start, end, step)
+		return a.newRangeQuery(ctx, qs, start, end, step)
 	})
 }
 

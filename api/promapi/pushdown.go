@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
+	"slices"
 
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -22,7 +22,10 @@ type Aggregator interface {
 
 // windowFuncs are the functions whose value over a window is a value
 // of the window's summary, so one synthetic sample per window carrying
-// it gives the engine exactly the same result.
+// it gives the engine the same result: minima and maxima exactly, sums
+// and averages within rounding (the engine adds a window's samples with
+// Kahan compensation, the store adds them in block order and block
+// headers carry each block's sum).
 var windowFuncs = map[string]func(*buckets.Summary) float64{
 	"avg_over_time": func(s *buckets.Summary) float64 { return s.Avg() },
 	"min_over_time": func(s *buckets.Summary) float64 { return s.Min },
@@ -42,16 +45,25 @@ type windows struct {
 // engine evaluates the range at first = Start+Range-1 and every Step
 // after it up to End; the windows must not overlap (Step >= Range) and
 // first must be a multiple of Step, which holds for range queries with
-// a step-aligned start (as Grafana sends them) and for subqueries,
-// whose steps are aligned to multiples of their step.
+// a step-aligned start (as Grafana sends them). A subquery evaluates
+// its selects at the multiples of its step after Start+Range-1; when
+// subquery says the select is in one (queryShape.inSubquery), the
+// first window ends at the next multiple.
 //
-// An instant query (Step 0) of last_over_time is one window too: the
-// newest sample of the window is its summary's last value, which the
-// store reads from block headers where it can.
-func windowsOf(h *storage.SelectHints) (windows, bool) {
-	if h != nil && h.Step == 0 && h.Range > 0 && h.Func == "last_over_time" && h.Start+h.Range-1 == h.End {
-		return windows{first: h.End, last: h.End, step: h.Range, rng: h.Range, fn: h.Func,
-			value: func(s *buckets.Summary) float64 { return s.Last }}, true
+// An instant query (Step 0) is one window: of last_over_time (the
+// newest sample of the window is its summary's last value) and of the
+// functions above, which the store answers from block headers for the
+// blocks inside the window and reads only the blocks cut by its edges.
+func windowsOf(h *storage.SelectHints, subquery bool) (windows, bool) {
+	if h != nil && h.Step == 0 && h.Range > 0 && h.Start+h.Range-1 == h.End {
+		value, ok := windowFuncs[h.Func]
+		if h.Func == "last_over_time" {
+			value, ok = func(s *buckets.Summary) float64 { return s.Last }, true
+		}
+		if !ok {
+			return windows{}, false
+		}
+		return windows{first: h.End, last: h.End, step: h.Range, rng: h.Range, fn: h.Func, value: value}, true
 	}
 	if h == nil || h.Range <= 0 || h.Step <= 0 || h.Step < h.Range {
 		return windows{}, false
@@ -61,48 +73,25 @@ func windowsOf(h *storage.SelectHints) (windows, bool) {
 		return windows{}, false
 	}
 	first := h.Start + h.Range - 1
-	if first%h.Step != 0 || first > h.End {
+	if off := ((first % h.Step) + h.Step) % h.Step; off != 0 {
+		if !subquery {
+			return windows{}, false
+		}
+		first += h.Step - off
+	}
+	if first > h.End {
 		return windows{}, false
 	}
 	return windows{first: first, last: h.End, step: h.Step, rng: h.Range, fn: h.Func, value: value}, true
 }
 
-// prefetchWorkers is how many series' summaries are read at once.
+// prefetchWorkers is how many devices' summaries are read at once.
 const prefetchWorkers = 2
 
-// newWindowIter returns an iterator over the windows of ref.
+// newWindowIter returns an iterator over the windows of ref that reads
+// them on first use.
 func (s *seriesSet) newWindowIter(ref seriesRef) *windowIter {
 	return &windowIter{ctx: s.ctx, agg: s.agg, dev: ref.dev, name: ref.name, w: *s.windows}
-}
-
-// prefetch reads the summaries of every series with a few workers, so
-// the store's reads of different devices overlap. It is skipped when
-// the samples could exceed the engine's sample limit (the engine then
-// stops the query as it iterates).
-func (s *seriesSet) prefetch() {
-	perSeries := (s.windows.last-s.windows.first)/s.windows.step + 1
-	if len(s.refs) < 2 || int64(len(s.refs))*perSeries > int64(s.q.maxSamples) {
-		return
-	}
-	s.loaded = make([]*windowIter, len(s.refs))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(prefetchWorkers, len(s.refs)) {
-		wg.Go(func() {
-			for i := range next {
-				it := s.newWindowIter(s.refs[i])
-				it.load()
-				s.loaded[i] = it
-			}
-		})
-	}
-	for i := range s.refs {
-		if s.refs[i].seen == nil { // LastSeenName is never a summary
-			next <- i
-		}
-	}
-	close(next)
-	wg.Wait()
 }
 
 // windowIter yields one sample per window that holds a reading, at the
@@ -119,49 +108,60 @@ type windowIter struct {
 
 func (it *windowIter) load() {
 	it.read = true
-	if it.w.first < it.w.last && it.w.step%it.w.rng == 0 && it.w.rng%1000 == 0 && it.w.step/it.w.rng <= maxGridRatio {
-		it.err = it.loadGrid()
-		return
+	got, err := loadWindows(it.ctx, it.agg, it.dev, []string{it.name}, it.w)
+	it.buf, it.err = got[it.name], err
+}
+
+// loadWindows reads the windows of w for the value names of dev, all
+// names with each store call: per name, one sample per window that
+// holds a reading.
+func loadWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names []string, w windows) (map[string][]sample, error) {
+	if w.first < w.last && w.step%w.rng == 0 && w.rng%1000 == 0 && w.step/w.rng <= maxGridRatio {
+		return loadGrid(ctx, agg, dev, names, w)
 	}
-	for end := it.w.first; end <= it.w.last; end += it.w.step {
-		sum, err := it.window(end)
+	out := make(map[string][]sample, len(names))
+	for end := w.first; end <= w.last; end += w.step {
+		sums, err := window(ctx, agg, dev, names, w, end)
 		if err != nil {
-			it.err = err
-			return
+			return nil, err
 		}
-		if sum.Count > 0 {
-			it.buf = append(it.buf, sample{end, it.w.value(&sum)})
+		for i, n := range names {
+			if sums[i].Count > 0 {
+				out[n] = append(out[n], sample{end, w.value(&sums[i])})
+			}
 		}
 	}
+	return out, nil
 }
 
 // maxGridRatio bounds step/range for the grid: beyond it most grid
 // buckets would lie between windows, and windows are read one by one.
 const maxGridRatio = 16
 
-// window summarises (end-rng, end] with one store call: in ticks that is
-// [end-rng+1ms, end+1ms), any reading of those milliseconds.
-func (it *windowIter) window(end int64) (buckets.Summary, error) {
-	if err := it.ctx.Err(); err != nil {
-		return buckets.Summary{}, err
+// window summarises (end-rng, end] for each of names with one store
+// call: in ticks that is [end-rng+1ms, end+1ms), any reading of those
+// milliseconds.
+func window(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names []string, w windows, end int64) ([]buckets.Summary, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	from, to := ticksOf(end-it.w.rng+1), ticksOf(end+1)
-	interval := buckets.Ticks(it.w.rng) * 10000
+	from, to := ticksOf(end-w.rng+1), ticksOf(end+1)
+	interval := buckets.Ticks(w.rng) * 10000
 	interval = (interval + buckets.TicksPerSecond - 1) / buckets.TicksPerSecond * buckets.TicksPerSecond
-	page, err := it.agg.Aggregate(it.ctx, buckets.AggregateQuery{Device: it.dev, From: from, To: to,
-		Interval: interval, Fields: []string{it.name}, Limit: 3, PerMillisecond: true})
+	page, err := agg.Aggregate(ctx, buckets.AggregateQuery{Device: dev, From: from, To: to,
+		Interval: interval, Fields: names, Limit: 3, PerMillisecond: true})
 	if err != nil {
-		return buckets.Summary{}, fmt.Errorf("aggregate %s of %s: %w", it.name, it.dev, err)
+		return nil, fmt.Errorf("aggregate %v of %s: %w", names, dev, err)
 	}
-	var sum buckets.Summary
+	sums := make([]buckets.Summary, len(names))
 	for _, b := range page.Buckets {
 		for _, v := range b.Values {
-			if v.Name == it.name {
-				sum.Merge(v.Summary)
+			if i := slices.Index(names, v.Name); i >= 0 {
+				sums[i].Merge(v.Summary)
 			}
 		}
 	}
-	return sum, nil
+	return sums, nil
 }
 
 // loadGrid answers every window from one aggregate query whose buckets
@@ -172,22 +172,25 @@ func (it *windowIter) window(end int64) (buckets.Summary, error) {
 // those slivers is the bucket's first reading when that falls within
 // its first millisecond. When the reading taken out could be the
 // window's minimum or maximum, or taking it out of a sum would lose
-// precision, that window is read with its own store call.
-func (it *windowIter) loadGrid() error {
-	r := buckets.Ticks(it.w.rng) * 10000
-	from, to := ticksOf(it.w.first-it.w.rng), ticksOf(it.w.last+it.w.rng)
-	grid := make(map[buckets.Ticks]buckets.Summary, min((to-from)/r+2, 10000))
-	q := buckets.AggregateQuery{Device: it.dev, From: from, To: to, Interval: r, Fields: []string{it.name}, PerMillisecond: true,
+// precision, that window of that name is read with its own store call.
+func loadGrid(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names []string, w windows) (map[string][]sample, error) {
+	r := buckets.Ticks(w.rng) * 10000
+	from, to := ticksOf(w.first-w.rng), ticksOf(w.last+w.rng)
+	grids := make([]map[buckets.Ticks]buckets.Summary, len(names))
+	for i := range grids {
+		grids[i] = make(map[buckets.Ticks]buckets.Summary, min((to-from)/r+2, 10000))
+	}
+	q := buckets.AggregateQuery{Device: dev, From: from, To: to, Interval: r, Fields: names, PerMillisecond: true,
 		Limit: int(min((to-from)/r+2, 10000))}
 	for {
-		page, err := it.agg.Aggregate(it.ctx, q)
+		page, err := agg.Aggregate(ctx, q)
 		if err != nil {
-			return fmt.Errorf("aggregate %s of %s: %w", it.name, it.dev, err)
+			return nil, fmt.Errorf("aggregate %v of %s: %w", names, dev, err)
 		}
 		for _, b := range page.Buckets {
 			for _, v := range b.Values {
-				if v.Name == it.name {
-					grid[b.Start] = v.Summary
+				if i := slices.Index(names, v.Name); i >= 0 {
+					grids[i][b.Start] = v.Summary
 				}
 			}
 		}
@@ -197,6 +200,19 @@ func (it *windowIter) loadGrid() error {
 		last := page.Buckets[len(page.Buckets)-1].Start
 		q.After = &last
 	}
+	out := make(map[string][]sample, len(names))
+	for i, n := range names {
+		s, err := gridWindows(ctx, agg, dev, n, w, grids[i])
+		if err != nil {
+			return nil, err
+		}
+		out[n] = s
+	}
+	return out, nil
+}
+
+// gridWindows makes the windows of name from its grid (see loadGrid).
+func gridWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, name string, w windows, grid map[buckets.Ticks]buckets.Summary) ([]sample, error) {
 	// sliver returns the first reading of the bucket at x when it lies in
 	// the bucket's first millisecond.
 	sliver := func(x buckets.Ticks) (float64, bool) {
@@ -206,42 +222,44 @@ func (it *windowIter) loadGrid() error {
 		}
 		return g.First, true
 	}
-	for end := it.w.first; end <= it.w.last; end += it.w.step {
-		x := ticksOf(end - it.w.rng)
+	var out []sample
+	for end := w.first; end <= w.last; end += w.step {
+		x := ticksOf(end - w.rng)
 		g := grid[x]
-		out, in := sliver(x)
+		cut, in := sliver(x)
 		add, hasAdd := sliver(ticksOf(end))
 		sum, exact := g, true
 		if in {
-			switch it.w.fn {
+			switch w.fn {
 			case "min_over_time":
-				exact = out != g.Min
+				exact = cut != g.Min
 			case "max_over_time":
-				exact = out != g.Max
+				exact = cut != g.Max
 			default: // sum and avg: subtracting must not lose precision
-				exact = math.Abs(out) <= 1e6*math.Abs(g.Sum-out)
+				exact = math.Abs(cut) <= 1e6*math.Abs(g.Sum-cut)
 			}
 			if g.Count == 1 {
 				sum, exact = buckets.Summary{}, true
 			} else {
 				sum.Count--
-				sum.Sum -= out
+				sum.Sum -= cut
 			}
 		}
 		if !exact {
-			var err error
-			if sum, err = it.window(end); err != nil {
-				return err
+			sums, err := window(ctx, agg, dev, []string{name}, w, end)
+			if err != nil {
+				return nil, err
 			}
+			sum = sums[0]
 		} else if hasAdd {
 			sum.Merge(buckets.Summary{Count: 1, Sum: add, Min: add, Max: add, First: add, Last: add,
 				FirstTicks: ticksOf(end), LastTicks: ticksOf(end)})
 		}
 		if sum.Count > 0 {
-			it.buf = append(it.buf, sample{end, it.w.value(&sum)})
+			out = append(out, sample{end, w.value(&sum)})
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // windowSeekIter adds Seek (see seekingIter for the type parameter).

@@ -91,6 +91,9 @@ type queryable struct {
 	// noPushdown makes every select read raw readings (for tests that
 	// compare both ways).
 	noPushdown bool
+	// shape is the shape of the one query this copy serves; nil when
+	// unknown.
+	shape *queryShape
 }
 
 var _ storage.Queryable = (*queryable)(nil)
@@ -109,6 +112,7 @@ type querier struct {
 	q          *queryable
 	mint, maxt int64
 	samples    *sampleCache // nil: series are read page by page with Range
+	windows    *windowCache // the pushed-down selects' summaries; made by the first such select
 }
 
 // errTooManySeries is returned when a selector matches more series than
@@ -314,9 +318,14 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
 	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
 	if agg, ok := qr.q.src.(Aggregator); ok && !qr.q.noPushdown {
-		if w, ok := windowsOf(hints); ok {
+		if w, ok := windowsOf(hints, qr.q.shape.inSubquery(hints)); ok {
 			set.agg, set.windows = agg, &w
-			set.prefetch()
+			if qr.windows == nil {
+				qr.windows = newWindowCache(agg)
+			}
+			if qr.windows.addSet(refs, &w, qr.q.maxSamples) {
+				set.cached = qr.windows
+			}
 			return set
 		}
 	}
@@ -417,9 +426,9 @@ type seriesSet struct {
 	i          int
 	mint, maxt int64
 	agg        Aggregator
-	windows    *windows      // set: answer per window from summaries
-	loaded     []*windowIter // per ref, when prefetched
-	samples    *sampleCache  // set: samples come from the querier's projected reads
+	windows    *windows     // set: answer per window from summaries
+	cached     *windowCache // set: the windows are read with the querier's other selects
+	samples    *sampleCache // set: samples come from the querier's projected reads
 	// the sample times of LastSeenName series (seenTimes)
 	seenFirst, seenStep, seenLast int64
 }
@@ -455,12 +464,12 @@ func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
 			first: s.set.seenFirst, step: s.set.seenStep, last: last}}
 	}
 	if s.set.windows != nil {
-		if s.set.loaded != nil && s.set.loaded[s.i] != nil {
-			it := *s.set.loaded[s.i] // a fresh position over the loaded samples
-			it.i = -1
-			return windowSeekIter[int64]{&it}
+		it := s.set.newWindowIter(s.ref)
+		if s.set.cached != nil {
+			it.buf, it.err = s.set.cached.take(s.set.ctx, keyOf(s.ref.dev, s.set.windows), s.ref.name)
+			it.read, it.i = true, -1
 		}
-		return windowSeekIter[int64]{s.set.newWindowIter(s.ref)}
+		return windowSeekIter[int64]{it}
 	}
 	if s.set.samples != nil {
 		return loadedIter(s.set.ctx, s.set.samples, s.set.span(s.ref), s.ref.name)

@@ -90,7 +90,7 @@ func BenchmarkFleetQuestions(b *testing.B) {
 				a.q.noPushdown = path == "raw"
 				b.ReportAllocs()
 				for b.Loop() {
-					qry, err := a.engine.NewInstantQuery(context.Background(), a.q, nil, q.q, now)
+					qry, err := a.newInstantQuery(context.Background(), q.q, now)
 					require.NoError(b, err)
 					res := qry.Exec(context.Background())
 					require.NoError(b, res.Err)

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -212,6 +214,196 @@ func sameMatrix(t *testing.T, q string, want, got promql.Matrix) {
 			require.NotContains(t, q, "min_over_time", "%s %s at %s: %v want %v", q, w.Metric, time.UnixMilli(wp.T).UTC(), gp.F, wp.F)
 			require.NotContains(t, q, "max_over_time", "%s %s at %s: %v want %v", q, w.Metric, time.UnixMilli(wp.T).UTC(), gp.F, wp.F)
 			require.NotContains(t, q, "count_over_time", "%s %s at %s: %v want %v", q, w.Metric, time.UnixMilli(wp.T).UTC(), gp.F, wp.F)
+		}
+	}
+}
+
+// TestInstantWindowsMatchTheEngineOverRawSamples compares instant
+// queries of every function answered from a window's summary with the
+// engine's answer over every raw sample, at times on and off window
+// edges, with windows shorter than a block and windows over many blocks
+// and the day boundary.
+func TestInstantWindowsMatchTheEngineOverRawSamples(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	windowData(t, dir, now)
+	o := store.DefaultOptions()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	src := &countedStore{Store: st}
+	pushed, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw.q.noPushdown = true
+
+	run := func(a *API, q string, at time.Time) promql.Matrix {
+		qry, err := a.engine.NewInstantQuery(context.Background(), a.q, nil, q, at)
+		require.NoError(t, err)
+		defer qry.Close()
+		res := qry.Exec(context.Background())
+		require.NoError(t, res.Err, q)
+		v, err := res.Vector()
+		require.NoError(t, err, q)
+		out := make(promql.Matrix, len(v))
+		for i, s := range v {
+			out[i] = promql.Series{Metric: s.Metric, Floats: []promql.FPoint{{T: s.T, F: s.F}}}
+		}
+		return out
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, fn := range []string{"avg_over_time", "min_over_time", "max_over_time", "sum_over_time", "last_over_time"} {
+		for _, r := range []time.Duration{time.Second, 10 * time.Second, time.Minute, 10 * time.Minute, time.Hour, 6 * time.Hour, 20 * time.Hour} {
+			for range 4 {
+				at := now.Add(-time.Duration(rng.Int64N(int64(28*time.Hour - r))))
+				if rng.IntN(2) == 0 {
+					at = at.Truncate(time.Minute) // the window's edges on readings
+				}
+				q := fmt.Sprintf("%s(temp[%dms])", fn, r.Milliseconds())
+				before, aggs := src.ranges.Load(), src.aggregates.Load()
+				got := run(pushed, q, at)
+				require.Equal(t, before, src.ranges.Load(), "%s at %s: no raw reads", q, at)
+				require.Greater(t, src.aggregates.Load(), aggs, "%s at %s: answered from summaries", q, at)
+				want := run(raw, q, at)
+				sameMatrix(t, q, want, got)
+			}
+		}
+	}
+}
+
+// TestSubqueryWindowsMatchTheEngineOverRawSamples compares queries
+// whose selects sit in subqueries, instant and range, at times that are
+// not multiples of the subquery's step: the selects are answered per
+// window on the subquery's steps, and must equal the engine's answer
+// over every raw sample; with an offset they are read raw.
+func TestSubqueryWindowsMatchTheEngineOverRawSamples(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	windowData(t, dir, now)
+	o := store.DefaultOptions()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	src := &countedStore{Store: st}
+	pushed, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw.q.noPushdown = true
+
+	matrixOf := func(v any) promql.Matrix {
+		switch v := v.(type) {
+		case promql.Vector:
+			out := make(promql.Matrix, len(v))
+			for i, s := range v {
+				out[i] = promql.Series{Metric: s.Metric, Floats: []promql.FPoint{{T: s.T, F: s.F}}}
+			}
+			slices.SortFunc(out, func(a, b promql.Series) int { return labels.Compare(a.Metric, b.Metric) })
+			return out
+		case promql.Matrix:
+			out := make(promql.Matrix, len(v))
+			for i, s := range v {
+				out[i] = promql.Series{Metric: s.Metric, Floats: slices.Clone(s.Floats)}
+			}
+			return out
+		}
+		t.Fatalf("result %T", v)
+		return nil
+	}
+	run := func(a *API, q string, at time.Time, span, step time.Duration) promql.Matrix {
+		var qry promql.Query
+		var err error
+		if span == 0 {
+			qry, err = a.newInstantQuery(context.Background(), q, at)
+		} else {
+			qry, err = a.newRangeQuery(context.Background(), q, at.Add(-span), at, step)
+		}
+		require.NoError(t, err)
+		defer qry.Close()
+		res := qry.Exec(context.Background())
+		require.NoError(t, res.Err, q)
+		return matrixOf(res.Value)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		q      string
+		pushed bool
+	}{
+		{`count_over_time((avg_over_time(temp[10m]) > 0)[4h:10m])`, true},
+		{`sum_over_time(max_over_time(temp[1m])[2h:5m])`, true},
+		{`max_over_time(min_over_time(temp{device="w-1"}[90s])[3h:90s])`, true},
+		{`avg by (device) (sum_over_time(avg_over_time(temp[1m])[1h:1m]))`, true},
+		{`max_over_time(count_over_time(avg_over_time(temp[1m])[30m:1m])[2h:10m])`, true},
+		{`count_over_time((avg_over_time(temp[10m] offset 7m) > 0)[4h:10m])`, false},
+		{`count_over_time((avg_over_time(temp[10m]) > 0)[4h:10m] offset 3m)`, false},
+	} {
+		for _, span := range []time.Duration{0, 0, time.Hour} {
+			at := now.Add(-time.Duration(rng.Int64N(int64(20 * time.Hour))))
+			if span > 0 && rng.IntN(2) == 0 {
+				at = at.Truncate(time.Minute)
+			}
+			before := src.ranges.Load()
+			got := run(pushed, c.q, at, span, 7*time.Minute)
+			if c.pushed {
+				require.Equal(t, before, src.ranges.Load(), "%s at %s over %s: answered from summaries", c.q, at, span)
+			}
+			want := run(raw, c.q, at, span, 7*time.Minute)
+			require.NotEmpty(t, want, c.q)
+			sameMatrix(t, c.q, want, got)
+		}
+	}
+}
+
+// TestWindowsOfADeviceAreReadTogether checks that the pushed-down
+// series of one device that share their windows, in one selector or in
+// several, are read with one store call per device, and still answer
+// as the engine does over raw samples.
+func TestWindowsOfADeviceAreReadTogether(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	windowData(t, dir, now)
+	o := store.DefaultOptions()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	src := &countedStore{Store: st}
+	pushed, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw, err := New(Config{Source: src, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	raw.q.noPushdown = true
+	run := func(a *API, q string) promql.Vector {
+		qry, err := a.newInstantQuery(context.Background(), q, now.Add(-3*time.Hour))
+		require.NoError(t, err)
+		defer qry.Close()
+		res := qry.Exec(context.Background())
+		require.NoError(t, res.Err, q)
+		v, err := res.Vector()
+		require.NoError(t, err)
+		v = slices.Clone(v)
+		slices.SortFunc(v, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
+		return v
+	}
+	for _, q := range []string{
+		`last_over_time({__name__=~"temp|hum"}[6h])`,
+		`avg_over_time(temp[6h]) / on (device) avg_over_time(hum[6h])`,
+		`count_over_time((avg_over_time(temp[10m]) > 0)[4h:10m]) + on (device) count_over_time((avg_over_time(hum[10m]) > 50)[4h:10m])`,
+	} {
+		before := src.aggregates.Load()
+		got := run(pushed, q)
+		assert.Equal(t, int64(3), src.aggregates.Load()-before, "%s: one store call per device", q)
+		want := run(raw, q)
+		require.Equal(t, len(want), len(got), q)
+		for i := range want {
+			require.Equal(t, want[i].Metric, got[i].Metric, q)
+			require.InEpsilon(t, want[i].F, got[i].F, 1e-9, "%s %s", q, want[i].Metric)
 		}
 	}
 }

@@ -136,6 +136,10 @@ var (
 	encoderOnce sync.Once
 	encoder     *zstd.Encoder
 	decoder     *zstd.Decoder
+	// trusting decodes the frames of blocks whose CRC-32C matched: those
+	// bytes are the encoder's, so zstd's own checksum of the output is
+	// not computed again.
+	trusting *zstd.Decoder
 )
 
 // codecs returns the shared zstd encoder and decoder; both are safe
@@ -150,6 +154,11 @@ func codecs() (*zstd.Encoder, *zstd.Decoder) {
 		}
 		decoder, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
 			zstd.WithDecoderMaxMemory(MaxRawBytes), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			panic(fmt.Sprintf("block: zstd decoder: %v", err))
+		}
+		trusting, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
+			zstd.WithDecoderMaxMemory(MaxRawBytes), zstd.WithDecoderLowmem(true), zstd.IgnoreChecksum(true))
 		if err != nil {
 			panic(fmt.Sprintf("block: zstd decoder: %v", err))
 		}

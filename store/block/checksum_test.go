@@ -116,3 +116,30 @@ func TestLegacyBlocksWithoutChecksumStillRead(t *testing.T) {
 		})
 	}
 }
+
+// TestZstdChecksumCheckedOnlyInLegacyBlocks damages the content
+// checksum at the end of the zstd frame of a block: a legacy block has
+// no other check, so every reader refuses it; in a checksummed block
+// the block's CRC-32C (resealed here) already vouches for the frame's
+// bytes, so zstd's own checksum is not computed again.
+func TestZstdChecksumCheckedOnlyInLegacyBlocks(t *testing.T) {
+	legacy, err := os.ReadFile(filepath.Join("testdata", "legacy_v2_zstd.block"))
+	require.NoError(t, err)
+	damaged := bytes.Clone(legacy)
+	damaged[len(damaged)-1] ^= 0x01 // the frame's last byte: its content checksum
+	_, _, err = block.Decode(damaged, "dev-1")
+	require.ErrorIs(t, err, block.ErrCorrupt, "legacy: Decode")
+	var sc block.Scanner
+	require.Error(t, sc.Numeric(damaged, func([]byte) bool { return true }, func([]byte, []buckets.Ticks, []float64) {}), "legacy: Numeric")
+	_, err = sc.Readings(damaged, "dev-1", 0, buckets.MaxTicks+1, 0, true)
+	require.Error(t, err, "legacy: Readings")
+
+	sealed, err := block.Encode(nil, legacyReadings(300))
+	require.NoError(t, err)
+	damaged = bytes.Clone(sealed)
+	damaged[len(damaged)-5] ^= 0x01 // before the block's CRC-32C: the frame's content checksum
+	damaged = block.Reseal(damaged)
+	_, rs, err := block.Decode(damaged, "dev-1")
+	require.NoError(t, err)
+	assert.Equal(t, legacyReadings(300), rs)
+}

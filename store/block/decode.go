@@ -200,7 +200,7 @@ func Decode(b []byte, dev buckets.DeviceID) (Header, []buckets.Reading, error) {
 	if err != nil {
 		return h, nil, err
 	}
-	raw, err := uncompress(rest)
+	raw, err := uncompress(rest, Checksummed(b))
 	if err != nil {
 		return h, nil, err
 	}
@@ -257,7 +257,9 @@ func assembleRows(h Header, cols []decodedColumn, rs []buckets.Reading, slab []b
 
 // uncompress returns the raw columns that follow the header, in new
 // storage.
-func uncompress(rest []byte) ([]byte, error) { return uncompressInto(nil, rest) }
+func uncompress(rest []byte, verified bool) ([]byte, error) {
+	return uncompressInto(nil, rest, verified)
+}
 
 // decodeTimes fills the ticks of rs from the time column.
 func decodeTimes(r *reader, h Header, rs []buckets.Reading, dev buckets.DeviceID) error {

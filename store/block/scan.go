@@ -43,15 +43,19 @@ type scanName struct {
 // value name that want accepts and that has numeric values in the
 // block, with the ticks and values (ints as float64, bools as 0 or 1;
 // strings left out) of the readings that carry it, oldest first. name,
-// ticks and vals are only valid during the call. Every column is
-// checked as Decode checks it, wanted or not; an error leaves the
-// calls already made standing.
+// ticks and vals are only valid during the call. Wanted columns are
+// checked as Decode checks them. In a block of the checksummed version
+// (whose checksum matched before any of it was read) the columns of the
+// names want refuses are skipped, only their lengths read; in a legacy block
+// without checksum every column is checked, so there the Scanner
+// accepts exactly the blocks Decode accepts. An error leaves the calls
+// already made standing.
 func (sc *Scanner) Numeric(b []byte, want func(name []byte) bool, fn func(name []byte, ticks []buckets.Ticks, vals []float64)) error {
 	n, oldest, newest, rest, err := sc.header(b)
 	if err != nil {
 		return err
 	}
-	raw, err := uncompressInto(sc.buf[:0], rest)
+	raw, err := uncompressInto(sc.buf[:0], rest, Checksummed(b))
 	if err != nil {
 		return err
 	}
@@ -63,10 +67,18 @@ func (sc *Scanner) Numeric(b []byte, want func(name []byte) bool, fn func(name [
 		return err
 	}
 	complete := sc.startCover(n)
+	verified := Checksummed(b)
 	for i := range sc.names {
 		in := &sc.names[i]
-		wanted := in.num > 0 && want(in.name)
-		if err := sc.column(&r, in, n, wanted, !complete); err != nil {
+		asked := want(in.name)
+		wanted := in.num > 0 && asked
+		var err error
+		if asked || !verified {
+			err = sc.column(&r, in, n, wanted, !complete)
+		} else {
+			err = sc.skipColumn(&r, in, n, !complete)
+		}
+		if err != nil {
 			return fmt.Errorf("value %q: %w", in.name, err)
 		}
 		if wanted && len(sc.vals) > 0 {
@@ -149,8 +161,9 @@ func (sc *Scanner) header(b []byte) (n int, oldest, newest buckets.Ticks, rest [
 }
 
 // uncompressInto returns the raw columns that follow the header, in
-// dst's storage when it is large enough.
-func uncompressInto(dst, rest []byte) ([]byte, error) {
+// dst's storage when it is large enough. verified says that the block's
+// checksum matched (zstd's checksum of the output is then skipped).
+func uncompressInto(dst, rest []byte, verified bool) ([]byte, error) {
 	r := reader{b: rest}
 	mode := r.byte("compression")
 	size := r.uvarint("raw size")
@@ -165,6 +178,9 @@ func uncompressInto(dst, rest []byte) ([]byte, error) {
 		return r.b, nil
 	case compressZstd:
 		_, dec := codecs()
+		if verified {
+			dec = trusting
+		}
 		if uint64(cap(dst)) < size {
 			dst = make([]byte, 0, size)
 		}

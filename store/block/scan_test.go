@@ -112,6 +112,80 @@ func TestScannerReportsTheNumericValuesDecodeReturns(t *testing.T) {
 	}
 }
 
+// TestScannerSkipsColumnsNotWanted reads random blocks (values present
+// or not, every kind, decimal and XOR floats, ints of every width,
+// strings with one or many distinct values) asking for random subsets
+// of their names: the columns in between are skipped, and the wanted
+// ones must still be exactly Decode's values.
+func TestScannerSkipsColumnsNotWanted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	var sc block.Scanner
+	for round := range 60 {
+		n := 1 + rng.IntN(3000)
+		if round%3 == 0 {
+			n = 1 + rng.IntN(20)
+		}
+		// Per name a character: how often it is present and which kinds
+		// it takes.
+		type style struct {
+			presence float64
+			kinds    []int
+		}
+		styles := make([]style, len(names))
+		for i := range styles {
+			styles[i] = style{presence: []float64{1, 1, 0.5, 0.05}[rng.IntN(4)]}
+			for range 1 + rng.IntN(2) {
+				styles[i].kinds = append(styles[i].kinds, rng.IntN(6))
+			}
+		}
+		rs := make([]buckets.Reading, n)
+		k := start
+		for i := range rs {
+			k += buckets.Ticks(1 + rng.IntN(100000))
+			var fs []buckets.Field
+			for j, name := range names {
+				if rng.Float64() >= styles[j].presence {
+					continue
+				}
+				var v buckets.Value
+				switch styles[j].kinds[rng.IntN(len(styles[j].kinds))] {
+				case 0:
+					v = buckets.Float(float64(rng.IntN(100000)-50000) / 100)
+				case 1:
+					v = buckets.Float(rng.NormFloat64() * 1e6)
+				case 2:
+					v = buckets.Int(rng.Int64N(1<<20) - 1<<19)
+				case 3:
+					v = buckets.Int(rng.Int64() - 1<<62)
+				case 4:
+					v = buckets.Bool(rng.IntN(2) == 0)
+				default:
+					v = buckets.String([]string{"x", "yy", "a longer string"}[rng.IntN(1+round%3)])
+				}
+				fs = append(fs, buckets.Field{Name: name, Value: v})
+			}
+			if len(fs) == 0 {
+				fs = []buckets.Field{{Name: "e", Value: buckets.Int(int64(i))}}
+			}
+			rs[i] = buckets.Reading{Ticks: k, Values: fs}
+		}
+		b, err := block.Encode(nil, rs)
+		require.NoError(t, err)
+		require.True(t, block.Checksummed(b))
+		for range 4 {
+			wanted := map[string]bool{}
+			for _, name := range names {
+				wanted[name] = rng.IntN(3) == 0
+			}
+			want := func(n string) bool { return wanted[n] }
+			got, err := scanned(t, &sc, b, want)
+			require.NoError(t, err, "round %d", round)
+			require.Equal(t, numericOf(rs, want), got, "round %d, wanted %v", round, wanted)
+		}
+	}
+}
+
 func TestScannerNeverWritesIntoTheBlock(t *testing.T) {
 	// Too small to compress: its columns are the block's bytes, with
 	// room behind them that a decoder reusing them would write into.
