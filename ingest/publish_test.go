@@ -2,12 +2,17 @@ package ingest
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/lineproto"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
@@ -50,4 +55,95 @@ func TestPublisherSendsReadingsAndDeadLettersToTheirStreams(t *testing.T) {
 	require.NoError(t, err)
 	err = q.Publish(ctx, []lineproto.Message{{Device: "dev-1", Data: []byte("{}")}})
 	assert.ErrorContains(t, err, "publish to elsewhere.dev-1", "a subject no stream captures is an error")
+}
+
+// streamMsgs returns the messages of the readings stream.
+func (e *testEnv) streamMsgs() []*jetstream.RawStreamMsg {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := e.js.Stream(ctx, "TELEMETRY")
+	require.NoError(e.t, err)
+	info, err := st.Info(ctx)
+	require.NoError(e.t, err)
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		if m, err := st.GetMsg(ctx, seq); err == nil && m.Subject != noDedupSubject("TELEMETRY") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// readingMsgs is n reading messages over 10 devices, each at its own
+// time.
+func readingMsgs(n int) []lineproto.Message {
+	ms := nowMillis()
+	msgs := make([]lineproto.Message, n)
+	for i := range msgs {
+		msgs[i] = lineproto.Message{Device: fmt.Sprintf("dev-%d", i%10), Data: []byte(flat(ms+int64(i), i))}
+	}
+	return msgs
+}
+
+// TestPublisherPublishesAtomicBatches: with AtomicPublish the readings
+// of one Publish call go into the stream as atomic batches of at most
+// maxAtomicBatch messages (each stored message names its batch and its
+// place in it), a dead letter on its own; every reading is stored.
+func TestPublisherPublishesAtomicBatches(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) { c.AtomicPublish = true })
+	e.start()
+	p, err := NewPublisher(e.nc, e.cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	msgs := readingMsgs(maxAtomicBatch + 2)
+	msgs = append(msgs, lineproto.Message{Device: "dev-1", DeadLetter: true, Code: "invalid_payload", Reason: "line 1: bad",
+		Data: []byte("bad line"), MsgID: "dl-1"})
+	require.NoError(t, p.Publish(ctx, msgs))
+	for d := range 10 {
+		e.waitStored(buckets.DeviceID(fmt.Sprintf("dev-%d", d)), (maxAtomicBatch+2)/10)
+	}
+	e.waitDeadLetters(1)
+
+	stored := e.streamMsgs()
+	require.Len(t, stored, maxAtomicBatch+2)
+	batches := map[string][]string{} // batch ID -> sequence headers in stream order
+	for _, m := range stored {
+		batches[m.Header.Get(headerBatchID)] = append(batches[m.Header.Get(headerBatchID)], m.Header.Get(headerBatchSeq))
+	}
+	require.Len(t, batches, 2, "two batches")
+	assert.NotContains(t, batches, "", "every reading went in a batch")
+	var sizes []int
+	for _, seqs := range batches {
+		sizes = append(sizes, len(seqs))
+		for i, s := range seqs {
+			assert.Equal(t, strconv.Itoa(i+1), s, "a batch's messages are stored in order")
+		}
+	}
+	assert.ElementsMatch(t, []int{maxAtomicBatch, 2}, sizes)
+}
+
+// TestPublisherWithoutAtomicStreamPublishesEachMessage: when the stream
+// does not allow atomic batches, Publish stores every reading message by
+// message, warns once and publishes later calls the same way.
+func TestPublisherWithoutAtomicStreamPublishesEachMessage(t *testing.T) {
+	e := newTestEnv(t, nil) // the stream does not allow atomic batches
+	e.start()
+	cfg := e.cfg
+	cfg.AtomicPublish = true
+	p, err := NewPublisher(e.nc, cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	msgs := readingMsgs(40)
+	require.NoError(t, p.Publish(ctx, msgs[:20]))
+	require.NoError(t, p.Publish(ctx, msgs[20:]))
+	for d := range 10 {
+		e.waitStored(buckets.DeviceID(fmt.Sprintf("dev-%d", d)), 4)
+	}
+	stored := e.streamMsgs()
+	assert.Len(t, stored, 40, "each reading stored once")
+	assert.Equal(t, 1, strings.Count(e.logs.String(), "published message by message"), "one warning")
+	assert.False(t, p.atomic.Load())
 }

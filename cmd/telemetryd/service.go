@@ -188,6 +188,9 @@ func (m *Main) ingestConfig() ingest.Config {
 	icfg.MQTTCopies = m.MQTTAddr() != "" // stored as <prefix>.<device> (natsembed)
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
+	// With fsync before ack, a line protocol write's messages go as one
+	// atomic batch, fsynced once.
+	icfg.AtomicPublish = m.cfg.SyncWrites
 	return icfg
 }
 

@@ -452,3 +452,43 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 		return code == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+// TestSyncedWriteIsOneAtomicBatch: with -sync-writes the messages of
+// one line protocol write (one per device) go into the stream as one
+// atomic batch, so the embedded JetStream fsyncs them once; without it
+// each is published on its own. Either way every reading is stored.
+func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync-writes=%v", sync), func(t *testing.T) {
+			cfg := newTestConfig(t)
+			cfg.SyncWrites = sync
+			s := startService(t, cfg)
+			at := testEpoch.Add(-time.Minute).UnixNano()
+			var lines []string
+			for i, dev := range []string{"ab1", "ab2", "ab3"} {
+				lines = append(lines, fmt.Sprintf("m,device=%s v=%d %d", dev, i, at), fmt.Sprintf("m,device=%s v=%d %d", dev, i, at+1000))
+			}
+			code, resp := s.post(t, "/api/v2/write", []byte(strings.Join(lines, "\n")), nil)
+			require.Equal(t, http.StatusNoContent, code, resp)
+			for _, dev := range []string{"ab1", "ab2", "ab3"} {
+				waitStored(t, s, dev, 2)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := s.js.Stream(ctx, "TELEMETRY")
+			require.NoError(t, err)
+			batches := map[string]int{}
+			for _, dev := range []string{"ab1", "ab2", "ab3"} {
+				m, err := st.GetLastMsgForSubject(ctx, "telemetry."+dev)
+				require.NoError(t, err)
+				batches[m.Header.Get("Nats-Batch-Id")]++
+			}
+			if sync {
+				require.Len(t, batches, 1, "one batch")
+				assert.NotContains(t, batches, "")
+			} else {
+				assert.Equal(t, map[string]int{"": 3}, batches, "no batch")
+			}
+		})
+	}
+}
