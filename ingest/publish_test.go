@@ -89,7 +89,8 @@ func readingMsgs(n int) []lineproto.Message {
 // TestPublisherPublishesAtomicBatches: with AtomicPublish the readings
 // of one Publish call go into the stream as atomic batches of at most
 // maxAtomicBatch messages (each stored message names its batch and its
-// place in it), a dead letter on its own; every reading is stored.
+// place in it), a remainder under minAtomicBatch and a dead letter on
+// their own; every reading is stored.
 func TestPublisherPublishesAtomicBatches(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) { c.AtomicPublish = true })
 	e.start()
@@ -97,31 +98,41 @@ func TestPublisherPublishesAtomicBatches(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	msgs := readingMsgs(maxAtomicBatch + 2)
+	n := maxAtomicBatch + minAtomicBatch - 1
+	msgs := readingMsgs(n)
 	msgs = append(msgs, lineproto.Message{Device: "dev-1", DeadLetter: true, Code: "invalid_payload", Reason: "line 1: bad",
 		Data: []byte("bad line"), MsgID: "dl-1"})
 	require.NoError(t, p.Publish(ctx, msgs))
 	for d := range 10 {
-		e.waitStored(buckets.DeviceID(fmt.Sprintf("dev-%d", d)), (maxAtomicBatch+2)/10)
+		e.waitStored(buckets.DeviceID(fmt.Sprintf("dev-%d", d)), n/10)
 	}
 	e.waitDeadLetters(1)
 
 	stored := e.streamMsgs()
-	require.Len(t, stored, maxAtomicBatch+2)
+	require.Len(t, stored, n)
 	batches := map[string][]string{} // batch ID -> sequence headers in stream order
 	for _, m := range stored {
 		batches[m.Header.Get(headerBatchID)] = append(batches[m.Header.Get(headerBatchID)], m.Header.Get(headerBatchSeq))
 	}
-	require.Len(t, batches, 2, "two batches")
-	assert.NotContains(t, batches, "", "every reading went in a batch")
-	var sizes []int
-	for _, seqs := range batches {
-		sizes = append(sizes, len(seqs))
+	require.Len(t, batches, 2, "a batch and the messages on their own")
+	for id, seqs := range batches {
+		if id == "" {
+			assert.Len(t, seqs, minAtomicBatch-1, "the remainder under %d messages on its own", minAtomicBatch)
+			continue
+		}
+		require.Len(t, seqs, maxAtomicBatch)
 		for i, s := range seqs {
 			assert.Equal(t, strconv.Itoa(i+1), s, "a batch's messages are stored in order")
 		}
 	}
-	assert.ElementsMatch(t, []int{maxAtomicBatch, 2}, sizes)
+
+	require.NoError(t, p.Publish(ctx, readingMsgs(minAtomicBatch)))
+	ids := map[string]int{}
+	for _, m := range e.streamMsgs()[n:] {
+		ids[m.Header.Get(headerBatchID)]++
+	}
+	assert.Len(t, ids, 1, "a write of %d messages is one batch", minAtomicBatch)
+	assert.NotContains(t, ids, "")
 }
 
 // TestPublisherWithoutAtomicStreamPublishesEachMessage: when the stream
@@ -136,14 +147,14 @@ func TestPublisherWithoutAtomicStreamPublishesEachMessage(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	msgs := readingMsgs(40)
-	require.NoError(t, p.Publish(ctx, msgs[:20]))
-	require.NoError(t, p.Publish(ctx, msgs[20:]))
+	msgs := readingMsgs(2 * minAtomicBatch)
+	require.NoError(t, p.Publish(ctx, msgs[:minAtomicBatch]))
+	require.NoError(t, p.Publish(ctx, msgs[minAtomicBatch:]))
 	for d := range 10 {
-		e.waitStored(buckets.DeviceID(fmt.Sprintf("dev-%d", d)), 4)
+		e.waitStored(buckets.DeviceID(fmt.Sprintf("dev-%d", d)), 2*minAtomicBatch/10)
 	}
 	stored := e.streamMsgs()
-	assert.Len(t, stored, 40, "each reading stored once")
+	assert.Len(t, stored, 2*minAtomicBatch, "each reading stored once")
 	assert.Equal(t, 1, strings.Count(e.logs.String(), "published message by message"), "one warning")
 	assert.False(t, p.atomic.Load())
 }

@@ -454,9 +454,10 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 }
 
 // TestSyncedWriteIsOneAtomicBatch: with -sync-writes the messages of
-// one line protocol write (one per device) go into the stream as one
-// atomic batch, so the embedded JetStream fsyncs them once; without it
-// each is published on its own. Either way every reading is stored.
+// one line protocol write (one per device, here 40) go into the stream
+// as one atomic batch, so the embedded JetStream fsyncs them once;
+// without it each is published on its own. Either way every reading is
+// stored.
 func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync-writes=%v", sync), func(t *testing.T) {
@@ -464,13 +465,15 @@ func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 			cfg.SyncWrites = sync
 			s := startService(t, cfg)
 			at := testEpoch.Add(-time.Minute).UnixNano()
-			var lines []string
-			for i, dev := range []string{"ab1", "ab2", "ab3"} {
+			var lines, devices []string
+			for i := range 40 {
+				dev := fmt.Sprintf("ab%02d", i)
+				devices = append(devices, dev)
 				lines = append(lines, fmt.Sprintf("m,device=%s v=%d %d", dev, i, at), fmt.Sprintf("m,device=%s v=%d %d", dev, i, at+1000))
 			}
 			code, resp := s.post(t, "/api/v2/write", []byte(strings.Join(lines, "\n")), nil)
 			require.Equal(t, http.StatusNoContent, code, resp)
-			for _, dev := range []string{"ab1", "ab2", "ab3"} {
+			for _, dev := range devices {
 				waitStored(t, s, dev, 2)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -478,7 +481,7 @@ func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 			st, err := s.js.Stream(ctx, "TELEMETRY")
 			require.NoError(t, err)
 			batches := map[string]int{}
-			for _, dev := range []string{"ab1", "ab2", "ab3"} {
+			for _, dev := range devices {
 				m, err := st.GetLastMsgForSubject(ctx, "telemetry."+dev)
 				require.NoError(t, err)
 				batches[m.Header.Get("Nats-Batch-Id")]++
@@ -487,7 +490,7 @@ func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 				require.Len(t, batches, 1, "one batch")
 				assert.NotContains(t, batches, "")
 			} else {
-				assert.Equal(t, map[string]int{"": 3}, batches, "no batch")
+				assert.Equal(t, map[string]int{"": len(devices)}, batches, "no batch")
 			}
 		})
 	}
