@@ -7,10 +7,10 @@ package ingest
 // message only after its readings are committed to the store.
 const (
 	// DurabilitySynced: the embedded JetStream fsyncs every publish
-	// before its ack (a line protocol write's messages once, as one
-	// atomic batch: Config.AtomicPublish), and the store fsyncs each
-	// commit before the ingester acks its messages. An acked reading
-	// survives a power cut.
+	// before its ack (a line protocol write of 32 devices or more once
+	// per atomic batch: Config.AtomicPublish), and the store fsyncs
+	// each commit before the ingester acks its messages. An acked
+	// reading survives a power cut.
 	DurabilitySynced = "synced"
 	// DurabilityStoreSynced: as DurabilitySynced on the store's side,
 	// but the NATS server is external, so whether its publish ack waits
@@ -37,7 +37,7 @@ func DurabilityOf(syncWrites, embeddedNATS bool) Durability {
 	switch {
 	case syncWrites && embeddedNATS:
 		return Durability{Mode: DurabilitySynced,
-			Ack: "an acked reading is on disk and survives a power cut: the stream fsyncs each publish (a line protocol write as one batch) before its ack, the store each commit before the stream lets go of it"}
+			Ack: "an acked reading is on disk and survives a power cut: the stream fsyncs each publish before its ack (a line protocol write of 32 devices or more in atomic batches, one fsync each), the store each commit before the stream lets go of it"}
 	case syncWrites:
 		return Durability{Mode: DurabilityStoreSynced,
 			Ack: "the store fsyncs each commit before the stream lets go of it; whether a publish ack waits for the stream's fsync is the external NATS server's sync_interval (always for power-cut safety)"}
