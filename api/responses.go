@@ -102,9 +102,13 @@ type RetentionRun struct {
 	BytesNow  int64          `json:"bytesNow"`
 }
 
-// Status is the answer of /healthz and /readyz.
+// Status is the answer of /healthz and /readyz. A ready answer also
+// says which durability mode runs and what an ack promises in it
+// (Config.Durability).
 type Status struct {
-	Status string `json:"status"`
+	Status     string `json:"status"`
+	Durability string `json:"durability,omitempty"`
+	Ack        string `json:"ack,omitempty"`
 }
 
 // ErrorResponse is the body of every JSON error answer.

@@ -81,7 +81,8 @@ func (s *Server) handleHealth(c echo.Context) error {
 }
 
 // handleReady serves GET and HEAD /readyz: 200 when Config.Ready reports no
-// error, else 503 unavailable with the reason.
+// error, with the durability mode (Config.Durability), else 503
+// unavailable with the reason.
 func (s *Server) handleReady(c echo.Context) error {
 	if s.ready != nil {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
@@ -91,7 +92,7 @@ func (s *Server) handleReady(c echo.Context) error {
 			return &apiError{http.StatusServiceUnavailable, codeUnavailable, "readiness: " + err.Error()}
 		}
 	}
-	return sendValue(c, http.StatusOK, Status{Status: "ready"})
+	return sendValue(c, http.StatusOK, Status{Status: "ready", Durability: s.durability.Durability, Ack: s.durability.Ack})
 }
 
 // handleMetrics serves GET /metrics from Config.Metrics, 404 without.

@@ -119,6 +119,10 @@ type Config struct {
 	// Ready reports readiness: nil error => /readyz 200, else 503 with
 	// the error text as the reason. A nil func is always ready.
 	Ready func(ctx context.Context) error
+	// Durability is the durability mode (ingest.DurabilitySynced, ...)
+	// and what an ack promises in it, reported by a ready /readyz.
+	// Empty: not reported.
+	Durability, DurabilityAck string
 	// Metrics is served at GET /metrics (Prometheus exposition); nil
 	// makes it answer 404.
 	Metrics http.Handler
@@ -210,6 +214,7 @@ type Server struct {
 	internal     InternalAPI
 	cluster      ClusterView
 	ready        func(ctx context.Context) error
+	durability   Status // the durability fields of a ready answer
 	metrics      http.Handler
 	skew         time.Duration
 	expiresAt    func(tables []buckets.TableInfo, now time.Time) []time.Time
@@ -271,6 +276,7 @@ func New(cfg Config) (*Server, error) {
 		internal:     cfg.Internal,
 		cluster:      cfg.Cluster,
 		ready:        cfg.Ready,
+		durability:   Status{Durability: cfg.Durability, Ack: cfg.DurabilityAck},
 		metrics:      cfg.Metrics,
 		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),
 		expiresAt:    cfg.ExpiresAt,

@@ -33,6 +33,13 @@ type Config struct {
 	// own subject is acked on delivery without being read (never stored,
 	// never dead-lettered). Not with Partitions.
 	MQTTCopies bool
+	// AtomicPublish makes Stream allow atomic batch publishes (an
+	// existing stream gains it; it is never taken away) and Publisher
+	// publish each call's readings as atomic batches: on a JetStream
+	// that fsyncs every write, one fsync then covers a line protocol
+	// write instead of one per message. Worth it only then: without the
+	// fsync the batch's staging costs more than it saves.
+	AtomicPublish bool
 	// StreamMaxAge bounds how long Stream keeps messages (acked or not),
 	// so the raw stream cannot fill the disk. Default 7 days.
 	StreamMaxAge time.Duration

@@ -122,6 +122,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 	if len(want.Sources) > 0 && cfg.Duplicates != want.Duplicates {
 		changed = true
 	}
+	if want.AllowAtomicPublish && !cfg.AllowAtomicPublish {
+		cfg.AllowAtomicPublish = true
+		changed = true
+	}
 	for _, subj := range want.Subjects {
 		if !slices.Contains(cfg.Subjects, subj) {
 			cfg.Subjects = append(cfg.Subjects, subj)

@@ -77,6 +77,8 @@ func streamConfig(c Config) jetstream.StreamConfig {
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  0, // off: kept so by the source (see above)
 		Sources:     []*jetstream.StreamSource{{Name: noDedupStream(c.Stream)}},
+		// Atomic batches: see Config.AtomicPublish.
+		AllowAtomicPublish: c.AtomicPublish,
 	})
 	if c.MQTTCopies { // never with partitions (validatePartitions)
 		t := c.Subjects().MQTTCopiesTransform()

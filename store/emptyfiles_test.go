@@ -45,3 +45,38 @@ func TestOpenPastEmptyFiles(t *testing.T) {
 		return err
 	}))
 }
+
+// TestOpenTablePastEmptyFiles: the same for a day table, which Badger
+// opens in managed mode.
+func TestOpenTablePastEmptyFiles(t *testing.T) {
+	dir := t.TempDir()
+	opts := badgerOptions(dir, classHot, true, false, slog.New(slog.DiscardHandler))
+	db, err := openTableBadger(opts)
+	require.NoError(t, err)
+	txn := db.NewTransactionAt(1, true)
+	require.NoError(t, txn.Set([]byte("k"), []byte("synced")))
+	require.NoError(t, txn.CommitAt(1, nil))
+	require.NoError(t, db.Close())
+	cut := func() {
+		for _, name := range []string{"00042.mem", "000042.vlog"} {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), nil, 0o644))
+		}
+	}
+	cut()
+	_, err = badger.OpenManaged(opts)
+	require.ErrorContains(t, err, badgerNewFile, "Badger itself fails on the empty files")
+
+	cut()
+	db, err = openTableBadger(opts)
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, viewLatest(db, func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte("k"))
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		assert.Equal(t, "synced", string(v))
+		return err
+	}))
+}

@@ -125,12 +125,13 @@ func viewLatest(db *badger.DB, f func(txn *badger.Txn) error) error {
 }
 
 // openTableBadger opens a day table's database in managed mode, with
-// panics turned into errors.
+// panics turned into errors, past the empty files a power cut can leave
+// (openSizingEmptyFiles).
 func openTableBadger(opts badger.Options) (db *badger.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			db, err = nil, fmt.Errorf("badger panicked: %v", r)
 		}
 	}()
-	return badger.OpenManaged(opts)
+	return openSizingEmptyFiles(opts, badger.OpenManaged)
 }

@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,14 @@ import (
 //   - JSON over JetStream at 1 reading per message (the baseline of
 //     MQTT) and MQTT QoS 1 at 1 reading per message, acked on PUBACK:
 //     published by mqttPublisher (door mqtt) or by paho's client (door
-//     mqtt-paho, the same packets at more CPU in the load generator).
+//     mqtt-paho, the same packets at more CPU in the load generator);
+//   - with -sync-writes (doors line-sync and mqtt-sync, measured only when
+//     -doors names them): line protocol and MQTT QoS 1 against the same
+//     door without it. Line protocol also in writes of 1,000 devices
+//     (5 lines each: one atomic batch of 1,000 messages with
+//     -sync-writes) besides 50 (100 lines each, the usual shape). The
+//     MQTT run publishes 1/syncShare of the readings, as the end-to-end
+//     -sync-writes runs do.
 const (
 	connectLinesPerRequest = 5000
 	connectLineWriters     = 2
@@ -46,6 +54,7 @@ type connectRun struct {
 	Base     string // the Name of the baseline a door is measured against; empty for a baseline
 	Protocol string // nats, line, mqtt or mqtt-paho
 	PerMsg   int    // readings per JSON message (the workload's grouping)
+	Sync     bool   // the service runs with -sync-writes
 }
 
 // connectResult is what one connect run measured.
@@ -65,13 +74,22 @@ func connectRuns() []connectRun {
 		{Door: "mqtt", Name: "JSON over JetStream, 1/msg", Protocol: "nats", PerMsg: 1},
 		{Door: "mqtt", Name: "MQTT QoS 1, 1/msg", Base: "JSON over JetStream, 1/msg", Protocol: "mqtt", PerMsg: 1},
 		{Door: "mqtt-paho", Name: "MQTT QoS 1, 1/msg, paho client", Base: "JSON over JetStream, 1/msg", Protocol: "mqtt-paho", PerMsg: 1},
+		{Door: "line-sync", Name: "line protocol, 5000 lines/request, 2 writers, sync-writes", Base: "line protocol, 5000 lines/request, 2 writers",
+			Protocol: "line", PerMsg: 100, Sync: true},
+		{Door: "line-sync", Name: "line protocol, 5000 lines/request of 1000 devices, 2 writers", Protocol: "line", PerMsg: 5},
+		{Door: "line-sync", Name: "line protocol, 5000 lines/request of 1000 devices, 2 writers, sync-writes",
+			Base: "line protocol, 5000 lines/request of 1000 devices, 2 writers", Protocol: "line", PerMsg: 5, Sync: true},
+		{Door: "mqtt-sync", Name: "MQTT QoS 1, 1/msg, sync-writes", Base: "MQTT QoS 1, 1/msg", Protocol: "mqtt", PerMsg: 1, Sync: true},
 	}
 }
 
 // wanted tells whether run is one of doors or the baseline of one of
-// them (every run when doors is empty).
+// them (every run but those of the -sync doors when doors is empty).
 func wanted(run connectRun, doors []string) bool {
-	return len(doors) == 0 || slices.Contains(doors, run.Door) || slices.ContainsFunc(connectRuns(), func(r connectRun) bool {
+	if len(doors) == 0 {
+		return !strings.HasSuffix(run.Door, "-sync")
+	}
+	return slices.Contains(doors, run.Door) || slices.ContainsFunc(connectRuns(), func(r connectRun) bool {
 		return r.Base == run.Name && slices.Contains(doors, r.Door)
 	})
 }
@@ -115,6 +133,9 @@ func (b *bench) connectOnce(ctx context.Context, run connectRun, rep int) (conne
 		return connectResult{}, err
 	}
 	svc := &service{bin: b.bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"), telemetry: true}
+	if run.Sync {
+		svc.args = append(svc.args, "-sync-writes")
+	}
 	if b.cfg.ProfileDir != "" {
 		if svc.pprofAddr, err = freeAddr(); err != nil {
 			return connectResult{}, err
@@ -125,6 +146,10 @@ func (b *bench) connectOnce(ctx context.Context, run connectRun, rep int) (conne
 	}
 	defer svc.stop(30 * time.Second)
 	w := b.ingestWorkload(run.PerMsg)
+	if run.Sync && run.Protocol != "line" {
+		// One fsync per message: the run publishes a share of the readings.
+		w = newWorkload(b.devices, max(b.cfg.Readings/syncShare, len(b.devices)*run.PerMsg), run.PerMsg, time.Second, time.Now().Add(-time.Minute))
+	}
 	res := connectResult{Run: run, Readings: w.readings()}
 	ph := b.prog.begin("connect: "+run.Name+" (stored)", w.readings(), "readings")
 	defer ph.end("")
@@ -472,6 +497,6 @@ func connectSection(r *Results) section {
 			strconv.FormatFloat(cpuPerMillion(c.ServiceCPU, c.Readings), 'f', 1, 64),
 			strconv.FormatFloat(cpuPerMillion(c.ClientCPU, c.Readings), 'f', 1, 64), vsStored, vsAcc, all})
 	}
-	s.notes = append(s.notes, "targets: line protocol >= 0.8x JSON over JetStream at 100/msg; MQTT QoS 1 >= 0.7x JSON over JetStream at 1/msg (stored readings/s)")
+	s.notes = append(s.notes, "targets: line protocol >= 0.8x JSON over JetStream at 100/msg; MQTT QoS 1 >= 0.7x JSON over JetStream at 1/msg (stored readings/s); a -sync-writes door is against the same door without it")
 	return s
 }

@@ -97,10 +97,19 @@ func TestDoorsRunTheirBaselines(t *testing.T) {
 	assert.Equal(t, []string{"JSON over JetStream, 1/msg", "MQTT QoS 1, 1/msg, paho client"}, names("mqtt-paho"))
 	assert.Equal(t, []string{"JSON over JetStream, 1/msg", "MQTT QoS 1, 1/msg"}, names("mqtt"))
 	assert.Equal(t, []string{"JSON over JetStream, 100/msg", "line protocol, 5000 lines/request, 2 writers"}, names("line"))
-	assert.Len(t, names(), len(connectRuns()))
+	assert.Equal(t, []string{"line protocol, 5000 lines/request, 2 writers", "line protocol, 5000 lines/request, 2 writers, sync-writes",
+		"line protocol, 5000 lines/request of 1000 devices, 2 writers", "line protocol, 5000 lines/request of 1000 devices, 2 writers, sync-writes"},
+		names("line-sync"))
+	assert.Equal(t, []string{"MQTT QoS 1, 1/msg", "MQTT QoS 1, 1/msg, sync-writes"}, names("mqtt-sync"))
+	assert.Len(t, names(), len(connectRuns())-4, "every run but those of the two -sync doors")
+	assert.NotContains(t, names(), "MQTT QoS 1, 1/msg, sync-writes")
 	for _, r := range connectRuns() {
 		if r.Base != "" {
-			assert.True(t, slices.ContainsFunc(connectRuns(), func(b connectRun) bool { return b.Name == r.Base && b.Base == "" }), r.Name)
+			// A baseline runs without -sync-writes, and is itself a
+			// baseline unless its door is the same door with it.
+			assert.True(t, slices.ContainsFunc(connectRuns(), func(b connectRun) bool {
+				return b.Name == r.Base && !b.Sync && (r.Sync || b.Base == "") && b.PerMsg == r.PerMsg
+			}), r.Name)
 		}
 	}
 }

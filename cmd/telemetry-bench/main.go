@@ -177,7 +177,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	paced := fs.String("paced-rates", intList(cfg.PacedRates), "after the queries under full-speed ingest, measure them again with ingest paced at these readings/s (comma-separated; empty: none)")
 	fs.IntVar(&cfg.Repeat, "repeat", cfg.Repeat, "runs of the end-to-end configurations compared with each other (telemetry on and off); the report shows the median")
 	runs := fs.String("runs", "", "end-to-end runs to do, comma-separated names as in the report (default: all)")
-	doors := fs.String("doors", "", "doors the connect phase measures, each against its baseline, comma-separated: line,mqtt,mqtt-paho (mqtt-paho: MQTT published with paho's client) (default: all)")
+	doors := fs.String("doors", "", "doors the connect phase measures, each against its baseline, comma-separated: line,mqtt,mqtt-paho,line-sync,mqtt-sync (mqtt-paho: MQTT published with paho's client; line-sync, mqtt-sync: with -sync-writes, against the same door without it) (default: all but line-sync and mqtt-sync)")
 	fs.StringVar(&cfg.Binary, "binary", "", "telemetryd binary (default: go build ./cmd/telemetryd into the work dir)")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "", "directory for data (default: a temp dir, removed afterwards)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the work dir")

@@ -38,14 +38,15 @@ func newLineSender(p *publisher, httpAddr string, header http.Header) *lineSende
 }
 
 // body is message m as line protocol: one line per reading,
-// `crash,device=<device> seq=<seq>i <ms>`.
+// `crash,device=<device> seq=<seq>i <ms>`, each on its message's device
+// or, with Config.Spread, on its own.
 func (s *lineSender) body(m int) []byte {
 	p := s.pub
 	first, last := m*p.cfg.Batch, min((m+1)*p.cfg.Batch, p.cfg.Readings)
 	var buf []byte
 	for seq := first; seq < last; seq++ {
 		buf = append(buf, lineMeasurement+",device="...)
-		buf = append(buf, p.device(m)...)
+		buf = append(buf, deviceName(p.deviceOf(seq))...)
 		buf = append(buf, " seq="...)
 		buf = strconv.AppendInt(buf, int64(seq), 10)
 		buf = append(buf, "i "...)

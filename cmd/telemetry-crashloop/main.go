@@ -83,6 +83,11 @@ type Config struct {
 	// drops every write the service had not fsynced (see lazyFS).
 	PowerCut bool
 	LazyFS   string // the lazyfs binary (-power-cut)
+	// Spread gives each reading of a message its own device (reading
+	// seq goes to device seq % Devices), so that a line protocol write
+	// carries one message per device and, with -sync-writes, goes into
+	// the stream as one atomic batch. Only with Protocol lineproto.
+	Spread bool
 	// Backup takes an online backup every BackupEvery while the loop
 	// runs, then checks a restore of the newest one (backup.go).
 	Backup      bool
@@ -135,6 +140,7 @@ func main() {
 	flag.IntVar(&cfg.Readings, "readings", 500000, "readings to publish")
 	flag.IntVar(&cfg.Devices, "devices", 100, "devices")
 	flag.IntVar(&cfg.Batch, "batch", 10, "readings per message")
+	flag.BoolVar(&cfg.Spread, "spread", false, "-protocol lineproto: each write's readings over -batch devices, one line each (a write publishes one message per device, as one atomic batch with -sync-writes)")
 	flag.IntVar(&cfg.Rate, "rate", 5000, "readings per second (0: as fast as acks allow); spreads publishing over the kills")
 	flag.DurationVar(&cfg.MinUp, "min-up", 500*time.Millisecond, "shortest uptime between kills")
 	flag.DurationVar(&cfg.MaxUp, "max-up", 3*time.Second, "longest uptime between kills")

@@ -85,6 +85,28 @@ func TestPowerCutCrashLoop(t *testing.T) {
 	assert.Zero(t, res.FailedStarts, "the service starts by itself after a power cut")
 }
 
+// TestPowerCutCrashLoopAtomicWrites cuts the power three times under
+// line protocol writes that each carry 40 devices' readings, so that
+// with -sync-writes each goes into the stream as one atomic batch, fsynced
+// once: every reading answered 204 must survive.
+func TestPowerCutCrashLoopAtomicWrites(t *testing.T) {
+	bin := lazyFSBinary(t)
+	cfg := Config{Kills: 3, Readings: 20000, Devices: 40, Batch: 40, Spread: true, Protocol: "lineproto", Rate: 5000,
+		PowerCut: true, LazyFS: bin, Args: []string{"-sync-writes"}, MinUp: 500 * time.Millisecond, MaxUp: 1500 * time.Millisecond, Seed: 5}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	t.Logf("cuts=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d failed_starts=%d",
+		res.Kills, res.Published, res.Stored, res.Lost, res.Duplicated, res.Unexpected, res.FailedStarts)
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Kills)
+	assert.Equal(t, cfg.Readings, res.Published)
+	assert.Equal(t, cfg.Readings, res.Stored)
+	assert.Zero(t, res.Lost)
+	assert.Zero(t, res.Duplicated)
+	assert.Zero(t, res.Unexpected)
+}
+
 // mapFile creates a 4 KiB file at path (fsynced), writes kept through a
 // shared mapping and msyncs it, then writes lost after it and unmaps it
 // without msync, as a memory-mapped write-ahead log would.

@@ -53,9 +53,14 @@ func (p *publisher) device(m int) string { return deviceName(m % p.cfg.Devices) 
 // deviceName is the ID of device d of the loop.
 func deviceName(d int) string { return fmt.Sprintf("crash-%03d", d) }
 
-// deviceOf returns the index of the device whose message carries
-// reading seq.
-func (p *publisher) deviceOf(seq int) int { return seq / p.cfg.Batch % p.cfg.Devices }
+// deviceOf returns the index of the device reading seq belongs to: its
+// message's, or with Config.Spread its own.
+func (p *publisher) deviceOf(seq int) int {
+	if p.cfg.Spread {
+		return seq % p.cfg.Devices
+	}
+	return seq / p.cfg.Batch % p.cfg.Devices
+}
 
 // message builds message m: a JSON array of readings with consecutive
 // sequence numbers.

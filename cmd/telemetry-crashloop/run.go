@@ -20,6 +20,9 @@ import (
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	started := time.Now()
 	res := Result{}
+	if cfg.Spread && cfg.Protocol != "lineproto" {
+		return res, fmt.Errorf("-spread: only with -protocol lineproto (a NATS or MQTT message has one device), not %q", cfg.Protocol)
+	}
 	work, err := os.MkdirTemp("", "telemetry-crashloop-")
 	if err != nil {
 		return res, err

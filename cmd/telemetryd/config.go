@@ -116,7 +116,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", c.RetentionInterval, "how often the retention worker runs (with jitter)")
 	fs.Var(cliflag.Size(&c.RetentionMaxBytes), "retention-max-bytes", "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
 	fs.DurationVar(&c.MaxFutureSkew, "max-future-skew", c.MaxFutureSkew, "reject readings further than this in the future")
-	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "fsync Badger (and the embedded JetStream) before acking: survives power loss, costs throughput")
+	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "durability mode synced: fsync Badger (and the embedded JetStream) before acking, so an ack survives a power cut; costs throughput (default buffered: an ack survives a crash of the process, not a power cut)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "deprecated, use a token in -auth-file: an extra admin-scoped bearer token (at least 16 characters); without -auth-file it guards only the admin endpoints, which otherwise accept loopback clients")

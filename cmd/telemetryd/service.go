@@ -150,8 +150,15 @@ func (m *Main) logStarted() {
 	if m.cfg.PprofAddr != "" {
 		args = append(args, "pprof_addr", m.cfg.PprofAddr)
 	}
-	args = append(args, "data_dir", m.cfg.DataDir, "subject", topology.For(m.cfg.SubjectPrefix).All())
+	d := m.durability()
+	args = append(args, "data_dir", m.cfg.DataDir, "subject", topology.For(m.cfg.SubjectPrefix).All(),
+		"durability", d.Mode, "ack", d.Ack)
 	m.log.Info("telemetryd started", args...)
+}
+
+// durability is the mode -sync-writes and the NATS server choose.
+func (m *Main) durability() ingest.Durability {
+	return ingest.DurabilityOf(m.cfg.SyncWrites, m.cfg.NATSURL == "")
 }
 
 // connectNATS starts the embedded server unless -nats-url is set, then
@@ -181,6 +188,9 @@ func (m *Main) ingestConfig() ingest.Config {
 	icfg.MQTTCopies = m.MQTTAddr() != "" // stored as <prefix>.<device> (natsembed)
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
+	// With fsync before ack, a line protocol write's messages go as one
+	// atomic batch, fsynced once.
+	icfg.AtomicPublish = m.cfg.SyncWrites
 	return icfg
 }
 
@@ -257,6 +267,8 @@ func (m *Main) startHTTP() error {
 		Backups:           m.backups(),
 		BackupRoot:        m.cfg.BackupDir,
 		Ready:             m.ready,
+		Durability:        m.durability().Mode,
+		DurabilityAck:     m.durability().Ack,
 		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
+	"github.com/telemetryd/telemetryd/ingest"
 )
 
 // withLogs sends the service's log to buf at cfg's level.
@@ -216,4 +217,42 @@ func TestClientMistakesLoggedOnceAsWarnings(t *testing.T) {
 	}
 	assert.Equal(t, 1, refused)
 	assert.Equal(t, 1, mqtt5)
+}
+
+// TestDurabilityModeIsReported: /readyz and the start-up line say which
+// durability mode runs and what an ack promises, and the mode is the
+// one the embedded JetStream runs (fsync of every write or not).
+func TestDurabilityModeIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		sync bool
+		mode string
+		ack  string
+	}{
+		{false, ingest.DurabilityBuffered, "not a power cut"},
+		{true, ingest.DurabilitySynced, "survives a power cut"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			var buf bucketstest.SyncBuffer
+			cfg := newTestConfig(t)
+			cfg.LogLevel = "info"
+			cfg.SyncWrites = tc.sync
+			s := startService(t, cfg, withLogs(&buf))
+			var ready struct{ Status, Durability, Ack string }
+			code, body := s.get(t, "/readyz", &ready)
+			require.Equal(t, http.StatusOK, code, body)
+			assert.Equal(t, "ready", ready.Status)
+			assert.Equal(t, tc.mode, ready.Durability, body)
+			assert.Contains(t, ready.Ack, tc.ack)
+			assert.Equal(t, tc.sync, s.Main.nats.NATS().JetStreamConfig().SyncAlways, "the embedded JetStream's fsync of every write")
+
+			var started string
+			for _, l := range logLines(buf.String()) {
+				if l.msg == "telemetryd started" {
+					started = l.raw
+				}
+			}
+			assert.Contains(t, started, "durability="+tc.mode)
+			assert.Contains(t, started, tc.ack)
+		})
+	}
 }

@@ -452,3 +452,46 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 		return code == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+// TestSyncedWriteIsOneAtomicBatch: with -sync-writes the messages of
+// one line protocol write (one per device, here 40) go into the stream
+// as one atomic batch, so the embedded JetStream fsyncs them once;
+// without it each is published on its own. Either way every reading is
+// stored.
+func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync-writes=%v", sync), func(t *testing.T) {
+			cfg := newTestConfig(t)
+			cfg.SyncWrites = sync
+			s := startService(t, cfg)
+			at := testEpoch.Add(-time.Minute).UnixNano()
+			var lines, devices []string
+			for i := range 40 {
+				dev := fmt.Sprintf("ab%02d", i)
+				devices = append(devices, dev)
+				lines = append(lines, fmt.Sprintf("m,device=%s v=%d %d", dev, i, at), fmt.Sprintf("m,device=%s v=%d %d", dev, i, at+1000))
+			}
+			code, resp := s.post(t, "/api/v2/write", []byte(strings.Join(lines, "\n")), nil)
+			require.Equal(t, http.StatusNoContent, code, resp)
+			for _, dev := range devices {
+				waitStored(t, s, dev, 2)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := s.js.Stream(ctx, "TELEMETRY")
+			require.NoError(t, err)
+			batches := map[string]int{}
+			for _, dev := range devices {
+				m, err := st.GetLastMsgForSubject(ctx, "telemetry."+dev)
+				require.NoError(t, err)
+				batches[m.Header.Get("Nats-Batch-Id")]++
+			}
+			if sync {
+				require.Len(t, batches, 1, "one batch")
+				assert.NotContains(t, batches, "")
+			} else {
+				assert.Equal(t, map[string]int{"": len(devices)}, batches, "no batch")
+			}
+		})
+	}
+}

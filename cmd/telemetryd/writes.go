@@ -14,7 +14,9 @@ func (m *Main) withWrites(acfg *api.Config) error {
 		return fmt.Errorf("api writes: %w", err)
 	}
 	m.writesNC = nc
-	pub, err := ingest.NewPublisher(nc, m.ingestConfig())
+	icfg := m.ingestConfig()
+	icfg.Logger = m.log.With("component", "api")
+	pub, err := ingest.NewPublisher(nc, icfg)
 	if err != nil {
 		return fmt.Errorf("api writes: %w", err)
 	}
