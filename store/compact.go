@@ -482,8 +482,10 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	if err := commitChunk(t, entries, drop); err != nil {
 		return classify(fmt.Errorf("commit compaction: %w", err))
 	}
-	t.renote(dev, afterCompaction(dev, refs, take, entries), exact, sealed)
+	after := afterCompaction(dev, refs, take, entries)
+	t.renote(dev, after, exact, sealed)
 	s.metrics.compactions.Add(context.Background(), 1)
+	s.rollCompacted(t, dev, after, entries)
 	return nil
 }
 
