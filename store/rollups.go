@@ -309,16 +309,19 @@ func devicesOf(t *table) ([]buckets.DeviceID, error) {
 
 // DropExpiredRollups drops the rollup periods (a level's month) whose
 // whole month is older than the level's retention at now, and returns
-// them. With rollups off it does nothing.
-func (s *Store) DropExpiredRollups(ctx context.Context, now time.Time) ([]rollup.Period, error) {
+// how many it dropped. With rollups off it does nothing.
+func (s *Store) DropExpiredRollups(ctx context.Context, now time.Time) (int, error) {
 	if s.rollups == nil {
-		return nil, nil
+		return 0, nil
 	}
 	ps, err := s.rollups.set.DropExpired(ctx, now)
 	for _, p := range ps {
 		s.log.Info("rollup period dropped", "level", p.Level.Name(), "month", p.Month.Format("2006-01"), "bytes", p.SizeBytes)
 	}
-	return ps, err
+	if err != nil {
+		return len(ps), fmt.Errorf("drop expired rollups: %w", err)
+	}
+	return len(ps), nil
 }
 
 // RollupPeriods lists the rollup periods on disk (none with rollups

@@ -103,3 +103,46 @@ func TestRollupsAnswerAsTheRawDaysDidAfterTheyAreDropped(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want["1h over 30 days"], p)
 }
+
+// TestRollupsFollowALateReadingIntoAClosedWindow: a reading that
+// arrives after its hour was rolled up is merged by the next compaction,
+// which writes that hour's rollups again.
+func TestRollupsFollowALateReadingIntoAClosedWindow(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t, withRollups)
+	h := buckets.Ticks(time.Hour / 100)
+	k0 := today.Start() + 5*buckets.TicksPerSecond
+	for i := range 3 {
+		ts.write(t, rollupSeries("dev-1", k0+buckets.Ticks(i)*h, 10*time.Second, i*360, 360)...)
+		ts.compactAll(false)
+	}
+	hourly := func() buckets.Summary {
+		var got buckets.Summary
+		n := 0
+		require.NoError(t, ts.rollups.set.Scan(ctx, 1, "dev-1", today.Start(), today.Start()+h, func(b rollup.Bucket) error {
+			n++
+			for _, v := range b.Values {
+				if v.Name == "temp" {
+					got = v.Summary
+				}
+			}
+			return nil
+		}))
+		require.Equal(t, 1, n)
+		return got
+	}
+	before := hourly()
+	require.Equal(t, int64(360), before.Count)
+
+	ts.write(t, reading("dev-1", k0+7*buckets.TicksPerSecond, "temp", 1000.0)) // between two readings of hour 0
+	ts.compactAll(false)
+	after := hourly()
+	assert.Equal(t, int64(361), after.Count)
+	assert.Equal(t, 1000.0, after.Max)
+	assert.InDelta(t, before.Sum+1000, after.Sum, 1e-9)
+
+	p, err := ts.Aggregate(ctx, buckets.AggregateQuery{Device: "dev-1", From: today.Start(), To: today.Start() + h, Interval: h, Limit: 10, Fields: []string{"temp"}})
+	require.NoError(t, err)
+	require.Len(t, p.Buckets, 1)
+	assert.Equal(t, after, p.Buckets[0].Values[0].Summary)
+}

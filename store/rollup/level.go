@@ -61,9 +61,9 @@ func (l Level) Validate() error {
 	case l.Interval%time.Second != 0:
 		return fmt.Errorf("rollup interval %s: must be a whole number of seconds", l.Interval)
 	case Window%l.Interval != 0:
-		return fmt.Errorf("rollup interval %s: must divide one hour (1s, 30s, 1m, 5m, 15m, 1h, ...)", l.Interval)
+		return fmt.Errorf("rollup interval %s: must divide one hour (1s, 30s, 1m, 5m, 15m, 1h, ...)", FormatDuration(l.Interval))
 	case l.Retention < l.Interval:
-		return fmt.Errorf("rollup %s: retention %s is shorter than the interval", l, l.Retention)
+		return fmt.Errorf("rollup %s: retention %s is shorter than the interval", l, FormatDuration(l.Retention))
 	}
 	return nil
 }
