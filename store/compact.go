@@ -465,6 +465,9 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	}
 	if len(take) == 0 {
 		t.renote(dev, refs, exact, sealed)
+		if full {
+			s.rollCompacted(t, dev, refs, nil, true)
+		}
 		return nil
 	}
 	drop := make([][]byte, 0, len(take))
@@ -485,7 +488,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	after := afterCompaction(dev, refs, take, entries)
 	t.renote(dev, after, exact, sealed)
 	s.metrics.compactions.Add(context.Background(), 1)
-	s.rollCompacted(t, dev, after, entries)
+	s.rollCompacted(t, dev, after, entries, full)
 	return nil
 }
 

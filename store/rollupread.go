@@ -36,14 +36,14 @@ func (s *Store) aggregateRollups(ctx context.Context, q buckets.AggregateQuery, 
 		if err := r.day(d, max(from, d.Start()), min(to, d.End())); err != nil {
 			return buckets.AggregatePage{}, true, err
 		}
-		if r.done || agg.finalBefore(agg.bucketOf(d.End())) > q.Limit {
+		if r.done || agg.finalBefore(agg.bucketOf(d.End()))+len(r.direct) > q.Limit {
 			break
 		}
 	}
 	if err := r.flush(); err != nil {
 		return buckets.AggregatePage{}, true, err
 	}
-	return agg.page(), true, nil
+	return r.page(), true, nil
 }
 
 // dataSpan narrows [from, to) to the days of the day tables and the
@@ -84,6 +84,51 @@ type rollRead struct {
 	pendLo buckets.Ticks // -1: nothing pending
 	pendHi buckets.Ticks
 	done   bool
+	// direct holds, when the query's interval is the level's, the
+	// buckets the rollups answer, oldest first: each is one answer
+	// bucket as it is, so it skips the aggregator.
+	direct []buckets.AggregateBucket
+}
+
+// add keeps b as an answer bucket, with the names the query asks for.
+func (r *rollRead) add(b rollup.Bucket) {
+	vals := b.Values
+	if r.agg.fields != nil {
+		vals = make([]buckets.NamedSummary, 0, len(b.Values))
+		for _, v := range b.Values {
+			if r.agg.fields[v.Name] {
+				vals = append(vals, v)
+			}
+		}
+	}
+	if len(vals) > 0 {
+		r.direct = append(r.direct, buckets.AggregateBucket{Start: b.Start, Values: vals})
+	}
+}
+
+// page is the answer: the aggregator's buckets and the direct ones
+// (never the same bucket), oldest first, at most Limit of them.
+func (r *rollRead) page() buckets.AggregatePage {
+	p := r.agg.page()
+	if len(r.direct) == 0 {
+		return p
+	}
+	all := make([]buckets.AggregateBucket, 0, min(len(p.Buckets)+len(r.direct), r.q.Limit+1))
+	i, j := 0, 0
+	for len(all) <= r.q.Limit && (i < len(p.Buckets) || j < len(r.direct)) {
+		if j >= len(r.direct) || i < len(p.Buckets) && p.Buckets[i].Start < r.direct[j].Start {
+			all = append(all, p.Buckets[i])
+			i++
+		} else {
+			all = append(all, r.direct[j])
+			j++
+		}
+	}
+	more := p.More || r.done
+	if len(all) > r.q.Limit {
+		all, more = all[:r.q.Limit], true
+	}
+	return buckets.AggregatePage{Buckets: all, More: more}
 }
 
 // day reads [lo, hi) of day d.
@@ -151,11 +196,15 @@ func (r *rollRead) flush() error {
 	var fromTable []buckets.Ticks // buckets the day table answers
 	var group []rollup.Bucket     // of one answer bucket and day
 	err := r.s.rollups.set.Scan(r.ctx, r.level, r.q.Device, lo, hi, func(b rollup.Bucket) error {
-		if len(r.agg.buckets) > r.q.Limit && r.agg.finalBefore(b.Start) > r.q.Limit {
+		if len(r.agg.buckets)+len(r.direct) > r.q.Limit && r.agg.finalBefore(b.Start)+len(r.direct) > r.q.Limit {
 			return errRollupsDone
 		}
 		if r.q.PerMillisecond && !b.DistinctMs && r.s.hasTable(buckets.DayOf(b.Start)) {
 			fromTable = append(fromTable, b.Start)
+			return nil
+		}
+		if r.q.Interval == r.iv {
+			r.add(b)
 			return nil
 		}
 		if len(group) > 0 && (r.agg.bucketOf(b.Start) != r.agg.bucketOf(group[0].Start) || buckets.DayOf(b.Start) != buckets.DayOf(group[0].Start)) {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -34,7 +36,9 @@ const rollupsDirName = "rollups"
 
 // rollup memory: each period database open has one memtable of this
 // size at a time (two while it flushes) and a block cache of 1 MiB.
-const rollupMemTableSize = 1 << 20
+// A window of one device and level is one transaction, at most 15% of
+// it (600 KiB: a 1m level of a device with about 160 numeric values).
+const rollupMemTableSize = 4 << 20
 
 // rollState is the store's side of its rollups.
 type rollState struct {
@@ -75,7 +79,10 @@ func (s *Store) openRollups() error {
 	set, err := rollup.Open(filepath.Join(s.dir, rollupsDirName), rollup.Options{
 		Levels: s.opts.Rollups,
 		Badger: func(dir string) badger.Options {
-			o := badgerOptions(dir, classCold, s.opts.SyncWrites, false, s.log).WithMemTableSize(rollupMemTableSize)
+			// Uncompressed: a long read then needs no block cache to
+			// stay fast (summaries are floats, which compress little).
+			o := badgerOptions(dir, classCold, s.opts.SyncWrites, false, s.log).WithMemTableSize(rollupMemTableSize).
+				WithCompression(options.None).WithBlockCacheSize(0)
 			return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
 		},
 		Logger: s.log,
@@ -145,10 +152,14 @@ func (s *Store) cacheMark(dev buckets.DeviceID, day buckets.Day, m buckets.Ticks
 // rollCompacted puts the windows of dev that a compaction of t left
 // without an open block and that the rollups do not hold yet, or that
 // it merged again: after are the device's blocks after it (every open
-// one among them), entries the blocks it wrote. writeMu is held. A
-// failure is logged: the mark stays where it was, so the next
-// compaction of the device puts those windows again.
-func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, entries []entry) {
+// one among them), entries the blocks it wrote. A full compaction of a
+// day that is over (the table went quiet, or closes) puts the rest of
+// the day: its last window's block stays open, but no reading is
+// expected there any more (a late one makes the next compaction put
+// its window again). writeMu is held. A failure is logged: the mark
+// stays where it was, so the next compaction of the device puts those
+// windows again.
+func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, entries []entry, full bool) {
 	if s.rollups == nil || len(after) == 0 {
 		return
 	}
@@ -162,6 +173,9 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, 
 	}
 	if mark < 0 { // every block sealed; the newest window may go on
 		mark = windowStart(newest)
+	}
+	if full && !s.now().Before(t.day.End().Time()) {
+		mark = t.day.End()
 	}
 	mark = min(max(mark, t.day.Start()), t.day.End())
 	old, err := s.rollMark(dev, t.day)
@@ -198,17 +212,27 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, 
 }
 
 // putRollups computes dev's buckets of every level in [lo, hi) (whole
-// windows of t's day) from t and puts them, raising the marks to mark.
+// windows of t's day) from t and puts them, window by window (so that
+// a transaction stays small), raising the marks as it goes and to mark
+// at the end.
 func (s *Store) putRollups(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi, mark buckets.Ticks) error {
 	for i, l := range s.rollups.set.Levels() {
 		bs, err := rollupBuckets(ctx, t, dev, buckets.Ticks(l.Interval/100), lo, hi)
 		if err != nil {
 			return err
 		}
-		if err := s.rollups.set.Put(ctx, i, dev, lo, hi, bs, mark); err != nil {
-			return err
+		for w := lo; w < hi; w += sealWindow {
+			n, _ := slices.BinarySearchFunc(bs, w+sealWindow, func(b rollup.Bucket, k buckets.Ticks) int { return cmp.Compare(b.Start, k) })
+			m := mark
+			if w+sealWindow < hi {
+				m = min(mark, w+sealWindow)
+			}
+			if err := s.rollups.set.Put(ctx, i, dev, w, w+sealWindow, bs[:n], m); err != nil {
+				return err
+			}
+			s.rollups.written.Add(ctx, int64(n))
+			bs = bs[n:]
 		}
-		s.rollups.written.Add(ctx, int64(len(bs)))
 	}
 	return nil
 }

@@ -189,3 +189,19 @@ func (l Level) span() buckets.Ticks {
 	}
 	return 24 * windowTicks
 }
+
+// months is the length of the level's periods (one database each) in
+// months: one below an hour, twelve (a UTC year) from an hour, so a
+// year of hourly buckets lies in one or two databases.
+func (l Level) months() int {
+	if l.Interval < time.Hour {
+		return 1
+	}
+	return 12
+}
+
+// periodOf is the first month of the level's period holding k.
+func (l Level) periodOf(k buckets.Ticks) int {
+	m := monthOf(k)
+	return m - m%l.months()
+}

@@ -77,8 +77,9 @@ func appendRecord(dst []byte, spanStart, interval buckets.Ticks, bs []Bucket) []
 }
 
 // decodeRecord decodes a record of the span at spanStart, calling fn
-// for each bucket, oldest first. A bucket's Values are its own.
-func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, fn func(Bucket) error) error {
+// for each bucket, oldest first. A bucket's Values are its own (the
+// record's buckets share one array); names are interned in names.
+func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, names map[string]string, fn func(Bucket) error) error {
 	if len(v) < 5 || v[0] != recordVersion {
 		return fmt.Errorf("%w: bad version or length", ErrCorrupt)
 	}
@@ -92,7 +93,8 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, fn func(Buc
 		return fmt.Errorf("%w: %d buckets", ErrCorrupt, n)
 	}
 	prev := int64(-1)
-	for range n {
+	var slab []buckets.NamedSummary
+	for j := range n {
 		i := r.uvarint()
 		if r.err != nil || i >= uint64(span/interval) || int64(i) <= prev {
 			return fmt.Errorf("%w: bad bucket offset", ErrCorrupt)
@@ -100,13 +102,22 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, fn func(Buc
 		prev = int64(i)
 		b := Bucket{Start: spanStart + buckets.Ticks(i)*interval}
 		b.DistinctMs = r.byte()&flagDistinctMs != 0
-		names := r.uvarint()
-		if r.err != nil || names == 0 || names > 1<<16 {
+		nn := r.uvarint()
+		if r.err != nil || nn == 0 || nn > 1<<16 {
 			return fmt.Errorf("%w: bad name count", ErrCorrupt)
 		}
-		b.Values = make([]buckets.NamedSummary, 0, names)
-		for range names {
-			name := string(r.bytes(r.uvarint()))
+		if uint64(cap(slab)-len(slab)) < nn {
+			slab = make([]buckets.NamedSummary, 0, nn*(n-j)) // room for as wide buckets to come
+		}
+		b.Values = slab[len(slab) : len(slab) : len(slab)+int(nn)]
+		slab = slab[:len(slab)+int(nn)]
+		for range nn {
+			nb := r.bytes(r.uvarint())
+			name, ok := names[string(nb)]
+			if !ok {
+				name = string(nb)
+				names[name] = name
+			}
 			s := buckets.Summary{Count: int64(r.uvarint())}
 			s.Sum, s.Min, s.Max, s.First, s.Last = r.float(), r.float(), r.float(), r.float(), r.float()
 			ft, lt := r.uvarint(), r.uvarint()

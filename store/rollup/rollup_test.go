@@ -73,15 +73,15 @@ func TestRecordRoundTripAndCorruption(t *testing.T) {
 	}
 	v := appendRecord(nil, ss, iv, bs)
 	var got []Bucket
-	require.NoError(t, decodeRecord(v, ss, iv, l.span(), func(b Bucket) error { got = append(got, b); return nil }))
+	require.NoError(t, decodeRecord(v, ss, iv, l.span(), map[string]string{}, func(b Bucket) error { got = append(got, b); return nil }))
 	assert.Equal(t, bs, got)
 	for i := range v {
 		bad := append([]byte(nil), v...)
 		bad[i] ^= 0x10
-		err := decodeRecord(bad, ss, iv, l.span(), func(Bucket) error { return nil })
+		err := decodeRecord(bad, ss, iv, l.span(), map[string]string{}, func(Bucket) error { return nil })
 		assert.ErrorIs(t, err, ErrCorrupt, "byte %d flipped", i)
 	}
-	assert.ErrorIs(t, decodeRecord(v[:len(v)-1], ss, iv, l.span(), func(Bucket) error { return nil }), ErrCorrupt)
+	assert.ErrorIs(t, decodeRecord(v[:len(v)-1], ss, iv, l.span(), map[string]string{}, func(Bucket) error { return nil }), ErrCorrupt)
 }
 
 func newTestSet(t *testing.T, dir string, ls ...Level) *Set {
@@ -146,7 +146,7 @@ func TestDropExpiredDropsAMonthOnlyOnceItIsWhollyPastRetention(t *testing.T) {
 	require.Len(t, dropped, 1)
 	assert.Equal(t, "1m", dropped[0].Level.Name())
 	assert.NoDirExists(t, filepath.Join(dir, "1m", "2026-10"))
-	assert.DirExists(t, filepath.Join(dir, "1h", "2026-10"))
+	assert.DirExists(t, filepath.Join(dir, "1h", "2026-01"), "a year for an hourly level")
 	n := 0
 	require.NoError(t, s.Scan(ctx, 0, "d", oct, oct+windowTicks, func(Bucket) error { n++; return nil }))
 	assert.Zero(t, n)
@@ -159,6 +159,7 @@ func TestDropExpiredDropsAMonthOnlyOnceItIsWhollyPastRetention(t *testing.T) {
 	s = newTestSet(t, dir, Level{Interval: time.Minute, Retention: 90 * Day}, Level{Interval: time.Hour, Retention: 3 * Year})
 	ps := s.Periods()
 	require.Len(t, ps, 1)
-	assert.True(t, strings.HasPrefix(ps[0].Month.Format(time.RFC3339), "2026-10-01"))
+	assert.True(t, strings.HasPrefix(ps[0].Month.Format(time.RFC3339), "2026-01-01"))
+	assert.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).Add(3*Year), ps[0].Expires)
 	assert.NoDirExists(t, filepath.Join(dir, "1h", dropPrefix+"2026-09"))
 }

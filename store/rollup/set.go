@@ -36,7 +36,9 @@ type Options struct {
 const DefaultMaxOpen = 16
 
 // Set is the rollups of a data directory: per level, one Badger
-// database per UTC month (<dir>/<level>/YYYY-MM), opened on first use.
+// database per period (<dir>/<level>/YYYY-MM, named by its first
+// month): a UTC month for levels under an hour, a UTC year for the
+// others (Level.months), opened on first use.
 // It is safe for concurrent use.
 type Set struct {
 	dir    string
@@ -52,8 +54,8 @@ type Set struct {
 	closed  bool
 }
 
-// periodKey names a period database: a level (index) and a month
-// (year*12 + month-1).
+// periodKey names a period database: a level (index) and its first
+// month (year*12 + month-1).
 type periodKey struct {
 	level int
 	month int
@@ -242,7 +244,7 @@ func (s *Set) Put(ctx context.Context, level int, dev buckets.DeviceID, lo, hi b
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	p, done, err := s.use(periodKey{level: level, month: monthOf(lo)}, true)
+	p, done, err := s.use(periodKey{level: level, month: l.periodOf(lo)}, true)
 	if err != nil {
 		return err
 	}
@@ -259,7 +261,7 @@ func (s *Set) Put(ctx context.Context, level int, dev buckets.DeviceID, lo, hi b
 				return err
 			default:
 				err = item.Value(func(v []byte) error {
-					return decodeRecord(v, ss, iv, span, func(b Bucket) error {
+					return decodeRecord(v, ss, iv, span, make(map[string]string), func(b Bucket) error {
 						if b.Start < lo || b.Start >= hi {
 							keep = append(keep, b)
 						}
@@ -326,7 +328,7 @@ func getMark(txn *badger.Txn, key []byte) (buckets.Ticks, error) {
 // Mark returns dev's mark of level for day: every window of the day
 // before it was put as the day table held it (-1 when nothing was put).
 func (s *Set) Mark(level int, dev buckets.DeviceID, day buckets.Day) (buckets.Ticks, error) {
-	p, done, err := s.use(periodKey{level: level, month: monthOf(day.Start())}, false)
+	p, done, err := s.use(periodKey{level: level, month: s.levels[level].periodOf(day.Start())}, false)
 	if err != nil || p == nil {
 		return -1, err
 	}
@@ -347,11 +349,11 @@ func (s *Set) Scan(ctx context.Context, level int, dev buckets.DeviceID, lo, hi 
 	}
 	l := s.levels[level]
 	iv, span := l.ticks(), l.span()
-	for m := monthOf(lo); m <= monthOf(hi-1); m++ {
+	for m := l.periodOf(lo); m <= l.periodOf(hi-1); m += l.months() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := s.scanPeriod(periodKey{level: level, month: m}, dev, iv, span, max(lo, monthStart(m)), min(hi, monthStart(m+1)), fn)
+		err := s.scanPeriod(periodKey{level: level, month: m}, dev, iv, span, max(lo, monthStart(m)), min(hi, monthStart(m+l.months())), fn)
 		if err != nil {
 			return fmt.Errorf("rollup %s of %s: %w", l.Name(), dev, err)
 		}
@@ -366,6 +368,7 @@ func (s *Set) scanPeriod(k periodKey, dev buckets.DeviceID, iv, span, lo, hi buc
 		return err
 	}
 	defer done()
+	names := make(map[string]string)
 	return p.db.Load().View(func(txn *badger.Txn) error {
 		prefix := append([]byte(dev), '/')
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
@@ -380,7 +383,7 @@ func (s *Set) scanPeriod(k periodKey, dev buckets.DeviceID, iv, span, lo, hi buc
 				return nil
 			}
 			err := it.Item().Value(func(v []byte) error {
-				return decodeRecord(v, ss, iv, span, func(b Bucket) error {
+				return decodeRecord(v, ss, iv, span, names, func(b Bucket) error {
 					if b.Start < lo || b.Start >= hi {
 						return nil
 					}
@@ -400,7 +403,7 @@ type Period struct {
 	Level     Level
 	Month     time.Time // its first instant
 	SizeBytes int64
-	// Expires is when the whole month is older than the level's
+	// Expires is when the whole period is older than the level's
 	// retention.
 	Expires time.Time
 }
@@ -423,12 +426,12 @@ func (s *Set) Periods() []Period {
 	for _, p := range keys {
 		l := s.levels[p.key.level]
 		out = append(out, Period{Level: l, Month: monthStart(p.key.month).Time(), SizeBytes: dirSize(p.dir),
-			Expires: monthStart(p.key.month + 1).Time().Add(l.Retention)})
+			Expires: monthStart(p.key.month + l.months()).Time().Add(l.Retention)})
 	}
 	return out
 }
 
-// DropExpired drops every period whose whole month is older than now
+// DropExpired drops every period that is wholly older than now
 // minus its level's retention, and returns what it dropped.
 func (s *Set) DropExpired(ctx context.Context, now time.Time) ([]Period, error) {
 	var dropped []Period
@@ -515,23 +518,19 @@ func dirSize(dir string) int64 {
 }
 
 // Span is the time the period databases cover, from the start of the
-// oldest month to the end of the newest; ok is false when there are
-// none.
+// oldest to the end of the newest; ok is false when there are none.
 func (s *Set) Span() (lo, hi buckets.Ticks, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	first, last := 0, 0
 	for k := range s.periods {
-		if !ok || k.month < first {
-			first = k.month
+		plo, phi := monthStart(k.month), monthStart(k.month+s.levels[k.level].months())
+		if !ok || plo < lo {
+			lo = plo
 		}
-		if !ok || k.month > last {
-			last = k.month
+		if !ok || phi > hi {
+			hi = phi
 		}
 		ok = true
 	}
-	if !ok {
-		return 0, 0, false
-	}
-	return monthStart(first), monthStart(last + 1), true
+	return lo, hi, ok
 }
