@@ -46,7 +46,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		}
 		from = max(from, *q.After+q.Interval)
 	}
-	if s.rollups != nil {
+	if s.rollupsOn() {
 		if p, ok, err := s.aggregateRollups(ctx, q, from, to); ok || err != nil {
 			return p, err
 		}

@@ -42,7 +42,7 @@ const rollupMemTableSize = 4 << 20
 
 // rollState is the store's side of its rollups.
 type rollState struct {
-	set *rollup.Set
+	set *rollup.Set // nil: rollups are off
 	// marks caches, per day and device, the lowest mark of the levels
 	// (-1: none), for the hot days.
 	mu    sync.Mutex
@@ -71,8 +71,14 @@ func (r *rollState) newMetrics(mp metric.MeterProvider) error {
 	return nil
 }
 
-// openRollups opens the rollups when Options.Rollups asks for them.
+// openRollups makes the rollup counters and opens the rollups when
+// Options.Rollups asks for them.
 func (s *Store) openRollups() error {
+	r := &rollState{marks: make(map[buckets.Day]map[buckets.DeviceID]buckets.Ticks)}
+	if err := r.newMetrics(s.opts.MeterProvider); err != nil {
+		return err
+	}
+	s.rollups = r
 	if len(s.opts.Rollups) == 0 || s.opts.ReadOnly {
 		return nil
 	}
@@ -90,17 +96,16 @@ func (s *Store) openRollups() error {
 	if err != nil {
 		return fmt.Errorf("open rollups: %w", err)
 	}
-	r := &rollState{set: set, marks: make(map[buckets.Day]map[buckets.DeviceID]buckets.Ticks)}
-	if err := r.newMetrics(s.opts.MeterProvider); err != nil {
-		return errors.Join(err, set.Close())
-	}
-	s.rollups = r
+	r.set = set
 	return nil
 }
 
+// rollupsOn reports whether the store keeps rollups.
+func (s *Store) rollupsOn() bool { return s.rollups != nil && s.rollups.set != nil }
+
 // closeRollups closes the rollups, if open.
 func (s *Store) closeRollups() error {
-	if s.rollups == nil {
+	if !s.rollupsOn() {
 		return nil
 	}
 	return s.rollups.set.Close()
@@ -160,7 +165,7 @@ func (s *Store) cacheMark(dev buckets.DeviceID, day buckets.Day, m buckets.Ticks
 // stays where it was, so the next compaction of the device puts those
 // windows again.
 func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, entries []entry, full bool) {
-	if s.rollups == nil || len(after) == 0 {
+	if !s.rollupsOn() || len(after) == 0 {
 		return
 	}
 	mark := buckets.Ticks(-1)
@@ -214,24 +219,32 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, 
 // putRollups computes dev's buckets of every level in [lo, hi) (whole
 // windows of t's day) from t and puts them, window by window (so that
 // a transaction stays small), raising the marks as it goes and to mark
-// at the end.
+// at the end. A window without readings is left alone: compactions
+// never take every reading out of a window that had some.
 func (s *Store) putRollups(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi, mark buckets.Ticks) error {
 	for i, l := range s.rollups.set.Levels() {
 		bs, err := rollupBuckets(ctx, t, dev, buckets.Ticks(l.Interval/100), lo, hi)
 		if err != nil {
 			return err
 		}
-		for w := lo; w < hi; w += sealWindow {
+		put := buckets.Ticks(-1) // the mark the last put left
+		for len(bs) > 0 {
+			w := windowStart(bs[0].Start)
 			n, _ := slices.BinarySearchFunc(bs, w+sealWindow, func(b rollup.Bucket, k buckets.Ticks) int { return cmp.Compare(b.Start, k) })
-			m := mark
+			put = mark
 			if w+sealWindow < hi {
-				m = min(mark, w+sealWindow)
+				put = min(mark, w+sealWindow)
 			}
-			if err := s.rollups.set.Put(ctx, i, dev, w, w+sealWindow, bs[:n], m); err != nil {
+			if err := s.rollups.set.Put(ctx, i, dev, w, w+sealWindow, bs[:n], put); err != nil {
 				return err
 			}
 			s.rollups.written.Add(ctx, int64(n))
 			bs = bs[n:]
+		}
+		if put < mark {
+			if err := s.rollups.set.RaiseMark(ctx, i, dev, t.day, mark); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -278,7 +291,7 @@ func (a *aggregator) distinctMs(lo, hi buckets.Ticks) bool {
 // windows past its mark, so that the rollups hold every reading of the
 // day before it goes.
 func (s *Store) rollBeforeDrop(ctx context.Context, day buckets.Day) error {
-	if s.rollups == nil {
+	if !s.rollupsOn() {
 		return nil
 	}
 	t, err := s.acquire(ctx, day, forRead)
@@ -335,7 +348,7 @@ func devicesOf(t *table) ([]buckets.DeviceID, error) {
 // whole month is older than the level's retention at now, and returns
 // how many it dropped. With rollups off it does nothing.
 func (s *Store) DropExpiredRollups(ctx context.Context, now time.Time) (int, error) {
-	if s.rollups == nil {
+	if !s.rollupsOn() {
 		return 0, nil
 	}
 	ps, err := s.rollups.set.DropExpired(ctx, now)
@@ -351,7 +364,7 @@ func (s *Store) DropExpiredRollups(ctx context.Context, now time.Time) (int, err
 // RollupPeriods lists the rollup periods on disk (none with rollups
 // off).
 func (s *Store) RollupPeriods() []rollup.Period {
-	if s.rollups == nil {
+	if !s.rollupsOn() {
 		return nil
 	}
 	return s.rollups.set.Periods()

@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"io"
+	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/retention"
+	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
 // openYearStore opens a store holding a year of one device at one
@@ -76,4 +80,46 @@ func BenchmarkYearHourlyChart(b *testing.B) {
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)*99/100])/1e6, "p99-ms")
 	b.ReportMetric(float64(took[len(took)/2])/1e6, "p50-ms")
+}
+
+// BenchmarkRollupDisk measures the disk a year of one device's rollups
+// takes (four numeric values, one reading a minute): per level, the
+// bytes of its databases' tables (SSTables) after a close, per bucket
+// and per bucket and value. The 1m level keeps 90 days, so its figure
+// is over what retention left.
+//
+//	go test ./store -run '^$' -bench BenchmarkRollupDisk -benchtime 1x
+func BenchmarkRollupDisk(b *testing.B) {
+	s, from, to := openYearStore(b)
+	ctx := context.Background()
+	counts := make([]int, len(s.rollups.set.Levels()))
+	for i := range counts {
+		require.NoError(b, s.rollups.set.Scan(ctx, i, "dev-1", from, to, func(rollup.Bucket) error { counts[i]++; return nil }))
+	}
+	dir := s.dir
+	require.NoError(b, s.Close())
+	for b.Loop() {
+	}
+	for i, l := range withRollupLevels() {
+		var size int64
+		require.NoError(b, filepath.WalkDir(filepath.Join(dir, rollupsDirName, l.Name()), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(p, ".sst") {
+				info, err := d.Info()
+				if err == nil {
+					size += info.Size()
+				}
+			}
+			return err
+		}))
+		b.ReportMetric(float64(counts[i]), l.Name()+"-buckets")
+		b.ReportMetric(float64(size)/float64(counts[i]), l.Name()+"-bytes/bucket")
+		b.ReportMetric(float64(size)/float64(counts[i])/4, l.Name()+"-bytes/bucket/value")
+	}
+}
+
+// withRollupLevels is the levels withRollups sets.
+func withRollupLevels() []rollup.Level {
+	var o Options
+	withRollups(&o)
+	return o.Rollups
 }

@@ -81,7 +81,7 @@ type Store struct {
 	lock      *dirLock
 	index     *deviceIndex
 	replay    replayState // stream positions and tombstones (checkpoint.go, tombstone.go)
-	rollups   *rollState  // nil: rollups are off (rollups.go)
+	rollups   *rollState  // rollups (rollups.go); its set is nil when they are off
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 

@@ -296,6 +296,25 @@ func (s *Set) Put(ctx context.Context, level int, dev buckets.DeviceID, lo, hi b
 	return nil
 }
 
+// RaiseMark raises dev's mark of level for day to at least mark.
+func (s *Set) RaiseMark(ctx context.Context, level int, dev buckets.DeviceID, day buckets.Day, mark buckets.Ticks) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	p, done, err := s.use(periodKey{level: level, month: s.levels[level].periodOf(day.Start())}, true)
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = p.db.Load().Update(func(txn *badger.Txn) error { return raiseMark(txn, markKey(dev, day), mark) })
+	if err != nil {
+		return fmt.Errorf("rollup %s mark of %s: %w", s.levels[level].Name(), dev, err)
+	}
+	return nil
+}
+
 // raiseMark sets the mark at key to mark unless it is higher already.
 func raiseMark(txn *badger.Txn, key []byte, mark buckets.Ticks) error {
 	old, err := getMark(txn, key)
