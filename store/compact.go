@@ -466,7 +466,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	if len(take) == 0 {
 		t.renote(dev, refs, exact, sealed)
 		if full {
-			s.rollCompacted(t, dev, refs, nil, true)
+			s.rollCompacted(t, dev, compacted{after: refs, full: true})
 		}
 		return nil
 	}
@@ -488,7 +488,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	after := afterCompaction(dev, refs, take, entries)
 	t.renote(dev, after, exact, sealed)
 	s.metrics.compactions.Add(context.Background(), 1)
-	s.rollCompacted(t, dev, after, entries, full)
+	s.rollCompacted(t, dev, compacted{after: after, full: full, refs: refs, take: take, entries: entries, merged: merged, sealed: sealed})
 	return nil
 }
 

@@ -154,19 +154,36 @@ func (s *Store) cacheMark(dev buckets.DeviceID, day buckets.Day, m buckets.Ticks
 	dm[dev] = m
 }
 
+// compacted is what a compaction of a device did, for its rollups:
+// after are the device's blocks after it (every open one among them);
+// refs, take, entries, merged and sealed are as compactDevice has them
+// (entries nil when it merged nothing); full says it was a full one.
+type compacted struct {
+	after   []keyedRef
+	full    bool
+	refs    []keyedRef
+	take    []keyedRef
+	entries []entry
+	merged  []buckets.Reading
+	sealed  buckets.Ticks
+}
+
 // rollCompacted puts the windows of dev that a compaction of t left
 // without an open block and that the rollups do not hold yet, or that
-// it merged again: after are the device's blocks after it (every open
-// one among them), entries the blocks it wrote. A full compaction of a
-// day that is over (the table went quiet, or closes) puts the rest of
-// the day: its last window's block stays open, but no reading is
-// expected there any more (a late one makes the next compaction put
-// its window again). writeMu is held. A failure is logged: the mark
-// stays where it was, so the next compaction of the device puts those
-// windows again.
-func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, entries []entry, full bool) {
-	if !s.rollupsOn() || len(after) == 0 {
+// it merged again. A full compaction of a day that is over (the table
+// went quiet, or closes) puts the rest of the day: its last window's
+// block stays open, but no reading is expected there any more (a late
+// one makes the next compaction put its window again). writeMu is
+// held. A failure is logged: the mark stays where it was, so the next
+// compaction of the device puts those windows again.
+func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, c compacted) {
+	if !s.rollupsOn() || len(c.after) == 0 {
 		return
+	}
+	after, entries, full := c.after, c.entries, c.full
+	var hand *inHand
+	if len(entries) > 0 {
+		hand = newInHand(dev, c.refs, c.take, entries, c.merged, c.sealed)
 	}
 	mark := buckets.Ticks(-1)
 	newest := buckets.Ticks(-1)
@@ -200,14 +217,14 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, 
 	again = slices.Compact(again)
 	ctx := context.Background()
 	for _, w := range again {
-		if err := s.putRollups(ctx, t, dev, w, w+sealWindow, old); err != nil {
+		if err := s.putRollups(ctx, t, dev, w, w+sealWindow, old, hand); err != nil {
 			s.rollups.failed.Add(ctx, 1)
 			s.log.Error("write rollups", "device", string(dev), "window", w.FormatTime(), "err", err)
 			return
 		}
 	}
 	if mark > old {
-		if err := s.putRollups(ctx, t, dev, old, mark, mark); err != nil {
+		if err := s.putRollups(ctx, t, dev, old, mark, mark, hand); err != nil {
 			s.rollups.failed.Add(ctx, 1)
 			s.log.Error("write rollups", "device", string(dev), "from", old.FormatTime(), "to", mark.FormatTime(), "err", err)
 			return
@@ -217,13 +234,14 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, after []keyedRef, 
 }
 
 // putRollups computes dev's buckets of every level in [lo, hi) (whole
-// windows of t's day) from t and puts them, window by window (so that
-// a transaction stays small), raising the marks as it goes and to mark
-// at the end. A window without readings is left alone: compactions
+// windows of t's day) and puts them, window by window (so that a
+// transaction stays small), raising the marks as it goes and to mark
+// at the end. The windows that hand covers are computed from it, the
+// others from t. A window without readings is left alone: compactions
 // never take every reading out of a window that had some.
-func (s *Store) putRollups(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi, mark buckets.Ticks) error {
+func (s *Store) putRollups(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi, mark buckets.Ticks, hand *inHand) error {
 	for i, l := range s.rollups.set.Levels() {
-		bs, err := rollupBuckets(ctx, t, dev, buckets.Ticks(l.Interval/100), lo, hi)
+		bs, err := levelBuckets(ctx, t, dev, buckets.Ticks(l.Interval/100), lo, hi, hand)
 		if err != nil {
 			return err
 		}
@@ -250,6 +268,34 @@ func (s *Store) putRollups(ctx context.Context, t *table, dev buckets.DeviceID, 
 	return nil
 }
 
+// levelBuckets is dev's buckets of interval in [lo, hi), from hand for
+// the windows it covers and from t for runs of the others.
+func levelBuckets(ctx context.Context, t *table, dev buckets.DeviceID, interval, lo, hi buckets.Ticks, hand *inHand) ([]rollup.Bucket, error) {
+	var out []rollup.Bucket
+	from := lo // start of the run of windows read from t
+	for w := lo; w <= hi; w += sealWindow {
+		if w < hi && !hand.covers(w, w+sealWindow) {
+			continue
+		}
+		if from < w {
+			bs, err := rollupBuckets(ctx, t, dev, interval, from, w)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, bs...)
+		}
+		from = w + sealWindow
+		if w < hi {
+			bs, err := hand.buckets(interval, w, w+sealWindow)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, bs...)
+		}
+	}
+	return out, nil
+}
+
 // rollupBuckets is dev's buckets of interval in [lo, hi) of t, as an
 // aggregate query of that interval answers them.
 func rollupBuckets(ctx context.Context, t *table, dev buckets.DeviceID, interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
@@ -257,12 +303,17 @@ func rollupBuckets(ctx context.Context, t *table, dev buckets.DeviceID, interval
 	if _, err := a.table(ctx, t, lo, hi); err != nil {
 		return nil, fmt.Errorf("rollup of %s in %s: %w", dev, t.day, err)
 	}
+	return a.rollupPage(interval), nil
+}
+
+// rollupPage is the buckets a holds as rollup buckets.
+func (a *aggregator) rollupPage(interval buckets.Ticks) []rollup.Bucket {
 	page := a.page()
 	out := make([]rollup.Bucket, 0, len(page.Buckets))
 	for _, b := range page.Buckets {
 		out = append(out, rollup.Bucket{Start: b.Start, Values: b.Values, DistinctMs: a.distinctMs(b.Start, b.Start+interval)})
 	}
-	return out, nil
+	return out
 }
 
 // distinctMs reports whether no two readings of the blocks that the
@@ -324,7 +375,7 @@ func (s *Store) rollDevice(ctx context.Context, t *table, dev buckets.DeviceID) 
 		return err
 	}
 	return s.guard(t, func() error {
-		return s.putRollups(ctx, t, dev, max(old, t.day.Start()), t.day.End(), t.day.End())
+		return s.putRollups(ctx, t, dev, max(old, t.day.Start()), t.day.End(), t.day.End(), nil)
 	})
 }
 
