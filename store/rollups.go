@@ -180,26 +180,12 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, c compacted) {
 	if !s.rollupsOn() || len(c.after) == 0 {
 		return
 	}
-	after, entries, full := c.after, c.entries, c.full
+	entries := c.entries
 	var hand *inHand
 	if len(entries) > 0 {
 		hand = newInHand(dev, c.refs, c.take, entries, c.merged, c.sealed)
 	}
-	mark := buckets.Ticks(-1)
-	newest := buckets.Ticks(-1)
-	for _, r := range after {
-		newest = max(newest, r.newest)
-		if !r.sealed && (mark < 0 || windowStart(r.oldest) < mark) {
-			mark = windowStart(r.oldest)
-		}
-	}
-	if mark < 0 { // every block sealed; the newest window may go on
-		mark = windowStart(newest)
-	}
-	if full && !s.now().Before(t.day.End().Time()) {
-		mark = t.day.End()
-	}
-	mark = min(max(mark, t.day.Start()), t.day.End())
+	mark := s.newMark(t, c.after, c.full)
 	old, err := s.rollMark(dev, t.day)
 	if err != nil {
 		s.rollups.failed.Add(context.Background(), 1)
@@ -231,6 +217,28 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, c compacted) {
 		}
 		s.cacheMark(dev, t.day, mark)
 	}
+}
+
+// newMark is the mark of a device of t whose blocks are after (every
+// open one among them), after a compaction (full or not): the start of
+// the oldest window with an open block, else of its newest window,
+// else, after a full compaction of a day that is over, the day's end.
+func (s *Store) newMark(t *table, after []keyedRef, full bool) buckets.Ticks {
+	if full && !s.now().Before(t.day.End().Time()) {
+		return t.day.End()
+	}
+	mark := buckets.Ticks(-1)
+	newest := buckets.Ticks(-1)
+	for _, r := range after {
+		newest = max(newest, r.newest)
+		if !r.sealed && (mark < 0 || windowStart(r.oldest) < mark) {
+			mark = windowStart(r.oldest)
+		}
+	}
+	if mark < 0 { // every block sealed; the newest window may go on
+		mark = windowStart(newest)
+	}
+	return min(max(mark, t.day.Start()), t.day.End())
 }
 
 // putRollups computes dev's buckets of every level in [lo, hi) (whole

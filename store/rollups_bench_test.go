@@ -44,7 +44,7 @@ func openYearStore(b *testing.B) (*Store, buckets.Ticks, buckets.Ticks) {
 		}
 	}
 	s.compactAll(true)
-	w, err := retention.NewWorker(s, retention.Config{Policy: retention.Policy{Retention: 30 * 24 * time.Hour}, Now: clock.Now})
+	w, err := retention.NewWorker(s, retention.Config{Policy: retention.Policy{Retention: 30 * 24 * time.Hour}, Now: clock.Now, Logger: o.Logger})
 	require.NoError(b, err)
 	rep, err := w.RunOnce(ctx, false)
 	require.NoError(b, err)

@@ -83,7 +83,7 @@ func TestRollupsAnswerAsTheRawDaysDidAfterTheyAreDropped(t *testing.T) {
 		assert.Equal(t, want[name], p, "%s, day tables there", name)
 	}
 
-	w, err := retention.NewWorker(ts, retention.Config{Policy: retention.Policy{Retention: 24 * time.Hour}, Now: ts.clock.Now})
+	w, err := retention.NewWorker(ts, retention.Config{Policy: retention.Policy{Retention: 24 * time.Hour}, Now: ts.clock.Now, Logger: ts.opts.Logger})
 	require.NoError(t, err)
 	drops, err := w.RunOnce(ctx, false)
 	require.NoError(t, err)
