@@ -431,3 +431,20 @@ func (s *Store) RollupPeriods() []rollup.Period {
 
 // errRollupsDone stops a rollup scan once the page is complete.
 var errRollupsDone = errors.New("page complete")
+
+// deleteDeviceRollups removes dev's rollups and marks (for a device
+// delete). With rollups off it does nothing.
+func (s *Store) deleteDeviceRollups(ctx context.Context, dev buckets.DeviceID) error {
+	if !s.rollupsOn() {
+		return nil
+	}
+	s.rollups.mu.Lock()
+	for _, dm := range s.rollups.marks {
+		delete(dm, dev)
+	}
+	s.rollups.mu.Unlock()
+	if _, err := s.rollups.set.DeleteDevice(ctx, dev); err != nil {
+		return fmt.Errorf("delete rollups of %s: %w", dev, err)
+	}
+	return nil
+}

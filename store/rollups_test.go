@@ -146,3 +146,30 @@ func TestRollupsFollowALateReadingIntoAClosedWindow(t *testing.T) {
 	require.Len(t, p.Buckets, 1)
 	assert.Equal(t, after, p.Buckets[0].Values[0].Summary)
 }
+
+// TestDeleteDeviceRollupsLeavesOtherDevices: a device's rollups go
+// with it; another device's stay.
+func TestDeleteDeviceRollupsLeavesOtherDevices(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t, withRollups)
+	h := buckets.Ticks(time.Hour / 100)
+	k0 := today.Start() + 5*buckets.TicksPerSecond
+	for i := range 3 {
+		for _, dev := range []string{"a", "b"} {
+			ts.write(t, rollupSeries(dev, k0+buckets.Ticks(i)*h, time.Minute, i*60, 60)...)
+		}
+		ts.compactAll(false)
+	}
+	count := func(dev buckets.DeviceID) int {
+		n := 0
+		require.NoError(t, ts.rollups.set.Scan(ctx, 1, dev, today.Start(), today.End(), func(rollup.Bucket) error { n++; return nil }))
+		return n
+	}
+	require.Equal(t, 2, count("a"))
+	require.NoError(t, ts.deleteDeviceRollups(ctx, "a"))
+	assert.Zero(t, count("a"))
+	assert.Equal(t, 2, count("b"))
+	m, err := ts.rollMark("a", today)
+	require.NoError(t, err)
+	assert.Equal(t, buckets.Ticks(-1), m, "the mark goes too")
+}

@@ -163,3 +163,31 @@ func TestDropExpiredDropsAMonthOnlyOnceItIsWhollyPastRetention(t *testing.T) {
 	assert.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).Add(3*Year), ps[0].Expires)
 	assert.NoDirExists(t, filepath.Join(dir, "1h", dropPrefix+"2026-09"))
 }
+
+func TestDeleteDeviceRemovesItsBucketsAndMarksOnly(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSet(t, t.TempDir(), Level{Interval: time.Minute, Retention: Year}, Level{Interval: time.Hour, Retention: Year})
+	for _, day := range []buckets.Day{buckets.DayOfTime(time.Date(2026, 10, 31, 0, 0, 0, 0, time.UTC)), buckets.DayOfTime(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))} {
+		k := day.Start()
+		for lvl := range 2 {
+			for _, dev := range []buckets.DeviceID{"d", "d-2", "e"} {
+				require.NoError(t, s.Put(ctx, lvl, dev, k, k+windowTicks, []Bucket{bucketAt(k, 1)}, k+windowTicks))
+			}
+		}
+	}
+	n, err := s.DeleteDevice(ctx, "d")
+	require.NoError(t, err)
+	assert.Equal(t, 2*2*2, n, "a record and a mark per level and day")
+	all := buckets.DayOfTime(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)).Start()
+	end := buckets.DayOfTime(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)).Start()
+	for lvl := range 2 {
+		for dev, want := range map[buckets.DeviceID]int{"d": 0, "d-2": 2, "e": 2} {
+			got := 0
+			require.NoError(t, s.Scan(ctx, lvl, dev, all, end, func(Bucket) error { got++; return nil }))
+			assert.Equal(t, want, got, "level %d, %s", lvl, dev)
+		}
+		m, err := s.Mark(lvl, "d", buckets.DayOfTime(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)))
+		require.NoError(t, err)
+		assert.Equal(t, buckets.Ticks(-1), m)
+	}
+}

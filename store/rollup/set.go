@@ -553,3 +553,62 @@ func (s *Set) Span() (lo, hi buckets.Ticks, ok bool) {
 	}
 	return lo, hi, ok
 }
+
+// DeleteDevice removes every bucket and mark of dev, in every period
+// database on disk, and returns how many keys it removed.
+func (s *Set) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (int, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	keys := make([]periodKey, 0, len(s.periods))
+	for k := range s.periods {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		p, done, err := s.use(k, false)
+		if err != nil {
+			return n, err
+		}
+		if p == nil {
+			continue
+		}
+		m, err := deleteDevice(p.db.Load(), dev)
+		done()
+		n += m
+		if err != nil {
+			return n, fmt.Errorf("rollup %s: delete %s: %w", p.dir, dev, err)
+		}
+	}
+	return n, nil
+}
+
+// deleteDevice deletes the records and marks of dev in db.
+func deleteDevice(db *badger.DB, dev buckets.DeviceID) (int, error) {
+	var keys [][]byte
+	err := db.View(func(txn *badger.Txn) error {
+		for _, prefix := range [][]byte{append([]byte(dev), '/'), append(append([]byte("\x00mark/"), dev...), '/')} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			for it.Rewind(); it.Valid(); it.Next() {
+				keys = append(keys, it.Item().KeyCopy(nil))
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	wb := db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), wb.Flush()
+}
