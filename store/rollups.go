@@ -34,10 +34,10 @@ import (
 // rollupsDirName is the directory of the rollups under the data dir.
 const rollupsDirName = "rollups"
 
-// rollup memory: each period database open has one memtable of this
-// size at a time (two while it flushes) and a block cache of 1 MiB.
-// A window of one device and level is one transaction, at most 15% of
-// it (600 KiB: a 1m level of a device with about 160 numeric values).
+// rollupMemTableSize is the memtable of a rollup database (one at a
+// time while it fills, two while it flushes). A record larger than an
+// eighth of it (an hour of minutes of about 150 values) is kept in the
+// value log, so a wide device's hour still fits one transaction.
 const rollupMemTableSize = 4 << 20
 
 // rollState is the store's side of its rollups.

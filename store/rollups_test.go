@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -172,4 +173,34 @@ func TestDeleteDeviceRollupsLeavesOtherDevices(t *testing.T) {
 	m, err := ts.rollMark("a", today)
 	require.NoError(t, err)
 	assert.Equal(t, buckets.Ticks(-1), m, "the mark goes too")
+}
+
+// TestAWideDeviceIsRolledUpWhole: an hour of a device with 200 values
+// at 1m (a record larger than a memtable's share of a transaction,
+// which Badger keeps in its value log) is rolled up whole before its
+// day is dropped.
+func TestAWideDeviceIsRolledUpWhole(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t, withRollups)
+	day := today - 3
+	k0 := day.Start() + 5*buckets.TicksPerSecond
+	wide := make([]buckets.Reading, 60)
+	for i := range wide {
+		kv := make([]any, 0, 400)
+		for j := range 200 {
+			kv = append(kv, fmt.Sprintf("value_%03d", j), float64(i*j)+0.5)
+		}
+		wide[i] = reading("wide", k0+buckets.Ticks(i)*buckets.Ticks(time.Minute/100), kv...)
+	}
+	ts.write(t, wide...)
+	_, err := ts.DropTable(ctx, day)
+	require.NoError(t, err)
+	n, names := 0, 0
+	require.NoError(t, ts.rollups.set.Scan(ctx, 0, "wide", day.Start(), day.End(), func(b rollup.Bucket) error {
+		n++
+		names += len(b.Values)
+		return nil
+	}))
+	assert.Equal(t, 60, n)
+	assert.Equal(t, 60*200, names)
 }
