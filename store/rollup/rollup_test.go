@@ -41,6 +41,7 @@ func TestParseLevels(t *testing.T) {
 		"1m:xd":       "positive whole number",
 		"soon:1d":     "want a duration",
 		"1m:1d,1s:1d,2s:1d,3s:1d,4s:1d,5s:1d,6s:1d,10s:1d,12s:1d": "at most 8",
+		"1s:1d,2s:1d,3s:1d,4s:1d,5s:1d,6s:1d,10s:1d,12s:1d":       "",
 	} {
 		_, err := ParseLevels(in)
 		if want == "" {
