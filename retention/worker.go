@@ -27,6 +27,13 @@ type Dropper interface {
 	DropTable(ctx context.Context, day buckets.Day) (buckets.TableDrop, error)
 }
 
+// RollupDropper is implemented by a Dropper that also keeps rollups
+// with retentions of their own: every run that is not a dry run then
+// also drops the rollup periods expired at its start.
+type RollupDropper interface {
+	DropExpiredRollups(ctx context.Context, now time.Time) (int, error)
+}
+
 // Defaults of Config.
 const (
 	DefaultInterval = time.Hour
@@ -200,6 +207,13 @@ func (w *Worker) RunOnce(ctx context.Context, dryRun bool) (rep buckets.Retentio
 		}
 		rep.Kept--
 		rep.BytesNow -= d.SizeBytes
+	}
+	if rd, ok := w.d.(RollupDropper); ok && !dryRun && ctx.Err() == nil {
+		if n, err := rd.DropExpiredRollups(ctx, start); err != nil {
+			errs = append(errs, err)
+		} else if n > 0 {
+			span.SetAttributes(attribute.Int("rollup_periods_dropped", n))
+		}
 	}
 	span.SetAttributes(attribute.Int("dropped", len(rep.Dropped)), attribute.Int("kept", rep.Kept))
 	w.log.Debug("retention run finished", "dry_run", dryRun, "cutoff", cutoff, "dropped", len(rep.Dropped),

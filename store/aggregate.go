@@ -46,6 +46,11 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		}
 		from = max(from, *q.After+q.Interval)
 	}
+	if s.rollupsOn() {
+		if p, ok, err := s.aggregateRollups(ctx, q, from, to); ok || err != nil {
+			return p, err
+		}
+	}
 	first, last, ok := s.index.bounds(q.Device)
 	if ok {
 		from = max(from, buckets.DayOf(first).Start())
@@ -57,27 +62,33 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 	agg := newAggregator(q, int(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1, maxBucketsHint)))
 	defer agg.release()
 	for _, d := range s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), buckets.Asc) {
-		t, err := s.acquire(ctx, d, forRead)
+		done, err := s.aggregateDay(ctx, agg, d, max(from, d.Start()), min(to, d.End()))
 		if err != nil {
 			return buckets.AggregatePage{}, err
-		}
-		if t == nil {
-			continue
-		}
-		var done bool
-		err = s.guard(t, func() error {
-			done, err = agg.table(ctx, t, max(from, d.Start()), min(to, d.End()))
-			return err
-		})
-		s.release(t)
-		if err != nil {
-			return buckets.AggregatePage{}, classify(fmt.Errorf("aggregate table %s: %w", d, err))
 		}
 		if done {
 			break
 		}
 	}
 	return agg.page(), nil
+}
+
+// aggregateDay adds the readings of the table of d in [lo, hi) to agg;
+// done says that the page is complete.
+func (s *Store) aggregateDay(ctx context.Context, agg *aggregator, d buckets.Day, lo, hi buckets.Ticks) (done bool, err error) {
+	t, err := s.acquire(ctx, d, forRead)
+	if err != nil || t == nil {
+		return false, err
+	}
+	err = s.guard(t, func() error {
+		done, err = agg.table(ctx, t, lo, hi)
+		return err
+	})
+	s.release(t)
+	if err != nil {
+		return false, classify(fmt.Errorf("aggregate table %s: %w", d, err))
+	}
+	return done, nil
 }
 
 // ticksPerMs is the ticks of one millisecond; the Unix epoch is a

@@ -465,6 +465,9 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	}
 	if len(take) == 0 {
 		t.renote(dev, refs, exact, sealed)
+		if full {
+			s.rollCompacted(t, dev, compacted{after: refs, full: true})
+		}
 		return nil
 	}
 	drop := make([][]byte, 0, len(take))
@@ -482,8 +485,10 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	if err := commitChunk(t, entries, drop); err != nil {
 		return classify(fmt.Errorf("commit compaction: %w", err))
 	}
-	t.renote(dev, afterCompaction(dev, refs, take, entries), exact, sealed)
+	after := afterCompaction(dev, refs, take, entries)
+	t.renote(dev, after, exact, sealed)
 	s.metrics.compactions.Add(context.Background(), 1)
+	s.rollCompacted(t, dev, compacted{after: after, full: full, refs: refs, take: take, entries: entries, merged: merged, sealed: sealed})
 	return nil
 }
 

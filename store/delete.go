@@ -137,11 +137,11 @@ func (s *Store) DeletedAt(dev buckets.DeviceID) (time.Time, bool) {
 	return at, ok
 }
 
-// DeleteDevice deletes dev: its readings in every day table, its
-// device index record (first and last seen, latest values), its
-// attributes and their index entities, after recording a tombstone at
-// the present wall-clock time (see the comment at the top of this
-// file). The error wraps buckets.ErrNotFound when the index does not
+// DeleteDevice deletes dev: its readings in every day table and its
+// rollups, its device index record (first and last seen, latest
+// values), its attributes and their index entities, after recording a
+// tombstone at the present wall-clock time (see the comment at the top
+// of this file). The error wraps buckets.ErrNotFound when the index does not
 // know dev (then no tombstone is recorded), and buckets.ErrUnavailable
 // for transient conditions (then repeating the delete finishes it).
 func (s *Store) DeleteDevice(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceDelete, error) {
@@ -200,6 +200,9 @@ func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.
 	out.Tables = tables
 	if err != nil {
 		return out, fmt.Errorf("delete device %s: %w", dev, err)
+	}
+	if err := s.deleteDeviceRollups(context.WithoutCancel(ctx), dev); err != nil {
+		return out, classify(fmt.Errorf("delete device %s: %w", dev, err))
 	}
 	if err := s.index.deleteDevice(dev); err != nil {
 		return out, classify(fmt.Errorf("delete device %s: %w", dev, err))

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
 // Options configures a Store. The zero value of every field means its
@@ -48,6 +49,9 @@ type Options struct {
 	// drops, so that inspecting a data dir (a retention dry run)
 	// changes nothing on disk. It still takes the directory lock.
 	ReadOnly bool
+	// Rollups are the rollup levels kept (store/rollup); none (the
+	// default) turns rollups off. Validated by Open.
+	Rollups []rollup.Level
 
 	Logger         *slog.Logger         // nil: slog.Default()
 	TracerProvider trace.TracerProvider // nil: otel.GetTracerProvider()

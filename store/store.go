@@ -13,6 +13,7 @@
 //	tables/YYYY-MM-DD/   one Badger database per day table, plus its
 //	                     reading count (READINGS, see countfile.go)
 //	index/               the device index (first/last seen, latest values)
+//	rollups/LEVEL/YYYY-MM/ rollups of one level and month, when on (rollups.go)
 //
 // Only the newest days (Options.HotDays) are opened with write-sized
 // memtables. Older tables open lazily on first use with small buffers
@@ -81,6 +82,7 @@ type Store struct {
 	index     *deviceIndex
 	replay    replayState // stream positions and tombstones (checkpoint.go, tombstone.go)
 	deletes   deviceTombs // deleted devices (delete.go)
+	rollups   *rollState  // rollups (rollups.go); its set is nil when they are off
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 
@@ -167,8 +169,11 @@ func (s *Store) openFiles() error {
 	if err := s.loadDeviceTombs(); err != nil {
 		return errors.Join(err, idx.close(), lock.unlock())
 	}
-	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
+	if err := s.openRollups(); err != nil {
 		return errors.Join(err, idx.close(), lock.unlock())
+	}
+	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
+		return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
 	}
 	s.bad.start(s.metrics.corruptBlocks)
 	s.bad.damagedRecords(idx.damaged)
@@ -272,6 +277,9 @@ func (s *Store) close() error {
 		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
 	}
 	if err := s.index.close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.closeRollups(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.lock.unlock(); err != nil {

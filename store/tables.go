@@ -70,6 +70,9 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 	if s.opts.ReadOnly {
 		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, errReadOnly)
 	}
+	if err := s.rollBeforeDrop(ctx, day); err != nil {
+		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, err)
+	}
 	t, last, ours, idle, err := s.doom(day)
 	if err != nil {
 		return buckets.TableDrop{}, err

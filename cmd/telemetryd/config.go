@@ -22,6 +22,7 @@ import (
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
 // Config is the whole service configuration. It is filled from flags,
@@ -37,6 +38,7 @@ type Config struct {
 	Retention         time.Duration
 	RetentionInterval time.Duration
 	RetentionMaxBytes int64
+	Rollups           string // interval:retention,... (store/rollup.ParseLevels); empty: off
 	MaxFutureSkew     time.Duration
 	SyncWrites        bool
 	LogLevel          string
@@ -115,6 +117,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "keep readings this long; a day table expires when its whole day is older")
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", c.RetentionInterval, "how often the retention worker runs (with jitter)")
 	fs.Var(cliflag.Size(&c.RetentionMaxBytes), "retention-max-bytes", "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
+	fs.StringVar(&c.Rollups, "rollups", c.Rollups, "keep per-device rollups (count, sum, min, max, first, last per numeric value) at these intervals for these times, e.g. 1m:90d,1h:3y; each interval divides an hour; they outlive -retention and aggregate, PromQL and chart queries read them (empty: off)")
 	fs.DurationVar(&c.MaxFutureSkew, "max-future-skew", c.MaxFutureSkew, "reject readings further than this in the future")
 	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "durability mode synced: fsync Badger (and the embedded JetStream) before acking, so an ack survives a power cut; costs throughput (default buffered: an ack survives a crash of the process, not a power cut)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -157,6 +160,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RetentionMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("-retention-max-bytes %d must not be negative", c.RetentionMaxBytes))
+	}
+	if _, err := rollup.ParseLevels(c.Rollups); err != nil {
+		errs = append(errs, fmt.Errorf("-rollups: %w", err))
 	}
 	if c.MaxFutureSkew < 0 {
 		errs = append(errs, fmt.Errorf("-max-future-skew %s must not be negative", c.MaxFutureSkew))

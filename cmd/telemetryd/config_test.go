@@ -71,6 +71,9 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		"stream max bytes":     {args: []string{"-stream-max-bytes", "1KiB"}, want: "-stream-max-bytes"},
 		"rejected max bytes":   {env: map[string]string{"TELEMETRY_REJECTED_MAX_BYTES": "12QB"}, want: "TELEMETRY_REJECTED_MAX_BYTES"},
 		"stream max age":       {args: []string{"-stream-max-age", "0s"}, want: "-stream-max-age"},
+		"rollup not dividing":  {args: []string{"-rollups", "7m:90d"}, want: "-rollups: rollup interval 7m: must divide one hour"},
+		"rollup no retention":  {args: []string{"-rollups", "1m"}, want: "-rollups: rollup \"1m\": want interval:retention"},
+		"rollup bad unit":      {args: []string{"-rollups", "1h:3q"}, want: "-rollups: rollup \"1h:3q\": retention"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := DefaultConfig()

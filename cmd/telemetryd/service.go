@@ -21,6 +21,7 @@ import (
 	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
 // Main is one running service: it wires the concrete store, ingester,
@@ -92,6 +93,9 @@ func (m *Main) Open(ctx context.Context) error {
 	sopts.SyncWrites = m.cfg.SyncWrites
 	sopts.HotDays = m.cfg.HotDays
 	sopts.MaxOpenTables = m.cfg.MaxOpenTables
+	if sopts.Rollups, err = rollup.ParseLevels(m.cfg.Rollups); err != nil {
+		return fmt.Errorf("-rollups: %w", err)
+	}
 	sopts.Logger = m.log // the store adds component=store itself
 	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.Tracer, tel.Meter, m.now
 	// Library errors name their package and operation ("open store:

@@ -7,12 +7,16 @@
   "use strict";
 
   // Each window is charted with an interval that gives at most 720
-  // buckets, so one aggregates request draws it.
+  // buckets, so one aggregates request draws it. Intervals of 1m and
+  // more are multiples of the usual rollup intervals (1m, 1h), which
+  // then answer them.
   var WINDOWS = {
     "1h": { ms: 3600e3, interval: "10s", intervalMs: 10e3, refresh: 10e3 },
     "24h": { ms: 86400e3, interval: "2m", intervalMs: 120e3, refresh: 30e3 },
     "7d": { ms: 7 * 86400e3, interval: "15m", intervalMs: 900e3, refresh: 60e3 },
-    "30d": { ms: 30 * 86400e3, interval: "1h", intervalMs: 3600e3, refresh: 60e3 }
+    "30d": { ms: 30 * 86400e3, interval: "1h", intervalMs: 3600e3, refresh: 60e3 },
+    // Past -retention only rollups (-rollups) hold a device's values.
+    "1y": { ms: 365 * 86400e3, interval: "1d", intervalMs: 86400e3, refresh: 300e3 }
   };
   var LIST_REFRESH = 10e3;
   var PAGE = 100;

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/rollup"
+)
+
+// inHand is what a compaction just wrote for a device: its new blocks
+// and their readings. An hour whose every block is among them is rolled
+// up from them, without reading the table again, with exactly the
+// arithmetic of a table read (rollupBuckets): the same blocks, visited
+// newest first, summarised from their headers where a block lies in one
+// bucket, else value by value in time order.
+type inHand struct {
+	dev     buckets.DeviceID
+	entries []entry             // the new blocks, oldest first
+	chunks  [][]buckets.Reading // each entry's readings
+	others  []keyedRef          // the device's other blocks the compaction saw
+	sealed  buckets.Ticks       // newest reading of sealed blocks it did not see (-1: none)
+}
+
+// newInHand describes a compaction that replaced take (of refs) with
+// entries, cut in order from merged; sealed is as readCompaction says.
+func newInHand(dev buckets.DeviceID, refs, take []keyedRef, entries []entry, merged []buckets.Reading, sealed buckets.Ticks) *inHand {
+	h := &inHand{dev: dev, entries: entries, sealed: sealed}
+	for _, e := range entries {
+		h.chunks = append(h.chunks, merged[:e.ref.count])
+		merged = merged[e.ref.count:]
+	}
+	for _, r := range refs {
+		if len(take) > 0 && string(take[0].key) == string(r.key) {
+			take = take[1:]
+			continue
+		}
+		h.others = append(h.others, r)
+	}
+	return h
+}
+
+// covers reports whether every block of the device in [lo, hi) is one
+// of the new blocks.
+func (h *inHand) covers(lo, hi buckets.Ticks) bool {
+	if h == nil || h.sealed >= lo {
+		return false
+	}
+	for _, r := range h.others {
+		if r.oldest < hi && r.newest >= lo {
+			return false
+		}
+	}
+	return true
+}
+
+// buckets is the device's buckets of interval in [lo, hi), which covers
+// says the new blocks hold.
+func (h *inHand) buckets(interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
+	a := newAggregator(buckets.AggregateQuery{Device: h.dev, From: lo, To: hi, Interval: interval, Limit: int(sealWindow / buckets.TicksPerSecond)}, 0)
+	a.refs, a.distinct = a.refs[:0], a.distinct[:0]
+	for i := len(h.entries) - 1; i >= 0; i-- { // newest first, as keys sort
+		e := h.entries[i]
+		if e.ref.oldest >= hi || e.ref.newest < lo {
+			continue
+		}
+		a.refs = append(a.refs, e.ref)
+		a.distinct = append(a.distinct, e.meta&metaDistinctMs != 0)
+		if e.ref.oldest >= lo && e.ref.newest < hi && a.bucketOf(e.ref.oldest) == a.bucketOf(e.ref.newest) {
+			if err := a.addHeader(e.ref, e.value); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		a.addChunk(h.chunks[i], lo, hi)
+	}
+	return a.rollupPage(interval), nil
+}
+
+// addChunk adds the numeric values in [lo, hi) of a block's readings
+// (sorted by time, overlapping no other block) as addColumns adds them
+// from the block's columns: per name, runs of one bucket folded in
+// time order.
+func (a *aggregator) addChunk(rs []buckets.Reading, lo, hi buckets.Ticks) {
+	type column struct {
+		ticks []buckets.Ticks
+		vals  []float64
+	}
+	cols := make(map[string]*column)
+	var names []string
+	for _, r := range rs {
+		if r.Ticks < lo || r.Ticks >= hi {
+			continue
+		}
+		for _, f := range r.Values {
+			x, ok := buckets.Numeric(f.Value)
+			if !ok || !a.wants([]byte(f.Name)) {
+				continue
+			}
+			c := cols[f.Name]
+			if c == nil {
+				c = &column{}
+				cols[f.Name] = c
+				names = append(names, f.Name)
+			}
+			c.ticks, c.vals = append(c.ticks, r.Ticks), append(c.vals, x)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		c := cols[name]
+		for i := 0; i < len(c.ticks); {
+			start := a.bucketOf(c.ticks[i])
+			j, _ := slices.BinarySearchFunc(c.ticks[i:], start+a.q.Interval, cmp.Compare[buckets.Ticks])
+			j += i
+			foldRun(a.summary(start, []byte(name)), c.ticks[i:j], c.vals[i:j])
+			i = j
+		}
+	}
+	a.columns++
+}

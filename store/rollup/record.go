@@ -1,0 +1,191 @@
+package rollup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Bucket is one rollup bucket of a device: its start, per numeric
+// value name the summary of its readings (sorted by name), and whether
+// no two readings of the bucket share a millisecond (then a summary of
+// the newest value per millisecond, as a Prometheus series sees it, is
+// the same summary).
+type Bucket struct {
+	Start      buckets.Ticks
+	DistinctMs bool
+	Values     []buckets.NamedSummary
+}
+
+// ErrCorrupt is wrapped by every error about a record that does not
+// decode.
+var ErrCorrupt = errors.New("corrupt rollup record")
+
+// recordVersion is the first byte of every record.
+const recordVersion = 1
+
+// Flags of a bucket.
+const flagDistinctMs = 1
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// A record holds the buckets of one device and one span of a level
+// (Level.span), oldest first:
+//
+//	version byte (1)
+//	uvarint bucket count, then per bucket:
+//	    uvarint (start - span start) / interval
+//	    flags byte (1: distinct milliseconds)
+//	    uvarint name count, then per name (sorted):
+//	        uvarint length, name
+//	        uvarint count (at least 1)
+//	        sum, min, max, first, last: float64, 8 bytes little-endian each
+//	        uvarint first ticks - start, uvarint last ticks - start
+//	CRC-32C of all the bytes before it, 4 bytes big-endian
+
+// appendRecord encodes bs (oldest first, each starting in the span at
+// spanStart) after dst.
+func appendRecord(dst []byte, spanStart, interval buckets.Ticks, bs []Bucket) []byte {
+	start := len(dst)
+	dst = append(dst, recordVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(bs)))
+	for _, b := range bs {
+		dst = binary.AppendUvarint(dst, uint64((b.Start-spanStart)/interval))
+		var flags byte
+		if b.DistinctMs {
+			flags |= flagDistinctMs
+		}
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, uint64(len(b.Values)))
+		for _, v := range b.Values {
+			s := v.Summary
+			dst = binary.AppendUvarint(dst, uint64(len(v.Name)))
+			dst = append(dst, v.Name...)
+			dst = binary.AppendUvarint(dst, uint64(s.Count))
+			for _, f := range [...]float64{s.Sum, s.Min, s.Max, s.First, s.Last} {
+				dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(f))
+			}
+			dst = binary.AppendUvarint(dst, uint64(s.FirstTicks-b.Start))
+			dst = binary.AppendUvarint(dst, uint64(s.LastTicks-b.Start))
+		}
+	}
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+}
+
+// decodeRecord decodes a record of the span at spanStart, calling fn
+// for each bucket, oldest first. A bucket's Values are its own (the
+// record's buckets share one array); names are interned in names.
+func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, names map[string]string, fn func(Bucket) error) error {
+	if len(v) < 5 || v[0] != recordVersion {
+		return fmt.Errorf("%w: bad version or length", ErrCorrupt)
+	}
+	body := v[:len(v)-4]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(v[len(v)-4:]) {
+		return fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	r := reader{b: body[1:]}
+	n := r.uvarint()
+	if n > uint64(span/interval) {
+		return fmt.Errorf("%w: %d buckets", ErrCorrupt, n)
+	}
+	prev := int64(-1)
+	var slab []buckets.NamedSummary
+	for j := range n {
+		i := r.uvarint()
+		if r.err != nil || i >= uint64(span/interval) || int64(i) <= prev {
+			return fmt.Errorf("%w: bad bucket offset", ErrCorrupt)
+		}
+		prev = int64(i)
+		b := Bucket{Start: spanStart + buckets.Ticks(i)*interval}
+		b.DistinctMs = r.byte()&flagDistinctMs != 0
+		nn := r.uvarint()
+		if r.err != nil || nn == 0 || nn > 1<<16 {
+			return fmt.Errorf("%w: bad name count", ErrCorrupt)
+		}
+		if uint64(cap(slab)-len(slab)) < nn {
+			slab = make([]buckets.NamedSummary, 0, nn*(n-j)) // room for as wide buckets to come
+		}
+		b.Values = slab[len(slab) : len(slab) : len(slab)+int(nn)]
+		slab = slab[:len(slab)+int(nn)]
+		for range nn {
+			nb := r.bytes(r.uvarint())
+			name, ok := names[string(nb)]
+			if !ok {
+				name = string(nb)
+				names[name] = name
+			}
+			s := buckets.Summary{Count: int64(r.uvarint())}
+			s.Sum, s.Min, s.Max, s.First, s.Last = r.float(), r.float(), r.float(), r.float(), r.float()
+			ft, lt := r.uvarint(), r.uvarint()
+			if r.err != nil || s.Count <= 0 || ft >= uint64(interval) || lt >= uint64(interval) {
+				return fmt.Errorf("%w: bad summary", ErrCorrupt)
+			}
+			s.FirstTicks, s.LastTicks = b.Start+buckets.Ticks(ft), b.Start+buckets.Ticks(lt)
+			b.Values = append(b.Values, buckets.NamedSummary{Name: name, Summary: s})
+		}
+		if err := fn(b); err != nil {
+			return err
+		}
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	}
+	return nil
+}
+
+// reader reads a record, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated", ErrCorrupt)
+	}
+	r.b = nil
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) < 1 {
+		r.fail()
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes(n uint64) []byte {
+	if uint64(len(r.b)) < n {
+		r.fail()
+		return nil
+	}
+	p := r.b[:n]
+	r.b = r.b[n:]
+	return p
+}
+
+func (r *reader) float() float64 {
+	if len(r.b) < 8 {
+		r.fail()
+		return 0
+	}
+	f := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return f
+}

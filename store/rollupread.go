@@ -1,0 +1,254 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/rollup"
+)
+
+// aggregateRollups answers q over [from, to) from the rollups where it
+// can: the level with the largest interval that divides q.Interval
+// answers, per day, the whole buckets of that level before the
+// device's mark (all of them once the day table is gone); the day
+// table answers the rest. A bucket of the level whose readings share a
+// millisecond is read from the day table for a per-millisecond query
+// while the table is there. ok is false when no level divides
+// q.Interval: the caller reads the day tables alone.
+//
+// Without the day table, the parts of the range that are not whole
+// buckets of the level (an unaligned from or to) have no answer.
+func (s *Store) aggregateRollups(ctx context.Context, q buckets.AggregateQuery, from, to buckets.Ticks) (buckets.AggregatePage, bool, error) {
+	levels := s.rollups.set.Levels()
+	lvl, ok := rollup.For(levels, q.Interval)
+	if !ok {
+		return buckets.AggregatePage{}, false, nil
+	}
+	iv := buckets.Ticks(levels[lvl].Interval / 100)
+	from, to, any := s.dataSpan(from, to)
+	agg := newAggregator(q, int(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1, maxBucketsHint)))
+	if !any {
+		return agg.page(), true, nil
+	}
+	r := &rollRead{s: s, ctx: ctx, q: q, agg: agg, level: lvl, iv: iv, pendLo: -1}
+	for d := buckets.DayOf(from); d <= buckets.DayOf(to-1); d++ {
+		if err := r.day(d, max(from, d.Start()), min(to, d.End())); err != nil {
+			return buckets.AggregatePage{}, true, err
+		}
+		if r.done || agg.finalBefore(agg.bucketOf(d.End()))+len(r.direct) > q.Limit {
+			break
+		}
+	}
+	if err := r.flush(); err != nil {
+		return buckets.AggregatePage{}, true, err
+	}
+	return r.page(), true, nil
+}
+
+// dataSpan narrows [from, to) to the days of the day tables and the
+// months of the rollups; any is false when nothing is left.
+func (s *Store) dataSpan(from, to buckets.Ticks) (lo, hi buckets.Ticks, any bool) {
+	lo, hi = buckets.MaxTicks+1, buckets.Ticks(-1)
+	s.mu.Lock()
+	for d := range s.tables {
+		lo, hi = min(lo, d.Start()), max(hi, d.End())
+	}
+	s.mu.Unlock()
+	if rlo, rhi, ok := s.rollups.set.Span(); ok {
+		lo, hi = min(lo, rlo), max(hi, rhi)
+	}
+	lo, hi = max(lo, from), min(hi, to)
+	return lo, hi, lo < hi
+}
+
+// hasTable reports whether the table of d exists and is not being
+// dropped.
+func (s *Store) hasTable(d buckets.Day) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tables[d]
+	return t != nil && !t.dropping
+}
+
+// rollRead is one aggregate query read partly from rollups. Contiguous
+// ranges answered by the rollups are gathered (pendLo, pendHi) and read
+// with one scan.
+type rollRead struct {
+	s      *Store
+	ctx    context.Context
+	q      buckets.AggregateQuery
+	agg    *aggregator
+	level  int
+	iv     buckets.Ticks
+	pendLo buckets.Ticks // -1: nothing pending
+	pendHi buckets.Ticks
+	done   bool
+	// direct holds, when the query's interval is the level's, the
+	// buckets the rollups answer, oldest first: each is one answer
+	// bucket as it is, so it skips the aggregator.
+	direct []buckets.AggregateBucket
+}
+
+// add keeps b as an answer bucket, with the names the query asks for.
+func (r *rollRead) add(b rollup.Bucket) {
+	vals := b.Values
+	if r.agg.fields != nil {
+		vals = make([]buckets.NamedSummary, 0, len(b.Values))
+		for _, v := range b.Values {
+			if r.agg.fields[v.Name] {
+				vals = append(vals, v)
+			}
+		}
+	}
+	if len(vals) > 0 {
+		r.direct = append(r.direct, buckets.AggregateBucket{Start: b.Start, Values: vals})
+	}
+}
+
+// page is the answer: the aggregator's buckets and the direct ones
+// (never the same bucket), oldest first, at most Limit of them.
+func (r *rollRead) page() buckets.AggregatePage {
+	p := r.agg.page()
+	if len(r.direct) == 0 {
+		return p
+	}
+	all := make([]buckets.AggregateBucket, 0, min(len(p.Buckets)+len(r.direct), r.q.Limit+1))
+	i, j := 0, 0
+	for len(all) <= r.q.Limit && (i < len(p.Buckets) || j < len(r.direct)) {
+		if j >= len(r.direct) || i < len(p.Buckets) && p.Buckets[i].Start < r.direct[j].Start {
+			all = append(all, p.Buckets[i])
+			i++
+		} else {
+			all = append(all, r.direct[j])
+			j++
+		}
+	}
+	more := p.More || r.done
+	if len(all) > r.q.Limit {
+		all, more = all[:r.q.Limit], true
+	}
+	return buckets.AggregatePage{Buckets: all, More: more}
+}
+
+// day reads [lo, hi) of day d.
+func (r *rollRead) day(d buckets.Day, lo, hi buckets.Ticks) error {
+	a, b := ceilTo(lo, r.iv), hi-hi%r.iv // whole buckets of the level
+	raw := r.s.hasTable(d)
+	if raw {
+		mark, err := r.s.rollups.set.Mark(r.level, r.q.Device, d)
+		if err != nil {
+			return err
+		}
+		b = min(b, mark-mark%r.iv)
+	}
+	if a >= b {
+		if !raw {
+			return nil
+		}
+		return r.raw(d, lo, hi)
+	}
+	// A table read merges a day's blocks newest first: the part past the
+	// mark, then the rollups, then the part before the first whole bucket.
+	if raw && b < hi {
+		if err := r.raw(d, b, hi); err != nil {
+			return err
+		}
+	}
+	if r.pendLo >= 0 && r.pendHi != a {
+		if err := r.flush(); err != nil {
+			return err
+		}
+	}
+	if r.pendLo < 0 {
+		r.pendLo = a
+	}
+	r.pendHi = b
+	if raw && (lo < a || b < hi) {
+		if err := r.flush(); err != nil {
+			return err
+		}
+	}
+	if raw && lo < a {
+		return r.raw(d, lo, a)
+	}
+	return nil
+}
+
+// raw reads [lo, hi) of the table of d, after what is pending.
+func (r *rollRead) raw(d buckets.Day, lo, hi buckets.Ticks) error {
+	if err := r.flush(); err != nil || r.done {
+		return err
+	}
+	done, err := r.s.aggregateDay(r.ctx, r.agg, d, lo, hi)
+	r.done = r.done || done
+	return err
+}
+
+// flush reads the pending range from the rollups.
+func (r *rollRead) flush() error {
+	if r.pendLo < 0 || r.done {
+		r.pendLo = -1
+		return nil
+	}
+	lo, hi := r.pendLo, r.pendHi
+	r.pendLo = -1
+	var fromTable []buckets.Ticks // buckets the day table answers
+	var group []rollup.Bucket     // of one answer bucket and day
+	err := r.s.rollups.set.Scan(r.ctx, r.level, r.q.Device, lo, hi, func(b rollup.Bucket) error {
+		if len(r.agg.buckets)+len(r.direct) > r.q.Limit && r.agg.finalBefore(b.Start)+len(r.direct) > r.q.Limit {
+			return errRollupsDone
+		}
+		if r.q.PerMillisecond && !b.DistinctMs && r.s.hasTable(buckets.DayOf(b.Start)) {
+			fromTable = append(fromTable, b.Start)
+			return nil
+		}
+		if r.q.Interval == r.iv {
+			r.add(b)
+			return nil
+		}
+		if len(group) > 0 && (r.agg.bucketOf(b.Start) != r.agg.bucketOf(group[0].Start) || buckets.DayOf(b.Start) != buckets.DayOf(group[0].Start)) {
+			r.merge(group)
+			group = group[:0]
+		}
+		group = append(group, b)
+		return nil
+	})
+	if errors.Is(err, errRollupsDone) {
+		r.done, err = true, nil
+	}
+	if err != nil {
+		return classify(err)
+	}
+	r.merge(group)
+	for _, k := range fromTable {
+		if _, err := r.s.aggregateDay(r.ctx, r.agg, buckets.DayOf(k), k, k+r.iv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ceilTo rounds k up to a multiple of iv.
+func ceilTo(k, iv buckets.Ticks) buckets.Ticks {
+	if m := k % iv; m != 0 {
+		return k + iv - m
+	}
+	return k
+}
+
+// merge adds group, the rollup buckets of one answer bucket and one
+// day (oldest first), newest first: the order in which a day table
+// read merges the summaries of its blocks, so that a sum over whole
+// hourly blocks adds up in the same order.
+func (r *rollRead) merge(group []rollup.Bucket) {
+	for i := len(group) - 1; i >= 0; i-- {
+		b := group[i]
+		start := r.agg.bucketOf(b.Start)
+		for _, v := range b.Values {
+			if s := r.agg.summary(start, []byte(v.Name)); s != nil {
+				s.Merge(v.Summary)
+			}
+		}
+	}
+}
