@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -40,7 +41,8 @@ import (
 // A manifest lists, per day table and for the index, every file a
 // restore loads, in order: the full copy, then each incremental one
 // (entries with a version above the one the previous file reached;
-// deletions included). So the newest manifest alone describes a
+// deletions included, except those of blocks written after the
+// previous backup, which no restore holds). So the newest manifest alone describes a
 // restore, and a table dropped since an older backup is simply not in
 // it. A table that did not change is not copied again.
 //
@@ -450,7 +452,8 @@ const badgerDeleteMeta = 1
 // streamNewest writes, in Badger's backup format (what DB.Load reads),
 // the newest version of every key that changed after since: its value,
 // or a deletion marker when it was deleted (a full copy, since 0,
-// leaves deleted keys out). Badger's own Stream.Backup writes every
+// leaves deleted keys out, and an incremental one the blocks written
+// after since: bornAfter). Badger's own Stream.Backup writes every
 // version above since, which for a day table is mostly the blocks the
 // compactor merged away meanwhile. It returns the highest version
 // written.
@@ -504,7 +507,7 @@ func newestKV(item *badger.Item, since uint64) (*pb.KVList, error) {
 	}
 	kv := &pb.KV{Key: item.KeyCopy(nil), Version: item.Version(), UserMeta: []byte{item.UserMeta()}, ExpiresAt: item.ExpiresAt()}
 	if item.IsDeletedOrExpired() {
-		if since == 0 {
+		if since == 0 || bornAfter(item.Key(), since) {
 			return &pb.KVList{}, nil
 		}
 		kv.Meta = []byte{badgerDeleteMeta}
@@ -516,6 +519,21 @@ func newestKV(item *badger.Item, since uint64) (*pb.KVList, error) {
 		kv.Value = v
 	}
 	return &pb.KVList{Kv: []*pb.KV{kv}}, nil
+}
+
+// bornAfter reports whether key is the key of a block first written
+// after the version since. A block's sequence is the version of the
+// commit that wrote it (commitChunk) and its key is never written
+// again, so the backups up to since never held it and an incremental
+// copy leaves its deletion out: most deletions are of the open blocks
+// the compactor merged since the previous backup.
+func bornAfter(key []byte, since uint64) bool {
+	i := bytes.IndexByte(key, '/')
+	if i <= 0 || key[0] == 0 { // no device, or a metadata key
+		return false
+	}
+	ref, ok := parseBlockKey(key, i+1)
+	return ok && ref.seq > since
 }
 
 // dirInode is the inode number of dir, 0 if unknown.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,10 +10,12 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/pb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -134,6 +137,69 @@ func TestBackupIncrementalAfterCompaction(t *testing.T) {
 	rs, _ := restoreInto(t, bdir)
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today), "the blocks merged away are gone from the restore too")
+}
+
+// The open blocks written after a backup and merged by the compactor
+// before the next one were never in a backup: the incremental copy
+// leaves their deletions out, and carries the deletions of the blocks
+// the earlier backup holds.
+func TestIncrementalBackupLeavesOutDeletionsOfNewBlocks(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	for i := range 10 {
+		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
+	}
+	bdir := t.TempDir()
+	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	since := m1.Tables[0].Version
+	for i := range 30 {
+		ts.write(t, series("a", dayTick(today, 2*time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
+	}
+	ts.compactAll(true)
+	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Len(t, m2.Tables[0].Files, 2)
+	inc := m2.Tables[0].Files[1]
+	var deleted, live int
+	readBackupFile(t, filepath.Join(bdir, inc.Path), func(kv *pb.KV) {
+		ref, ok := parseBlockKey(kv.Key, len("a/"))
+		if !ok {
+			return
+		}
+		if len(kv.Meta) > 0 && kv.Meta[0]&badgerDeleteMeta != 0 {
+			deleted++
+			assert.LessOrEqual(t, ref.seq, since, "deletion of a block written after the first backup")
+		} else {
+			live++
+		}
+	})
+	assert.Positive(t, deleted, "the blocks of the first backup that were merged")
+	assert.Positive(t, live)
+
+	want := snapshot(t, ts.Store, "a")
+	wantKeys := tableKeys(t, ts.Store, today)
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today))
+}
+
+// readBackupFile calls f with every entry of a backup file.
+func readBackupFile(t *testing.T, path string, f func(kv *pb.KV)) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for len(b) > 0 {
+		require.GreaterOrEqual(t, len(b), 8)
+		n := binary.LittleEndian.Uint64(b)
+		require.LessOrEqual(t, n, uint64(len(b)-8))
+		var list pb.KVList
+		require.NoError(t, proto.Unmarshal(b[8:8+n], &list))
+		for _, kv := range list.Kv {
+			f(kv)
+		}
+		b = b[8+n:]
+	}
 }
 
 // tableKeys lists the live keys of the table of day with their values.
