@@ -74,11 +74,14 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, m1.ID)
 	require.Len(t, m1.Tables, 2)
-	assert.Equal(t, 3, m1.CopiedFiles) // index and both tables
+	assert.Equal(t, 5, m1.CopiedFiles) // index, both tables and their key lists
 	assert.Equal(t, uint64(41), m1.Positions["TELEMETRY"].Seq)
 	assert.Equal(t, map[string]uint64{"TELEMETRY": 41}, m1.Sequences())
 	assert.Equal(t, m1.Index.Bytes()+m1.Tables[0].Bytes()+m1.Tables[1].Bytes(), m1.TotalBytes())
-	assert.Equal(t, m1.CopiedBytes, m1.TotalBytes(), "a first backup copies all it holds")
+	require.NotNil(t, m1.Tables[0].Keys)
+	require.NotNil(t, m1.Tables[1].Keys)
+	assert.Equal(t, m1.CopiedBytes, m1.TotalBytes()+m1.Tables[0].Keys.Size+m1.Tables[1].Keys.Size,
+		"a first backup copies all it holds, and the key lists")
 	require.Len(t, steps, 3)
 	assert.Equal(t, BackupProgress{Name: today.String(), Done: 3, Total: 3, Bytes: m1.Tables[1].Bytes()}, steps[2])
 	first := snapshot(t, ts.Store, "a", "b")
@@ -200,6 +203,60 @@ func readBackupFile(t *testing.T, path string, f func(kv *pb.KV)) {
 		}
 		b = b[8+n:]
 	}
+}
+
+// Badger drops a deletion marker together with the value it deletes
+// once no reader needs them (here the compaction of level 0 when the
+// table closes): the blocks merged after a backup must still be gone
+// from a restore of the next one.
+func TestIncrementalBackupAfterDeletionsWereCompactedAway(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	for i := range 20 {
+		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
+	}
+	bdir := t.TempDir()
+	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	ts.write(t, series("a", dayTick(today, 3*time.Hour), time.Second, 5)...)
+	ts.compactAll(true)
+	ts = ts.reopen(t)
+	ts.write(t, series("a", dayTick(today, 4*time.Hour), time.Second, 5)...)
+	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Len(t, m.Tables[0].Files, 2)
+	want := snapshot(t, ts.Store, "a")
+	wantKeys := tableKeys(t, ts.Store, today)
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today), "the merged blocks are gone from the restore")
+}
+
+// A key list that does not match its manifest makes the next backup
+// copy the table in full, and a restore refuses it like any other file.
+func TestBackupWithADamagedKeyList(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
+	bdir := t.TempDir()
+	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	keys := filepath.Join(bdir, m1.Tables[0].Keys.Path)
+	require.NoError(t, os.WriteFile(keys, []byte("damaged"), 0o644))
+
+	dir := filepath.Join(t.TempDir(), "data")
+	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
+	require.ErrorIs(t, err, ErrBackupCorrupt)
+	assert.Contains(t, err.Error(), keys)
+
+	ts.write(t, series("a", dayTick(today, 2*time.Hour), time.Second, 50)...)
+	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Len(t, m2.Tables[0].Files, 1, "a full copy")
+	assert.Zero(t, m2.Tables[0].Files[0].Since)
+	want := snapshot(t, ts.Store, "a")
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 }
 
 // tableKeys lists the live keys of the table of day with their values.
