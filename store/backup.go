@@ -33,17 +33,19 @@ import (
 //	LOCK                   flock held while a backup writes here
 //	000001/                the first backup: a full copy
 //	    manifest.json      its manifest
-//	    index.kv           the device index (Badger backup format)
+//	    index.kv           the device index (Badger backup format), in full
 //	    tables/DAY.kv      one file per day table
+//	    tables/DAY.keys    the keys of the table (backupkeys.go)
 //	000002/                a later backup: only what changed since 000001
 //
 // A manifest lists, per day table and for the index, every file a
-// restore loads, in order: the full copy, then each incremental one
-// (the entries with a version above the one the previous file reached,
-// and the deletion of every key the previous backup listed that the
-// table no longer holds: backupkeys.go). So the newest manifest alone describes a
-// restore, and a table dropped since an older backup is simply not in
-// it. A table that did not change is not copied again.
+// restore loads, in order: for a table the full copy, then each
+// incremental one (the entries with a version above the one the
+// previous file reached, and the deletion of every key the previous
+// backup listed that the table no longer holds). So the newest
+// manifest alone describes a restore, and a table dropped since an
+// older backup is simply not in it. A table that did not change is not
+// copied again.
 //
 // Consistency: the stream positions are read first, then the index and
 // each table are copied, each at one snapshot (Badger's version of its
@@ -291,8 +293,12 @@ func (b *backupRun) run(ctx context.Context) (BackupManifest, error) {
 	return b.m, nil
 }
 
-// index copies the device index. Its pending updates are saved first,
-// so it holds every device the copied positions vouch for.
+// index copies the device index, in full whenever it changed: it holds
+// one record per device and attribute, each rewritten often, so a copy
+// of its newest records is smaller than Badger's incremental one (every
+// version written since), and it needs no deletions carried over. Its
+// pending updates are saved first, so it holds every device the copied
+// positions vouch for.
 func (b *backupRun) index(ctx context.Context, total int) error {
 	idx := b.s.index
 	if !b.s.opts.ReadOnly {
@@ -300,28 +306,24 @@ func (b *backupRun) index(ctx context.Context, total int) error {
 			return fmt.Errorf("backup: save device index: %w", err)
 		}
 	}
-	since := b.prev.Index.Version
-	if len(b.prev.Index.Files) == 0 {
-		since = 0
+	entry := BackupTable{Version: idx.db.MaxVersion()}
+	if prev := b.prev.Index; len(prev.Files) > 0 && prev.Version == entry.Version {
+		b.m.Index = prev // not written since
+		b.report(BackupProgress{Name: "index", Done: 1, Total: total, Skipped: true})
+		return ctx.Err()
 	}
-	at := idx.db.MaxVersion()
-	entry := BackupTable{Version: at, Files: slices.Clone(b.prev.Index.Files)}
-	if since == 0 {
-		entry.Files = nil
-	}
-	var f BackupFile
-	var err error
-	if since == 0 || at > since {
-		f, err = b.copyDB(ctx, backupIndexName, since, func(w io.Writer) (uint64, error) {
-			return idx.db.Backup(w, since)
-		})
-		if err != nil {
-			return fmt.Errorf("backup device index: %w", err)
-		}
+	f, err := b.copyDB(ctx, backupIndexName, 0, func(w io.Writer) (uint64, error) {
+		st := idx.db.NewStream()
+		st.LogPrefix = "backup index"
+		st.NumGo = backupReaders
+		return streamNewest(ctx, st, 0, w)
+	})
+	if err != nil {
+		return fmt.Errorf("backup device index: %w", err)
 	}
 	b.add(&entry, f)
 	b.m.Index = entry
-	b.report(BackupProgress{Name: "index", Done: 1, Total: total, Bytes: f.Size, Skipped: f.Path == ""})
+	b.report(BackupProgress{Name: "index", Done: 1, Total: total, Bytes: f.Size})
 	return ctx.Err()
 }
 

@@ -107,6 +107,10 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, m3.Skipped)
 	assert.Equal(t, m2.Tables, m3.Tables, "no table copied")
+	require.Len(t, m2.Index.Files, 1, "the device index is copied in full")
+	assert.Equal(t, "000002/index.kv", m2.Index.Files[0].Path)
+	assert.Equal(t, m2.Index, m3.Index, "the device index did not change")
+	assert.Zero(t, m3.CopiedFiles)
 
 	want := snapshot(t, ts.Store, "a", "b", "c")
 	require.NotEqual(t, first, want)
