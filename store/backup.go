@@ -33,16 +33,19 @@ import (
 //	LOCK                   flock held while a backup writes here
 //	000001/                the first backup: a full copy
 //	    manifest.json      its manifest
-//	    index.kv           the device index (Badger backup format)
+//	    index.kv           the device index (Badger backup format), in full
 //	    tables/DAY.kv      one file per day table
+//	    tables/DAY.keys    the keys of the table (backupkeys.go)
 //	000002/                a later backup: only what changed since 000001
 //
 // A manifest lists, per day table and for the index, every file a
-// restore loads, in order: the full copy, then each incremental one
-// (entries with a version above the one the previous file reached;
-// deletions included). So the newest manifest alone describes a
-// restore, and a table dropped since an older backup is simply not in
-// it. A table that did not change is not copied again.
+// restore loads, in order: for a table the full copy, then each
+// incremental one (the entries with a version above the one the
+// previous file reached, and the deletion of every key the previous
+// backup listed that the table no longer holds). So the newest
+// manifest alone describes a restore, and a table dropped since an
+// older backup is simply not in it. A table that did not change is not
+// copied again.
 //
 // Consistency: the stream positions are read first, then the index and
 // each table are copied, each at one snapshot (Badger's version of its
@@ -113,6 +116,10 @@ type BackupTable struct {
 	// written again since the previous backup is copied in full.
 	Inode uint64       `json:"inode,omitempty"`
 	Files []BackupFile `json:"files"`
+	// Keys, of a day table, lists the keys the table held at Version
+	// (backupkeys.go): the next incremental copy deletes those it no
+	// longer holds. A restore does not read it.
+	Keys *BackupFile `json:"keys,omitempty"`
 }
 
 // BackupFile is one file of a backup, relative to the backup directory.
@@ -286,8 +293,12 @@ func (b *backupRun) run(ctx context.Context) (BackupManifest, error) {
 	return b.m, nil
 }
 
-// index copies the device index. Its pending updates are saved first,
-// so it holds every device the copied positions vouch for.
+// index copies the device index, in full whenever it changed: it holds
+// one record per device and attribute, each rewritten often, so a copy
+// of its newest records is smaller than Badger's incremental one (every
+// version written since), and it needs no deletions carried over. Its
+// pending updates are saved first, so it holds every device the copied
+// positions vouch for.
 func (b *backupRun) index(ctx context.Context, total int) error {
 	idx := b.s.index
 	if !b.s.opts.ReadOnly {
@@ -295,28 +306,24 @@ func (b *backupRun) index(ctx context.Context, total int) error {
 			return fmt.Errorf("backup: save device index: %w", err)
 		}
 	}
-	since := b.prev.Index.Version
-	if len(b.prev.Index.Files) == 0 {
-		since = 0
+	entry := BackupTable{Version: idx.db.MaxVersion()}
+	if prev := b.prev.Index; len(prev.Files) > 0 && prev.Version == entry.Version {
+		b.m.Index = prev // not written since
+		b.report(BackupProgress{Name: "index", Done: 1, Total: total, Skipped: true})
+		return ctx.Err()
 	}
-	at := idx.db.MaxVersion()
-	entry := BackupTable{Version: at, Files: slices.Clone(b.prev.Index.Files)}
-	if since == 0 {
-		entry.Files = nil
-	}
-	var f BackupFile
-	var err error
-	if since == 0 || at > since {
-		f, err = b.copyDB(ctx, backupIndexName, since, func(w io.Writer) (uint64, error) {
-			return idx.db.Backup(w, since)
-		})
-		if err != nil {
-			return fmt.Errorf("backup device index: %w", err)
-		}
+	f, err := b.copyDB(ctx, backupIndexName, 0, func(w io.Writer) (uint64, error) {
+		st := idx.db.NewStream()
+		st.LogPrefix = "backup index"
+		st.NumGo = backupReaders
+		return streamNewest(ctx, st, 0, w)
+	})
+	if err != nil {
+		return fmt.Errorf("backup device index: %w", err)
 	}
 	b.add(&entry, f)
 	b.m.Index = entry
-	b.report(BackupProgress{Name: "index", Done: 1, Total: total, Bytes: f.Size, Skipped: f.Path == ""})
+	b.report(BackupProgress{Name: "index", Done: 1, Total: total, Bytes: f.Size})
 	return ctx.Err()
 }
 
@@ -331,20 +338,15 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 		return nil
 	}
 	defer b.s.release(t)
-	ino := dirInode(t.dir)
-	since := prev.Version
-	if len(prev.Files) == 0 || prev.Inode != ino {
-		since, prev.Files = 0, nil
-	}
 	at, unpin := t.pinVersion()
 	defer unpin()
-	if since > 0 && at < prev.Version { // not the table the chain began with
-		since, prev.Files = 0, nil
-	}
-	entry := BackupTable{Day: day.String(), Version: at, Inode: ino, Files: slices.Clone(prev.Files)}
+	ino := dirInode(t.dir)
+	since, prev := b.chain(day, prev, ino, at)
+	entry := BackupTable{Day: day.String(), Version: at, Inode: ino, Files: slices.Clone(prev.Files), Keys: prev.Keys}
 	var f BackupFile
 	if since == 0 || at > since {
 		name := filepath.Join(tablesDirName, day.String()+".kv")
+		keys := filepath.Join(tablesDirName, day.String()+".keys")
 		err = b.s.guard(t, func() error {
 			f, err = b.copyDB(ctx, name, since, func(w io.Writer) (uint64, error) {
 				st := t.db.NewStreamAt(at)
@@ -352,13 +354,20 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 				// Two readers: a backup runs beside ingest and queries, and
 				// each reader holds batches of up to 32 MiB.
 				st.NumGo = backupReaders
-				return streamNewest(ctx, st, since, w)
+				version, err := streamNewest(ctx, st, since, w)
+				if err != nil {
+					return 0, err
+				}
+				entry.Keys, err = b.listKeys(ctx, t.db, at, prev.Keys, keys, w)
+				return version, err
 			})
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("backup table %s: %w", day, err)
 		}
+		b.m.CopiedBytes += entry.Keys.Size
+		b.m.CopiedFiles++
 	} else {
 		b.m.Skipped++
 	}
@@ -366,6 +375,26 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 	b.m.Tables = append(b.m.Tables, entry)
 	b.report(BackupProgress{Name: day.String(), Done: done, Total: total, Bytes: f.Size, Skipped: f.Path == ""})
 	return nil
+}
+
+// chain returns the version an incremental copy of the table of day at
+// version at starts above, with prev, its entry in the previous
+// backup; 0 and an empty prev when the table must be copied in full:
+// it is not in the previous backup, or not the same table (its
+// directory or its versions differ), or the previous key list does not
+// match its manifest.
+func (b *backupRun) chain(day buckets.Day, prev BackupTable, ino, at uint64) (since uint64, _ BackupTable) {
+	switch {
+	case len(prev.Files) == 0 || prev.Inode != ino || prev.Keys == nil || at < prev.Version:
+		return 0, BackupTable{}
+	case at > prev.Version:
+		if err := verifyFile(b.dir, *prev.Keys); err != nil {
+			b.s.log.Warn("backup: the key list of the previous backup does not match its manifest; copying the table in full",
+				"day", day.String(), "err", err)
+			return 0, BackupTable{}
+		}
+	}
+	return prev.Version, prev
 }
 
 // add appends f to entry unless it is empty.
@@ -448,12 +477,13 @@ func (t *table) pinVersion() (at uint64, unpin func()) {
 const badgerDeleteMeta = 1
 
 // streamNewest writes, in Badger's backup format (what DB.Load reads),
-// the newest version of every key that changed after since: its value,
-// or a deletion marker when it was deleted (a full copy, since 0,
-// leaves deleted keys out). Badger's own Stream.Backup writes every
-// version above since, which for a day table is mostly the blocks the
-// compactor merged away meanwhile. It returns the highest version
-// written.
+// the newest version of every key that was written after since and is
+// not deleted; the deletions are listKeys' work. Badger's own
+// Stream.Backup writes every version above since, which for a day
+// table is mostly the blocks the compactor merged away meanwhile, and
+// a deletion only while Badger still keeps its marker: one that
+// compaction dropped with the block it deleted left that block in the
+// restore. It returns the highest version written.
 func streamNewest(ctx context.Context, st *badger.Stream, since uint64, w io.Writer) (uint64, error) {
 	st.SinceTs = since
 	st.KeyToList = func(key []byte, itr *badger.Iterator) (*pb.KVList, error) {
@@ -477,17 +507,7 @@ func streamNewest(ctx context.Context, st *badger.Stream, since uint64, w io.Wri
 			return nil
 		}
 		list.Kv = out
-		b, err := proto.Marshal(list)
-		if err != nil {
-			return err
-		}
-		var n [8]byte
-		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
-		if _, err := w.Write(n[:]); err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
+		return writeKVList(w, list)
 	}
 	if err := st.Orchestrate(ctx); err != nil {
 		return 0, err
@@ -495,26 +515,37 @@ func streamNewest(ctx context.Context, st *badger.Stream, since uint64, w io.Wri
 	return maxVersion, nil
 }
 
+// writeKVList writes list in Badger's backup format: its length, 8
+// bytes little-endian, then the list.
+func writeKVList(w io.Writer, list *pb.KVList) error {
+	b, err := proto.Marshal(list)
+	if err != nil {
+		return err
+	}
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+	if _, err := w.Write(n[:]); err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
 // newestKV is the entry streamNewest writes for item, the newest
-// version of its key: none when it is not above since, or deleted in a
-// full copy.
+// version of its key: none when it is not above since, or deleted.
 func newestKV(item *badger.Item, since uint64) (*pb.KVList, error) {
 	if item.Version() <= since {
 		return &pb.KVList{}, nil
 	}
 	kv := &pb.KV{Key: item.KeyCopy(nil), Version: item.Version(), UserMeta: []byte{item.UserMeta()}, ExpiresAt: item.ExpiresAt()}
 	if item.IsDeletedOrExpired() {
-		if since == 0 {
-			return &pb.KVList{}, nil
-		}
-		kv.Meta = []byte{badgerDeleteMeta}
-	} else {
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return nil, err
-		}
-		kv.Value = v
+		return &pb.KVList{}, nil
 	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	kv.Value = v
 	return &pb.KVList{Kv: []*pb.KV{kv}}, nil
 }
 
@@ -669,7 +700,11 @@ func VerifyBackup(ctx context.Context, from string, m BackupManifest) error {
 				return fmt.Errorf("restore: manifest of %s lists a table %q that is not a day", from, t.Day)
 			}
 		}
-		for _, f := range t.Files {
+		files := t.Files
+		if t.Keys != nil {
+			files = append(slices.Clip(files), *t.Keys)
+		}
+		for _, f := range files {
 			if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
 				return fmt.Errorf("restore: manifest of %s lists a file %q outside the backup directory", from, f.Path)
 			}

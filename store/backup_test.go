@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,10 +10,12 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/pb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -71,11 +74,14 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, m1.ID)
 	require.Len(t, m1.Tables, 2)
-	assert.Equal(t, 3, m1.CopiedFiles) // index and both tables
+	assert.Equal(t, 5, m1.CopiedFiles) // index, both tables and their key lists
 	assert.Equal(t, uint64(41), m1.Positions["TELEMETRY"].Seq)
 	assert.Equal(t, map[string]uint64{"TELEMETRY": 41}, m1.Sequences())
 	assert.Equal(t, m1.Index.Bytes()+m1.Tables[0].Bytes()+m1.Tables[1].Bytes(), m1.TotalBytes())
-	assert.Equal(t, m1.CopiedBytes, m1.TotalBytes(), "a first backup copies all it holds")
+	require.NotNil(t, m1.Tables[0].Keys)
+	require.NotNil(t, m1.Tables[1].Keys)
+	assert.Equal(t, m1.CopiedBytes, m1.TotalBytes()+m1.Tables[0].Keys.Size+m1.Tables[1].Keys.Size,
+		"a first backup copies all it holds, and the key lists")
 	require.Len(t, steps, 3)
 	assert.Equal(t, BackupProgress{Name: today.String(), Done: 3, Total: 3, Bytes: m1.Tables[1].Bytes()}, steps[2])
 	first := snapshot(t, ts.Store, "a", "b")
@@ -101,6 +107,10 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, m3.Skipped)
 	assert.Equal(t, m2.Tables, m3.Tables, "no table copied")
+	require.Len(t, m2.Index.Files, 1, "the device index is copied in full")
+	assert.Equal(t, "000002/index.kv", m2.Index.Files[0].Path)
+	assert.Equal(t, m2.Index, m3.Index, "the device index did not change")
+	assert.Zero(t, m3.CopiedFiles)
 
 	want := snapshot(t, ts.Store, "a", "b", "c")
 	require.NotEqual(t, first, want)
@@ -134,6 +144,123 @@ func TestBackupIncrementalAfterCompaction(t *testing.T) {
 	rs, _ := restoreInto(t, bdir)
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today), "the blocks merged away are gone from the restore too")
+}
+
+// The open blocks written after a backup and merged by the compactor
+// before the next one were never in a backup: the incremental copy
+// leaves their deletions out, and carries the deletions of the blocks
+// the earlier backup holds.
+func TestIncrementalBackupLeavesOutDeletionsOfNewBlocks(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	for i := range 10 {
+		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
+	}
+	bdir := t.TempDir()
+	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	since := m1.Tables[0].Version
+	for i := range 30 {
+		ts.write(t, series("a", dayTick(today, 2*time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
+	}
+	ts.compactAll(true)
+	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Len(t, m2.Tables[0].Files, 2)
+	inc := m2.Tables[0].Files[1]
+	var deleted, live int
+	readBackupFile(t, filepath.Join(bdir, inc.Path), func(kv *pb.KV) {
+		ref, ok := parseBlockKey(kv.Key, len("a/"))
+		if !ok {
+			return
+		}
+		if len(kv.Meta) > 0 && kv.Meta[0]&badgerDeleteMeta != 0 {
+			deleted++
+			assert.LessOrEqual(t, ref.seq, since, "deletion of a block written after the first backup")
+		} else {
+			live++
+		}
+	})
+	assert.Positive(t, deleted, "the blocks of the first backup that were merged")
+	assert.Positive(t, live)
+
+	want := snapshot(t, ts.Store, "a")
+	wantKeys := tableKeys(t, ts.Store, today)
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today))
+}
+
+// readBackupFile calls f with every entry of a backup file.
+func readBackupFile(t *testing.T, path string, f func(kv *pb.KV)) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for len(b) > 0 {
+		require.GreaterOrEqual(t, len(b), 8)
+		n := binary.LittleEndian.Uint64(b)
+		require.LessOrEqual(t, n, uint64(len(b)-8))
+		var list pb.KVList
+		require.NoError(t, proto.Unmarshal(b[8:8+n], &list))
+		for _, kv := range list.Kv {
+			f(kv)
+		}
+		b = b[8+n:]
+	}
+}
+
+// Badger drops a deletion marker together with the value it deletes
+// once no reader needs them (here the compaction of level 0 when the
+// table closes): the blocks merged after a backup must still be gone
+// from a restore of the next one.
+func TestIncrementalBackupAfterDeletionsWereCompactedAway(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	for i := range 20 {
+		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
+	}
+	bdir := t.TempDir()
+	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	ts.write(t, series("a", dayTick(today, 3*time.Hour), time.Second, 5)...)
+	ts.compactAll(true)
+	ts = ts.reopen(t)
+	ts.write(t, series("a", dayTick(today, 4*time.Hour), time.Second, 5)...)
+	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Len(t, m.Tables[0].Files, 2)
+	want := snapshot(t, ts.Store, "a")
+	wantKeys := tableKeys(t, ts.Store, today)
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
+	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today), "the merged blocks are gone from the restore")
+}
+
+// A key list that does not match its manifest makes the next backup
+// copy the table in full, and a restore refuses it like any other file.
+func TestBackupWithADamagedKeyList(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
+	bdir := t.TempDir()
+	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	keys := filepath.Join(bdir, m1.Tables[0].Keys.Path)
+	require.NoError(t, os.WriteFile(keys, []byte("damaged"), 0o644))
+
+	dir := filepath.Join(t.TempDir(), "data")
+	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
+	require.ErrorIs(t, err, ErrBackupCorrupt)
+	assert.Contains(t, err.Error(), keys)
+
+	ts.write(t, series("a", dayTick(today, 2*time.Hour), time.Second, 50)...)
+	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Len(t, m2.Tables[0].Files, 1, "a full copy")
+	assert.Zero(t, m2.Tables[0].Files[0].Since)
+	want := snapshot(t, ts.Store, "a")
+	rs, _ := restoreInto(t, bdir)
+	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 }
 
 // tableKeys lists the live keys of the table of day with their values.

@@ -20,6 +20,17 @@ import (
 // moves it up to the oldest version a reader still uses after each
 // commit, so compaction keeps dropping overwritten versions.
 
+// A table's versions go on after a reopen from the newest version its
+// database holds (DB.MaxVersion). Every commit also writes
+// metaCommitKey, so that version is always the last commit's: a commit
+// that only deleted would otherwise leave no key at its version once
+// compaction dropped the deletions with what they deleted, and after a
+// reopen its version would be given out again, to commits an
+// incremental backup taken at it would never copy.
+
+// metaCommitKey is written, empty, by every commit of a table.
+var metaCommitKey = []byte("\x00meta/commit")
+
 // versions numbers the commits of one opening of a table's database and
 // tracks the versions its readers use. It is reset when the database is
 // opened again.
@@ -85,6 +96,9 @@ func (t *table) reserveVersion() uint64 {
 // publishes it to readers once it completed.
 func (t *table) commitTxnAt(txn *badger.Txn, version uint64) error {
 	v, db := &t.ver, t.db
+	if err := txn.Set(metaCommitKey, nil); err != nil {
+		return err
+	}
 	if err := txn.CommitAt(version, nil); err != nil {
 		return err
 	}

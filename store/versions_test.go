@@ -71,3 +71,43 @@ func TestDiscardVersionFollowsReaders(t *testing.T) {
 	delete(v.readers, 7)
 	assert.Equal(t, uint64(9), v.completedLocked(11))
 }
+
+// A commit that only deletes leaves no key at its version once
+// compaction dropped the deletions with what they deleted. The versions
+// of the table must still go on above it after a reopen: an incremental
+// backup taken at that commit copies the entries above its version, and
+// would miss commits that were given it again.
+func TestVersionsGoOnAboveADeletionOnlyCommit(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t)
+	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 3)...)
+	ts.write(t, series("b", dayTick(today, time.Hour), time.Second, 3)...)
+	tb, err := ts.acquire(ctx, today, forWrite)
+	require.NoError(t, err)
+	tb.writeMu.Lock()
+	var keys [][]byte
+	txn, done := tb.readTxn()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: devicePrefix("b")})
+	for it.Rewind(); it.Valid(); it.Next() {
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	it.Close()
+	done()
+	require.NotEmpty(t, keys)
+	wtxn := tb.writeTxn()
+	for _, k := range keys {
+		require.NoError(t, wtxn.Delete(k))
+	}
+	require.NoError(t, tb.commitTxn(wtxn))
+	deleted := tb.ver.last
+	tb.writeMu.Unlock()
+	ts.release(tb)
+
+	ts = ts.reopen(t) // closing compacts level 0: the deletions go with the blocks
+	tb, err = ts.acquire(ctx, today, forWrite)
+	require.NoError(t, err)
+	defer ts.release(tb)
+	tb.writeMu.Lock()
+	defer tb.writeMu.Unlock()
+	assert.Greater(t, tb.reserveVersion(), deleted)
+}

@@ -37,6 +37,18 @@ type publisher struct {
 	dupAcked []atomic.Bool
 }
 
+// readingsBase is the time of reading 0 of a run that starts at now
+// and publishes n readings one millisecond apart: an hour back, or
+// further when the run holds more than an hour of readings, so that
+// every reading is in the past when publishing starts. The service
+// refuses readings more than -max-future-skew (5 minutes) ahead of its
+// clock, and a run publishing faster than 1,000 readings/s would
+// otherwise reach them.
+func readingsBase(now time.Time, n int) time.Time {
+	back := max(time.Hour, time.Duration(n)*time.Millisecond+time.Minute)
+	return now.Add(-back).Truncate(time.Second)
+}
+
 // errStalled is a run that got no ack for Config.StallTimeout.
 var errStalled = errors.New("publishing stalled")
 

@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	pub := &publisher{js: js, cfg: cfg, base: time.Now().Add(-time.Hour).Truncate(time.Second)}
+	pub := &publisher{js: js, cfg: cfg, base: readingsBase(time.Now(), cfg.Readings)}
 	switch cfg.Protocol {
 	case "", "nats":
 	case "mqtt":

@@ -44,7 +44,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxInFlight))
 	require.NoError(t, err)
-	pub := &publisher{js: js, cfg: cfg, base: time.Now().Add(-time.Hour).Truncate(time.Second)}
+	pub := &publisher{js: js, cfg: cfg, base: readingsBase(time.Now(), cfg.Readings)}
 	pubCtx, stopPub := context.WithCancel(ctx)
 	pubDone := make(chan error, 1)
 	go func() { pubDone <- pub.run(pubCtx, log) }()
