@@ -79,14 +79,5 @@ func (n *Node) applyDeletes(ctx context.Context) {
 func (t Tombstones) DeletedAt(dev buckets.DeviceID) (time.Time, bool) {
 	a, okA := t.Local.DeletedAt(dev)
 	b, okB := t.Cluster.DeletedAt(dev)
-	switch {
-	case okA && okB:
-		if b.After(a) {
-			return b, true
-		}
-		return a, true
-	case okB:
-		return b, true
-	}
-	return a, okA
+	return later(a, okA, b, okB)
 }

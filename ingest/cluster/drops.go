@@ -91,6 +91,11 @@ type Tombstones struct {
 func (t Tombstones) DroppedAt(day buckets.Day) (time.Time, bool) {
 	a, okA := t.Local.DroppedAt(day)
 	b, okB := t.Cluster.DroppedAt(day)
+	return later(a, okA, b, okB)
+}
+
+// later is the later of two optional times.
+func later(a time.Time, okA bool, b time.Time, okB bool) (time.Time, bool) {
 	switch {
 	case okA && okB:
 		if b.After(a) {

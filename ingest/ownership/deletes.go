@@ -2,10 +2,6 @@ package ownership
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,37 +27,15 @@ const deleteKeyPrefix = "device."
 // parseDelete reads a device delete record; ok is false for any other
 // key or a malformed value.
 func parseDelete(e jetstream.KeyValueEntry) (buckets.DeviceID, drop, bool) {
-	s, ok := strings.CutPrefix(e.Key(), deleteKeyPrefix)
-	if !ok {
-		return "", drop{}, false
-	}
-	dev, err := buckets.ParseDeviceID(s)
-	if err != nil {
-		return "", drop{}, false
-	}
-	var r dropRecord
-	if json.Unmarshal(e.Value(), &r) != nil || r.Dropped.IsZero() {
-		return "", drop{}, false
-	}
-	return dev, drop{at: r.Dropped, done: r.Done}, true
+	return parseRecord(e, deleteKeyPrefix, buckets.ParseDeviceID)
 }
 
 // RecordDelete records that dev is deleted cluster-wide at at: first
 // before the DELETE goes round the live nodes (done false), then once
 // more after it (done true).
 func (m *Membership) RecordDelete(ctx context.Context, dev buckets.DeviceID, at time.Time, done bool) error {
-	b, err := json.Marshal(dropRecord{Dropped: at.UTC(), Done: done})
-	if err != nil {
-		return fmt.Errorf("ownership: encode device delete: %w", err)
-	}
-	m.mu.Lock()
-	kv := m.dropsKV
-	m.mu.Unlock()
-	if kv == nil {
-		return errors.New("ownership: drops bucket not open")
-	}
-	if _, err := kv.Put(ctx, deleteKeyPrefix+string(dev), b); err != nil {
-		return fmt.Errorf("ownership: record the delete of device %s: %w", dev, err)
+	if err := m.putRecord(ctx, deleteKeyPrefix+string(dev), "the delete of device "+string(dev), at, done); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	if m.deletes == nil {
@@ -78,13 +52,7 @@ func (m *Membership) RecordDelete(ctx context.Context, dev buckets.DeviceID, at 
 func (m *Membership) Deletes() map[buckets.DeviceID]time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[buckets.DeviceID]time.Time, len(m.deletes))
-	for dev, d := range m.deletes {
-		if d.done || m.cfg.Now().Sub(d.at) >= pendingDropWait {
-			out[dev] = d.at
-		}
-	}
-	return out
+	return due(m.deletes, m.cfg.Now())
 }
 
 // DeletedAt reports when dev was deleted cluster-wide, as last read

@@ -108,28 +108,48 @@ func (m *Membership) readDrops(ctx context.Context) error {
 }
 
 func parseDrop(e jetstream.KeyValueEntry) (buckets.Day, drop, bool) {
-	s, ok := strings.CutPrefix(e.Key(), dropKeyPrefix)
+	return parseRecord(e, dropKeyPrefix, buckets.ParseDay)
+}
+
+// parseRecord reads a drop record under prefix (a day drop or a device
+// delete) whose key names what parse accepts; ok is false for any other
+// key or a malformed value.
+func parseRecord[K any](e jetstream.KeyValueEntry, prefix string, parse func(string) (K, error)) (K, drop, bool) {
+	var zero K
+	s, ok := strings.CutPrefix(e.Key(), prefix)
 	if !ok {
-		return 0, drop{}, false
+		return zero, drop{}, false
 	}
-	day, err := buckets.ParseDay(s)
+	k, err := parse(s)
 	if err != nil {
-		return 0, drop{}, false
+		return zero, drop{}, false
 	}
 	var r dropRecord
 	if json.Unmarshal(e.Value(), &r) != nil || r.Dropped.IsZero() {
-		return 0, drop{}, false
+		return zero, drop{}, false
 	}
-	return day, drop{at: r.Dropped, done: r.Done}, true
+	return k, drop{at: r.Dropped, done: r.Done}, true
 }
 
 // RecordDrop records that day is dropped cluster-wide at at: first
 // before the DELETE goes round the live nodes (done false), then once
 // more after it (done true).
 func (m *Membership) RecordDrop(ctx context.Context, day buckets.Day, at time.Time, done bool) error {
+	if err := m.putRecord(ctx, dropKeyPrefix+day.String(), "the drop of "+day.String(), at, done); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.drops[day] = drop{at: at, done: done}
+	m.mu.Unlock()
+	return nil
+}
+
+// putRecord writes a drop record (what: the day drop or device delete
+// it records) under key.
+func (m *Membership) putRecord(ctx context.Context, key, what string, at time.Time, done bool) error {
 	b, err := json.Marshal(dropRecord{Dropped: at.UTC(), Done: done})
 	if err != nil {
-		return fmt.Errorf("ownership: encode drop: %w", err)
+		return fmt.Errorf("ownership: encode %s: %w", what, err)
 	}
 	m.mu.Lock()
 	kv := m.dropsKV
@@ -137,12 +157,9 @@ func (m *Membership) RecordDrop(ctx context.Context, day buckets.Day, at time.Ti
 	if kv == nil {
 		return errors.New("ownership: drops bucket not open")
 	}
-	if _, err := kv.Put(ctx, dropKeyPrefix+day.String(), b); err != nil {
-		return fmt.Errorf("ownership: record the drop of %s: %w", day, err)
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("ownership: record %s: %w", what, err)
 	}
-	m.mu.Lock()
-	m.drops[day] = drop{at: at, done: done}
-	m.mu.Unlock()
 	return nil
 }
 
@@ -152,10 +169,17 @@ func (m *Membership) RecordDrop(ctx context.Context, day buckets.Day, at time.Ti
 func (m *Membership) Drops() map[buckets.Day]time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[buckets.Day]time.Time, len(m.drops))
-	for day, d := range m.drops {
-		if d.done || m.cfg.Now().Sub(d.at) >= pendingDropWait {
-			out[day] = d.at
+	return due(m.drops, m.cfg.Now())
+}
+
+// due returns the records of log a node applies at now: those whose
+// DELETE went round the live nodes, or that have waited pendingDropWait
+// for it. m.mu is held.
+func due[K comparable](log map[K]drop, now time.Time) map[K]time.Time {
+	out := make(map[K]time.Time, len(log))
+	for k, d := range log {
+		if d.done || now.Sub(d.at) >= pendingDropWait {
+			out[k] = d.at
 		}
 	}
 	return out
