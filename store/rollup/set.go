@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -611,4 +612,40 @@ func deleteDevice(db *badger.DB, dev buckets.DeviceID) (int, error) {
 		}
 	}
 	return len(keys), wb.Flush()
+}
+
+// PeriodName is the name of a period database relative to the rollups
+// directory: "<level>/YYYY-MM".
+func PeriodName(p Period) string { return p.Level.Name() + "/" + p.Month.Format(monthLayout) }
+
+// ParsePeriodName checks a name PeriodName made (a level's interval and
+// a month) and returns its two parts.
+func ParsePeriodName(name string) (level, month string, err error) {
+	level, month, ok := strings.Cut(name, "/")
+	if !ok {
+		return "", "", fmt.Errorf("rollup period %q is not <level>/YYYY-MM", name)
+	}
+	if d, err := ParseDuration(level); err != nil || FormatDuration(d) != level {
+		return "", "", fmt.Errorf("rollup period %q: level %q is not an interval", name, level)
+	}
+	if t, err := time.Parse(monthLayout, month); err != nil || t.Format(monthLayout) != month {
+		return "", "", fmt.Errorf("rollup period %q: %q is not a month (YYYY-MM)", name, month)
+	}
+	return level, month, nil
+}
+
+// View calls fn with the database of p, open and held: it is neither
+// closed nor dropped until fn returns, while writes go on. It returns
+// false without calling fn when p is not on disk (dropped meanwhile).
+func (s *Set) View(p Period, fn func(dir string, db *badger.DB) error) (bool, error) {
+	lvl := slices.IndexFunc(s.levels, func(l Level) bool { return l == p.Level })
+	if lvl < 0 {
+		return false, nil
+	}
+	q, done, err := s.use(periodKey{level: lvl, month: monthOf(buckets.MustTicks(p.Month))}, false)
+	if err != nil || q == nil {
+		return false, err
+	}
+	defer done()
+	return true, fn(q.dir, q.db.Load())
 }
