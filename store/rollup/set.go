@@ -604,6 +604,9 @@ func deleteDevice(db *badger.DB, dev buckets.DeviceID) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
 	wb := db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, k := range keys {
@@ -611,8 +614,20 @@ func deleteDevice(db *badger.DB, dev buckets.DeviceID) (int, error) {
 			return 0, err
 		}
 	}
-	return len(keys), wb.Flush()
+	if err := wb.Flush(); err != nil {
+		return 0, err
+	}
+	return len(keys), db.Update(func(txn *badger.Txn) error { return txn.Set(commitKey, nil) })
 }
+
+// commitKey is written, empty, after a device's deletions. Badger
+// numbers the commits of a period database from the newest version it
+// holds when it opens; once compaction dropped the deletions with the
+// records they deleted, their versions would be given out again, to
+// commits an incremental backup taken after the deletions (copying the
+// entries above their version) would never copy. The key keeps the
+// newest version at or above them.
+var commitKey = []byte("\x00meta/commit")
 
 // PeriodName is the name of a period database relative to the rollups
 // directory: "<level>/YYYY-MM".
