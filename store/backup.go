@@ -706,7 +706,7 @@ func load(ctx context.Context, from, dataDir string, m BackupManifest, opts Rest
 	for i, t := range m.Rollups {
 		dir, err := rollupDir(dataDir, t.Rollup)
 		if err == nil {
-			err = loadDB(ctx, from, rollupBadgerOptions(dir, false, false, log), badger.Open, t.Files)
+			err = loadDB(ctx, from, rollupBadgerOptions(dir, false, false, log), openBadger, t.Files)
 		}
 		if err != nil {
 			return fmt.Errorf("restore rollup %s: %w", t.Rollup, err)

@@ -77,7 +77,7 @@ func (s *Store) rollupPeriodsOf() (names []string, view func(name string, fn fun
 	}
 	return names, func(name string, fn func(string, *badger.DB) error) (bool, error) {
 		dir := filepath.Join(root, filepath.FromSlash(name))
-		db, err := openView(rollupBadgerOptions(dir, false, true, s.log), badger.Open)
+		db, err := openView(rollupBadgerOptions(dir, false, true, s.log), openBadger)
 		if err != nil {
 			return false, fmt.Errorf("open rollup %s: %w", name, err)
 		}

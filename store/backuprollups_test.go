@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -307,4 +308,34 @@ func TestIncrementalRollupBackupAfterADeleteAndARestart(t *testing.T) {
 	require.NoError(t, err)
 	rs, _ := restoreRollups(t, bdir)
 	assert.Equal(t, want, rollupDump(t, rs.Store, "a", "b", "c"))
+}
+
+// TestRestoreRefusesABadRollupName: a manifest whose rollup is not
+// <level>/YYYY-MM (a path out of the data directory, a level that is
+// not an interval, a day for a month) is refused, naming it, before
+// anything is written.
+func TestRestoreRefusesABadRollupName(t *testing.T) {
+	ctx := context.Background()
+	ts := newTestStore(t, withRollups)
+	writeRollupHours(t, ts, today, 2, "a")
+	bdir := t.TempDir()
+	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "1m/2026-11", m.Rollups[0].Rollup)
+	good, err := os.ReadFile(filepath.Join(bdir, "MANIFEST.json"))
+	require.NoError(t, err)
+	for _, bad := range []string{"../../1m/2026-11", "1m/../2026-11", "1x/2026-11", "1m/2026-11-22", "1m", "1m/2026-13"} {
+		data := strings.Replace(string(good), `"rollup": "1m/2026-11"`, `"rollup": "`+bad+`"`, 1)
+		require.NotEqual(t, string(good), data)
+		require.NoError(t, os.WriteFile(filepath.Join(bdir, "MANIFEST.json"), []byte(data), 0o644))
+		dir := filepath.Join(t.TempDir(), "data")
+		_, err := Restore(ctx, bdir, dir, RestoreOptions{})
+		require.Error(t, err, bad)
+		assert.Contains(t, err.Error(), `"`+bad+`"`)
+		_, statErr := os.Stat(dir)
+		assert.ErrorIs(t, statErr, os.ErrNotExist, bad)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(bdir, "MANIFEST.json"), good, 0o644))
+	_, err = Restore(ctx, bdir, filepath.Join(t.TempDir(), "data"), RestoreOptions{})
+	require.NoError(t, err)
 }
