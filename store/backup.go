@@ -58,9 +58,15 @@ import (
 // copy may hold newer readings too, and a replay from the positions
 // writes those again, which changes nothing.
 
-// BackupFormat is the format version of the backup manifests this
-// build writes and reads.
-const BackupFormat = 1
+// BackupFormat is the newest format version of the backup manifests
+// this build writes and reads: format 2 lists rollup databases. A
+// backup without rollups is written as format 1 (backupFormatTables),
+// which builds from before the rollups read too; one with rollups is
+// refused by them rather than restored without its rollups.
+const BackupFormat = 2
+
+// backupFormatTables is the format of a manifest without rollups.
+const backupFormatTables = 1
 
 // File names in a backup directory.
 const (
@@ -469,6 +475,9 @@ func (b *backupRun) copyDB(ctx context.Context, name string, since uint64, write
 // finish writes the manifest into the subdirectory and then, atomically,
 // as the directory's newest manifest.
 func (b *backupRun) finish() error {
+	if len(b.m.Rollups) == 0 {
+		b.m.Format = backupFormatTables
+	}
 	data, err := json.MarshalIndent(b.m, "", "  ")
 	if err != nil {
 		return fmt.Errorf("backup manifest: %w", err)
@@ -617,8 +626,8 @@ func readManifest(dir string) (BackupManifest, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return BackupManifest{}, fmt.Errorf("%s: %w", filepath.Join(dir, backupManifestName), err)
 	}
-	if m.Format != BackupFormat {
-		return BackupManifest{}, fmt.Errorf("%s: backup format %d, this build reads %d", filepath.Join(dir, backupManifestName), m.Format, BackupFormat)
+	if m.Format < backupFormatTables || m.Format > BackupFormat {
+		return BackupManifest{}, fmt.Errorf("%s: backup format %d, this build reads %d to %d", filepath.Join(dir, backupManifestName), m.Format, backupFormatTables, BackupFormat)
 	}
 	return m, nil
 }

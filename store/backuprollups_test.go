@@ -98,6 +98,7 @@ func TestBackupRestoresRollups(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"index", today.String(), "rollups/1m/2026-10", "rollups/1m/2026-11", "rollups/1h/2026-01"}, steps)
 	require.Len(t, m.Rollups, 3)
+	assert.Equal(t, 2, m.Format, "a manifest with rollups is refused by builds without them")
 	for _, r := range m.Rollups {
 		require.Len(t, r.Files, 1, r.Rollup)
 		require.NotNil(t, r.Keys, r.Rollup)
@@ -276,6 +277,7 @@ func TestBackupWithRollupsOffHasNone(t *testing.T) {
 	m, err := ts.Backup(ctx, bdir, BackupOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, m.Rollups)
+	assert.Equal(t, 1, m.Format, "as before the rollups")
 	b, err := os.ReadFile(filepath.Join(bdir, "MANIFEST.json"))
 	require.NoError(t, err)
 	assert.NotContains(t, string(b), "rollup")
