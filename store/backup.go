@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -36,6 +37,9 @@ import (
 //	    index.kv           the device index (Badger backup format), in full
 //	    tables/DAY.kv      one file per day table
 //	    tables/DAY.keys    the keys of the table (backupkeys.go)
+//	    rollups/LEVEL/YYYY-MM.kv, .keys
+//	                       one rollup period database and its keys
+//	                       (backuprollups.go)
 //	000002/                a later backup: only what changed since 000001
 //
 // A manifest lists, per day table and for the index, every file a
@@ -54,9 +58,15 @@ import (
 // copy may hold newer readings too, and a replay from the positions
 // writes those again, which changes nothing.
 
-// BackupFormat is the format version of the backup manifests this
-// build writes and reads.
-const BackupFormat = 1
+// BackupFormat is the newest format version of the backup manifests
+// this build writes and reads: format 2 lists rollup databases. A
+// backup without rollups is written as format 1 (backupFormatTables),
+// which builds from before the rollups read too; one with rollups is
+// refused by them rather than restored without its rollups.
+const BackupFormat = 2
+
+// backupFormatTables is the format of a manifest without rollups.
+const backupFormatTables = 1
 
 // File names in a backup directory.
 const (
@@ -92,6 +102,8 @@ type BackupManifest struct {
 	Tombstones map[string]time.Time `json:"tombstones"`
 	Index      BackupTable          `json:"index"`
 	Tables     []BackupTable        `json:"tables"`
+	// Rollups are the rollup period databases (backuprollups.go).
+	Rollups []BackupTable `json:"rollups,omitempty"`
 	// CopiedBytes and CopiedFiles are what this backup wrote; Skipped
 	// counts the tables that had not changed since the previous one.
 	CopiedBytes int64 `json:"copied_bytes"`
@@ -105,10 +117,11 @@ type BackupPosition struct {
 	Seq     uint64    `json:"seq"`
 }
 
-// BackupTable is one database in a manifest: a day table (Day set) or
-// the device index.
+// BackupTable is one database in a manifest: a day table (Day set), a
+// rollup period (Rollup set: "<level>/YYYY-MM") or the device index.
 type BackupTable struct {
-	Day string `json:"day,omitempty"`
+	Day    string `json:"day,omitempty"`
+	Rollup string `json:"rollup,omitempty"`
 	// Version is the Badger version the copy reached: the next
 	// incremental copy takes the entries above it.
 	Version uint64 `json:"version"`
@@ -142,11 +155,11 @@ func (t BackupTable) Bytes() int64 {
 	return n
 }
 
-// TotalBytes is what a restore of m loads: the device index and every
-// table, all their files.
+// TotalBytes is what a restore of m loads: the device index, every
+// table and every rollup period, all their files.
 func (m BackupManifest) TotalBytes() int64 {
 	n := m.Index.Bytes()
-	for _, t := range m.Tables {
+	for _, t := range append(slices.Clip(m.Tables), m.Rollups...) {
 		n += t.Bytes()
 	}
 	return n
@@ -164,7 +177,8 @@ func (m BackupManifest) Sequences() map[string]uint64 {
 
 // BackupProgress reports one step of a backup or a restore.
 type BackupProgress struct {
-	// Name is the database: a day ("2026-11-25") or "index".
+	// Name is the database: a day ("2026-11-25"), "index" or a rollup
+	// period ("rollups/1m/2026-11").
 	Name string
 	// Done and Total count the databases.
 	Done, Total int
@@ -185,7 +199,8 @@ type BackupOptions struct {
 	Now func() time.Time
 }
 
-// Backup copies every day table and the device index into dir, which
+// Backup copies every day table, the device index and every rollup
+// period database into dir, which
 // is created if needed, incrementally against the newest backup already
 // in dir unless opts.Full. It works on an open store while it is being
 // written, and on a read-only one (a stopped data dir). Only one backup
@@ -254,17 +269,15 @@ func (b *backupRun) run(ctx context.Context) (BackupManifest, error) {
 	}
 	// The positions first: every reading they vouch for is committed
 	// already, so the copies made after this hold it.
-	s.replay.posMu.Lock()
-	pos, err := readPositions(s.dir)
-	s.replay.posMu.Unlock()
+	if err := b.positions(); err != nil {
+		return b.m, err
+	}
+	days := s.daysBetween(0, buckets.Day(1<<31-1), buckets.Asc)
+	rollups, viewRollup, err := s.rollupPeriodsOf()
 	if err != nil {
 		return b.m, fmt.Errorf("backup: %w", err)
 	}
-	for name, p := range pos {
-		b.m.Positions[name] = BackupPosition{Created: time.Unix(0, p.Created).UTC(), Seq: p.Seq}
-	}
-	days := s.daysBetween(0, buckets.Day(1<<31-1), buckets.Asc)
-	total := len(days) + 1
+	total := len(days) + 1 + len(rollups)
 	if err := b.index(ctx, total); err != nil {
 		return b.m, err
 	}
@@ -280,6 +293,9 @@ func (b *backupRun) run(ctx context.Context) (BackupManifest, error) {
 			return b.m, err
 		}
 	}
+	if err := b.rollups(ctx, rollups, viewRollup, len(days)+1, total); err != nil {
+		return b.m, err
+	}
 	// Tombstones last: a day dropped while the tables were copied is
 	// then both absent (or copied) and tombstoned, so a replay does not
 	// bring its readings back.
@@ -287,10 +303,21 @@ func (b *backupRun) run(ctx context.Context) (BackupManifest, error) {
 	for _, t := range s.Tombstones() {
 		b.m.Tombstones[t.Day.String()] = t.Dropped.UTC()
 	}
-	if err := b.finish(); err != nil {
-		return b.m, err
+	return b.m, b.finish()
+}
+
+// positions reads the saved stream positions into the manifest.
+func (b *backupRun) positions() error {
+	b.s.replay.posMu.Lock()
+	pos, err := readPositions(b.s.dir)
+	b.s.replay.posMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
 	}
-	return b.m, nil
+	for name, p := range pos {
+		b.m.Positions[name] = BackupPosition{Created: time.Unix(0, p.Created).UTC(), Seq: p.Seq}
+	}
+	return nil
 }
 
 // index copies the device index, in full whenever it changed: it holds
@@ -341,7 +368,7 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 	at, unpin := t.pinVersion()
 	defer unpin()
 	ino := dirInode(t.dir)
-	since, prev := b.chain(day, prev, ino, at)
+	since, prev := b.chain(day.String(), prev, ino, at)
 	entry := BackupTable{Day: day.String(), Version: at, Inode: ino, Files: slices.Clone(prev.Files), Keys: prev.Keys}
 	var f BackupFile
 	if since == 0 || at > since {
@@ -358,7 +385,9 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 				if err != nil {
 					return 0, err
 				}
-				entry.Keys, err = b.listKeys(ctx, t.db, at, prev.Keys, keys, w)
+				txn := t.db.NewTransactionAt(at, false)
+				defer txn.Discard()
+				entry.Keys, err = b.listKeys(ctx, txn, at, prev.Keys, keys, w, nil)
 				return version, err
 			})
 			return err
@@ -383,14 +412,14 @@ func (b *backupRun) table(ctx context.Context, day buckets.Day, prev BackupTable
 // it is not in the previous backup, or not the same table (its
 // directory or its versions differ), or the previous key list does not
 // match its manifest.
-func (b *backupRun) chain(day buckets.Day, prev BackupTable, ino, at uint64) (since uint64, _ BackupTable) {
+func (b *backupRun) chain(name string, prev BackupTable, ino, at uint64) (since uint64, _ BackupTable) {
 	switch {
 	case len(prev.Files) == 0 || prev.Inode != ino || prev.Keys == nil || at < prev.Version:
 		return 0, BackupTable{}
 	case at > prev.Version:
 		if err := verifyFile(b.dir, *prev.Keys); err != nil {
-			b.s.log.Warn("backup: the key list of the previous backup does not match its manifest; copying the table in full",
-				"day", day.String(), "err", err)
+			b.s.log.Warn("backup: the key list of the previous backup does not match its manifest; copying the database in full",
+				"database", name, "err", err)
 			return 0, BackupTable{}
 		}
 	}
@@ -446,11 +475,26 @@ func (b *backupRun) copyDB(ctx context.Context, name string, since uint64, write
 // finish writes the manifest into the subdirectory and then, atomically,
 // as the directory's newest manifest.
 func (b *backupRun) finish() error {
+	if len(b.m.Rollups) == 0 {
+		b.m.Format = backupFormatTables
+	}
 	data, err := json.MarshalIndent(b.m, "", "  ")
 	if err != nil {
 		return fmt.Errorf("backup manifest: %w", err)
 	}
-	for _, d := range []string{filepath.Join(b.dir, b.sub, tablesDirName), filepath.Join(b.dir, b.sub)} {
+	dirs := []string{filepath.Join(b.dir, b.sub, tablesDirName)}
+	for _, t := range b.m.Rollups {
+		if d := filepath.Join(b.dir, b.sub, rollupsDirName, filepath.FromSlash(path.Dir(t.Rollup))); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(b.m.Rollups) > 0 {
+		dirs = append(dirs, filepath.Join(b.dir, b.sub, rollupsDirName))
+	}
+	for _, d := range append(dirs, filepath.Join(b.dir, b.sub)) {
+		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
+			continue // every rollup of a level unchanged
+		}
 		if err := syncDir(d); err != nil {
 			return fmt.Errorf("backup: %w", err)
 		}
@@ -582,8 +626,8 @@ func readManifest(dir string) (BackupManifest, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return BackupManifest{}, fmt.Errorf("%s: %w", filepath.Join(dir, backupManifestName), err)
 	}
-	if m.Format != BackupFormat {
-		return BackupManifest{}, fmt.Errorf("%s: backup format %d, this build reads %d", filepath.Join(dir, backupManifestName), m.Format, BackupFormat)
+	if m.Format < backupFormatTables || m.Format > BackupFormat {
+		return BackupManifest{}, fmt.Errorf("%s: backup format %d, this build reads %d to %d", filepath.Join(dir, backupManifestName), m.Format, backupFormatTables, BackupFormat)
 	}
 	return m, nil
 }
@@ -619,7 +663,8 @@ type RestoreOptions struct {
 // that differs); then each table and the index are loaded, full copy
 // first and incremental ones in order, and the stream positions and
 // tombstones are written, so a store opened on dataDir resumes the
-// stream past the positions.
+// stream past the positions. The rollup period databases are loaded
+// after the tables, into dataDir/rollups/LEVEL/YYYY-MM.
 func Restore(ctx context.Context, from, dataDir string, opts RestoreOptions) (BackupManifest, error) {
 	m, err := readManifest(from)
 	if err != nil {
@@ -633,7 +678,7 @@ func Restore(ctx context.Context, from, dataDir string, opts RestoreOptions) (Ba
 	}
 	if err := load(ctx, from, dataDir, m, opts); err != nil {
 		// Leave the directory as it was found, so a retry can start over.
-		for _, name := range []string{tablesDirName, indexDirName, positionsFileName, tombstonesFileName, restoredFileName} {
+		for _, name := range []string{tablesDirName, indexDirName, rollupsDirName, positionsFileName, tombstonesFileName, restoredFileName} {
 			_ = os.RemoveAll(filepath.Join(dataDir, name))
 		}
 		return m, err
@@ -647,7 +692,7 @@ func load(ctx context.Context, from, dataDir string, m BackupManifest, opts Rest
 	if err := os.MkdirAll(filepath.Join(dataDir, tablesDirName), 0o755); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	total := len(m.Tables) + 1
+	total := len(m.Tables) + 1 + len(m.Rollups)
 	report := func(p BackupProgress) {
 		if opts.Progress != nil {
 			opts.Progress(p)
@@ -657,15 +702,25 @@ func load(ctx context.Context, from, dataDir string, m BackupManifest, opts Rest
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := loadDB(ctx, log, from, filepath.Join(dataDir, indexDirName), classIndex, openBadger, m.Index.Files); err != nil {
+	if err := loadDB(ctx, from, badgerOptions(filepath.Join(dataDir, indexDirName), classIndex, false, false, log), openBadger, m.Index.Files); err != nil {
 		return fmt.Errorf("restore device index: %w", err)
 	}
 	report(BackupProgress{Name: "index", Done: 1, Total: total, Bytes: m.Index.Bytes()})
 	for i, t := range m.Tables {
-		if err := loadDB(ctx, log, from, filepath.Join(dataDir, tablesDirName, t.Day), classCold, openTableBadger, t.Files); err != nil {
+		if err := loadDB(ctx, from, badgerOptions(filepath.Join(dataDir, tablesDirName, t.Day), classCold, false, false, log), openTableBadger, t.Files); err != nil {
 			return fmt.Errorf("restore table %s: %w", t.Day, err)
 		}
 		report(BackupProgress{Name: t.Day, Done: i + 2, Total: total, Bytes: t.Bytes()})
+	}
+	for i, t := range m.Rollups {
+		dir, err := rollupDir(dataDir, t.Rollup)
+		if err == nil {
+			err = loadDB(ctx, from, rollupBadgerOptions(dir, false, false, log), openBadger, t.Files)
+		}
+		if err != nil {
+			return fmt.Errorf("restore rollup %s: %w", t.Rollup, err)
+		}
+		report(BackupProgress{Name: rollupsDirName + "/" + t.Rollup, Done: len(m.Tables) + i + 2, Total: total, Bytes: t.Bytes()})
 	}
 	if err := writeRestoredState(dataDir, m); err != nil {
 		return fmt.Errorf("restore: %w", err)
@@ -693,9 +748,14 @@ func checkEmptyDir(dataDir string, keep []string) error {
 // VerifyBackup checks every file m lists in the backup directory from
 // against its size and SHA-256.
 func VerifyBackup(ctx context.Context, from string, m BackupManifest) error {
-	all := append([]BackupTable{m.Index}, m.Tables...)
+	all := append(append([]BackupTable{m.Index}, m.Tables...), m.Rollups...)
 	for i, t := range all {
-		if i > 0 {
+		switch {
+		case i > len(m.Tables):
+			if _, err := rollupDir("", t.Rollup); err != nil {
+				return fmt.Errorf("restore: %s: %w", from, err)
+			}
+		case i > 0:
 			if d, err := buckets.ParseDay(t.Day); err != nil || d.String() != t.Day {
 				return fmt.Errorf("restore: manifest of %s lists a table %q that is not a day", from, t.Day)
 			}
@@ -740,9 +800,10 @@ func verifyFile(from string, f BackupFile) error {
 	return nil
 }
 
-// loadDB creates the database in dir and loads files into it in order.
-func loadDB(ctx context.Context, log *slog.Logger, from, dir string, c tableClass, open func(badger.Options) (*badger.DB, error), files []BackupFile) error {
-	db, err := open(badgerOptions(dir, c, false, false, log))
+// loadDB creates the database of opts and loads files into it in
+// order.
+func loadDB(ctx context.Context, from string, opts badger.Options, open func(badger.Options) (*badger.DB, error), files []BackupFile) error {
+	db, err := open(opts)
 	if err != nil {
 		return err
 	}

@@ -39,11 +39,12 @@ const maxKeyLen = 1 << 16
 // deletionsPerList is how many deletions go into one list of the copy.
 const deletionsPerList = 1024
 
-// listKeys writes the keys db holds at version at into the key list
-// name of this backup and, when prev (the previous backup's list) is
-// set, the deletion at version at of every key of prev that db no
-// longer holds into w, the table's copy. prev must have been verified.
-func (b *backupRun) listKeys(ctx context.Context, db *badger.DB, at uint64, prev *BackupFile, name string, w io.Writer) (*BackupFile, error) {
+// listKeys writes the keys txn sees (a snapshot at version at) into
+// the key list name of this backup and, when prev (the previous
+// backup's list) is set, the deletion at version at of every key of
+// prev that txn does not see into w, the database's copy; each, if
+// set, is called with every item. prev must have been verified.
+func (b *backupRun) listKeys(ctx context.Context, txn *badger.Txn, at uint64, prev *BackupFile, name string, w io.Writer, each func(*badger.Item) error) (*BackupFile, error) {
 	var old *keyReader
 	if prev != nil {
 		var err error
@@ -60,7 +61,7 @@ func (b *backupRun) listKeys(ctx context.Context, db *badger.DB, at uint64, prev
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(out, h)}
 	kw := newKeyWriter(cw)
-	err = diffKeys(ctx, db, at, old, kw, &deletions{w: w, version: at})
+	err = diffKeys(ctx, txn, old, kw, &deletions{w: w, version: at}, each)
 	if err == nil {
 		err = kw.close()
 	}
@@ -73,22 +74,26 @@ func (b *backupRun) listKeys(ctx context.Context, db *badger.DB, at uint64, prev
 	return &BackupFile{Path: filepath.ToSlash(rel), Version: at, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
-// diffKeys writes every key db holds at version at to kw and, when old
-// is set, deletes each key old lists that db does not hold.
-func diffKeys(ctx context.Context, db *badger.DB, at uint64, old *keyReader, kw *keyWriter, del *deletions) error {
+// diffKeys writes every key txn sees to kw, calls each (if set) with
+// its item and, when old is set, deletes each key old lists that txn
+// does not see.
+func diffKeys(ctx context.Context, txn *badger.Txn, old *keyReader, kw *keyWriter, del *deletions, each func(*badger.Item) error) error {
 	next := func() ([]byte, error) { return nil, io.EOF }
 	if old != nil {
 		next = old.next
 	}
 	p, err := next()
-	txn := db.NewTransactionAt(at, false)
-	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
 		k := it.Item().Key()
 		if err := kw.add(k); err != nil {
 			return err
+		}
+		if each != nil {
+			if err := each(it.Item()); err != nil {
+				return err
+			}
 		}
 		for ; err == nil && bytes.Compare(p, k) < 0; p, err = next() {
 			if err := del.add(p); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -85,11 +86,7 @@ func (s *Store) openRollups() error {
 	set, err := rollup.Open(filepath.Join(s.dir, rollupsDirName), rollup.Options{
 		Levels: s.opts.Rollups,
 		Badger: func(dir string) badger.Options {
-			// Uncompressed: a long read then needs no block cache to
-			// stay fast (summaries are floats, which compress little).
-			o := badgerOptions(dir, classCold, s.opts.SyncWrites, false, s.log).WithMemTableSize(rollupMemTableSize).
-				WithCompression(options.None).WithBlockCacheSize(0)
-			return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
+			return rollupBadgerOptions(dir, s.opts.SyncWrites, false, s.log)
 		},
 		Logger: s.log,
 	})
@@ -98,6 +95,16 @@ func (s *Store) openRollups() error {
 	}
 	r.set = set
 	return nil
+}
+
+// rollupBadgerOptions are the options of a rollup period database in
+// dir (as opened, backed up and restored).
+func rollupBadgerOptions(dir string, syncWrites, readOnly bool, log *slog.Logger) badger.Options {
+	// Uncompressed: a long read then needs no block cache to stay fast
+	// (summaries are floats, which compress little).
+	o := badgerOptions(dir, classCold, syncWrites, readOnly, log).WithMemTableSize(rollupMemTableSize).
+		WithCompression(options.None).WithBlockCacheSize(0)
+	return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
 }
 
 // rollupsOn reports whether the store keeps rollups.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -603,6 +604,9 @@ func deleteDevice(db *badger.DB, dev buckets.DeviceID) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
 	wb := db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, k := range keys {
@@ -610,5 +614,53 @@ func deleteDevice(db *badger.DB, dev buckets.DeviceID) (int, error) {
 			return 0, err
 		}
 	}
-	return len(keys), wb.Flush()
+	if err := wb.Flush(); err != nil {
+		return 0, err
+	}
+	return len(keys), db.Update(func(txn *badger.Txn) error { return txn.Set(commitKey, nil) })
+}
+
+// commitKey is written, empty, after a device's deletions. Badger
+// numbers the commits of a period database from the newest version it
+// holds when it opens; once compaction dropped the deletions with the
+// records they deleted, their versions would be given out again, to
+// commits an incremental backup taken after the deletions (copying the
+// entries above their version) would never copy. The key keeps the
+// newest version at or above them.
+var commitKey = []byte("\x00meta/commit")
+
+// PeriodName is the name of a period database relative to the rollups
+// directory: "<level>/YYYY-MM".
+func PeriodName(p Period) string { return p.Level.Name() + "/" + p.Month.Format(monthLayout) }
+
+// ParsePeriodName checks a name PeriodName made (a level's interval and
+// a month) and returns its two parts.
+func ParsePeriodName(name string) (level, month string, err error) {
+	level, month, ok := strings.Cut(name, "/")
+	if !ok {
+		return "", "", fmt.Errorf("rollup period %q is not <level>/YYYY-MM", name)
+	}
+	if d, err := ParseDuration(level); err != nil || FormatDuration(d) != level {
+		return "", "", fmt.Errorf("rollup period %q: level %q is not an interval", name, level)
+	}
+	if t, err := time.Parse(monthLayout, month); err != nil || t.Format(monthLayout) != month {
+		return "", "", fmt.Errorf("rollup period %q: %q is not a month (YYYY-MM)", name, month)
+	}
+	return level, month, nil
+}
+
+// View calls fn with the database of p, open and held: it is neither
+// closed nor dropped until fn returns, while writes go on. It returns
+// false without calling fn when p is not on disk (dropped meanwhile).
+func (s *Set) View(p Period, fn func(dir string, db *badger.DB) error) (bool, error) {
+	lvl := slices.IndexFunc(s.levels, func(l Level) bool { return l == p.Level })
+	if lvl < 0 {
+		return false, nil
+	}
+	q, done, err := s.use(periodKey{level: lvl, month: monthOf(buckets.MustTicks(p.Month))}, false)
+	if err != nil || q == nil {
+		return false, err
+	}
+	defer done()
+	return true, fn(q.dir, q.db.Load())
 }

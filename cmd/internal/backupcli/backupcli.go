@@ -172,8 +172,12 @@ func RunRestore(ctx context.Context, args []string, stdout, stderr io.Writer, sh
 		fmt.Fprintln(stderr, "telemetryd", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "restored backup %d of %s (taken %s) into %s: %d tables\n",
-		m.ID, from, m.Created.Format(time.RFC3339), cfg.DataDir, len(m.Tables))
+	rollups := ""
+	if len(m.Rollups) > 0 {
+		rollups = fmt.Sprintf(", %d rollup databases (start it with the same -rollups)", len(m.Rollups))
+	}
+	fmt.Fprintf(stdout, "restored backup %d of %s (taken %s) into %s: %d tables%s\n",
+		m.ID, from, m.Created.Format(time.RFC3339), cfg.DataDir, len(m.Tables), rollups)
 	fmt.Fprintf(stdout, "stream positions: %s\n", backupclient.PositionsText(m.Sequences()))
 	fmt.Fprintln(stdout, "start telemetryd on this data dir: it resumes each stream after these positions, so the stream must still hold the messages after them (-stream-max-age)")
 	return 0
