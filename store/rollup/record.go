@@ -163,17 +163,18 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 			return fmt.Errorf("%w: bad name count", ErrCorrupt)
 		}
 		b.Values = d.values(b.Start, nn, nn*(n-j)) // room for as wide buckets to come
-		for k := range int(nn) {
-			nb := r.bytes(r.uvarint())
-			name := d.intern(k, nb)
-			s := buckets.Summary{Count: int64(r.uvarint())}
+		b.Values = b.Values[:nn]
+		for k := range b.Values {
+			v := &b.Values[k] // written in place: the slab is the answer
+			v.Name = d.intern(k, r.bytes(r.uvarint()))
+			s := &v.Summary
+			s.Count = int64(r.uvarint())
 			s.Sum, s.Min, s.Max, s.First, s.Last = r.floats5()
 			ft, lt := r.uvarint(), r.uvarint()
 			if r.err != nil || s.Count <= 0 || ft >= uint64(interval) || lt >= uint64(interval) {
 				return fmt.Errorf("%w: bad summary", ErrCorrupt)
 			}
 			s.FirstTicks, s.LastTicks = b.Start+buckets.Ticks(ft), b.Start+buckets.Ticks(lt)
-			b.Values = append(b.Values, buckets.NamedSummary{Name: name, Summary: s})
 		}
 		if err := fn(b); err != nil {
 			return err
@@ -199,6 +200,11 @@ func (r *reader) fail() {
 }
 
 func (r *reader) uvarint() uint64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte: counts, lengths, offsets
+		v := r.b[0]
+		r.b = r.b[1:]
+		return uint64(v)
+	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
 		r.fail()
