@@ -81,8 +81,9 @@ func appendRecord(dst []byte, spanStart, interval buckets.Ticks, bs []Bucket) []
 // order, so they are compared with those before the map is asked) and
 // hands buckets their Values from slabs: the first holds one record's,
 // the next ones as many as the scan still needs if the rest of [lo, hi)
-// is as dense as what came before, so a long scan of a device that
-// reports steadily allocates its summaries about twice in all.
+// is as dense as what came before (at most maxSlab), so a long scan of
+// a device that reports steadily allocates its summaries a few times in
+// all rather than once a record.
 type decoder struct {
 	lo, hi buckets.Ticks // the scan's range; hi 0: unknown
 	names  map[string]string
@@ -91,8 +92,9 @@ type decoder struct {
 	used   int // summaries handed out so far
 }
 
-// maxSlab bounds the summaries of one slab.
-const maxSlab = 1 << 16
+// maxSlab bounds the summaries of one slab (2.6 MB): what a guess from
+// a device that stops reporting can leave unused.
+const maxSlab = 1 << 15
 
 // values returns room for nn summaries of the bucket at start, whose
 // record still needs at least need.
