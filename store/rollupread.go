@@ -27,11 +27,20 @@ func (s *Store) aggregateRollups(ctx context.Context, q buckets.AggregateQuery, 
 	}
 	iv := buckets.Ticks(levels[lvl].Interval / 100)
 	from, to, any := s.dataSpan(from, to)
-	agg := newAggregator(q, int(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1, maxBucketsHint)))
+	n := max(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1), 0) // the most buckets of the answer
+	r := &rollRead{s: s, ctx: ctx, q: q, level: lvl, iv: iv, pendLo: -1, last: buckets.DayOf(to - 1)}
+	if q.Interval == iv && any {
+		// The rollups answer as they are (direct) but for the parts of
+		// the day tables past the marks: the answer is sized once.
+		r.direct = make([]buckets.AggregateBucket, 0, n)
+		n = min(n, directAggHint)
+	}
+	agg := newAggregator(q, int(min(n, maxBucketsHint)))
+	defer agg.release()
+	r.agg = agg
 	if !any {
 		return agg.page(), true, nil
 	}
-	r := &rollRead{s: s, ctx: ctx, q: q, agg: agg, level: lvl, iv: iv, pendLo: -1}
 	for d := buckets.DayOf(from); d <= buckets.DayOf(to-1); d++ {
 		if err := r.day(d, max(from, d.Start()), min(to, d.End())); err != nil {
 			return buckets.AggregatePage{}, true, err
@@ -45,6 +54,10 @@ func (s *Store) aggregateRollups(ctx context.Context, q buckets.AggregateQuery, 
 	}
 	return r.page(), true, nil
 }
+
+// directAggHint is the room for buckets the aggregator of a query
+// answered mostly by rollups as they are makes before it sees them.
+const directAggHint = 64
 
 // dataSpan narrows [from, to) to the days of the day tables and the
 // months of the rollups; any is false when nothing is left.
@@ -84,22 +97,29 @@ type rollRead struct {
 	pendLo buckets.Ticks // -1: nothing pending
 	pendHi buckets.Ticks
 	done   bool
+	last   buckets.Day // the query's last day
+	// marks are the device's marks of the level from marksFrom to
+	// last, read when the first day with a table needs its mark.
+	marks     []buckets.Ticks
+	marksFrom buckets.Day
 	// direct holds, when the query's interval is the level's, the
 	// buckets the rollups answer, oldest first: each is one answer
 	// bucket as it is, so it skips the aggregator.
 	direct []buckets.AggregateBucket
 }
 
-// add keeps b as an answer bucket, with the names the query asks for.
+// add keeps b as an answer bucket, with the names the query asks for
+// (b.Values is b's own, so it is filtered in place).
 func (r *rollRead) add(b rollup.Bucket) {
 	vals := b.Values
 	if r.agg.fields != nil {
-		vals = make([]buckets.NamedSummary, 0, len(b.Values))
+		vals = vals[:0]
 		for _, v := range b.Values {
 			if r.agg.fields[v.Name] {
 				vals = append(vals, v)
 			}
 		}
+		vals = vals[:len(vals):len(vals)]
 	}
 	if len(vals) > 0 {
 		r.direct = append(r.direct, buckets.AggregateBucket{Start: b.Start, Values: vals})
@@ -109,6 +129,13 @@ func (r *rollRead) add(b rollup.Bucket) {
 // page is the answer: the aggregator's buckets and the direct ones
 // (never the same bucket), oldest first, at most Limit of them.
 func (r *rollRead) page() buckets.AggregatePage {
+	if len(r.agg.bs) == 0 && len(r.direct) > 0 { // the answer as the rollups gave it
+		p := buckets.AggregatePage{Buckets: r.direct, More: r.done}
+		if len(p.Buckets) > r.q.Limit {
+			p.Buckets, p.More = p.Buckets[:r.q.Limit], true
+		}
+		return p
+	}
 	p := r.agg.page()
 	if len(r.direct) == 0 {
 		return p
@@ -131,12 +158,25 @@ func (r *rollRead) page() buckets.AggregatePage {
 	return buckets.AggregatePage{Buckets: all, More: more}
 }
 
+// mark returns the device's mark of the level for d, a day not before
+// the days asked before.
+func (r *rollRead) mark(d buckets.Day) (buckets.Ticks, error) {
+	if r.marks == nil {
+		ms, err := r.s.rollups.set.Marks(r.level, r.q.Device, d, max(d, r.last))
+		if err != nil {
+			return -1, err
+		}
+		r.marks, r.marksFrom = ms, d
+	}
+	return r.marks[d-r.marksFrom], nil
+}
+
 // day reads [lo, hi) of day d.
 func (r *rollRead) day(d buckets.Day, lo, hi buckets.Ticks) error {
 	a, b := ceilTo(lo, r.iv), hi-hi%r.iv // whole buckets of the level
 	raw := r.s.hasTable(d)
 	if raw {
-		mark, err := r.s.rollups.set.Mark(r.level, r.q.Device, d)
+		mark, err := r.mark(d)
 		if err != nil {
 			return err
 		}

@@ -76,10 +76,69 @@ func appendRecord(dst []byte, spanStart, interval buckets.Ticks, bs []Bucket) []
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
+// decoder decodes the records of one scan. It interns value names
+// (a bucket's names are most often the previous bucket's, in the same
+// order, so they are compared with those before the map is asked) and
+// hands buckets their Values from slabs: the first holds one record's,
+// the next ones as many as the scan still needs if the rest of [lo, hi)
+// is as dense as what came before (at most maxSlab), so a long scan of
+// a device that reports steadily allocates its summaries a few times in
+// all rather than once a record.
+type decoder struct {
+	lo, hi buckets.Ticks // the scan's range; hi 0: unknown
+	names  map[string]string
+	last   []string // the names of the bucket decoded last, in order
+	slab   []buckets.NamedSummary
+	used   int // summaries handed out so far
+}
+
+// maxSlab bounds the summaries of one slab (2.6 MB): what a guess from
+// a device that stops reporting can leave unused.
+const maxSlab = 1 << 15
+
+// values returns room for nn summaries of the bucket at start, whose
+// record still needs at least need.
+func (d *decoder) values(start buckets.Ticks, nn, need uint64) []buckets.NamedSummary {
+	if uint64(cap(d.slab)-len(d.slab)) < nn {
+		n := need
+		if d.used > 0 && d.lo < start && start < d.hi {
+			rest := float64(d.used) * float64(d.hi-start) / float64(start-d.lo)
+			n = max(n, uint64(min(rest, maxSlab)))
+		}
+		d.slab = make([]buckets.NamedSummary, 0, n)
+	}
+	n := len(d.slab)
+	d.slab = d.slab[:n+int(nn)]
+	d.used += int(nn)
+	return d.slab[n : n : n+int(nn)]
+}
+
+// intern returns name nb, the k-th of its bucket, as a string shared
+// by every bucket of the scan.
+func (d *decoder) intern(k int, nb []byte) string {
+	if k < len(d.last) && d.last[k] == string(nb) {
+		return d.last[k]
+	}
+	name, ok := d.names[string(nb)]
+	if !ok {
+		if d.names == nil {
+			d.names = make(map[string]string)
+		}
+		name = string(nb)
+		d.names[name] = name
+	}
+	if k < len(d.last) {
+		d.last[k] = name
+	} else {
+		d.last = append(d.last, name)
+	}
+	return name
+}
+
 // decodeRecord decodes a record of the span at spanStart, calling fn
 // for each bucket, oldest first. A bucket's Values are its own (the
-// record's buckets share one array); names are interned in names.
-func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, names map[string]string, fn func(Bucket) error) error {
+// buckets share slabs of d).
+func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder, fn func(Bucket) error) error {
 	if len(v) < 5 || v[0] != recordVersion {
 		return fmt.Errorf("%w: bad version or length", ErrCorrupt)
 	}
@@ -93,7 +152,6 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, names map[s
 		return fmt.Errorf("%w: %d buckets", ErrCorrupt, n)
 	}
 	prev := int64(-1)
-	var slab []buckets.NamedSummary
 	for j := range n {
 		i := r.uvarint()
 		if r.err != nil || i >= uint64(span/interval) || int64(i) <= prev {
@@ -106,26 +164,19 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, names map[s
 		if r.err != nil || nn == 0 || nn > 1<<16 {
 			return fmt.Errorf("%w: bad name count", ErrCorrupt)
 		}
-		if uint64(cap(slab)-len(slab)) < nn {
-			slab = make([]buckets.NamedSummary, 0, nn*(n-j)) // room for as wide buckets to come
-		}
-		b.Values = slab[len(slab) : len(slab) : len(slab)+int(nn)]
-		slab = slab[:len(slab)+int(nn)]
-		for range nn {
-			nb := r.bytes(r.uvarint())
-			name, ok := names[string(nb)]
-			if !ok {
-				name = string(nb)
-				names[name] = name
-			}
-			s := buckets.Summary{Count: int64(r.uvarint())}
-			s.Sum, s.Min, s.Max, s.First, s.Last = r.float(), r.float(), r.float(), r.float(), r.float()
+		b.Values = d.values(b.Start, nn, nn*(n-j)) // room for as wide buckets to come
+		b.Values = b.Values[:nn]
+		for k := range b.Values {
+			v := &b.Values[k] // written in place: the slab is the answer
+			v.Name = d.intern(k, r.bytes(r.uvarint()))
+			s := &v.Summary
+			s.Count = int64(r.uvarint())
+			s.Sum, s.Min, s.Max, s.First, s.Last = r.floats5()
 			ft, lt := r.uvarint(), r.uvarint()
 			if r.err != nil || s.Count <= 0 || ft >= uint64(interval) || lt >= uint64(interval) {
 				return fmt.Errorf("%w: bad summary", ErrCorrupt)
 			}
 			s.FirstTicks, s.LastTicks = b.Start+buckets.Ticks(ft), b.Start+buckets.Ticks(lt)
-			b.Values = append(b.Values, buckets.NamedSummary{Name: name, Summary: s})
 		}
 		if err := fn(b); err != nil {
 			return err
@@ -151,6 +202,11 @@ func (r *reader) fail() {
 }
 
 func (r *reader) uvarint() uint64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte: counts, lengths, offsets
+		v := r.b[0]
+		r.b = r.b[1:]
+		return uint64(v)
+	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
 		r.fail()
@@ -180,12 +236,14 @@ func (r *reader) bytes(n uint64) []byte {
 	return p
 }
 
-func (r *reader) float() float64 {
-	if len(r.b) < 8 {
+// floats5 reads five float64s (sum, min, max, first, last).
+func (r *reader) floats5() (a, b, c, d, e float64) {
+	if len(r.b) < 40 {
 		r.fail()
-		return 0
+		return
 	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-	r.b = r.b[8:]
-	return f
+	p := r.b[:40]
+	r.b = r.b[40:]
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(p[i : i+8])) }
+	return f(0), f(8), f(16), f(24), f(32)
 }

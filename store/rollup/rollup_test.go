@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/assert"
@@ -74,15 +75,15 @@ func TestRecordRoundTripAndCorruption(t *testing.T) {
 	}
 	v := appendRecord(nil, ss, iv, bs)
 	var got []Bucket
-	require.NoError(t, decodeRecord(v, ss, iv, l.span(), map[string]string{}, func(b Bucket) error { got = append(got, b); return nil }))
+	require.NoError(t, decodeRecord(v, ss, iv, l.span(), &decoder{}, func(b Bucket) error { got = append(got, b); return nil }))
 	assert.Equal(t, bs, got)
 	for i := range v {
 		bad := append([]byte(nil), v...)
 		bad[i] ^= 0x10
-		err := decodeRecord(bad, ss, iv, l.span(), map[string]string{}, func(Bucket) error { return nil })
+		err := decodeRecord(bad, ss, iv, l.span(), &decoder{}, func(Bucket) error { return nil })
 		assert.ErrorIs(t, err, ErrCorrupt, "byte %d flipped", i)
 	}
-	assert.ErrorIs(t, decodeRecord(v[:len(v)-1], ss, iv, l.span(), map[string]string{}, func(Bucket) error { return nil }), ErrCorrupt)
+	assert.ErrorIs(t, decodeRecord(v[:len(v)-1], ss, iv, l.span(), &decoder{}, func(Bucket) error { return nil }), ErrCorrupt)
 }
 
 func newTestSet(t *testing.T, dir string, ls ...Level) *Set {
@@ -191,4 +192,86 @@ func TestDeleteDeviceRemovesItsBucketsAndMarksOnly(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, buckets.Ticks(-1), m)
 	}
+}
+
+func TestMarksReadsEveryDayOfARangeAcrossPeriods(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSet(t, t.TempDir(), Level{Interval: time.Minute, Retention: Year}) // a period a month
+	last := buckets.DayOfTime(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	first := last - 4 // 2026-11-28
+	put := func(dev buckets.DeviceID, d buckets.Day, mark buckets.Ticks) {
+		require.NoError(t, s.RaiseMark(ctx, 0, dev, d, mark))
+	}
+	put("d", first-1, first.Start()) // before the range
+	put("d", first, first.Start()+1)
+	put("d", first+3, (first+3).Start()+4) // in December, the next period
+	put("d", last+1, 7)                    // after the range
+	put("d/x", first+1, 99)                // a device whose name starts with d's prefix
+	put("c", first+2, 98)
+	put("e", first+2, 97)
+	ms, err := s.Marks(0, "d", first, last)
+	require.NoError(t, err)
+	assert.Equal(t, []buckets.Ticks{first.Start() + 1, -1, -1, (first + 3).Start() + 4, -1}, ms)
+	for d := first; d <= last; d++ {
+		m, err := s.Mark(0, "d", d)
+		require.NoError(t, err)
+		assert.Equal(t, m, ms[d-first], "Mark and Marks agree on day %d", d)
+	}
+	ms, err = s.Marks(0, "nobody", first, last)
+	require.NoError(t, err)
+	assert.Equal(t, []buckets.Ticks{-1, -1, -1, -1, -1}, ms)
+}
+
+// TestScanGivesEachBucketValuesOfItsOwn: buckets share the decoder's
+// slabs, so a bucket's Values must end where the next one's begin
+// (appending to one leaves the next as it was), names are shared
+// strings however they change from bucket to bucket, and a long scan
+// allocates a few slabs rather than one per record.
+func TestScanGivesEachBucketValuesOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSet(t, t.TempDir(), Level{Interval: time.Hour, Retention: Year})
+	day0 := buckets.DayOfTime(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
+	names := [][]string{{"a", "b"}, {"b", "c", "d"}, {"a", "b"}}
+	var want []Bucket
+	for d := day0; d < day0+30; d++ {
+		var bs []Bucket
+		for h := range 24 {
+			k := d.Start() + buckets.Ticks(h)*windowTicks
+			b := Bucket{Start: k}
+			for _, n := range names[(int(d-day0)*24+h)%len(names)] {
+				b.Values = append(b.Values, buckets.NamedSummary{Name: n, Summary: buckets.Summary{Count: 1, Sum: float64(h), Min: float64(h), Max: float64(h), First: float64(h), Last: float64(h), FirstTicks: k, LastTicks: k}})
+			}
+			bs = append(bs, b)
+		}
+		require.NoError(t, s.Put(ctx, 0, "d", d.Start(), d.End(), bs, d.End()))
+		want = append(want, bs...)
+	}
+	var got []Bucket
+	scan := func() {
+		got = got[:0]
+		require.NoError(t, s.Scan(ctx, 0, "d", day0.Start(), (day0+30).Start(), func(b Bucket) error { got = append(got, b); return nil }))
+	}
+	scan()
+	require.Equal(t, want, got)
+	for i := range got {
+		assert.Equal(t, len(got[i].Values), cap(got[i].Values), "bucket %d", i)
+	}
+	got[0].Values = append(got[0].Values, buckets.NamedSummary{Name: "zz"})
+	assert.Equal(t, want[1], got[1], "appending to a bucket's values leaves the next bucket alone")
+	assert.Equal(t, unsafe.StringData(got[0].Values[0].Name), unsafe.StringData(got[len(got)-1].Values[0].Name), "names interned")
+
+	// Decoding the month's records: the slab for the first record,
+	// then one for the rest, the names and the decoder's own state.
+	l := Level{Interval: time.Hour, Retention: Year}
+	var recs [][]byte
+	for d := range 30 {
+		recs = append(recs, appendRecord(nil, (day0+buckets.Day(d)).Start(), l.ticks(), want[d*24:(d+1)*24]))
+	}
+	allocs := testing.AllocsPerRun(5, func() {
+		dec := &decoder{lo: day0.Start(), hi: (day0 + 30).Start()}
+		for d, v := range recs {
+			require.NoError(t, decodeRecord(v, (day0+buckets.Day(d)).Start(), l.ticks(), l.span(), dec, func(Bucket) error { return nil }))
+		}
+	})
+	assert.LessOrEqual(t, allocs, float64(10), "a month of daily records allocates a few slabs, not one per record")
 }

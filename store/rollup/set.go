@@ -262,7 +262,7 @@ func (s *Set) Put(ctx context.Context, level int, dev buckets.DeviceID, lo, hi b
 				return err
 			default:
 				err = item.Value(func(v []byte) error {
-					return decodeRecord(v, ss, iv, span, make(map[string]string), func(b Bucket) error {
+					return decodeRecord(v, ss, iv, span, &decoder{}, func(b Bucket) error {
 						if b.Start < lo || b.Start >= hi {
 							keep = append(keep, b)
 						}
@@ -361,6 +361,65 @@ func (s *Set) Mark(level int, dev buckets.DeviceID, day buckets.Day) (buckets.Ti
 	return m, err
 }
 
+// Marks returns dev's marks of level for the days first to last, the
+// mark of day d at d-first (-1 for a day without one), read with one
+// iteration per period rather than a lookup per day.
+func (s *Set) Marks(level int, dev buckets.DeviceID, first, last buckets.Day) ([]buckets.Ticks, error) {
+	if last < first {
+		return nil, nil
+	}
+	ms := make([]buckets.Ticks, last-first+1)
+	for i := range ms {
+		ms[i] = -1
+	}
+	l := s.levels[level]
+	for m := l.periodOf(first.Start()); m <= l.periodOf(last.Start()); m += l.months() {
+		if err := s.marksIn(periodKey{level: level, month: m}, dev, first, last, ms); err != nil {
+			return nil, fmt.Errorf("rollup %s marks of %s: %w", l.Name(), dev, err)
+		}
+	}
+	return ms, nil
+}
+
+// marksIn is Marks within one period.
+func (s *Set) marksIn(k periodKey, dev buckets.DeviceID, first, last buckets.Day, ms []buckets.Ticks) error {
+	p, done, err := s.use(k, false)
+	if err != nil || p == nil {
+		return err
+	}
+	defer done()
+	return p.db.Load().View(func(txn *badger.Txn) error {
+		seek := markKey(dev, first)
+		prefix := seek[:len(seek)-4]
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(seek); it.Valid(); it.Next() {
+			key := it.Item().Key()
+			if len(key) != len(prefix)+4 { // another device's
+				continue
+			}
+			d := buckets.Day(binary.BigEndian.Uint32(key[len(prefix):]))
+			if d > last {
+				return nil
+			}
+			if d < first {
+				continue
+			}
+			err := it.Item().Value(func(v []byte) error {
+				if len(v) != 8 {
+					return fmt.Errorf("%w: mark of %d bytes", ErrCorrupt, len(v))
+				}
+				ms[d-first] = buckets.Ticks(binary.BigEndian.Uint64(v))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // Scan calls fn for each of dev's buckets of level with start in
 // [lo, hi), oldest first.
 func (s *Set) Scan(ctx context.Context, level int, dev buckets.DeviceID, lo, hi buckets.Ticks, fn func(Bucket) error) error {
@@ -369,11 +428,12 @@ func (s *Set) Scan(ctx context.Context, level int, dev buckets.DeviceID, lo, hi 
 	}
 	l := s.levels[level]
 	iv, span := l.ticks(), l.span()
+	d := &decoder{lo: lo, hi: hi}
 	for m := l.periodOf(lo); m <= l.periodOf(hi-1); m += l.months() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := s.scanPeriod(periodKey{level: level, month: m}, dev, iv, span, max(lo, monthStart(m)), min(hi, monthStart(m+l.months())), fn)
+		err := s.scanPeriod(periodKey{level: level, month: m}, dev, d, iv, span, max(lo, monthStart(m)), min(hi, monthStart(m+l.months())), fn)
 		if err != nil {
 			return fmt.Errorf("rollup %s of %s: %w", l.Name(), dev, err)
 		}
@@ -382,13 +442,12 @@ func (s *Set) Scan(ctx context.Context, level int, dev buckets.DeviceID, lo, hi 
 }
 
 // scanPeriod is Scan within one period.
-func (s *Set) scanPeriod(k periodKey, dev buckets.DeviceID, iv, span, lo, hi buckets.Ticks, fn func(Bucket) error) error {
+func (s *Set) scanPeriod(k periodKey, dev buckets.DeviceID, d *decoder, iv, span, lo, hi buckets.Ticks, fn func(Bucket) error) error {
 	p, done, err := s.use(k, false)
 	if err != nil || p == nil {
 		return err
 	}
 	defer done()
-	names := make(map[string]string)
 	return p.db.Load().View(func(txn *badger.Txn) error {
 		prefix := append([]byte(dev), '/')
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
@@ -403,7 +462,7 @@ func (s *Set) scanPeriod(k periodKey, dev buckets.DeviceID, iv, span, lo, hi buc
 				return nil
 			}
 			err := it.Item().Value(func(v []byte) error {
-				return decodeRecord(v, ss, iv, span, names, func(b Bucket) error {
+				return decodeRecord(v, ss, iv, span, d, func(b Bucket) error {
 					if b.Start < lo || b.Start >= hi {
 						return nil
 					}
