@@ -25,8 +25,10 @@ import (
 // year of one device at one reading a minute (four numeric values and a
 // string), rollups 1m:90d,1h:3y and the day tables of the last 30 days
 // only, asked GET /v1/devices/{device}/aggregates?interval=1h over the
-// year (8,760 buckets of the default count, min, max and avg of every
-// value, one page) on loopback; the client reads every byte.
+// year (8,760 buckets, one page) on loopback, the client reading every
+// byte: of the default count, min, max and avg of every value, and of
+// min, max and avg of one value (what the built-in page asks for one
+// chart).
 //
 //	go test ./api -run '^$' -bench BenchmarkQueryYearHourlyChart -benchtime 300x
 func BenchmarkQueryYearHourlyChart(b *testing.B) {
@@ -69,16 +71,24 @@ func BenchmarkQueryYearHourlyChart(b *testing.B) {
 	require.NoError(b, err)
 	hs := httptest.NewServer(srv.Handler())
 	b.Cleanup(hs.Close)
-	url := fmt.Sprintf("%s/v1/devices/dev-1/aggregates?interval=1h&limit=10000&from=%d&to=%d", hs.URL, from.UnixMilli(), to.UnixMilli())
-	res, err := http.Get(url)
-	require.NoError(b, err)
-	var got struct {
-		Buckets []json.RawMessage `json:"buckets"`
-		Next    string            `json:"next"`
+	for _, c := range []struct{ name, query string }{
+		{"every-value", ""},
+		// What the built-in page asks for one chart: one value's band.
+		{"one-value-min-max-avg", "&fields=temp&fn=min,max,avg"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			url := fmt.Sprintf("%s/v1/devices/dev-1/aggregates?interval=1h&limit=10000&from=%d&to=%d%s", hs.URL, from.UnixMilli(), to.UnixMilli(), c.query)
+			res, err := http.Get(url)
+			require.NoError(b, err)
+			var got struct {
+				Buckets []json.RawMessage `json:"buckets"`
+				Next    string            `json:"next"`
+			}
+			require.NoError(b, json.NewDecoder(res.Body).Decode(&got))
+			res.Body.Close()
+			require.Len(b, got.Buckets, 365*24)
+			require.Empty(b, got.Next)
+			benchGets(b, func() string { return url })
+		})
 	}
-	require.NoError(b, json.NewDecoder(res.Body).Decode(&got))
-	res.Body.Close()
-	require.Len(b, got.Buckets, 365*24)
-	require.Empty(b, got.Next)
-	benchGets(b, func() string { return url })
 }

@@ -108,22 +108,10 @@ type rollRead struct {
 	direct []buckets.AggregateBucket
 }
 
-// add keeps b as an answer bucket, with the names the query asks for
-// (b.Values is b's own, so it is filtered in place).
+// add keeps b, which holds only the names the query asks for (the scan
+// left out the others), as an answer bucket.
 func (r *rollRead) add(b rollup.Bucket) {
-	vals := b.Values
-	if r.agg.fields != nil {
-		vals = vals[:0]
-		for _, v := range b.Values {
-			if r.agg.fields[v.Name] {
-				vals = append(vals, v)
-			}
-		}
-		vals = vals[:len(vals):len(vals)]
-	}
-	if len(vals) > 0 {
-		r.direct = append(r.direct, buckets.AggregateBucket{Start: b.Start, Values: vals})
-	}
+	r.direct = append(r.direct, buckets.AggregateBucket{Start: b.Start, Values: b.Values})
 }
 
 // page is the answer: the aggregator's buckets and the direct ones
@@ -235,7 +223,7 @@ func (r *rollRead) flush() error {
 	r.pendLo = -1
 	var fromTable []buckets.Ticks // buckets the day table answers
 	var group []rollup.Bucket     // of one answer bucket and day
-	err := r.s.rollups.set.Scan(r.ctx, r.level, r.q.Device, lo, hi, func(b rollup.Bucket) error {
+	err := r.s.rollups.set.ScanNames(r.ctx, r.level, r.q.Device, lo, hi, r.agg.fields, func(b rollup.Bucket) error {
 		if len(r.agg.buckets)+len(r.direct) > r.q.Limit && r.agg.finalBefore(b.Start)+len(r.direct) > r.q.Limit {
 			return errRollupsDone
 		}

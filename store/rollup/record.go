@@ -85,7 +85,8 @@ func appendRecord(dst []byte, spanStart, interval buckets.Ticks, bs []Bucket) []
 // a device that reports steadily allocates its summaries a few times in
 // all rather than once a record.
 type decoder struct {
-	lo, hi buckets.Ticks // the scan's range; hi 0: unknown
+	lo, hi buckets.Ticks   // the scan's range; hi 0: unknown
+	want   map[string]bool // the names to keep; nil: every name
 	names  map[string]string
 	last   []string // the names of the bucket decoded last, in order
 	slab   []buckets.NamedSummary
@@ -111,6 +112,13 @@ func (d *decoder) values(start buckets.Ticks, nn, need uint64) []buckets.NamedSu
 	d.slab = d.slab[:n+int(nn)]
 	d.used += int(nn)
 	return d.slab[n : n : n+int(nn)]
+}
+
+// giveBack returns the last m summaries values handed out, which a
+// bucket did not keep.
+func (d *decoder) giveBack(m int) {
+	d.slab = d.slab[:len(d.slab)-m]
+	d.used -= m
 }
 
 // intern returns name nb, the k-th of its bucket, as a string shared
@@ -166,8 +174,9 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 		}
 		b.Values = d.values(b.Start, nn, nn*(n-j)) // room for as wide buckets to come
 		b.Values = b.Values[:nn]
-		for k := range b.Values {
-			v := &b.Values[k] // written in place: the slab is the answer
+		kept := 0
+		for k := range int(nn) {
+			v := &b.Values[kept] // written in place: the slab is the answer
 			v.Name = d.intern(k, r.bytes(r.uvarint()))
 			s := &v.Summary
 			s.Count = int64(r.uvarint())
@@ -177,6 +186,14 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 				return fmt.Errorf("%w: bad summary", ErrCorrupt)
 			}
 			s.FirstTicks, s.LastTicks = b.Start+buckets.Ticks(ft), b.Start+buckets.Ticks(lt)
+			if d.want == nil || d.want[v.Name] {
+				kept++
+			}
+		}
+		d.giveBack(int(nn) - kept)
+		b.Values = b.Values[:kept:kept]
+		if kept == 0 { // none of the names asked for
+			continue
 		}
 		if err := fn(b); err != nil {
 			return err

@@ -275,3 +275,47 @@ func TestScanGivesEachBucketValuesOfItsOwn(t *testing.T) {
 	})
 	assert.LessOrEqual(t, allocs, float64(10), "a month of daily records allocates a few slabs, not one per record")
 }
+
+// TestScanNamesKeepsOnlyTheNamesAskedFor: a scan narrowed to names
+// gives each bucket only those, in the record's order, leaves out the
+// buckets that have none of them, and gives each bucket values of its
+// own.
+func TestScanNamesKeepsOnlyTheNamesAskedFor(t *testing.T) {
+	ctx := context.Background()
+	s := newTestSet(t, t.TempDir(), Level{Interval: time.Hour, Retention: Year})
+	day0 := buckets.DayOfTime(time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC))
+	names := [][]string{{"a", "b"}, {"c", "d"}, {"b", "c", "d"}}
+	want := map[string]bool{"b": true, "d": true}
+	var expect []Bucket
+	for d := day0; d < day0+3; d++ {
+		var bs []Bucket
+		for h := range 24 {
+			k := d.Start() + buckets.Ticks(h)*windowTicks
+			b, kept := Bucket{Start: k}, Bucket{Start: k}
+			for _, n := range names[(int(d-day0)*24+h)%len(names)] {
+				v := buckets.NamedSummary{Name: n, Summary: buckets.Summary{Count: 1, Sum: float64(h), Min: float64(h), Max: float64(h), First: float64(h), Last: float64(h), FirstTicks: k, LastTicks: k}}
+				b.Values = append(b.Values, v)
+				if want[n] {
+					kept.Values = append(kept.Values, v)
+				}
+			}
+			bs = append(bs, b)
+			expect = append(expect, kept)
+		}
+		require.NoError(t, s.Put(ctx, 0, "d", d.Start(), d.End(), bs, d.End()))
+	}
+	var got []Bucket
+	require.NoError(t, s.ScanNames(ctx, 0, "d", day0.Start(), (day0+3).Start(), want, func(b Bucket) error { got = append(got, b); return nil }))
+	require.Equal(t, expect, got)
+	for i := range got {
+		assert.Equal(t, len(got[i].Values), cap(got[i].Values), "bucket %d", i)
+	}
+
+	got = got[:0]
+	require.NoError(t, s.ScanNames(ctx, 0, "d", day0.Start(), (day0+3).Start(), map[string]bool{"a": true}, func(b Bucket) error { got = append(got, b); return nil }))
+	require.Len(t, got, 24, "only the buckets holding a (every third hour)")
+	for _, b := range got {
+		require.Len(t, b.Values, 1)
+		assert.Equal(t, "a", b.Values[0].Name)
+	}
+}

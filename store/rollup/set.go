@@ -423,12 +423,18 @@ func (s *Set) marksIn(k periodKey, dev buckets.DeviceID, first, last buckets.Day
 // Scan calls fn for each of dev's buckets of level with start in
 // [lo, hi), oldest first.
 func (s *Set) Scan(ctx context.Context, level int, dev buckets.DeviceID, lo, hi buckets.Ticks, fn func(Bucket) error) error {
+	return s.ScanNames(ctx, level, dev, lo, hi, nil, fn)
+}
+
+// ScanNames is Scan with each bucket's Values narrowed to the names in
+// want (nil: every name); a bucket with none of them is left out.
+func (s *Set) ScanNames(ctx context.Context, level int, dev buckets.DeviceID, lo, hi buckets.Ticks, want map[string]bool, fn func(Bucket) error) error {
 	if lo >= hi {
 		return nil
 	}
 	l := s.levels[level]
 	iv, span := l.ticks(), l.span()
-	d := &decoder{lo: lo, hi: hi}
+	d := &decoder{lo: lo, hi: hi, want: want}
 	for m := l.periodOf(lo); m <= l.periodOf(hi-1); m += l.months() {
 		if err := ctx.Err(); err != nil {
 			return err
