@@ -419,7 +419,11 @@ func (t *table) noteUrgent(devs []buckets.DeviceID) {
 
 // devicesWithOpenBlocks lists the devices of t that have open blocks,
 // reading keys only.
-func devicesWithOpenBlocks(t *table) ([]buckets.DeviceID, error) {
+func devicesWithOpenBlocks(t *table) ([]buckets.DeviceID, error) { return devicesIn(t, true) }
+
+// devicesIn lists the devices with blocks in t (only those with open
+// blocks when openOnly), reading keys only.
+func devicesIn(t *table, openOnly bool) ([]buckets.DeviceID, error) {
 	txn, done := t.readTxn()
 	defer done()
 	it := txn.NewIterator(badger.IteratorOptions{})
@@ -427,7 +431,7 @@ func devicesWithOpenBlocks(t *table) ([]buckets.DeviceID, error) {
 	var devs []buckets.DeviceID
 	for it.Rewind(); it.Valid(); it.Next() {
 		dev, ref, ok := parseAnyBlockKey(it.Item().Key())
-		if ok && !ref.sealed && (len(devs) == 0 || devs[len(devs)-1] != dev) {
+		if ok && (!openOnly || !ref.sealed) && (len(devs) == 0 || devs[len(devs)-1] != dev) {
 			devs = append(devs, buckets.DeviceID(strings.Clone(string(dev))))
 		}
 	}

@@ -376,7 +376,7 @@ func (s *Store) rollBeforeDrop(ctx context.Context, day buckets.Day) error {
 	defer s.release(t)
 	var devs []buckets.DeviceID
 	err = s.guard(t, func() error {
-		devs, err = devicesOf(t)
+		devs, err = devicesIn(t, false)
 		return err
 	})
 	if err != nil {
@@ -401,22 +401,6 @@ func (s *Store) rollDevice(ctx context.Context, t *table, dev buckets.DeviceID) 
 	return s.guard(t, func() error {
 		return s.putRollups(ctx, t, dev, max(old, t.day.Start()), t.day.End(), t.day.End(), nil)
 	})
-}
-
-// devicesOf lists the devices with blocks in t, reading keys only.
-func devicesOf(t *table) ([]buckets.DeviceID, error) {
-	txn, done := t.readTxn()
-	defer done()
-	it := txn.NewIterator(badger.IteratorOptions{})
-	defer it.Close()
-	var devs []buckets.DeviceID
-	for it.Rewind(); it.Valid(); it.Next() {
-		dev, _, ok := parseAnyBlockKey(it.Item().Key())
-		if ok && (len(devs) == 0 || devs[len(devs)-1] != dev) {
-			devs = append(devs, buckets.DeviceID(string(dev)))
-		}
-	}
-	return devs, nil
 }
 
 // DropExpiredRollups drops the rollup periods (a level's month) whose
