@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/colcache"
 )
 
 // unixEpoch is 1970-01-01T00:00:00Z in ticks: buckets are aligned to
@@ -60,6 +62,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		return newAggregator(q, 0).page(), nil
 	}
 	agg := newAggregator(q, int(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1, maxBucketsHint)))
+	agg.cols = s.cols
 	defer agg.release()
 	for _, d := range s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), buckets.Asc) {
 		done, err := s.aggregateDay(ctx, agg, d, max(from, d.Start()), min(to, d.End()))
@@ -119,6 +122,11 @@ type aggregator struct {
 	maxStart buckets.Ticks          // the latest bucket start seen
 	names    map[string]string      // interned value names
 	scan     *block.Scanner         // from scanners on first use, for every block read column by column
+	cols     *colcache.Cache        // decoded columns of blocks read column by column; nil: none
+	wanted   [][]byte               // the names of q.Fields, distinct and sorted (the names a column read keeps)
+	key      []byte                 // buffer of column cache keys
+	pending  []pendingColumn        // columns of the block being read, cached once it is read whole
+	cached   []*colcache.Column     // the cached columns of the block being added, in the order of wanted
 	msTicks  []buckets.Ticks        // values left by newestPerMs
 	msVals   []float64
 	refs     []blockRef // buffers of table, reused from table to table
@@ -145,6 +153,10 @@ func newAggregator(q buckets.AggregateQuery, hint int) *aggregator {
 		for _, f := range q.Fields {
 			a.fields[f] = true
 		}
+		for f := range a.fields {
+			a.wanted = append(a.wanted, []byte(f))
+		}
+		slices.SortFunc(a.wanted, bytes.Compare)
 	}
 	return a
 }
@@ -258,6 +270,9 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		}
 		g := group[next]
 		next++
+		if g == alone && a.addCached(t.gen, bi, lo, hi) {
+			return true, nil
+		}
 		err := bi.item.Value(func(v []byte) error {
 			if err := checkFlag(bi.item.UserMeta(), v); err != nil {
 				return &blockError{ref: bi.ref, err: err}
@@ -266,7 +281,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 				return a.addHeader(bi.ref, v)
 			}
 			if g == alone {
-				return a.addColumns(bi.ref, v, lo, hi)
+				return a.addColumns(t.gen, bi, v, lo, hi)
 			}
 			_, rs, err := block.Decode(v, a.q.Device)
 			if err != nil {
@@ -360,33 +375,100 @@ func (a *aggregator) addHeader(ref blockRef, v []byte) error {
 
 // addColumns adds the numeric values in [lo, hi) of a block that
 // overlaps no other block, column by column: every (device, ticks) is
-// in it once, so nothing needs resolving.
-func (a *aggregator) addColumns(ref blockRef, v []byte, lo, hi buckets.Ticks) error {
+// in it once, so nothing needs resolving. When the query names its
+// values, the columns it read (and an empty one for each name the block
+// lacks) go into the column cache once the whole block read cleanly.
+func (a *aggregator) addColumns(gen uint64, bi blockItem, v []byte, lo, hi buckets.Ticks) error {
 	if a.scan == nil {
 		a.scan = scanners.Get().(*block.Scanner)
 	}
+	caching := a.cols != nil && a.wanted != nil
+	a.pending = a.pending[:0]
 	err := a.scan.Numeric(v, a.wants, func(name []byte, ticks []buckets.Ticks, vals []float64) {
-		if a.q.PerMillisecond {
-			ticks, vals = a.newestPerMs(ticks, vals)
+		if caching {
+			a.pending = append(a.pending, pendingColumn{name, colcache.Copy(ticks, vals)})
 		}
-		i, _ := slices.BinarySearch(ticks, lo)
-		n, _ := slices.BinarySearch(ticks, hi)
-		for i < n {
-			start := a.bucketOf(ticks[i])
-			j := n
-			if end := start + a.q.Interval; end > ticks[i] && end < hi { // end <= ticks[i]: overflow
-				j, _ = slices.BinarySearch(ticks[i:n], end)
-				j += i
-			}
-			foldRun(a.summary(start, name), ticks[i:j], vals[i:j])
-			i = j
-		}
+		a.addColumn(name, ticks, vals, lo, hi)
 	})
 	if err != nil {
-		return &blockError{ref: ref, err: err}
+		return &blockError{ref: bi.ref, err: err}
 	}
 	a.columns++
+	if caching {
+		a.cachePending(gen, bi)
+	}
 	return nil
+}
+
+// pendingColumn is a column read from a block, waiting for the rest of
+// the block to read cleanly before it is cached.
+type pendingColumn struct {
+	name []byte // valid while the block's bytes are
+	col  *colcache.Column
+}
+
+// cachePending puts the columns of the block of bi just read, and an
+// empty column for each wanted name it lacks, into the column cache.
+// Numeric hands out names in order, as wanted is sorted.
+func (a *aggregator) cachePending(gen uint64, bi blockItem) {
+	i := 0
+	for _, name := range a.wanted {
+		col := &colcache.Column{}
+		if i < len(a.pending) && bytes.Equal(a.pending[i].name, name) {
+			col = a.pending[i].col
+			i++
+		}
+		a.key = colcache.Key(a.key[:0], gen, bi.item.Version(), bi.item.Key(), name)
+		a.cols.Put(a.key, col)
+	}
+	clear(a.pending)
+	a.pending = a.pending[:0]
+}
+
+// addCached adds the block of bi, which overlaps no other block, from
+// the column cache when it holds every wanted column of it, and reports
+// whether it did; when one is missing it adds nothing.
+func (a *aggregator) addCached(gen uint64, bi blockItem, lo, hi buckets.Ticks) bool {
+	if a.cols == nil || a.wanted == nil {
+		return false
+	}
+	a.cached = a.cached[:0]
+	for _, name := range a.wanted {
+		a.key = colcache.Key(a.key[:0], gen, bi.item.Version(), bi.item.Key(), name)
+		col, ok := a.cols.Get(a.key)
+		if !ok {
+			return false
+		}
+		a.cached = append(a.cached, col)
+	}
+	for i, col := range a.cached {
+		if len(col.Vals) > 0 {
+			a.addColumn(a.wanted[i], col.Ticks, col.Vals, lo, hi)
+		}
+	}
+	clear(a.cached)
+	a.columns++
+	return true
+}
+
+// addColumn adds the values vals of name observed at ticks (increasing)
+// that lie in [lo, hi), a run per bucket.
+func (a *aggregator) addColumn(name []byte, ticks []buckets.Ticks, vals []float64, lo, hi buckets.Ticks) {
+	if a.q.PerMillisecond {
+		ticks, vals = a.newestPerMs(ticks, vals)
+	}
+	i, _ := slices.BinarySearch(ticks, lo)
+	n, _ := slices.BinarySearch(ticks, hi)
+	for i < n {
+		start := a.bucketOf(ticks[i])
+		j := n
+		if end := start + a.q.Interval; end > ticks[i] && end < hi { // end <= ticks[i]: overflow
+			j, _ = slices.BinarySearch(ticks[i:n], end)
+			j += i
+		}
+		foldRun(a.summary(start, name), ticks[i:j], vals[i:j])
+		i = j
+	}
 }
 
 // newestPerMs returns ticks and vals (ticks increasing) without the

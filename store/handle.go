@@ -5,9 +5,15 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
+
+// tableOpenings numbers the openings of day table databases (table.gen),
+// so that a block's version, which counts only within one opening,
+// names its bytes together with it (store/colcache).
+var tableOpenings atomic.Uint64
 
 // A day table's database is opened lazily and closed again when it is
 // idle, when a write needs a writable one in place of a read-only one,
@@ -201,6 +207,7 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 		return unavailableTable(t.day, err)
 	}
 	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
+	t.gen = tableOpenings.Add(1)
 	h.writable = !readOnly
 	if known := t.readings.Load(); known >= 0 && known != meta.readings {
 		s.log.Warn("day table reading count file disagreed with the table; using the table's count",

@@ -49,6 +49,10 @@ type Options struct {
 	// drops, so that inspecting a data dir (a retention dry run)
 	// changes nothing on disk. It still takes the directory lock.
 	ReadOnly bool
+	// ColumnCacheSize bounds, in bytes, the decoded value columns of
+	// blocks kept in memory for aggregates asked again (store/colcache).
+	// Default 48 MiB; negative turns the cache off.
+	ColumnCacheSize int64
 	// Rollups are the rollup levels kept (store/rollup); none (the
 	// default) turns rollups off. Validated by Open.
 	Rollups []rollup.Level
@@ -65,6 +69,10 @@ const (
 	defaultMaxOpenTables = 8
 	defaultIdleClose     = 2 * time.Minute
 	defaultCompact       = time.Second
+	// defaultColumnCache holds about 8,000 hour-long columns of a
+	// device reporting every 10 s (360 values at 16 bytes each): one
+	// value of 500 devices over 16 hours.
+	defaultColumnCache = 48 << 20
 )
 
 // DefaultOptions returns Options with every default filled in.
@@ -76,6 +84,7 @@ func DefaultOptions() Options {
 		CompactInterval: defaultCompact,
 		MemTableSize:    hotMemTableSize,
 		BlockCacheSize:  hotBlockCacheSize,
+		ColumnCacheSize: defaultColumnCache,
 	}
 }
 
@@ -98,6 +107,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BlockCacheSize <= 0 {
 		o.BlockCacheSize = hotBlockCacheSize
+	}
+	if o.ColumnCacheSize == 0 {
+		o.ColumnCacheSize = defaultColumnCache
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

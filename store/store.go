@@ -40,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/colcache"
 )
 
 // Directory names under the data directory.
@@ -80,9 +81,10 @@ type Store struct {
 	bad       *badBlocks
 	lock      *dirLock
 	index     *deviceIndex
-	replay    replayState // stream positions and tombstones (checkpoint.go, tombstone.go)
-	deletes   deviceTombs // deleted devices (delete.go)
-	rollups   *rollState  // rollups (rollups.go); its set is nil when they are off
+	replay    replayState     // stream positions and tombstones (checkpoint.go, tombstone.go)
+	deletes   deviceTombs     // deleted devices (delete.go)
+	rollups   *rollState      // rollups (rollups.go); its set is nil when they are off
+	cols      *colcache.Cache // decoded columns for aggregates; nil when off
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 
@@ -172,7 +174,13 @@ func (s *Store) openFiles() error {
 	if err := s.openRollups(); err != nil {
 		return errors.Join(err, idx.close(), lock.unlock())
 	}
+	if s.opts.ColumnCacheSize > 0 {
+		if s.cols, err = colcache.New(s.opts.ColumnCacheSize); err != nil {
+			return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
+		}
+	}
 	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
+		s.cols.Close()
 		return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
 	}
 	s.bad.start(s.metrics.corruptBlocks)
@@ -282,6 +290,7 @@ func (s *Store) close() error {
 	if err := s.closeRollups(); err != nil {
 		errs = append(errs, err)
 	}
+	s.cols.Close()
 	if err := s.lock.unlock(); err != nil {
 		errs = append(errs, err)
 	}

@@ -85,6 +85,7 @@ type table struct {
 	// them when it ends, and a holder of a reference to live may read
 	// them without the lock.
 	db       *badger.DB
+	gen      uint64    // numbers the opening of db among all the store's openings
 	hot      bool      // db was opened with hot options
 	readOnly bool      // db was opened read-only
 	cur      *handle   // the handle new references go to; nil if none

@@ -1,0 +1,135 @@
+// Package colcache keeps decoded value columns of stored blocks in
+// memory, so that a question asked again (a dashboard refreshing, an
+// alert rule evaluated every minute) folds the values it needs instead
+// of decompressing every block that holds them once more.
+//
+// A column is the ticks and numeric values of one value name in one
+// block, as block.Scanner.Numeric hands them out. It is cached under a
+// key that names the exact bytes it was decoded from: the opening of
+// the day table's database (a number the store gives each opening), the
+// version Badger gave the block's key when it was committed, and the
+// block's key. A commit never reuses a version within one opening, so a
+// rewritten block (a merge, a compaction, a late reading) has a new
+// version and its old columns are simply no longer asked for; they age
+// out. Nothing is ever invalidated, and nothing stale can be returned.
+//
+// The cache is bounded by bytes (ristretto, with its admission policy
+// keeping the columns asked for most often when it is full). A value
+// name the block does not hold is cached too, as an empty column, so a
+// fully cached block is answered without reading it at all.
+package colcache
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/dgraph-io/ristretto/v2"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// Column is one value name's numeric values in one block, oldest
+// first. It is shared by every reader that gets it: never modify it.
+type Column struct {
+	Ticks []buckets.Ticks
+	Vals  []float64
+}
+
+// entryOverhead is what a cached column costs beyond its values: the
+// Column and its slice headers, the key, and ristretto's bookkeeping.
+const entryOverhead = 160
+
+// avgEntryBytes is the size of a typical column (an hour of readings
+// every 10 s), used to size ristretto's admission counters.
+const avgEntryBytes = 6 << 10
+
+// Cache holds decoded columns up to a number of bytes. A nil *Cache
+// caches nothing: Get misses and Put does nothing.
+type Cache struct {
+	c            *ristretto.Cache[string, *Column]
+	hits, misses atomic.Int64
+}
+
+// New returns a cache of at most maxBytes bytes of columns (at least
+// 1 MiB).
+func New(maxBytes int64) (*Cache, error) {
+	if maxBytes < 1<<20 {
+		return nil, fmt.Errorf("column cache of %d bytes: at least 1 MiB", maxBytes)
+	}
+	c, err := ristretto.NewCache(&ristretto.Config[string, *Column]{
+		NumCounters: max(10*maxBytes/avgEntryBytes, 1000),
+		MaxCost:     maxBytes,
+		BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("column cache: %w", err)
+	}
+	return &Cache{c: c}, nil
+}
+
+// Key appends to dst the key of the column of name in the block stored
+// under blockKey at version in the table opening gen.
+func Key(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, gen)
+	dst = binary.BigEndian.AppendUint64(dst, version)
+	dst = binary.AppendUvarint(dst, uint64(len(blockKey)))
+	dst = append(dst, blockKey...)
+	return append(dst, name...)
+}
+
+// Get returns the column cached under key.
+func (c *Cache) Get(key []byte) (*Column, bool) {
+	if c == nil {
+		return nil, false
+	}
+	col, ok := c.c.Get(string(key))
+	if ok {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
+	return col, ok
+}
+
+// Copy returns a column holding copies of ticks and vals (none: the
+// block holds no numeric value of the name).
+func Copy(ticks []buckets.Ticks, vals []float64) *Column {
+	col := &Column{}
+	if len(vals) > 0 {
+		col.Ticks, col.Vals = append([]buckets.Ticks(nil), ticks...), append([]float64(nil), vals...)
+	}
+	return col
+}
+
+// Put caches col under key; the cache may decline it. col must not be
+// changed afterwards.
+func (c *Cache) Put(key []byte, col *Column) {
+	if c == nil {
+		return
+	}
+	c.c.Set(string(key), col, int64(entryOverhead+len(key)+16*len(col.Vals)))
+}
+
+// Stats returns how many lookups found a column and how many did not.
+func (c *Cache) Stats() (hits, misses int64) {
+	if c == nil {
+		return 0, 0
+	}
+	return c.hits.Load(), c.misses.Load()
+}
+
+// Wait blocks until the columns put so far are in the cache or
+// declined (ristretto admits them in the background).
+func (c *Cache) Wait() {
+	if c != nil {
+		c.c.Wait()
+	}
+}
+
+// Close releases the cache's goroutines and memory.
+func (c *Cache) Close() {
+	if c != nil {
+		c.c.Close()
+	}
+}

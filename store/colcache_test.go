@@ -1,0 +1,102 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// TestColumnCacheAnswersAsTheBlocksDo asks the same aggregates again
+// and again while the blocks under them change (a late reading, a
+// merge, a compaction, a reopen): every answer equals one computed from
+// the readings, and a question asked again over unchanged blocks is
+// answered from the column cache without a miss.
+func TestColumnCacheAnswersAsTheBlocksDo(t *testing.T) {
+	ts := newTestStore(t)
+	require.NotNil(t, ts.cols, "the column cache is on by default")
+	k0 := dayTick(today-1, 0)
+	step := buckets.Ticks(10 * time.Second / 100)
+	for _, dev := range []string{"a", "b", "c"} {
+		var rs []buckets.Reading
+		for i := range 2 * 360 * 6 { // 12 hours every 10 s
+			k := k0 + buckets.Ticks(i)*step
+			rs = append(rs, reading(dev, k, "load", float64(i%91)/7, "status", i%3, "driver", "x"))
+		}
+		for i := 0; i < len(rs); i += 400 {
+			ts.write(t, rs[i:min(i+400, len(rs))]...)
+		}
+	}
+	ts.compact(true)
+	tenMin := buckets.Ticks(10 * time.Minute / 100)
+	queries := func(dev string) []buckets.AggregateQuery {
+		return []buckets.AggregateQuery{
+			{Device: buckets.DeviceID(dev), From: k0 + 7, To: k0 + 12*3600*buckets.TicksPerSecond, Interval: tenMin, Limit: 1000, Fields: []string{"load"}},
+			{Device: buckets.DeviceID(dev), From: k0, To: k0 + 5*3600*buckets.TicksPerSecond + 3, Interval: tenMin, Limit: 1000, Fields: []string{"status", "load", "absent"}},
+			{Device: buckets.DeviceID(dev), From: k0, To: buckets.MaxTicks, Interval: tenMin, Limit: 1000, Fields: []string{"absent"}},
+		}
+	}
+	check := func(what string) {
+		t.Helper()
+		for _, dev := range []string{"a", "b", "c"} {
+			for _, q := range queries(dev) {
+				want := naiveAggregate(t, ts, q)
+				got := aggregateAll(t, ts, q)
+				if len(want) == 0 {
+					require.Empty(t, got, what)
+					continue
+				}
+				require.Equal(t, want, got, "%s: %s %v", what, dev, q.Fields)
+			}
+		}
+		ts.cols.Wait()
+	}
+	check("first read")
+	hits, misses := ts.cols.Stats()
+	require.Positive(t, misses)
+	check("asked again")
+	hits2, misses2 := ts.cols.Stats()
+	require.Equal(t, misses, misses2, "nothing changed: every column comes from the cache")
+	require.Greater(t, hits2, hits)
+
+	// A late reading inside a sealed hour, then the compaction that
+	// merges it into that hour's block.
+	late := k0 + 3*3600*buckets.TicksPerSecond + 5*step + 1
+	ts.write(t, reading("b", late, "load", 1000.0))
+	check("late reading")
+	ts.compact(true)
+	check("late reading merged")
+	// A new value of a stored reading: the merge rewrites its block.
+	ts.write(t, reading("c", k0+4*3600*buckets.TicksPerSecond+2*step, "load", -5.0, "status", 9))
+	check("merged value")
+	ts.compact(true)
+	check("merged value compacted")
+	_, misses3 := ts.cols.Stats()
+	require.Greater(t, misses3, misses2, "rewritten blocks are read again")
+
+	ts = ts.reopen(t)
+	check("reopened")
+	h, m := ts.cols.Stats()
+	require.Positive(t, h)
+	require.Positive(t, m, "a reopened table's blocks are read again")
+}
+
+// TestColumnCacheOff answers as the cache does with the cache off.
+func TestColumnCacheOff(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.ColumnCacheSize = -1 })
+	require.Nil(t, ts.cols)
+	k0 := dayTick(today-1, 0)
+	ts.write(t, series("a", k0, 10*time.Second, 1000)...)
+	ts.compact(true)
+	q := buckets.AggregateQuery{Device: "a", From: k0 + 3, To: buckets.MaxTicks, Interval: buckets.Ticks(7 * time.Minute / 100), Limit: 1000, Fields: []string{"n"}}
+	want := naiveAggregate(t, ts, q)
+	require.Equal(t, want, aggregateAll(t, ts, q))
+	require.Equal(t, want, aggregateAll(t, ts, q))
+	h, m := ts.cols.Stats()
+	require.Zero(t, h+m)
+	_, err := ts.Aggregate(context.Background(), q)
+	require.NoError(t, err)
+}
