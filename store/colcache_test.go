@@ -100,3 +100,31 @@ func TestColumnCacheOff(t *testing.T) {
 	_, err := ts.Aggregate(context.Background(), q)
 	require.NoError(t, err)
 }
+
+// TestColumnCacheAfterADayIsDroppedAndWrittenAgain: a day table made
+// again after a drop numbers its commits from the start, so its blocks
+// may have the keys and versions of the dropped table's; the cache must
+// not answer with the dropped table's columns.
+func TestColumnCacheAfterADayIsDroppedAndWrittenAgain(t *testing.T) {
+	ts := newTestStore(t)
+	k0 := dayTick(today-1, 0)
+	write := func(scale float64) {
+		rs := series("a", k0, 10*time.Second, 720)
+		for i := range rs {
+			rs[i].Values[0].Value = buckets.Float(scale * float64(i))
+		}
+		ts.write(t, rs...)
+		ts.compact(true)
+	}
+	q := buckets.AggregateQuery{Device: "a", From: k0 + 3, To: buckets.MaxTicks, Interval: buckets.Ticks(10 * time.Minute / 100), Limit: 1000, Fields: []string{"n"}}
+	write(1)
+	first := aggregateAll(t, ts, q)
+	ts.cols.Wait()
+	require.Equal(t, first, aggregateAll(t, ts, q))
+	_, err := ts.DropTable(context.Background(), today-1)
+	require.NoError(t, err)
+	write(2)
+	want := naiveAggregate(t, ts, q)
+	require.NotEqual(t, first, want)
+	require.Equal(t, want, aggregateAll(t, ts, q))
+}

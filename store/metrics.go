@@ -52,14 +52,23 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("last backup gauge: %w", err)
 	}
+	colLookups, err := meter.Int64ObservableCounter("telemetry.store.column_cache.lookups",
+		metric.WithDescription("Lookups of decoded block columns by aggregates, by outcome (hit, miss)."), metric.WithUnit("{lookup}"))
+	if err != nil {
+		return nil, fmt.Errorf("column cache counter: %w", err)
+	}
+	hit, miss := metric.WithAttributes(attribute.String("outcome", "hit")), metric.WithAttributes(attribute.String("outcome", "miss"))
 	m.registration, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := s.stats()
 		o.ObserveInt64(tables, int64(st.tables))
 		o.ObserveInt64(bytes, st.bytes)
 		o.ObserveInt64(open, int64(st.open))
 		o.ObserveInt64(lastBackup, s.lastBackup.Load())
+		hits, misses := s.cols.Stats()
+		o.ObserveInt64(colLookups, hits, hit)
+		o.ObserveInt64(colLookups, misses, miss)
 		return nil
-	}, tables, bytes, open, lastBackup)
+	}, tables, bytes, open, lastBackup, colLookups)
 	if err != nil {
 		return nil, fmt.Errorf("register store gauges: %w", err)
 	}

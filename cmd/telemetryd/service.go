@@ -89,6 +89,7 @@ func (m *Main) Open(ctx context.Context) error {
 
 	sopts := store.DefaultOptions()
 	sopts.MemTableSize, sopts.BlockCacheSize = m.budget.MemTable, m.budget.BlockCache
+	sopts.ColumnCacheSize = m.budget.ColumnCache
 	sopts.IndexCacheSize = m.budget.IndexCache
 	sopts.SyncWrites = m.cfg.SyncWrites
 	sopts.HotDays = m.cfg.HotDays

@@ -26,7 +26,7 @@ const DefaultLimit = 1 << 30
 // message the server accepts twice over) leave nothing to divide.
 const MinLimit = 256 << 20
 
-// Shares of -memory-limit, in percent. What is left (38%) covers what
+// Shares of -memory-limit, in percent. What is left (33%) covers what
 // is not sized by a knob: Badger compactions and the device index, cold
 // day tables (-max-open-tables of them, about 2.4 MiB each), the
 // embedded NATS server's file store caches, the HTTP server, stacks and
@@ -36,6 +36,7 @@ const (
 	shareMemtables  = 25 // hot tables' memtables and their write-ahead log pages
 	shareBlockCache = 4  // hot tables' Badger block caches
 	shareIndexCache = 4  // SSTable indexes and bloom filters of every open table
+	shareColumns    = 5  // decoded block columns kept for aggregates asked again (store/colcache)
 	shareJetStream  = 5  // embedded JetStream memory-storage limit
 	shareConsumer   = 6  // messages pulled but not yet settled
 	shareQueries    = 10 // query responses in flight
@@ -51,6 +52,7 @@ const (
 	minMemTable     = 4 << 20                         // Badger's transactions are a fraction of a memtable
 	minBlockCache   = 1 << 20                         // Badger needs a block cache when compression is on
 	minIndexCache   = 1 << 20                         //
+	minColumnCache  = 4 << 20                         // an hour of a few hundred devices' values
 	MinPullBytes    = 2 * natsembed.DefaultMaxPayload // twice the largest message the embedded server accepts
 	minQueryBudget  = 8 << 20                         // a few full pages of 10,000 readings
 	minJetStreamMem = 16 << 20                        //
@@ -66,6 +68,7 @@ type Budget struct {
 	MemTable    int64 // each memtable of a hot table (two per table)
 	BlockCache  int64 // block cache of each hot table
 	IndexCache  int64 // index cache of each open table
+	ColumnCache int64 // the store's decoded column cache
 	JetStream   int64 // embedded JetStream max memory
 	PullBytes   int64 // bytes of messages pulled at most (half the consumer share)
 	Consumer    int64 // the consumer share: pulled messages plus decoded readings
@@ -93,6 +96,7 @@ func Plan(limit int64, hotDays, maxOpen int, maxWrite int64) (Budget, error) {
 	b.MemTable = max(share(shareMemtables)/int64(2*store.HotMemtables*hotDays), minMemTable)
 	b.BlockCache = max(share(shareBlockCache)/int64(hotDays), minBlockCache)
 	b.IndexCache = max(share(shareIndexCache)/int64(b.OpenTables), minIndexCache)
+	b.ColumnCache = max(share(shareColumns), minColumnCache)
 	b.JetStream = max(share(shareJetStream), minJetStreamMem)
 	b.PullBytes = max(b.Consumer/2, MinPullBytes)
 	b.Queries = max(share(shareQueries), minQueryBudget)
@@ -119,6 +123,7 @@ func (b Budget) Log(l *slog.Logger) {
 			fmt.Sprintf("%d hot tables x %d memtables x %s, plus their write-ahead log pages", b.HotTables, store.HotMemtables, ib(b.MemTable))},
 		{"block_caches", "block caches", int64(b.HotTables) * b.BlockCache, fmt.Sprintf("%d hot tables x %s", b.HotTables, ib(b.BlockCache))},
 		{"index_caches", "index caches", int64(b.OpenTables) * b.IndexCache, fmt.Sprintf("up to %d open tables x %s", b.OpenTables, ib(b.IndexCache))},
+		{"column_cache", "column cache", b.ColumnCache, "decoded block columns of aggregates, for questions asked again"},
 		{"jetstream_memory", "embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
 		{"consumer_buffers", "consumer buffers", b.Consumer, fmt.Sprintf("pulls of at most %s plus decoded readings", ib(b.PullBytes))},
 		{"query_responses", "query responses", b.Queries, fmt.Sprintf("response bytes in flight, at most a %d-th per client; past it 503 (429 past a client's share) with Retry-After", api.DefaultClientShares)},
