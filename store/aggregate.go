@@ -109,30 +109,32 @@ const slabSize = 256
 
 // aggregator accumulates the buckets of one query.
 type aggregator struct {
-	q        buckets.AggregateQuery
-	fields   map[string]bool       // nil: every name
-	buckets  map[buckets.Ticks]int // bucket start -> index in bs
-	bs       []aggBucket
-	slab     []buckets.NamedSummary // room for the summaries of new buckets
-	width    int                    // the most names a bucket has held
-	slabSize int                    // the size of the next slab
-	headers  int                    // blocks summarised from their header (for tests)
-	columns  int                    // blocks read column by column
-	decoded  int                    // blocks decoded into readings
-	maxStart buckets.Ticks          // the latest bucket start seen
-	names    map[string]string      // interned value names
-	scan     *block.Scanner         // from scanners on first use, for every block read column by column
-	cols     *colcache.Cache        // decoded columns of blocks read column by column; nil: none
-	wanted   [][]byte               // the names of q.Fields, distinct and sorted (the names a column read keeps)
-	key      []byte                 // buffer of column cache keys
-	pending  []pendingColumn        // columns of the block being read, cached once it is read whole
-	cached   []*colcache.Column     // the cached columns of the block being added, in the order of wanted
-	msTicks  []buckets.Ticks        // values left by newestPerMs
-	msVals   []float64
-	refs     []blockRef // buffers of table, reused from table to table
-	distinct []bool     // per ref: no two of its readings share a millisecond
-	order    []int
-	group    []int
+	q         buckets.AggregateQuery
+	fields    map[string]bool       // nil: every name
+	buckets   map[buckets.Ticks]int // bucket start -> index in bs
+	bs        []aggBucket
+	slab      []buckets.NamedSummary // room for the summaries of new buckets
+	width     int                    // the most names a bucket has held
+	slabSize  int                    // the size of the next slab
+	headers   int                    // blocks summarised from their header (for tests)
+	columns   int                    // blocks read column by column
+	decoded   int                    // blocks decoded into readings
+	maxStart  buckets.Ticks          // the latest bucket start seen
+	names     map[string]string      // interned value names
+	scan      *block.Scanner         // from scanners on first use, for every block read column by column
+	cols      *colcache.Cache        // decoded columns of blocks read column by column; nil: none
+	wanted    [][]byte               // the names of q.Fields, distinct and sorted (the names a column read keeps)
+	key       []byte                 // buffer of column cache keys
+	pending   []pendingColumn        // columns of the block being read, cached once it is read whole
+	cached    []*colcache.Column     // cached columns being added: per block, in the order of wanted
+	blockKeys []string               // with the cache: per ref, its block's key
+	versions  []uint64               // with the cache: per ref, its block's version
+	msTicks   []buckets.Ticks        // values left by newestPerMs
+	msVals    []float64
+	refs      []blockRef // buffers of table, reused from table to table
+	distinct  []bool     // per ref: no two of its readings share a millisecond
+	order     []int
+	group     []int
 }
 
 // aggBucket is one bucket being summed: few names, so a slice, which
@@ -244,10 +246,16 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	it := newBlockIterator(txn, a.q.Device) // both passes
 	defer it.Close()
 	refs, distinct := a.refs[:0], a.distinct[:0]
+	caching := a.cols != nil && a.wanted != nil
+	a.blockKeys, a.versions = a.blockKeys[:0], a.versions[:0]
 	err = it.each(lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest < hi {
 			refs = append(refs, bi.ref)
 			distinct = append(distinct, bi.item.UserMeta()&metaDistinctMs != 0)
+			if caching {
+				a.blockKeys = append(a.blockKeys, string(bi.item.Key()))
+				a.versions = append(a.versions, bi.item.Version())
+			}
 		}
 		return true, nil
 	})
@@ -256,6 +264,9 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		return false, err
 	}
 	group := a.groups(refs, lo, hi)
+	if caching && a.addAllCached(t.gen, group, lo, hi) {
+		return false, nil
+	}
 	var res map[int]*resolver
 	next := 0 // the second pass meets the same blocks in the same order
 	err = it.each(lo, func(bi blockItem) (bool, error) {
@@ -383,12 +394,13 @@ func (a *aggregator) addColumns(gen uint64, bi blockItem, v []byte, lo, hi bucke
 		a.scan = scanners.Get().(*block.Scanner)
 	}
 	caching := a.cols != nil && a.wanted != nil
+	distinct := bi.item.UserMeta()&metaDistinctMs != 0
 	a.pending = a.pending[:0]
 	err := a.scan.Numeric(v, a.wants, func(name []byte, ticks []buckets.Ticks, vals []float64) {
 		if caching {
 			a.pending = append(a.pending, pendingColumn{name, colcache.Copy(ticks, vals)})
 		}
-		a.addColumn(name, ticks, vals, lo, hi)
+		a.addColumn(name, ticks, vals, distinct, lo, hi)
 	})
 	if err != nil {
 		return &blockError{ref: bi.ref, err: err}
@@ -429,32 +441,71 @@ func (a *aggregator) cachePending(gen uint64, bi blockItem) {
 // the column cache when it holds every wanted column of it, and reports
 // whether it did; when one is missing it adds nothing.
 func (a *aggregator) addCached(gen uint64, bi blockItem, lo, hi buckets.Ticks) bool {
-	if a.cols == nil || a.wanted == nil {
+	a.cached = a.cached[:0]
+	if a.cols == nil || a.wanted == nil || !a.lookup(gen, bi.item.Version(), bi.item.Key()) {
 		return false
 	}
+	a.addLookedUp(bi.item.UserMeta()&metaDistinctMs != 0, lo, hi)
+	return true
+}
+
+// addAllCached adds every block of the table from the column cache when
+// every block overlaps no other and the cache holds every wanted column
+// of each, in the order the second pass would add them (so the sums are
+// the same to the bit), and reports whether it did; then the table's
+// blocks need not be walked again. Otherwise it adds nothing.
+func (a *aggregator) addAllCached(gen uint64, group []int, lo, hi buckets.Ticks) bool {
+	for _, g := range group {
+		if g != alone {
+			return false
+		}
+	}
 	a.cached = a.cached[:0]
+	for i := range a.refs {
+		if !a.lookup(gen, a.versions[i], []byte(a.blockKeys[i])) {
+			return false
+		}
+	}
+	cols := a.cached
+	for i := range a.refs {
+		a.cached = cols[i*len(a.wanted) : (i+1)*len(a.wanted)]
+		a.addLookedUp(a.distinct[i], lo, hi)
+	}
+	clear(cols)
+	a.cached = cols[:0]
+	return true
+}
+
+// lookup appends to a.cached the wanted columns of the block under
+// blockKey at version, and reports whether the cache held them all.
+func (a *aggregator) lookup(gen, version uint64, blockKey []byte) bool {
 	for _, name := range a.wanted {
-		a.key = colcache.Key(a.key[:0], gen, bi.item.Version(), bi.item.Key(), name)
+		a.key = colcache.Key(a.key[:0], gen, version, blockKey, name)
 		col, ok := a.cols.Get(a.key)
 		if !ok {
 			return false
 		}
 		a.cached = append(a.cached, col)
 	}
-	for i, col := range a.cached {
-		if len(col.Vals) > 0 {
-			a.addColumn(a.wanted[i], col.Ticks, col.Vals, lo, hi)
-		}
-	}
-	clear(a.cached)
-	a.columns++
 	return true
 }
 
+// addLookedUp adds the columns of one block in a.cached (in the order
+// of wanted); distinct says no two of its readings share a millisecond.
+func (a *aggregator) addLookedUp(distinct bool, lo, hi buckets.Ticks) {
+	for i, col := range a.cached {
+		if len(col.Vals) > 0 {
+			a.addColumn(a.wanted[i], col.Ticks, col.Vals, distinct, lo, hi)
+		}
+	}
+	a.columns++
+}
+
 // addColumn adds the values vals of name observed at ticks (increasing)
-// that lie in [lo, hi), a run per bucket.
-func (a *aggregator) addColumn(name []byte, ticks []buckets.Ticks, vals []float64, lo, hi buckets.Ticks) {
-	if a.q.PerMillisecond {
+// that lie in [lo, hi), a run per bucket; distinct says no two of the
+// ticks share a millisecond.
+func (a *aggregator) addColumn(name []byte, ticks []buckets.Ticks, vals []float64, distinct bool, lo, hi buckets.Ticks) {
+	if a.q.PerMillisecond && !distinct {
 		ticks, vals = a.newestPerMs(ticks, vals)
 	}
 	i, _ := slices.BinarySearch(ticks, lo)
