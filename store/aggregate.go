@@ -113,23 +113,23 @@ type aggregator struct {
 	fields    map[string]bool       // nil: every name
 	buckets   map[buckets.Ticks]int // bucket start -> index in bs
 	bs        []aggBucket
-	slab      []buckets.NamedSummary // room for the summaries of new buckets
-	width     int                    // the most names a bucket has held
-	slabSize  int                    // the size of the next slab
-	headers   int                    // blocks summarised from their header (for tests)
-	columns   int                    // blocks read column by column
-	decoded   int                    // blocks decoded into readings
-	maxStart  buckets.Ticks          // the latest bucket start seen
-	names     map[string]string      // interned value names
-	scan      *block.Scanner         // from scanners on first use, for every block read column by column
-	cols      *colcache.Cache        // decoded columns of blocks read column by column; nil: none
-	wanted    [][]byte               // the names of q.Fields, distinct and sorted (the names a column read keeps)
-	key       []byte                 // buffer of column cache keys
-	pending   []pendingColumn        // columns of the block being read, cached once it is read whole
-	cached    []*colcache.Column     // cached columns being added: per block, in the order of wanted
-	blockKeys []string               // with the cache: per ref, its block's key
-	versions  []uint64               // with the cache: per ref, its block's version
-	msTicks   []buckets.Ticks        // values left by newestPerMs
+	slab      []buckets.NamedSummary      // room for the summaries of new buckets
+	width     int                         // the most names a bucket has held
+	slabSize  int                         // the size of the next slab
+	headers   int                         // blocks summarised from their header (for tests)
+	columns   int                         // blocks read column by column
+	decoded   int                         // blocks decoded into readings
+	maxStart  buckets.Ticks               // the latest bucket start seen
+	names     map[string]string           // interned value names
+	scan      *block.Scanner              // from scanners on first use, for every block read column by column
+	cols      *colcache.Cache[*blockList] // decoded columns and block lists; nil: none
+	wanted    [][]byte                    // the names of q.Fields, distinct and sorted (the names a column read keeps)
+	key       []byte                      // buffer of column cache keys
+	pending   []pendingColumn             // columns of the block being read, cached once it is read whole
+	cached    []*colcache.Column          // cached columns being added: per block, in the order of wanted
+	blockKeys []string                    // with the cache: per ref, its block's key
+	versions  []uint64                    // with the cache: per ref, its block's version
+	msTicks   []buckets.Ticks             // values left by newestPerMs
 	msVals    []float64
 	refs      []blockRef // buffers of table, reused from table to table
 	distinct  []bool     // per ref: no two of its readings share a millisecond
@@ -243,12 +243,22 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	}
 	txn, release := t.readTxn()
 	defer release()
+	caching := a.cols != nil && a.wanted != nil
+	if caching && a.fromCachedList(t.gen, txn.ReadTs(), lo, hi) {
+		return false, nil
+	}
 	it := newBlockIterator(txn, a.q.Device) // both passes
 	defer it.Close()
 	refs, distinct := a.refs[:0], a.distinct[:0]
-	caching := a.cols != nil && a.wanted != nil
 	a.blockKeys, a.versions = a.blockKeys[:0], a.versions[:0]
+	var list *blockList
+	if caching {
+		list = &blockList{cover: lo}
+	}
 	err = it.each(lo, func(bi blockItem) (bool, error) {
+		if list != nil {
+			list.add(bi)
+		}
 		if bi.ref.oldest < hi {
 			refs = append(refs, bi.ref)
 			distinct = append(distinct, bi.item.UserMeta()&metaDistinctMs != 0)
@@ -260,8 +270,15 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		return true, nil
 	})
 	a.refs, a.distinct = refs, distinct
-	if err != nil || len(refs) == 0 {
+	if err != nil {
 		return false, err
+	}
+	if list != nil {
+		a.key = colcache.ListKey(a.key[:0], t.gen, txn.ReadTs(), []byte(a.q.Device))
+		a.cols.PutList(a.key, list, list.size())
+	}
+	if len(refs) == 0 {
+		return false, nil
 	}
 	group := a.groups(refs, lo, hi)
 	if caching && a.addAllCached(t.gen, group, lo, hi) {
@@ -447,6 +464,66 @@ func (a *aggregator) addCached(gen uint64, bi blockItem, lo, hi buckets.Ticks) b
 	}
 	a.addLookedUp(bi.item.UserMeta()&metaDistinctMs != 0, lo, hi)
 	return true
+}
+
+// blockList is what the first pass over a device's keys in a table saw
+// at one version of the table: every block whose newest reading is at
+// or after cover, newest first.
+type blockList struct {
+	cover  buckets.Ticks
+	blocks []listedBlock
+}
+
+// listedBlock is one block of a blockList.
+type listedBlock struct {
+	ref      blockRef
+	key      string
+	version  uint64
+	distinct bool // no two of its readings share a millisecond
+}
+
+// add appends the block of bi.
+func (l *blockList) add(bi blockItem) {
+	l.blocks = append(l.blocks, listedBlock{ref: bi.ref, key: string(bi.item.Key()), version: bi.item.Version(),
+		distinct: bi.item.UserMeta()&metaDistinctMs != 0})
+}
+
+// size is about the bytes l holds.
+func (l *blockList) size() int {
+	n := 32
+	for _, b := range l.blocks {
+		n += 80 + len(b.key)
+	}
+	return n
+}
+
+// fromCachedList adds the blocks of the table, read at readTs, from the
+// column cache without walking its keys, when the cache holds the
+// device's block list at that version (covering lo) and every wanted
+// column of every block in [lo, hi), each block overlapping no other;
+// it reports whether it did. Otherwise it adds nothing.
+func (a *aggregator) fromCachedList(gen, readTs uint64, lo, hi buckets.Ticks) bool {
+	a.key = colcache.ListKey(a.key[:0], gen, readTs, []byte(a.q.Device))
+	list, ok := a.cols.GetList(a.key)
+	if !ok || list.cover > lo {
+		return false
+	}
+	a.refs, a.distinct, a.blockKeys, a.versions = a.refs[:0], a.distinct[:0], a.blockKeys[:0], a.versions[:0]
+	for _, b := range list.blocks {
+		if b.ref.newest < lo {
+			break
+		}
+		if b.ref.oldest < hi {
+			a.refs = append(a.refs, b.ref)
+			a.distinct = append(a.distinct, b.distinct)
+			a.blockKeys = append(a.blockKeys, b.key)
+			a.versions = append(a.versions, b.version)
+		}
+	}
+	if len(a.refs) == 0 {
+		return true
+	}
+	return a.addAllCached(gen, a.groups(a.refs, lo, hi), lo, hi)
 }
 
 // addAllCached adds every block of the table from the column cache when

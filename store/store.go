@@ -81,10 +81,10 @@ type Store struct {
 	bad       *badBlocks
 	lock      *dirLock
 	index     *deviceIndex
-	replay    replayState     // stream positions and tombstones (checkpoint.go, tombstone.go)
-	deletes   deviceTombs     // deleted devices (delete.go)
-	rollups   *rollState      // rollups (rollups.go); its set is nil when they are off
-	cols      *colcache.Cache // decoded columns for aggregates; nil when off
+	replay    replayState                 // stream positions and tombstones (checkpoint.go, tombstone.go)
+	deletes   deviceTombs                 // deleted devices (delete.go)
+	rollups   *rollState                  // rollups (rollups.go); its set is nil when they are off
+	cols      *colcache.Cache[*blockList] // decoded columns and block lists for aggregates; nil when off
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 
@@ -175,7 +175,7 @@ func (s *Store) openFiles() error {
 		return errors.Join(err, idx.close(), lock.unlock())
 	}
 	if s.opts.ColumnCacheSize > 0 {
-		if s.cols, err = colcache.New(s.opts.ColumnCacheSize); err != nil {
+		if s.cols, err = colcache.New[*blockList](s.opts.ColumnCacheSize); err != nil {
 			return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
 		}
 	}

@@ -17,6 +17,12 @@
 // keeping the columns asked for most often when it is full). A value
 // name the block does not hold is cached too, as an empty column, so a
 // fully cached block is answered without reading it at all.
+//
+// The cache also holds lists of a device's blocks in a table as a read
+// at one table version saw them (the store's type L): a version is a
+// snapshot that never changes, so while no commit touches the table
+// (a day that is no longer written, or a quiet hour) a question asked
+// again needs neither a Badger iterator nor a block.
 package colcache
 
 import (
@@ -44,20 +50,32 @@ const entryOverhead = 160
 // every 10 s), used to size ristretto's admission counters.
 const avgEntryBytes = 6 << 10
 
-// Cache holds decoded columns up to a number of bytes. A nil *Cache
-// caches nothing: Get misses and Put does nothing.
-type Cache struct {
-	c            *ristretto.Cache[string, *Column]
+// Cache holds decoded columns and block lists of type L up to a number
+// of bytes. A nil *Cache caches nothing: lookups miss and puts do
+// nothing.
+type Cache[L any] struct {
+	c            *ristretto.Cache[string, entry[L]]
 	hits, misses atomic.Int64
 }
 
-// New returns a cache of at most maxBytes bytes of columns (at least
-// 1 MiB).
-func New(maxBytes int64) (*Cache, error) {
+// entry is a column or a block list.
+type entry[L any] struct {
+	col  *Column
+	list L
+}
+
+// Tags that keep the keys of columns and of lists apart.
+const (
+	tagColumn = 'c'
+	tagList   = 'l'
+)
+
+// New returns a cache of at most maxBytes bytes (at least 1 MiB).
+func New[L any](maxBytes int64) (*Cache[L], error) {
 	if maxBytes < 1<<20 {
 		return nil, fmt.Errorf("column cache of %d bytes: at least 1 MiB", maxBytes)
 	}
-	c, err := ristretto.NewCache(&ristretto.Config[string, *Column]{
+	c, err := ristretto.NewCache(&ristretto.Config[string, entry[L]]{
 		NumCounters: max(10*maxBytes/avgEntryBytes, 1000),
 		MaxCost:     maxBytes,
 		BufferItems: 64,
@@ -65,12 +83,13 @@ func New(maxBytes int64) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("column cache: %w", err)
 	}
-	return &Cache{c: c}, nil
+	return &Cache[L]{c: c}, nil
 }
 
 // Key appends to dst the key of the column of name in the block stored
 // under blockKey at version in the table opening gen.
 func Key(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
+	dst = append(dst, tagColumn)
 	dst = binary.BigEndian.AppendUint64(dst, gen)
 	dst = binary.BigEndian.AppendUint64(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(blockKey)))
@@ -78,18 +97,42 @@ func Key(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
 	return append(dst, name...)
 }
 
+// ListKey appends to dst the key of the block list of device read at
+// readTs in the table opening gen.
+func ListKey(dst []byte, gen, readTs uint64, device []byte) []byte {
+	dst = append(dst, tagList)
+	dst = binary.BigEndian.AppendUint64(dst, gen)
+	dst = binary.BigEndian.AppendUint64(dst, readTs)
+	return append(dst, device...)
+}
+
 // Get returns the column cached under key.
-func (c *Cache) Get(key []byte) (*Column, bool) {
-	if c == nil {
+func (c *Cache[L]) Get(key []byte) (*Column, bool) {
+	e, ok := c.get(key)
+	if ok && e.col == nil {
 		return nil, false
 	}
-	col, ok := c.c.Get(string(key))
+	return e.col, ok
+}
+
+// GetList returns the block list cached under key.
+func (c *Cache[L]) GetList(key []byte) (L, bool) {
+	e, ok := c.get(key)
+	return e.list, ok && e.col == nil
+}
+
+// get looks key up and counts the outcome.
+func (c *Cache[L]) get(key []byte) (entry[L], bool) {
+	if c == nil {
+		return entry[L]{}, false
+	}
+	e, ok := c.c.Get(string(key))
 	if ok {
 		c.hits.Add(1)
 	} else {
 		c.misses.Add(1)
 	}
-	return col, ok
+	return e, ok
 }
 
 // Copy returns a column holding copies of ticks and vals (none: the
@@ -104,15 +147,25 @@ func Copy(ticks []buckets.Ticks, vals []float64) *Column {
 
 // Put caches col under key; the cache may decline it. col must not be
 // changed afterwards.
-func (c *Cache) Put(key []byte, col *Column) {
+func (c *Cache[L]) Put(key []byte, col *Column) {
 	if c == nil {
 		return
 	}
-	c.c.Set(string(key), col, int64(entryOverhead+len(key)+16*len(col.Vals)))
+	c.c.Set(string(key), entry[L]{col: col}, int64(entryOverhead+len(key)+16*len(col.Vals)))
 }
 
-// Stats returns how many lookups found a column and how many did not.
-func (c *Cache) Stats() (hits, misses int64) {
+// PutList caches list, of about size bytes, under key; the cache may
+// decline it. list must not be changed afterwards.
+func (c *Cache[L]) PutList(key []byte, list L, size int) {
+	if c == nil {
+		return
+	}
+	c.c.Set(string(key), entry[L]{list: list}, int64(entryOverhead+len(key)+size))
+}
+
+// Stats returns how many lookups (of columns and lists) found what
+// they looked for and how many did not.
+func (c *Cache[L]) Stats() (hits, misses int64) {
 	if c == nil {
 		return 0, 0
 	}
@@ -121,14 +174,14 @@ func (c *Cache) Stats() (hits, misses int64) {
 
 // Wait blocks until the columns put so far are in the cache or
 // declined (ristretto admits them in the background).
-func (c *Cache) Wait() {
+func (c *Cache[L]) Wait() {
 	if c != nil {
 		c.c.Wait()
 	}
 }
 
 // Close releases the cache's goroutines and memory.
-func (c *Cache) Close() {
+func (c *Cache[L]) Close() {
 	if c != nil {
 		c.c.Close()
 	}
