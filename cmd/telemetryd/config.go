@@ -48,6 +48,7 @@ type Config struct {
 	ShutdownTimeout   time.Duration
 	HotDays           int
 	MaxOpenTables     int
+	ColumnCache       bool   // keep decoded block columns for aggregates asked again
 	MQTTListen        string // embedded server's MQTT listener; empty: off
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
 	LineTags          string // what a line's other tags become: attributes or values
@@ -90,6 +91,7 @@ func DefaultConfig() Config {
 		LogFormat:          "text",
 		ShutdownTimeout:    10 * time.Second,
 		HotDays:            sopts.HotDays,
+		ColumnCache:        true,
 		MaxOpenTables:      sopts.MaxOpenTables,
 		MQTTListen:         natsembed.DefaultMQTTListen,
 		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
@@ -127,6 +129,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful shutdown before giving up")
 	fs.IntVar(&c.HotDays, "hot-days", c.HotDays, "newest days kept open with write-sized memtables")
 	fs.IntVar(&c.MaxOpenTables, "max-open-tables", c.MaxOpenTables, "most older day tables kept open at once (closed when idle)")
+	fs.BoolVar(&c.ColumnCache, "column-cache", c.ColumnCache, "keep the decoded value columns and block lists that aggregates and PromQL windows read (5% of -memory-limit), so a question asked again (a dashboard refresh, a rule) folds values instead of decompressing blocks; false frees that memory")
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0, 1 and 2 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
 	fs.StringVar(&c.LineTags, "line-tags", c.LineTags, "line protocol writes: a line's other tags become attributes of its device as of the line's time (attributes), or string values <measurement>.<tag> of its reading (values)")

@@ -90,6 +90,9 @@ func (m *Main) Open(ctx context.Context) error {
 	sopts := store.DefaultOptions()
 	sopts.MemTableSize, sopts.BlockCacheSize = m.budget.MemTable, m.budget.BlockCache
 	sopts.ColumnCacheSize = m.budget.ColumnCache
+	if !m.cfg.ColumnCache {
+		sopts.ColumnCacheSize = -1
+	}
 	sopts.IndexCacheSize = m.budget.IndexCache
 	sopts.SyncWrites = m.cfg.SyncWrites
 	sopts.HotDays = m.cfg.HotDays
