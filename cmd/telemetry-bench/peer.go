@@ -75,10 +75,11 @@ type peerRun struct {
 
 // questionResult is one fleet question on both services.
 type questionResult struct {
-	Name              string
-	Ours, Peer        latency
-	OurSeries, PeerSe int // series in the first answer
-	Query, PeerQuery  string
+	Name                string
+	Ours, Peer          latency
+	OurSeries, PeerSe   int           // series in the first answer
+	OurFirst, PeerFirst time.Duration // the first ask
+	Query, PeerQuery    string
 }
 
 // runPeer runs the peer comparison and prints its report to stdout.

@@ -20,6 +20,11 @@ import (
 // -profile-seconds of each question is saved as fleet-<question>.pprof.
 func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *peerData) ([]questionResult, error) {
 	svc := b.telemetrydFor(b.bin, lineDir)
+	peerQuery := url.Values{}
+	if b.cfg.FleetCaches == "off" {
+		svc.args = append(svc.args, "-column-cache=false")
+		peerQuery.Set("nocache", "1")
+	}
 	if b.cfg.ProfileDir != "" {
 		addr, err := freeAddr()
 		if err != nil {
@@ -60,7 +65,7 @@ func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *p
 				series *int
 			}{
 				{svc.client, svc.url("/api/v1/query?" + url.Values{"query": {q.Query(telemetrydDialect, fleet)}, "time": {at}}.Encode()), &ours, &r.OurSeries},
-				{p.client, p.url("/api/v1/query?" + url.Values{"query": {q.Query(peerDialect, fleet)}, "time": {at}, "nocache": {"1"}}.Encode()), &peer, &r.PeerSe},
+				{p.client, p.url("/api/v1/query?" + withQuery(peerQuery, "query", q.Query(peerDialect, fleet), "time", at).Encode()), &peer, &r.PeerSe},
 			}
 			if i%2 == 1 {
 				sides[0], sides[1] = sides[1], sides[0]
@@ -80,10 +85,25 @@ func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *p
 		}
 		stopProfile()
 		r.Ours, r.Peer = summarize(ours), summarize(peer)
+		if len(ours) > 0 {
+			r.OurFirst, r.PeerFirst = ours[0], peer[0]
+		}
 		ph.end(fmt.Sprintf("p50 %s against %s", ms(r.Ours.P50), ms(r.Peer.P50)))
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// withQuery is a copy of base with the pairs kv (name, value, ...) set.
+func withQuery(base url.Values, kv ...string) url.Values {
+	v := url.Values{}
+	for k, vs := range base {
+		v[k] = slices.Clone(vs)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v
 }
 
 // waitIdleProc is waitIdle for any process whose stats reads /proc.
@@ -192,13 +212,18 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	sections := []section{s}
 	switch {
 	case len(qs) > 0:
-		q := section{title: fmt.Sprintf("Fleet questions as PromQL, instant queries at the file's newest time (%d of each on both, alternating; the peer's cache off)", cfg.FleetQueries),
-			header: []string{"question", "telemetryd p50 / p99", "VictoriaMetrics p50 / p99", "p50 ratio", "p99 ratio", "series (telemetryd, peer)"}}
+		caches := "both services' query caches as shipped: telemetryd's column cache, the peer's rollup result cache"
+		if cfg.FleetCaches == "off" {
+			caches = "both services' query caches off: telemetryd -column-cache=false, the peer asked with nocache=1"
+		}
+		q := section{title: fmt.Sprintf("Fleet questions as PromQL, instant queries at the file's newest time (%d of each on both, alternating; %s)", cfg.FleetQueries, caches),
+			header: []string{"question", "telemetryd p50 / p99", "VictoriaMetrics p50 / p99", "p50 ratio", "p99 ratio", "first ask (telemetryd, peer)", "series (telemetryd, peer)"}}
 		for _, r := range qs {
 			q.rows = append(q.rows, []string{r.Name, ms(r.Ours.P50) + " / " + ms(r.Ours.P99), ms(r.Peer.P50) + " / " + ms(r.Peer.P99),
 				ratio(float64(r.Ours.P50), float64(r.Peer.P50)), ratio(float64(r.Ours.P99), float64(r.Peer.P99)),
-				fmt.Sprintf("%d, %d", r.OurSeries, r.PeerSe)})
+				ms(r.OurFirst) + ", " + ms(r.PeerFirst), fmt.Sprintf("%d, %d", r.OurSeries, r.PeerSe)})
 		}
+		q.notes = append(q.notes, "First ask: the first query of the question, telemetryd's asked first (each question's first ask meets caches that hold none of its columns; the fleet goes round East, West, North, South).")
 		for _, r := range qs {
 			q.notes = append(q.notes, fmt.Sprintf("%s: `%s`; the peer: `%s`", r.Name, r.Query, r.PeerQuery))
 		}
