@@ -70,7 +70,7 @@ type Config struct {
 	TSBSFile       string        // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
 	PeerBinary     string        // -peer-binary: VictoriaMetrics to compare with on TSBSFile, instead of the run
 	FleetQueries   int           // with PeerBinary: times each fleet question is asked of each service (0: none)
-	FleetCaches    string        // with PeerBinary: "on" (both services' query caches as shipped) or "off" (both off)
+	FleetCaches    string        // with PeerBinary: "on" (both services' query caches as shipped), "off" (both off) or "ours" (telemetryd's only)
 	PeerRuns       []string      // with PeerBinary: the ingest runs of each round (peerKinds)
 	MatchDevices   int           // -match-devices: time the device list filtered by attribute over this many devices, instead of the run
 	Compare        string        // -compare: a second build (B) against Binary (A): its queries side by side instead of the run, or with the tsbs phase alternate runs of both
@@ -187,7 +187,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.PeerBinary, "peer-binary", "", "a VictoriaMetrics binary (single node, app/victoria-metrics): instead of the run, compare telemetryd (line protocol and JSON at 100 per message) with it on the -tsbs file, one after the other, -repeat times: ingest until queryable, disk per value, latest value right after ingest (-queries requests), peak RSS, and the fleet questions as PromQL when telemetryd has device attributes")
 	peerRuns := fs.String("peer-runs", "line,json,peer", "with -peer-binary: the ingest runs of each round, comma-separated: line, json (telemetryd), peer (VictoriaMetrics), line-B (the -compare build through line protocol)")
 	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
-	fs.StringVar(&cfg.FleetCaches, "fleet-caches", "on", "with -peer-binary: the query caches of both services during the fleet questions: on (as shipped: telemetryd's column cache, the peer's rollup result cache) or off (telemetryd -column-cache=false, the peer asked with nocache=1)")
+	fs.StringVar(&cfg.FleetCaches, "fleet-caches", "on", "with -peer-binary: the query caches of both services during the fleet questions: on (as shipped: telemetryd's column cache, the peer's rollup result cache), off (telemetryd -column-cache=false, the peer asked with nocache=1) or ours (telemetryd's column cache on, the peer asked with nocache=1)")
 	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)
 	fs.StringVar(&cfg.Compare, "compare", "", "a second telemetryd build (B) against -binary (A). Without -phases tsbs, instead of the run, start both side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A. With -phases tsbs, run the TSBS file end to end on A and B alternately, A first, -repeat times each; prints B/A")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
@@ -270,8 +270,8 @@ func (c Config) validate() error {
 		return errors.New("-peer-runs line-B: want the B build in -compare")
 	case c.MatchDevices < 0:
 		return fmt.Errorf("-match-devices %d: want 0 or more", c.MatchDevices)
-	case c.FleetCaches != "on" && c.FleetCaches != "off":
-		return fmt.Errorf("-fleet-caches %q: want on or off", c.FleetCaches)
+	case !slices.Contains([]string{"on", "off", "ours"}, c.FleetCaches):
+		return fmt.Errorf("-fleet-caches %q: want on, off or ours", c.FleetCaches)
 	case c.FleetQueries < 0:
 		return fmt.Errorf("-fleet-queries %d: want 0 or more", c.FleetQueries)
 	case tsbs && c.TSBSFile == "":

@@ -21,9 +21,11 @@ import (
 func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *peerData) ([]questionResult, error) {
 	svc := b.telemetrydFor(b.bin, lineDir)
 	peerQuery := url.Values{}
+	if b.cfg.FleetCaches != "on" {
+		peerQuery.Set("nocache", "1")
+	}
 	if b.cfg.FleetCaches == "off" {
 		svc.args = append(svc.args, "-column-cache=false")
-		peerQuery.Set("nocache", "1")
 	}
 	if b.cfg.ProfileDir != "" {
 		addr, err := freeAddr()
@@ -213,8 +215,11 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	switch {
 	case len(qs) > 0:
 		caches := "both services' query caches as shipped: telemetryd's column cache, the peer's rollup result cache"
-		if cfg.FleetCaches == "off" {
+		switch cfg.FleetCaches {
+		case "off":
 			caches = "both services' query caches off: telemetryd -column-cache=false, the peer asked with nocache=1"
+		case "ours":
+			caches = "telemetryd's column cache on, the peer's rollup result cache off (nocache=1)"
 		}
 		q := section{title: fmt.Sprintf("Fleet questions as PromQL, instant queries at the file's newest time (%d of each on both, alternating; %s)", cfg.FleetQueries, caches),
 			header: []string{"question", "telemetryd p50 / p99", "VictoriaMetrics p50 / p99", "p50 ratio", "p99 ratio", "first ask (telemetryd, peer)", "series (telemetryd, peer)"}}
