@@ -33,11 +33,14 @@ var fleetNames = []string{
 
 // fleetStore writes the fleet, ten minutes of every truck per write,
 // and reopens the store so its blocks are sealed.
-func fleetStore(b *testing.B, now time.Time) *store.Store {
+func fleetStore(b *testing.B, now time.Time, opts ...func(*store.Options)) *store.Store {
 	b.Helper()
 	dir := b.TempDir()
 	open := func() *store.Store {
 		o := store.DefaultOptions()
+		for _, f := range opts {
+			f(&o)
+		}
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		o.Now = func() time.Time { return now }
 		st, err := store.Open(context.Background(), dir, o)
@@ -70,11 +73,13 @@ func fleetStore(b *testing.B, now time.Time) *store.Store {
 
 // BenchmarkFleetQuestions answers fleet questions (api/FLEET-QUERIES.md,
 // over every truck) as instant queries at the data's newest time: as
-// the API answers them (default: summaries, projected reads) and from
+// the API answers them (default: summaries, projected reads, the
+// column cache), without the store's column cache (nocache), and from
 // pages of raw readings (raw).
 func BenchmarkFleetQuestions(b *testing.B) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	st := fleetStore(b, now)
+	uncached := fleetStore(b, now, func(o *store.Options) { o.ColumnCacheSize = -1 })
 	for _, q := range []struct{ name, q string }{
 		{"last_location", `last_over_time({__name__=~"readings\\.(latitude|longitude)"}[6h])`},
 		{"high_load", `last_over_time({__name__="diagnostics.current_load"}[6h]) >= 0.9 * last_over_time({__name__="diagnostics.load_capacity"}[6h])`},
@@ -83,9 +88,13 @@ func BenchmarkFleetQuestions(b *testing.B) {
 		{"long_driving", `count_over_time((avg_over_time({__name__="readings.velocity"}[10m]) > 1)[4h:10m]) > 22`},
 		{"daily_activity", `count_over_time((avg(avg_over_time({__name__="diagnostics.status"}[10m])) < 1)[1d:10m]) / 144`},
 	} {
-		for _, path := range []string{"raw", "default"} {
+		for _, path := range []string{"raw", "default", "nocache"} {
 			b.Run(q.name+"/"+path, func(b *testing.B) {
-				a, err := New(Config{Source: st, Now: func() time.Time { return now }})
+				src := st
+				if path == "nocache" {
+					src = uncached
+				}
+				a, err := New(Config{Source: src, Now: func() time.Time { return now }})
 				require.NoError(b, err)
 				a.q.noPushdown = path == "raw"
 				b.ReportAllocs()
