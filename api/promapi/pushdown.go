@@ -176,9 +176,9 @@ func window(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names []s
 func loadGrid(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names []string, w windows) (map[string][]sample, error) {
 	r := buckets.Ticks(w.rng) * 10000
 	from, to := ticksOf(w.first-w.rng), ticksOf(w.last+w.rng)
-	grids := make([]map[buckets.Ticks]buckets.Summary, len(names))
+	grids := make([]grid, len(names))
 	for i := range grids {
-		grids[i] = make(map[buckets.Ticks]buckets.Summary, min((to-from)/r+2, 10000))
+		grids[i] = newGrid(from, to, r)
 	}
 	q := buckets.AggregateQuery{Device: dev, From: from, To: to, Interval: r, Fields: names, PerMillisecond: true,
 		Limit: int(min((to-from)/r+2, 10000))}
@@ -190,7 +190,7 @@ func loadGrid(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names [
 		for _, b := range page.Buckets {
 			for _, v := range b.Values {
 				if i := slices.Index(names, v.Name); i >= 0 {
-					grids[i][b.Start] = v.Summary
+					grids[i].set(b.Start, v.Summary)
 				}
 			}
 		}
@@ -202,7 +202,7 @@ func loadGrid(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names [
 	}
 	out := make(map[string][]sample, len(names))
 	for i, n := range names {
-		s, err := gridWindows(ctx, agg, dev, n, w, grids[i])
+		s, err := gridWindows(ctx, agg, dev, n, w, &grids[i])
 		if err != nil {
 			return nil, err
 		}
@@ -211,13 +211,71 @@ func loadGrid(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names [
 	return out, nil
 }
 
+// maxDenseGrid is the most buckets a grid keeps in a slice; a grid of
+// more (a long span of short windows) keeps those that hold readings in
+// a map.
+const maxDenseGrid = 1 << 12
+
+// grid holds the summaries of the buckets of width r from the one
+// holding from to the one holding to, by bucket start; a bucket without
+// readings is the zero Summary.
+type grid struct {
+	base, r buckets.Ticks
+	dense   []buckets.Summary
+	sparse  map[buckets.Ticks]buckets.Summary // when the grid is too long for dense
+}
+
+func newGrid(from, to, r buckets.Ticks) grid {
+	base := from - mod(from-unixEpoch, r)
+	n := (to-base)/r + 1
+	if n <= maxDenseGrid {
+		return grid{base: base, r: r, dense: make([]buckets.Summary, n)}
+	}
+	return grid{base: base, r: r, sparse: make(map[buckets.Ticks]buckets.Summary)}
+}
+
+// mod is x modulo m, in [0, m).
+func mod(x, m buckets.Ticks) buckets.Ticks {
+	if x %= m; x < 0 {
+		x += m
+	}
+	return x
+}
+
+// index is the slot of the bucket starting at x in the dense grid, or
+// -1 when x starts no bucket of it.
+func (g *grid) index(x buckets.Ticks) int {
+	if x < g.base || (x-g.base)%g.r != 0 || (x-g.base)/g.r >= buckets.Ticks(len(g.dense)) {
+		return -1
+	}
+	return int((x - g.base) / g.r)
+}
+
+func (g *grid) set(x buckets.Ticks, s buckets.Summary) {
+	if g.sparse != nil {
+		g.sparse[x] = s
+	} else if i := g.index(x); i >= 0 {
+		g.dense[i] = s
+	}
+}
+
+func (g *grid) at(x buckets.Ticks) buckets.Summary {
+	if g.sparse != nil {
+		return g.sparse[x]
+	}
+	if i := g.index(x); i >= 0 {
+		return g.dense[i]
+	}
+	return buckets.Summary{}
+}
+
 // gridWindows makes the windows of name from its grid (see loadGrid).
-func gridWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, name string, w windows, grid map[buckets.Ticks]buckets.Summary) ([]sample, error) {
+func gridWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, name string, w windows, grid *grid) ([]sample, error) {
 	// sliver returns the first reading of the bucket at x when it lies in
 	// the bucket's first millisecond.
 	sliver := func(x buckets.Ticks) (float64, bool) {
-		g, ok := grid[x]
-		if !ok || g.Count == 0 || g.FirstTicks >= x+10000 {
+		g := grid.at(x)
+		if g.Count == 0 || g.FirstTicks >= x+10000 {
 			return 0, false
 		}
 		return g.First, true
@@ -225,7 +283,7 @@ func gridWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, name
 	var out []sample
 	for end := w.first; end <= w.last; end += w.step {
 		x := ticksOf(end - w.rng)
-		g := grid[x]
+		g := grid.at(x)
 		cut, in := sliver(x)
 		add, hasAdd := sliver(ticksOf(end))
 		sum, exact := g, true

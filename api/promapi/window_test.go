@@ -407,3 +407,27 @@ func TestWindowsOfADeviceAreReadTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestGridDenseAndSparseAgree: a grid too long for a slice keeps its
+// buckets in a map and answers exactly as a slice does, for bucket
+// starts inside, outside and between its buckets.
+func TestGridDenseAndSparseAgree(t *testing.T) {
+	r := buckets.Ticks(time.Minute / 100)
+	from := buckets.MustTicks(time.Date(2026, 11, 22, 0, 0, 30, 0, time.UTC)) // inside a bucket
+	to := from + 100*r
+	dense := newGrid(from, to, r)
+	require.NotNil(t, dense.dense)
+	sparse := grid{base: dense.base, r: r, sparse: map[buckets.Ticks]buckets.Summary{}}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 60 {
+		x := dense.base + buckets.Ticks(rng.IntN(101))*r // the buckets an aggregate over [from, to) returns
+		s := buckets.Summary{Count: int64(rng.IntN(9) + 1), Sum: rng.Float64()}
+		dense.set(x, s)
+		sparse.set(x, s)
+	}
+	for k := dense.base - 3*r; k < to+3*r; k += r / 2 {
+		require.Equal(t, sparse.at(k), dense.at(k), "bucket at %s", k.FormatTime())
+	}
+	require.Equal(t, buckets.Summary{}, dense.at(dense.base+r/2), "not a bucket start")
+	require.Nil(t, newGrid(from, from+(maxDenseGrid+5)*r, r).dense, "a long grid keeps a map")
+}
