@@ -109,30 +109,35 @@ func ListKey(dst []byte, gen, readTs uint64, device []byte) []byte {
 // Get returns the column cached under key.
 func (c *Cache[L]) Get(key []byte) (*Column, bool) {
 	e, ok := c.get(key)
-	if ok && e.col == nil {
-		return nil, false
-	}
+	ok = c.count(ok && e.col != nil)
 	return e.col, ok
 }
 
 // GetList returns the block list cached under key.
 func (c *Cache[L]) GetList(key []byte) (L, bool) {
 	e, ok := c.get(key)
-	return e.list, ok && e.col == nil
+	return e.list, c.count(ok && e.col == nil)
 }
 
-// get looks key up and counts the outcome.
+// get looks key up.
 func (c *Cache[L]) get(key []byte) (entry[L], bool) {
 	if c == nil {
 		return entry[L]{}, false
 	}
-	e, ok := c.c.Get(string(key))
-	if ok {
+	return c.c.Get(string(key))
+}
+
+// count counts a lookup that found (hit) or did not find what it
+// looked for, and returns hit.
+func (c *Cache[L]) count(hit bool) bool {
+	switch {
+	case c == nil:
+	case hit:
 		c.hits.Add(1)
-	} else {
+	default:
 		c.misses.Add(1)
 	}
-	return e, ok
+	return hit
 }
 
 // Copy returns a column holding copies of ticks and vals (none: the
