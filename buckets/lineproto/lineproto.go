@@ -293,13 +293,14 @@ type mapper struct {
 	window    bool              // lo and hi are set
 	names     map[string]string // interned "<measurement>.<key>" names
 	badName   map[string]*buckets.ValidationError
-	arena     []buckets.Field   // backs the values of new readings: chunks[chunk]
-	chunks    [][]buckets.Field // every arena chunk, reused by the next request
-	chunk     int
+	values    arena[buckets.Field] // backs the values of readings
+	lineNos   arena[int32]         // backs pending.lines
 	enc       wire.Encoder
 	outHint   int                                 // initial capacity of the buffer of the payloads
 	fields    []buckets.Field                     // scratch: values of the current line
 	tags      []tagKV                             // scratch: other tags of the current line
+	tagBuf    []byte                              // scratch: the keys of tags
+	tagVals   map[string]string                   // interned tag values
 	attrs     []lineAttr                          // scratch: the tags of the current line as attributes, sorted
 	attrArena []lineAttr                          // backs the attributes of new readings
 	attrOK    map[string]string                   // interned valid attribute names
@@ -315,10 +316,12 @@ type mapper struct {
 	nowErr   *buckets.ValidationError // why Options.Now has no ticks
 }
 
-// tagKV is a tag other than the device tag.
+// tagKV is a tag other than the device tag. Its key is in
+// mapper.tagBuf (at start:end while the line's tags are read).
 type tagKV struct {
-	key   []byte
-	value string
+	key        []byte
+	value      string
+	start, end int
 }
 
 // Map parses body and maps every line (see the package comment).
@@ -326,11 +329,9 @@ func Map(body []byte, opts Options) Result {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	m := newMapper(opts, bytes.Count(body, []byte{'\n'})+1)
-	if n, ok := m.fast(body); ok {
-		return m.finish(n)
+	if res, ok := MapAll(body, opts); ok {
+		return res
 	}
-	m.release()
 	// Some line is bad: map line by line, each with its own decoder, so
 	// every error is pinned to its physical line and its raw text.
 	var entries []rawLine
@@ -340,9 +341,32 @@ func Map(body []byte, opts Options) Result {
 	return mapEach(opts, entries).finish(len(entries))
 }
 
+// MapAll maps body as Map does when every line of it is good. As soon
+// as a line is not, it stops and reports false, holding nothing: the
+// caller then maps the body with Map, which names every bad line, in
+// parts if it wants to bound the memory that takes (a rejected line
+// costs many times its text). What MapAll holds grows with the size of
+// the body alone, and all of it is one request's: a device's lines
+// merge into few large messages, not a message per part.
+func MapAll(body []byte, opts Options) (Result, bool) {
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	m := newMapper(opts, bytes.Count(body, []byte{'\n'})+1, len(body))
+	if n, ok := m.fast(body); ok {
+		return m.finish(n), true
+	}
+	m.release()
+	return Result{}, false
+}
+
 // mapEach maps every entry with a decoder of its own.
 func mapEach(opts Options, entries []rawLine) *mapper {
-	m := newMapper(opts, len(entries))
+	size := 0
+	for _, e := range entries {
+		size += len(e.text) + 1
+	}
+	m := newMapper(opts, len(entries), size)
 	for _, line := range entries {
 		m.cur = line.number
 		if dev, ve := m.line(line.text); ve != nil {
@@ -371,6 +395,7 @@ var mappers = sync.Pool{New: func() any {
 		badName: make(map[string]*buckets.ValidationError),
 		attrOK:  make(map[string]string),
 		badAttr: make(map[string]*buckets.ValidationError),
+		tagVals: make(map[string]string),
 	}
 }}
 
@@ -378,16 +403,16 @@ var mappers = sync.Pool{New: func() any {
 // reuse: the buffers of a rare huge request are left to the GC.
 const maxPooledLines = 1 << 16
 
-// newMapper returns a reset mapper for a body of about lines lines.
-func newMapper(opts Options, lines int) *mapper {
+// newMapper returns a reset mapper for a body of about lines lines and
+// size bytes.
+func newMapper(opts Options, lines, size int) *mapper {
 	m := mappers.Get().(*mapper)
 	m.opts = opts
 	m.lastDev = -1
-	m.outHint = 4096 + 40*lines // a reading of a few values is about 30 bytes in the binary form
+	// A reading of a few values is about 30 bytes in the binary form;
+	// readings of many values take about 40% of their text (TSBS IoT).
+	m.outHint = 4096 + max(40*lines, size/2)
 	m.pending = slices.Grow(m.pending, lines)
-	if len(m.chunks) > 0 {
-		m.arena = m.chunks[0][:0]
-	}
 	// The window in ticks, checked as Window.Check does: older than
 	// now - Retention (at tick resolution) or newer than now +
 	// MaxFutureSkew is outside.
@@ -423,14 +448,13 @@ func (m *mapper) release() {
 	clear(m.badName)
 	clear(m.attrOK)
 	clear(m.badAttr)
+	clear(m.tagVals)
 	clear(m.attrs)
 	clear(m.attrArena)
 	m.attrs, m.attrArena = m.attrs[:0], m.attrArena[:0]
 	m.slots, m.slotMeas, m.permOK = m.slots[:0], m.slotMeas[:0], false
-	for _, c := range m.chunks {
-		clear(c[:cap(c)])
-	}
-	m.chunk, m.arena = 0, nil
+	m.values.reset()
+	m.lineNos.reset()
 	clear(m.fields)
 	clear(m.sorted)
 	clear(m.tags)
@@ -522,7 +546,7 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		m.slots = m.slots[:0]
 	}
 	meas = m.slotMeas
-	m.fields, m.tags = m.fields[:0], m.tags[:0]
+	m.fields, m.tags, m.tagBuf = m.fields[:0], m.tags[:0], m.tagBuf[:0]
 	devTag := len(m.opts.DeviceTags)
 	// dev is the device tag's value, for the dead letter of a bad line.
 	devOf := func() string {
@@ -542,12 +566,16 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		if i := indexOf(m.opts.DeviceTags, k); i >= 0 && i < devTag {
 			if devTag < len(m.opts.DeviceTags) {
 				// A device tag of lower rank becomes a value.
-				m.tags = append(m.tags, tagKV{key: []byte(m.opts.DeviceTags[devTag]), value: string(m.devBuf)})
+				m.addTag([]byte(m.opts.DeviceTags[devTag]), m.devBuf)
 			}
 			devTag, m.devBuf = i, append(m.devBuf[:0], v...)
 			continue
 		}
-		m.tags = append(m.tags, tagKV{key: append([]byte(nil), k...), value: string(v)})
+		m.addTag(k, v)
+	}
+	for i := range m.tags {
+		t := &m.tags[i]
+		t.key = m.tagBuf[t.start:t.end:t.end]
 	}
 	slot := 0
 	for {
@@ -631,6 +659,19 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		}
 	}
 	return id, m.merge(di, ticks, fields, int32(m.cur))
+}
+
+// addTag adds a tag other than the device tag to m.tags: its key to
+// m.tagBuf, its value interned (a request repeats its tag values).
+func (m *mapper) addTag(k, v []byte) {
+	start := len(m.tagBuf)
+	m.tagBuf = append(m.tagBuf, k...)
+	val, ok := m.tagVals[string(v)]
+	if !ok {
+		val = string(v)
+		m.tagVals[val] = val
+	}
+	m.tags = append(m.tags, tagKV{value: val, start: start, end: len(m.tagBuf)})
 }
 
 // sortFields returns the values of the line (m.fields) sorted by name,
@@ -812,12 +853,9 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		pi, ok = m.index[key]
 	}
 	if !ok {
-		if cap(m.arena)-len(m.arena) < len(fields) {
-			m.nextChunk(len(fields))
-		}
-		start := len(m.arena)
-		m.arena = append(m.arena, fields...)
-		p := pending{ticks: ticks, fields: m.arena[start:len(m.arena):len(m.arena)], line: line}
+		vs := m.values.alloc(len(fields))
+		copy(vs, fields)
+		p := pending{ticks: ticks, fields: vs, line: line}
 		if len(m.attrs) > 0 {
 			start := len(m.attrArena)
 			m.attrArena = append(m.attrArena, m.attrs...)
@@ -868,19 +906,7 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 	if ve := p.attrConflict(m.attrs); ve != nil {
 		return ve
 	}
-	if p.lines == nil {
-		p.lines = make([]int32, len(p.fields))
-		for i := range p.lines {
-			p.lines[i] = p.line
-		}
-	}
-	for _, f := range fields {
-		i, found := slices.BinarySearchFunc(p.fields, f.Name, func(x buckets.Field, n string) int { return strings.Compare(x.Name, n) })
-		if !found {
-			p.fields = slices.Insert(p.fields, i, f)
-			p.lines = slices.Insert(p.lines, i, line)
-		}
-	}
+	m.mergeFields(p, fields, added, line)
 	p.mergeAttrs(m.attrs)
 	if newNames > 0 {
 		m.addAttrNames(g)
@@ -888,18 +914,29 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 	return nil
 }
 
-// nextChunk makes m.arena an empty chunk with room for n values.
-func (m *mapper) nextChunk(n int) {
-	if m.arena != nil {
-		m.chunk++
+// mergeFields merges the sorted fields of line into p's, added of them
+// new to p (none conflicts), in one new slice of the arena each for the
+// values and their lines.
+func (m *mapper) mergeFields(p *pending, fields []buckets.Field, added int, line int32) {
+	if added == 0 {
+		return
 	}
-	for m.chunk < len(m.chunks) && cap(m.chunks[m.chunk]) < n {
-		m.chunk++
+	n := len(p.fields) + added
+	vs, ls := m.values.alloc(n), m.lineNos.alloc(n)
+	i, j := 0, 0
+	for k := range vs {
+		if j == len(fields) || (i < len(p.fields) && p.fields[i].Name <= fields[j].Name) {
+			if j < len(fields) && p.fields[i].Name == fields[j].Name {
+				j++ // the same value (no conflict): keep the earlier line's
+			}
+			vs[k], ls[k] = p.fields[i], p.lineOf(i)
+			i++
+			continue
+		}
+		vs[k], ls[k] = fields[j], line
+		j++
 	}
-	if m.chunk == len(m.chunks) {
-		m.chunks = append(m.chunks, make([]buckets.Field, 0, max(4096, n)))
-	}
-	m.arena = m.chunks[m.chunk][:0]
+	p.fields, p.lines = vs, ls
 }
 
 // fieldValue converts a line protocol field value.
