@@ -148,11 +148,12 @@ type Message struct {
 	Code       buckets.Code
 	Reason     string
 	Data       []byte
-	// MsgID is a hash of device and data, so a retried request gives
-	// the same ID. Dead letters are published with it as Nats-Msg-Id
-	// (the rejected stream deduplicates them); readings need none (the
-	// readings stream has no duplicate window, and every line protocol
-	// reading carries its time, so a retry is merged by the store).
+	// MsgID, for a dead letter, is a hash of its device, data and line,
+	// so a retried request gives the same ID: it is published as
+	// Nats-Msg-Id (the rejected stream deduplicates them). Readings
+	// have none (the readings stream has no duplicate window, and
+	// every line protocol reading carries its time, so a retry is
+	// merged by the store).
 	MsgID string
 	// Header holds, for readings, the payload format (wire.Header).
 	Header map[string]string
@@ -278,35 +279,40 @@ type nameSlot struct {
 
 // mapper holds the state of one Map call.
 type mapper struct {
-	opts      Options
-	res       Result
-	index     map[readingKey]int32 // reading -> pending index
-	pending   []pending
-	devices   []deviceReadings
-	devs      []devInfo
-	devByID   map[string]int32  // device -> devs index
-	devBuf    []byte            // scratch: the device tag's value of the current line
-	lastDev   int32             // devs index of the previous line's device, or -1
-	slots     []nameSlot        // names of the previous line's keys, by position
-	slotMeas  []byte            // the measurement slots belong to
-	lo, hi    buckets.Ticks     // the accepted window in ticks, when known
-	window    bool              // lo and hi are set
-	names     map[string]string // interned "<measurement>.<key>" names
-	badName   map[string]*buckets.ValidationError
-	values    arena[buckets.Field] // backs the values of readings
-	lineNos   arena[int32]         // backs pending.lines
-	enc       wire.Encoder
-	outHint   int                                 // initial capacity of the buffer of the payloads
-	fields    []buckets.Field                     // scratch: values of the current line
-	tags      []tagKV                             // scratch: other tags of the current line
-	tagBuf    []byte                              // scratch: the keys of tags
-	tagVals   map[string]string                   // interned tag values
-	attrs     []lineAttr                          // scratch: the tags of the current line as attributes, sorted
-	attrArena []lineAttr                          // backs the attributes of new readings
-	attrOK    map[string]string                   // interned valid attribute names
-	badAttr   map[string]*buckets.ValidationError // invalid attribute names
-	nameBuf   []byte                              // scratch: a value name being built
-	cur       int                                 // physical number of the line being mapped
+	opts     Options
+	res      Result
+	index    map[readingKey]int32 // reading -> pending index
+	pending  []pending
+	devices  []deviceReadings
+	devs     []devInfo
+	devByID  map[string]int32  // device -> devs index
+	devBuf   []byte            // scratch: the device tag's value of the current line
+	lastDev  int32             // devs index of the previous line's device, or -1
+	slots    []nameSlot        // names of the previous line's keys, by position
+	slotMeas []byte            // the measurement slots belong to
+	lo, hi   buckets.Ticks     // the accepted window in ticks, when known
+	window   bool              // lo and hi are set
+	names    map[string]string // interned "<measurement>.<key>" names
+	badName  map[string]*buckets.ValidationError
+	values   arena[buckets.Field] // backs the values of readings
+	lineNos  arena[int32]         // backs pending.lines
+	enc      wire.Encoder
+	outHint  int               // initial capacity of the buffer of the payloads
+	fields   []buckets.Field   // scratch: values of the current line
+	tags     []tagKV           // scratch: other tags of the current line
+	tagBuf   []byte            // scratch: the keys of tags
+	tagVals  map[string]string // interned tag values
+	attrs    []lineAttr        // scratch: the tags of the current line as attributes, sorted
+	attrTmp  []lineAttr        // scratch of sortAttrs
+	// attrPerm orders the attributes of a line whose tags are
+	// attrPermNames, in that order, by name.
+	attrPerm      []int
+	attrPermNames []string
+	attrArena     []lineAttr                          // backs the attributes of new readings
+	attrOK        map[string]string                   // interned valid attribute names
+	badAttr       map[string]*buckets.ValidationError // invalid attribute names
+	nameBuf       []byte                              // scratch: a value name being built
+	cur           int                                 // physical number of the line being mapped
 	// perm orders the values of a line by name; it holds for the next
 	// line while permOK and the line's names are the slots unchanged.
 	perm     []int
@@ -450,6 +456,9 @@ func (m *mapper) release() {
 	clear(m.badAttr)
 	clear(m.tagVals)
 	clear(m.attrs)
+	clear(m.attrTmp)
+	clear(m.attrPermNames)
+	m.attrTmp, m.attrPermNames, m.attrPerm = m.attrTmp[:0], m.attrPermNames[:0], m.attrPerm[:0]
 	clear(m.attrArena)
 	m.attrs, m.attrArena = m.attrs[:0], m.attrArena[:0]
 	m.slots, m.slotMeas, m.permOK = m.slots[:0], m.slotMeas[:0], false
@@ -840,7 +849,11 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		}
 	}
 	pi, ok := int32(0), false
-	if g != nil && ticks <= g.last {
+	if g != nil && ticks == g.last && m.pending[g.readings[len(g.readings)-1]].ticks == ticks {
+		// The device's latest line, again (TSBS's two lines per time):
+		// no index needed.
+		pi, ok = g.readings[len(g.readings)-1], true
+	} else if g != nil && ticks <= g.last {
 		if !g.indexed {
 			if m.index == nil {
 				m.index = make(map[readingKey]int32)
@@ -887,31 +900,46 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		return nil
 	}
 	p := &m.pending[pi]
-	added := 0
-	for _, f := range fields {
-		i, found := slices.BinarySearchFunc(p.fields, f.Name, func(x buckets.Field, n string) int { return strings.Compare(x.Name, n) })
-		if !found {
-			added++
-			continue
-		}
-		if p.fields[i].Value != f.Value {
-			return invalid(CodeConflictingLines, f.Name, "line %d gives %v at the same device and time; this line gives %v",
-				p.lineOf(i), p.fields[i].Value.Any(), f.Value.Any())
-		}
+	added, ve := p.fieldConflict(fields)
+	if ve != nil {
+		return ve
 	}
 	if len(p.fields)+added > buckets.MaxValues {
 		return invalid(buckets.CodeTooManyValues, "", "merged with earlier lines of the same device and time this reading has %d values, more than %d",
 			len(p.fields)+added, buckets.MaxValues)
 	}
-	if ve := p.attrConflict(m.attrs); ve != nil {
+	missing, ve := p.attrConflict(m.attrs)
+	if ve != nil {
 		return ve
 	}
 	m.mergeFields(p, fields, added, line)
-	p.mergeAttrs(m.attrs)
+	if missing > 0 {
+		p.mergeAttrs(m.attrs)
+	}
 	if newNames > 0 {
 		m.addAttrNames(g)
 	}
 	return nil
+}
+
+// fieldConflict counts the values of fields (sorted by name) that p
+// lacks, or reports the first that an earlier line gave another value.
+func (p *pending) fieldConflict(fields []buckets.Field) (added int, _ *buckets.ValidationError) {
+	i := 0
+	for _, f := range fields {
+		for i < len(p.fields) && p.fields[i].Name < f.Name {
+			i++
+		}
+		if i == len(p.fields) || p.fields[i].Name != f.Name {
+			added++
+			continue
+		}
+		if p.fields[i].Value != f.Value {
+			return 0, invalid(CodeConflictingLines, f.Name, "line %d gives %v at the same device and time; this line gives %v",
+				p.lineOf(i), p.fields[i].Value.Any(), f.Value.Any())
+		}
+	}
+	return added, nil
 }
 
 // mergeFields merges the sorted fields of line into p's, added of them
