@@ -46,22 +46,27 @@ import (
 //
 // Nor does it, most of the time, list the blocks of a device it merges.
 // In a table that was empty when it was opened, the note lists every
-// open block of its device (it is exact), and as long as no block of
-// the device may overlap another (the note is not urgent) and every
-// open block is newer than every sealed one, that list is all a merge
-// needs, a full one too: sealed blocks do not take part. Listing the
+// open block of its device (it is exact), and as long as every open
+// block is newer than every sealed one, that list is all a merge needs,
+// a full one too: sealed blocks do not take part, and open blocks that
+// overlap each other are all in it. Listing the
 // device's keys instead walks over the deletions of every small block
 // merged before, which Badger keeps until its own compaction drops
 // them: at one reading per message that walk was most of the
 // compactor's time, and grew with the day. A device's blocks are
-// listed from the keys again (and its note becomes exact) after a late
-// block, after the table is reopened, after a failed commit, while an
-// open block is not newer than a sealed one, and past maxKnownBlocks.
+// listed from the keys again (and its note becomes exact) after the
+// table is reopened, after a failed commit, while an open block is not
+// newer than a sealed one (a reading later than its window was
+// sealed), and past maxKnownBlocks.
 //
 // Every merge also takes every block that overlaps a block it takes
 // (a late or repeated reading), so merged blocks never overlap another
 // block of their device and sequences keep deciding which copy of a
-// reading wins.
+// reading wins. An open block that overlaps another is merged with the
+// blocks it overlaps at the next compaction, not with every open block
+// of its device: when the two halves of a reading come in two line
+// protocol requests, each request would otherwise rewrite every open
+// block of the hour.
 
 // sealWindow is the time span one sealed block covers at most.
 const sealWindow = buckets.Ticks(time.Hour / 100)
@@ -214,10 +219,10 @@ func (t *table) doubt(entries []entry) {
 	}
 }
 
-// noteBlocks records the open blocks of a commit. A block that starts
-// before what this process last wrote for its device (a late or
-// repeated reading) may overlap another one and makes the device
-// urgent. It runs before the write tracker records the commit.
+// noteBlocks records the open blocks of a commit. A block that may
+// overlap another one (a late or repeated reading: writeTracker's
+// mayOverlap) makes the device urgent. It runs before the write tracker
+// records the commit.
 func (t *table) noteBlocks(entries []entry) {
 	w := t.tracker()
 	for _, e := range entries {
@@ -226,7 +231,7 @@ func (t *table) noteBlocks(entries []entry) {
 		}
 		n := t.note(e.dev)
 		t.noteOpen(n, e.ref, e.value)
-		if last, ok := w.written[e.dev]; (ok && e.ref.oldest <= last) || e.ref.oldest <= w.floor {
+		if w.mayOverlap(e.dev, e.ref.oldest, e.ref.newest) {
 			n.urgent = true
 		}
 	}
@@ -260,13 +265,15 @@ func (t *table) renote(dev buckets.DeviceID, refs []keyedRef, exact bool, sealed
 
 // knownBlocks returns the open blocks of dev, newest first as keys
 // sort, and the newest reading of its sealed blocks, when its note is
-// exact, not urgent and every open block is newer than every sealed
-// one: then no open block overlaps another block, and no merge of them
-// spans a sealed block, so sealed blocks take no part in a merge, a
-// full one included. Otherwise it returns nil.
+// exact and every open block is newer than every sealed one: then no
+// open block overlaps a sealed block, and no merge of them spans one,
+// so sealed blocks take no part in a merge, a full one included. Open
+// blocks that overlap each other (a late or repeated reading made the
+// note urgent) are all in the list, so the merge takes them together.
+// Otherwise it returns nil.
 func (t *table) knownBlocks(dev buckets.DeviceID) ([]keyedRef, buckets.Ticks) {
 	n := t.comp.notes[dev]
-	if n == nil || !n.exact || n.urgent || len(n.open) == 0 {
+	if n == nil || !n.exact || len(n.open) == 0 {
 		return nil, -1
 	}
 	refs := make([]keyedRef, len(n.open))
@@ -653,8 +660,15 @@ func triggered(refs []keyedRef, full bool) []bool {
 		switch {
 		case full && (len(open) > 1 || r.oldest < current || ov[i]):
 			take[i], any = true, true
-		case r.oldest < current, ov[i]:
+		case r.oldest < current:
 			all = true
+		case ov[i]:
+			// Merged with the blocks it overlaps (withOverlaps), not
+			// with every open block: a write that merges into the
+			// newest reading of its device (the two halves of a
+			// reading in two requests) would otherwise rewrite every
+			// open block of the window each time.
+			take[i], any = true, true
 		}
 	}
 	for _, i := range open {

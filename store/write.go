@@ -171,8 +171,8 @@ type writeTracker struct {
 	// floor: a key the table held when it was opened is not newer than
 	// floor (its newest reading then).
 	floor buckets.Ticks
-	// written is the newest reading written since, per device.
-	written map[buckets.DeviceID]buckets.Ticks
+	// written covers, per device, every reading written since.
+	written map[buckets.DeviceID]spans
 }
 
 // tracker returns the write tracker of t's current database, resetting
@@ -180,33 +180,46 @@ type writeTracker struct {
 // run under writeMu with a reference to t held.
 func (t *table) tracker() *writeTracker {
 	if t.wt.db != t.db {
-		t.wt = writeTracker{db: t.db, floor: t.newest, written: make(map[buckets.DeviceID]buckets.Ticks)}
+		t.wt = writeTracker{db: t.db, floor: t.newest, written: make(map[buckets.DeviceID]spans)}
 	}
 	return &t.wt
 }
 
 // mayExist reports whether a reading of dev at k may already be stored,
 // so that writing it must read the stored one first to merge: only if
-// it is not newer than floor, or not newer than what was written for
-// its device since. Devices send readings in time order, so this spares
+// it is not newer than floor, or within what was written for its
+// device since. Devices send readings in time order, so this spares
 // the read for almost every reading, also when many devices report the
-// same instants.
+// same instants, and also when the messages of two requests in flight
+// arrive in the other order (the later times first).
 func (w *writeTracker) mayExist(dev buckets.DeviceID, k buckets.Ticks) bool {
 	if k <= w.floor {
 		return true
 	}
-	last, ok := w.written[dev]
-	return ok && k <= last
+	sp, ok := w.written[dev]
+	return ok && sp.overlaps(k, k)
+}
+
+// mayOverlap reports whether a block of dev holding readings from
+// oldest to newest may overlap a block already stored.
+func (w *writeTracker) mayOverlap(dev buckets.DeviceID, oldest, newest buckets.Ticks) bool {
+	if oldest <= w.floor {
+		return true
+	}
+	sp, ok := w.written[dev]
+	return ok && sp.overlaps(oldest, newest)
 }
 
 // noteWritten records committed blocks. newest is the table's newest
 // reading after the commit.
 func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	for _, e := range entries {
-		if last, ok := w.written[e.dev]; !ok {
-			w.written[buckets.DeviceID(strings.Clone(string(e.dev)))] = e.ref.newest
-		} else if e.ref.newest > last {
-			w.written[e.dev] = e.ref.newest
+		sp, ok := w.written[e.dev]
+		sp.add(e.ref.oldest, e.ref.newest)
+		if ok {
+			w.written[e.dev] = sp
+		} else {
+			w.written[buckets.DeviceID(strings.Clone(string(e.dev)))] = sp
 		}
 	}
 	if len(w.written) > maxWrittenDevices {
@@ -214,6 +227,10 @@ func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 		clear(w.written)
 	}
 }
+
+// testHookReadBeforeWrite, when set (by tests), runs when a write reads
+// a device's stored readings to merge into them.
+var testHookReadBeforeWrite func()
 
 // maxBlockReadings is the most readings the store puts in one block.
 const maxBlockReadings = 4096
@@ -253,6 +270,9 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 		}
 		var stored map[buckets.Ticks][]buckets.Field
 		if hi >= 0 {
+			if testHookReadBeforeWrite != nil {
+				testHookReadBeforeWrite()
+			}
 			if txn == nil {
 				txn, done = t.readTxn()
 			}

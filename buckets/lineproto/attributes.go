@@ -35,12 +35,36 @@ func (m *mapper) tagAttributes() *buckets.ValidationError {
 		m.attrs = append(m.attrs, lineAttr{Attribute: buckets.Attribute{Name: name, Value: t.value}, line: int32(m.cur)})
 	}
 	if !sorted {
-		slices.SortFunc(m.attrs, func(x, y lineAttr) int { return strings.Compare(x.Name, y.Name) })
-		for i := 1; i < len(m.attrs); i++ {
-			if m.attrs[i].Name == m.attrs[i-1].Name {
-				return invalid(buckets.CodeInvalidAttributeName, "tag "+m.attrs[i].Name, "the line gives this tag twice")
+		return m.sortAttrs()
+	}
+	return nil
+}
+
+// sortAttrs sorts m.attrs by name, or names one given twice. Lines of a
+// request mostly give the same tags in the same order: their order is
+// then the one found for an earlier line (m.attrPerm).
+func (m *mapper) sortAttrs() *buckets.ValidationError {
+	same := len(m.attrPermNames) == len(m.attrs)
+	for i := 0; same && i < len(m.attrs); i++ {
+		same = m.attrPermNames[i] == m.attrs[i].Name
+	}
+	if !same {
+		m.attrPermNames, m.attrPerm = m.attrPermNames[:0], m.attrPerm[:0]
+		for i, a := range m.attrs {
+			m.attrPermNames = append(m.attrPermNames, a.Name)
+			m.attrPerm = append(m.attrPerm, i)
+		}
+		slices.SortFunc(m.attrPerm, func(x, y int) int { return strings.Compare(m.attrs[x].Name, m.attrs[y].Name) })
+		for i := 1; i < len(m.attrPerm); i++ {
+			if name := m.attrs[m.attrPerm[i]].Name; name == m.attrs[m.attrPerm[i-1]].Name {
+				m.attrPermNames = m.attrPermNames[:0]
+				return invalid(buckets.CodeInvalidAttributeName, "tag "+name, "the line gives this tag twice")
 			}
 		}
+	}
+	m.attrTmp = append(m.attrTmp[:0], m.attrs...)
+	for i, j := range m.attrPerm {
+		m.attrs[i] = m.attrTmp[j]
 	}
 	return nil
 }
@@ -102,18 +126,26 @@ func (m *mapper) addAttrNames(g *deviceReadings) {
 	}
 }
 
-// attrConflict reports the first of attrs that an earlier line of the
-// same device and time gave another value.
-func (p *pending) attrConflict(attrs []lineAttr) *buckets.ValidationError {
+// attrConflict reports the first of attrs (sorted by name) that an
+// earlier line of the same device and time gave another value, and
+// counts those p lacks.
+func (p *pending) attrConflict(attrs []lineAttr) (missing int, _ *buckets.ValidationError) {
+	i := 0
 	for _, a := range attrs {
-		i, found := slices.BinarySearchFunc(p.attrs, a.Name, func(x lineAttr, n string) int { return strings.Compare(x.Name, n) })
-		if found && p.attrs[i].Value != a.Value {
-			return invalid(CodeConflictingLines, "tag "+a.Name,
+		for i < len(p.attrs) && p.attrs[i].Name < a.Name {
+			i++
+		}
+		if i == len(p.attrs) || p.attrs[i].Name != a.Name {
+			missing++
+			continue
+		}
+		if p.attrs[i].Value != a.Value {
+			return 0, invalid(CodeConflictingLines, "tag "+a.Name,
 				"line %d gives the attribute %s the value %q at the same device and time; this line gives %q (tags are attributes of the device)",
 				p.attrs[i].line, a.Name, p.attrs[i].Value, a.Value)
 		}
 	}
-	return nil
+	return missing, nil
 }
 
 // mergeAttrs adds the attributes of attrs that p lacks (none

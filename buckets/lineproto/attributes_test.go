@@ -150,3 +150,38 @@ func TestAssignmentsInFirstMessage(t *testing.T) {
 		"as of the latest line, which is in the second message")
 	assert.Nil(t, assignments(t, res.Messages[1]))
 }
+
+// Tags in an order other than by name are sorted per line; lines that
+// repeat the tags of an earlier line in the same order reuse its order,
+// and lines that change them do not.
+func TestTagOrderPerLine(t *testing.T) {
+	ns := now.Add(-time.Minute).UnixNano()
+	body := strings.Join([]string{
+		fmt.Sprintf("m,device=d1,z=1,a=2 v=1 %d", ns),
+		fmt.Sprintf("m,device=d2,z=3,a=4 v=1 %d", ns),
+		fmt.Sprintf("m,device=d3,a=5,z=6 v=1 %d", ns),
+		fmt.Sprintf("m,device=d4,z=7,m=8,a=9 v=1 %d", ns),
+		fmt.Sprintf("m,device=d5,z=1,a=2,a=3 v=1 %d", ns),
+		fmt.Sprintf("m,device=d6,z=1,a=2 v=1 %d", ns),
+		fmt.Sprintf("m,device=d6,z=1,a=3 w=1 %d", ns), // conflicts with the line before
+		fmt.Sprintf("m,device=d6,z=1,a=2 w=2 %d", ns), // merges
+	}, "\n")
+	res := Map([]byte(body), opts())
+	require.Len(t, res.Rejected, 2)
+	assert.Equal(t, 5, res.Rejected[0].Line)
+	assert.Equal(t, buckets.CodeInvalidAttributeName, res.Rejected[0].Err.Code)
+	assert.Equal(t, 7, res.Rejected[1].Line)
+	assert.Equal(t, CodeConflictingLines, res.Rejected[1].Err.Code)
+	k := buckets.MustTicks(time.Unix(0, ns))
+	want := map[string]buckets.Attributes{
+		"d1": attrs("a", "2", "z", "1"),
+		"d2": attrs("a", "4", "z", "3"),
+		"d3": attrs("a", "5", "z", "6"),
+		"d4": attrs("a", "9", "m", "8", "z", "7"),
+		"d6": attrs("a", "2", "z", "1"),
+	}
+	require.Len(t, res.Messages, len(want))
+	for _, m := range res.Messages {
+		assert.Equal(t, []buckets.Assignment{{Device: buckets.DeviceID(m.Device), At: k, Set: want[m.Device]}}, assignments(t, m), m.Device)
+	}
+}

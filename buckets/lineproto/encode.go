@@ -66,12 +66,11 @@ func (m *mapper) build() {
 	for i, sp := range spans {
 		msg := &m.res.Messages[i]
 		msg.Data = buf[sp.start:sp.end:sp.end]
-		msg.MsgID = msgID(msg.Device, msg.Data)
 	}
 }
 
-// msgID is a Nats-Msg-Id naming the content of a message: the same
-// request sent again produces the same IDs.
+// msgID is a Nats-Msg-Id naming the content of a dead letter: the
+// same request sent again produces the same IDs.
 func msgID(name string, data []byte, extra ...string) string {
 	h := sha256.New()
 	h.Write([]byte(name))

@@ -188,3 +188,49 @@ func TestUnixNanoTicks(t *testing.T) {
 		assert.Equal(t, want, unixNanoTicks(n), "%d", n)
 	}
 }
+
+// TestMergeKeepsTheLineOfEachValue merges several lines into one
+// reading: each value remembers the line that gave it, so that a later
+// conflict names that line, and a value given again merges.
+func TestMergeKeepsTheLineOfEachValue(t *testing.T) {
+	at := now.Add(-time.Minute)
+	ns := at.UnixNano()
+	body := strings.Join([]string{
+		fmt.Sprintf("m,device=a b=1 %d", ns),
+		fmt.Sprintf("m,device=a d=2 %d", ns),
+		fmt.Sprintf("m,device=a a=3,c=4 %d", ns),
+		fmt.Sprintf("m,device=a b=9 %d", ns),
+		fmt.Sprintf("m,device=a d=9 %d", ns),
+		fmt.Sprintf("m,device=a c=9 %d", ns),
+		fmt.Sprintf("m,device=a a=3,e=5 %d", ns),
+		fmt.Sprintf("m,device=a e=6 %d", ns),
+	}, "\n")
+	res := Map([]byte(body), opts())
+	require.Len(t, res.Rejected, 4)
+	for i, want := range []struct{ line, earlier int }{{4, 1}, {5, 2}, {6, 3}, {8, 7}} {
+		assert.Equal(t, want.line, res.Rejected[i].Line)
+		assert.Equal(t, CodeConflictingLines, res.Rejected[i].Err.Code)
+		assert.Contains(t, res.Rejected[i].Error(), fmt.Sprintf("line %d gives", want.earlier))
+	}
+	assert.Equal(t, []map[string]any{{"ts": buckets.MustTicks(at), "values": map[string]any{
+		"m.a": 3.0, "m.b": 1.0, "m.c": 4.0, "m.d": 2.0, "m.e": 5.0}}}, readingsOf(t, res)["a"])
+}
+
+// TestMapAll maps a body of good lines as Map does, and gives up,
+// holding nothing, on a body with a bad line.
+func TestMapAll(t *testing.T) {
+	o := opts()
+	o.DeviceTags = []string{"name"}
+	body := tsbsBody(2000, 100)
+	all, ok := MapAll(body, o)
+	require.True(t, ok)
+	assert.Equal(t, Map(body, o), all)
+	assert.Len(t, all.Messages, 100, "one message per truck")
+	assert.Equal(t, 2000, all.Lines)
+
+	bad := append(body[:len(body):len(body)], "readings,name=truck_1 velocity= 1\n"...)
+	res, ok := MapAll(bad, o)
+	assert.False(t, ok)
+	assert.Equal(t, Result{}, res)
+	assert.Len(t, Map(bad, o).Rejected, 1)
+}

@@ -148,11 +148,12 @@ type Message struct {
 	Code       buckets.Code
 	Reason     string
 	Data       []byte
-	// MsgID is a hash of device and data, so a retried request gives
-	// the same ID. Dead letters are published with it as Nats-Msg-Id
-	// (the rejected stream deduplicates them); readings need none (the
-	// readings stream has no duplicate window, and every line protocol
-	// reading carries its time, so a retry is merged by the store).
+	// MsgID, for a dead letter, is a hash of its device, data and line,
+	// so a retried request gives the same ID: it is published as
+	// Nats-Msg-Id (the rejected stream deduplicates them). Readings
+	// have none (the readings stream has no duplicate window, and
+	// every line protocol reading carries its time, so a retry is
+	// merged by the store).
 	MsgID string
 	// Header holds, for readings, the payload format (wire.Header).
 	Header map[string]string
@@ -278,34 +279,40 @@ type nameSlot struct {
 
 // mapper holds the state of one Map call.
 type mapper struct {
-	opts      Options
-	res       Result
-	index     map[readingKey]int32 // reading -> pending index
-	pending   []pending
-	devices   []deviceReadings
-	devs      []devInfo
-	devByID   map[string]int32  // device -> devs index
-	devBuf    []byte            // scratch: the device tag's value of the current line
-	lastDev   int32             // devs index of the previous line's device, or -1
-	slots     []nameSlot        // names of the previous line's keys, by position
-	slotMeas  []byte            // the measurement slots belong to
-	lo, hi    buckets.Ticks     // the accepted window in ticks, when known
-	window    bool              // lo and hi are set
-	names     map[string]string // interned "<measurement>.<key>" names
-	badName   map[string]*buckets.ValidationError
-	arena     []buckets.Field   // backs the values of new readings: chunks[chunk]
-	chunks    [][]buckets.Field // every arena chunk, reused by the next request
-	chunk     int
-	enc       wire.Encoder
-	outHint   int                                 // initial capacity of the buffer of the payloads
-	fields    []buckets.Field                     // scratch: values of the current line
-	tags      []tagKV                             // scratch: other tags of the current line
-	attrs     []lineAttr                          // scratch: the tags of the current line as attributes, sorted
-	attrArena []lineAttr                          // backs the attributes of new readings
-	attrOK    map[string]string                   // interned valid attribute names
-	badAttr   map[string]*buckets.ValidationError // invalid attribute names
-	nameBuf   []byte                              // scratch: a value name being built
-	cur       int                                 // physical number of the line being mapped
+	opts     Options
+	res      Result
+	index    map[readingKey]int32 // reading -> pending index
+	pending  []pending
+	devices  []deviceReadings
+	devs     []devInfo
+	devByID  map[string]int32  // device -> devs index
+	devBuf   []byte            // scratch: the device tag's value of the current line
+	lastDev  int32             // devs index of the previous line's device, or -1
+	slots    []nameSlot        // names of the previous line's keys, by position
+	slotMeas []byte            // the measurement slots belong to
+	lo, hi   buckets.Ticks     // the accepted window in ticks, when known
+	window   bool              // lo and hi are set
+	names    map[string]string // interned "<measurement>.<key>" names
+	badName  map[string]*buckets.ValidationError
+	values   arena[buckets.Field] // backs the values of readings
+	lineNos  arena[int32]         // backs pending.lines
+	enc      wire.Encoder
+	outHint  int               // initial capacity of the buffer of the payloads
+	fields   []buckets.Field   // scratch: values of the current line
+	tags     []tagKV           // scratch: other tags of the current line
+	tagBuf   []byte            // scratch: the keys of tags
+	tagVals  map[string]string // interned tag values
+	attrs    []lineAttr        // scratch: the tags of the current line as attributes, sorted
+	attrTmp  []lineAttr        // scratch of sortAttrs
+	// attrPerm orders the attributes of a line whose tags are
+	// attrPermNames, in that order, by name.
+	attrPerm      []int
+	attrPermNames []string
+	attrArena     []lineAttr                          // backs the attributes of new readings
+	attrOK        map[string]string                   // interned valid attribute names
+	badAttr       map[string]*buckets.ValidationError // invalid attribute names
+	nameBuf       []byte                              // scratch: a value name being built
+	cur           int                                 // physical number of the line being mapped
 	// perm orders the values of a line by name; it holds for the next
 	// line while permOK and the line's names are the slots unchanged.
 	perm     []int
@@ -315,10 +322,12 @@ type mapper struct {
 	nowErr   *buckets.ValidationError // why Options.Now has no ticks
 }
 
-// tagKV is a tag other than the device tag.
+// tagKV is a tag other than the device tag. Its key is in
+// mapper.tagBuf (at start:end while the line's tags are read).
 type tagKV struct {
-	key   []byte
-	value string
+	key        []byte
+	value      string
+	start, end int
 }
 
 // Map parses body and maps every line (see the package comment).
@@ -326,11 +335,9 @@ func Map(body []byte, opts Options) Result {
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	m := newMapper(opts, bytes.Count(body, []byte{'\n'})+1)
-	if n, ok := m.fast(body); ok {
-		return m.finish(n)
+	if res, ok := MapAll(body, opts); ok {
+		return res
 	}
-	m.release()
 	// Some line is bad: map line by line, each with its own decoder, so
 	// every error is pinned to its physical line and its raw text.
 	var entries []rawLine
@@ -340,9 +347,32 @@ func Map(body []byte, opts Options) Result {
 	return mapEach(opts, entries).finish(len(entries))
 }
 
+// MapAll maps body as Map does when every line of it is good. As soon
+// as a line is not, it stops and reports false, holding nothing: the
+// caller then maps the body with Map, which names every bad line, in
+// parts if it wants to bound the memory that takes (a rejected line
+// costs many times its text). What MapAll holds grows with the size of
+// the body alone, and all of it is one request's: a device's lines
+// merge into few large messages, not a message per part.
+func MapAll(body []byte, opts Options) (Result, bool) {
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	m := newMapper(opts, bytes.Count(body, []byte{'\n'})+1, len(body))
+	if n, ok := m.fast(body); ok {
+		return m.finish(n), true
+	}
+	m.release()
+	return Result{}, false
+}
+
 // mapEach maps every entry with a decoder of its own.
 func mapEach(opts Options, entries []rawLine) *mapper {
-	m := newMapper(opts, len(entries))
+	size := 0
+	for _, e := range entries {
+		size += len(e.text) + 1
+	}
+	m := newMapper(opts, len(entries), size)
 	for _, line := range entries {
 		m.cur = line.number
 		if dev, ve := m.line(line.text); ve != nil {
@@ -371,6 +401,7 @@ var mappers = sync.Pool{New: func() any {
 		badName: make(map[string]*buckets.ValidationError),
 		attrOK:  make(map[string]string),
 		badAttr: make(map[string]*buckets.ValidationError),
+		tagVals: make(map[string]string),
 	}
 }}
 
@@ -378,16 +409,16 @@ var mappers = sync.Pool{New: func() any {
 // reuse: the buffers of a rare huge request are left to the GC.
 const maxPooledLines = 1 << 16
 
-// newMapper returns a reset mapper for a body of about lines lines.
-func newMapper(opts Options, lines int) *mapper {
+// newMapper returns a reset mapper for a body of about lines lines and
+// size bytes.
+func newMapper(opts Options, lines, size int) *mapper {
 	m := mappers.Get().(*mapper)
 	m.opts = opts
 	m.lastDev = -1
-	m.outHint = 4096 + 40*lines // a reading of a few values is about 30 bytes in the binary form
+	// A reading of a few values is about 30 bytes in the binary form;
+	// readings of many values take about 40% of their text (TSBS IoT).
+	m.outHint = 4096 + max(40*lines, size/2)
 	m.pending = slices.Grow(m.pending, lines)
-	if len(m.chunks) > 0 {
-		m.arena = m.chunks[0][:0]
-	}
 	// The window in ticks, checked as Window.Check does: older than
 	// now - Retention (at tick resolution) or newer than now +
 	// MaxFutureSkew is outside.
@@ -423,14 +454,16 @@ func (m *mapper) release() {
 	clear(m.badName)
 	clear(m.attrOK)
 	clear(m.badAttr)
+	clear(m.tagVals)
 	clear(m.attrs)
+	clear(m.attrTmp)
+	clear(m.attrPermNames)
+	m.attrTmp, m.attrPermNames, m.attrPerm = m.attrTmp[:0], m.attrPermNames[:0], m.attrPerm[:0]
 	clear(m.attrArena)
 	m.attrs, m.attrArena = m.attrs[:0], m.attrArena[:0]
 	m.slots, m.slotMeas, m.permOK = m.slots[:0], m.slotMeas[:0], false
-	for _, c := range m.chunks {
-		clear(c[:cap(c)])
-	}
-	m.chunk, m.arena = 0, nil
+	m.values.reset()
+	m.lineNos.reset()
 	clear(m.fields)
 	clear(m.sorted)
 	clear(m.tags)
@@ -522,7 +555,7 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		m.slots = m.slots[:0]
 	}
 	meas = m.slotMeas
-	m.fields, m.tags = m.fields[:0], m.tags[:0]
+	m.fields, m.tags, m.tagBuf = m.fields[:0], m.tags[:0], m.tagBuf[:0]
 	devTag := len(m.opts.DeviceTags)
 	// dev is the device tag's value, for the dead letter of a bad line.
 	devOf := func() string {
@@ -542,12 +575,16 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		if i := indexOf(m.opts.DeviceTags, k); i >= 0 && i < devTag {
 			if devTag < len(m.opts.DeviceTags) {
 				// A device tag of lower rank becomes a value.
-				m.tags = append(m.tags, tagKV{key: []byte(m.opts.DeviceTags[devTag]), value: string(m.devBuf)})
+				m.addTag([]byte(m.opts.DeviceTags[devTag]), m.devBuf)
 			}
 			devTag, m.devBuf = i, append(m.devBuf[:0], v...)
 			continue
 		}
-		m.tags = append(m.tags, tagKV{key: append([]byte(nil), k...), value: string(v)})
+		m.addTag(k, v)
+	}
+	for i := range m.tags {
+		t := &m.tags[i]
+		t.key = m.tagBuf[t.start:t.end:t.end]
 	}
 	slot := 0
 	for {
@@ -631,6 +668,19 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 		}
 	}
 	return id, m.merge(di, ticks, fields, int32(m.cur))
+}
+
+// addTag adds a tag other than the device tag to m.tags: its key to
+// m.tagBuf, its value interned (a request repeats its tag values).
+func (m *mapper) addTag(k, v []byte) {
+	start := len(m.tagBuf)
+	m.tagBuf = append(m.tagBuf, k...)
+	val, ok := m.tagVals[string(v)]
+	if !ok {
+		val = string(v)
+		m.tagVals[val] = val
+	}
+	m.tags = append(m.tags, tagKV{value: val, start: start, end: len(m.tagBuf)})
 }
 
 // sortFields returns the values of the line (m.fields) sorted by name,
@@ -799,7 +849,11 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		}
 	}
 	pi, ok := int32(0), false
-	if g != nil && ticks <= g.last {
+	if g != nil && ticks == g.last && m.pending[g.readings[len(g.readings)-1]].ticks == ticks {
+		// The device's latest line, again (TSBS's two lines per time):
+		// no index needed.
+		pi, ok = g.readings[len(g.readings)-1], true
+	} else if g != nil && ticks <= g.last {
 		if !g.indexed {
 			if m.index == nil {
 				m.index = make(map[readingKey]int32)
@@ -812,12 +866,9 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		pi, ok = m.index[key]
 	}
 	if !ok {
-		if cap(m.arena)-len(m.arena) < len(fields) {
-			m.nextChunk(len(fields))
-		}
-		start := len(m.arena)
-		m.arena = append(m.arena, fields...)
-		p := pending{ticks: ticks, fields: m.arena[start:len(m.arena):len(m.arena)], line: line}
+		vs := m.values.alloc(len(fields))
+		copy(vs, fields)
+		p := pending{ticks: ticks, fields: vs, line: line}
 		if len(m.attrs) > 0 {
 			start := len(m.attrArena)
 			m.attrArena = append(m.attrArena, m.attrs...)
@@ -849,57 +900,71 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		return nil
 	}
 	p := &m.pending[pi]
-	added := 0
-	for _, f := range fields {
-		i, found := slices.BinarySearchFunc(p.fields, f.Name, func(x buckets.Field, n string) int { return strings.Compare(x.Name, n) })
-		if !found {
-			added++
-			continue
-		}
-		if p.fields[i].Value != f.Value {
-			return invalid(CodeConflictingLines, f.Name, "line %d gives %v at the same device and time; this line gives %v",
-				p.lineOf(i), p.fields[i].Value.Any(), f.Value.Any())
-		}
+	added, ve := p.fieldConflict(fields)
+	if ve != nil {
+		return ve
 	}
 	if len(p.fields)+added > buckets.MaxValues {
 		return invalid(buckets.CodeTooManyValues, "", "merged with earlier lines of the same device and time this reading has %d values, more than %d",
 			len(p.fields)+added, buckets.MaxValues)
 	}
-	if ve := p.attrConflict(m.attrs); ve != nil {
+	missing, ve := p.attrConflict(m.attrs)
+	if ve != nil {
 		return ve
 	}
-	if p.lines == nil {
-		p.lines = make([]int32, len(p.fields))
-		for i := range p.lines {
-			p.lines[i] = p.line
-		}
+	m.mergeFields(p, fields, added, line)
+	if missing > 0 {
+		p.mergeAttrs(m.attrs)
 	}
-	for _, f := range fields {
-		i, found := slices.BinarySearchFunc(p.fields, f.Name, func(x buckets.Field, n string) int { return strings.Compare(x.Name, n) })
-		if !found {
-			p.fields = slices.Insert(p.fields, i, f)
-			p.lines = slices.Insert(p.lines, i, line)
-		}
-	}
-	p.mergeAttrs(m.attrs)
 	if newNames > 0 {
 		m.addAttrNames(g)
 	}
 	return nil
 }
 
-// nextChunk makes m.arena an empty chunk with room for n values.
-func (m *mapper) nextChunk(n int) {
-	if m.arena != nil {
-		m.chunk++
+// fieldConflict counts the values of fields (sorted by name) that p
+// lacks, or reports the first that an earlier line gave another value.
+func (p *pending) fieldConflict(fields []buckets.Field) (added int, _ *buckets.ValidationError) {
+	i := 0
+	for _, f := range fields {
+		for i < len(p.fields) && p.fields[i].Name < f.Name {
+			i++
+		}
+		if i == len(p.fields) || p.fields[i].Name != f.Name {
+			added++
+			continue
+		}
+		if p.fields[i].Value != f.Value {
+			return 0, invalid(CodeConflictingLines, f.Name, "line %d gives %v at the same device and time; this line gives %v",
+				p.lineOf(i), p.fields[i].Value.Any(), f.Value.Any())
+		}
 	}
-	for m.chunk < len(m.chunks) && cap(m.chunks[m.chunk]) < n {
-		m.chunk++
+	return added, nil
+}
+
+// mergeFields merges the sorted fields of line into p's, added of them
+// new to p (none conflicts), in one new slice of the arena each for the
+// values and their lines.
+func (m *mapper) mergeFields(p *pending, fields []buckets.Field, added int, line int32) {
+	if added == 0 {
+		return
 	}
-	if m.chunk == len(m.chunks) {
-		m.chunks = append(m.chunks, make([]buckets.Field, 0, max(4096, n)))
+	n := len(p.fields) + added
+	vs, ls := m.values.alloc(n), m.lineNos.alloc(n)
+	i, j := 0, 0
+	for k := range vs {
+		if j == len(fields) || (i < len(p.fields) && p.fields[i].Name <= fields[j].Name) {
+			if j < len(fields) && p.fields[i].Name == fields[j].Name {
+				j++ // the same value (no conflict): keep the earlier line's
+			}
+			vs[k], ls[k] = p.fields[i], p.lineOf(i)
+			i++
+			continue
+		}
+		vs[k], ls[k] = fields[j], line
+		j++
 	}
-	m.arena = m.chunks[m.chunk][:0]
+	p.fields, p.lines = vs, ls
 }
 
 // fieldValue converts a line protocol field value.

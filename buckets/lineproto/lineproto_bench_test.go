@@ -89,3 +89,53 @@ func BenchmarkMap5000Tags(b *testing.B) {
 		})
 	}
 }
+
+// tsbsBody is one request of n lines shaped as the TSBS IoT use case
+// (tsbs_generate_data --use-case=iot --format=influx) writes them: per
+// time, a "readings" line of 10 values for each of trucks trucks, then
+// a "diagnostics" line of 6 values for most of them (same truck, same
+// time: the two merge into one reading), tags besides the name being
+// attributes of the truck.
+func tsbsBody(n, trucks int) []byte {
+	var body []byte
+	at := now.Add(-time.Hour)
+	fleets := []string{"East", "West", "North", "South"}
+	for lines, step := 0, 0; lines < n; step++ {
+		ts := at.Add(time.Duration(step) * 10 * time.Second).UnixNano()
+		for _, meas := range []string{"readings", "diagnostics"} {
+			for t := 0; t < trucks && lines < n; t++ {
+				if meas == "diagnostics" && t%10 == 9 {
+					continue
+				}
+				body = fmt.Appendf(body, "%s,name=truck_%d,fleet=%s,driver=Driver%d,model=F-%d,device_version=v1.%d ",
+					meas, t, fleets[t%4], t%7, 100+t%3, t%5)
+				if meas == "readings" {
+					body = fmt.Appendf(body, "load_capacity=2000,fuel_capacity=200,nominal_fuel_consumption=15,latitude=%d.%05d,longitude=%d.%05d,elevation=%d,velocity=%d,heading=%d,grade=%d,fuel_consumption=%d",
+						t%90, (step*7+t)%100000, t%180, (step*13+t)%100000, 100+step%300, step%80, (t+step)%360, step%10, 20+step%15)
+				} else {
+					body = fmt.Appendf(body, "load_capacity=2000,fuel_capacity=200,nominal_fuel_consumption=15,fuel_state=0.%d,current_load=%d,status=%di",
+						step%10, (t*step)%2000, step%5)
+				}
+				body = fmt.Appendf(body, " %d\n", ts)
+				lines++
+			}
+		}
+	}
+	return body
+}
+
+// BenchmarkMapTSBS maps one request of 10,000 TSBS IoT lines over 500
+// trucks, as telemetry-bench -peer-binary sends them.
+func BenchmarkMapTSBS(b *testing.B) {
+	body := tsbsBody(10_000, 500)
+	o := opts()
+	o.DeviceTags = []string{"name"}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		res := Map(body, o)
+		if len(res.Rejected) > 0 || len(res.Messages) != 500 {
+			b.Fatalf("%d rejected, %d messages", len(res.Rejected), len(res.Messages))
+		}
+	}
+}

@@ -136,10 +136,11 @@ func TestMsgIDsAreDeterministic(t *testing.T) {
 	body := []byte("m,device=a v=1 1795309323000000000\nm,device=b v=x\n")
 	r1, r2 := Map(body, opts()), Map(body, opts())
 	require.Len(t, r1.Messages, 1)
-	assert.Equal(t, r1.Messages[0].MsgID, r2.Messages[0].MsgID)
+	assert.Empty(t, r1.Messages[0].MsgID, "readings merge by device and time: they need no ID")
+	assert.NotEmpty(t, r1.DeadLetters[0].MsgID)
 	assert.Equal(t, r1.DeadLetters[0].MsgID, r2.DeadLetters[0].MsgID)
-	r3 := Map([]byte("m,device=a v=2 1795309323000000000\n"), opts())
-	assert.NotEqual(t, r1.Messages[0].MsgID, r3.Messages[0].MsgID)
+	r3 := Map([]byte("m,device=a v=2 1795309323000000000\nm,device=b v=y\n"), opts())
+	assert.NotEqual(t, r1.DeadLetters[0].MsgID, r3.DeadLetters[0].MsgID)
 }
 
 func TestTimestampLimits(t *testing.T) {

@@ -1,0 +1,79 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// tableReadings is the reading count of the table of today.
+func tableReadings(ts *testStore) int64 {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.tables[today].readings.Load()
+}
+
+// Readings older than what was written for their device, but outside
+// every time written for it (the messages of two line protocol requests
+// in flight, the later one first), are written without reading the
+// device's blocks first; a reading within them is read and merged.
+func TestOlderRunIsNotReadBack(t *testing.T) {
+	ts := newTestStore(t)
+	reads := 0
+	testHookReadBeforeWrite = func() { reads++ }
+	t.Cleanup(func() { testHookReadBeforeWrite = nil })
+	k0 := at(-2 * time.Hour)
+	ts.write(t, series("dev", k0+10*buckets.TicksPerSecond, time.Second, 10)...) // 10..19 s
+	ts.write(t, series("dev", k0, time.Second, 10)...)                           // 0..9 s
+	ts.write(t, series("dev", k0+30*buckets.TicksPerSecond, time.Second, 10)...) // 30..39 s
+	ts.write(t, series("dev", k0+20*buckets.TicksPerSecond, time.Second, 5)...)  // 20..24 s
+	assert.Zero(t, reads, "no write could merge into a stored reading")
+	assert.EqualValues(t, 35, tableReadings(ts))
+
+	ts.write(t, reading("dev", k0+5*buckets.TicksPerSecond, "x", 1.5)) // merges into 5 s
+	assert.Equal(t, 1, reads)
+	ts.write(t, reading("dev", k0+25*buckets.TicksPerSecond, "x", 2.5)) // the gap 25..29 s
+	assert.Equal(t, 1, reads)
+	assert.EqualValues(t, 36, tableReadings(ts))
+	got, err := ts.Get(t.Context(), "dev", k0+5*buckets.TicksPerSecond)
+	require.NoError(t, err)
+	assert.Equal(t, reading("dev", k0+5*buckets.TicksPerSecond, "n", 5, "x", 1.5), got)
+}
+
+// An open block that overlaps another (the second half of a reading
+// whose first half an earlier commit wrote) is merged with the block it
+// overlaps, from the device's note, not with every open block of the
+// device, and the merged reading holds both halves.
+func TestOverlapMergesOnlyTheBlocksItOverlaps(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour })
+	listings := 0
+	testHookListBlocks = func() { listings++ }
+	t.Cleanup(func() { testHookListBlocks = nil })
+	k0 := windowStart(at(-3 * time.Hour))
+	for i := range 5 { // five open blocks of three readings
+		ts.write(t, series("dev", k0+buckets.Ticks(i*3)*buckets.TicksPerSecond, time.Second, 3)...)
+	}
+	last := k0 + 14*buckets.TicksPerSecond
+	ts.write(t, reading("dev", last, "half", true))
+	require.Len(t, blocksOf(t, ts, today, "dev"), 6)
+
+	ts.compact(false)
+	refs := blocksOf(t, ts, today, "dev")
+	require.Len(t, refs, 5, "the two overlapping blocks merged, the others left alone: %+v", refs)
+	assert.Equal(t, 3, refs[0].count)
+	assert.Equal(t, last, refs[0].newest)
+	for i := range refs {
+		for j := range refs {
+			assert.False(t, i != j && refs[i].overlaps(refs[j]), "%+v overlaps %+v", refs[i], refs[j])
+		}
+	}
+	assert.Zero(t, listings, "merged from the note")
+	got, err := ts.Get(t.Context(), "dev", last)
+	require.NoError(t, err)
+	assert.Equal(t, reading("dev", last, "half", true, "n", 2), got)
+	assert.EqualValues(t, 15, tableReadings(ts))
+}
