@@ -298,7 +298,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		}
 		g := group[next]
 		next++
-		if g == alone && a.addCached(t.gen, bi, lo, hi) {
+		if (g == alone || g == whole) && a.addCached(t.gen, bi, g == whole, lo, hi) {
 			return true, nil
 		}
 		err := bi.item.Value(func(v []byte) error {
@@ -306,7 +306,13 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 				return &blockError{ref: bi.ref, err: err}
 			}
 			if g == whole {
-				return a.addHeader(bi.ref, v)
+				if err := a.addHeader(bi.ref, v); err != nil {
+					return err
+				}
+				if caching {
+					a.cachePending(t.gen, bi, true)
+				}
+				return nil
 			}
 			if g == alone {
 				return a.addColumns(t.gen, bi, v, lo, hi)
@@ -386,12 +392,19 @@ func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) []int {
 	return group
 }
 
-// addHeader adds a block that lies in one bucket from its header.
+// addHeader adds a block that lies in one bucket from its header. With
+// the column cache, the summaries of the wanted names are left in
+// a.pending for cachePending.
 func (a *aggregator) addHeader(ref blockRef, v []byte) error {
 	start := a.bucketOf(ref.oldest)
+	caching := a.cols != nil && a.wanted != nil
+	a.pending = a.pending[:0]
 	_, _, err := block.EachSummary(v, func(name []byte, sum buckets.Summary) {
 		if s := a.summary(start, name); s != nil {
 			s.Merge(sum)
+			if caching {
+				a.pending = append(a.pending, pendingColumn{name, &colcache.Column{Summary: sum}})
+			}
 		}
 	})
 	if err != nil {
@@ -424,7 +437,7 @@ func (a *aggregator) addColumns(gen uint64, bi blockItem, v []byte, lo, hi bucke
 	}
 	a.columns++
 	if caching {
-		a.cachePending(gen, bi)
+		a.cachePending(gen, bi, false)
 	}
 	return nil
 }
@@ -436,10 +449,11 @@ type pendingColumn struct {
 	col  *colcache.Column
 }
 
-// cachePending puts the columns of the block of bi just read, and an
-// empty column for each wanted name it lacks, into the column cache.
-// Numeric hands out names in order, as wanted is sorted.
-func (a *aggregator) cachePending(gen uint64, bi blockItem) {
+// cachePending puts the columns (or header summaries) of the block of
+// bi just read, and an empty one for each wanted name it lacks, into
+// the column cache. Blocks hand out names in order, as wanted is
+// sorted.
+func (a *aggregator) cachePending(gen uint64, bi blockItem, header bool) {
 	i := 0
 	for _, name := range a.wanted {
 		col := &colcache.Column{}
@@ -447,7 +461,7 @@ func (a *aggregator) cachePending(gen uint64, bi blockItem) {
 			col = a.pending[i].col
 			i++
 		}
-		a.key = colcache.Key(a.key[:0], gen, bi.item.Version(), bi.item.Key(), name)
+		a.key = cacheKey(a.key[:0], header, gen, bi.item.Version(), bi.item.Key(), name)
 		a.cols.Put(a.key, col)
 	}
 	clear(a.pending)
@@ -455,15 +469,24 @@ func (a *aggregator) cachePending(gen uint64, bi blockItem) {
 }
 
 // addCached adds the block of bi, which overlaps no other block, from
-// the column cache when it holds every wanted column of it, and reports
-// whether it did; when one is missing it adds nothing.
-func (a *aggregator) addCached(gen uint64, bi blockItem, lo, hi buckets.Ticks) bool {
+// the column cache (its header summaries when header, else its
+// columns) when it holds every wanted name of it, and reports whether
+// it did; when one is missing it adds nothing.
+func (a *aggregator) addCached(gen uint64, bi blockItem, header bool, lo, hi buckets.Ticks) bool {
 	a.cached = a.cached[:0]
-	if a.cols == nil || a.wanted == nil || !a.lookup(gen, bi.item.Version(), bi.item.Key()) {
+	if a.cols == nil || a.wanted == nil || !a.lookup(gen, bi.item.Version(), bi.item.Key(), header) {
 		return false
 	}
-	a.addLookedUp(bi.item.UserMeta()&metaDistinctMs != 0, lo, hi)
+	a.addLookedUp(bi.ref, header, bi.item.UserMeta()&metaDistinctMs != 0, lo, hi)
 	return true
+}
+
+// cacheKey is colcache.HeaderKey when header, else colcache.Key.
+func cacheKey(dst []byte, header bool, gen, version uint64, blockKey, name []byte) []byte {
+	if header {
+		return colcache.HeaderKey(dst, gen, version, blockKey, name)
+	}
+	return colcache.Key(dst, gen, version, blockKey, name)
 }
 
 // blockList is what the first pass over a device's keys in a table saw
@@ -527,37 +550,39 @@ func (a *aggregator) fromCachedList(gen, readTs uint64, lo, hi buckets.Ticks) bo
 }
 
 // addAllCached adds every block of the table from the column cache when
-// every block overlaps no other and the cache holds every wanted column
-// of each, in the order the second pass would add them (so the sums are
-// the same to the bit), and reports whether it did; then the table's
-// blocks need not be walked again. Otherwise it adds nothing.
+// no block overlaps another and the cache holds every wanted name of
+// each (header summaries for a block inside one bucket, else columns),
+// in the order the second pass would add them (so the sums are the same
+// to the bit), and reports whether it did; then the table's blocks need
+// not be walked again. Otherwise it adds nothing.
 func (a *aggregator) addAllCached(gen uint64, group []int, lo, hi buckets.Ticks) bool {
 	for _, g := range group {
-		if g != alone {
+		if g != alone && g != whole {
 			return false
 		}
 	}
 	a.cached = a.cached[:0]
 	for i := range a.refs {
-		if !a.lookup(gen, a.versions[i], []byte(a.blockKeys[i])) {
+		if !a.lookup(gen, a.versions[i], []byte(a.blockKeys[i]), group[i] == whole) {
 			return false
 		}
 	}
 	cols := a.cached
 	for i := range a.refs {
 		a.cached = cols[i*len(a.wanted) : (i+1)*len(a.wanted)]
-		a.addLookedUp(a.distinct[i], lo, hi)
+		a.addLookedUp(a.refs[i], group[i] == whole, a.distinct[i], lo, hi)
 	}
 	clear(cols)
 	a.cached = cols[:0]
 	return true
 }
 
-// lookup appends to a.cached the wanted columns of the block under
-// blockKey at version, and reports whether the cache held them all.
-func (a *aggregator) lookup(gen, version uint64, blockKey []byte) bool {
+// lookup appends to a.cached the wanted columns (header summaries when
+// header) of the block under blockKey at version, and reports whether
+// the cache held them all.
+func (a *aggregator) lookup(gen, version uint64, blockKey []byte, header bool) bool {
 	for _, name := range a.wanted {
-		a.key = colcache.Key(a.key[:0], gen, version, blockKey, name)
+		a.key = cacheKey(a.key[:0], header, gen, version, blockKey, name)
 		col, ok := a.cols.Get(a.key)
 		if !ok {
 			return false
@@ -567,9 +592,20 @@ func (a *aggregator) lookup(gen, version uint64, blockKey []byte) bool {
 	return true
 }
 
-// addLookedUp adds the columns of one block in a.cached (in the order
-// of wanted); distinct says no two of its readings share a millisecond.
-func (a *aggregator) addLookedUp(distinct bool, lo, hi buckets.Ticks) {
+// addLookedUp adds the block of ref from a.cached (in the order of
+// wanted): its header summaries when header, else its columns; distinct
+// says no two of its readings share a millisecond.
+func (a *aggregator) addLookedUp(ref blockRef, header, distinct bool, lo, hi buckets.Ticks) {
+	if header {
+		start := a.bucketOf(ref.oldest)
+		for i, col := range a.cached {
+			if col.Summary.Count > 0 {
+				a.summary(start, a.wanted[i]).Merge(col.Summary)
+			}
+		}
+		a.headers++
+		return
+	}
 	for i, col := range a.cached {
 		if len(col.Vals) > 0 {
 			a.addColumn(a.wanted[i], col.Ticks, col.Vals, distinct, lo, hi)

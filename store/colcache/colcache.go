@@ -36,10 +36,13 @@ import (
 )
 
 // Column is one value name's numeric values in one block, oldest
-// first. It is shared by every reader that gets it: never modify it.
+// first; or, cached under a HeaderKey, only the summary of them the
+// block's header holds (its Count 0 when the block has none). It is
+// shared by every reader that gets it: never modify it.
 type Column struct {
-	Ticks []buckets.Ticks
-	Vals  []float64
+	Ticks   []buckets.Ticks
+	Vals    []float64
+	Summary buckets.Summary
 }
 
 // entryOverhead is what a cached column costs beyond its values: the
@@ -67,6 +70,7 @@ type entry[L any] struct {
 // Tags that keep the keys of columns and of lists apart.
 const (
 	tagColumn = 'c'
+	tagHeader = 'h'
 	tagList   = 'l'
 )
 
@@ -89,7 +93,17 @@ func New[L any](maxBytes int64) (*Cache[L], error) {
 // Key appends to dst the key of the column of name in the block stored
 // under blockKey at version in the table opening gen.
 func Key(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
-	dst = append(dst, tagColumn)
+	return blockName(append(dst, tagColumn), gen, version, blockKey, name)
+}
+
+// HeaderKey is Key for the header summary of name in the block: what
+// an aggregate needs of a block that lies inside one of its buckets.
+func HeaderKey(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
+	return blockName(append(dst, tagHeader), gen, version, blockKey, name)
+}
+
+// blockName appends the identity of name in a block.
+func blockName(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, gen)
 	dst = binary.BigEndian.AppendUint64(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(blockKey)))
