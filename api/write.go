@@ -81,7 +81,8 @@ type WriteConfig struct {
 // the gunzipped body as it is inflated (so a small gzip body that
 // inflates to MaxBytes is charged MaxBytes), and room to map lines to
 // messages. When the budget can pay wholeMapFactor times a part of
-// wholePart bytes, the lines are first mapped a part at a time with
+// wholePart bytes and still hold the largest body (MinWriteBudget)
+// besides, the lines are first mapped a part at a time with
 // lineproto.MapAll, which gives up at the first bad line and holds no
 // errors (publishParts); otherwise, and for a body with a bad line,
 // they are mapped and published mapChunk bytes at a time, so a body of
@@ -261,16 +262,25 @@ func errNotStored(err error) error {
 // dead letters name every bad line and depend on the body alone. Parts
 // published before the bad one are published again then, which stores
 // nothing twice: readings merge by device and time. res holds the body
-// and mapBytes when it is called, and again when it returns.
+// and mapBytes when it is called, and again when it returns. A body of
+// one chunk is left to publishChunks, which maps it the same way.
 func (w *writer) publishParts(ctx context.Context, body []byte, opts lineproto.Options, res *reservation, sum *writeSummary) (bool, error) {
+	if len(body) <= mapChunk {
+		return false, nil // one chunk either way
+	}
 	largest := 0
 	for _, part := range chunks(body, wholePart) {
 		largest = max(largest, len(part.lines))
 	}
+	// Mapping whole spares work; it is not needed. So it takes budget
+	// only while the largest body could still come in besides: it never
+	// turns away a write that mapping in chunks would have let in.
 	held := res.n
-	if !res.growTo(int64(cap(body)) + wholeMapFactor*int64(largest)) {
+	want := max(int64(cap(body))+wholeMapFactor*int64(largest), held)
+	if !res.growTo(want + MinWriteBudget(w.cfg.MaxBytes)) {
 		return false, nil
 	}
+	res.shrinkTo(want)
 	defer res.shrinkTo(held)
 	var parts writeSummary
 	for i, part := range chunks(body, wholePart) {

@@ -116,24 +116,41 @@ func TestWriteMapsAGoodBodyWhole(t *testing.T) {
 	})
 }
 
-// When the write budget cannot pay for mapping a body whole, it is
-// mapped in chunks (and stored all the same), not refused.
+// When the write budget cannot pay for mapping a body whole and still
+// hold the largest body besides, the body is mapped in chunks (and
+// stored all the same), not refused.
 func TestWriteMapsInChunksWhenTheBudgetIsShort(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	const good, devices = 40_000, 7
 	body := manyLines(good, devices, now.Add(-time.Hour))
 	maxBytes := int64(len(body)) + 1024
-	// The budget is its floor, which holds the body and one chunk's
-	// mapping but not eight times the body.
-	require.Less(t, api.MinWriteBudget(maxBytes), 9*int64(len(body)))
-	pub := &recordingPublisher{}
-	url := newWriteServer(t, api.WriteConfig{Publisher: pub, MaxBytes: maxBytes, Budget: 1}, now)
-	code, resp := postLines(t, url, body)
-	require.Equal(t, http.StatusNoContent, code, resp)
-	assert.Greater(t, pub.messages, devices, "mapped in chunks")
-	n := 0
-	for _, c := range pub.readings {
-		n += c
+	whole := 9 * int64(len(body)) // the body and mapping it whole
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		chunks bool
+	}{
+		// The floor holds the body and one chunk's mapping, not more.
+		{"the floor", 1, true},
+		// Room to map it whole, not to hold the largest body besides.
+		{"no room besides", api.MinWriteBudget(maxBytes) + whole - 1<<20, true},
+		{"room besides", api.MinWriteBudget(maxBytes) + whole + 1<<20, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pub := &recordingPublisher{}
+			url := newWriteServer(t, api.WriteConfig{Publisher: pub, MaxBytes: maxBytes, Budget: tc.budget}, now)
+			code, resp := postLines(t, url, body)
+			require.Equal(t, http.StatusNoContent, code, resp)
+			if tc.chunks {
+				assert.Greater(t, pub.messages, devices, "mapped in chunks")
+			} else {
+				assert.Equal(t, devices, pub.messages, "mapped whole")
+			}
+			n := 0
+			for _, c := range pub.readings {
+				n += c
+			}
+			assert.Equal(t, good, n)
+		})
 	}
-	assert.Equal(t, good, n)
 }

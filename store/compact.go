@@ -208,14 +208,17 @@ func (t *table) forget(n *openNote) {
 }
 
 // doubt makes the notes of the devices of entries inexact, and new
-// notes too, after a commit of entries failed: what it left is not
-// known for sure.
+// notes too, and drops the readings the write tracker keeps of them,
+// after a commit of entries failed: what it left is not known for
+// sure.
 func (t *table) doubt(entries []entry) {
 	t.comp.known, t.comp.doubtful = false, true
+	w := t.tracker()
 	for _, e := range entries {
 		if n := t.comp.notes[e.dev]; n != nil {
 			t.forget(n)
 		}
+		w.forgetLast(e.dev)
 	}
 }
 

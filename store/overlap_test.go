@@ -77,3 +77,64 @@ func TestOverlapMergesOnlyTheBlocksItOverlaps(t *testing.T) {
 	assert.Equal(t, reading("dev", last, "half", true, "n", 2), got)
 	assert.EqualValues(t, 15, tableReadings(ts))
 }
+
+// The second half of a reading, written after the commit that wrote
+// its first half as the device's newest reading, merges without reading
+// the device's blocks back: the write tracker keeps that reading. Past
+// the tracker's bound it is read back; either way the stored reading
+// holds both halves, and a device's deletion leaves nothing behind.
+func TestSecondHalfMergesWithoutReadingBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bound int
+		reads int
+	}{{"kept", maxLastBytes, 0}, {"past the bound", 0, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bound := maxLastBytes
+			maxLastBytes = tc.bound
+			t.Cleanup(func() { maxLastBytes = bound })
+			ts := newTestStore(t)
+			reads := 0
+			testHookReadBeforeWrite = func() { reads++ }
+			t.Cleanup(func() { testHookReadBeforeWrite = nil })
+			k := at(-time.Hour)
+			ts.write(t, reading("truck", k-10*buckets.TicksPerSecond, "velocity", 3.0), reading("truck", k, "velocity", 4.0))
+			ts.write(t, reading("truck", k, "status", 1))
+			assert.Equal(t, tc.reads, reads)
+			got, err := ts.Get(t.Context(), "truck", k)
+			require.NoError(t, err)
+			assert.Equal(t, reading("truck", k, "status", 1, "velocity", 4.0), got)
+			assert.EqualValues(t, 2, tableReadings(ts))
+
+			// The merged reading is kept in turn: a third part merges
+			// into both.
+			ts.write(t, reading("truck", k, "load", 7))
+			got, err = ts.Get(t.Context(), "truck", k)
+			require.NoError(t, err)
+			assert.Equal(t, reading("truck", k, "load", 7, "status", 1, "velocity", 4.0), got)
+		})
+	}
+}
+
+// After a commit fails, which may have left its blocks, the reading the
+// write tracker kept for its devices is not used: the next part of it
+// is read back.
+func TestKeptReadingDroppedAfterFailedCommit(t *testing.T) {
+	ts := newTestStore(t)
+	reads := 0
+	testHookReadBeforeWrite = func() { reads++ }
+	t.Cleanup(func() { testHookReadBeforeWrite = nil })
+	k := at(-time.Hour)
+	ts.write(t, reading("truck", k, "velocity", 4.0))
+	ts.mu.Lock()
+	tb := ts.tables[today]
+	ts.mu.Unlock()
+	tb.writeMu.Lock()
+	tb.doubt([]entry{{dev: "truck"}}) // as commitChunk does when a commit fails
+	tb.writeMu.Unlock()
+	ts.write(t, reading("truck", k, "status", 1))
+	assert.Equal(t, 1, reads)
+	got, err := ts.Get(t.Context(), "truck", k)
+	require.NoError(t, err)
+	assert.Equal(t, reading("truck", k, "status", 1, "velocity", 4.0), got)
+}

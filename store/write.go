@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
 	"go.opentelemetry.io/otel/attribute"
@@ -149,6 +150,9 @@ type entry struct {
 	meta   byte          // Badger user meta of the entry (series.go)
 	added  int64         // readings new to the table
 	newest buckets.Ticks // newest new reading, -1 for none
+	// last is the values of the block's newest reading, for a block a
+	// write made (nil for a compaction's).
+	last []buckets.Field
 }
 
 // readingKey is the identity of a reading.
@@ -171,8 +175,44 @@ type writeTracker struct {
 	// floor: a key the table held when it was opened is not newer than
 	// floor (its newest reading then).
 	floor buckets.Ticks
-	// written covers, per device, every reading written since.
-	written map[buckets.DeviceID]spans
+	// written covers, per device, every reading written since, and
+	// keeps the newest of them.
+	written map[buckets.DeviceID]deviceWrites
+	// lastBytes is the size of the values kept (deviceWrites.last), at
+	// most maxLastBytes.
+	lastBytes int
+}
+
+// deviceWrites is what a write tracker knows of one device.
+type deviceWrites struct {
+	spans // every reading written since the table was opened
+	// last, when not nil, is what the table holds at lastTicks, the
+	// newest reading this process wrote for the device: a write that
+	// merges into that reading alone (the second half of a reading
+	// whose first half the previous commit wrote) takes it from here
+	// instead of reading and decoding the device's newest block.
+	last      []buckets.Field
+	lastTicks buckets.Ticks
+}
+
+// maxLastBytes bounds the values write trackers keep per table
+// (deviceWrites.last). A device's deletion drops its entry without
+// giving its bytes back: the bound then errs towards keeping less. A
+// variable so that tests can reach the bound.
+var maxLastBytes = 4 << 20
+
+// fieldBytes is what a kept value costs, besides its string bytes.
+const fieldBytes = int(unsafe.Sizeof(buckets.Field{}))
+
+// valuesBytes is what keeping vs costs.
+func valuesBytes(vs []buckets.Field) int {
+	n := len(vs) * fieldBytes
+	for _, f := range vs {
+		if f.Value.Kind == buckets.KindString {
+			n += len(f.Value.AsString())
+		}
+	}
+	return n
 }
 
 // tracker returns the write tracker of t's current database, resetting
@@ -180,7 +220,7 @@ type writeTracker struct {
 // run under writeMu with a reference to t held.
 func (t *table) tracker() *writeTracker {
 	if t.wt.db != t.db {
-		t.wt = writeTracker{db: t.db, floor: t.newest, written: make(map[buckets.DeviceID]spans)}
+		t.wt = writeTracker{db: t.db, floor: t.newest, written: make(map[buckets.DeviceID]deviceWrites)}
 	}
 	return &t.wt
 }
@@ -210,21 +250,52 @@ func (w *writeTracker) mayOverlap(dev buckets.DeviceID, oldest, newest buckets.T
 	return ok && sp.overlaps(oldest, newest)
 }
 
+// stored returns what the table holds of dev at k when the tracker
+// keeps it: k is the newest reading this process wrote for dev.
+func (w *writeTracker) stored(dev buckets.DeviceID, k buckets.Ticks) ([]buckets.Field, bool) {
+	dw, ok := w.written[dev]
+	if !ok || dw.last == nil || dw.lastTicks != k {
+		return nil, false
+	}
+	return dw.last, true
+}
+
 // noteWritten records committed blocks. newest is the table's newest
-// reading after the commit.
+// reading after the commit. A block of a write (entry.last set) whose
+// newest reading is not older than the one kept for its device
+// replaces it; the blocks of a compaction change no reading.
 func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	for _, e := range entries {
-		sp, ok := w.written[e.dev]
-		sp.add(e.ref.oldest, e.ref.newest)
+		dw, ok := w.written[e.dev]
+		dw.add(e.ref.oldest, e.ref.newest)
+		if e.last != nil && (dw.last == nil || e.ref.newest >= dw.lastTicks) {
+			w.lastBytes -= valuesBytes(dw.last)
+			dw.last = nil
+			if n := valuesBytes(e.last); w.lastBytes+n <= maxLastBytes {
+				dw.last, dw.lastTicks = slices.Clone(e.last), e.ref.newest
+				w.lastBytes += n
+			}
+		}
 		if ok {
-			w.written[e.dev] = sp
+			w.written[e.dev] = dw
 		} else {
-			w.written[buckets.DeviceID(strings.Clone(string(e.dev)))] = sp
+			w.written[buckets.DeviceID(strings.Clone(string(e.dev)))] = dw
 		}
 	}
 	if len(w.written) > maxWrittenDevices {
 		w.floor = newest
 		clear(w.written)
+		w.lastBytes = 0
+	}
+}
+
+// forgetLast drops the reading kept for dev, after a commit of it
+// failed: what the table holds is not known for sure. Its times stay.
+func (w *writeTracker) forgetLast(dev buckets.DeviceID) {
+	if dw, ok := w.written[dev]; ok && dw.last != nil {
+		w.lastBytes -= valuesBytes(dw.last)
+		dw.last = nil
+		w.written[dev] = dw
 	}
 }
 
@@ -269,7 +340,9 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 			}
 		}
 		var stored map[buckets.Ticks][]buckets.Field
-		if hi >= 0 {
+		if vs, ok := w.stored(g[0].Device, lo); ok && lo == hi {
+			stored = map[buckets.Ticks][]buckets.Field{lo: vs}
+		} else if hi >= 0 {
 			if testHookReadBeforeWrite != nil {
 				testHookReadBeforeWrite()
 			}
@@ -346,6 +419,7 @@ func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field
 			return nil, err
 		}
 		e.meta = blockMeta(out[:n])
+		e.last = out[n-1].Values
 		entries = append(entries, e)
 		out, isNew = out[n:], isNew[n:]
 	}
