@@ -135,9 +135,10 @@ const (
 	// fit: while a memtable was flushed its table took several times the
 	// memtable's size in buffers that Badger then keeps pooled. 16 KiB
 	// holds most values at once and a few of them together: a smaller
-	// heap while ingesting the TSBS file, 4% less disk per value, and a
-	// latest-value read decompresses at most 16 KiB (BENCHMARKS.md,
-	// Memory). Tables written with another block size read as before.
+	// heap while ingesting the TSBS file and 4% less disk per value
+	// (BENCHMARKS.md, Memory), for reads that decompress a block of
+	// about 16 KiB instead of one value. Tables written with another
+	// block size read as before.
 	sstBlockSize = 16 << 10
 
 	// A hot table takes the whole ingest stream. Every memtable flush
