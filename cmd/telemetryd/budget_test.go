@@ -63,7 +63,7 @@ func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 		"consumer buffers", "query responses", "go runtime soft limit"} {
 		assert.Contains(t, out, `level=DEBUG msg="memory budget part" part="`+part+`"`)
 	}
-	assert.Contains(t, out, "2 hot tables x 2 memtables x 8.0 MiB")
+	assert.Contains(t, out, "2 hot tables x 2 memtables x 4.0 MiB")
 	assert.Equal(t, int64(m.budget.JetStream), m.nats.NATS().JetStreamConfig().MaxMemory)
 }
 

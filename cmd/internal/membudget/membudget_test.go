@@ -15,9 +15,9 @@ func TestPlanMemory(t *testing.T) {
 	b, err := Plan(1<<30, 2, 8, api.DefaultMaxWriteBytes)
 	require.NoError(t, err)
 	// A quarter of the limit for 2 hot tables x 2 memtables, each
-	// costing memtableCost (4) times its size with its log and Badger's
+	// costing memtableCost (8) times its size with its log and Badger's
 	// table-building buffers.
-	assert.Equal(t, int64(16<<20), b.MemTable/(1<<20)*(1<<20), "1 GiB keeps 16 MiB memtables")
+	assert.Equal(t, int64(8<<20), b.MemTable/(1<<20)*(1<<20), "1 GiB keeps 8 MiB memtables")
 	assert.Equal(t, GCPercent, b.GCPercent)
 	small, err := Plan(512<<20, 2, 8, api.DefaultMaxWriteBytes)
 	require.NoError(t, err)
@@ -27,8 +27,14 @@ func TestPlanMemory(t *testing.T) {
 	assert.GreaterOrEqual(t, small.PullBytes, int64(MinPullBytes), "two of the largest messages always fit")
 
 	// The parts sized by a knob stay within the limit, and the Go
-	// runtime's soft limit is below it.
-	for _, limit := range []int64{256 << 20, 512 << 20, 1 << 30, 4 << 30} {
+	// runtime's soft limit is below it. At the minimum limit the floors
+	// decide (4 MiB memtables, whose table-building buffers are smaller
+	// than memtableCost says: Badger's first buffer is 4 MiB).
+	tiny, err := Plan(MinLimit, 2, 8, api.DefaultMaxWriteBytes)
+	require.NoError(t, err)
+	assert.Equal(t, int64(minMemTable), tiny.MemTable)
+	assert.Less(t, tiny.GoSoftLimit, int64(MinLimit))
+	for _, limit := range []int64{512 << 20, 1 << 30, 4 << 30} {
 		b, err := Plan(limit, 2, 8, api.DefaultMaxWriteBytes)
 		require.NoError(t, err)
 		sized := memtableCost*store.HotMemtables*int64(b.HotTables)*b.MemTable + int64(b.HotTables)*b.BlockCache +
