@@ -13,6 +13,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 )
 
 func TestMemoryLimitFlag(t *testing.T) {
@@ -36,6 +37,7 @@ func TestMemoryLimitFlag(t *testing.T) {
 // line with what each part got and, at DEBUG, how each was sized.
 func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	cfg := newTestConfig(t)
 	cfg.MemoryLimit = 512 << 20
 	cfg.LogLevel = "info"
@@ -44,6 +46,7 @@ func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	require.NoError(t, m.Open(context.Background()))
 	assert.Equal(t, int64(384<<20), debug.SetMemoryLimit(-1))
+	assert.Equal(t, membudget.GCPercent, debug.SetGCPercent(100), "the budget's GOGC")
 	out := logs.String()
 	var info []string
 	for _, l := range strings.Split(out, "\n") {
@@ -52,7 +55,7 @@ func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 		}
 	}
 	require.Len(t, info, 1, "one INFO line: %s", out)
-	for _, kv := range []string{`memory_limit="512 MiB"`, `go_soft_limit="384 MiB"`, `memtables="128 MiB"`, "block_caches=", "index_caches=",
+	for _, kv := range []string{`memory_limit="512 MiB"`, "gogc=50", `go_soft_limit="384 MiB"`, `memtables="128 MiB"`, "block_caches=", "index_caches=",
 		"jetstream_memory=", "consumer_buffers=", "query_responses=", "write_bodies="} {
 		assert.Contains(t, info[0], kv)
 	}
@@ -60,6 +63,21 @@ func TestServiceLogsAndAppliesTheMemoryBudget(t *testing.T) {
 		"consumer buffers", "query responses", "go runtime soft limit"} {
 		assert.Contains(t, out, `level=DEBUG msg="memory budget part" part="`+part+`"`)
 	}
-	assert.Contains(t, out, "2 hot tables x 2 memtables x 16 MiB")
+	assert.Contains(t, out, "2 hot tables x 2 memtables x 4.0 MiB")
 	assert.Equal(t, int64(m.budget.JetStream), m.nats.NATS().JetStreamConfig().MaxMemory)
+}
+
+// An operator's GOGC (read by the runtime at start) is kept: the
+// service sets its own only when the variable is unset.
+func TestServiceKeepsTheOperatorsGOGC(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	debug.SetGCPercent(80) // as GOGC=80 would have set it
+	cfg := newTestConfig(t)
+	var logs bucketstest.SyncBuffer
+	m := NewMain(cfg, slog.New(slog.NewTextHandler(&logs, nil)), envMap(map[string]string{"GOGC": "80"}))
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	require.NoError(t, m.Open(context.Background()))
+	assert.Equal(t, 80, debug.SetGCPercent(100))
+	assert.Contains(t, logs.String(), "gogc=env")
 }

@@ -84,6 +84,9 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.budget, err = membudget.Plan(m.cfg.MemoryLimit, m.cfg.HotDays, m.cfg.MaxOpenTables, m.cfg.MaxWriteBytes); err != nil {
 		return err
 	}
+	if m.getenv("GOGC") != "" {
+		m.budget.GCPercent = 0 // the operator's GOGC, which the runtime read at start, stays
+	}
 	m.budget.Apply()
 	m.budget.Log(m.log)
 
