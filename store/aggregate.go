@@ -243,7 +243,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 	}
 	txn, release := t.readTxn()
 	defer release()
-	caching := a.cols != nil && a.wanted != nil
+	caching := a.caching()
 	if caching && a.fromCachedList(t.gen, txn.ReadTs(), lo, hi) {
 		return false, nil
 	}
@@ -262,9 +262,9 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		if bi.ref.oldest < hi {
 			refs = append(refs, bi.ref)
 			distinct = append(distinct, bi.item.UserMeta()&metaDistinctMs != 0)
-			if caching {
-				a.blockKeys = append(a.blockKeys, string(bi.item.Key()))
-				a.versions = append(a.versions, bi.item.Version())
+			if list != nil { // the key the list copied, not a second copy
+				lb := &list.blocks[len(list.blocks)-1]
+				a.blockKeys, a.versions = append(a.blockKeys, lb.key), append(a.versions, lb.version)
 			}
 		}
 		return true, nil
@@ -397,7 +397,7 @@ func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) []int {
 // a.pending for cachePending.
 func (a *aggregator) addHeader(ref blockRef, v []byte) error {
 	start := a.bucketOf(ref.oldest)
-	caching := a.cols != nil && a.wanted != nil
+	caching := a.caching()
 	a.pending = a.pending[:0]
 	_, _, err := block.EachSummary(v, func(name []byte, sum buckets.Summary) {
 		if s := a.summary(start, name); s != nil {
@@ -423,7 +423,7 @@ func (a *aggregator) addColumns(gen uint64, bi blockItem, v []byte, lo, hi bucke
 	if a.scan == nil {
 		a.scan = scanners.Get().(*block.Scanner)
 	}
-	caching := a.cols != nil && a.wanted != nil
+	caching := a.caching()
 	distinct := bi.item.UserMeta()&metaDistinctMs != 0
 	a.pending = a.pending[:0]
 	err := a.scan.Numeric(v, a.wants, func(name []byte, ticks []buckets.Ticks, vals []float64) {
@@ -474,12 +474,16 @@ func (a *aggregator) cachePending(gen uint64, bi blockItem, header bool) {
 // it did; when one is missing it adds nothing.
 func (a *aggregator) addCached(gen uint64, bi blockItem, header bool, lo, hi buckets.Ticks) bool {
 	a.cached = a.cached[:0]
-	if a.cols == nil || a.wanted == nil || !a.lookup(gen, bi.item.Version(), bi.item.Key(), header) {
+	if !a.caching() || !a.lookup(gen, bi.item.Version(), bi.item.Key(), header) {
 		return false
 	}
 	a.addLookedUp(bi.ref, header, bi.item.UserMeta()&metaDistinctMs != 0, lo, hi)
 	return true
 }
+
+// caching reports whether the aggregator uses the column cache: there
+// is one, and the query names its values.
+func (a *aggregator) caching() bool { return a.cols != nil && a.wanted != nil }
 
 // cacheKey is colcache.HeaderKey when header, else colcache.Key.
 func cacheKey(dst []byte, header bool, gen, version uint64, blockKey, name []byte) []byte {

@@ -16,6 +16,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
 // Parameters of BenchmarkDropDay.
@@ -599,7 +600,7 @@ func duBytes(dir string) int64 {
 			return nil
 		}
 		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
-			n += fileSize(info)
+			n += rollup.FileSize(info)
 		}
 		return nil
 	})

@@ -34,13 +34,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/colcache"
+	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
 // Directory names under the data directory.
@@ -371,36 +371,7 @@ func (s *Store) stats() storeStats {
 	}
 	s.mu.Unlock()
 	for _, d := range dirs {
-		st.bytes += dirSize(d)
+		st.bytes += rollup.DirSize(d)
 	}
 	return st
-}
-
-// dirSize is the disk space used by the files directly in dir. Badger
-// preallocates its value log and memtable files sparsely, so a file
-// counts with the smaller of its length and its allocated blocks.
-func dirSize(dir string) int64 {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, e := range entries {
-		info, err := e.Info()
-		if err != nil || !info.Mode().IsRegular() {
-			continue
-		}
-		n += fileSize(info)
-	}
-	return n
-}
-
-// fileSize is the smaller of the length of a file and the space its
-// blocks take.
-func fileSize(info os.FileInfo) int64 {
-	n := info.Size()
-	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		n = min(n, st.Blocks*512)
-	}
-	return n
 }

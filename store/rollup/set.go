@@ -510,7 +510,7 @@ func (s *Set) Periods() []Period {
 	out := make([]Period, 0, len(keys))
 	for _, p := range keys {
 		l := s.levels[p.key.level]
-		out = append(out, Period{Level: l, Month: monthStart(p.key.month).Time(), SizeBytes: dirSize(p.dir),
+		out = append(out, Period{Level: l, Month: monthStart(p.key.month).Time(), SizeBytes: DirSize(p.dir),
 			Expires: monthStart(p.key.month + l.months()).Time().Add(l.Retention)})
 	}
 	return out
@@ -579,10 +579,11 @@ func (s *Set) Close() error {
 	return errors.Join(errs...)
 }
 
-// dirSize is the disk space of the files in dir: Badger preallocates
-// files sparsely, so a file counts with the smaller of its length and
-// its allocated blocks.
-func dirSize(dir string) int64 {
+// DirSize is the disk space of the files directly in dir: Badger
+// preallocates its value log and memtable files sparsely, so a file
+// counts with the smaller of its length and its allocated blocks. The
+// store measures its day tables with it too.
+func DirSize(dir string) int64 {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
@@ -593,11 +594,17 @@ func dirSize(dir string) int64 {
 		if err != nil || !info.Mode().IsRegular() {
 			continue
 		}
-		size := info.Size()
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			size = min(size, st.Blocks*512)
-		}
-		n += size
+		n += FileSize(info)
+	}
+	return n
+}
+
+// FileSize is the disk space of the file info describes: the smaller
+// of its length and its allocated blocks.
+func FileSize(info os.FileInfo) int64 {
+	n := info.Size()
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		n = min(n, st.Blocks*512)
 	}
 	return n
 }
