@@ -274,7 +274,7 @@ func (a *aggregator) table(ctx context.Context, t *table, lo, hi buckets.Ticks) 
 		return false, err
 	}
 	if list != nil {
-		a.key = colcache.ListKey(a.key[:0], t.gen, txn.ReadTs(), []byte(a.q.Device))
+		a.key = colcache.ListKey(a.key[:0], t.gen, txn.ReadTs(), a.q.Device)
 		a.cols.PutList(a.key, list, list.size())
 	}
 	if len(refs) == 0 {
@@ -474,7 +474,7 @@ func (a *aggregator) cachePending(gen uint64, bi blockItem, header bool) {
 // it did; when one is missing it adds nothing.
 func (a *aggregator) addCached(gen uint64, bi blockItem, header bool, lo, hi buckets.Ticks) bool {
 	a.cached = a.cached[:0]
-	if !a.caching() || !a.lookup(gen, bi.item.Version(), bi.item.Key(), header) {
+	if !a.caching() || !lookup(a, gen, bi.item.Version(), bi.item.Key(), header) {
 		return false
 	}
 	a.addLookedUp(bi.ref, header, bi.item.UserMeta()&metaDistinctMs != 0, lo, hi)
@@ -486,7 +486,7 @@ func (a *aggregator) addCached(gen uint64, bi blockItem, header bool, lo, hi buc
 func (a *aggregator) caching() bool { return a.cols != nil && a.wanted != nil }
 
 // cacheKey is colcache.HeaderKey when header, else colcache.Key.
-func cacheKey(dst []byte, header bool, gen, version uint64, blockKey, name []byte) []byte {
+func cacheKey[K ~string | ~[]byte](dst []byte, header bool, gen, version uint64, blockKey K, name []byte) []byte {
 	if header {
 		return colcache.HeaderKey(dst, gen, version, blockKey, name)
 	}
@@ -530,7 +530,7 @@ func (l *blockList) size() int {
 // column of every block in [lo, hi), each block overlapping no other;
 // it reports whether it did. Otherwise it adds nothing.
 func (a *aggregator) fromCachedList(gen, readTs uint64, lo, hi buckets.Ticks) bool {
-	a.key = colcache.ListKey(a.key[:0], gen, readTs, []byte(a.q.Device))
+	a.key = colcache.ListKey(a.key[:0], gen, readTs, a.q.Device)
 	list, ok := a.cols.GetList(a.key)
 	if !ok || list.cover > lo {
 		return false
@@ -567,7 +567,7 @@ func (a *aggregator) addAllCached(gen uint64, group []int, lo, hi buckets.Ticks)
 	}
 	a.cached = a.cached[:0]
 	for i := range a.refs {
-		if !a.lookup(gen, a.versions[i], []byte(a.blockKeys[i]), group[i] == whole) {
+		if !lookup(a, gen, a.versions[i], a.blockKeys[i], group[i] == whole) {
 			return false
 		}
 	}
@@ -584,7 +584,7 @@ func (a *aggregator) addAllCached(gen uint64, group []int, lo, hi buckets.Ticks)
 // lookup appends to a.cached the wanted columns (header summaries when
 // header) of the block under blockKey at version, and reports whether
 // the cache held them all.
-func (a *aggregator) lookup(gen, version uint64, blockKey []byte, header bool) bool {
+func lookup[K ~string | ~[]byte](a *aggregator, gen, version uint64, blockKey K, header bool) bool {
 	for _, name := range a.wanted {
 		a.key = cacheKey(a.key[:0], header, gen, version, blockKey, name)
 		col, ok := a.cols.Get(a.key)

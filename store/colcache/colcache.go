@@ -92,18 +92,18 @@ func New[L any](maxBytes int64) (*Cache[L], error) {
 
 // Key appends to dst the key of the column of name in the block stored
 // under blockKey at version in the table opening gen.
-func Key(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
+func Key[K ~string | ~[]byte](dst []byte, gen, version uint64, blockKey K, name []byte) []byte {
 	return blockName(append(dst, tagColumn), gen, version, blockKey, name)
 }
 
 // HeaderKey is Key for the header summary of name in the block: what
 // an aggregate needs of a block that lies inside one of its buckets.
-func HeaderKey(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
+func HeaderKey[K ~string | ~[]byte](dst []byte, gen, version uint64, blockKey K, name []byte) []byte {
 	return blockName(append(dst, tagHeader), gen, version, blockKey, name)
 }
 
 // blockName appends the identity of name in a block.
-func blockName(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
+func blockName[K ~string | ~[]byte](dst []byte, gen, version uint64, blockKey K, name []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, gen)
 	dst = binary.BigEndian.AppendUint64(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(blockKey)))
@@ -113,7 +113,7 @@ func blockName(dst []byte, gen, version uint64, blockKey, name []byte) []byte {
 
 // ListKey appends to dst the key of the block list of device read at
 // readTs in the table opening gen.
-func ListKey(dst []byte, gen, readTs uint64, device []byte) []byte {
+func ListKey[D ~string | ~[]byte](dst []byte, gen, readTs uint64, device D) []byte {
 	dst = append(dst, tagList)
 	dst = binary.BigEndian.AppendUint64(dst, gen)
 	dst = binary.BigEndian.AppendUint64(dst, readTs)
