@@ -612,10 +612,57 @@ func (a *aggregator) addLookedUp(ref blockRef, header, distinct bool, lo, hi buc
 	}
 	for i, col := range a.cached {
 		if len(col.Vals) > 0 {
-			a.addColumn(a.wanted[i], col.Ticks, col.Vals, distinct, lo, hi)
+			a.addCachedColumn(a.wanted[i], col, ref, distinct, lo, hi)
 		}
 	}
 	a.columns++
+}
+
+// addCachedColumn adds the cached column col of name in the block of
+// ref. When the block lies inside [lo, hi) and none of its values is
+// dropped per millisecond, it adds the column's fold into the query's
+// buckets (made on first use and kept with the column): a bucket no
+// other block has added to takes the fold's summary, which is what
+// folding the values into it makes, to the bit; any other bucket folds
+// the values.
+func (a *aggregator) addCachedColumn(name []byte, col *colcache.Column, ref blockRef, distinct bool, lo, hi buckets.Ticks) {
+	if ref.oldest < lo || ref.newest >= hi || (a.q.PerMillisecond && !distinct) {
+		a.addColumn(name, col.Ticks, col.Vals, distinct, lo, hi)
+		return
+	}
+	f := col.Fold(a.q.Interval)
+	if f == nil {
+		f = a.fold(col)
+		col.KeepFold(f)
+	}
+	for i := range f.Buckets {
+		b := &f.Buckets[i]
+		if s := a.summary(b.Start, name); s.Count == 0 {
+			*s = b.Summary
+		} else {
+			foldRun(s, col.Ticks[b.Lo:b.Hi], col.Vals[b.Lo:b.Hi])
+		}
+	}
+}
+
+// fold folds the values of col into the query's buckets, in the runs
+// addColumn folds them in.
+func (a *aggregator) fold(col *colcache.Column) *colcache.Fold {
+	f := &colcache.Fold{Interval: a.q.Interval}
+	ticks := col.Ticks
+	for i := 0; i < len(ticks); {
+		start := a.bucketOf(ticks[i])
+		j := len(ticks)
+		if end := start + a.q.Interval; end > ticks[i] { // else overflow: the last bucket
+			j, _ = slices.BinarySearch(ticks[i:], end)
+			j += i
+		}
+		b := colcache.FoldBucket{Start: start, Lo: int32(i), Hi: int32(j)}
+		foldRun(&b.Summary, ticks[i:j], col.Vals[i:j])
+		f.Buckets = append(f.Buckets, b)
+		i = j
+	}
+	return f
 }
 
 // addColumn adds the values vals of name observed at ticks (increasing)

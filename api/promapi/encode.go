@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -108,6 +109,19 @@ func writeMatrix(w http.ResponseWriter, m promql.Matrix, warnings []string) {
 	writeBody(w, http.StatusOK, b)
 }
 
+// writeVector is writeMatrix for an instant query's vector: a fleet
+// question answers a sample per truck, each with the truck's
+// attributes as labels, whose encoding through reflection cost a tenth
+// of such a query's CPU.
+func writeVector(w http.ResponseWriter, v promql.Vector, warnings []string) {
+	b, ok := appendVectorResponse(make([]byte, 0, 64+len(v)*160), v, warnings)
+	if !ok {
+		writeData(w, queryData{ResultType: parser.ValueTypeVector, Result: v}, warnings)
+		return
+	}
+	writeBody(w, http.StatusOK, b)
+}
+
 func avgPoints(m promql.Matrix) int {
 	n := 0
 	for i := range m {
@@ -131,30 +145,63 @@ func appendMatrixResponse(b []byte, m promql.Matrix, warnings []string) ([]byte,
 		if i > 0 {
 			b = append(b, ',')
 		}
-		metric, err := json.Marshal(s.Metric)
-		if err != nil {
-			return b, false
-		}
-		b = append(b, `{"metric":`...)
-		b = append(b, metric...)
+		b = appendLabels(append(b, `{"metric":`...), s.Metric)
 		if len(s.Floats) > 0 {
 			b = append(b, `,"values":[`...)
 			for j, p := range s.Floats {
 				if j > 0 {
 					b = append(b, ',')
 				}
-				b = append(b, '[')
-				if b, err = appendSeconds(b, p.T); err != nil {
+				var ok bool
+				if b, ok = appendPoint(b, p.T, p.F); !ok {
 					return b, false
 				}
-				b = append(b, ',', '"')
-				b = strconv.AppendFloat(b, p.F, 'f', -1, 64) // digits, '.', '-', NaN, +Inf, -Inf: nothing to escape
-				b = append(b, '"', ']')
 			}
 			b = append(b, ']')
 		}
 		b = append(b, '}')
 	}
+	return appendEnd(b, warnings)
+}
+
+// appendVectorResponse is appendMatrixResponse for a vector.
+func appendVectorResponse(b []byte, v promql.Vector, warnings []string) ([]byte, bool) {
+	if v == nil {
+		return b, false
+	}
+	b = append(b, `{"status":"success","data":{"resultType":"vector","result":[`...)
+	for i := range v {
+		s := &v[i]
+		if s.H != nil {
+			return b, false
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendLabels(append(b, `{"metric":`...), s.Metric)
+		var ok bool
+		if b, ok = appendPoint(append(b, `,"value":`...), s.T, s.F); !ok {
+			return b, false
+		}
+		b = append(b, '}')
+	}
+	return appendEnd(b, warnings)
+}
+
+// appendPoint appends [seconds,"value"] as FPoint.MarshalJSON writes it.
+func appendPoint(b []byte, t int64, f float64) ([]byte, bool) {
+	b = append(b, '[')
+	b, err := appendSeconds(b, t)
+	if err != nil {
+		return b, false
+	}
+	b = append(b, ',', '"')
+	b = strconv.AppendFloat(b, f, 'f', -1, 64) // digits, '.', '-', NaN, +Inf, -Inf: nothing to escape
+	return append(b, '"', ']'), true
+}
+
+// appendEnd closes the result list and the envelope, with warnings.
+func appendEnd(b []byte, warnings []string) ([]byte, bool) {
 	b = append(b, "]}"...)
 	if len(warnings) > 0 {
 		ws, err := json.Marshal(warnings)
@@ -165,6 +212,38 @@ func appendMatrixResponse(b []byte, m promql.Matrix, warnings []string) ([]byte,
 		b = append(b, ws...)
 	}
 	return append(b, '}'), true
+}
+
+// appendLabels appends ls as labels.Labels.MarshalJSON writes them: an
+// object of the labels sorted by name (the order ls keeps them in),
+// each string as encoding/json escapes it.
+func appendLabels(b []byte, ls labels.Labels) []byte {
+	b = append(b, '{')
+	first := true
+	ls.Range(func(l labels.Label) {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(appendJSONString(b, l.Name), ':')
+		b = appendJSONString(b, l.Value)
+	})
+	return append(b, '}')
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: printable
+// ASCII other than '"', '\\', '<', '>' and '&' as itself, anything else
+// through json.Marshal.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // appendSeconds appends the milliseconds ms as seconds, as

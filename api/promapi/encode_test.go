@@ -55,6 +55,48 @@ func TestMatrixEncodingIsEncodingJSONs(t *testing.T) {
 	}
 }
 
+// TestVectorEncodingIsEncodingJSONs is the same for an instant query's
+// vector, with labels that need escaping.
+func TestVectorEncodingIsEncodingJSONs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	values := []string{"truck_7", `a"b<c>&d`, "ünï", "", "tab\there", "back\\slash", "\x7f", "\u2028", "\xff\xfe", "East"}
+	odd := []float64{0, math.Copysign(0, -1), math.NaN(), math.Inf(1), math.Inf(-1), 1e-7, 1e21, 0.1, -3}
+	for round := range 2000 {
+		var v promql.Vector
+		for range rng.IntN(5) {
+			var ls []string
+			for _, name := range []string{"__name__", "device", "fleet", "model", "x<y"}[:1+rng.IntN(5)] {
+				ls = append(ls, name, values[rng.IntN(len(values))])
+			}
+			s := promql.Sample{Metric: labels.FromStrings(ls...), T: rng.Int64N(2e15) - 1e15, F: rng.NormFloat64() * 100}
+			if rng.IntN(3) == 0 {
+				s.F = odd[rng.IntN(len(odd))]
+			}
+			v = append(v, s)
+		}
+		if v == nil {
+			v = promql.Vector{}
+		}
+		var warnings []string
+		if round%7 == 0 {
+			warnings = []string{"a warning <with> \"quotes\""}
+		}
+		want, err := json.Marshal(response{Status: "success", Data: queryData{ResultType: parser.ValueTypeVector, Result: v}, Warnings: warnings})
+		require.NoError(t, err)
+		got, ok := appendVectorResponse(nil, v, warnings)
+		require.True(t, ok)
+		require.Equal(t, string(want), string(got))
+	}
+	h := promql.Vector{{Metric: labels.FromStrings("__name__", "h"), T: 1000, H: &histogram.FloatHistogram{Count: 2, Sum: 3}}}
+	_, ok := appendVectorResponse(nil, h, nil)
+	assert.False(t, ok, "histograms go to encoding/json")
+	rec := httptest.NewRecorder()
+	writeVector(rec, h, nil)
+	want, err := json.Marshal(response{Status: "success", Data: queryData{ResultType: parser.ValueTypeVector, Result: h}})
+	require.NoError(t, err)
+	assert.Equal(t, string(want)+"\n", rec.Body.String())
+}
+
 func TestMatrixWithHistogramsGoesToEncodingJSON(t *testing.T) {
 	m := promql.Matrix{{Metric: labels.FromStrings("__name__", "h"),
 		Histograms: []promql.HPoint{{T: 1000, H: &histogram.FloatHistogram{Count: 2, Sum: 3}}}}}

@@ -237,8 +237,12 @@ func (a *API) write(w http.ResponseWriter, r *http.Request, qry promql.Query, re
 	}
 	warnings, _ := res.Warnings.AsStrings(qry.String(), 10, 10)
 	warnings = append(warnings, buckets.WarningsOf(r.Context()).List()...) // from the store
-	if m, ok := res.Value.(promql.Matrix); ok {
-		writeMatrix(w, m, warnings)
+	switch v := res.Value.(type) {
+	case promql.Matrix:
+		writeMatrix(w, v, warnings)
+		return
+	case promql.Vector:
+		writeVector(w, v, warnings)
 		return
 	}
 	writeData(w, queryData{ResultType: res.Value.Type(), Result: res.Value}, warnings)

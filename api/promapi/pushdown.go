@@ -26,11 +26,11 @@ type Aggregator interface {
 // and averages within rounding (the engine adds a window's samples with
 // Kahan compensation, the store adds them in block order and block
 // headers carry each block's sum).
-var windowFuncs = map[string]func(*buckets.Summary) float64{
-	"avg_over_time": func(s *buckets.Summary) float64 { return s.Avg() },
-	"min_over_time": func(s *buckets.Summary) float64 { return s.Min },
-	"max_over_time": func(s *buckets.Summary) float64 { return s.Max },
-	"sum_over_time": func(s *buckets.Summary) float64 { return s.Sum },
+var windowFuncs = map[string]func(buckets.Summary) float64{
+	"avg_over_time": func(s buckets.Summary) float64 { return s.Avg() },
+	"min_over_time": func(s buckets.Summary) float64 { return s.Min },
+	"max_over_time": func(s buckets.Summary) float64 { return s.Max },
+	"sum_over_time": func(s buckets.Summary) float64 { return s.Sum },
 }
 
 // windows describes the evaluation windows of a pushed-down selector:
@@ -38,7 +38,7 @@ var windowFuncs = map[string]func(*buckets.Summary) float64{
 type windows struct {
 	first, last, step, rng int64
 	fn                     string
-	value                  func(*buckets.Summary) float64
+	value                  func(buckets.Summary) float64
 }
 
 // windowsOf decides whether a select can be answered per window. The
@@ -58,7 +58,7 @@ func windowsOf(h *storage.SelectHints, subquery bool) (windows, bool) {
 	if h != nil && h.Step == 0 && h.Range > 0 && h.Start+h.Range-1 == h.End {
 		value, ok := windowFuncs[h.Func]
 		if h.Func == "last_over_time" {
-			value, ok = func(s *buckets.Summary) float64 { return s.Last }, true
+			value, ok = func(s buckets.Summary) float64 { return s.Last }, true
 		}
 		if !ok {
 			return windows{}, false
@@ -127,7 +127,7 @@ func loadWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, name
 		}
 		for i, n := range names {
 			if sums[i].Count > 0 {
-				out[n] = append(out[n], sample{end, w.value(&sums[i])})
+				out[n] = append(out[n], sample{end, w.value(sums[i])})
 			}
 		}
 	}
@@ -176,16 +176,21 @@ func window(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names []s
 func loadGrid(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names []string, w windows) (map[string][]sample, error) {
 	r := buckets.Ticks(w.rng) * 10000
 	from, to := ticksOf(w.first-w.rng), ticksOf(w.last+w.rng)
-	grids := make([]grid, len(names))
-	for i := range grids {
-		grids[i] = newGrid(from, to, r)
-	}
+	var grids []grid
 	q := buckets.AggregateQuery{Device: dev, From: from, To: to, Interval: r, Fields: names, PerMillisecond: true,
 		Limit: int(min((to-from)/r+2, 10000))}
 	for {
 		page, err := agg.Aggregate(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("aggregate %v of %s: %w", names, dev, err)
+		}
+		if grids == nil && len(page.Buckets) > 0 {
+			// From the oldest bucket with readings: a device's readings
+			// often span a fraction of a long subquery's range.
+			grids = make([]grid, len(names))
+			for i := range grids {
+				grids[i] = newGrid(page.Buckets[0].Start, to, r)
+			}
 		}
 		for _, b := range page.Buckets {
 			for _, v := range b.Values {
@@ -201,6 +206,9 @@ func loadGrid(ctx context.Context, agg Aggregator, dev buckets.DeviceID, names [
 		q.After = &last
 	}
 	out := make(map[string][]sample, len(names))
+	if grids == nil {
+		return out, nil
+	}
 	for i, n := range names {
 		s, err := gridWindows(ctx, agg, dev, n, w, &grids[i])
 		if err != nil {
@@ -282,6 +290,12 @@ func gridWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, name
 	}
 	var out []sample
 	for end := w.first; end <= w.last; end += w.step {
+		if ticksOf(end) < grid.base { // before the device's oldest bucket
+			continue
+		}
+		if out == nil {
+			out = make([]sample, 0, (w.last-end)/w.step+1)
+		}
 		x := ticksOf(end - w.rng)
 		g := grid.at(x)
 		cut, in := sliver(x)
@@ -314,7 +328,7 @@ func gridWindows(ctx context.Context, agg Aggregator, dev buckets.DeviceID, name
 				FirstTicks: ticksOf(end), LastTicks: ticksOf(end)})
 		}
 		if sum.Count > 0 {
-			out = append(out, sample{end, w.value(&sum)})
+			out = append(out, sample{end, w.value(sum)})
 		}
 	}
 	return out, nil

@@ -29,6 +29,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
 
@@ -43,6 +44,58 @@ type Column struct {
 	Ticks   []buckets.Ticks
 	Vals    []float64
 	Summary buckets.Summary
+	fold    atomic.Pointer[Fold] // the values folded into buckets of one width, once asked
+}
+
+// Fold is a column's values folded into the buckets of one width: per
+// bucket that holds values, oldest first, its start, the summary of
+// its values and where they lie in the column. A question asked again
+// over the same buckets (a dashboard panel, a rule, a subquery's
+// windows) merges a handful of summaries per block instead of folding
+// every value.
+type Fold struct {
+	Interval buckets.Ticks
+	Buckets  []FoldBucket
+}
+
+// FoldBucket is one bucket of a Fold: Summary summarises
+// Vals[Lo:Hi], the values whose ticks are in the bucket starting at
+// Start.
+type FoldBucket struct {
+	Start   buckets.Ticks
+	Lo, Hi  int32
+	Summary buckets.Summary
+}
+
+// MinValuesPerBucket is the fewest values per bucket, on average, for
+// which a column keeps a fold: a fold of narrower buckets costs about
+// as much to merge as the values do to fold, and would take more
+// memory than the cache accounts for it.
+const MinValuesPerBucket = 16
+
+// foldBytes is the memory a column accounts for its fold: at most one
+// FoldBucket per MinValuesPerBucket values.
+func foldBytes(values int) int {
+	return int(unsafe.Sizeof(FoldBucket{})) * (values/MinValuesPerBucket + 1)
+}
+
+// Fold returns the fold kept with the column for buckets of width
+// interval, or nil.
+func (c *Column) Fold(interval buckets.Ticks) *Fold {
+	if f := c.fold.Load(); f != nil && f.Interval == interval {
+		return f
+	}
+	return nil
+}
+
+// KeepFold keeps f with the column, in place of a fold of another
+// width, when it has at most one bucket per MinValuesPerBucket values
+// (else it is not kept); f must not be changed afterwards. Two readers
+// may keep equal folds at once: either stays.
+func (c *Column) KeepFold(f *Fold) {
+	if len(f.Buckets) <= len(c.Vals)/MinValuesPerBucket+1 {
+		c.fold.Store(f)
+	}
 }
 
 // entryOverhead is what a cached column costs beyond its values: the
@@ -170,7 +223,11 @@ func (c *Cache[L]) Put(key []byte, col *Column) {
 	if c == nil {
 		return
 	}
-	c.c.Set(string(key), entry[L]{col: col}, int64(entryOverhead+len(key)+16*len(col.Vals)))
+	cost := entryOverhead + len(key)
+	if len(col.Vals) > 0 {
+		cost += 16*len(col.Vals) + foldBytes(len(col.Vals))
+	}
+	c.c.Set(string(key), entry[L]{col: col}, int64(cost))
 }
 
 // PutList caches list, of about size bytes, under key; the cache may
