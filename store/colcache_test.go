@@ -67,7 +67,7 @@ func TestColumnCacheAnswersAsTheBlocksDo(t *testing.T) {
 	check("first read")
 	hits, misses := ts.cols.Stats()
 	require.Positive(t, misses)
-	check("asked again")      // folds of the cached columns are made
+	check("asked again")     // folds of the cached columns are made
 	check("asked once more") // and merged
 	for k, v := range answers {
 		for _, again := range []string{"asked again", "asked once more"} {
