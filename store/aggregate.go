@@ -62,6 +62,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		return newAggregator(q, 0).page(), nil
 	}
 	agg := newAggregator(q, int(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1, maxBucketsHint)))
+	agg.span(from, to)
 	agg.cols = s.cols
 	defer agg.release()
 	for _, d := range s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), buckets.Asc) {
@@ -111,7 +112,9 @@ const slabSize = 256
 type aggregator struct {
 	q         buckets.AggregateQuery
 	fields    map[string]bool       // nil: every name
-	buckets   map[buckets.Ticks]int // bucket start -> index in bs
+	buckets   map[buckets.Ticks]int // bucket start -> index in bs, for buckets outside slots
+	base      buckets.Ticks         // the start of the bucket of slots[0]
+	slots     []int32               // per bucket from base on: 1 + its index in bs, 0: none yet
 	bs        []aggBucket
 	slab      []buckets.NamedSummary      // room for the summaries of new buckets
 	width     int                         // the most names a bucket has held
@@ -147,7 +150,7 @@ type aggBucket struct {
 // newAggregator returns an aggregator for q with room for about hint
 // buckets.
 func newAggregator(q buckets.AggregateQuery, hint int) *aggregator {
-	a := &aggregator{q: q, buckets: make(map[buckets.Ticks]int, hint), bs: make([]aggBucket, 0, hint),
+	a := &aggregator{q: q, bs: make([]aggBucket, 0, hint),
 		names: make(map[string]string), slabSize: min(max(hint, 4), slabSize)}
 	if len(q.Fields) > 0 {
 		a.width = len(q.Fields)
@@ -161,6 +164,30 @@ func newAggregator(q buckets.AggregateQuery, hint int) *aggregator {
 		slices.SortFunc(a.wanted, bytes.Compare)
 	}
 	return a
+}
+
+// span makes room to find the buckets of [from, to) by their position
+// instead of in a map, when there are at most maxBucketsHint of them.
+func (a *aggregator) span(from, to buckets.Ticks) {
+	if to <= from {
+		return
+	}
+	a.base = a.bucketOf(from)
+	if n := (to-1-a.base)/a.q.Interval + 1; n <= maxBucketsHint {
+		a.slots = make([]int32, n)
+	}
+}
+
+// slot returns the slot of the bucket starting at start, or nil when
+// it has none.
+func (a *aggregator) slot(start buckets.Ticks) *int32 {
+	if start < a.base || a.slots == nil {
+		return nil
+	}
+	if k := (start - a.base) / a.q.Interval; k < buckets.Ticks(len(a.slots)) {
+		return &a.slots[k]
+	}
+	return nil
 }
 
 // bucketOf is the start of the bucket holding k.
@@ -179,11 +206,25 @@ func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary 
 	if a.fields != nil && !a.fields[string(name)] {
 		return nil
 	}
-	i, ok := a.buckets[start]
+	var i int
+	var ok bool
+	slot := a.slot(start)
+	if slot != nil {
+		i, ok = int(*slot)-1, *slot > 0
+	} else {
+		i, ok = a.buckets[start]
+	}
 	if !ok {
 		i = len(a.bs)
 		a.bs = append(a.bs, aggBucket{start: start})
-		a.buckets[start] = i
+		if slot != nil {
+			*slot = int32(i + 1)
+		} else {
+			if a.buckets == nil {
+				a.buckets = make(map[buckets.Ticks]int)
+			}
+			a.buckets[start] = i
+		}
 		a.maxStart = max(a.maxStart, start)
 	}
 	b := &a.bs[i]
@@ -215,7 +256,7 @@ func (a *aggregator) summary(start buckets.Ticks, name []byte) *buckets.Summary 
 // finalBefore counts the buckets that start before start.
 func (a *aggregator) finalBefore(start buckets.Ticks) int {
 	if a.maxStart < start {
-		return len(a.buckets)
+		return len(a.bs)
 	}
 	n := 0
 	for i := range a.bs {
@@ -353,7 +394,7 @@ const (
 // must be resolved together), or whole or alone when it overlaps no
 // other block.
 func (a *aggregator) groups(refs []blockRef, lo, hi buckets.Ticks) []int {
-	order := a.order[:0]
+	order := slices.Grow(a.order[:0], len(refs))
 	for i := range refs {
 		order = append(order, i)
 	}
@@ -535,7 +576,9 @@ func (a *aggregator) fromCachedList(gen, readTs uint64, lo, hi buckets.Ticks) bo
 	if !ok || list.cover > lo {
 		return false
 	}
-	a.refs, a.distinct, a.blockKeys, a.versions = a.refs[:0], a.distinct[:0], a.blockKeys[:0], a.versions[:0]
+	n := len(list.blocks)
+	a.refs, a.distinct = slices.Grow(a.refs[:0], n), slices.Grow(a.distinct[:0], n)
+	a.blockKeys, a.versions = slices.Grow(a.blockKeys[:0], n), slices.Grow(a.versions[:0], n)
 	for _, b := range list.blocks {
 		if b.ref.newest < lo {
 			break
@@ -565,7 +608,7 @@ func (a *aggregator) addAllCached(gen uint64, group []int, lo, hi buckets.Ticks)
 			return false
 		}
 	}
-	a.cached = a.cached[:0]
+	a.cached = slices.Grow(a.cached[:0], len(a.refs)*len(a.wanted))
 	for i := range a.refs {
 		if !lookup(a, gen, a.versions[i], a.blockKeys[i], group[i] == whole) {
 			return false
