@@ -18,6 +18,11 @@
 // name the block does not hold is cached too, as an empty column, so a
 // fully cached block is answered without reading it at all.
 //
+// A column also keeps its values folded into the buckets of the last
+// width an aggregate asked for (Fold), so that a question asked again
+// over the same buckets merges a few summaries per block; the cache
+// accounts for a fold's memory when it admits the column.
+//
 // The cache also holds lists of a device's blocks in a table as a read
 // at one table version saw them (the store's type L): a version is a
 // snapshot that never changes, so while no commit touches the table
