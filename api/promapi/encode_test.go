@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/prometheus/model/histogram"
@@ -138,6 +139,37 @@ func BenchmarkMatrixAnswerEncodingJSON(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := json.Marshal(response{Status: "success", Data: queryData{ResultType: parser.ValueTypeMatrix, Result: m}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// fleetVector is the answer of a fleet question: a sample per truck of
+// a fleet, each with the truck's attributes.
+func fleetVector() promql.Vector {
+	v := make(promql.Vector, 125)
+	for i := range v {
+		v[i] = promql.Sample{Metric: labels.FromStrings("device", "truck_"+strconv.Itoa(i), "device_version", "v1.5",
+			"driver", "Trish", "fleet", "East", "model", "H-2"), T: 1795586390000, F: float64(i) / 7}
+	}
+	return v
+}
+
+func BenchmarkVectorAnswer(b *testing.B) {
+	v := fleetVector()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := appendVectorResponse(nil, v, nil); !ok {
+			b.Fatal("not encoded")
+		}
+	}
+}
+
+func BenchmarkVectorAnswerEncodingJSON(b *testing.B) {
+	v := fleetVector()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := json.Marshal(response{Status: "success", Data: queryData{ResultType: parser.ValueTypeVector, Result: v}}); err != nil {
 			b.Fatal(err)
 		}
 	}
