@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/valuecodec"
 )
 
 // The values of a device index record (index.go), version 1:
@@ -78,87 +79,33 @@ func decodeValues(b []byte) ([]buckets.Field, error) {
 	if len(b) == 0 || b[0] != valuesVersion {
 		return nil, fmt.Errorf("%w: unknown version", errCorruptValues)
 	}
-	d := valueDecoder{b: b[1:]}
-	n := d.uvarint()
-	if d.err != nil || n > buckets.MaxValues*4 || n > uint64(len(d.b)) {
+	d := valuecodec.NewReader(b[1:])
+	n := d.Uvarint()
+	if d.Failed() || n > buckets.MaxValues*4 || n > uint64(d.Len()) {
 		return nil, fmt.Errorf("%w: bad field count", errCorruptValues)
 	}
 	fields := make([]buckets.Field, 0, n)
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		name := string(d.bytes(d.uvarint()))
+	for i := uint64(0); i < n && !d.Failed(); i++ {
+		name := string(d.Bytes(d.Uvarint()))
 		var v buckets.Value
-		switch tag := d.byte(); tag {
+		switch tag := d.Byte(); tag {
 		case tagFloat:
-			v = buckets.Float(math.Float64frombits(binary.LittleEndian.Uint64(d.bytes(8))))
+			v = buckets.Float(d.Float64())
 		case tagFloatInt:
-			v = buckets.Float(float64(d.varint()))
+			v = buckets.Float(float64(d.Varint()))
 		case tagInt:
-			v = buckets.Int(d.varint())
+			v = buckets.Int(d.Varint())
 		case tagFalse, tagTrue:
 			v = buckets.Bool(tag == tagTrue)
 		case tagString:
-			v = buckets.String(string(d.bytes(d.uvarint())))
+			v = buckets.String(string(d.Bytes(d.Uvarint())))
 		default:
-			d.fail()
+			d.Fail()
 		}
 		fields = append(fields, buckets.Field{Name: name, Value: v})
 	}
-	if d.err != nil || len(d.b) != 0 {
+	if d.Failed() || d.Len() != 0 {
 		return nil, fmt.Errorf("%w: truncated or trailing bytes", errCorruptValues)
 	}
 	return fields, nil
-}
-
-// decoder reads a byte slice, remembering the first failure so callers
-// check once at the end.
-type valueDecoder struct {
-	b   []byte
-	err error
-}
-
-func (d *valueDecoder) fail() {
-	if d.err == nil {
-		d.err = errCorruptValues
-	}
-	d.b = nil
-}
-
-func (d *valueDecoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *valueDecoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *valueDecoder) byte() byte {
-	if len(d.b) < 1 {
-		d.fail()
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *valueDecoder) bytes(n uint64) []byte {
-	if n > uint64(len(d.b)) {
-		d.fail()
-		return make([]byte, 8)
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
 }

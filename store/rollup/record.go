@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/valuecodec"
 )
 
 // Bucket is one rollup bucket of a device: its start, per numeric
@@ -154,22 +155,22 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(v[len(v)-4:]) {
 		return fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
-	r := reader{b: body[1:]}
-	n := r.uvarint()
+	r := valuecodec.NewReader(body[1:])
+	n := r.Uvarint()
 	if n > uint64(span/interval) {
 		return fmt.Errorf("%w: %d buckets", ErrCorrupt, n)
 	}
 	prev := int64(-1)
 	for j := range n {
-		i := r.uvarint()
-		if r.err != nil || i >= uint64(span/interval) || int64(i) <= prev {
+		i := r.Uvarint()
+		if r.Failed() || i >= uint64(span/interval) || int64(i) <= prev {
 			return fmt.Errorf("%w: bad bucket offset", ErrCorrupt)
 		}
 		prev = int64(i)
 		b := Bucket{Start: spanStart + buckets.Ticks(i)*interval}
-		b.DistinctMs = r.byte()&flagDistinctMs != 0
-		nn := r.uvarint()
-		if r.err != nil || nn == 0 || nn > 1<<16 {
+		b.DistinctMs = r.Byte()&flagDistinctMs != 0
+		nn := r.Uvarint()
+		if r.Failed() || nn == 0 || nn > 1<<16 {
 			return fmt.Errorf("%w: bad name count", ErrCorrupt)
 		}
 		b.Values = d.values(b.Start, nn, nn*(n-j)) // room for as wide buckets to come
@@ -177,12 +178,12 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 		kept := 0
 		for k := range int(nn) {
 			v := &b.Values[kept] // written in place: the slab is the answer
-			v.Name = d.intern(k, r.bytes(r.uvarint()))
+			v.Name = d.intern(k, r.Bytes(r.Uvarint()))
 			s := &v.Summary
-			s.Count = int64(r.uvarint())
-			s.Sum, s.Min, s.Max, s.First, s.Last = r.floats5()
-			ft, lt := r.uvarint(), r.uvarint()
-			if r.err != nil || s.Count <= 0 || ft >= uint64(interval) || lt >= uint64(interval) {
+			s.Count = int64(r.Uvarint())
+			s.Sum, s.Min, s.Max, s.First, s.Last = r.Float64(), r.Float64(), r.Float64(), r.Float64(), r.Float64()
+			ft, lt := r.Uvarint(), r.Uvarint()
+			if r.Failed() || s.Count <= 0 || ft >= uint64(interval) || lt >= uint64(interval) {
 				return fmt.Errorf("%w: bad summary", ErrCorrupt)
 			}
 			s.FirstTicks, s.LastTicks = b.Start+buckets.Ticks(ft), b.Start+buckets.Ticks(lt)
@@ -199,68 +200,8 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 			return err
 		}
 	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	if r.Len() != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, r.Len())
 	}
 	return nil
-}
-
-// reader reads a record, remembering the first error.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail() {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: truncated", ErrCorrupt)
-	}
-	r.b = nil
-}
-
-func (r *reader) uvarint() uint64 {
-	if len(r.b) > 0 && r.b[0] < 0x80 { // one byte: counts, lengths, offsets
-		v := r.b[0]
-		r.b = r.b[1:]
-		return uint64(v)
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) < 1 {
-		r.fail()
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) bytes(n uint64) []byte {
-	if uint64(len(r.b)) < n {
-		r.fail()
-		return nil
-	}
-	p := r.b[:n]
-	r.b = r.b[n:]
-	return p
-}
-
-// floats5 reads five float64s (sum, min, max, first, last).
-func (r *reader) floats5() (a, b, c, d, e float64) {
-	if len(r.b) < 40 {
-		r.fail()
-		return
-	}
-	p := r.b[:40]
-	r.b = r.b[40:]
-	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(p[i : i+8])) }
-	return f(0), f(8), f(16), f(24), f(32)
 }
