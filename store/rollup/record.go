@@ -181,7 +181,7 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 			v.Name = d.intern(k, r.Bytes(r.Uvarint()))
 			s := &v.Summary
 			s.Count = int64(r.Uvarint())
-			s.Sum, s.Min, s.Max, s.First, s.Last = r.Float64(), r.Float64(), r.Float64(), r.Float64(), r.Float64()
+			s.Sum, s.Min, s.Max, s.First, s.Last = floats5(&r)
 			ft, lt := r.Uvarint(), r.Uvarint()
 			if r.Failed() || s.Count <= 0 || ft >= uint64(interval) || lt >= uint64(interval) {
 				return fmt.Errorf("%w: bad summary", ErrCorrupt)
@@ -204,4 +204,15 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, r.Len())
 	}
 	return nil
+}
+
+// floats5 reads five float64s (sum, min, max, first, last) with one
+// bounds check: they are most of a record's bytes.
+func floats5(r *valuecodec.Reader) (a, b, c, d, e float64) {
+	p := r.Bytes(40)
+	if len(p) < 40 {
+		return
+	}
+	f := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(p[i : i+8])) }
+	return f(0), f(8), f(16), f(24), f(32)
 }
