@@ -7,7 +7,7 @@ import (
 	"math"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/valuecodec"
+	"github.com/telemetryd/telemetryd/buckets/binread"
 )
 
 // The values of a device index record (index.go), version 1:
@@ -79,7 +79,7 @@ func decodeValues(b []byte) ([]buckets.Field, error) {
 	if len(b) == 0 || b[0] != valuesVersion {
 		return nil, fmt.Errorf("%w: unknown version", errCorruptValues)
 	}
-	d := valuecodec.NewReader(b[1:])
+	d := binread.NewReader(b[1:])
 	n := d.Uvarint()
 	if d.Failed() || n > buckets.MaxValues*4 || n > uint64(d.Len()) {
 		return nil, fmt.Errorf("%w: bad field count", errCorruptValues)

@@ -8,7 +8,7 @@ import (
 	"math"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/valuecodec"
+	"github.com/telemetryd/telemetryd/buckets/binread"
 )
 
 // Bucket is one rollup bucket of a device: its start, per numeric
@@ -155,7 +155,7 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(v[len(v)-4:]) {
 		return fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
-	r := valuecodec.NewReader(body[1:])
+	r := binread.NewReader(body[1:])
 	n := r.Uvarint()
 	if n > uint64(span/interval) {
 		return fmt.Errorf("%w: %d buckets", ErrCorrupt, n)
@@ -208,7 +208,7 @@ func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder,
 
 // floats5 reads five float64s (sum, min, max, first, last) with one
 // bounds check: they are most of a record's bytes.
-func floats5(r *valuecodec.Reader) (a, b, c, d, e float64) {
+func floats5(r *binread.Reader) (a, b, c, d, e float64) {
 	p := r.Bytes(40)
 	if len(p) < 40 {
 		return

@@ -29,7 +29,7 @@ import (
 	"math"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/valuecodec"
+	"github.com/telemetryd/telemetryd/buckets/binread"
 )
 
 // Version is the layout AppendValues writes.
@@ -95,7 +95,7 @@ func DecodeValues(b []byte) ([]buckets.Field, error) {
 	if len(b) == 0 || b[0] != Version {
 		return nil, fmt.Errorf("%w: unknown version", ErrCorrupt)
 	}
-	d := valuecodec.NewReader(b[1:])
+	d := binread.NewReader(b[1:])
 	n := d.Uvarint()
 	if d.Failed() || n > buckets.MaxValues*4 || n > uint64(d.Len()) {
 		return nil, fmt.Errorf("%w: bad field count", ErrCorrupt)

@@ -1,4 +1,4 @@
-package valuecodec_test
+package binread_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/telemetryd/telemetryd/buckets/valuecodec"
+	"github.com/telemetryd/telemetryd/buckets/binread"
 )
 
 func TestReader(t *testing.T) {
@@ -20,7 +20,7 @@ func TestReader(t *testing.T) {
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(math.Copysign(0, -1)))
 	b = append(b, 0x80, 0x00) // a uvarint 0 in two bytes
 
-	r := valuecodec.NewReader(b)
+	r := binread.NewReader(b)
 	assert.Equal(t, uint64(5), r.Uvarint())
 	assert.Equal(t, uint64(math.MaxUint64), r.Uvarint())
 	assert.Equal(t, int64(math.MinInt64), r.Varint())
@@ -33,32 +33,32 @@ func TestReader(t *testing.T) {
 	assert.Equal(t, 0, r.Len())
 
 	// Each read past the end fails the reader, and it stays failed.
-	fails := map[string]func(r *valuecodec.Reader){
-		"Uvarint": func(r *valuecodec.Reader) { assert.Zero(t, r.Uvarint()) },
-		"Varint":  func(r *valuecodec.Reader) { assert.Zero(t, r.Varint()) },
-		"Byte":    func(r *valuecodec.Reader) { assert.Zero(t, r.Byte()) },
-		"Bytes":   func(r *valuecodec.Reader) { assert.Nil(t, r.Bytes(1)) },
-		"Float64": func(r *valuecodec.Reader) { assert.Zero(t, r.Float64()) },
+	fails := map[string]func(r *binread.Reader){
+		"Uvarint": func(r *binread.Reader) { assert.Zero(t, r.Uvarint()) },
+		"Varint":  func(r *binread.Reader) { assert.Zero(t, r.Varint()) },
+		"Byte":    func(r *binread.Reader) { assert.Zero(t, r.Byte()) },
+		"Bytes":   func(r *binread.Reader) { assert.Nil(t, r.Bytes(1)) },
+		"Float64": func(r *binread.Reader) { assert.Zero(t, r.Float64()) },
 	}
 	for name, read := range fails {
-		r := valuecodec.NewReader(nil)
+		r := binread.NewReader(nil)
 		read(&r)
 		assert.True(t, r.Failed(), name)
 	}
-	r = valuecodec.NewReader([]byte{1, 2, 3, 4, 5, 6, 7})
+	r = binread.NewReader([]byte{1, 2, 3, 4, 5, 6, 7})
 	assert.Zero(t, r.Float64(), "7 bytes are no float64")
 	assert.True(t, r.Failed())
 	assert.Zero(t, r.Len(), "a failed reader has nothing left")
 	assert.Zero(t, r.Byte())
 	assert.True(t, r.Failed())
 
-	r = valuecodec.NewReader([]byte{1, 2})
+	r = binread.NewReader([]byte{1, 2})
 	r.Fail()
 	assert.True(t, r.Failed())
 	assert.Zero(t, r.Len())
 	assert.Zero(t, r.Byte(), "nothing is read after Fail")
 
-	over := valuecodec.NewReader(bytes.Repeat([]byte{0xff}, 10))
+	over := binread.NewReader(bytes.Repeat([]byte{0xff}, 10))
 	assert.Zero(t, over.Uvarint(), "a uvarint past 64 bits")
 	assert.True(t, over.Failed())
 }

@@ -1,9 +1,9 @@
-// Package valuecodec holds what the project's binary encodings of
+// Package binread holds what the project's binary encodings of
 // values share: a Reader of the primitives they are built from
 // (uvarints, zigzag varints, length-prefixed bytes and float64s as 8
 // bytes little endian) that remembers its first failure, so a decoder
 // reads a run of fields and checks once.
-package valuecodec
+package binread
 
 import (
 	"encoding/binary"
