@@ -260,6 +260,11 @@ type deviceReadings struct {
 	// attrNames are the attribute names the device's lines gave,
 	// sorted; at most buckets.MaxAttributes.
 	attrNames []string
+	// spare is how many values the device's latest merge added to a
+	// reading: its next new reading is given room for as many, so that
+	// the usual second line of a time (TSBS's diagnostics after its
+	// readings) merges in place instead of into a copy.
+	spare int
 }
 
 // devInfo is a device named by a line of the request, checked once.
@@ -866,7 +871,11 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		pi, ok = m.index[key]
 	}
 	if !ok {
-		vs := m.values.alloc(len(fields))
+		spare := 0
+		if g != nil {
+			spare = g.spare
+		}
+		vs := m.values.alloc(len(fields) + spare)[:len(fields)]
 		copy(vs, fields)
 		p := pending{ticks: ticks, fields: vs, line: line}
 		if len(m.attrs) > 0 {
@@ -913,6 +922,7 @@ func (m *mapper) merge(dev int32, ticks buckets.Ticks, fields []buckets.Field, l
 		return ve
 	}
 	m.mergeFields(p, fields, added, line)
+	g.spare = added
 	if missing > 0 {
 		p.mergeAttrs(m.attrs)
 	}
@@ -943,14 +953,36 @@ func (p *pending) fieldConflict(fields []buckets.Field) (added int, _ *buckets.V
 }
 
 // mergeFields merges the sorted fields of line into p's, added of them
-// new to p (none conflicts), in one new slice of the arena each for the
-// values and their lines.
+// new to p (none conflicts): in place when p's values have room for
+// them (deviceReadings.spare), else into a new slice of the arena; their
+// lines always go in a new slice.
 func (m *mapper) mergeFields(p *pending, fields []buckets.Field, added int, line int32) {
 	if added == 0 {
 		return
 	}
 	n := len(p.fields) + added
-	vs, ls := m.values.alloc(n), m.lineNos.alloc(n)
+	ls := m.lineNos.alloc(n)
+	if n <= cap(p.fields) {
+		// From the end, so that no value of p is overwritten before it
+		// is moved: the k-th slot is never before the i-th.
+		vs := p.fields[:n]
+		i, j := len(p.fields)-1, len(fields)-1
+		for k := n - 1; k >= 0; k-- {
+			if i < 0 || (j >= 0 && fields[j].Name > p.fields[i].Name) {
+				vs[k], ls[k] = fields[j], line
+				j--
+				continue
+			}
+			if j >= 0 && fields[j].Name == p.fields[i].Name {
+				j-- // the same value (no conflict): keep the earlier line's
+			}
+			vs[k], ls[k] = p.fields[i], p.lineOf(i)
+			i--
+		}
+		p.fields, p.lines = vs, ls
+		return
+	}
+	vs := m.values.alloc(n)
 	i, j := 0, 0
 	for k := range vs {
 		if j == len(fields) || (i < len(p.fields) && p.fields[i].Name <= fields[j].Name) {
