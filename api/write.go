@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/http"
 	"strconv"
 	"strings"
@@ -403,30 +404,64 @@ func (s *writeSummary) partialWrite() string {
 	return b.String()
 }
 
-// buffers keeps the body buffers of finished requests for the next:
-// a write request of 5,000 lines is about 300 KB.
-var buffers sync.Pool
+// Body buffers of finished requests are kept for the next, one pool
+// per size class: a write request of 10,000 lines is about 2.4 MB, and
+// requests of about the same size differ by a few bytes. A buffer is
+// made with the capacity of its class (n rounded up to a quarter of the
+// power of two below it: at most 25% more), so that the next body of
+// about the same size finds it; with one pool for every size, a body a
+// little larger than the buffer it drew made a new one and put the
+// other back, and the pool came to hold several buffers per request in
+// flight.
+var buffers [bufferClasses]sync.Pool
 
-// maxPooledBuffer bounds the buffers kept in buffers: the rare body
-// near MaxBytes is left to the GC.
-const maxPooledBuffer = 4 << 20
+const (
+	// maxPooledBuffer bounds the buffers kept: the rare body near
+	// MaxBytes is left to the GC.
+	maxPooledBuffer = 4 << 20
+	// minBufferClass is the capacity of the smallest class (readStep).
+	minBufferClass = readStep
+	// bufferClasses: four per power of two from minBufferClass up to
+	// maxPooledBuffer.
+	bufferClasses = 4*(22-16) + 1
+)
 
-// getBytes returns an empty buffer of capacity n to 4n, from the pool
-// when it has one of that size.
-func getBytes(n int) []byte {
-	if p, _ := buffers.Get().(*[]byte); p != nil {
-		if c := cap(*p); c >= n && c <= 4*n {
-			return (*p)[:0]
-		}
-		buffers.Put(p)
+// bufferClass returns the capacity of n's size class and its index
+// into buffers; ok is false when n is larger than maxPooledBuffer.
+func bufferClass(n int) (c, i int, ok bool) {
+	if n > maxPooledBuffer {
+		return n, 0, false
 	}
-	return make([]byte, 0, n)
+	if n <= minBufferClass {
+		return minBufferClass, 0, true
+	}
+	e := bits.Len(uint(n-1)) - 1 // 2^e < n <= 2^(e+1)
+	step := 1 << (e - 2)
+	c = (n + step - 1) / step * step
+	// c is 2^e times 5/4, 6/4, 7/4 or 8/4.
+	return c, 4*(e-bits.Len(minBufferClass)+1) + c/step - 4, true
 }
 
+// getBytes returns an empty buffer of capacity at least n, at most
+// limit when n's class is larger: from the pool of n's class when it
+// has one.
+func getBytes(n, limit int) []byte {
+	c, i, ok := bufferClass(n)
+	if !ok || c > limit {
+		return make([]byte, 0, n)
+	}
+	if p, _ := buffers[i].Get().(*[]byte); p != nil {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, c)
+}
+
+// putBytes keeps b for the next request when its capacity is a size
+// class.
 func putBytes(b []byte) {
-	if b != nil && cap(b) <= maxPooledBuffer {
+	if c, i, ok := bufferClass(cap(b)); ok && c == cap(b) {
 		b = b[:0]
-		buffers.Put(&b)
+		buffers[i].Put(&b)
 	}
 }
 
@@ -508,7 +543,7 @@ func readCharged(r io.Reader, limit int64, res *reservation, held, size int64) (
 	if size >= 0 {
 		first = size + 1 // room to see the end
 	}
-	b := getBytes(int(min(first, limit+1)))
+	b := getBytes(int(min(first, limit+1)), int(limit+1))
 	if !res.growTo(held + int64(cap(b))) {
 		putBytes(b)
 		return nil, errWriteBudget

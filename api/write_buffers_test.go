@@ -1,0 +1,79 @@
+package api
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBufferClasses covers the size classes of body buffers: four per
+// power of two, each index naming one capacity, every size getting the
+// smallest class that holds it, nothing past maxPooledBuffer.
+func TestBufferClasses(t *testing.T) {
+	for _, tc := range []struct{ n, c, i int }{
+		{1, 64 << 10, 0},
+		{64 << 10, 64 << 10, 0},
+		{64<<10 + 1, 80 << 10, 1},
+		{80 << 10, 80 << 10, 1},
+		{80<<10 + 1, 96 << 10, 2},
+		{128 << 10, 128 << 10, 4},
+		{128<<10 + 1, 160 << 10, 5},
+		{2_400_000, 5 << 19, 21},
+		{3<<20 + 1, 7 << 19, 23},
+		{maxPooledBuffer, maxPooledBuffer, bufferClasses - 1},
+	} {
+		c, i, ok := bufferClass(tc.n)
+		require.True(t, ok, "%d", tc.n)
+		assert.Equal(t, tc.c, c, "class of %d", tc.n)
+		assert.Equal(t, tc.i, i, "index of %d", tc.n)
+	}
+	_, _, ok := bufferClass(maxPooledBuffer + 1)
+	assert.False(t, ok, "a body past maxPooledBuffer is not pooled")
+	last := 0
+	for n := 1; n <= maxPooledBuffer; n += 4093 {
+		c, i, _ := bufferClass(n)
+		require.GreaterOrEqual(t, c, n)
+		require.LessOrEqual(t, c, max(n+n/4, minBufferClass), "at most a quarter more than asked")
+		require.GreaterOrEqual(t, i, last)
+		last = i
+		cc, ii, _ := bufferClass(c)
+		require.Equal(t, [2]int{c, i}, [2]int{cc, ii}, "a class is its own class")
+	}
+}
+
+// TestBodyBuffersOfAClassAreShared covers the reuse of body buffers by
+// requests of about the same size, two in flight at a time: they draw
+// buffers of one capacity, so a buffer put back serves either, and the
+// pool does not fill with buffers a little too small for the next
+// body. A size class past the limit is not used.
+func TestBodyBuffersOfAClassAreShared(t *testing.T) {
+	const limit = 16 << 20
+	a, b := getBytes(2_390_000, limit), getBytes(2_410_000, limit)
+	assert.Equal(t, cap(a), cap(b), "bodies of about the same size, buffers of one class")
+	putBytes(a)
+	putBytes(b)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const rounds = 40
+	for i := range rounds {
+		small, large := 2_390_000+i, 2_410_000+i
+		if i%2 == 0 {
+			small, large = large, small
+		}
+		x, y := getBytes(small, limit), getBytes(large, limit)
+		putBytes(x)
+		putBytes(y)
+	}
+	runtime.ReadMemStats(&after)
+	if !raceEnabled {
+		// The GC may empty the pool once in a while; apart from that
+		// each body finds a buffer.
+		assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4*cap(a)), "bodies reuse the buffers")
+	}
+
+	tight := getBytes(2_390_000, 2_400_000)
+	assert.Equal(t, 2_390_000, cap(tight), "its class would pass the limit: exactly what was asked")
+}
