@@ -283,3 +283,32 @@ func TestMapAll(t *testing.T) {
 	assert.Equal(t, Result{}, res)
 	assert.Len(t, Map(bad, o).Rejected, 1)
 }
+
+// TestIdleMappersAreBounded covers the mappers kept between requests:
+// at most GOMAXPROCS, the next request takes one of them, and a mapper
+// past the bound is left to the GC.
+func TestIdleMappersAreBounded(t *testing.T) {
+	for len(idleMappers.ms) > 0 { // what earlier tests left
+		getMapper()
+	}
+	n := maxIdleMappers()
+	var ms []*mapper
+	for range n + 2 {
+		ms = append(ms, newMapper(opts(), 10, 100))
+	}
+	for _, m := range ms {
+		m.release()
+	}
+	require.Len(t, idleMappers.ms, n)
+	kept := map[*mapper]bool{}
+	for _, m := range idleMappers.ms {
+		kept[m] = true
+	}
+	assert.True(t, kept[ms[0]], "the first ones released are kept")
+	assert.False(t, kept[ms[n]], "a mapper past the bound is not kept")
+	m := newMapper(opts(), 10, 100)
+	assert.True(t, kept[m], "the next request takes a kept mapper")
+	assert.Len(t, idleMappers.ms, n-1)
+	m.release()
+	assert.Len(t, idleMappers.ms, n)
+}
