@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/bits"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -404,16 +405,21 @@ func (s *writeSummary) partialWrite() string {
 	return b.String()
 }
 
-// Body buffers of finished requests are kept for the next, one pool
+// Body buffers of finished requests are kept for the next, in a list
 // per size class: a write request of 10,000 lines is about 2.4 MB, and
 // requests of about the same size differ by a few bytes. A buffer is
 // made with the capacity of its class (n rounded up to a quarter of the
 // power of two below it: at most 25% more), so that the next body of
-// about the same size finds it; with one pool for every size, a body a
-// little larger than the buffer it drew made a new one and put the
-// other back, and the pool came to hold several buffers per request in
-// flight.
-var buffers [bufferClasses]sync.Pool
+// about the same size finds it. Each list keeps at most GOMAXPROCS
+// buffers, the rest are left to the GC: what a list keeps is live at
+// every collection. (With one sync.Pool for every size, a body a little
+// larger than the buffer it drew made a new one and put the other back,
+// and the pool came to hold four to eight buffers for two requests in
+// flight.)
+var buffers [bufferClasses]struct {
+	sync.Mutex
+	idle [][]byte
+}
 
 const (
 	// maxPooledBuffer bounds the buffers kept: the rare body near
@@ -450,18 +456,30 @@ func getBytes(n, limit int) []byte {
 	if !ok || c > limit {
 		return make([]byte, 0, n)
 	}
-	if p, _ := buffers[i].Get().(*[]byte); p != nil {
-		return (*p)[:0]
+	l := &buffers[i]
+	l.Lock()
+	defer l.Unlock()
+	if n := len(l.idle); n > 0 {
+		b := l.idle[n-1]
+		l.idle[n-1] = nil
+		l.idle = l.idle[:n-1]
+		return b
 	}
 	return make([]byte, 0, c)
 }
 
 // putBytes keeps b for the next request when its capacity is a size
-// class.
+// class and the list of its class has room.
 func putBytes(b []byte) {
-	if c, i, ok := bufferClass(cap(b)); ok && c == cap(b) {
-		b = b[:0]
-		buffers[i].Put(&b)
+	c, i, ok := bufferClass(cap(b))
+	if !ok || c != cap(b) {
+		return
+	}
+	l := &buffers[i]
+	l.Lock()
+	defer l.Unlock()
+	if len(l.idle) < runtime.GOMAXPROCS(0) {
+		l.idle = append(l.idle, b[:0])
 	}
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,33 +47,39 @@ func TestBufferClasses(t *testing.T) {
 // TestBodyBuffersOfAClassAreShared covers the reuse of body buffers by
 // requests of about the same size, two in flight at a time: they draw
 // buffers of one capacity, so a buffer put back serves either, and the
-// pool does not fill with buffers a little too small for the next
-// body. A size class past the limit is not used.
+// list of a class keeps at most GOMAXPROCS of them. A size class past
+// the limit is not used.
 func TestBodyBuffersOfAClassAreShared(t *testing.T) {
 	const limit = 16 << 20
+	_, class, _ := bufferClass(2_400_000)
+	buffers[class].idle = nil
+	putBytes(make([]byte, 0, 2_400_000))
+	assert.Empty(t, buffers[class].idle, "a buffer not of a class size is not kept")
 	a, b := getBytes(2_390_000, limit), getBytes(2_410_000, limit)
 	assert.Equal(t, cap(a), cap(b), "bodies of about the same size, buffers of one class")
 	putBytes(a)
 	putBytes(b)
-
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	const rounds = 40
-	for i := range rounds {
+	for i := range 40 {
 		small, large := 2_390_000+i, 2_410_000+i
 		if i%2 == 0 {
 			small, large = large, small
 		}
 		x, y := getBytes(small, limit), getBytes(large, limit)
+		assert.ElementsMatch(t, []*byte{unsafe.SliceData(a), unsafe.SliceData(b)},
+			[]*byte{unsafe.SliceData(x), unsafe.SliceData(y)}, "round %d: the two buffers kept", i)
 		putBytes(x)
 		putBytes(y)
 	}
-	runtime.ReadMemStats(&after)
-	if !raceEnabled {
-		// The GC may empty the pool once in a while; apart from that
-		// each body finds a buffer.
-		assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4*cap(a)), "bodies reuse the buffers")
+
+	n := runtime.GOMAXPROCS(0)
+	var held [][]byte
+	for range n + 1 {
+		held = append(held, getBytes(2_400_000, limit))
 	}
+	for _, h := range held {
+		putBytes(h)
+	}
+	assert.Len(t, buffers[class].idle, n, "at most GOMAXPROCS kept per class")
 
 	tight := getBytes(2_390_000, 2_400_000)
 	assert.Equal(t, 2_390_000, cap(tight), "its class would pass the limit: exactly what was asked")
