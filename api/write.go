@@ -410,15 +410,17 @@ func (s *writeSummary) partialWrite() string {
 // requests of about the same size differ by a few bytes. A buffer is
 // made with the capacity of its class (n rounded up to a quarter of the
 // power of two below it: at most 25% more), so that the next body of
-// about the same size finds it. Each list keeps at most GOMAXPROCS
-// buffers, the rest are left to the GC: what a list keeps is live at
-// every collection. (With one sync.Pool for every size, a body a little
-// larger than the buffer it drew made a new one and put the other back,
-// and the pool came to hold four to eight buffers for two requests in
-// flight.)
-var buffers [bufferClasses]struct {
+// about the same size finds it. The lists keep at most GOMAXPROCS
+// buffers in all (at most GOMAXPROCS times maxPooledBuffer), the rest
+// are left to the GC: what they keep is live at every collection, and
+// stays while no write comes. (With one sync.Pool for every size, a
+// body a little larger than the buffer it drew made a new one and put
+// the other back, and the pool came to hold four to eight buffers for
+// two requests in flight.)
+var buffers struct {
 	sync.Mutex
-	idle [][]byte
+	idle [bufferClasses][][]byte
+	n    int // buffers in idle
 }
 
 const (
@@ -456,30 +458,30 @@ func getBytes(n, limit int) []byte {
 	if !ok || c > limit {
 		return make([]byte, 0, n)
 	}
-	l := &buffers[i]
-	l.Lock()
-	defer l.Unlock()
-	if n := len(l.idle); n > 0 {
-		b := l.idle[n-1]
-		l.idle[n-1] = nil
-		l.idle = l.idle[:n-1]
+	buffers.Lock()
+	defer buffers.Unlock()
+	if idle := buffers.idle[i]; len(idle) > 0 {
+		b := idle[len(idle)-1]
+		idle[len(idle)-1] = nil
+		buffers.idle[i] = idle[:len(idle)-1]
+		buffers.n--
 		return b
 	}
 	return make([]byte, 0, c)
 }
 
 // putBytes keeps b for the next request when its capacity is a size
-// class and the list of its class has room.
+// class and the lists have room.
 func putBytes(b []byte) {
 	c, i, ok := bufferClass(cap(b))
 	if !ok || c != cap(b) {
 		return
 	}
-	l := &buffers[i]
-	l.Lock()
-	defer l.Unlock()
-	if len(l.idle) < runtime.GOMAXPROCS(0) {
-		l.idle = append(l.idle, b[:0])
+	buffers.Lock()
+	defer buffers.Unlock()
+	if buffers.n < runtime.GOMAXPROCS(0) {
+		buffers.idle[i] = append(buffers.idle[i], b[:0])
+		buffers.n++
 	}
 }
 

@@ -47,14 +47,18 @@ func TestBufferClasses(t *testing.T) {
 // TestBodyBuffersOfAClassAreShared covers the reuse of body buffers by
 // requests of about the same size, two in flight at a time: they draw
 // buffers of one capacity, so a buffer put back serves either, and the
-// list of a class keeps at most GOMAXPROCS of them. A size class past
-// the limit is not used.
+// lists keep at most GOMAXPROCS buffers in all. A size class past the
+// limit is not used.
 func TestBodyBuffersOfAClassAreShared(t *testing.T) {
+	if prev := runtime.GOMAXPROCS(0); prev < 2 { // room for the two in flight
+		runtime.GOMAXPROCS(2)
+		t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	}
 	const limit = 16 << 20
 	_, class, _ := bufferClass(2_400_000)
-	buffers[class].idle = nil
+	buffers.idle, buffers.n = [bufferClasses][][]byte{}, 0
 	putBytes(make([]byte, 0, 2_400_000))
-	assert.Empty(t, buffers[class].idle, "a buffer not of a class size is not kept")
+	assert.Zero(t, buffers.n, "a buffer not of a class size is not kept")
 	a, b := getBytes(2_390_000, limit), getBytes(2_410_000, limit)
 	assert.Equal(t, cap(a), cap(b), "bodies of about the same size, buffers of one class")
 	putBytes(a)
@@ -73,13 +77,17 @@ func TestBodyBuffersOfAClassAreShared(t *testing.T) {
 
 	n := runtime.GOMAXPROCS(0)
 	var held [][]byte
-	for range n + 1 {
+	for range n {
 		held = append(held, getBytes(2_400_000, limit))
 	}
+	held = append(held, getBytes(100_000, limit)) // another class
 	for _, h := range held {
 		putBytes(h)
 	}
-	assert.Len(t, buffers[class].idle, n, "at most GOMAXPROCS kept per class")
+	assert.Len(t, buffers.idle[class], n, "the first GOMAXPROCS put back are kept")
+	_, other, _ := bufferClass(100_000)
+	assert.Empty(t, buffers.idle[other], "past GOMAXPROCS in all, a buffer of another class is not kept")
+	assert.Equal(t, n, buffers.n)
 
 	tight := getBytes(2_390_000, 2_400_000)
 	assert.Equal(t, 2_390_000, cap(tight), "its class would pass the limit: exactly what was asked")

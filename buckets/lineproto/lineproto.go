@@ -401,7 +401,9 @@ func (m *mapper) finish(lines int) Result {
 // indexes and maps) for the next request, so that a stream of write
 // requests allocates little more than the messages it returns. It keeps
 // at most GOMAXPROCS: mapping is CPU work, so no more are mapping at
-// full speed at once, and what it keeps is live at every collection. (A
+// full speed at once, and what it keeps is live at every collection
+// (and stays while no request comes; a mapper of more than
+// maxPooledLines lines is never kept). (A
 // sync.Pool kept three to four for two requests in flight, one per
 // processor besides those kept over from the collection before: about
 // 13 MB for requests of 10,000 TSBS lines.) A request that finds none
