@@ -410,18 +410,22 @@ func (s *writeSummary) partialWrite() string {
 // requests of about the same size differ by a few bytes. A buffer is
 // made with the capacity of its class (n rounded up to a quarter of the
 // power of two below it: at most 25% more), so that the next body of
-// about the same size finds it. The lists keep at most GOMAXPROCS
-// buffers in all (at most GOMAXPROCS times maxPooledBuffer), the rest
-// are left to the GC: what they keep is live at every collection, and
-// stays while no write comes. (With one sync.Pool for every size, a
+// about the same size finds it, and a body of unknown length grows
+// through the classes, so the buffers it outgrows serve the next. The
+// lists keep at most GOMAXPROCS times maxPooledBuffer bytes in all, the
+// rest are left to the GC: what they keep is live at every collection,
+// and stays while no write comes. (With one sync.Pool for every size, a
 // body a little larger than the buffer it drew made a new one and put
 // the other back, and the pool came to hold four to eight buffers for
 // two requests in flight.)
 var buffers struct {
 	sync.Mutex
-	idle [bufferClasses][][]byte
-	n    int // buffers in idle
+	idle  [bufferClasses][][]byte
+	bytes int // capacity of the buffers in idle
 }
+
+// maxIdleBufferBytes bounds the bytes of the buffers kept.
+func maxIdleBufferBytes() int { return runtime.GOMAXPROCS(0) * maxPooledBuffer }
 
 const (
 	// maxPooledBuffer bounds the buffers kept: the rare body near
@@ -450,9 +454,18 @@ func bufferClass(n int) (c, i int, ok bool) {
 	return c, 4*(e-bits.Len(minBufferClass)+1) + c/step - 4, true
 }
 
-// getBytes returns an empty buffer of capacity at least n, at most
-// limit when n's class is larger: from the pool of n's class when it
-// has one.
+// bufferCap is the capacity of the buffer getBytes(n, limit) returns:
+// n's class, or n itself when the class is larger than limit or n is
+// not pooled.
+func bufferCap(n, limit int) int {
+	if c, _, ok := bufferClass(n); ok && c <= limit {
+		return c
+	}
+	return n
+}
+
+// getBytes returns an empty buffer of capacity bufferCap(n, limit):
+// from the list of n's class when it has one.
 func getBytes(n, limit int) []byte {
 	c, i, ok := bufferClass(n)
 	if !ok || c > limit {
@@ -464,7 +477,7 @@ func getBytes(n, limit int) []byte {
 		b := idle[len(idle)-1]
 		idle[len(idle)-1] = nil
 		buffers.idle[i] = idle[:len(idle)-1]
-		buffers.n--
+		buffers.bytes -= cap(b)
 		return b
 	}
 	return make([]byte, 0, c)
@@ -479,9 +492,9 @@ func putBytes(b []byte) {
 	}
 	buffers.Lock()
 	defer buffers.Unlock()
-	if buffers.n < runtime.GOMAXPROCS(0) {
+	if buffers.bytes+cap(b) <= maxIdleBufferBytes() {
 		buffers.idle[i] = append(buffers.idle[i], b[:0])
-		buffers.n++
+		buffers.bytes += cap(b)
 	}
 }
 
@@ -563,22 +576,22 @@ func readCharged(r io.Reader, limit int64, res *reservation, held, size int64) (
 	if size >= 0 {
 		first = size + 1 // room to see the end
 	}
-	b := getBytes(int(min(first, limit+1)), int(limit+1))
-	if !res.growTo(held + int64(cap(b))) {
-		putBytes(b)
+	n := int(min(first, limit+1))
+	if !res.growTo(held + int64(bufferCap(n, int(limit+1)))) {
 		return nil, errWriteBudget
 	}
+	b := getBytes(n, int(limit+1))
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > limit {
 				return b, nil
 			}
-			n := min(max(2*int64(cap(b)), readStep), limit+1)
-			if !res.growTo(held + n) {
+			n := int(min(max(2*int64(cap(b)), readStep), limit+1))
+			if !res.growTo(held + int64(bufferCap(n, int(limit+1)))) {
 				putBytes(b)
 				return nil, errWriteBudget
 			}
-			nb := make([]byte, len(b), n)
+			nb := getBytes(n, int(limit+1))[:len(b)]
 			copy(nb, b)
 			putBytes(b)
 			b = nb

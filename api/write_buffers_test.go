@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -47,18 +48,17 @@ func TestBufferClasses(t *testing.T) {
 // TestBodyBuffersOfAClassAreShared covers the reuse of body buffers by
 // requests of about the same size, two in flight at a time: they draw
 // buffers of one capacity, so a buffer put back serves either, and the
-// lists keep at most GOMAXPROCS buffers in all. A size class past the
-// limit is not used.
+// lists keep at most GOMAXPROCS times maxPooledBuffer bytes in all. A
+// size class past the limit is not used.
 func TestBodyBuffersOfAClassAreShared(t *testing.T) {
 	if prev := runtime.GOMAXPROCS(0); prev < 2 { // room for the two in flight
 		runtime.GOMAXPROCS(2)
 		t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	}
 	const limit = 16 << 20
-	_, class, _ := bufferClass(2_400_000)
-	buffers.idle, buffers.n = [bufferClasses][][]byte{}, 0
+	buffers.idle, buffers.bytes = [bufferClasses][][]byte{}, 0
 	putBytes(make([]byte, 0, 2_400_000))
-	assert.Zero(t, buffers.n, "a buffer not of a class size is not kept")
+	assert.Zero(t, buffers.bytes, "a buffer not of a class size is not kept")
 	a, b := getBytes(2_390_000, limit), getBytes(2_410_000, limit)
 	assert.Equal(t, cap(a), cap(b), "bodies of about the same size, buffers of one class")
 	putBytes(a)
@@ -75,20 +75,56 @@ func TestBodyBuffersOfAClassAreShared(t *testing.T) {
 		putBytes(y)
 	}
 
+	buffers.idle, buffers.bytes = [bufferClasses][][]byte{}, 0
 	n := runtime.GOMAXPROCS(0)
+	_, largest, _ := bufferClass(maxPooledBuffer)
 	var held [][]byte
 	for range n {
-		held = append(held, getBytes(2_400_000, limit))
+		held = append(held, getBytes(maxPooledBuffer, limit))
 	}
 	held = append(held, getBytes(100_000, limit)) // another class
 	for _, h := range held {
 		putBytes(h)
 	}
-	assert.Len(t, buffers.idle[class], n, "the first GOMAXPROCS put back are kept")
+	assert.Len(t, buffers.idle[largest], n, "GOMAXPROCS of the largest class fill the lists")
 	_, other, _ := bufferClass(100_000)
-	assert.Empty(t, buffers.idle[other], "past GOMAXPROCS in all, a buffer of another class is not kept")
-	assert.Equal(t, n, buffers.n)
+	assert.Empty(t, buffers.idle[other], "past GOMAXPROCS times maxPooledBuffer bytes, a buffer is not kept")
+	assert.Equal(t, n*maxPooledBuffer, buffers.bytes)
 
 	tight := getBytes(2_390_000, 2_400_000)
 	assert.Equal(t, 2_390_000, cap(tight), "its class would pass the limit: exactly what was asked")
+}
+
+// TestBodyOfUnknownLengthGrowsThroughKeptBuffers covers a body read
+// without a length (gzipped, or sent in chunks): it grows through the
+// size classes, so the next one takes the buffers it outgrew and its
+// final one from the lists instead of allocating each. The budget is
+// charged the capacity of every buffer it draws.
+func TestBodyOfUnknownLengthGrowsThroughKeptBuffers(t *testing.T) {
+	if prev := runtime.GOMAXPROCS(0); prev < 2 { // room for every step
+		runtime.GOMAXPROCS(2)
+		t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	}
+	buffers.idle, buffers.bytes = [bufferClasses][][]byte{}, 0
+	body := bytes.Repeat([]byte("m,device=d v=1 1795309323000000000\n"), 30_000) // about 1 MB
+	budget := newByteBudget(64 << 20)
+	read := func() {
+		res := &reservation{b: budget}
+		defer res.release()
+		b, err := readCharged(bytes.NewReader(body), 16<<20, res, 0, -1)
+		require.NoError(t, err)
+		require.Equal(t, body, b)
+		assert.Equal(t, int64(cap(b)), res.n, "charged the buffer it holds")
+		putBytes(b)
+	}
+	read()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		read()
+	}
+	runtime.ReadMemStats(&after)
+	// Growing from 64 KiB to 2 MiB allocates about 4 MB when nothing
+	// is kept.
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(10*64<<10), "a body's growth takes kept buffers")
 }
