@@ -433,8 +433,8 @@ const (
 	maxPooledBuffer = 4 << 20
 	// minBufferClass is the capacity of the smallest class (readStep).
 	minBufferClass = readStep
-	// bufferClasses: four per power of two from minBufferClass up to
-	// maxPooledBuffer.
+	// bufferClasses: minBufferClass (2^16), then four per power of
+	// two up to maxPooledBuffer (2^22).
 	bufferClasses = 4*(22-16) + 1
 )
 
