@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -403,30 +405,96 @@ func (s *writeSummary) partialWrite() string {
 	return b.String()
 }
 
-// buffers keeps the body buffers of finished requests for the next:
-// a write request of 5,000 lines is about 300 KB.
-var buffers sync.Pool
-
-// maxPooledBuffer bounds the buffers kept in buffers: the rare body
-// near MaxBytes is left to the GC.
-const maxPooledBuffer = 4 << 20
-
-// getBytes returns an empty buffer of capacity n to 4n, from the pool
-// when it has one of that size.
-func getBytes(n int) []byte {
-	if p, _ := buffers.Get().(*[]byte); p != nil {
-		if c := cap(*p); c >= n && c <= 4*n {
-			return (*p)[:0]
-		}
-		buffers.Put(p)
-	}
-	return make([]byte, 0, n)
+// Body buffers of finished requests are kept for the next, in a list
+// per size class: a write request of 10,000 lines is about 2.4 MB, and
+// requests of about the same size differ by a few bytes. A buffer is
+// made with the capacity of its class (n rounded up to a quarter of the
+// power of two below it: at most 25% more), so that the next body of
+// about the same size finds it, and a body of unknown length grows
+// through the classes, so the buffers it outgrows serve the next. The
+// lists keep at most GOMAXPROCS times maxPooledBuffer bytes in all, the
+// rest are left to the GC: what they keep is live at every collection,
+// and stays while no write comes. (With one sync.Pool for every size, a
+// body a little larger than the buffer it drew made a new one and put
+// the other back, and the pool came to hold four to eight buffers for
+// two requests in flight.)
+var buffers struct {
+	sync.Mutex
+	idle  [bufferClasses][][]byte
+	bytes int // capacity of the buffers in idle
 }
 
+// maxIdleBufferBytes bounds the bytes of the buffers kept.
+func maxIdleBufferBytes() int { return runtime.GOMAXPROCS(0) * maxPooledBuffer }
+
+const (
+	// maxPooledBuffer bounds the buffers kept: the rare body near
+	// MaxBytes is left to the GC.
+	maxPooledBuffer = 4 << 20
+	// minBufferClass is the capacity of the smallest class (readStep).
+	minBufferClass = readStep
+	// bufferClasses: minBufferClass (2^16), then four per power of
+	// two up to maxPooledBuffer (2^22).
+	bufferClasses = 4*(22-16) + 1
+)
+
+// bufferClass returns the capacity of n's size class and its index
+// into buffers; ok is false when n is larger than maxPooledBuffer.
+func bufferClass(n int) (c, i int, ok bool) {
+	if n > maxPooledBuffer {
+		return n, 0, false
+	}
+	if n <= minBufferClass {
+		return minBufferClass, 0, true
+	}
+	e := bits.Len(uint(n-1)) - 1 // 2^e < n <= 2^(e+1)
+	step := 1 << (e - 2)
+	c = (n + step - 1) / step * step
+	// c is 2^e times 5/4, 6/4, 7/4 or 8/4.
+	return c, 4*(e-bits.Len(minBufferClass)+1) + c/step - 4, true
+}
+
+// bufferCap is the capacity of the buffer getBytes(n, limit) returns:
+// n's class, or n itself when the class is larger than limit or n is
+// not pooled.
+func bufferCap(n, limit int) int {
+	if c, _, ok := bufferClass(n); ok && c <= limit {
+		return c
+	}
+	return n
+}
+
+// getBytes returns an empty buffer of capacity bufferCap(n, limit):
+// from the list of n's class when it has one.
+func getBytes(n, limit int) []byte {
+	c, i, ok := bufferClass(n)
+	if !ok || c > limit {
+		return make([]byte, 0, n)
+	}
+	buffers.Lock()
+	defer buffers.Unlock()
+	if idle := buffers.idle[i]; len(idle) > 0 {
+		b := idle[len(idle)-1]
+		idle[len(idle)-1] = nil
+		buffers.idle[i] = idle[:len(idle)-1]
+		buffers.bytes -= cap(b)
+		return b
+	}
+	return make([]byte, 0, c)
+}
+
+// putBytes keeps b for the next request when its capacity is a size
+// class and the lists have room.
 func putBytes(b []byte) {
-	if b != nil && cap(b) <= maxPooledBuffer {
-		b = b[:0]
-		buffers.Put(&b)
+	c, i, ok := bufferClass(cap(b))
+	if !ok || c != cap(b) {
+		return
+	}
+	buffers.Lock()
+	defer buffers.Unlock()
+	if buffers.bytes+cap(b) <= maxIdleBufferBytes() {
+		buffers.idle[i] = append(buffers.idle[i], b[:0])
+		buffers.bytes += cap(b)
 	}
 }
 
@@ -508,22 +576,22 @@ func readCharged(r io.Reader, limit int64, res *reservation, held, size int64) (
 	if size >= 0 {
 		first = size + 1 // room to see the end
 	}
-	b := getBytes(int(min(first, limit+1)))
-	if !res.growTo(held + int64(cap(b))) {
-		putBytes(b)
+	n := int(min(first, limit+1))
+	if !res.growTo(held + int64(bufferCap(n, int(limit+1)))) {
 		return nil, errWriteBudget
 	}
+	b := getBytes(n, int(limit+1))
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > limit {
 				return b, nil
 			}
-			n := min(max(2*int64(cap(b)), readStep), limit+1)
-			if !res.growTo(held + n) {
+			n := int(min(max(2*int64(cap(b)), readStep), limit+1))
+			if !res.growTo(held + int64(bufferCap(n, int(limit+1)))) {
 				putBytes(b)
 				return nil, errWriteBudget
 			}
-			nb := make([]byte, len(b), n)
+			nb := getBytes(n, int(limit+1))[:len(b)]
 			copy(nb, b)
 			putBytes(b)
 			b = nb

@@ -216,6 +216,55 @@ func TestMergeKeepsTheLineOfEachValue(t *testing.T) {
 		"m.a": 3.0, "m.b": 1.0, "m.c": 4.0, "m.d": 2.0, "m.e": 5.0}}}, readingsOf(t, res)["a"])
 }
 
+// TestMergeInPlace covers a device's second line of a time merging
+// into the room its reading was given (as many values as the device's
+// previous merge added): values in name order whichever line gave them,
+// each still naming its line in a conflict, the readings of the other
+// device beside them in the arena untouched, and a merge that adds more
+// than the room going into a copy.
+func TestMergeInPlace(t *testing.T) {
+	ns := func(s int) int64 { return now.Add(-time.Hour + time.Duration(s)*time.Second).UnixNano() }
+	k := func(s int) buckets.Ticks {
+		return buckets.MustTicks(now.Add(-time.Hour + time.Duration(s)*time.Second))
+	}
+	body := strings.Join([]string{
+		fmt.Sprintf("m,device=a x=1,z=3 %d", ns(1)),
+		fmt.Sprintf("m,device=b x=10 %d", ns(1)),
+		fmt.Sprintf("m,device=a y=2,z=3 %d", ns(1)),     // adds 1: a's next reading gets room for 1
+		fmt.Sprintf("m,device=a x=4,z=6 %d", ns(2)),     // line 4
+		fmt.Sprintf("m,device=b x=11 %d", ns(2)),        // right after a's reading and its room
+		fmt.Sprintf("m,device=a w=0,y=5,z=6 %d", ns(2)), // adds 2, more than the room: a copy
+		fmt.Sprintf("m,device=a x=7,z=9 %d", ns(3)),     // line 7, room for 2
+		fmt.Sprintf("m,device=b x=12 %d", ns(3)),
+		fmt.Sprintf("m,device=a y=8 %d", ns(3)), // line 9, in place at the middle
+		fmt.Sprintf("m,device=a a=1 %d", ns(3)), // line 10, in place at the front
+		fmt.Sprintf("m,device=a x=0 %d", ns(3)), // conflicts with line 7
+		fmt.Sprintf("m,device=a y=0 %d", ns(3)), // conflicts with line 9
+		fmt.Sprintf("m,device=a a=0 %d", ns(3)), // conflicts with line 10
+		fmt.Sprintf("m,device=a z=9 %d", ns(3)), // the same value again: merges
+		fmt.Sprintf("m,device=a q=1 %d", ns(3)), // past the room: a copy
+		fmt.Sprintf("m,device=a x=5 %d", ns(2)), // conflicts with line 4, after the copy
+	}, "\n")
+	res := Map([]byte(body), opts())
+	require.Len(t, res.Rejected, 4)
+	for i, want := range []struct{ line, earlier int }{{11, 7}, {12, 9}, {13, 10}, {16, 4}} {
+		assert.Equal(t, want.line, res.Rejected[i].Line)
+		assert.Equal(t, CodeConflictingLines, res.Rejected[i].Err.Code)
+		assert.Contains(t, res.Rejected[i].Error(), fmt.Sprintf("line %d gives", want.earlier))
+	}
+	got := readingsOf(t, res)
+	assert.Equal(t, []map[string]any{
+		{"ts": k(1), "values": map[string]any{"m.x": 1.0, "m.y": 2.0, "m.z": 3.0}},
+		{"ts": k(2), "values": map[string]any{"m.w": 0.0, "m.x": 4.0, "m.y": 5.0, "m.z": 6.0}},
+		{"ts": k(3), "values": map[string]any{"m.a": 1.0, "m.q": 1.0, "m.x": 7.0, "m.y": 8.0, "m.z": 9.0}},
+	}, got["a"])
+	assert.Equal(t, []map[string]any{
+		{"ts": k(1), "values": map[string]any{"m.x": 10.0}},
+		{"ts": k(2), "values": map[string]any{"m.x": 11.0}},
+		{"ts": k(3), "values": map[string]any{"m.x": 12.0}},
+	}, got["b"])
+}
+
 // TestMapAll maps a body of good lines as Map does, and gives up,
 // holding nothing, on a body with a bad line.
 func TestMapAll(t *testing.T) {
@@ -233,4 +282,33 @@ func TestMapAll(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, Result{}, res)
 	assert.Len(t, Map(bad, o).Rejected, 1)
+}
+
+// TestIdleMappersAreBounded covers the mappers kept between requests:
+// at most GOMAXPROCS, the next request takes one of them, and a mapper
+// past the bound is left to the GC.
+func TestIdleMappersAreBounded(t *testing.T) {
+	for len(idleMappers.ms) > 0 { // what earlier tests left
+		getMapper()
+	}
+	n := maxIdleMappers()
+	var ms []*mapper
+	for range n + 2 {
+		ms = append(ms, newMapper(opts(), 10, 100))
+	}
+	for _, m := range ms {
+		m.release()
+	}
+	require.Len(t, idleMappers.ms, n)
+	kept := map[*mapper]bool{}
+	for _, m := range idleMappers.ms {
+		kept[m] = true
+	}
+	assert.True(t, kept[ms[0]], "the first ones released are kept")
+	assert.False(t, kept[ms[n]], "a mapper past the bound is not kept")
+	m := newMapper(opts(), 10, 100)
+	assert.True(t, kept[m], "the next request takes a kept mapper")
+	assert.Len(t, idleMappers.ms, n-1)
+	m.release()
+	assert.Len(t, idleMappers.ms, n)
 }

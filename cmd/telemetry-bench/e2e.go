@@ -251,6 +251,47 @@ func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
 	return func() { <-done }
 }
 
+// heapAtPeak, when profiling is on, samples the service's RSS every
+// 200 ms and, each time it passes its highest yet by more than 2%,
+// saves the heap profile (name.heap.pprof) and the same as text with
+// the runtime's memory statistics (name.heap.txt) into ProfileDir, so
+// the files left describe the heap at about the peak. The returned func
+// stops it and waits.
+func (b *bench) heapAtPeak(ctx context.Context, svc *service, name string) func() {
+	if b.cfg.ProfileDir == "" || svc.pprofAddr == "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		var top int64
+		for {
+			select {
+			case <-ctx.Done():
+				if top > 0 {
+					b.prog.logf("heap profile at %s RSS written to %s", mib(top), filepath.Join(b.cfg.ProfileDir, name+".heap.pprof"))
+				}
+				return
+			case <-t.C:
+			}
+			st, err := svc.stats()
+			if err != nil || st.rss <= top+top/50 {
+				continue
+			}
+			top = st.rss
+			for _, p := range []struct{ query, file string }{{"heap", ".heap.pprof"}, {"heap?debug=1", ".heap.txt"}} {
+				if err := fetchProfile(ctx, svc.pprofAddr, p.query, filepath.Join(b.cfg.ProfileDir, name+p.file)); err != nil && ctx.Err() == nil {
+					b.prog.logf("heap profile %s: %v", name, err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // fetchProfile saves GET /debug/pprof/<query> of the pprof server at
 // addr to path.
 func fetchProfile(ctx context.Context, addr, query, path string) error {

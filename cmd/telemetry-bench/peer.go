@@ -205,6 +205,8 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		defer svc.stop(time.Minute)
 		stopProfile := b.profile(ctx, svc, "peer-"+filepath.Base(dir))
 		defer stopProfile()
+		stopHeap := b.heapAtPeak(ctx, svc, "peer-"+filepath.Base(dir))
+		defer stopHeap()
 		start := time.Now()
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()
