@@ -116,6 +116,44 @@ func TestSecondHalfMergesWithoutReadingBack(t *testing.T) {
 	}
 }
 
+// The messages of two requests in flight may commit in the other
+// order: the second half of a reading (with the readings after it)
+// first, then the older message that ends with its first half. The
+// older one merges into the oldest reading the tracker kept of the
+// newer write, without reading the block back.
+func TestFirstHalfAfterTheSecondMergesWithoutReadingBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bound int
+		reads int
+	}{{"kept", maxLastBytes, 0}, {"past the bound", 0, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bound := maxLastBytes
+			maxLastBytes = tc.bound
+			t.Cleanup(func() { maxLastBytes = bound })
+			ts := newTestStore(t)
+			reads := 0
+			testHookReadBeforeWrite = func() { reads++ }
+			t.Cleanup(func() { testHookReadBeforeWrite = nil })
+			k, step := at(-time.Hour), buckets.Ticks(10*buckets.TicksPerSecond)
+			ts.write(t, reading("truck", k, "status", 1), reading("truck", k+step, "status", 0, "velocity", 5.0))
+			ts.write(t, reading("truck", k-step, "status", 0, "velocity", 3.0), reading("truck", k, "velocity", 4.0))
+			assert.Equal(t, tc.reads, reads)
+			got, err := ts.Get(t.Context(), "truck", k)
+			require.NoError(t, err)
+			assert.Equal(t, reading("truck", k, "status", 1, "velocity", 4.0), got)
+			assert.EqualValues(t, 3, tableReadings(ts))
+
+			// A later write at the kept oldest reading's ticks replaces
+			// it: the next part merges into what the table holds.
+			ts.write(t, reading("truck", k, "load", 7))
+			got, err = ts.Get(t.Context(), "truck", k)
+			require.NoError(t, err)
+			assert.Equal(t, reading("truck", k, "load", 7, "status", 1, "velocity", 4.0), got)
+		})
+	}
+}
+
 // After a commit fails, which may have left its blocks, the reading the
 // write tracker kept for its devices is not used: the next part of it
 // is read back.

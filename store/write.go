@@ -150,9 +150,9 @@ type entry struct {
 	meta   byte          // Badger user meta of the entry (series.go)
 	added  int64         // readings new to the table
 	newest buckets.Ticks // newest new reading, -1 for none
-	// last is the values of the block's newest reading, for a block a
-	// write made (nil for a compaction's).
-	last []buckets.Field
+	// first and last are the values of the block's oldest and newest
+	// readings, for a block a write made (nil for a compaction's).
+	first, last []buckets.Field
 }
 
 // readingKey is the identity of a reading.
@@ -193,10 +193,27 @@ type deviceWrites struct {
 	// instead of reading and decoding the device's newest block.
 	last      []buckets.Field
 	lastTicks buckets.Ticks
+	// first, when not nil, is what the table holds at firstTicks, the
+	// oldest reading of the device's latest write: when two messages
+	// arrive in the other order (the second half of a reading first),
+	// the older one merges into it from here.
+	first      []buckets.Field
+	firstTicks buckets.Ticks
+}
+
+// keep replaces what *vs holds with a copy of new (nil: nothing) when
+// the tracker's bound leaves room for it.
+func (w *writeTracker) keep(vs *[]buckets.Field, new []buckets.Field) {
+	w.lastBytes -= valuesBytes(*vs)
+	*vs = nil
+	if n := valuesBytes(new); new != nil && w.lastBytes+n <= maxLastBytes {
+		*vs = slices.Clone(new)
+		w.lastBytes += n
+	}
 }
 
 // maxLastBytes bounds the values write trackers keep per table
-// (deviceWrites.last). A device's deletion drops its entry without
+// (deviceWrites.last and first). A device's deletion drops its entry without
 // giving its bytes back: the bound then errs towards keeping less. A
 // variable so that tests can reach the bound.
 var maxLastBytes = 4 << 20
@@ -251,30 +268,39 @@ func (w *writeTracker) mayOverlap(dev buckets.DeviceID, oldest, newest buckets.T
 }
 
 // stored returns what the table holds of dev at k when the tracker
-// keeps it: k is the newest reading this process wrote for dev.
+// keeps it: k is the newest reading this process wrote for dev, or
+// the oldest of its latest write.
 func (w *writeTracker) stored(dev buckets.DeviceID, k buckets.Ticks) ([]buckets.Field, bool) {
 	dw, ok := w.written[dev]
-	if !ok || dw.last == nil || dw.lastTicks != k {
+	switch {
+	case !ok:
 		return nil, false
+	case dw.last != nil && dw.lastTicks == k:
+		return dw.last, true
+	case dw.first != nil && dw.firstTicks == k:
+		return dw.first, true
 	}
-	return dw.last, true
+	return nil, false
 }
 
 // noteWritten records committed blocks. newest is the table's newest
 // reading after the commit. A block of a write (entry.last set) whose
 // newest reading is not older than the one kept for its device
-// replaces it; the blocks of a compaction change no reading.
+// replaces it, and its oldest reading replaces the oldest kept (a
+// block of a write that held the kept oldest reading's ticks is a
+// later write: no kept reading outlives a write of its ticks); the
+// blocks of a compaction change no reading.
 func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	for _, e := range entries {
 		dw, ok := w.written[e.dev]
 		dw.add(e.ref.oldest, e.ref.newest)
 		if e.last != nil && (dw.last == nil || e.ref.newest >= dw.lastTicks) {
-			w.lastBytes -= valuesBytes(dw.last)
-			dw.last = nil
-			if n := valuesBytes(e.last); w.lastBytes+n <= maxLastBytes {
-				dw.last, dw.lastTicks = slices.Clone(e.last), e.ref.newest
-				w.lastBytes += n
-			}
+			w.keep(&dw.last, e.last)
+			dw.lastTicks = e.ref.newest
+		}
+		if e.first != nil {
+			w.keep(&dw.first, e.first)
+			dw.firstTicks = e.ref.oldest
 		}
 		if ok {
 			w.written[e.dev] = dw
@@ -289,12 +315,12 @@ func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	}
 }
 
-// forgetLast drops the reading kept for dev, after a commit of it
+// forgetLast drops the readings kept for dev, after a commit of it
 // failed: what the table holds is not known for sure. Its times stay.
 func (w *writeTracker) forgetLast(dev buckets.DeviceID) {
-	if dw, ok := w.written[dev]; ok && dw.last != nil {
-		w.lastBytes -= valuesBytes(dw.last)
-		dw.last = nil
+	if dw, ok := w.written[dev]; ok {
+		w.keep(&dw.last, nil)
+		w.keep(&dw.first, nil)
 		w.written[dev] = dw
 	}
 }
@@ -419,7 +445,7 @@ func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field
 			return nil, err
 		}
 		e.meta = blockMeta(out[:n])
-		e.last = out[n-1].Values
+		e.first, e.last = out[0].Values, out[n-1].Values
 		entries = append(entries, e)
 		out, isNew = out[n:], isNew[n:]
 	}
