@@ -3,6 +3,7 @@ package promapi
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -109,20 +110,21 @@ func (c *windowCache) readPending(ctx context.Context) {
 		err error
 	}
 	res := make([]result, len(pending))
-	next := make(chan int)
+	// The workers, the caller among them, take the next key in turn:
+	// handing each key over a channel cost a switch of goroutines per
+	// device.
+	var next atomic.Int64
+	work := func() {
+		for i := next.Add(1) - 1; i < int64(len(pending)); i = next.Add(1) - 1 {
+			k := pending[i]
+			res[i].got, res[i].err = loadWindows(ctx, c.agg, k.dev, c.want[k], c.wins[k])
+		}
+	}
 	var wg sync.WaitGroup
-	for range min(prefetchWorkers, len(pending)) {
-		wg.Go(func() {
-			for i := range next {
-				k := pending[i]
-				res[i].got, res[i].err = loadWindows(ctx, c.agg, k.dev, c.want[k], c.wins[k])
-			}
-		})
+	for range min(prefetchWorkers, len(pending)) - 1 {
+		wg.Go(work)
 	}
-	for i := range pending {
-		next <- i
-	}
-	close(next)
+	work()
 	wg.Wait()
 	for i, k := range pending {
 		if res[i].err != nil {
