@@ -421,23 +421,23 @@ func (s *Server) decodeAggregateCursor(str string) (aggregateCursor, error) {
 	if err != nil {
 		return aggregateCursor{}, err
 	}
-	r := cursorReader{b: p}
+	r := newCursorReader(p)
 	var ac aggregateCursor
 	ac.Device = buckets.DeviceID(r.str())
 	ac.From = buckets.Ticks(r.u64())
 	ac.To = buckets.Ticks(r.u64())
 	ac.Interval = buckets.Ticks(r.u64())
-	ac.Fns = aggFn(r.byte())
-	n := r.uvarint()
+	ac.Fns = aggFn(r.Byte())
+	n := r.Uvarint()
 	if n > buckets.MaxValues {
-		r.err = errCursorMalformed
+		r.Fail()
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
+	for i := uint64(0); i < n && !r.Failed(); i++ {
 		ac.Fields = append(ac.Fields, r.str())
 	}
 	ac.Last = buckets.Ticks(r.u64())
 	iv := time.Duration(ac.Interval) * 100
-	if r.err != nil || len(r.b) != 0 || ac.Device.Validate() != nil ||
+	if r.Failed() || r.Len() != 0 || ac.Device.Validate() != nil ||
 		!ac.From.Valid() || !ac.To.Valid() || ac.From >= ac.To ||
 		iv < minAggregateStep || iv > maxAggregateStep ||
 		ac.Fns == 0 || ac.Fns&^fnAll != 0 ||

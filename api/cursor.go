@@ -8,12 +8,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
 	"time"
 
 	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/binread"
 )
 
 // Cursors are opaque to clients: base64url (no padding) of
@@ -55,9 +55,6 @@ const (
 	cursorKeyInfo   = "telemetryd cursor v2"
 	cursorNonceInfo = "telemetryd cursor nonce v2"
 )
-
-// errCursorMalformed marks a cursor payload that does not decode.
-var errCursorMalformed = errors.New("malformed")
 
 // rangeCursor is the state of a paged range query.
 type rangeCursor struct {
@@ -184,21 +181,21 @@ func (cc cursorCodec) decodeRange(s string) (rangeCursor, error) {
 	if err != nil {
 		return rangeCursor{}, err
 	}
-	r := cursorReader{b: p}
+	r := newCursorReader(p)
 	var c rangeCursor
 	c.Device = buckets.DeviceID(r.str())
 	c.From = buckets.Ticks(r.u64())
 	c.To = buckets.Ticks(r.u64())
-	c.Order = buckets.Order(r.byte())
-	n := r.uvarint()
+	c.Order = buckets.Order(r.Byte())
+	n := r.Uvarint()
 	if n > buckets.MaxValues {
-		r.err = errCursorMalformed
+		r.Fail()
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
+	for i := uint64(0); i < n && !r.Failed(); i++ {
 		c.Fields = append(c.Fields, r.str())
 	}
 	c.Last = buckets.Ticks(r.u64())
-	if r.err != nil || len(r.b) != 0 || c.Device.Validate() != nil ||
+	if r.Failed() || r.Len() != 0 || c.Device.Validate() != nil ||
 		!c.From.Valid() || !c.To.Valid() || c.From >= c.To || c.Order > buckets.Asc ||
 		c.Last < c.From || c.Last >= c.To || !validFieldList(c.Fields) {
 		return rangeCursor{}, invalidArg("cursor", "malformed; pass the next value of the previous page unchanged")
@@ -232,24 +229,25 @@ func (cc cursorCodec) decodeDevices(s string) (devicesCursor, error) {
 	if err != nil {
 		return devicesCursor{}, err
 	}
-	r := cursorReader{b: p}
+	r := newCursorReader(p)
 	c := devicesCursor{Prefix: r.str()}
-	if n := int(r.byte()); r.err == nil && len(r.b) >= buckets.MaxDeviceIDLen && n <= buckets.MaxDeviceIDLen {
-		c.Last, r.b = buckets.DeviceID(r.b[:n]), r.b[buckets.MaxDeviceIDLen:]
+	n := int(r.Byte())
+	if slot := r.Bytes(buckets.MaxDeviceIDLen); slot != nil && n <= buckets.MaxDeviceIDLen {
+		c.Last = buckets.DeviceID(slot[:n])
 	} else {
-		r.fail()
+		r.Fail()
 	}
-	if r.err == nil && len(r.b) > 0 {
+	if !r.Failed() && r.Len() > 0 {
 		f := &c.Filter
 		f.Match = r.str()
 		f.SilentFor = time.Duration(r.u64())
 		f.SilentBefore = buckets.Ticks(r.u64())
 		f.Since = buckets.Ticks(r.u64())
 		if len(f.Match) > maxMatchBytes || f.SilentFor < 0 || !f.SilentBefore.Valid() || !f.Since.Valid() {
-			r.fail()
+			r.Fail()
 		}
 	}
-	if r.err != nil || len(r.b) != 0 || c.Last.Validate() != nil || validPrefix(c.Prefix) != nil {
+	if r.Failed() || r.Len() != 0 || c.Last.Validate() != nil || validPrefix(c.Prefix) != nil {
 		return devicesCursor{}, invalidArg("cursor", "malformed; pass the next value of the previous page unchanged")
 	}
 	return c, nil
@@ -266,51 +264,18 @@ func validFieldList(fields []string) bool {
 	return true
 }
 
-// cursorReader reads a cursor payload, remembering the first failure.
-type cursorReader struct {
-	b   []byte
-	err error
-}
+// cursorReader reads a cursor payload (binread's Reader, which
+// remembers the first failure): strings are length-prefixed, integers
+// 8 bytes big endian.
+type cursorReader struct{ binread.Reader }
 
-func (r *cursorReader) fail() { r.err, r.b = errCursorMalformed, nil }
+func newCursorReader(p []byte) *cursorReader { return &cursorReader{binread.NewReader(p)} }
 
-func (r *cursorReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *cursorReader) str() string {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail()
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
+func (r *cursorReader) str() string { return string(r.Bytes(r.Uvarint())) }
 
 func (r *cursorReader) u64() uint64 {
-	if len(r.b) < 8 {
-		r.fail()
-		return 0
+	if b := r.Bytes(8); b != nil {
+		return binary.BigEndian.Uint64(b)
 	}
-	v := binary.BigEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	return v
-}
-
-func (r *cursorReader) byte() byte {
-	if len(r.b) < 1 {
-		r.fail()
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
+	return 0
 }

@@ -49,16 +49,16 @@ func (cc cursorCodec) decodeExport(s string) (exportCursor, error) {
 	if err != nil {
 		return exportCursor{}, err
 	}
-	r := cursorReader{b: p}
+	r := newCursorReader(p)
 	var c exportCursor
-	c.Format = r.byte()
+	c.Format = r.Byte()
 	c.Prefix = r.str()
 	c.Match = r.str()
 	c.From = buckets.Ticks(r.u64())
 	c.To = buckets.Ticks(r.u64())
 	c.Pos.Device = buckets.DeviceID(r.str())
 	c.Pos.Last = buckets.Ticks(r.u64())
-	if r.err != nil || len(r.b) != 0 || (c.Format != 'n' && c.Format != 'c') || validPrefix(c.Prefix) != nil ||
+	if r.Failed() || r.Len() != 0 || (c.Format != 'n' && c.Format != 'c') || validPrefix(c.Prefix) != nil ||
 		len(c.Match) > maxMatchBytes || !c.From.Valid() || !c.To.Valid() || c.From >= c.To ||
 		c.Pos.Device.Validate() != nil || c.Pos.Last < c.From || c.Pos.Last >= c.To {
 		return exportCursor{}, invalidArg("cursor", "malformed; pass the %s value of the previous response unchanged", exportNextHeader)
