@@ -84,36 +84,23 @@ func TestOverlapMergesOnlyTheBlocksItOverlaps(t *testing.T) {
 // the tracker's bound it is read back; either way the stored reading
 // holds both halves, and a device's deletion leaves nothing behind.
 func TestSecondHalfMergesWithoutReadingBack(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		bound int
-		reads int
-	}{{"kept", maxLastBytes, 0}, {"past the bound", 0, 1}} {
-		t.Run(tc.name, func(t *testing.T) {
-			bound := maxLastBytes
-			maxLastBytes = tc.bound
-			t.Cleanup(func() { maxLastBytes = bound })
-			ts := newTestStore(t)
-			reads := 0
-			testHookReadBeforeWrite = func() { reads++ }
-			t.Cleanup(func() { testHookReadBeforeWrite = nil })
-			k := at(-time.Hour)
-			ts.write(t, reading("truck", k-10*buckets.TicksPerSecond, "velocity", 3.0), reading("truck", k, "velocity", 4.0))
-			ts.write(t, reading("truck", k, "status", 1))
-			assert.Equal(t, tc.reads, reads)
-			got, err := ts.Get(t.Context(), "truck", k)
-			require.NoError(t, err)
-			assert.Equal(t, reading("truck", k, "status", 1, "velocity", 4.0), got)
-			assert.EqualValues(t, 2, tableReadings(ts))
+	keptAndPastTheBound(t, func(t *testing.T, ts *testStore, reads *int, want int) {
+		k := at(-time.Hour)
+		ts.write(t, reading("truck", k-10*buckets.TicksPerSecond, "velocity", 3.0), reading("truck", k, "velocity", 4.0))
+		ts.write(t, reading("truck", k, "status", 1))
+		assert.Equal(t, want, *reads)
+		got, err := ts.Get(t.Context(), "truck", k)
+		require.NoError(t, err)
+		assert.Equal(t, reading("truck", k, "status", 1, "velocity", 4.0), got)
+		assert.EqualValues(t, 2, tableReadings(ts))
 
-			// The merged reading is kept in turn: a third part merges
-			// into both.
-			ts.write(t, reading("truck", k, "load", 7))
-			got, err = ts.Get(t.Context(), "truck", k)
-			require.NoError(t, err)
-			assert.Equal(t, reading("truck", k, "load", 7, "status", 1, "velocity", 4.0), got)
-		})
-	}
+		// The merged reading is kept in turn: a third part merges
+		// into both.
+		ts.write(t, reading("truck", k, "load", 7))
+		got, err = ts.Get(t.Context(), "truck", k)
+		require.NoError(t, err)
+		assert.Equal(t, reading("truck", k, "load", 7, "status", 1, "velocity", 4.0), got)
+	})
 }
 
 // The messages of two requests in flight may commit in the other
@@ -122,6 +109,29 @@ func TestSecondHalfMergesWithoutReadingBack(t *testing.T) {
 // older one merges into the oldest reading the tracker kept of the
 // newer write, without reading the block back.
 func TestFirstHalfAfterTheSecondMergesWithoutReadingBack(t *testing.T) {
+	keptAndPastTheBound(t, func(t *testing.T, ts *testStore, reads *int, want int) {
+		k, step := at(-time.Hour), buckets.Ticks(10*buckets.TicksPerSecond)
+		ts.write(t, reading("truck", k, "status", 1), reading("truck", k+step, "status", 0, "velocity", 5.0))
+		ts.write(t, reading("truck", k-step, "status", 0, "velocity", 3.0), reading("truck", k, "velocity", 4.0))
+		assert.Equal(t, want, *reads)
+		got, err := ts.Get(t.Context(), "truck", k)
+		require.NoError(t, err)
+		assert.Equal(t, reading("truck", k, "status", 1, "velocity", 4.0), got)
+		assert.EqualValues(t, 3, tableReadings(ts))
+
+		// A later write at the kept oldest reading's ticks replaces
+		// it: the next part merges into what the table holds.
+		ts.write(t, reading("truck", k, "load", 7))
+		got, err = ts.Get(t.Context(), "truck", k)
+		require.NoError(t, err)
+		assert.Equal(t, reading("truck", k, "load", 7, "status", 1, "velocity", 4.0), got)
+	})
+}
+
+// keptAndPastTheBound runs fn on a new store twice: with the write
+// tracker's bound on kept readings as it is (want 0 reads before a
+// write) and at 0, past it (want 1), counting the reads in reads.
+func keptAndPastTheBound(t *testing.T, fn func(t *testing.T, ts *testStore, reads *int, want int)) {
 	for _, tc := range []struct {
 		name  string
 		bound int
@@ -135,21 +145,7 @@ func TestFirstHalfAfterTheSecondMergesWithoutReadingBack(t *testing.T) {
 			reads := 0
 			testHookReadBeforeWrite = func() { reads++ }
 			t.Cleanup(func() { testHookReadBeforeWrite = nil })
-			k, step := at(-time.Hour), buckets.Ticks(10*buckets.TicksPerSecond)
-			ts.write(t, reading("truck", k, "status", 1), reading("truck", k+step, "status", 0, "velocity", 5.0))
-			ts.write(t, reading("truck", k-step, "status", 0, "velocity", 3.0), reading("truck", k, "velocity", 4.0))
-			assert.Equal(t, tc.reads, reads)
-			got, err := ts.Get(t.Context(), "truck", k)
-			require.NoError(t, err)
-			assert.Equal(t, reading("truck", k, "status", 1, "velocity", 4.0), got)
-			assert.EqualValues(t, 3, tableReadings(ts))
-
-			// A later write at the kept oldest reading's ticks replaces
-			// it: the next part merges into what the table holds.
-			ts.write(t, reading("truck", k, "load", 7))
-			got, err = ts.Get(t.Context(), "truck", k)
-			require.NoError(t, err)
-			assert.Equal(t, reading("truck", k, "load", 7, "status", 1, "velocity", 4.0), got)
+			fn(t, ts, &reads, tc.reads)
 		})
 	}
 }
