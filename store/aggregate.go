@@ -167,13 +167,16 @@ func newAggregator(q buckets.AggregateQuery, hint int) *aggregator {
 }
 
 // span makes room to find the buckets of [from, to) by their position
-// instead of in a map, when there are at most maxBucketsHint of them.
+// instead of in a map, when there are at most maxBucketsHint of them
+// and not many more than the page can hold (a small page of a long
+// span keeps the map).
 func (a *aggregator) span(from, to buckets.Ticks) {
 	if to <= from {
 		return
 	}
 	a.base = a.bucketOf(from)
-	if n := (to-1-a.base)/a.q.Interval + 1; n <= maxBucketsHint {
+	n := (to-1-a.base)/a.q.Interval + 1
+	if n <= maxBucketsHint && n/4 <= buckets.Ticks(a.q.Limit) {
 		a.slots = make([]int32, n)
 	}
 }
