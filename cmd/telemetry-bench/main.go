@@ -185,7 +185,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.TSBSFile, "tsbs", "", "a TSBS IoT influx file (tsbs_generate_data --use-case=iot --format=influx): with -phases tsbs, publish it to the service end to end at 100 readings per message; otherwise, instead of the run, store it as blocks and as one Badger entry per reading, and report write rates and bytes on disk")
 	fs.StringVar(&cfg.TSBSFile, "tsbs-file", "", "the same as -tsbs")
 	fs.StringVar(&cfg.PeerBinary, "peer-binary", "", "a VictoriaMetrics binary (single node, app/victoria-metrics): instead of the run, compare telemetryd (line protocol and JSON at 100 per message) with it on the -tsbs file, one after the other, -repeat times: ingest until queryable, disk per value, latest value right after ingest (-queries requests), peak RSS, and the fleet questions as PromQL when telemetryd has device attributes")
-	peerRuns := fs.String("peer-runs", "line,json,peer", "with -peer-binary: the ingest runs of each round, comma-separated: line, json (telemetryd), peer (VictoriaMetrics), line-B (the -compare build through line protocol)")
+	peerRuns := fs.String("peer-runs", "line,json,peer", "with -peer-binary: the ingest runs of each round, comma-separated: line, json (telemetryd), peer (VictoriaMetrics), line-B and json-B (the -compare build through line protocol and JSON)")
 	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
 	fs.StringVar(&cfg.FleetCaches, "fleet-caches", "on", "with -peer-binary: the query caches of both services during the fleet questions: on (as shipped: telemetryd's column cache, the peer's rollup result cache), off (telemetryd -column-cache=false, the peer asked with nocache=1) or ours (telemetryd's column cache on, the peer asked with nocache=1)")
 	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)
@@ -266,8 +266,8 @@ func (c Config) validate() error {
 		return errors.New("-peer-binary: want the TSBS IoT file in -tsbs-file FILE")
 	case c.PeerBinary != "" && slices.ContainsFunc(c.PeerRuns, func(k string) bool { return !slices.Contains(peerKinds, k) }):
 		return fmt.Errorf("-peer-runs %s: want some of %s", strings.Join(c.PeerRuns, ","), strings.Join(peerKinds, ","))
-	case c.PeerBinary != "" && slices.Contains(c.PeerRuns, "line-B") && c.Compare == "":
-		return errors.New("-peer-runs line-B: want the B build in -compare")
+	case c.PeerBinary != "" && slices.ContainsFunc(c.PeerRuns, isBRun) && c.Compare == "":
+		return errors.New("-peer-runs line-B, json-B: want the B build in -compare")
 	case c.MatchDevices < 0:
 		return fmt.Errorf("-match-devices %d: want 0 or more", c.MatchDevices)
 	case !slices.Contains([]string{"on", "off", "ours"}, c.FleetCaches):

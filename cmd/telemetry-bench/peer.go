@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +51,9 @@ import (
 // With -repeat N the three ingest runs are done N times (every other
 // round in reverse order) and the table shows medians.
 
-// peerKinds are the ingest runs a round may do, in order: "line-B" is
-// the line protocol run of the -compare build.
-var peerKinds = []string{"line", "json", "peer", "line-B"}
+// peerKinds are the ingest runs a round may do, in order: "line-B" and
+// "json-B" are the line protocol and JSON runs of the -compare build.
+var peerKinds = []string{"line", "json", "peer", "line-B", "json-B"}
 
 // peerKindNames name the runs in the report.
 var peerKindNames = map[string]string{
@@ -60,7 +61,14 @@ var peerKindNames = map[string]string{
 	"json":   "telemetryd, JSON 100/msg",
 	"peer":   "VictoriaMetrics",
 	"line-B": "telemetryd B, line protocol",
+	"json-B": "telemetryd B, JSON 100/msg",
 }
+
+// isJSONRun tells the runs that publish JSON messages on JetStream.
+func isJSONRun(kind string) bool { return kind == "json" || kind == "json-B" }
+
+// isBRun tells the runs of the -compare build.
+func isBRun(kind string) bool { return strings.HasSuffix(kind, "-B") }
 
 // peerRun is what one ingest run measured.
 type peerRun struct {
@@ -120,7 +128,7 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 				return fmt.Errorf("%s, round %d: %w", peerKindNames[kind], rep+1, err)
 			}
 			runs = append(runs, r)
-			if kind != "json" && rep == cfg.Repeat-1 {
+			if !isJSONRun(kind) && rep == cfg.Repeat-1 {
 				keep[kind] = dir
 			} else {
 				removeAll(dir, cfg.Keep)
@@ -188,7 +196,7 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		res.Disk = dirSize(p.dataDir)
 	} else {
 		bin := b.bin
-		if kind == "line-B" {
+		if isBRun(kind) {
 			bin = b.cfg.Compare
 		}
 		svc := b.telemetrydFor(bin, dir)
@@ -213,7 +221,7 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		waited := make(chan error, 1)
 		go func() { waited <- waitStored(wctx, svc, int64(d.json.readings), ph, 50*time.Millisecond) }()
 		var err error
-		if kind != "json" {
+		if !isJSONRun(kind) {
 			err = postBodies(ctx, svc.client, svc.url("/api/v2/write?bucket=tsbs&precision=ns"), d.bodies)
 		} else {
 			var nc *nats.Conn

@@ -94,7 +94,7 @@ func TestPeerFlags(t *testing.T) {
 	_, err := parseFlags([]string{"-peer-binary", "vm"}, &out)
 	require.ErrorContains(t, err, "-tsbs-file")
 	_, err = parseFlags([]string{"-peer-binary", "vm", "-tsbs-file", "f", "-peer-runs", "line,influx"}, &out)
-	require.ErrorContains(t, err, `-peer-runs line,influx: want some of line,json,peer,line-B`)
+	require.ErrorContains(t, err, `-peer-runs line,influx: want some of line,json,peer,line-B,json-B`)
 	_, err = parseFlags([]string{"-peer-binary", "vm", "-tsbs-file", "f", "-peer-runs", "line,line-B"}, &out)
 	require.ErrorContains(t, err, "-compare")
 	_, err = parseFlags([]string{"-peer-binary", "vm", "-tsbs-file", "f", "-fleet-queries", "-1"}, &out)
@@ -131,4 +131,15 @@ func TestPeerReportRatios(t *testing.T) {
 	assert.Equal(t, []string{"0.800", "B", "2.000", "B", "0.900", "B", "0.40", "1.12"}, find("disk per value"))
 	assert.Contains(t, out, "B = old")
 	assert.Contains(t, out, "does not turn line protocol tags into device attributes")
+
+	// json-B is compared with json, not with the peer.
+	cfg.PeerRuns = []string{"json", "json-B"}
+	runs = runs[:0]
+	for _, r := range []float64{10, 30, 20} {
+		runs = append(runs, peerRun{Kind: "json", Rate: r, Disk: 800}, peerRun{Kind: "json-B", Rate: 3 * r, Disk: 400})
+	}
+	out = peerReport(cfg, d, runs, nil, false)
+	lines = strings.Split(out, "\n")
+	assert.Contains(t, out, "JSON B / JSON A")
+	assert.Equal(t, []string{"20", "60", "3.00"}, find("ingest, readings/s until queryable"))
 }

@@ -172,10 +172,11 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 	}
 	for _, kind := range cfg.PeerRuns {
 		switch {
-		case kind == "line-B" && slices.Contains(cfg.PeerRuns, "line"):
-			ratios = append(ratios, ratioCol{"line-B", "line"})
-			s.header = append(s.header, "line B / line A")
-		case kind != "peer" && kind != "line-B" && slices.Contains(cfg.PeerRuns, "peer"):
+		case isBRun(kind) && slices.Contains(cfg.PeerRuns, strings.TrimSuffix(kind, "-B")):
+			a := strings.TrimSuffix(kind, "-B")
+			ratios = append(ratios, ratioCol{kind, a})
+			s.header = append(s.header, strings.Replace(a, "json", "JSON", 1)+" B / "+strings.Replace(a, "json", "JSON", 1)+" A")
+		case kind != "peer" && !isBRun(kind) && slices.Contains(cfg.PeerRuns, "peer"):
 			ratios = append(ratios, ratioCol{kind, "peer"})
 			s.header = append(s.header, strings.Replace(kind, "json", "JSON", 1)+" / peer")
 		}
