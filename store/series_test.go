@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/block"
 )
 
 // render prints readings exactly (float bits included), so that two
@@ -315,5 +316,31 @@ func TestCompactionCountsAndKeysAfterCleanClose(t *testing.T) {
 		}
 		_, _, ok := parseAnyBlockKey([]byte(it.key))
 		assert.True(t, ok, "key %x", it.key)
+	}
+}
+
+// TestSmallOpenBlocksAreWrittenUncompressed checks which open blocks a
+// commit writes without zstd: those of the lowest size tier, which the
+// compactor merges again soon, and no larger one.
+func TestSmallOpenBlocksAreWrittenUncompressed(t *testing.T) {
+	for _, n := range []int{8, compactTierBlocks - 1, compactTierBlocks, 100} {
+		rs := series("dev-1", at(0), 10*time.Second, n)
+		for i := range rs {
+			for k := range 10 {
+				rs[i].Values = append(rs[i].Values, buckets.Field{Name: fmt.Sprintf("v%d", k), Value: buckets.Float(float64(i*k) / 7)})
+			}
+		}
+		got, err := encodeOpen(rs)
+		require.NoError(t, err)
+		plain, err := block.EncodePlain(nil, rs)
+		require.NoError(t, err)
+		packed, err := block.Encode(nil, rs)
+		require.NoError(t, err)
+		require.NotEqual(t, plain, packed, "%d readings: zstd must make a difference for the check to mean anything", n)
+		if n < compactTierBlocks {
+			assert.Equal(t, plain, got, "%d readings", n)
+		} else {
+			assert.Equal(t, packed, got, "%d readings", n)
+		}
 	}
 }

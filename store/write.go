@@ -441,7 +441,7 @@ func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field
 			}
 		}
 		var err error
-		if e.value, err = block.Encode(nil, out[:n]); err != nil {
+		if e.value, err = encodeOpen(out[:n]); err != nil {
 			return nil, err
 		}
 		e.meta = blockMeta(out[:n])
@@ -450,6 +450,20 @@ func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field
 		out, isNew = out[n:], isNew[n:]
 	}
 	return entries, nil
+}
+
+// encodeOpen encodes the open block of a commit. A block of the lowest
+// size tier (fewer than sixteen readings, such as a truck's share of
+// a line protocol request) is merged with others within
+// compactTierBlocks commits, so its columns are left uncompressed: the
+// compactor's zstd work is the only one done on them (about a tenth
+// more line protocol ingest on the TSBS file, BENCHMARKS.md). Larger
+// ones may stay open for an hour and are compressed at once.
+func encodeOpen(rs []buckets.Reading) ([]byte, error) {
+	if tierOf(len(rs)) == 0 {
+		return block.EncodePlain(nil, rs)
+	}
+	return block.Encode(nil, rs)
 }
 
 // blockCut returns how many of rs (at least one) go in one block: at

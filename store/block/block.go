@@ -175,6 +175,13 @@ func Encode(dst []byte, rs []buckets.Reading) ([]byte, error) {
 	return encode(dst, rs, encoding{})
 }
 
+// EncodePlain is Encode with the columns left uncompressed: for blocks
+// that are merged into others soon, whose zstd work would be thrown
+// away (readers decode both alike).
+func EncodePlain(dst []byte, rs []buckets.Reading) ([]byte, error) {
+	return encode(dst, rs, encoding{noZstd: true})
+}
+
 // encoding turns off choices of the format, to measure what each is
 // worth (the decoder reads every such block).
 type encoding struct {

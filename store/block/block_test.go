@@ -71,31 +71,48 @@ func TestRoundTripKeepsEveryReading(t *testing.T) {
 			{Device: "dev-1", Ticks: buckets.MaxTicks, Values: []buckets.Field{{Name: "i", Value: buckets.Int(0)}}},
 		},
 	}
+	encoders := map[string]func([]byte, []buckets.Reading) ([]byte, error){
+		"zstd": block.Encode, "plain": block.EncodePlain,
+	}
 	for name, rs := range cases {
-		t.Run(name, func(t *testing.T) {
-			b, err := block.Encode(nil, rs)
-			require.NoError(t, err)
-			h, got, err := block.Decode(b, "dev-1")
-			require.NoError(t, err)
-			require.Equal(t, len(rs), h.Count)
-			assert.Equal(t, rs[0].Ticks, h.Oldest)
-			assert.Equal(t, rs[len(rs)-1].Ticks, h.Newest)
-			require.Len(t, got, len(rs))
-			for i := range rs {
-				require.Equal(t, rs[i].Ticks, got[i].Ticks, "reading %d", i)
-				require.Equal(t, len(rs[i].Values), len(got[i].Values), "reading %d", i)
-				for j, f := range rs[i].Values {
-					g := got[i].Values[j]
-					require.Equal(t, f.Name, g.Name)
-					require.Equal(t, f.Value.Kind, g.Value.Kind)
-					if f.Value.Kind == buckets.KindFloat {
-						require.Equal(t, math.Float64bits(f.Value.AsFloat()), math.Float64bits(g.Value.AsFloat()), "reading %d %s", i, f.Name)
-					} else {
-						require.Equal(t, f.Value, g.Value, "reading %d %s", i, f.Name)
-					}
-				}
+		for enc, encode := range encoders {
+			t.Run(name+"/"+enc, func(t *testing.T) { roundTrip(t, encode, rs) })
+		}
+	}
+	// The plain encoding leaves the columns as they are: a steady
+	// series takes several times its zstd size.
+	steady := cases["steady"]
+	packed, err := block.Encode(nil, steady)
+	require.NoError(t, err)
+	plain, err := block.EncodePlain(nil, steady)
+	require.NoError(t, err)
+	assert.Greater(t, len(plain), 2*len(packed), "plain %d bytes, zstd %d", len(plain), len(packed))
+}
+
+// roundTrip checks that the block encode makes of rs decodes to rs.
+func roundTrip(t *testing.T, encode func([]byte, []buckets.Reading) ([]byte, error), rs []buckets.Reading) {
+	t.Helper()
+	b, err := encode(nil, rs)
+	require.NoError(t, err)
+	h, got, err := block.Decode(b, "dev-1")
+	require.NoError(t, err)
+	require.Equal(t, len(rs), h.Count)
+	assert.Equal(t, rs[0].Ticks, h.Oldest)
+	assert.Equal(t, rs[len(rs)-1].Ticks, h.Newest)
+	require.Len(t, got, len(rs))
+	for i := range rs {
+		require.Equal(t, rs[i].Ticks, got[i].Ticks, "reading %d", i)
+		require.Equal(t, len(rs[i].Values), len(got[i].Values), "reading %d", i)
+		for j, f := range rs[i].Values {
+			g := got[i].Values[j]
+			require.Equal(t, f.Name, g.Name)
+			require.Equal(t, f.Value.Kind, g.Value.Kind)
+			if f.Value.Kind == buckets.KindFloat {
+				require.Equal(t, math.Float64bits(f.Value.AsFloat()), math.Float64bits(g.Value.AsFloat()), "reading %d %s", i, f.Name)
+			} else {
+				require.Equal(t, f.Value, g.Value, "reading %d %s", i, f.Name)
 			}
-		})
+		}
 	}
 }
 
