@@ -25,6 +25,10 @@ func TestPlanMemory(t *testing.T) {
 	assert.Less(t, small.Queries, b.Queries)
 	assert.GreaterOrEqual(t, small.Writes, api.MinWriteBudget(api.DefaultMaxWriteBytes), "the largest write body always fits")
 	assert.GreaterOrEqual(t, small.PullBytes, int64(MinPullBytes), "two of the largest messages always fit")
+	assert.Equal(t, int64(MinPullBytes), b.PullBytes, "1 GiB pulls two of the largest messages' bytes, no more")
+	big, err := Plan(4<<30, 2, 8, api.DefaultMaxWriteBytes)
+	require.NoError(t, err)
+	assert.Equal(t, big.Consumer/4, big.PullBytes, "a quarter of the consumer share")
 
 	// The parts sized by a knob stay within the limit, and the Go
 	// runtime's soft limit is below it. At the minimum limit the floors
