@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -249,6 +250,32 @@ func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
 		}
 	}()
 	return func() { <-done }
+}
+
+// traceFor, when profiling is on, saves an execution trace and a CPU
+// profile of the service's next d into ProfileDir as name.trace and
+// name.pprof (what requests waited on: a processor, a lock, the disk;
+// and what else used the processors meanwhile). The returned func
+// waits for both.
+func (b *bench) traceFor(ctx context.Context, svc *service, name string, d time.Duration) func() {
+	if b.cfg.ProfileDir == "" || svc.pprofAddr == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for _, p := range []struct{ query, file string }{
+		{fmt.Sprintf("trace?seconds=%g", d.Seconds()), name + ".trace"},
+		{fmt.Sprintf("profile?seconds=%g", d.Seconds()), name + ".pprof"},
+	} {
+		wg.Go(func() {
+			path := filepath.Join(b.cfg.ProfileDir, p.file)
+			if err := fetchProfile(ctx, svc.pprofAddr, p.query, path); err != nil {
+				b.prog.logf("profile %s: %v", name, err)
+				return
+			}
+			b.prog.logf("profile written to %s", path)
+		})
+	}
+	return wg.Wait
 }
 
 // heapAtPeak, when profiling is on, samples the service's RSS every

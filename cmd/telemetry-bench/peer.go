@@ -241,12 +241,14 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		}
 		res.Elapsed = time.Since(start)
 		rng := rand.New(rand.NewPCG(5, 5))
+		stopTrace := b.traceFor(ctx, svc, "peer-"+filepath.Base(dir)+".latest", 2*time.Second)
 		lat, err := timeLatest(ctx, svc.client, b.cfg.Queries, func() string {
 			return svc.url("/v1/devices/" + d.trucks[rng.IntN(len(d.trucks))] + "/readings/latest?limit=1")
 		})
 		if err != nil {
 			return res, err
 		}
+		stopTrace()
 		res.Latest = lat
 		st, err := svc.stats()
 		if err != nil {
