@@ -245,10 +245,10 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		lat, err := timeLatest(ctx, svc.client, b.cfg.Queries, func() string {
 			return svc.url("/v1/devices/" + d.trucks[rng.IntN(len(d.trucks))] + "/readings/latest?limit=1")
 		})
+		stopTrace()
 		if err != nil {
 			return res, err
 		}
-		stopTrace()
 		res.Latest = lat
 		st, err := svc.stats()
 		if err != nil {
