@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,7 +15,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/store/rollup"
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // Parameters of BenchmarkDropDay.
@@ -171,7 +170,7 @@ func runDrop(b *testing.B, m dropMethod, n int) dropResult {
 		w.stop()
 		b.Fatalf("before drop %s: %v", m.name, err)
 	}
-	before := duBytes(dir)
+	before := diskuse.Tree(dir)
 
 	start := time.Now()
 	b.StartTimer()
@@ -182,7 +181,7 @@ func runDrop(b *testing.B, m dropMethod, n int) dropResult {
 		w.stop()
 		b.Fatalf("drop %s: %v", m.name, err)
 	}
-	after := duBytes(dir)
+	after := diskuse.Tree(dir)
 	time.Sleep(tailWrites)
 	commits, failures := w.stop()
 	for _, err := range failures {
@@ -195,7 +194,7 @@ func runDrop(b *testing.B, m dropMethod, n int) dropResult {
 		drop:           end.Sub(start),
 		bytesBefore:    before,
 		freed:          before - after,
-		freedCompacted: before - duBytes(dir),
+		freedCompacted: before - diskuse.Tree(dir),
 		writes:         summarize(commits, start, end),
 	}
 }
@@ -588,21 +587,4 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(ds)
 	i := int(q*float64(len(ds))+0.999999) - 1
 	return ds[min(max(i, 0), len(ds)-1)]
-}
-
-// duBytes is the disk space of every file under dir, as du counts it
-// (sparse preallocated files count with their allocated blocks).
-// Files that vanish during the walk (compaction) are skipped.
-func duBytes(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return nil
-		}
-		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
-			n += rollup.FileSize(info)
-		}
-		return nil
-	})
-	return n
 }

@@ -40,7 +40,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/colcache"
-	"github.com/telemetryd/telemetryd/store/rollup"
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // Directory names under the data directory.
@@ -371,7 +371,7 @@ func (s *Store) stats() storeStats {
 	}
 	s.mu.Unlock()
 	for _, d := range dirs {
-		st.bytes += rollup.DirSize(d)
+		st.bytes += diskuse.Dir(d)
 	}
 	return st
 }

@@ -9,7 +9,7 @@ import (
 	"strconv"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/store/rollup"
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // tableDir is the directory of the table of day.
@@ -52,7 +52,7 @@ func (s *Store) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
 		if l.failed {
 			n = -1
 		}
-		infos = append(infos, buckets.TableInfo{Day: l.t.day, SizeBytes: rollup.DirSize(l.t.dir), Readings: n})
+		infos = append(infos, buckets.TableInfo{Day: l.t.day, SizeBytes: diskuse.Dir(l.t.dir), Readings: n})
 	}
 	return infos, nil
 }
@@ -79,7 +79,7 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 		return buckets.TableDrop{}, err
 	}
 	defer s.inflight.Done()
-	size := rollup.DirSize(t.dir) // what Tables said; closing changes it
+	size := diskuse.Dir(t.dir) // what Tables said; closing changes it
 	if idle != nil {
 		s.endLogged(idle)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // e2eRun is one end-to-end configuration.
@@ -129,7 +131,7 @@ func (b *bench) e2eOnce(ctx context.Context, run e2eRun, bin, name string, msgs 
 	if err := svc.stop(30 * time.Second); err != nil {
 		return res, err
 	}
-	res.DiskBytes = dirSize(filepath.Join(svc.dataDir, "tables"))
+	res.DiskBytes = diskuse.Tree(filepath.Join(svc.dataDir, "tables"))
 	return res, nil
 }
 

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // The peer comparison (-peer-binary PATH -tsbs-file FILE) runs telemetryd
@@ -193,7 +195,7 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		if err := p.stop(time.Minute); err != nil {
 			return res, err
 		}
-		res.Disk = dirSize(p.dataDir)
+		res.Disk = diskuse.Tree(p.dataDir)
 	} else {
 		bin := b.bin
 		if isBRun(kind) {
@@ -258,7 +260,7 @@ func (b *bench) peerOnce(ctx context.Context, kind, dir string, d *peerData) (pe
 		if err := svc.stop(time.Minute); err != nil {
 			return res, err
 		}
-		res.Disk = dirSize(svc.dataDir) - dirSize(filepath.Join(svc.dataDir, "nats"))
+		res.Disk = diskuse.Tree(svc.dataDir) - diskuse.Tree(filepath.Join(svc.dataDir, "nats"))
 	}
 	res.Rate = float64(d.json.readings) / res.Elapsed.Seconds()
 	ph.end(fmt.Sprintf("%s readings/s (writes answered at %s/s); latest p50 %s, p99 %s; peak RSS %s; %.3f B per value",

@@ -22,6 +22,7 @@ import (
 	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // latestN is the size of a log-tail query; rangeSpan the length of a
@@ -119,7 +120,7 @@ func (b *bench) runQuery(ctx context.Context) (*queryResult, error) {
 	if err := b.prefill(ctx, prefilled, w, res); err != nil {
 		return nil, err
 	}
-	res.DiskPrefill = dirSize(store.TableDir(prefilled, day))
+	res.DiskPrefill = diskuse.Tree(store.TableDir(prefilled, day))
 	// The raw baseline is the same readings as one Badger entry each
 	// (rawkey.go, values as nodewire.AppendValues), the layout before
 	// blocks, in a directory of its own.
@@ -154,12 +155,12 @@ func (b *bench) runQuery(ctx context.Context) (*queryResult, error) {
 // measureDisk records the size of the day table after the service ran
 // on it, then after a Badger Flatten.
 func (b *bench) measureDisk(tableDir string, res *queryResult) error {
-	res.DiskService = dirSize(tableDir)
+	res.DiskService = diskuse.Tree(tableDir)
 	ph := b.prog.begin("compact the day table (Flatten)", 0, "")
 	if err := flatten(tableDir); err != nil {
 		return err
 	}
-	res.DiskCompacted = dirSize(tableDir)
+	res.DiskCompacted = diskuse.Tree(tableDir)
 	ph.end(fmt.Sprintf("%.1f bytes/reading", float64(res.DiskCompacted)/float64(res.Readings)))
 	return nil
 }

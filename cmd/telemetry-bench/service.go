@@ -271,26 +271,3 @@ func freeAddr() (string, error) {
 	defer l.Close()
 	return l.Addr().String(), nil
 }
-
-// dirSize is the disk space used by the files under dir. Badger
-// preallocates some files sparsely, so a file counts with the smaller
-// of its length and its allocated blocks.
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		size := info.Size()
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			size = min(size, st.Blocks*512)
-		}
-		n += size
-		return nil
-	})
-	return n
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/telemetryd/telemetryd/api/cluster/nodewire"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // The TSBS measurement (-tsbs FILE) stores the data set of timescale/tsbs
@@ -243,7 +244,7 @@ func tsbsStore(ctx context.Context, file, dir string) (tsbsStats, error) {
 	if err != nil {
 		return st, err
 	}
-	st.bytes = dirSize(filepath.Join(dir, "tables"))
+	st.bytes = diskuse.Tree(filepath.Join(dir, "tables"))
 	return st, nil
 }
 
@@ -282,6 +283,6 @@ func tsbsRaw(file, dir string) (tsbsStats, error) {
 	if err != nil {
 		return st, err
 	}
-	st.bytes = dirSize(dir)
+	st.bytes = diskuse.Tree(dir)
 	return st, nil
 }

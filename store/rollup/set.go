@@ -13,12 +13,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // Options configures a Set.
@@ -510,7 +510,7 @@ func (s *Set) Periods() []Period {
 	out := make([]Period, 0, len(keys))
 	for _, p := range keys {
 		l := s.levels[p.key.level]
-		out = append(out, Period{Level: l, Month: monthStart(p.key.month).Time(), SizeBytes: DirSize(p.dir),
+		out = append(out, Period{Level: l, Month: monthStart(p.key.month).Time(), SizeBytes: diskuse.Dir(p.dir),
 			Expires: monthStart(p.key.month + l.months()).Time().Add(l.Retention)})
 	}
 	return out
@@ -577,36 +577,6 @@ func (s *Set) Close() error {
 		p.rw.Unlock()
 	}
 	return errors.Join(errs...)
-}
-
-// DirSize is the disk space of the files directly in dir: Badger
-// preallocates its value log and memtable files sparsely, so a file
-// counts with the smaller of its length and its allocated blocks. The
-// store measures its day tables with it too.
-func DirSize(dir string) int64 {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, e := range entries {
-		info, err := e.Info()
-		if err != nil || !info.Mode().IsRegular() {
-			continue
-		}
-		n += FileSize(info)
-	}
-	return n
-}
-
-// FileSize is the disk space of the file info describes: the smaller
-// of its length and its allocated blocks.
-func FileSize(info os.FileInfo) int64 {
-	n := info.Size()
-	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		n = min(n, st.Blocks*512)
-	}
-	return n
 }
 
 // Span is the time the period databases cover, from the start of the
