@@ -243,15 +243,25 @@ func (b *bench) profile(ctx context.Context, svc *service, name string) func() {
 			{fmt.Sprintf("profile?seconds=%d", b.cfg.ProfileSeconds), name + ".pprof"},
 			{fmt.Sprintf("trace?seconds=%d", min(b.cfg.ProfileSeconds, 3)), name + ".trace"},
 		} {
-			path := filepath.Join(b.cfg.ProfileDir, p.file)
-			if err := fetchProfile(ctx, svc.pprofAddr, p.query, path); err != nil {
-				b.prog.logf("profile %s: %v", name, err)
+			if !b.saveProfile(ctx, svc, name, p.query, p.file) {
 				return
 			}
-			b.prog.logf("profile written to %s", path)
 		}
 	}()
 	return func() { <-done }
+}
+
+// saveProfile fetches the service's /debug/pprof/query into file in
+// ProfileDir and logs where it went, or why it did not; it reports
+// whether it did.
+func (b *bench) saveProfile(ctx context.Context, svc *service, name, query, file string) bool {
+	path := filepath.Join(b.cfg.ProfileDir, file)
+	if err := fetchProfile(ctx, svc.pprofAddr, query, path); err != nil {
+		b.prog.logf("profile %s: %v", name, err)
+		return false
+	}
+	b.prog.logf("profile written to %s", path)
+	return true
 }
 
 // traceFor, when profiling is on, saves an execution trace and a CPU
@@ -268,14 +278,7 @@ func (b *bench) traceFor(ctx context.Context, svc *service, name string, d time.
 		{fmt.Sprintf("trace?seconds=%g", d.Seconds()), name + ".trace"},
 		{fmt.Sprintf("profile?seconds=%g", d.Seconds()), name + ".pprof"},
 	} {
-		wg.Go(func() {
-			path := filepath.Join(b.cfg.ProfileDir, p.file)
-			if err := fetchProfile(ctx, svc.pprofAddr, p.query, path); err != nil {
-				b.prog.logf("profile %s: %v", name, err)
-				return
-			}
-			b.prog.logf("profile written to %s", path)
-		})
+		wg.Go(func() { b.saveProfile(ctx, svc, name, p.query, p.file) })
 	}
 	return wg.Wait
 }
