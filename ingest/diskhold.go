@@ -28,3 +28,25 @@ func DiskReserve(dir string, reserve int64) func() error {
 		return nil
 	}
 }
+
+// Holds returns a Config.Hold that reports the first reason any of
+// holds gives (nil ones are left out), or nil when none is set.
+func Holds(holds ...func() error) func() error {
+	var set []func() error
+	for _, h := range holds {
+		if h != nil {
+			set = append(set, h)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return func() error {
+		for _, h := range set {
+			if err := h(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

@@ -202,11 +202,18 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 		t.failErr, t.failedAt = err, s.now()
 		s.detach(h) // not the last reference: the opener holds one
 		s.metrics.tableErrors.Add(context.Background(), 1)
-		s.log.Error("day table cannot be opened; its queries fail until it is repaired or dropped",
-			"day", t.day.String(), "dir", t.dir, "err", err)
+		if writable {
+			s.block(t.day, blockedDamaged, err)
+		} else {
+			s.log.Error("day table cannot be opened (damaged?); its queries fail: "+repairAdvice(t.day),
+				"day", t.day.String(), "dir", t.dir, "err", err)
+		}
 		return unavailableTable(t.day, err)
 	}
 	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
+	if !readOnly && s.isBlockedFor(t.day, blockedDamaged) {
+		s.unblock(t.day, "opened")
+	}
 	t.gen = tableOpenings.Add(1)
 	h.writable = !readOnly
 	if known := t.readings.Load(); known >= 0 && known != meta.readings {

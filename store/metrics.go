@@ -22,6 +22,7 @@ type metrics struct {
 	backups        metric.Int64Counter // by outcome (backup.go)
 	backupBytes    metric.Int64Counter
 	registration   metric.Registration
+	health         metric.Registration // blocked tables (health.go)
 }
 
 // newMetrics creates the instruments. The observable gauges read the
@@ -71,6 +72,10 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 	}, tables, bytes, open, lastBackup, colLookups)
 	if err != nil {
 		return nil, fmt.Errorf("register store gauges: %w", err)
+	}
+	if m.health, err = s.registerHealthGauge(meter); err != nil {
+		_ = m.registration.Unregister()
+		return nil, err
 	}
 	return m, nil
 }

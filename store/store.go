@@ -82,6 +82,7 @@ type Store struct {
 	lock      *dirLock
 	index     *deviceIndex
 	replay    replayState                 // stream positions and tombstones (checkpoint.go, tombstone.go)
+	health    commitHealth                // tables that cannot commit (health.go)
 	deletes   deviceTombs                 // deleted devices (delete.go)
 	rollups   *rollState                  // rollups (rollups.go); its set is nil when they are off
 	cols      *colcache.Cache[*blockList] // decoded columns and block lists for aggregates; nil when off
@@ -282,6 +283,9 @@ func (s *Store) close() error {
 		}
 	}
 	if err := s.metrics.registration.Unregister(); err != nil {
+		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
+	}
+	if err := s.metrics.health.Unregister(); err != nil {
 		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
 	}
 	if err := s.index.close(); err != nil {

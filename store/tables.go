@@ -86,7 +86,16 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 	if err := s.waitDoomed(ctx, t, last, ours); err != nil {
 		return buckets.TableDrop{}, fmt.Errorf("drop table %s: %w", day, err)
 	}
-	return s.removeTable(t, size)
+	return s.removeTable(t, size, s.damaged(t))
+}
+
+// damaged reports whether t is a table that does not open: its last
+// open failed, or it is blocked as damaged.
+func (s *Store) damaged(t *table) bool {
+	s.mu.Lock()
+	failed := t.failErr != nil
+	s.mu.Unlock()
+	return failed || s.isBlockedFor(t.day, blockedDamaged)
 }
 
 // doom marks the table of day as being dropped and detaches its
@@ -159,9 +168,17 @@ func (s *Store) callOff(t *table, h *handle, ours bool) bool {
 // removeTable removes t, which is being dropped and has no handle, and
 // whose files took size bytes: it records the tombstone, renames the directory away, forgets t and
 // removes the renamed directory.
-func (s *Store) removeTable(t *table, size int64) (buckets.TableDrop, error) {
+//
+// A damaged table (one that does not open) gets no tombstone: its
+// readings that wait in the stream, and those a replay of the stream
+// delivers again, are written to a new table of the day instead of
+// being skipped as day_dropped, since what it held is lost, not
+// deliberately removed.
+func (s *Store) removeTable(t *table, size int64, damaged bool) (buckets.TableDrop, error) {
 	day := t.day
-	s.recordTombstone(day)
+	if !damaged {
+		s.recordTombstone(day)
+	}
 	drop := buckets.TableDrop{Day: day, SizeBytes: size, Readings: t.readings.Load()}
 	s.mu.Lock()
 	s.dropSeq++
@@ -177,6 +194,11 @@ func (s *Store) removeTable(t *table, size int64) (buckets.TableDrop, error) {
 	s.mu.Lock()
 	delete(s.tables, day)
 	s.mu.Unlock()
+	if damaged {
+		s.log.Warn("damaged day table dropped without a tombstone: the stream's readings of the day go into a new table",
+			"day", day.String())
+	}
+	s.unblock(day, "dropped")
 	if err == nil {
 		if err := os.RemoveAll(trash); err != nil {
 			// The table is gone from the store; the next Open finishes.

@@ -133,10 +133,12 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	if len(entries) == 0 {
 		return nil // a redelivery: nothing changes
 	}
-	if err := s.beforeCommit(t); err != nil {
-		return classify(fmt.Errorf("write table %s: %w", day, err))
+	err = s.beforeCommit(t)
+	if err == nil {
+		err = commitEntries(t, entries)
 	}
-	if err := commitEntries(t, entries); err != nil {
+	s.noteCommit(day, err)
+	if err != nil {
 		return classify(fmt.Errorf("write table %s: %w", day, err))
 	}
 	return nil

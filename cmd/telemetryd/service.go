@@ -209,7 +209,9 @@ func (m *Main) startIngest() error {
 	icfg := m.ingestConfig()
 	icfg.Positions, icfg.Tombstones = m.store, m.store
 	icfg.PullMaxBytes = int(m.budget.PullBytes)
-	icfg.Hold = ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve)
+	// Intake pauses while the disk is short of its reserve or a day
+	// table cannot commit: messages wait unacked in the stream.
+	icfg.Hold = ingest.Holds(ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve), m.commitBlocked)
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
 	if err := m.resumeRestored(icfg); err != nil {
@@ -333,6 +335,9 @@ func (m *Main) ready(ctx context.Context) error {
 	if err := m.store.Ping(ctx); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
+	if err := m.store.CommitBlocked(ctx); err != nil {
+		return err
+	}
 	if !m.nc.IsConnected() {
 		return fmt.Errorf("nats: %s", m.nc.Status())
 	}
@@ -343,6 +348,13 @@ func (m *Main) ready(ctx context.Context) error {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	return nil
+}
+
+// commitBlocked is the ingest hold of the day tables that cannot commit.
+func (m *Main) commitBlocked() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return m.store.CommitBlocked(ctx)
 }
 
 // HTTPAddr is the API's actual listen address.

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store"
+)
+
+// damageTable flips three bytes in the middle of the largest file of
+// the day table of day under dataDir (a stopped service's), as a
+// failing disk would, and checks that the table no longer opens.
+func damageTable(t *testing.T, dataDir string, day buckets.Day) {
+	t.Helper()
+	dir := store.TableDir(dataDir, day)
+	ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, ssts, "the table of %s has no table file", day)
+	slices.SortFunc(ssts, func(a, b string) int { return int(fileSize(t, b) - fileSize(t, a)) })
+	b, err := os.ReadFile(ssts[0])
+	require.NoError(t, err)
+	for i := range 3 {
+		b[len(b)/2+i*7] ^= 0x5a
+	}
+	require.NoError(t, os.WriteFile(ssts[0], b, 0o600))
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	return fi.Size()
+}
+
+// readyz returns the status and body of /readyz.
+func (s *testService) readyz(t *testing.T) (int, string) {
+	t.Helper()
+	return s.get(t, "/readyz", nil)
+}
+
+// TestDamagedTableHoldsAckedReadingsUntilDropped: a day table damaged
+// while the service was stopped does not open. Readings of that day
+// published afterwards are acked (the stream holds them), /readyz
+// fails naming the day and both ways out, the blocked-table gauge
+// says so; once the operator drops the table, every one of them is
+// stored in the new table and none is skipped as day_dropped.
+func TestDamagedTableHoldsAckedReadingsUntilDropped(t *testing.T) {
+	cfg := newTestConfig(t)
+	s := startService(t, cfg)
+	at := testEpoch.Add(-2 * time.Hour)
+	day := buckets.DayOf(buckets.MustTicks(at))
+	for i := range 200 {
+		s.publish(t, "dev-d", fmt.Sprintf(`{"ts":%q,"values":{"temp":%d,"pad":"%0200d"}}`,
+			at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i, i))
+	}
+	waitStored(t, s, "dev-d", 200)
+	s.stop(t)
+	damageTable(t, cfg.DataDir, day)
+
+	s = startService(t, cfg)
+	const n = 300
+	for i := range n {
+		s.publish(t, "dev-e", fmt.Sprintf(`{"ts":%q,"values":{"temp":%d}}`,
+			at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i))
+	}
+	var body string
+	require.Eventually(t, func() bool {
+		var code int
+		code, body = s.readyz(t)
+		return code == http.StatusServiceUnavailable
+	}, 20*time.Second, 50*time.Millisecond, "/readyz never failed for the damaged table")
+	assert.Contains(t, body, "table "+day.String())
+	assert.Contains(t, body, "telemetryd repair -day "+day.String())
+	assert.Contains(t, body, "DELETE /v1/tables/"+day.String())
+	v, ok := sample(scrape(t, s), "telemetry_store_blocked_tables", map[string]string{"reason": "damaged"})
+	require.True(t, ok, "the gauge is exported")
+	assert.Equal(t, float64(1), v)
+
+	code, out := s.do(t, http.MethodDelete, "/v1/tables/"+day.String())
+	require.Equal(t, http.StatusOK, code, out)
+	waitStored(t, s, "dev-e", n)
+	s.waitReady(t)
+	skipped, _ := sample(scrape(t, s), "telemetry_ingest_readings_total", map[string]string{"outcome": "skipped", "code": "day_dropped"})
+	assert.Zero(t, skipped, "no acked reading is skipped as day_dropped")
+	v, _ = sample(scrape(t, s), "telemetry_store_blocked_tables", map[string]string{"reason": "damaged"})
+	assert.Zero(t, v)
+}
