@@ -77,6 +77,10 @@ type access struct {
 	// internal: the node-to-node API, which takes the cluster
 	// credential instead of a token (authorizeInternal).
 	internal bool
+	// everyDevice: the route acts on every device's data at once
+	// (dropping a day, retention, backups, repair), so a token limited
+	// to device patterns is refused.
+	everyDevice bool
 }
 
 // influxPaths are the line-protocol endpoints (ingest/README.md).
@@ -101,9 +105,12 @@ func accessOf(method, route, path string) access {
 		return access{scope: auth.ScopeWrite}
 	case strings.HasPrefix(p, internalPrefix):
 		return access{internal: true}
-	case (method == http.MethodDelete && (strings.HasPrefix(p, "/v1/tables/") || p == devicePath)) ||
+	case method == http.MethodDelete && p == devicePath:
+		return access{scope: auth.ScopeAdmin} // the device is checked against the patterns
+	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) ||
+		(method == http.MethodPost && strings.HasPrefix(p, "/v1/tables/") && strings.HasSuffix(p, "/repair")) ||
 		p == "/v1/retention/run" || p == backupPath:
-		return access{scope: auth.ScopeAdmin}
+		return access{scope: auth.ScopeAdmin, everyDevice: true}
 	default:
 		return access{scope: auth.ScopeRead}
 	}
@@ -152,6 +159,10 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !p.Has(a.scope) {
 			return &apiError{http.StatusForbidden, codePermissionDenied,
 				"authorization: token " + p.Name + " lacks the scope " + string(a.scope) + " this endpoint needs"}
+		}
+		if a.everyDevice && !p.AllDevices() {
+			return &apiError{http.StatusForbidden, codePermissionDenied,
+				"authorization: token " + p.Name + " is limited to device patterns, and this endpoint acts on every device's data; it needs a token for all devices"}
 		}
 		if dev := c.Param("device"); dev != "" && !p.DeviceVisible(dev) {
 			return notFound("device", "%q is not known", dev)
