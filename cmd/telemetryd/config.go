@@ -67,6 +67,10 @@ type Config struct {
 	BackupDir string
 	Security  security.Config
 	Cluster   clustercfg.Config
+
+	// set names the flags given on the command line or in the
+	// environment, which start-up keeps as they are (disksize.go).
+	set map[string]bool
 }
 
 // defaultDiskReserve is the default of -disk-reserve: room for the hot
@@ -253,7 +257,12 @@ func (c *Config) parseFlags(name string, args []string, getenv func(string) stri
 	if *showVersion {
 		return errVersion
 	}
-	return applyEnv(fs, c, getenv)
+	if err := applyEnv(fs, c, getenv); err != nil {
+		return err
+	}
+	c.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
+	return nil
 }
 
 // envPrefix starts the environment variable of every flag.

@@ -111,6 +111,9 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.sec, err = security.Open(m.cfg.Security, m.cfg.AdminToken, m.cfg.DataDir, m.log); err != nil {
 		return err
 	}
+	if err := m.fitSizes(); err != nil {
+		return err
+	}
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
 		return err
 	}
