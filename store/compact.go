@@ -306,6 +306,9 @@ func (s *Store) compactor() {
 		case <-s.stop:
 			return
 		case <-tick.C:
+			if s.diskTight(true) {
+				continue // no writes into the memtables' holes (health.go)
+			}
 			s.compactAll(false)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
 // A day table that cannot commit — its files are damaged so it does not
@@ -238,6 +240,35 @@ func (s *Store) isBlockedFor(day buckets.Day, reason string) bool {
 	defer h.mu.Unlock()
 	b, ok := h.blocked[day]
 	return ok && b.reason == reason
+}
+
+// diskFloor is the free space, beyond what the memtable logs may still
+// claim, below which the store writes nothing.
+const diskFloor = 16 << 20
+
+// errDiskTight refuses a write while the disk is tight (diskTight).
+var errDiskTight = errors.New("disk full: the free space is below what the memtable logs may still claim")
+
+// diskTight reports whether the data dir's file system has less free
+// space than its memtable logs may still claim (measured again when
+// remeasure is set, else as last measured) plus diskFloor. Badger
+// writes them through a memory map, and a write into one of their holes
+// on a full file system is no error but a SIGBUS that ends the process
+// (diskuse.Unallocated). Intake pauses well before (the ingester's
+// disk reserve); Write and the compactor check it as a last guard. A
+// file system filled to its last byte while a commit is under way can
+// still end the process: only the reserve keeps the service from that
+// edge.
+func (s *Store) diskTight(remeasure bool) bool {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.dir, &st); err != nil {
+		return false
+	}
+	if remeasure {
+		s.holes.Store(diskuse.Unallocated(s.dir, "nats"))
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	return free < diskFloor+s.holes.Load()
 }
 
 // registerHealthGauge exports the blocked tables by reason.

@@ -83,6 +83,7 @@ type Store struct {
 	index     *deviceIndex
 	replay    replayState                 // stream positions and tombstones (checkpoint.go, tombstone.go)
 	health    commitHealth                // tables that cannot commit (health.go)
+	holes     atomic.Int64                // what the memtable logs may still claim (health.go)
 	deletes   deviceTombs                 // deleted devices (delete.go)
 	rollups   *rollState                  // rollups (rollups.go); its set is nil when they are off
 	cols      *colcache.Cache[*blockList] // decoded columns and block lists for aggregates; nil when off
@@ -333,6 +334,9 @@ func (s *Store) janitor() {
 			s.closeIdle()
 			s.saveQuietCounts()
 		case <-flush.C:
+			if s.diskTight(false) {
+				continue // flushed once there is room (health.go)
+			}
 			if err := s.index.flushDirty(); err != nil {
 				s.log.Error("persist device index", "err", err)
 			}

@@ -55,6 +55,9 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 		}
 		prev = &rs[i]
 	}
+	if s.diskTight(false) {
+		return fmt.Errorf("write: %w: %w", buckets.ErrUnavailable, errDiskTight)
+	}
 	groups := groupByDay(rs)
 	ctx, span := s.tracer.Start(ctx, "store.commit", trace.WithAttributes(
 		attribute.Int("telemetry.store.readings", len(rs)),

@@ -344,6 +344,11 @@ func (m *Main) ready(ctx context.Context) error {
 	if !m.nc.IsConnected() {
 		return fmt.Errorf("nats: %s", m.nc.Status())
 	}
+	if m.nats != nil {
+		if err := m.nats.WriteFault(); err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+	}
 	if m.cluster != nil {
 		return m.cluster.node.Ready()
 	}

@@ -33,6 +33,7 @@ type natsLogger struct {
 	denied     *deniedReporter
 	sampler    *ingest.LogSampler
 	disconnect func(cid uint64)
+	onError    func(msg string) // sees every error line (writefault.go)
 }
 
 func (n *natsLogger) Noticef(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
@@ -51,7 +52,11 @@ func (n *natsLogger) Fatalf(format string, v ...any) {
 	n.l.Error(msg)
 }
 func (n *natsLogger) Errorf(format string, v ...any) {
-	if level, msg, ok := classifyNATSError(fmt.Sprintf(format, v...)); ok {
+	line := fmt.Sprintf(format, v...)
+	if n.onError != nil {
+		n.onError(line)
+	}
+	if level, msg, ok := classifyNATSError(line); ok {
 		n.sampled(level, msg)
 	}
 }

@@ -111,6 +111,9 @@ type Server struct {
 	internal string // password of the service's own connection
 	mqttPort int    // 0 when the MQTT listener is off
 	mqtt     *mqttDoor
+	faults   *writeFaults  // JetStream write errors to recover from (writefault.go)
+	stop     chan struct{} // ends watchWriteFaults
+	watched  chan struct{} // closed when watchWriteFaults returned
 }
 
 // Start runs the server and returns once it accepts connections. A
@@ -176,6 +179,8 @@ func Start(cfg Config) (*Server, error) {
 	logger := &natsLogger{l: cfg.Logger.With("component", "nats"), denied: denied,
 		sampler: &ingest.LogSampler{Burst: 20, Interval: deniedLogInterval},
 		fatal:   make(chan string, 1), started: new(atomic.Bool)}
+	s.faults = &writeFaults{}
+	logger.onError = s.faults.noteLog
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -203,6 +208,11 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}
 	logger.started.Store(true)
+	s.stop, s.watched = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.watched)
+		s.watchWriteFaults(s.stop)
+	}()
 	// The server writes the port it picked back into its options.
 	s.mqttPort = max(opts.MQTT.Port, 0)
 	return s, nil
@@ -258,6 +268,11 @@ func (s *Server) ClientOptions() []nats.Option {
 
 // Shutdown stops the server and waits for it; call StopMQTT first.
 func (s *Server) Shutdown() {
+	if s.stop != nil {
+		close(s.stop)
+		<-s.watched
+		s.stop = nil
+	}
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }

@@ -51,3 +51,35 @@ func Tree(dir string) int64 {
 	})
 	return n
 }
+
+// Unallocated is the space Badger's memtable logs (*.mem) under dir
+// may still claim: their length minus their allocated blocks. Badger
+// creates them sparse, at their full size, and writes them through a
+// memory map, so a write into a hole when the file system is full is
+// not an error but a SIGBUS that ends the process: the free space must
+// stay above this. (Value logs, *.vlog, are sparse too, but the store
+// writes to them only values of 1 MiB or more.) Directories named in
+// skip are not entered.
+func Unallocated(dir string, skip ...string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil
+		case d.IsDir():
+			for _, s := range skip {
+				if d.Name() == s && path != dir {
+					return filepath.SkipDir
+				}
+			}
+			return nil
+		case filepath.Ext(d.Name()) != ".mem":
+			return nil
+		}
+		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size() - File(info)
+		}
+		return nil
+	})
+	return n
+}
