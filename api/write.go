@@ -40,8 +40,11 @@ func DefaultDeviceTags() []string { return []string{"device", "host"} }
 // Defaults of WriteConfig.
 const (
 	DefaultMaxWriteBytes = 16 << 20
-	// publishTimeout bounds the publishing of one write request.
-	publishTimeout = 30 * time.Second
+	// DefaultPublishTimeout is WriteConfig.PublishTimeout's default.
+	DefaultPublishTimeout = 30 * time.Second
+	// partGrace is how long a part (or chunk) of a body whose
+	// publishing started before the publish timeout may still take.
+	partGrace = 15 * time.Second
 	// maxNamedLines is how many rejected lines a 400 names.
 	maxNamedLines = 3
 )
@@ -68,6 +71,10 @@ type WriteConfig struct {
 	// Window is the accepted time window, the ingester's; each zero
 	// half takes its buckets default.
 	Window buckets.Window
+	// PublishTimeout: no part of a body starts publishing after it (a
+	// part under way gets partGrace more); the answer then names the
+	// lines accepted (partial.go). Default DefaultPublishTimeout.
+	PublishTimeout time.Duration
 	// Budget bounds the bytes of write bodies in flight: bodies as
 	// received, gunzipped, and the lines being mapped to messages. A
 	// write that does not fit is answered 503 with Retry-After, before
@@ -136,6 +143,7 @@ func newWriter(cfg *WriteConfig, now func() time.Time) *writer {
 		w.cfg = *cfg
 	}
 	w.cfg.MaxBytes = cmp.Or(w.cfg.MaxBytes, DefaultMaxWriteBytes)
+	w.cfg.PublishTimeout = cmp.Or(w.cfg.PublishTimeout, DefaultPublishTimeout)
 	w.cfg.Budget = max(cmp.Or(w.cfg.Budget, DefaultWriteBudget), MinWriteBudget(w.cfg.MaxBytes))
 	w.budget = newByteBudget(w.cfg.Budget)
 	w.cfg.MaxMessageBytes = cmp.Or(w.cfg.MaxMessageBytes, lineproto.DefaultMaxMessageBytes)
@@ -163,6 +171,10 @@ type influxError struct {
 	Code   string `json:"code"`
 	Msg    string `json:"message"`
 	V1     string `json:"error,omitempty"`
+	// AcceptedLines and AcceptedReadings, on a write cut short: the
+	// body's first AcceptedLines lines were accepted (partial.go).
+	AcceptedLines    *int `json:"acceptedLines,omitempty"`
+	AcceptedReadings *int `json:"acceptedReadings,omitempty"`
 }
 
 func (e *influxError) Error() string { return e.Msg }
@@ -226,16 +238,16 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 		MaxMessageBytes: w.cfg.MaxMessageBytes,
 		Allow:           func(dev string) bool { return auth.Visible(req.Context(), dev) },
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), publishTimeout)
+	ctx, cancel := context.WithTimeout(req.Context(), w.cfg.PublishTimeout+partGrace)
 	defer cancel()
-	var sum writeSummary
+	sum := writeSummary{partialState: partialState{startBy: time.Now().Add(w.cfg.PublishTimeout)}}
 	done, err := w.publishParts(ctx, body, opts, res, &sum)
 	if err != nil {
-		return err
+		return partialAnswer(err, body, &sum, w.cfg.PublishTimeout)
 	}
 	if !done {
 		if err := w.publishChunks(ctx, body, opts, &sum); err != nil {
-			return err
+			return partialAnswer(err, body, &sum, w.cfg.PublishTimeout)
 		}
 	}
 	if sum.rejected > 0 {
@@ -245,12 +257,6 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 		return influxErr(http.StatusBadRequest, "invalid", "%s", sum.partialWrite())
 	}
 	return nil
-}
-
-// errNotStored answers a write whose lines were not all published.
-func errNotStored(err error) error {
-	return influxErr(http.StatusServiceUnavailable, "unavailable",
-		"not every line was stored (%s); retry the request: lines already stored are not stored twice", err.Error())
 }
 
 // publishParts maps and publishes body in parts of about wholePart
@@ -284,10 +290,11 @@ func (w *writer) publishParts(ctx context.Context, body []byte, opts lineproto.O
 	}
 	res.shrinkTo(want)
 	defer res.shrinkTo(held)
-	var parts writeSummary
+	parts := writeSummary{partialState: partialState{startBy: sum.startBy}}
 	for i, part := range chunks(body, wholePart) {
-		if err := ctx.Err(); err != nil {
-			return true, errNotStored(err)
+		if err := parts.mayStart(ctx, part.offset); err != nil {
+			*sum = parts
+			return true, err
 		}
 		r, ok := lineproto.MapAll(part.lines, opts)
 		if !ok {
@@ -295,8 +302,10 @@ func (w *writer) publishParts(ctx context.Context, body []byte, opts lineproto.O
 		}
 		parts.add(&r, part.offset, i)
 		if err := w.cfg.Publisher.Publish(ctx, r.Messages); err != nil {
-			return true, errNotStored(err)
+			*sum = parts
+			return true, parts.failed(part, err)
 		}
+		parts.accepted(part, r.Readings)
 	}
 	*sum = parts
 	return true, nil
@@ -307,15 +316,16 @@ func (w *writer) publishParts(ctx context.Context, body []byte, opts lineproto.O
 // one chunk at a time.
 func (w *writer) publishChunks(ctx context.Context, body []byte, opts lineproto.Options, sum *writeSummary) error {
 	for i, chunk := range chunks(body, mapChunk) {
-		if err := ctx.Err(); err != nil {
-			return errNotStored(err)
+		if err := sum.mayStart(ctx, chunk.offset); err != nil {
+			return err
 		}
 		r := lineproto.Map(chunk.lines, opts)
 		sum.add(&r, chunk.offset, i)
 		msgs := append(r.Messages, r.DeadLetters...)
 		if err := w.cfg.Publisher.Publish(ctx, msgs); err != nil {
-			return errNotStored(err)
+			return sum.failed(chunk, err)
 		}
+		sum.accepted(chunk, r.Readings)
 	}
 	return nil
 }
@@ -355,6 +365,7 @@ type writeSummary struct {
 	lines, readings, rejected int
 	named                     []lineproto.LineError
 	allDenied                 bool
+	partialState              // what was accepted so far (partial.go)
 }
 
 // add counts the result of the chunk number i whose lines follow
