@@ -38,6 +38,7 @@ func (s *Server) registerRoutes() {
 	e.GET("/v1/export", s.handleExport, s.limitInFlight)
 
 	e.DELETE("/v1/tables/:day", s.handleDropTable, s.requireAdmin)
+	e.POST("/v1/tables/:day/repair", s.handleRepairTable, s.requireAdmin)
 	e.DELETE(devicePath, s.handleDeleteDevice, s.requireAdmin)
 	e.POST("/v1/retention/run", s.handleRetention, s.requireAdmin)
 	e.POST(backupPath, s.handleBackup, s.requireAdmin)

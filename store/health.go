@@ -41,6 +41,8 @@ const probeEvery = 2 * time.Second
 const (
 	blockedDamaged = "damaged"       // the table does not open
 	blockedCommit  = "commit_failed" // its commits fail
+	// blockedRepairing: RepairTable is rebuilding it; it is not probed.
+	blockedRepairing = "repairing"
 )
 
 // blockedTable is why one table cannot commit.
@@ -75,6 +77,9 @@ func (s *Store) block(day buckets.Day, reason string, err error) {
 	if was && b.reason == reason {
 		return
 	}
+	if reason == blockedRepairing {
+		return // RepairTable logs
+	}
 	if reason == blockedDamaged {
 		s.log.Error("day table cannot be opened (damaged?); its readings wait unacked in the stream and queries of the day fail: "+repairAdvice(day),
 			"day", day.String(), "err", err)
@@ -102,7 +107,7 @@ func (s *Store) blockedTables() map[string]int64 {
 	h := &s.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := map[string]int64{blockedDamaged: 0, blockedCommit: 0}
+	n := map[string]int64{blockedDamaged: 0, blockedCommit: 0, blockedRepairing: 0}
 	for _, b := range h.blocked {
 		n[b.reason]++
 	}
@@ -144,7 +149,7 @@ func (s *Store) CommitBlocked(ctx context.Context) error {
 	var due []buckets.Day
 	now := time.Now()
 	for d, b := range h.blocked {
-		if now.Sub(b.probed) >= probeEvery {
+		if b.reason != blockedRepairing && now.Sub(b.probed) >= probeEvery {
 			b.probed = now
 			due = append(due, d)
 		}
@@ -161,9 +166,12 @@ func (s *Store) CommitBlocked(ctx context.Context) error {
 	e := &BlockedError{Days: slices.Sorted(maps.Keys(h.blocked))}
 	for _, d := range e.Days {
 		b := h.blocked[d]
-		if b.reason == blockedDamaged {
+		switch b.reason {
+		case blockedDamaged:
 			e.Reasons = append(e.Reasons, "cannot be opened (damaged?): "+repairAdvice(d))
-		} else {
+		case blockedRepairing:
+			e.Reasons = append(e.Reasons, "is being repaired")
+		default:
 			e.Reasons = append(e.Reasons, "cannot commit: "+firstLine(b.err.Error()))
 		}
 	}
@@ -213,12 +221,14 @@ func probeCommit(t *table) error {
 func (s *Store) noteCommit(day buckets.Day, err error) {
 	switch {
 	case err == nil:
-		if s.isBlocked(day) {
+		if s.isBlocked(day) && !s.isBlockedFor(day, blockedRepairing) {
 			s.unblock(day, "committed")
 		}
 	case errors.Is(err, badger.ErrBlockedWrites), errors.Is(err, badger.ErrDBClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// the table is being closed or dropped, or the caller gave up
+	case s.isBlockedFor(day, blockedRepairing):
+		// RepairTable reports its own failures
 	default:
 		s.block(day, blockedCommit, err)
 	}
@@ -274,7 +284,7 @@ func (s *Store) diskTight(remeasure bool) bool {
 // registerHealthGauge exports the blocked tables by reason.
 func (s *Store) registerHealthGauge(meter metric.Meter) (metric.Registration, error) {
 	g, err := meter.Int64ObservableGauge("telemetry.store.blocked_tables",
-		metric.WithDescription("Day tables that cannot commit, by reason (damaged: does not open; commit_failed: its commits fail). Their readings wait unacked in the stream."),
+		metric.WithDescription("Day tables that cannot commit, by reason (damaged: does not open; commit_failed: its commits fail; repairing). Their readings wait unacked in the stream."),
 		metric.WithUnit("{table}"))
 	if err != nil {
 		return nil, fmt.Errorf("blocked tables gauge: %w", err)

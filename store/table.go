@@ -118,7 +118,7 @@ func unavailableTable(day buckets.Day, err error) error {
 	if errors.As(err, &fe) {
 		return &buckets.TableError{Day: day, Reason: fmt.Sprintf("has table format version %s, which this build does not read (it reads version %d); other days are unaffected", fe.version, formatVersion), Err: err}
 	}
-	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected", Err: err}
+	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected; " + repairAdvice(day), Err: err}
 }
 
 // openTableDB opens the Badger database of t and reads its metadata.

@@ -47,6 +47,7 @@ func TestAdminEndpointsRefuseDeviceLimitedTokens(t *testing.T) {
 		{http.MethodPost, "/v1/backup", backupBody},
 		{http.MethodDelete, "/v1/tables/" + day, ""},
 		{http.MethodPost, "/v1/retention/run?dry_run=true", ""},
+		{http.MethodPost, "/v1/tables/" + day + "/repair", ""},
 	} {
 		code, body := send(c.method, c.path, limited, c.body)
 		assert.Equal(t, http.StatusForbidden, code, "%s %s: %s", c.method, c.path, body)

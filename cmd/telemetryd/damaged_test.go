@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,7 +86,13 @@ func TestDamagedTableHoldsAckedReadingsUntilDropped(t *testing.T) {
 	require.True(t, ok, "the gauge is exported")
 	assert.Equal(t, float64(1), v)
 
-	code, out := s.do(t, http.MethodDelete, "/v1/tables/"+day.String())
+	q := url.Values{"from": {at.Add(-time.Minute).Format(time.RFC3339)}, "to": {at.Add(time.Hour).Format(time.RFC3339)}}
+	code, out := s.get(t, "/v1/devices/dev-d/readings?"+q.Encode(), nil)
+	assert.Equal(t, http.StatusServiceUnavailable, code, out)
+	assert.Contains(t, out, "telemetryd repair -day "+day.String(), "the 503 names both ways out")
+	assert.Contains(t, out, "DELETE /v1/tables/"+day.String())
+
+	code, out = s.do(t, http.MethodDelete, "/v1/tables/"+day.String())
 	require.Equal(t, http.StatusOK, code, out)
 	waitStored(t, s, "dev-e", n)
 	s.waitReady(t)

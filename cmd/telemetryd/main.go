@@ -30,6 +30,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/checkcli"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/exportcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/repaircli"
 	"github.com/telemetryd/telemetryd/cmd/internal/retentioncli"
 	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 )
@@ -42,7 +43,7 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		sub := map[string]func(context.Context, []string, io.Writer, io.Writer, subcmd.Shared) int{
-			"retention": retentioncli.Run, "check": checkcli.Run, "export": exportcli.Run,
+			"retention": retentioncli.Run, "check": checkcli.Run, "repair": repaircli.Run, "export": exportcli.Run,
 			"backup": backupcli.RunBackup, "restore": backupcli.RunRestore,
 		}[args[0]]
 		if sub != nil {

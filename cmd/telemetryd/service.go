@@ -253,6 +253,9 @@ func (m *Main) startRetention() error {
 	// Day tables a crash left without a known reading count are counted
 	// in the background, so /v1/tables need not wait for a query.
 	m.wg.Go(func() { _ = m.store.RecountUnknown(ctx) })
+	if m.cluster == nil {
+		m.wg.Go(func() { m.replayPending(ctx) })
+	}
 	return nil
 }
 
@@ -279,7 +282,7 @@ func (m *Main) startHTTP() error {
 		Addr:              m.cfg.HTTPAddr,
 		Reader:            m.store,
 		Attributes:        m.store,
-		Admin:             admin{store: m.store, ret: m.ret},
+		Admin:             repairingAdmin{admin: admin{store: m.store, ret: m.ret}, m: m},
 		Backups:           m.backups(),
 		BackupRoot:        m.cfg.BackupDir,
 		Ready:             m.ready,

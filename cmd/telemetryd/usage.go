@@ -19,6 +19,8 @@ Usage:
                                            (its flags: telemetryd retention -h)
   telemetryd check [flags]                 verify the checksum of every stored block of a
                                            stopped service's data dir (telemetryd check -h)
+  telemetryd repair -day D [-backup DIR]   rebuild a damaged day table of a stopped data dir
+                                           (telemetryd repair -h)
   telemetryd export -url URL|-data-dir D [flags]
                                            write readings as NDJSON or CSV from a running
                                            service or a stopped data dir (telemetryd export -h)
