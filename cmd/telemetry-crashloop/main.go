@@ -95,6 +95,12 @@ type Config struct {
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
+	// DiskFaults, instead of kills, fills and frees the data dir's
+	// file system this many times and damages a day table (diskfault.go).
+	DiskFaults int
+	DiskSize   int64         // the tmpfs of -disk-faults
+	FillRate   int64         // bytes per second the filler grows at
+	FullFor    time.Duration // how long the disk stays full
 }
 
 // Result is what the final check found.
@@ -118,9 +124,10 @@ type Result struct {
 	// FailedStarts counts starts after a power cut that failed (the
 	// next attempt started the service).
 	FailedStarts int
-	Hostile      *HostileCounts // what the hostile client did (-hostile)
-	Backups      []backupTaken  // the backups taken (-backup)
-	Probe        *ProbeCounts   // what the QoS 0 probe found (-hostile)
+	Hostile      *HostileCounts   // what the hostile client did (-hostile)
+	Backups      []backupTaken    // the backups taken (-backup)
+	Probe        *ProbeCounts     // what the QoS 0 probe found (-hostile)
+	Disk         *DiskFaultCounts // what the disk faults did (-disk-faults)
 	Elapsed      time.Duration
 }
 
@@ -128,7 +135,7 @@ type Result struct {
 // was acked.
 func (r Result) OK() bool {
 	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published &&
-		(r.Probe == nil || r.Probe.OK())
+		(r.Probe == nil || r.Probe.OK()) && (r.Disk == nil || r.Disk.OK())
 }
 
 func main() {
@@ -153,6 +160,10 @@ func main() {
 	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
 	flag.BoolVar(&cfg.Backup, "backup", false, "take an online backup every -backup-every while publishing and killing; at the end restore the newest into a fresh data dir, start the service on it and check that")
 	flag.DurationVar(&cfg.BackupEvery, "backup-every", 20*time.Second, "interval of the -backup backups (each incremental against the one before)")
+	flag.IntVar(&cfg.DiskFaults, "disk-faults", 0, "instead of kills: fill and free the data dir's file system (a tmpfs of -disk-size) this many times, and damage a cold day table that the loop then repairs as the service's log says (needs root)")
+	flag.Int64Var(&cfg.DiskSize, "disk-size", 300<<20, "-disk-faults: size of the tmpfs in bytes")
+	flag.Int64Var(&cfg.FillRate, "fill-rate", 32<<20, "-disk-faults: bytes per second the filler grows at")
+	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.Parse()
 	if *sync {
@@ -181,6 +192,9 @@ func printResult(w io.Writer, cfg Config, r Result) {
 	}
 	if r.Probe != nil {
 		fmt.Fprintf(w, "qos0 probe: %s\n", r.Probe)
+	}
+	if r.Disk != nil {
+		fmt.Fprintf(w, "disk faults: %s\n", r.Disk)
 	}
 	for _, b := range r.Backups {
 		fmt.Fprintln(w, b)

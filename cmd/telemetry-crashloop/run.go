@@ -49,6 +49,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		defer lfs.close() // after the service stopped: defers run last first
 		cfg.DataDir = filepath.Join(lfs.mnt, "data")
 	}
+	if cfg.DiskFaults > 0 {
+		unmount, err := diskFaultDisk(&cfg, work)
+		if err != nil {
+			return res, err
+		}
+		defer unmount() // after the service stopped: defers run last first
+	}
 	if cfg.DataDir == "" {
 		cfg.DataDir = filepath.Join(work, "data")
 	}
@@ -146,7 +153,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	defer stopBackups()
 	stopProgress := progress(cfg.Progress, log, pub, res.Hostile)
 	defer stopProgress()
-	if err := killLoop(ctx, cfg, svc, lfs, pub, log, &res); err != nil {
+	var df *diskFaults
+	if cfg.DiskFaults > 0 {
+		res.Disk = &DiskFaultCounts{}
+		df = &diskFaults{cfg: cfg, svc: svc, pub: pub, js: js, disk: filepath.Join(work, "disk"), log: log, counts: res.Disk}
+		if err := df.run(ctx); err != nil {
+			return res, err
+		}
+	} else if err := killLoop(ctx, cfg, svc, lfs, pub, log, &res); err != nil {
 		return res, err
 	}
 	stalled := <-pubErr
@@ -187,6 +201,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	}
 	if err := v.check(ctx, &res); err != nil {
 		return res, err
+	}
+	if df != nil {
+		if err := df.checkCold(ctx); err != nil {
+			return res, err
+		}
 	}
 	res.Elapsed = time.Since(started)
 	if stalled != nil {

@@ -111,9 +111,10 @@ type Server struct {
 	internal string // password of the service's own connection
 	mqttPort int    // 0 when the MQTT listener is off
 	mqtt     *mqttDoor
-	faults   *writeFaults  // JetStream write errors to recover from (writefault.go)
-	stop     chan struct{} // ends watchWriteFaults
-	watched  chan struct{} // closed when watchWriteFaults returned
+	faults   *writeFaults           // JetStream write errors to recover from (writefault.go)
+	jsConfig server.JetStreamConfig // what JetStream started with, to start it again
+	stop     chan struct{}          // ends watchWriteFaults
+	watched  chan struct{}          // closed when watchWriteFaults returned
 }
 
 // Start runs the server and returns once it accepts connections. A
@@ -181,6 +182,8 @@ func Start(cfg Config) (*Server, error) {
 		fatal:   make(chan string, 1), started: new(atomic.Bool)}
 	s.faults = &writeFaults{}
 	logger.onError = s.faults.noteLog
+	s.jsConfig = server.JetStreamConfig{StoreDir: opts.StoreDir, SyncInterval: opts.SyncInterval, SyncAlways: opts.SyncAlways,
+		Strict: !opts.NoJetStreamStrict, MaxMemory: opts.JetStreamMaxMemory, MaxStore: opts.JetStreamMaxStore, CompressOK: true}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)

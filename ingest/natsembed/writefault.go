@@ -1,7 +1,6 @@
 package natsembed
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -26,9 +25,9 @@ import (
 // WriteFault reports it (readiness fails with it), and every
 // faultCheckEvery the server looks at the free space of its store dir:
 // once at least faultRecoverFree is available, it turns JetStream off
-// and on again for each faulted account, which stops its streams and
-// consumers (nothing is deleted) and opens them again from disk, with
-// fresh stores. What the streams held is kept; a message whose write
+// and on again, which stops every stream and consumer (nothing is
+// deleted) and opens them again from disk, with fresh stores; the
+// service's clients set their consumers up again by themselves. What the streams held is kept; a message whose write
 // failed was never acked to its publisher.
 
 // Write fault timing and the free space that ends one.
@@ -109,31 +108,33 @@ func (s *Server) watchWriteFaults(stop <-chan struct{}) {
 			continue
 		}
 		since := s.faults.since
-		for acc, msg := range s.faults.take() {
-			if err := s.reopenJetStream(acc); err != nil {
+		faulted := s.faults.take()
+		if err := s.reopenJetStream(); err != nil {
+			for _, msg := range faulted {
 				s.faults.noteLog(msg) // try again at the next check
-				s.log.Error("jetstream: reopening the streams after a write error failed; trying again", "account", acc, "err", err)
-				continue
 			}
-			s.log.Info("jetstream: space is back; streams reopened after a write error", "account", acc,
-				"faulted_for", time.Since(since).Round(time.Millisecond).String())
+			s.log.Error("jetstream: reopening the streams after a write error failed; trying again", "err", err)
+			continue
 		}
+		s.log.Info("jetstream: space is back; streams reopened after a write error",
+			"faulted_for", time.Since(since).Round(time.Millisecond).String())
 	}
 }
 
-// reopenJetStream turns JetStream off and on for the account named acc,
-// which reopens its streams and consumers from disk.
-func (s *Server) reopenJetStream(name string) error {
-	acc, err := s.ns.LookupAccount(name)
-	if err != nil {
-		return err
+// reopenJetStream turns JetStream off and on again, as a restart of the
+// server would: every stream and consumer is stopped (nothing is
+// deleted) and opened again from disk, and the server's storage limit
+// is measured anew. (Turning it off and on per account leaves the
+// stopped streams' storage reserved, and the second time the account
+// is refused as out of storage.)
+func (s *Server) reopenJetStream() error {
+	if s.ns.JetStreamEnabled() {
+		if err := s.ns.DisableJetStream(); err != nil {
+			return fmt.Errorf("disable: %w", err)
+		}
 	}
-	if err := acc.DisableJetStream(); err != nil && !errors.Is(err, server.NewJSNotEnabledForAccountError()) {
-		return fmt.Errorf("disable: %w", err)
-	}
-	unlimited := server.JetStreamAccountLimits{MaxMemory: -1, MaxStore: -1, MaxStreams: -1, MaxConsumers: -1,
-		MaxAckPending: -1, MemoryMaxStreamBytes: -1, StoreMaxStreamBytes: -1}
-	if err := acc.EnableJetStream(map[string]server.JetStreamAccountLimits{"": unlimited}, nil); err != nil {
+	cfg := s.jsConfig
+	if err := s.ns.EnableJetStream(&cfg); err != nil {
 		return fmt.Errorf("enable: %w", err)
 	}
 	return nil
