@@ -181,6 +181,9 @@ func (s *Store) CommitBlocked(ctx context.Context) error {
 // probe tries the blocked table of day again: it opens it for writing
 // and commits a one-key transaction. Success unblocks it.
 func (s *Store) probe(ctx context.Context, day buckets.Day) {
+	if s.diskTight(false) {
+		return // a probe's commit could write into a memtable log's hole
+	}
 	s.mu.Lock()
 	if t := s.tables[day]; t != nil && t.failErr != nil {
 		t.failedAt = time.Time{} // open it again now

@@ -24,6 +24,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 	"github.com/telemetryd/telemetryd/cmd/internal/backupcli"
 	"github.com/telemetryd/telemetryd/cmd/internal/exportcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/repaircli"
 )
 
 // A documented example is a promise. These tests check every name the
@@ -125,6 +126,9 @@ func TestReadmeFlags(t *testing.T) {
 			if len(args) > 0 && args[0] == "backup" {
 				set = backupcli.BackupFlagSet(io.Discard, shared(os.Getenv, io.Discard))
 				args = args[1:]
+			}
+			if len(args) > 0 && args[0] == "repair" {
+				set, args = repaircli.FlagSet(io.Discard, shared(os.Getenv, io.Discard)), args[1:]
 			}
 			if len(args) > 0 && args[0] == "restore" {
 				set = backupcli.RestoreFlagSet(io.Discard, shared(os.Getenv, io.Discard))

@@ -32,14 +32,26 @@ Usage:
 Flags:
 `
 
+// FlagSet is the flag set of `telemetryd repair` (for documentation
+// checks).
+func FlagSet(out io.Writer, sh subcmd.Shared) *flag.FlagSet {
+	fs, _, _ := newFlagSet(out, sh)
+	return fs
+}
+
+func newFlagSet(out io.Writer, sh subcmd.Shared) (fs *flag.FlagSet, day, backup *string) {
+	fs = flag.NewFlagSet("telemetryd repair", flag.ContinueOnError)
+	fs.SetOutput(out)
+	sh.Bind(fs, "data-dir", "log-level", "log-format")
+	day = fs.String("day", "", "the UTC day of the table to repair, YYYY-MM-DD (required)")
+	backup = fs.String("backup", "", "a backup directory (POST /v1/backup's) whose newest copy of the day is loaded first")
+	sh.Usage(fs, repairUsage)
+	return fs, day, backup
+}
+
 // Run is `telemetryd repair`. It returns the exit status.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd.Shared) int {
-	fs := flag.NewFlagSet("telemetryd repair", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sh.Bind(fs, "data-dir", "log-level", "log-format")
-	dayFlag := fs.String("day", "", "the UTC day of the table to repair, YYYY-MM-DD (required)")
-	backup := fs.String("backup", "", "a backup directory (POST /v1/backup's) whose newest copy of the day is loaded first")
-	sh.Usage(fs, repairUsage)
+	fs, dayFlag, backup := newFlagSet(stderr, sh)
 	if code, ok := sh.Parse(fs, args); !ok {
 		return code
 	}
