@@ -246,6 +246,26 @@ func (s *Store) isBlocked(day buckets.Day) bool {
 	return ok
 }
 
+// blockedState returns a copy of why day is blocked, nil if it is not.
+func (s *Store) blockedState(day buckets.Day) *blockedTable {
+	h := &s.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b, ok := h.blocked[day]; ok {
+		c := *b
+		return &c
+	}
+	return nil
+}
+
+// restoreBlocked puts back the blocked state b of day.
+func (s *Store) restoreBlocked(day buckets.Day, b *blockedTable) {
+	h := &s.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.blocked[day] = b
+}
+
 // isBlockedFor reports whether day is blocked for reason.
 func (s *Store) isBlockedFor(day buckets.Day, reason string) bool {
 	h := &s.health

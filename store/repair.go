@@ -78,38 +78,22 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts RepairOpt
 	if s.opts.ReadOnly {
 		return rep, fmt.Errorf("repair table %s: %w", day, errReadOnly)
 	}
+	prev := s.blockedState(day)
 	s.block(day, blockedRepairing, errors.New("being repaired"))
+	var err error
 	done := false
 	defer func() {
-		if !done {
+		switch {
+		case done:
+		case rep.Damaged == "" && prev != nil: // the table is still there, as it was
+			s.restoreBlocked(day, prev)
+		default:
 			s.unblock(day, "repair failed")
 		}
 	}()
-	t, last, ours, idle, err := s.doom(day)
-	if err != nil {
+	if rep.Damaged, err = s.moveAside(ctx, day); err != nil {
 		return rep, fmt.Errorf("repair table %s: %w", day, err)
 	}
-	defer s.inflight.Done()
-	if idle != nil {
-		s.endLogged(idle)
-	}
-	if err := s.waitDoomed(ctx, t, last, ours); err != nil {
-		return rep, fmt.Errorf("repair table %s: %w", day, err)
-	}
-	rep.Damaged = filepath.Join(s.dir, damagedDirName, day.String()+"-"+strconv.FormatInt(time.Now().Unix(), 10))
-	if err := os.MkdirAll(filepath.Dir(rep.Damaged), 0o755); err != nil {
-		s.undoom(t)
-		return rep, fmt.Errorf("repair table %s: %w", day, err)
-	}
-	if err := os.Rename(t.dir, rep.Damaged); err != nil && !os.IsNotExist(err) {
-		s.undoom(t)
-		return rep, fmt.Errorf("repair table %s: move it aside: %w", day, err)
-	}
-	s.mu.Lock()
-	delete(s.tables, day)
-	s.mu.Unlock()
-	s.log.Warn("repairing day table: the damaged one was moved aside", "day", day.String(), "moved_to", rep.Damaged)
-
 	if opts.Backup != "" {
 		n, err := s.repairFromBackup(ctx, day, opts.Backup, rep.Damaged+".backup")
 		rep.FromBackup = n
@@ -126,6 +110,36 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts RepairOpt
 		"bad_blocks", rep.BadBlocks, "skipped_devices", rep.SkippedDevices, "salvage_error", rep.SalvageErr,
 		"damaged_copy", rep.Damaged)
 	return rep, nil
+}
+
+// moveAside takes the table of day out of service as a drop does and
+// moves its directory under damagedDirName, returning where.
+func (s *Store) moveAside(ctx context.Context, day buckets.Day) (string, error) {
+	t, last, ours, idle, err := s.doom(day)
+	if err != nil {
+		return "", err
+	}
+	defer s.inflight.Done()
+	if idle != nil {
+		s.endLogged(idle)
+	}
+	if err := s.waitDoomed(ctx, t, last, ours); err != nil {
+		return "", err
+	}
+	to := filepath.Join(s.dir, damagedDirName, day.String()+"-"+strconv.FormatInt(time.Now().Unix(), 10))
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		s.undoom(t)
+		return "", err
+	}
+	if err := os.Rename(t.dir, to); err != nil && !os.IsNotExist(err) {
+		s.undoom(t)
+		return "", fmt.Errorf("move it aside: %w", err)
+	}
+	s.mu.Lock()
+	delete(s.tables, day)
+	s.mu.Unlock()
+	s.log.Warn("repairing day table: the damaged one was moved aside", "day", day.String(), "moved_to", to)
+	return to, nil
 }
 
 // undoom puts back a table whose repair stopped before it moved it.
@@ -219,35 +233,7 @@ func (s *Store) copyFrom(ctx context.Context, db *badger.DB, from []byte, rep *R
 	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{})
 	defer it.Close()
-	type found struct {
-		seq uint64
-		rs  []buckets.Reading
-	}
-	var blocks []found
-	flush := func() error {
-		slices.SortFunc(blocks, func(a, b found) int { return cmpUint(a.seq, b.seq) })
-		var batch []buckets.Reading
-		for _, b := range blocks {
-			for _, r := range b.rs {
-				batch = append(batch, r)
-				if len(batch) == repairBatch {
-					if err := s.Write(ctx, sortedByTicks(batch)); err != nil {
-						return err
-					}
-					rep.Salvaged += int64(len(batch))
-					batch = batch[:0]
-				}
-			}
-		}
-		if len(batch) > 0 {
-			if err := s.Write(ctx, sortedByTicks(batch)); err != nil {
-				return err
-			}
-			rep.Salvaged += int64(len(batch))
-		}
-		blocks = blocks[:0]
-		return nil
-	}
+	var blocks []foundBlock
 	for it.Seek(from); it.Valid(); it.Next() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -257,10 +243,10 @@ func (s *Store) copyFrom(ctx context.Context, db *badger.DB, from []byte, rep *R
 			continue
 		}
 		if d != dev {
-			if err := flush(); err != nil {
+			if err := s.writeBlocks(ctx, blocks, rep); err != nil {
 				return nil, err
 			}
-			dev = d
+			blocks, dev = blocks[:0], d
 		}
 		if _, deleted := s.DeletedAt(d); deleted {
 			continue
@@ -270,9 +256,44 @@ func (s *Store) copyFrom(ctx context.Context, db *badger.DB, from []byte, rep *R
 			rep.BadBlocks++
 			continue
 		}
-		blocks = append(blocks, found{seq: ref.seq, rs: rs})
+		blocks = append(blocks, foundBlock{seq: ref.seq, rs: rs})
 	}
-	return nil, flush()
+	return nil, s.writeBlocks(ctx, blocks, rep)
+}
+
+// foundBlock is a sound block of a table being repaired.
+type foundBlock struct {
+	seq uint64
+	rs  []buckets.Reading
+}
+
+// writeBlocks writes the readings of one device's blocks, oldest
+// version first, counting them in rep.Salvaged.
+func (s *Store) writeBlocks(ctx context.Context, blocks []foundBlock, rep *RepairReport) error {
+	slices.SortFunc(blocks, func(a, b foundBlock) int { return cmpUint(a.seq, b.seq) })
+	var batch []buckets.Reading
+	write := func() error {
+		if err := s.Write(ctx, sortedByTicks(batch)); err != nil {
+			return err
+		}
+		rep.Salvaged += int64(len(batch))
+		batch = batch[:0]
+		return nil
+	}
+	for _, b := range blocks {
+		for _, r := range b.rs {
+			batch = append(batch, r)
+			if len(batch) == repairBatch {
+				if err := write(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if len(batch) > 0 {
+		return write()
+	}
+	return nil
 }
 
 func cmpUint(a, b uint64) int {
