@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/diskfit"
 )
 
 // TestStartOnASmallDisk: on a 300 MB file system, a service with the
@@ -27,7 +29,7 @@ func TestStartOnASmallDisk(t *testing.T) {
 		assert.Contains(t, logs.String(), "small disk")
 		assert.Contains(t, logs.String(), "-stream-max-bytes")
 		assert.Contains(t, logs.String(), "-disk-reserve")
-		assert.Less(t, m.cfg.StreamMaxBytes+m.cfg.RejectedMaxBytes+mqttStreams*m.cfg.MQTTStreamMaxBytes, int64(300<<20)/2+1)
+		assert.Less(t, m.cfg.StreamMaxBytes+m.cfg.RejectedMaxBytes+diskfit.MQTTStreams*m.cfg.MQTTStreamMaxBytes, int64(300<<20)/2+1)
 		assert.LessOrEqual(t, m.cfg.DiskReserve, int64(300<<20)/8)
 
 		s := &testService{Main: m, cfg: m.cfg, base: "http://" + m.HTTPAddr()}
