@@ -65,10 +65,11 @@ type RepairReport struct {
 	FromBackup, Salvaged int64
 	// BadBlocks counts the blocks of the damaged copy that failed their
 	// checksum; SkippedDevices the devices whose reading Badger could
-	// not finish.
-	BadBlocks, SkippedDevices int
-	// SalvageErr says why nothing could be read from the damaged copy
-	// (empty when it opened).
+	// not finish; SkippedFiles the table files that did not open when
+	// the table was read file by file (salvage.go).
+	BadBlocks, SkippedDevices, SkippedFiles int
+	// SalvageErr says why the damaged copy did not open as a database
+	// (empty when it did); it was then read file by file.
 	SalvageErr string
 }
 
@@ -107,7 +108,7 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts RepairOpt
 	done = true
 	s.unblock(day, "repaired")
 	s.log.Warn("day table repaired", "day", day.String(), "from_backup", rep.FromBackup, "salvaged", rep.Salvaged,
-		"bad_blocks", rep.BadBlocks, "skipped_devices", rep.SkippedDevices, "salvage_error", rep.SalvageErr,
+		"bad_blocks", rep.BadBlocks, "skipped_devices", rep.SkippedDevices, "skipped_files", rep.SkippedFiles, "salvage_error", rep.SalvageErr,
 		"damaged_copy", rep.Damaged)
 	return rep, nil
 }
@@ -191,9 +192,9 @@ func (s *Store) salvage(ctx context.Context, dir string, rep *RepairReport) erro
 	db, err := openTableBadger(opts)
 	if err != nil {
 		rep.SalvageErr = firstLine(err.Error())
-		s.log.Warn("repair: the damaged table does not open even without checksum checks; nothing is salvaged from it",
+		s.log.Warn("repair: the damaged table does not open even without checksum checks; reading its table files one by one",
 			"dir", dir, "err", err)
-		return nil
+		return s.salvageFiles(ctx, dir, opts, rep)
 	}
 	defer db.Close()
 	return s.copyBlocks(ctx, db, rep)

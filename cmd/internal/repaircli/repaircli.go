@@ -83,10 +83,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd
 		fmt.Fprintln(stderr, "telemetryd repair:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "repaired day %s: %d readings from the backup, %d salvaged from the damaged table (%d corrupt blocks, %d devices unreadable)\n",
-		day, rep.FromBackup, rep.Salvaged, rep.BadBlocks, rep.SkippedDevices)
+	fmt.Fprintf(stdout, "repaired day %s: %d readings from the backup, %d salvaged from the damaged table (%d corrupt blocks, %d devices and %d table files unreadable)\n",
+		day, rep.FromBackup, rep.Salvaged, rep.BadBlocks, rep.SkippedDevices, rep.SkippedFiles)
 	if rep.SalvageErr != "" {
-		fmt.Fprintf(stdout, "the damaged table did not open: %s\n", rep.SalvageErr)
+		fmt.Fprintf(stdout, "the damaged table did not open (it was read file by file): %s\n", rep.SalvageErr)
 	}
 	fmt.Fprintf(stdout, "damaged table moved to %s\nthe service writes the stream's readings of the day again at its next start\n", rep.Damaged)
 	return 0
