@@ -64,4 +64,3 @@ func TestRepairTableFromBlocksAndBackup(t *testing.T) {
 	assert.Equal(t, int64(30), got[at(3*time.Hour)])
 	assert.NoError(t, ts.CommitBlocked(ctx))
 }
-
