@@ -276,7 +276,7 @@ func (m *Main) startHTTP() error {
 		Attributes:        m.store,
 		Admin:             admin{store: m.store, ret: m.ret},
 		Backups:           m.backups(),
-		BackupRoot:        m.cfg.BackupDir,
+		BackupRoot:        m.cfg.backupRoot(),
 		Ready:             m.ready,
 		Durability:        m.durability().Mode,
 		DurabilityAck:     m.durability().Ack,
