@@ -24,7 +24,8 @@ const backupPath = "/v1/backup"
 const MaxBackupBodyBytes = 4 << 10
 
 // Backups takes backups of the running service's data. A nil Backups
-// makes POST /v1/backup answer 501.
+// makes POST /v1/backup answer 501, naming the service's -backup-dir
+// flag that turns them on.
 type Backups interface {
 	// Backup copies every day table and the device index into dir, a
 	// clean absolute path on the server that the handler has checked to
@@ -62,7 +63,7 @@ type BackupSummary struct {
 // away cancels the backup, which then leaves nothing behind.
 func (s *Server) handleBackup(c echo.Context) error {
 	if s.backups == nil {
-		return notImplemented("backups are not served by this instance")
+		return notImplemented("online backups are off on this instance (-backup-dir off): start telemetryd with -backup-dir DIR, or take the backup from the stopped data dir with telemetryd backup -data-dir")
 	}
 	req, err := readBackupRequest(c.Request())
 	if err != nil {

@@ -29,13 +29,16 @@ func (b storeBackups) Backup(ctx context.Context, dir string, full bool) (api.Ba
 }
 
 // serve fills a Badger store and serves POST /v1/backup on loopback,
-// under root, with admin token "secret".
+// under root, with admin token "secret". The store is settled first:
+// written, closed (which merges every open block, as the compactor
+// would within a second or two) and opened again, so no compaction
+// rewrites its tables between two backups of a test.
 func serve(t *testing.T, root string) (*store.Store, string) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, t.TempDir(), store.DefaultOptions())
+	dir := t.TempDir()
+	st, err := store.Open(ctx, dir, store.DefaultOptions())
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	start := buckets.MustTicks(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
 	var rs []buckets.Reading
 	for i := range 100 {
@@ -44,6 +47,10 @@ func serve(t *testing.T, root string) (*store.Store, string) {
 	}
 	require.NoError(t, st.Write(ctx, rs))
 	require.NoError(t, st.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: time.Now(), Seq: 41}))
+	require.NoError(t, st.Close())
+	st, err = store.Open(ctx, dir, store.DefaultOptions())
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Reader: st, Backups: storeBackups{st}, BackupRoot: root,
 		AdminToken: "secret", CursorKey: []byte("test cursor key")})
 	require.NoError(t, err)

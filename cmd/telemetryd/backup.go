@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,9 +18,30 @@ import (
 // keeps its backups under -backup-dir.
 type backupService struct{ store *store.Store }
 
-// backups is the service's api.Backups, nil when -backup-dir is empty.
+// backupsOff is the -backup-dir that turns online backups off.
+const backupsOff = "off"
+
+// backupRoot is the directory POST /v1/backup writes under: -backup-dir,
+// by default the data dir's absolute path with "-backups" appended (a
+// sibling, so ./data keeps its backups in ./data-backups); empty when
+// -backup-dir is off.
+func (c Config) backupRoot() string {
+	switch c.BackupDir {
+	case backupsOff:
+		return ""
+	case "":
+		dir, err := filepath.Abs(c.DataDir)
+		if err != nil {
+			return "" // no working directory: no default to offer
+		}
+		return dir + "-backups"
+	}
+	return c.BackupDir
+}
+
+// backups is the service's api.Backups, nil when -backup-dir is off.
 func (m *Main) backups() api.Backups {
-	if m.cfg.BackupDir == "" {
+	if m.cfg.backupRoot() == "" {
 		return nil
 	}
 	return backupService{store: m.store}

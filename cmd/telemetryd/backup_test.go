@@ -235,3 +235,30 @@ func TestBackupCommandOfflineAndRestoreChecks(t *testing.T) {
 	_, err = os.Stat(dataDir)
 	assert.True(t, os.IsNotExist(err), "nothing restored from a corrupt backup")
 }
+
+// Without -backup-dir, online backups go under <data-dir>-backups, as the
+// README's example writes them; -backup-dir off answers 501 naming the
+// flag that turns them on.
+func TestOnlineBackupDefaultDirAndOff(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	s := startService(t, cfg)
+	root := cfg.DataDir + "-backups"
+	json := map[string]string{"Content-Type": "application/json"}
+	code, out := s.post(t, "/v1/backup", []byte(`{"dir":"`+filepath.Join(root, "nightly")+`"}`), json)
+	require.Equal(t, http.StatusOK, code, out)
+	_, err := os.Stat(filepath.Join(root, "nightly", "MANIFEST.json"))
+	assert.NoError(t, err, "the backup is under <data-dir>-backups")
+	code, out = s.post(t, "/v1/backup", []byte(`{"dir":"`+filepath.Join(filepath.Dir(root), "elsewhere")+`"}`), json)
+	assert.Equal(t, http.StatusBadRequest, code, out)
+	s.stop(t)
+
+	cfg.BackupDir = "off"
+	s = startService(t, cfg)
+	t.Cleanup(func() { s.stop(t) })
+	code, out = s.post(t, "/v1/backup", []byte(`{"dir":"`+filepath.Join(root, "again")+`"}`), json)
+	assert.Equal(t, http.StatusNotImplemented, code, out)
+	assert.JSONEq(t, `{"error":{"code":"not_implemented","message":"path: online backups are off on this instance (-backup-dir off): start telemetryd with -backup-dir DIR, or take the backup from the stopped data dir with telemetryd backup -data-dir"}}`, out)
+	_, err = os.Stat(filepath.Join(root, "again"))
+	assert.True(t, os.IsNotExist(err), "nothing written when backups are off")
+}

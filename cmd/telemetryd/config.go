@@ -63,7 +63,8 @@ type Config struct {
 	MQTTStreamMaxBytes int64
 	DiskReserve        int64 // ingest pauses while less is free under DataDir
 	// BackupDir is the root under which POST /v1/backup may write;
-	// empty turns online backups off.
+	// empty means <DataDir>-backups, "off" turns online backups off
+	// (see backupRoot).
 	BackupDir string
 	Security  security.Config
 	Cluster   clustercfg.Config
@@ -144,7 +145,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.StreamMaxBytes), "stream-max-bytes", "disk space of the TELEMETRY stream; when full it refuses publishes (clients retry) and settled messages are purged from 80% of it")
 	fs.Var(cliflag.Size(&c.RejectedMaxBytes), "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
 	fs.Var(cliflag.Size(&c.MQTTStreamMaxBytes), "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
-	fs.StringVar(&c.BackupDir, "backup-dir", c.BackupDir, "absolute directory under which POST /v1/backup may write backups (the request names a directory inside it); empty: online backups are off (501)")
+	fs.StringVar(&c.BackupDir, "backup-dir", c.BackupDir, "absolute directory under which POST /v1/backup may write backups (the request names a directory inside it); empty: <data-dir>-backups beside the data dir; off: online backups are off (501)")
 	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.Bind(fs)
 	c.Cluster.Bind(fs)
@@ -156,8 +157,8 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("-data-dir must not be empty"))
 	}
-	if c.BackupDir != "" && (!filepath.IsAbs(c.BackupDir) || filepath.Clean(c.BackupDir) != c.BackupDir) {
-		errs = append(errs, fmt.Errorf("-backup-dir %q must be a clean absolute path", c.BackupDir))
+	if c.BackupDir != "" && c.BackupDir != backupsOff && (!filepath.IsAbs(c.BackupDir) || filepath.Clean(c.BackupDir) != c.BackupDir) {
+		errs = append(errs, fmt.Errorf("-backup-dir %q must be a clean absolute path (or off)", c.BackupDir))
 	}
 	if c.Retention <= 0 {
 		errs = append(errs, fmt.Errorf("-retention %s must be positive", c.Retention))

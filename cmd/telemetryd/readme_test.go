@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	dto "github.com/prometheus/client_model/go"
@@ -333,4 +334,100 @@ func hasLabel(mf *dto.MetricFamily, label string) bool {
 		}
 	}
 	return false
+}
+
+// TestDocLengths keeps the README a front door and BENCHMARKS.md a
+// current report: reference text belongs beside the code it describes,
+// and past runs in the bench's dated history files.
+func TestDocLengths(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		max  int
+	}{{"README.md", 300}, {"BENCHMARKS.md", 800}} {
+		lines := strings.Count(docFile(t, c.name), "\n")
+		assert.LessOrEqual(t, lines, c.max, "%s has %d lines; move reference text beside the code it describes", c.name, lines)
+	}
+}
+
+// linkedDocs are the pages whose links TestDocLinks checks: the user
+// pages and the pages they link to.
+var linkedDocs = append(slices.Clone(userDocs),
+	"BENCHMARKS.md",
+	"api/FLEET-QUERIES.md",
+	"cmd/telemetry-bench/README.md",
+	"cmd/telemetry-bench/history-2026-11.md",
+	"cmd/telemetry-crashloop/README.md",
+)
+
+// mdLink is a markdown link or image: [text](target).
+var mdLink = regexp.MustCompile(`\]\(([^()\s]+)\)`)
+
+// TestDocLinks: every relative link of the documentation names a file
+// of the repository, and every #anchor a heading of its page.
+func TestDocLinks(t *testing.T) {
+	checked := 0
+	for _, name := range linkedDocs {
+		doc := docFile(t, name)
+		for _, m := range mdLink.FindAllStringSubmatch(withoutCode(doc), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			page := name
+			if file != "" {
+				page = filepath.ToSlash(filepath.Join(filepath.Dir(name), file))
+				if _, err := os.Stat(filepath.Join("..", "..", filepath.FromSlash(page))); err != nil {
+					assert.NoError(t, err, "%s links to %s, which does not exist", name, target)
+					continue
+				}
+			}
+			checked++
+			if anchor == "" {
+				continue
+			}
+			assert.Contains(t, anchors(docFile(t, page)), anchor, "%s links to %s: %s has no heading with that anchor", name, target, page)
+		}
+	}
+	assert.Greater(t, checked, 50, "the links were found")
+}
+
+// withoutCode drops fenced code blocks, whose brackets are not links.
+func withoutCode(doc string) string {
+	var out strings.Builder
+	in := false
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+			continue
+		}
+		if !in {
+			out.WriteString(line)
+			out.WriteString("\n")
+		}
+	}
+	return out.String()
+}
+
+// anchors returns the anchors of a page's headings, as GitHub makes
+// them: lower case, punctuation dropped, spaces as hyphens.
+func anchors(doc string) []string {
+	var out []string
+	for _, line := range strings.Split(withoutCode(doc), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var a strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				a.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				a.WriteRune(r)
+			}
+		}
+		out = append(out, a.String())
+	}
+	return out
 }

@@ -284,7 +284,7 @@ func (m *Main) startHTTP() error {
 		Attributes:        m.store,
 		Admin:             repairingAdmin{admin: admin{store: m.store, ret: m.ret}, m: m},
 		Backups:           m.backups(),
-		BackupRoot:        m.cfg.BackupDir,
+		BackupRoot:        m.cfg.backupRoot(),
 		Ready:             m.ready,
 		Durability:        m.durability().Mode,
 		DurabilityAck:     m.durability().Ack,

@@ -135,9 +135,20 @@ func FormatBytes(n int64) string {
 	return fmt.Sprintf("%d", n)
 }
 
+// Set at link time by deploy/install.sh (go install -ldflags "-X
+// ...cliflag.version=v1.2.0 -X ...cliflag.commit=<hash>"), so a build
+// names its commit where Go does not record one (GOFLAGS=-buildvcs=false,
+// a source tree without .git).
+var (
+	version    string
+	commit     string
+	commitTime string
+)
+
 // Version is what -version prints for the binary called name: its
-// module version, the VCS revision and time when the build recorded
-// them, and the Go version.
+// version, the commit and its time, and the Go version. The version and
+// commit set at link time win; otherwise they come from the module
+// version and the VCS stamp Go records, when it records them.
 func Version(name string) string {
 	v, rev, at, dirty := "(devel)", "", "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -154,6 +165,12 @@ func Version(name string) string {
 				dirty = s.Value == "true"
 			}
 		}
+	}
+	if version != "" {
+		v = version
+	}
+	if commit != "" {
+		rev, at, dirty = strings.TrimSuffix(commit, "-dirty"), commitTime, strings.HasSuffix(commit, "-dirty")
 	}
 	out := name + " " + v
 	if rev != "" {

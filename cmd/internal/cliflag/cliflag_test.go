@@ -62,3 +62,13 @@ func TestPrintFlags(t *testing.T) {
 	assert.Contains(t, b.String(), "  -stream-max-bytes size   [X_STREAM_MAX_BYTES]\n    \tdisk space of the stream (default 4GiB)\n")
 	assert.Contains(t, b.String(), "  -version\n")
 }
+
+// TestVersionSetAtLinkTime: the version and commit set with -ldflags -X
+// (deploy/install.sh) are what -version prints; TestReadmeQuickStart
+// builds a real binary that way.
+func TestVersionSetAtLinkTime(t *testing.T) {
+	defer func(v, c, at string) { version, commit, commitTime = v, c, at }(version, commit, commitTime)
+	version, commit, commitTime = "v1.2.3", "0123456789abcdef0123456789abcdef01234567-dirty", "2026-12-05T14:00:00Z"
+	got := Version("telemetryd")
+	assert.True(t, strings.HasPrefix(got, "telemetryd v1.2.3 0123456789ab-dirty 2026-12-05T14:00:00Z go"), got)
+}
