@@ -301,12 +301,20 @@ func (s *Store) compactor() {
 	defer close(s.compactDone)
 	tick := time.NewTicker(s.opts.CompactInterval)
 	defer tick.Stop()
+	var syncs <-chan time.Time // syncloop.go
+	if s.opts.SyncEvery > 0 && !s.opts.SyncWrites {
+		st := time.NewTicker(s.opts.SyncEvery)
+		defer st.Stop()
+		syncs = st.C
+	}
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
 			s.compactAll(false)
+		case <-syncs:
+			s.syncAll()
 		}
 	}
 }

@@ -228,7 +228,7 @@ func TestDurabilityModeIsReported(t *testing.T) {
 		mode string
 		ack  string
 	}{
-		{false, ingest.DurabilityBuffered, "not a power cut"},
+		{false, ingest.DurabilityBuffered, "a power cut loses what was acked within the last 1s"},
 		{true, ingest.DurabilitySynced, "survives a power cut"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -244,6 +244,7 @@ func TestDurabilityModeIsReported(t *testing.T) {
 			assert.Equal(t, tc.mode, ready.Durability, body)
 			assert.Contains(t, ready.Ack, tc.ack)
 			assert.Equal(t, tc.sync, s.Main.nats.NATS().JetStreamConfig().SyncAlways, "the embedded JetStream's fsync of every write")
+			assert.Equal(t, time.Second, s.Main.nats.NATS().JetStreamConfig().SyncInterval, "the embedded JetStream syncs every -sync-interval")
 
 			var started string
 			for _, l := range logLines(buf.String()) {

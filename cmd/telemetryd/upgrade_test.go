@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestUpgradeFromTheOneStreamKeepsEveryReading starts on a data dir
+// and stream of the earlier layout (the one stream TELEMETRY, written
+// by the service with -stream-partitions 0, which is that layout): some
+// readings already stored, more in the stream and never consumed (the
+// service stopped, the server ran on). The service with streams per
+// partition stores every one of them exactly once, with the readings
+// published after the upgrade and one published both before and after
+// (a retry across it), and then deletes the old stream.
+func TestUpgradeFromTheOneStreamKeepsEveryReading(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.StreamPartitions = 0
+	devices := []string{"up-a", "up-b", "up-c", "up-d", "up-e"}
+	at := func(i int) string {
+		return testEpoch.Add(-time.Hour + time.Duration(i)*time.Second).Format(time.RFC3339Nano)
+	}
+	payload := func(i int) string { return fmt.Sprintf(`{"ts":%q,"v":%d}`, at(i), i) }
+
+	old := startService(t, cfg)
+	for i := range 20 {
+		for _, d := range devices {
+			old.publish(t, d, payload(i))
+		}
+	}
+	for _, d := range devices {
+		waitStored(t, old, d, 20)
+	}
+	old.stop(t)
+
+	// Readings the old stream holds and no consumer took yet.
+	ns, err := server.NewServer(&server.Options{ServerName: "telemetryd", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 20; i < 50; i++ {
+		for _, d := range devices {
+			ack, err := js.Publish(ctx, "telemetry."+d, []byte(payload(i)))
+			require.NoError(t, err)
+			require.Equal(t, "TELEMETRY", ack.Stream)
+		}
+	}
+	st, err := js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	require.Equal(t, uint64(50*len(devices)), st.CachedInfo().State.Msgs)
+	nc.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	cfg.StreamPartitions = -1 // the default: a stream per partition
+	s := startService(t, cfg)
+	for i := 49; i < 60; i++ { // 49 again: a retry across the upgrade
+		for _, d := range devices {
+			s.publish(t, d, payload(i))
+		}
+	}
+	for _, d := range devices {
+		waitStored(t, s, d, 60)
+		got := pageAll(t, s, d, "asc", 1000, url.Values{})
+		require.Len(t, got, 60, "device %s: every reading once", d)
+		for i, r := range got {
+			assert.Equal(t, float64(i), r.Values["v"], "device %s reading %d", d, i)
+		}
+	}
+	require.Eventually(t, func() bool {
+		_, err := s.js.Stream(ctx, "TELEMETRY")
+		return err != nil
+	}, 20*time.Second, 50*time.Millisecond, "the old stream was not deleted once drained")
+	names := readingStreams(t, s.js)
+	assert.Len(t, names, DefaultStreamPartitions)
+	assert.NotContains(t, names, "TELEMETRY")
+	for _, d := range devices {
+		st, err := s.js.Stream(ctx, streamOf(d))
+		require.NoError(t, err)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(storedSubject(d)))
+		require.NoError(t, err)
+		assert.Equal(t, uint64(11), info.State.Subjects[storedSubject(d)], "device %s: its publishes after the upgrade in its partition's stream", d)
+	}
+	rej, err := s.js.Stream(ctx, "TELEMETRY_REJECTED")
+	if err == nil {
+		assert.Zero(t, rej.CachedInfo().State.Msgs, "nothing dead-lettered")
+	}
+}
