@@ -116,7 +116,7 @@ type Result struct {
 	// Nats-Msg-Id another client used first.
 	DuplicateAcks int
 	// FailedStarts counts starts after a power cut that failed (the
-	// next attempt started the service).
+	// next attempt started the service); any fails the run (OK).
 	FailedStarts int
 	Hostile      *HostileCounts // what the hostile client did (-hostile)
 	Backups      []backupTaken  // the backups taken (-backup)
@@ -127,7 +127,7 @@ type Result struct {
 // OK reports whether the run upheld the guarantee and every reading
 // was acked.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published &&
+	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published && r.FailedStarts == 0 &&
 		(r.Probe == nil || r.Probe.OK())
 }
 

@@ -47,6 +47,15 @@ func streamConfigs(icfg ingest.Config) []ingest.Config {
 	return out
 }
 
+// streamNames names the readings streams of icfg (/readyz).
+func streamNames(icfg ingest.Config) []string {
+	var out []string
+	for _, c := range streamConfigs(icfg) {
+		out = append(out, c.Stream)
+	}
+	return out
+}
+
 // resumeRestored prepares a data dir that restore made: the ingest
 // consumer, if it outlived the restore, is deleted so that ingest
 // creates it again after the restored positions. The marker is cleared

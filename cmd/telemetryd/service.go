@@ -313,6 +313,7 @@ func (m *Main) startHTTP() error {
 		Ready:             m.ready,
 		Durability:        m.durability().Mode,
 		DurabilityAck:     m.durability().Ack,
+		Streams:           streamNames(m.ingestConfig()),
 		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
