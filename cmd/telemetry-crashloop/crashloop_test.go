@@ -86,7 +86,6 @@ func TestShortCrashLoopMQTT(t *testing.T) {
 	t.Logf("kills while publishes were in flight: %d of %d", res.cutsInFlight(), len(res.Cuts))
 }
 
-
 // TestHostileCrashLoop is -hostile in short: while the loop publishes
 // and the service is killed three times, a second device takes the
 // Nats-Msg-Id of the loop's next messages, floods a 64MiB stream with
