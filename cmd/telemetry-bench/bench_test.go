@@ -168,9 +168,9 @@ func TestScheduleRepeatsOnlyComparedRuns(t *testing.T) {
 		names = append(names, r.Name)
 	}
 	assert.Equal(t, []string{
-		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "100/msg", "100/msg sync-writes", "100/msg telemetry off",
+		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "1/msg one stream", "100/msg", "100/msg sync-writes", "100/msg telemetry off", "100/msg one stream",
 		"100/msg memory-limit 512MiB", "100/msg memory-limit 4GiB",
-		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "100/msg", "100/msg sync-writes", "100/msg telemetry off",
+		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "1/msg one stream", "100/msg", "100/msg sync-writes", "100/msg telemetry off", "100/msg one stream",
 		"100/msg memory-limit 512MiB", "100/msg memory-limit 4GiB",
 		"10000/msg",
 	}, names)
