@@ -226,6 +226,9 @@ func (m *Main) startIngest() error {
 	if err := m.resumeRestored(icfg); err != nil {
 		return err
 	}
+	if err := m.checkMapping(icfg); err != nil {
+		return err
+	}
 	if icfg.PartitionStreams {
 		// The consumer share of the memory budget is split between the
 		// partitions, each keeping room for the largest message.

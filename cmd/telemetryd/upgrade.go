@@ -30,3 +30,18 @@ func (m *Main) drainLeftovers(ctx context.Context, icfg ingest.Config, wg *sync.
 	}
 	return nil
 }
+
+// checkMapping refuses to start with streams per partition when the
+// NATS server does not map publishes to them (ingest.CheckMapping).
+func (m *Main) checkMapping(icfg ingest.Config) error {
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ingest.CheckMapping(ctx, js, icfg); err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	return nil
+}
