@@ -9,10 +9,10 @@ import "time"
 // message only after its readings are committed to the store.
 const (
 	// DurabilitySynced: the embedded JetStream fsyncs every publish
-	// before its ack (a line protocol write of 32 devices or more once
-	// per atomic batch: Config.AtomicPublish), and the store fsyncs
-	// each commit before the ingester acks its messages. An acked
-	// reading survives a power cut.
+	// before its ack (a line protocol write's devices of one partition,
+	// 32 or more, once per atomic batch: Config.AtomicPublish), and the
+	// store fsyncs each commit before the ingester acks its messages.
+	// An acked reading survives a power cut.
 	DurabilitySynced = "synced"
 	// DurabilityStoreSynced: as DurabilitySynced on the store's side,
 	// but the NATS server is external, so whether its publish ack waits
@@ -41,7 +41,7 @@ func DurabilityOf(syncWrites, embeddedNATS bool, syncEvery time.Duration) Durabi
 	switch {
 	case syncWrites && embeddedNATS:
 		return Durability{Mode: DurabilitySynced,
-			Ack: "an acked reading is on disk and survives a power cut: the stream fsyncs each publish before its ack (a line protocol write of 32 devices or more in atomic batches, one fsync each), the store each commit before the stream lets go of it"}
+			Ack: "an acked reading is on disk and survives a power cut: the stream fsyncs each publish before its ack (a line protocol write in atomic batches per partition stream, one fsync each, where it has 32 devices or more in the partition), the store each commit before the stream lets go of it"}
 	case syncWrites:
 		return Durability{Mode: DurabilityStoreSynced,
 			Ack: "the store fsyncs each commit before the stream lets go of it; whether a publish ack waits for the stream's fsync is the external NATS server's sync_interval (always for power-cut safety)"}
