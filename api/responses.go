@@ -109,6 +109,8 @@ type Status struct {
 	Status     string `json:"status"`
 	Durability string `json:"durability,omitempty"`
 	Ack        string `json:"ack,omitempty"`
+	// Streams names the readings streams consumed (one per partition).
+	Streams []string `json:"streams,omitempty"`
 }
 
 // ErrorResponse is the body of every JSON error answer.

@@ -93,7 +93,7 @@ func (s *Server) handleReady(c echo.Context) error {
 			return &apiError{http.StatusServiceUnavailable, codeUnavailable, "readiness: " + err.Error()}
 		}
 	}
-	return sendValue(c, http.StatusOK, Status{Status: "ready", Durability: s.durability.Durability, Ack: s.durability.Ack})
+	return sendValue(c, http.StatusOK, Status{Status: "ready", Durability: s.durability.Durability, Ack: s.durability.Ack, Streams: s.durability.Streams})
 }
 
 // handleMetrics serves GET /metrics from Config.Metrics, 404 without.

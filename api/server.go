@@ -123,6 +123,9 @@ type Config struct {
 	// and what an ack promises in it, reported by a ready /readyz.
 	// Empty: not reported.
 	Durability, DurabilityAck string
+	// Streams names the readings streams the service consumes (one per
+	// partition), reported by a ready /readyz. Empty: not reported.
+	Streams []string
 	// Metrics is served at GET /metrics (Prometheus exposition); nil
 	// makes it answer 404.
 	Metrics http.Handler
@@ -276,7 +279,7 @@ func New(cfg Config) (*Server, error) {
 		internal:     cfg.Internal,
 		cluster:      cfg.Cluster,
 		ready:        cfg.Ready,
-		durability:   Status{Durability: cfg.Durability, Ack: cfg.DurabilityAck},
+		durability:   Status{Durability: cfg.Durability, Ack: cfg.DurabilityAck, Streams: cfg.Streams},
 		metrics:      cfg.Metrics,
 		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),
 		expiresAt:    cfg.ExpiresAt,

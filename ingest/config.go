@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -129,6 +130,19 @@ type Config struct {
 	Partitions int
 	// Partition is the partition consumed, 0 to Partitions-1.
 	Partition int
+	// PartitionStreams (with Partitions) gives each partition a stream
+	// of its own, named <Stream>_<partition> (partition.Stream), that
+	// captures <prefix>.<partition>.* (partition.Subjects): the account
+	// maps <prefix>.<device> there (partition.Mapping), so every
+	// partition has its own file store, lock and fsync. Stream is then
+	// the family's name; the Ingester reads its partition's stream
+	// unfiltered. With MQTTCopies the partition's stream captures the
+	// copies $MQTT.msgs.<prefix>.<partition>.* (the MQTT account maps
+	// too).
+	PartitionStreams bool
+	// family is Stream's family name once withDefaults resolved Stream
+	// to the partition's own stream (PartitionStreams).
+	family string
 	// Replicas is the replica count of the streams this Ingester
 	// creates (an existing stream keeps its own). Default 1.
 	Replicas int
@@ -149,6 +163,35 @@ type Config struct {
 	// Now is the clock of the accepted window and the lag metric.
 	// Default time.Now.
 	Now func() time.Time
+}
+
+// Family is the name of the stream family: Stream, or with
+// PartitionStreams the name every partition's stream is built from.
+func (c Config) Family() string {
+	if c.family != "" {
+		return c.family
+	}
+	return cmp.Or(c.Stream, DefaultConfig().Stream)
+}
+
+// ForPartition is c for partition p's ingester, its stream resolved
+// (with PartitionStreams).
+func (c Config) ForPartition(p int) Config {
+	c.Stream, c.family, c.Partition = c.Family(), "", p
+	return c.withDefaults()
+}
+
+// Streams names every readings stream of c: one per partition with
+// PartitionStreams, else Stream.
+func (c Config) Streams() []string {
+	if !c.PartitionStreams {
+		return []string{cmp.Or(c.Stream, DefaultConfig().Stream)}
+	}
+	out := make([]string, c.Partitions)
+	for p := range out {
+		out[p] = partition.Stream(c.Family(), p)
+	}
+	return out
 }
 
 // DefaultSubjectPrefix is the default Config.SubjectPrefix.
@@ -213,6 +256,9 @@ func (c Config) withDefaults() Config {
 	c.HoldEvery = cmp.Or(c.HoldEvery, d.HoldEvery)
 	if len(c.BackOff) == 0 {
 		c.BackOff = d.BackOff
+	}
+	if c.PartitionStreams && c.family == "" {
+		c.family, c.Stream = c.Stream, partition.Stream(c.Stream, c.Partition)
 	}
 	c.BackOff = append([]time.Duration(nil), c.BackOff...)
 	if c.Logger == nil {

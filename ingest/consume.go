@@ -170,6 +170,21 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 //     stores "<prefix>.>"): dead-lettered with invalid_device, so
 //     nothing sits unread in the stream.
 
+// logConsuming says the consumer is consuming: at INFO once per
+// service, with a stream per partition by partition 0's ingester for
+// the family (the others at DEBUG).
+func (in *Ingester) logConsuming() {
+	if in.cfg.PartitionStreams && in.cfg.Partition != 0 {
+		in.log.Debug("consuming", "stream", in.cfg.Stream, "consumer", in.cfg.Consumer)
+		return
+	}
+	args := []any{"stream", in.cfg.Stream, "consumer", in.cfg.Consumer}
+	if in.cfg.PartitionStreams {
+		args = append(args, "streams", in.cfg.Partitions, "family", in.cfg.Family())
+	}
+	in.log.Info("consuming", args...)
+}
+
 // mqttCopy reports whether subject is an MQTT store copy's own subject
 // (with Config.MQTTCopies).
 func (in *Ingester) mqttCopy(subject string) bool {
@@ -260,7 +275,7 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 			err = fmt.Errorf("ingest: start consuming: %w", err)
 		} else {
 			in.setState(nil)
-			in.log.Info("consuming", "stream", in.cfg.Stream, "consumer", in.cfg.Consumer)
+			in.logConsuming()
 			err = in.watch(ctx, cc)
 			if errors.Is(err, errHeld) {
 				delay = retryMin

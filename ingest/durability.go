@@ -1,5 +1,7 @@
 package ingest
 
+import "time"
+
 // Durability modes: what an acknowledgement (a JetStream publish ack,
 // an MQTT QoS 1 PUBACK, the 204 of a line protocol write) promises
 // about a power cut. A crash of the process loses nothing acked in any
@@ -7,19 +9,19 @@ package ingest
 // message only after its readings are committed to the store.
 const (
 	// DurabilitySynced: the embedded JetStream fsyncs every publish
-	// before its ack (a line protocol write of 32 devices or more once
-	// per atomic batch: Config.AtomicPublish), and the store fsyncs
-	// each commit before the ingester acks its messages. An acked
-	// reading survives a power cut.
+	// before its ack (a line protocol write's devices of one partition,
+	// 32 or more, once per atomic batch: Config.AtomicPublish), and the
+	// store fsyncs each commit before the ingester acks its messages.
+	// An acked reading survives a power cut.
 	DurabilitySynced = "synced"
 	// DurabilityStoreSynced: as DurabilitySynced on the store's side,
 	// but the NATS server is external, so whether its publish ack waits
 	// for an fsync is its own setting (sync_interval: always).
 	DurabilityStoreSynced = "store-synced"
 	// DurabilityBuffered: an ack means written to the operating system,
-	// not to the disk. The embedded JetStream fsyncs every 2 minutes and
-	// the store when a memtable fills, so a power cut can lose readings
-	// acked since then.
+	// not to the disk. The embedded JetStream and the store fsync every
+	// sync interval (-sync-interval, 1 s by default), so a power cut can
+	// lose readings acked within about that much before it.
 	DurabilityBuffered = "buffered"
 )
 
@@ -33,16 +35,19 @@ type Durability struct {
 // DurabilityOf is the mode of a service that fsyncs before acking
 // (-sync-writes) or not, on its embedded NATS server or an external
 // one.
-func DurabilityOf(syncWrites, embeddedNATS bool) Durability {
+//
+// syncEvery is the sync interval of the buffered mode.
+func DurabilityOf(syncWrites, embeddedNATS bool, syncEvery time.Duration) Durability {
 	switch {
 	case syncWrites && embeddedNATS:
 		return Durability{Mode: DurabilitySynced,
-			Ack: "an acked reading is on disk and survives a power cut: the stream fsyncs each publish before its ack (a line protocol write of 32 devices or more in atomic batches, one fsync each), the store each commit before the stream lets go of it"}
+			Ack: "an acked reading is on disk and survives a power cut: the stream fsyncs each publish before its ack (a line protocol write in atomic batches per partition stream, one fsync each, where it has 32 devices or more in the partition), the store each commit before the stream lets go of it"}
 	case syncWrites:
 		return Durability{Mode: DurabilityStoreSynced,
 			Ack: "the store fsyncs each commit before the stream lets go of it; whether a publish ack waits for the stream's fsync is the external NATS server's sync_interval (always for power-cut safety)"}
 	default:
 		return Durability{Mode: DurabilityBuffered,
-			Ack: "an acked reading survives a crash of the process, not a power cut: it is written to the operating system, which the stream syncs to disk every 2 minutes and the store when a memtable fills (-sync-writes for power-cut safety)"}
+			Ack: "an acked reading survives a crash of the process; a power cut loses what was acked within the last " + syncEvery.String() +
+				" (-sync-interval): readings are written to the operating system, which the stream and the store sync to disk every " + syncEvery.String() + " (-sync-writes for power-cut safety)"}
 	}
 }

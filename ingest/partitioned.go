@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,6 +28,9 @@ func (c Config) validatePartitions() error {
 		return fmt.Errorf("replicas %d: want 0 (server default) to 5", c.Replicas)
 	}
 	if c.Partitions == 0 {
+		if c.PartitionStreams {
+			return errors.New("streams per partition without partitions")
+		}
 		if c.Partition != 0 {
 			return fmt.Errorf("partition %d without partitions", c.Partition)
 		}
@@ -38,7 +42,7 @@ func (c Config) validatePartitions() error {
 	if c.Partition < 0 || c.Partition >= c.Partitions {
 		return fmt.Errorf("partition %d: want 0 to %d", c.Partition, c.Partitions-1)
 	}
-	if c.MQTTCopies {
+	if c.MQTTCopies && !c.PartitionStreams {
 		return errors.New("the MQTT listener's store copies cannot be captured by a partitioned stream")
 	}
 	return nil
@@ -48,7 +52,7 @@ func (c Config) validatePartitions() error {
 // configuration of a stream to create.
 func (c Config) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
 	sc.Replicas = c.Replicas
-	if c.Partitions > 0 {
+	if c.Partitions > 0 && !c.PartitionStreams {
 		t := partition.Transform(c.SubjectPrefix, c.Partitions)
 		sc.SubjectTransform = &t
 	}
@@ -58,6 +62,12 @@ func (c Config) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
 // checkPartitions refuses a stream whose partitioning differs from
 // Config.Partitions.
 func (in *Ingester) checkPartitions(sc jetstream.StreamConfig) error {
+	if in.cfg.PartitionStreams {
+		if want := partition.Subjects(in.cfg.SubjectPrefix, in.cfg.Partition); !slices.Contains(sc.Subjects, want) {
+			return fmt.Errorf("%w: stream %s does not capture %s, its partition's subjects", errPermanent, sc.Name, want)
+		}
+		return nil
+	}
 	n, err := partition.Count(in.cfg.SubjectPrefix, sc.SubjectTransform)
 	switch {
 	case errors.Is(err, partition.ErrNotPartitioned), in.cfg.Subjects().IsMQTTCopiesTransform(sc.SubjectTransform):
@@ -83,7 +93,7 @@ func (in *Ingester) checkPartitions(sc jetstream.StreamConfig) error {
 
 // partitionFilter limits a consumer to the partition read.
 func (in *Ingester) partitionFilter(cc *jetstream.ConsumerConfig) {
-	if in.cfg.Partitions > 0 {
+	if in.cfg.Partitions > 0 && !in.cfg.PartitionStreams { // a partition's own stream needs none
 		cc.FilterSubjects = []string{partition.Filter(in.cfg.SubjectPrefix, in.cfg.Partition)}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -66,8 +68,13 @@ type Publisher struct {
 	js       jetstream.JetStream
 	subjects topology.Subjects
 	stream   string
-	rejected string
-	log      *slog.Logger
+	// family and partitions: with a stream per partition, a device's
+	// readings go to partition.Stream(family, partition.Of(partitions,
+	// device)); partitions is 0 otherwise.
+	family     string
+	partitions int
+	rejected   string
+	log        *slog.Logger
 	// atomic: publish a call's readings as atomic batches; cleared
 	// (once, with a warning) when the server turns out not to support
 	// them.
@@ -86,6 +93,9 @@ func NewPublisher(nc *nats.Conn, c Config) (*Publisher, error) {
 	c = c.withDefaults()
 	p := &Publisher{nc: nc, js: js, subjects: c.Subjects(), stream: c.Stream, rejected: c.RejectedStream,
 		log: c.Logger, inFlight: make(chan struct{}, atomicInFlight)}
+	if c.PartitionStreams {
+		p.family, p.partitions = c.Family(), c.Partitions
+	}
 	p.atomic.Store(c.AtomicPublish)
 	return p, nil
 }
@@ -108,18 +118,48 @@ func (p *Publisher) Publish(ctx context.Context, msgs []lineproto.Message) error
 	if !p.atomic.Load() {
 		return p.publishEach(ctx, msgs)
 	}
-	var readings, dead []lineproto.Message
+	var dead []lineproto.Message
+	byStream := map[string][]lineproto.Message{}
+	var order []string
 	for _, m := range msgs {
 		if m.DeadLetter {
 			dead = append(dead, m)
-		} else {
-			readings = append(readings, m)
+			continue
 		}
+		st := p.streamOf(m.Device)
+		if _, ok := byStream[st]; !ok {
+			order = append(order, st)
+		}
+		byStream[st] = append(byStream[st], m)
 	}
+	// The streams' batches go at once: each stream fsyncs on its own.
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, st := range order {
+		wg.Go(func() { errs[i] = p.publishStream(ctx, st, byStream[st]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return p.publishEach(ctx, dead)
+}
+
+// streamOf is the stream a device's readings go to.
+func (p *Publisher) streamOf(device string) string {
+	if p.partitions == 0 {
+		return p.stream
+	}
+	return partition.Stream(p.family, partition.Of(p.partitions, device))
+}
+
+// publishStream publishes the readings of one stream as atomic
+// batches, or message by message where a batch cannot be had.
+func (p *Publisher) publishStream(ctx context.Context, stream string, readings []lineproto.Message) error {
 	for start := 0; start < len(readings); start += maxAtomicBatch {
 		chunk := readings[start:min(start+maxAtomicBatch, len(readings))]
 		if len(chunk) >= minAtomicBatch && p.atomic.Load() {
-			err := p.publishAtomic(ctx, chunk)
+			err := p.publishAtomic(ctx, stream, chunk)
 			if err == nil {
 				continue
 			}
@@ -134,7 +174,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []lineproto.Message) error
 			return err
 		}
 	}
-	return p.publishEach(ctx, dead)
+	return nil
 }
 
 // publishEach publishes msgs one by one, publishWindow at a time, and
@@ -145,7 +185,7 @@ func (p *Publisher) publishEach(ctx context.Context, msgs []lineproto.Message) e
 		futs := make([]jetstream.PubAckFuture, 0, len(batch))
 		for _, m := range batch {
 			nm := p.natsMsg(&m)
-			opts := []jetstream.PublishOpt{jetstream.WithExpectStream(p.stream)}
+			opts := []jetstream.PublishOpt{jetstream.WithExpectStream(p.streamOf(m.Device))}
 			if m.DeadLetter {
 				opts = []jetstream.PublishOpt{jetstream.WithMsgID(m.MsgID), jetstream.WithExpectStream(p.rejected)}
 			}
@@ -183,51 +223,51 @@ type atomicAck struct {
 // as one atomic batch: every message but the last without a reply, the
 // last with the commit header as a request, whose ack must count them
 // all.
-func (p *Publisher) publishAtomic(ctx context.Context, readings []lineproto.Message) error {
+func (p *Publisher) publishAtomic(ctx context.Context, stream string, readings []lineproto.Message) error {
 	select {
 	case p.inFlight <- struct{}{}:
 		defer func() { <-p.inFlight }()
 	case <-ctx.Done():
-		return fmt.Errorf("atomic batch to %s: %w", p.stream, ctx.Err())
+		return fmt.Errorf("atomic batch to %s: %w", stream, ctx.Err())
 	}
 	id := nuid.Next()
 	last := len(readings) - 1
 	for i := range readings[:last] {
-		nm := p.batchMsg(&readings[i], id, i+1)
+		nm := p.batchMsg(&readings[i], stream, id, i+1)
 		if err := p.nc.PublishMsg(nm); err != nil {
-			return fmt.Errorf("atomic batch to %s: publish to %s: %w", p.stream, nm.Subject, err)
+			return fmt.Errorf("atomic batch to %s: publish to %s: %w", stream, nm.Subject, err)
 		}
 	}
-	nm := p.batchMsg(&readings[last], id, last+1)
+	nm := p.batchMsg(&readings[last], stream, id, last+1)
 	nm.Header.Set(headerBatchCommit, "1")
 	rctx, cancel := context.WithTimeout(ctx, atomicTimeout)
 	defer cancel()
 	resp, err := p.nc.RequestMsgWithContext(rctx, nm)
 	if err != nil {
-		return fmt.Errorf("atomic batch of %d messages to %s: %w", len(readings), p.stream, err)
+		return fmt.Errorf("atomic batch of %d messages to %s: %w", len(readings), stream, err)
 	}
 	var ack atomicAck
 	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return fmt.Errorf("atomic batch of %d messages to %s: ack %q: %w", len(readings), p.stream, resp.Data, err)
+		return fmt.Errorf("atomic batch of %d messages to %s: ack %q: %w", len(readings), stream, resp.Data, err)
 	}
 	switch {
 	case ack.Error != nil && ack.Error.ErrCode == errCodeAtomicDisabled:
-		return fmt.Errorf("%w: stream %s: %s", errAtomicUnsupported, p.stream, ack.Error.Description)
+		return fmt.Errorf("%w: stream %s: %s", errAtomicUnsupported, stream, ack.Error.Description)
 	case ack.Error != nil:
-		return fmt.Errorf("atomic batch of %d messages to %s: %s (%d)", len(readings), p.stream, ack.Error.Description, ack.Error.ErrCode)
+		return fmt.Errorf("atomic batch of %d messages to %s: %s (%d)", len(readings), stream, ack.Error.Description, ack.Error.ErrCode)
 	case ack.Batch != id || ack.Count != len(readings):
 		// A server without atomic batches stores each message as it
 		// comes and acks the last one alone.
 		return fmt.Errorf("%w: stream %s: the commit ack counts %d messages of batch %q, not %d of %q",
-			errAtomicUnsupported, p.stream, ack.Count, ack.Batch, len(readings), id)
+			errAtomicUnsupported, stream, ack.Count, ack.Batch, len(readings), id)
 	}
 	return nil
 }
 
 // batchMsg is reading m as message seq (from 1) of atomic batch id.
-func (p *Publisher) batchMsg(m *lineproto.Message, id string, seq int) *nats.Msg {
+func (p *Publisher) batchMsg(m *lineproto.Message, stream, id string, seq int) *nats.Msg {
 	nm := p.natsMsg(m)
-	nm.Header.Set(jetstream.ExpectedStreamHeader, p.stream)
+	nm.Header.Set(jetstream.ExpectedStreamHeader, stream)
 	nm.Header.Set(headerBatchID, id)
 	nm.Header.Set(headerBatchSeq, strconv.Itoa(seq))
 	return nm

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
 // What the streams guarantee. An acked publish is stored (or
@@ -67,6 +70,9 @@ var errDuplicateWindow = errors.New("the server keeps a duplicate window on the 
 func streamConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
 	subjects := c.Subjects().All()
+	if c.PartitionStreams {
+		subjects = partition.Subjects(c.SubjectPrefix, c.Partition)
+	}
 	sc := c.partitioned(jetstream.StreamConfig{
 		Name:        c.Stream,
 		Description: "Device readings published on " + subjects,
@@ -76,12 +82,15 @@ func streamConfig(c Config) jetstream.StreamConfig {
 		MaxBytes:    c.StreamMaxBytes,
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  0, // off: kept so by the source (see above)
-		Sources:     []*jetstream.StreamSource{{Name: noDedupStream(c.Stream)}},
+		Sources:     []*jetstream.StreamSource{{Name: noDedupStream(c.Family())}},
 		// Atomic batches: see Config.AtomicPublish.
 		AllowAtomicPublish: c.AtomicPublish,
 	})
-	if c.MQTTCopies { // never with partitions (validatePartitions)
+	if c.MQTTCopies { // with partitions only with PartitionStreams (validatePartitions)
 		t := c.Subjects().MQTTCopiesTransform()
+		if c.PartitionStreams {
+			t = c.Subjects().MQTTCopiesOfTransform(strconv.Itoa(c.Partition))
+		}
 		sc.Subjects = append(sc.Subjects, t.Source)
 		sc.SubjectTransform = &t
 	}
@@ -98,9 +107,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c Config, log *sl
 		log = c.Logger
 	}
 	if _, err := ensureStream(ctx, js, log, jetstream.StreamConfig{
-		Name:        noDedupStream(c.Stream),
-		Description: "Empty on purpose: " + c.Stream + " sources it, so the server keeps its duplicate window off",
-		Subjects:    []string{noDedupSubject(c.Stream)},
+		Name:        noDedupStream(c.Family()),
+		Description: "Empty on purpose: " + c.Family() + " (each partition's stream) sources it, so the server keeps its duplicate window off",
+		Subjects:    []string{noDedupSubject(c.Family())},
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.Replicas,
 		MaxMsgs:     1,
@@ -131,11 +140,26 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c Config, log *sl
 // their readings, never read) are purged, once: a stream that already
 // has the transform holds none, and a filtered purge of a large stream
 // is not free at every start.
+//
+// With PartitionStreams every partition's stream captures its own
+// partition's copies.
 func CaptureMQTTCopies(ctx context.Context, js jetstream.JetStream, c Config, log *slog.Logger) error {
-	c = c.withDefaults()
 	if !c.MQTTCopies {
 		return errors.New("capture MQTT copies: the configuration does not capture them")
 	}
+	if !c.PartitionStreams {
+		return captureMQTTCopies(ctx, js, c.withDefaults(), log)
+	}
+	for p := range c.Partitions {
+		if err := captureMQTTCopies(ctx, js, c.ForPartition(p), log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// captureMQTTCopies is CaptureMQTTCopies of one stream.
+func captureMQTTCopies(ctx context.Context, js jetstream.JetStream, c Config, log *slog.Logger) error {
 	want := streamConfig(c)
 	copies := want.SubjectTransform.Source
 	st, err := EnsureStream(ctx, js, c, log)

@@ -301,6 +301,12 @@ func (s *Store) compactor() {
 	defer close(s.compactDone)
 	tick := time.NewTicker(s.opts.CompactInterval)
 	defer tick.Stop()
+	var syncs <-chan time.Time // syncloop.go
+	if s.opts.SyncEvery > 0 && !s.opts.SyncWrites {
+		st := time.NewTicker(s.opts.SyncEvery)
+		defer st.Stop()
+		syncs = st.C
+	}
 	for {
 		select {
 		case <-s.stop:
@@ -310,6 +316,8 @@ func (s *Store) compactor() {
 				continue // no writes into the memtables' holes (health.go)
 			}
 			s.compactAll(false)
+		case <-syncs:
+			s.syncAll()
 		}
 	}
 }

@@ -21,6 +21,11 @@ type Options struct {
 	// SyncWrites makes every commit fsync before Write returns, for
 	// durability across power loss.
 	SyncWrites bool
+	// SyncEvery, without SyncWrites, fsyncs every open writable table and
+	// the device index this often (syncloop.go), so a power cut loses at
+	// most about that much of what was committed. 0: only when Badger
+	// flushes a memtable.
+	SyncEvery time.Duration
 	// HotDays is how many of the newest days (today and the days before
 	// it, by the clock Now) are opened with write-sized memtables.
 	// Default 2.

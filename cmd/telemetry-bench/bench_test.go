@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,9 +168,9 @@ func TestScheduleRepeatsOnlyComparedRuns(t *testing.T) {
 		names = append(names, r.Name)
 	}
 	assert.Equal(t, []string{
-		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "100/msg", "100/msg sync-writes", "100/msg telemetry off",
+		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "1/msg one stream", "100/msg", "100/msg sync-writes", "100/msg telemetry off", "100/msg one stream",
 		"100/msg memory-limit 512MiB", "100/msg memory-limit 4GiB",
-		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "100/msg", "100/msg sync-writes", "100/msg telemetry off",
+		"1/msg", "1/msg sync-writes", "1/msg telemetry off", "1/msg one stream", "100/msg", "100/msg sync-writes", "100/msg telemetry off", "100/msg one stream",
 		"100/msg memory-limit 512MiB", "100/msg memory-limit 4GiB",
 		"10000/msg",
 	}, names)
@@ -185,4 +186,22 @@ func TestReportUsesMedianRun(t *testing.T) {
 	assert.Equal(t, 5.0, res.e2eRate("100/msg"))
 	assert.Equal(t, "", res.e2eSpread("100/msg"))
 	assert.Zero(t, res.e2eRate("10000/msg"))
+}
+
+func TestFsyncFlagsAndMeasure(t *testing.T) {
+	cfg, err := parseFlags([]string{"-fsync-files", "1,4", "-fsync-seconds", "200ms"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 4}, cfg.FsyncFiles)
+	_, err = parseFlags([]string{"-fsync-files", "2000"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "want counts of 1 to 1024")
+
+	r, err := measureFsync(context.Background(), t.TempDir(), 4, 200*time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 4, r.Files)
+	assert.Positive(t, r.Fsyncs, "every writer fsyncs at least once")
+
+	var out bytes.Buffer
+	cfg.WorkDir, cfg.Progress = t.TempDir(), 0
+	require.NoError(t, runFsync(context.Background(), cfg, &out, io.Discard))
+	assert.Contains(t, out.String(), "| 4 | ")
 }

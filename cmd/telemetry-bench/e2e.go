@@ -25,6 +25,9 @@ type e2eRun struct {
 	Repeated  bool // run Config.Repeat times
 	// MemoryLimit is the service's -memory-limit; empty: its default.
 	MemoryLimit string
+	// OneStream runs the service with one readings stream
+	// (-stream-partitions 0, the layout before streams per partition).
+	OneStream bool
 }
 
 // e2eResult is what one end-to-end run measured.
@@ -61,7 +64,8 @@ func e2eRuns() []e2eRun {
 		runs = append(runs,
 			e2eRun{Name: fmt.Sprintf("%d/msg", n), PerMsg: n, Telemetry: true, Repeated: true},
 			e2eRun{Name: fmt.Sprintf("%d/msg sync-writes", n), PerMsg: n, Sync: true, Telemetry: true, Repeated: true},
-			e2eRun{Name: fmt.Sprintf("%d/msg telemetry off", n), PerMsg: n, Repeated: true})
+			e2eRun{Name: fmt.Sprintf("%d/msg telemetry off", n), PerMsg: n, Repeated: true},
+			e2eRun{Name: fmt.Sprintf("%d/msg one stream", n), PerMsg: n, Telemetry: true, Repeated: true, OneStream: true})
 	}
 	// The memory budget: the same load under the smallest limit the
 	// service is meant for and under a generous one.
@@ -147,6 +151,9 @@ func (b *bench) startE2EService(ctx context.Context, run e2eRun, bin, dir string
 	}
 	if run.MemoryLimit != "" {
 		svc.args = append(svc.args, "-memory-limit", run.MemoryLimit)
+	}
+	if run.OneStream {
+		svc.args = append(svc.args, "-stream-partitions", "0")
 	}
 	if b.cfg.ProfileDir != "" {
 		addr, err := freeAddr()

@@ -33,6 +33,7 @@
 //	telemetry-bench -phases tsbs -tsbs FILE -compare OLD -binary NEW
 //	telemetry-bench -peer-binary victoria-metrics -tsbs-file FILE -binary NEW
 //	                                                telemetryd against VictoriaMetrics on a TSBS IoT file (peer.go)
+//	telemetry-bench -fsync-files 1,8,16,32          fsyncs/s with files written at once (fsync.go)
 //	telemetry-bench -match-devices 100000 -binary NEW
 //	                                                the device list filtered by attribute (matchdevices.go)
 //	                                                a TSBS IoT file end to end, two builds alternately
@@ -73,6 +74,8 @@ type Config struct {
 	FleetCaches    string        // with PeerBinary: "on" (both services' query caches as shipped), "off" (both off) or "ours" (telemetryd's only)
 	PeerRuns       []string      // with PeerBinary: the ingest runs of each round (peerKinds)
 	MatchDevices   int           // -match-devices: time the device list filtered by attribute over this many devices, instead of the run
+	FsyncFiles     []int         // -fsync-files: instead of the run, fsyncs/s with this many files written at once (fsync.go)
+	FsyncFor       time.Duration // -fsync-seconds: length of each fsync measurement
 	Compare        string        // -compare: a second build (B) against Binary (A): its queries side by side instead of the run, or with the tsbs phase alternate runs of both
 	Out            string        // also write the report as markdown here
 	ProfileDir     string        // save a CPU profile of each end-to-end run's service here
@@ -117,6 +120,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if len(cfg.FsyncFiles) > 0 {
+		if err := runFsync(ctx, cfg, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "telemetry-bench:", err)
+			return 1
+		}
+		return 0
+	}
 	if cfg.MatchDevices > 0 {
 		if err := runMatchDevices(ctx, cfg, stdout, stderr); err != nil {
 			fmt.Fprintln(stderr, "telemetry-bench:", err)
@@ -189,6 +199,8 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
 	fs.StringVar(&cfg.FleetCaches, "fleet-caches", "on", "with -peer-binary: the query caches of both services during the fleet questions: on (as shipped: telemetryd's column cache, the peer's rollup result cache), off (telemetryd -column-cache=false, the peer asked with nocache=1) or ours (telemetryd's column cache on, the peer asked with nocache=1)")
 	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)
+	fsyncFiles := fs.String("fsync-files", "", "instead of the run, measure the fsyncs/s of the work dir's file system with this many files written at once, each write followed by an fsync (comma-separated counts, e.g. 1,8,16,32)")
+	fs.DurationVar(&cfg.FsyncFor, "fsync-seconds", 3*time.Second, "with -fsync-files: length of each measurement")
 	fs.StringVar(&cfg.Compare, "compare", "", "a second telemetryd build (B) against -binary (A). Without -phases tsbs, instead of the run, start both side by side on the same readings (-query-readings over -devices) and send every latest-10 and 1-hour range query to both in turn (-queries pairs per round, -repeat rounds); prints p50/p99 of each and B/A. With -phases tsbs, run the TSBS file end to end on A and B alternately, A first, -repeat times each; prints B/A")
 	fs.StringVar(&cfg.Out, "out", "", "also write the report as markdown to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "save a CPU profile of the service during each end-to-end and connect run here (with -peer-binary: each telemetryd ingest run, with its heap profile at peak RSS and an execution trace and CPU profile of its latest-value requests (NAME.latest.trace, NAME.latest.pprof), and each fleet question)")
@@ -214,6 +226,13 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 		cfg.Runs = strings.Split(*runs, ",")
 	}
 	cfg.PeerRuns = strings.Split(*peerRuns, ",")
+	if *fsyncFiles != "" {
+		n, err := parseInts(*fsyncFiles)
+		if err != nil {
+			return cfg, fmt.Errorf("-fsync-files: %w", err)
+		}
+		cfg.FsyncFiles = n
+	}
 	if *doors != "" {
 		cfg.Doors = strings.Split(*doors, ",")
 	}
@@ -268,6 +287,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("-peer-runs %s: want some of %s", strings.Join(c.PeerRuns, ","), strings.Join(peerKinds, ","))
 	case c.PeerBinary != "" && slices.ContainsFunc(c.PeerRuns, isBRun) && c.Compare == "":
 		return errors.New("-peer-runs line-B, json-B: want the B build in -compare")
+	case slices.ContainsFunc(c.FsyncFiles, func(n int) bool { return n < 1 || n > 1024 }):
+		return fmt.Errorf("-fsync-files %v: want counts of 1 to 1024", c.FsyncFiles)
+	case len(c.FsyncFiles) > 0 && c.FsyncFor <= 0:
+		return fmt.Errorf("-fsync-seconds %s: want more than 0", c.FsyncFor)
 	case c.MatchDevices < 0:
 		return fmt.Errorf("-match-devices %d: want 0 or more", c.MatchDevices)
 	case !slices.Contains([]string{"on", "off", "ours"}, c.FleetCaches):

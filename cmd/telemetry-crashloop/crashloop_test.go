@@ -31,6 +31,36 @@ func TestShortCrashLoop(t *testing.T) {
 	assert.Zero(t, res.Lost)
 	assert.Zero(t, res.Duplicated)
 	assert.Zero(t, res.Unexpected)
+	require.Len(t, res.Cuts, 3, "every kill is recorded")
+	for i, c := range res.Cuts {
+		assert.False(t, c.At.IsZero(), "kill %d has its time", i)
+	}
+	t.Logf("kills while publishes were in flight: %d of %d", res.cutsInFlight(), len(res.Cuts))
+}
+
+// TestLossBound: with a loss bound, lost readings pass only when each
+// was acked within the bound before its cut; without one, none may be
+// lost; and a failed start fails the run.
+func TestLossBound(t *testing.T) {
+	ok := Result{Published: 10, Stored: 8, Lost: 2, LossBound: 2 * time.Second,
+		LostAges: []time.Duration{time.Second, 2 * time.Second}}
+	assert.True(t, ok.OK())
+	old := ok
+	old.LostAges = []time.Duration{time.Second, 2*time.Second + time.Millisecond}
+	assert.False(t, old.OK(), "a reading acked longer than the bound before its cut")
+	noCut := ok
+	noCut.LostAges = []time.Duration{time.Second, -1}
+	assert.False(t, noCut.OK(), "a reading lost without a cut after its ack")
+	strict := ok
+	strict.LossBound = 0
+	assert.False(t, strict.OK(), "no bound: nothing may be lost")
+	clean := Result{Published: 10, Stored: 10}
+	assert.True(t, clean.OK())
+	clean.FailedStarts = 1
+	assert.False(t, clean.OK(), "a failed start fails the run")
+
+	r := Result{Cuts: []cut{{InFlight: 3}, {InFlight: 0}, {InFlight: 1}}}
+	assert.Equal(t, 2, r.cutsInFlight())
 }
 
 // TestShortCrashLoopMQTT is the same with MQTT QoS 1 publishes: every
@@ -49,6 +79,11 @@ func TestShortCrashLoopMQTT(t *testing.T) {
 	assert.Zero(t, res.Lost)
 	assert.Zero(t, res.Duplicated)
 	assert.Zero(t, res.Unexpected)
+	require.Len(t, res.Cuts, 3, "every kill is recorded")
+	for i, c := range res.Cuts {
+		assert.False(t, c.At.IsZero(), "kill %d has its time", i)
+	}
+	t.Logf("kills while publishes were in flight: %d of %d", res.cutsInFlight(), len(res.Cuts))
 }
 
 // TestHostileCrashLoop is -hostile in short: while the loop publishes

@@ -92,6 +92,11 @@ type Config struct {
 	// runs, then checks a restore of the newest one (backup.go).
 	Backup      bool
 	BackupEvery time.Duration
+	// LossBound, with PowerCut and without -sync-writes, lets the run
+	// pass with lost readings as long as each was acked at most this
+	// long before its cut (the service's -sync-interval plus 1 s); 0:
+	// none may be lost.
+	LossBound time.Duration
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
@@ -122,19 +127,27 @@ type Result struct {
 	// Nats-Msg-Id another client used first.
 	DuplicateAcks int
 	// FailedStarts counts starts after a power cut that failed (the
-	// next attempt started the service).
+	// next attempt started the service); any fails the run (OK).
 	FailedStarts int
-	Hostile      *HostileCounts   // what the hostile client did (-hostile)
-	Backups      []backupTaken    // the backups taken (-backup)
-	Probe        *ProbeCounts     // what the QoS 0 probe found (-hostile)
-	Disk         *DiskFaultCounts // what the disk faults did (-disk-faults)
-	Elapsed      time.Duration
+	// Cuts are the kills (power cuts with -power-cut) in order: when
+	// each happened and how many publishes were in flight then.
+	Cuts []cut
+	// LossBound is Config.LossBound.
+	LossBound time.Duration
+	// LostAges is, for every lost reading, how long before the first
+	// cut after its ack the ack arrived (its age at the cut).
+	LostAges []time.Duration
+	Hostile  *HostileCounts   // what the hostile client did (-hostile)
+	Backups  []backupTaken    // the backups taken (-backup)
+	Probe    *ProbeCounts     // what the QoS 0 probe found (-hostile)
+	Disk     *DiskFaultCounts // what the disk faults did (-disk-faults)
+	Elapsed  time.Duration
 }
 
 // OK reports whether the run upheld the guarantee and every reading
 // was acked.
 func (r Result) OK() bool {
-	return r.Lost == 0 && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored == r.Published &&
+	return r.lossOK() && r.Duplicated == 0 && r.Unexpected == 0 && r.Unacked == 0 && r.Stored+r.Lost == r.Published && r.FailedStarts == 0 &&
 		(r.Probe == nil || r.Probe.OK()) && (r.Disk == nil || r.Disk.OK())
 }
 
@@ -157,6 +170,7 @@ func main() {
 	flag.BoolVar(&cfg.Hostile, "hostile", false, "run the service with an auth file and a 64MiB stream while a second device copies the loop's message IDs, floods invalid payloads and rewrites the auth file every second")
 	flag.BoolVar(&cfg.PowerCut, "power-cut", false, "put the data dir on LazyFS and cut the power at every kill: drop every write the service had not fsynced")
 	flag.StringVar(&cfg.LazyFS, "lazyfs", "", "lazyfs binary for -power-cut (see cmd/telemetry-crashloop/README.md)")
+	flag.DurationVar(&cfg.LossBound, "loss-bound", 0, "with -power-cut and without -sync-writes: pass with lost readings if each was acked at most this long before its cut (the service's -sync-interval plus 1s; use -min-up and -max-up longer than it); 0: none may be lost")
 	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
 	flag.BoolVar(&cfg.Backup, "backup", false, "take an online backup every -backup-every while publishing and killing; at the end restore the newest into a fresh data dir, start the service on it and check that")
 	flag.DurationVar(&cfg.BackupEvery, "backup-every", 20*time.Second, "interval of the -backup backups (each incremental against the one before)")
@@ -183,10 +197,59 @@ func main() {
 	}
 }
 
+// lossOK: nothing lost, or (with LossBound) every lost reading acked
+// at most LossBound before the cut that took it.
+func (r Result) lossOK() bool {
+	if r.Lost == 0 {
+		return true
+	}
+	if r.LossBound <= 0 || len(r.LostAges) != r.Lost {
+		return false
+	}
+	for _, a := range r.LostAges {
+		if a < 0 || a > r.LossBound {
+			return false
+		}
+	}
+	return true
+}
+
+// cut is one kill or power cut.
+type cut struct {
+	At       time.Time
+	InFlight int // publishes sent and not yet answered at the cut
+}
+
+// cutsInFlight counts the cuts that landed while publishes were in
+// flight.
+func (r Result) cutsInFlight() int {
+	n := 0
+	for _, c := range r.Cuts {
+		if c.InFlight > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// maxLostAge is the oldest lost reading's age at its cut (0: none
+// lost).
+func (r Result) maxLostAge() time.Duration {
+	var m time.Duration
+	for _, a := range r.LostAges {
+		m = max(m, a)
+	}
+	return m
+}
+
 func printResult(w io.Writer, cfg Config, r Result) {
 	fmt.Fprintf(w, "protocol=%s power_cut=%t seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d retried=%d duplicate_acks=%d lost_acked_duplicate=%d failed_starts=%d elapsed=%s\n",
 		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
 		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.FailedStarts, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "cuts: %d of %d while publishes were in flight\n", r.cutsInFlight(), len(r.Cuts))
+	if len(r.LostAges) > 0 {
+		fmt.Fprintf(w, "lost readings' ages at their cut: %d, the oldest %s\n", len(r.LostAges), r.maxLostAge().Round(time.Millisecond))
+	}
 	if r.Hostile != nil {
 		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +32,8 @@ type service struct {
 
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// durability is the mode the last ready /readyz reported.
+	durability string
 
 	mu      sync.Mutex  // guards running, for signals sent from other goroutines
 	running *os.Process // the ready instance; nil while starting or killed
@@ -56,7 +60,17 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// start launches the service and waits until /readyz answers 200.
+// wantDurability is the mode /readyz must report for the service's
+// flags: synced with -sync-writes, else buffered.
+func (s *service) wantDurability() string {
+	if slices.Contains(s.args, "-sync-writes") {
+		return "synced"
+	}
+	return "buffered"
+}
+
+// start launches the service and waits until /readyz answers 200 and
+// reports the durability mode its flags ask for.
 func (s *service) start(ctx context.Context) error {
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -77,6 +91,9 @@ func (s *service) start(ctx context.Context) error {
 	}(s.cmd, s.exited)
 	if err := s.waitReady(ctx, 60*time.Second); err != nil {
 		return err
+	}
+	if want := s.wantDurability(); s.durability != want {
+		return fmt.Errorf("telemetryd reports the durability mode %q, not %q: the loop would test another mode than it says", s.durability, want)
 	}
 	s.mu.Lock()
 	s.running = s.cmd.Process
@@ -113,8 +130,16 @@ func (s *service) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		resp, err := client.Get("http://" + s.httpAddr + "/readyz")
 		if err == nil {
+			var ready struct {
+				Durability string `json:"durability"`
+			}
+			derr := json.NewDecoder(resp.Body).Decode(&ready)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				if derr != nil {
+					return fmt.Errorf("/readyz: %w", derr)
+				}
+				s.durability = ready.Durability
 				return nil
 			}
 		}

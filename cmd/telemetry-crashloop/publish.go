@@ -30,9 +30,13 @@ type publisher struct {
 	// stored before its first ack was lost, or a message whose ID
 	// another client took first.
 	duplicates atomic.Int64
-	// ackedMsg[m] is whether message m was acked; written by run only,
-	// read after it returned.
+	// ackedMsg[m] is whether message m was acked, and ackedAt[m] when
+	// its (first) ack arrived; written by run only, read after it
+	// returned.
 	ackedMsg []bool
+	ackedAt  []time.Time
+	// inFlight is the messages sent and not yet answered.
+	inFlight atomic.Int64
 	// dupAcked[m] is whether message m's ack said duplicate.
 	dupAcked []atomic.Bool
 }
@@ -111,6 +115,7 @@ type pubResult struct {
 func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	total := p.messages()
 	p.ackedMsg = make([]bool, total)
+	p.ackedAt = make([]time.Time, total)
 	p.dupAcked = make([]atomic.Bool, total)
 	results := make(chan pubResult, maxInFlight)
 	var retry []int
@@ -120,6 +125,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	var backoffUntil time.Time // a refused publish (a full stream, a server going down) is not sent again at once
 	handle := func(r pubResult) {
 		inflight--
+		p.inFlight.Store(int64(inflight))
 		if r.err != nil {
 			p.errors.Add(1)
 			retry = append(retry, r.m)
@@ -128,6 +134,9 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 		}
 		done++
 		lastAck = time.Now()
+		if !p.ackedMsg[r.m] {
+			p.ackedAt[r.m] = lastAck
+		}
 		p.ackedMsg[r.m] = true
 		p.acked.Add(int64(min((r.m+1)*p.cfg.Batch, p.cfg.Readings) - r.m*p.cfg.Batch))
 	}
@@ -161,6 +170,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 				continue
 			}
 			inflight++
+			p.inFlight.Store(int64(inflight))
 			go waitAck(ctx, done, m, results)
 		} else {
 			select {

@@ -19,7 +19,7 @@ import (
 // Run performs one crash loop and checks the result.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	started := time.Now()
-	res := Result{}
+	res := Result{LossBound: cfg.LossBound}
 	if cfg.Spread && cfg.Protocol != "lineproto" {
 		return res, fmt.Errorf("-spread: only with -protocol lineproto (a NATS or MQTT message has one device), not %q", cfg.Protocol)
 	}
@@ -229,10 +229,13 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyFS, pub *p
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		inFlight := pub.inFlight.Load()
+		at := time.Now()
 		if err := svc.kill(); err != nil {
 			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
 		}
 		res.Kills++
+		res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight)})
 		if lfs != nil {
 			acked := pub.acked.Load()
 			if err := lfs.cut(ctx); err != nil {

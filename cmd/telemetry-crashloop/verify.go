@@ -107,10 +107,39 @@ func (v verifier) check(ctx context.Context, res *Result) error {
 		}
 		total.Add(run.Check(acked, got))
 		dup.Add(run.Check(ackedDup, got))
+		res.LostAges = append(res.LostAges, v.lostAges(run, acked, got, res.Cuts)...)
 	}
 	res.Stored, res.Lost, res.Duplicated, res.Unexpected = total.Stored, total.Lost, total.Duplicated, total.Unexpected
 	res.LostAckedDuplicate = dup.Lost
 	return nil
+}
+
+// lostAges returns, for every acked reading not read back, its age at
+// the first cut after its ack (how long it had been acked when the power
+// went); a reading lost without a cut after its ack counts with age -1.
+func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.Reading, cuts []cut) []time.Duration {
+	seen := make(map[int]bool, len(got))
+	for _, r := range got {
+		if n, ok := run.Ident(r); ok {
+			seen[n] = true
+		}
+	}
+	var out []time.Duration
+	for _, seq := range acked {
+		if seen[seq] {
+			continue
+		}
+		at := v.pub.ackedAt[seq/v.pub.cfg.Batch]
+		age := time.Duration(-1)
+		for _, c := range cuts {
+			if !c.At.Before(at) {
+				age = c.At.Sub(at)
+				break
+			}
+		}
+		out = append(out, age)
+	}
+	return out
 }
 
 func getJSON(ctx context.Context, u string, header http.Header, out any) error {

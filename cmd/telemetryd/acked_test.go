@@ -173,7 +173,7 @@ func TestMQTTStreamsAreBounded(t *testing.T) {
 	assert.ElementsMatch(t, []string{"$MQTT_sess", "$MQTT_msgs", "$MQTT_qos2in", "$MQTT_out", "$MQTT_rmsgs"}, seen)
 
 	// The readings stream and its dead letters, in the service's account.
-	for _, name := range []string{"TELEMETRY", "TELEMETRY_REJECTED", "TELEMETRY_NODEDUP"} {
+	for _, name := range []string{streamOf("first"), "TELEMETRY_REJECTED", "TELEMETRY_NODEDUP"} {
 		st, err := s.js.Stream(ctx, name)
 		require.NoError(t, err)
 		assert.Positive(t, st.CachedInfo().Config.MaxBytes, "stream %s", name)
@@ -334,10 +334,10 @@ func TestMQTTFullStreamRefusesAndKeepsWhatItAcked(t *testing.T) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	st, err := js.Stream(ctx, "TELEMETRY")
+	st, err := js.Stream(ctx, streamOf("filler"))
 	require.NoError(t, err)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter("telemetry.filler"))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(storedSubject("filler")))
 	require.NoError(t, err)
-	assert.Equal(t, uint64(acked), info.State.Subjects["telemetry.filler"], "every PUBACKed publish is in the stream")
+	assert.Equal(t, uint64(acked), info.State.Subjects[storedSubject("filler")], "every PUBACKed publish is in the stream")
 	assert.Equal(t, uint64(1), info.State.FirstSeq, "nothing was removed to make room")
 }

@@ -228,10 +228,10 @@ func TestAttributesSurviveReplay(t *testing.T) {
 	s = startService(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, s.js.DeleteConsumer(ctx, "TELEMETRY", "ingest"))
+	require.NoError(t, s.js.DeleteConsumer(ctx, streamOf("replayed"), "ingest"))
 	var info *jetstream.ConsumerInfo
 	require.Eventually(t, func() bool {
-		c, err := s.js.Consumer(ctx, "TELEMETRY", "ingest")
+		c, err := s.js.Consumer(ctx, streamOf("replayed"), "ingest")
 		if err != nil {
 			return false
 		}

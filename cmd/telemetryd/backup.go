@@ -56,6 +56,28 @@ func (b backupService) Backup(ctx context.Context, dir string, full bool) (api.B
 	return backupclient.SummaryOf(dir, m), nil
 }
 
+// streamConfigs is icfg for each readings stream: one per partition
+// with PartitionStreams, else icfg.
+func streamConfigs(icfg ingest.Config) []ingest.Config {
+	if !icfg.PartitionStreams {
+		return []ingest.Config{icfg}
+	}
+	out := make([]ingest.Config, icfg.Partitions)
+	for p := range out {
+		out[p] = icfg.ForPartition(p)
+	}
+	return out
+}
+
+// streamNames names the readings streams of icfg (/readyz).
+func streamNames(icfg ingest.Config) []string {
+	var out []string
+	for _, c := range streamConfigs(icfg) {
+		out = append(out, c.Stream)
+	}
+	return out
+}
+
 // resumeRestored prepares a data dir that restore made: the ingest
 // consumer, if it outlived the restore, is deleted so that ingest
 // creates it again after the restored positions. The marker is cleared
@@ -70,13 +92,19 @@ func (m *Main) resumeRestored(icfg ingest.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	deleted, err := ingest.ResetConsumer(ctx, js, icfg)
+	left, err := ingest.LeftoverStreams(ctx, js, icfg) // drained after the restore's positions too
 	if err != nil {
 		return fmt.Errorf("resume after restore: %w", err)
 	}
-	if deleted {
-		m.log.Warn("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
-			"stream", icfg.Stream, "consumer", icfg.Consumer)
+	for _, c := range append(streamConfigs(icfg), left...) {
+		deleted, err := ingest.ResetConsumer(ctx, js, c)
+		if err != nil {
+			return fmt.Errorf("resume after restore: %w", err)
+		}
+		if deleted {
+			m.log.Warn("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
+				"stream", c.Stream, "consumer", c.Consumer)
+		}
 	}
 	return m.store.ClearRestored()
 }

@@ -90,7 +90,9 @@ func TestClusterIngestThroughput(t *testing.T) {
 				Backlog(context.Context) (uint64, bool, error)
 			}
 			if m.cluster == nil {
-				ings = append(ings, m.ingest)
+				for _, in := range m.ingest {
+					ings = append(ings, in)
+				}
 			} else {
 				for _, c := range m.cluster.node.Consumers() {
 					ings = append(ings, c)

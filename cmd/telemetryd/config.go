@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/retention"
 	"github.com/telemetryd/telemetryd/store"
 	"github.com/telemetryd/telemetryd/store/rollup"
@@ -62,6 +64,14 @@ type Config struct {
 	// streams ($MQTT_sess, _msgs, _qos2in, _out, _rmsgs).
 	MQTTStreamMaxBytes int64
 	DiskReserve        int64 // ingest pauses while less is free under DataDir
+	// StreamPartitions is the number of readings streams of a single
+	// node, one per partition (-1: DefaultStreamPartitions with the
+	// embedded server, 0 with -nats-url; 0: the one stream TELEMETRY).
+	StreamPartitions int
+	// SyncInterval bounds how long the buffered mode leaves acked
+	// readings unsynced: the embedded JetStream and the store fsync
+	// this often.
+	SyncInterval time.Duration
 	// BackupDir is the root under which POST /v1/backup may write;
 	// empty means <DataDir>-backups, "off" turns online backups off
 	// (see backupRoot).
@@ -72,6 +82,26 @@ type Config struct {
 	// set names the flags given on the command line or in the
 	// environment, which start-up keeps as they are (disksize.go).
 	set map[string]bool
+}
+
+// DefaultStreamPartitions is a single node's number of readings
+// streams with the embedded server: concurrent fsyncs of separate files
+// scale to about 10x at 8 to 16 files on the machines measured
+// (BENCHMARKS.md, "Fsync scaling").
+const DefaultStreamPartitions = 8
+
+// streamPartitions is the single node's number of partition streams
+// (0: one stream, as in a cluster, whose partitions are -partitions).
+func (c *Config) streamPartitions() int {
+	switch {
+	case c.Cluster.Partitions > 0:
+		return 0
+	case c.StreamPartitions >= 0:
+		return c.StreamPartitions
+	case c.NATSURL == "":
+		return DefaultStreamPartitions
+	}
+	return 0
 }
 
 // defaultDiskReserve is the default of -disk-reserve: room for the hot
@@ -108,6 +138,8 @@ func DefaultConfig() Config {
 		RejectedMaxBytes:   icfg.RejectedMaxBytes,
 		MQTTStreamMaxBytes: natsembed.DefaultMQTTStreamMaxBytes,
 		DiskReserve:        defaultDiskReserve,
+		StreamPartitions:   -1,
+		SyncInterval:       time.Second,
 		QueryTimeout:       api.DefaultQueryTimeout,
 		Security:           security.Default(),
 		Cluster:            clustercfg.Default(),
@@ -127,6 +159,8 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Rollups, "rollups", c.Rollups, "keep per-device rollups (count, sum, min, max, first, last per numeric value) at these intervals for these times, e.g. 1m:90d,1h:3y; each interval divides an hour; they outlive -retention and aggregate, PromQL and chart queries read them (empty: off)")
 	fs.DurationVar(&c.MaxFutureSkew, "max-future-skew", c.MaxFutureSkew, "reject readings further than this in the future")
 	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "durability mode synced: fsync Badger (and the embedded JetStream) before acking, so an ack survives a power cut; costs throughput (default buffered: an ack survives a crash of the process, not a power cut)")
+	fs.DurationVar(&c.SyncInterval, "sync-interval", c.SyncInterval, "without -sync-writes, the embedded JetStream and the store fsync this often: a power cut loses at most about this much of what was acked (the external NATS server's own sync_interval applies to its streams)")
+	fs.IntVar(&c.StreamPartitions, "stream-partitions", c.StreamPartitions, "a single node's readings streams, one per partition of the devices (TELEMETRY_0, TELEMETRY_1, ...), each with its own file and fsync; -1: "+strconv.Itoa(DefaultStreamPartitions)+" with the embedded server, 0 (the one stream TELEMETRY) with -nats-url, whose server must map <prefix>.* to <prefix>.{{partition(N,1)}}.{{wildcard(1)}} for N > 0")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
 	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "deprecated, use a token in -auth-file: an extra admin-scoped bearer token (at least 16 characters); without -auth-file it guards only the admin endpoints, which otherwise accept loopback clients")
@@ -141,8 +175,8 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.MaxWriteBytes), "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
 	fs.Var(cliflag.Size(&c.MemoryLimit), "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
 	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
-	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the TELEMETRY stream keeps messages at most this long (the replay buffer)")
-	fs.Var(cliflag.Size(&c.StreamMaxBytes), "stream-max-bytes", "disk space of the TELEMETRY stream; when full it refuses publishes (clients retry) and settled messages are purged from 80% of it")
+	fs.DurationVar(&c.StreamMaxAge, "stream-max-age", c.StreamMaxAge, "the readings streams (TELEMETRY_0.. or TELEMETRY) keep messages at most this long (the replay buffer)")
+	fs.Var(cliflag.Size(&c.StreamMaxBytes), "stream-max-bytes", "disk space of the readings streams, an equal part for each partition's stream; a full stream refuses publishes (clients retry) and settled messages are purged from 80% of it")
 	fs.Var(cliflag.Size(&c.RejectedMaxBytes), "rejected-max-bytes", "disk space of the TELEMETRY_REJECTED dead-letter stream; past it the oldest dead letters are removed")
 	fs.Var(cliflag.Size(&c.MQTTStreamMaxBytes), "mqtt-stream-max-bytes", "disk space of each of the embedded MQTT listener's streams ($MQTT_*); when one is full, the MQTT publishes that need it are refused (the connection is closed; clients reconnect and retry)")
 	fs.StringVar(&c.BackupDir, "backup-dir", c.BackupDir, "absolute directory under which POST /v1/backup may write backups (the request names a directory inside it); empty: <data-dir>-backups beside the data dir; off: online backups are off (501)")
@@ -218,6 +252,15 @@ func (c *Config) Validate() error {
 	if c.StreamMaxBytes < 1<<20 || c.RejectedMaxBytes < 1<<20 || c.MQTTStreamMaxBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("-stream-max-bytes %s, -rejected-max-bytes %s and -mqtt-stream-max-bytes %s must be at least 1MiB",
 			cliflag.FormatBytes(c.StreamMaxBytes), cliflag.FormatBytes(c.RejectedMaxBytes), cliflag.FormatBytes(c.MQTTStreamMaxBytes)))
+	}
+	if c.SyncInterval <= 0 {
+		errs = append(errs, fmt.Errorf("-sync-interval %s must be positive", c.SyncInterval))
+	}
+	if c.StreamPartitions < -1 || c.StreamPartitions > partition.Max {
+		errs = append(errs, fmt.Errorf("-stream-partitions %d: want 0 to %d", c.StreamPartitions, partition.Max))
+	}
+	if c.StreamPartitions > 0 && c.Cluster.Partitions > 0 {
+		errs = append(errs, errors.New("-stream-partitions is a single node's; a cluster's streams follow -partitions"))
 	}
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))

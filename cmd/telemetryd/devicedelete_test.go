@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,23 +67,31 @@ func deviceAttrs(t *testing.T, base, dev string) (int, map[string]string) {
 // every message.
 func replayFromStart(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
+	for _, name := range readingStreams(t, js) {
+		replayStreamFromStart(t, js, name)
+	}
+}
+
+// replayStreamFromStart is replayFromStart of one readings stream.
+func replayStreamFromStart(t *testing.T, js jetstream.JetStream, stream string) {
+	t.Helper()
 	ctx := context.Background()
-	c, err := js.Consumer(ctx, "TELEMETRY", "ingest")
+	c, err := js.Consumer(ctx, stream, "ingest")
 	require.NoError(t, err)
 	cc := c.CachedInfo().Config
 	cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = jetstream.DeliverAllPolicy, 0, nil
 	// The service may create its own between the delete and the create:
 	// then go again.
 	waitFor(t, 20*time.Millisecond, func() bool {
-		_ = js.DeleteConsumer(ctx, "TELEMETRY", "ingest")
-		_, err := js.CreateConsumer(ctx, "TELEMETRY", cc)
+		_ = js.DeleteConsumer(ctx, stream, "ingest")
+		_, err := js.CreateConsumer(ctx, stream, cc)
 		return err == nil
 	}, "consumer not replaced")
-	st, err := js.Stream(ctx, "TELEMETRY")
+	st, err := js.Stream(ctx, stream)
 	require.NoError(t, err)
 	last := st.CachedInfo().State.LastSeq
 	waitFor(t, 20*time.Millisecond, func() bool {
-		c, err := js.Consumer(ctx, "TELEMETRY", "ingest")
+		c, err := js.Consumer(ctx, stream, "ingest")
 		if err != nil {
 			return false
 		}
@@ -90,6 +99,24 @@ func replayFromStart(t *testing.T, js jetstream.JetStream) {
 		return err == nil && info.Config.DeliverPolicy == jetstream.DeliverAllPolicy &&
 			info.AckFloor.Stream >= last && info.NumAckPending == 0 && info.NumPending == 0
 	}, "the replay from the start of the stream did not settle")
+}
+
+// readingStreams names the readings streams there are: TELEMETRY, or
+// the partitions' TELEMETRY_0, TELEMETRY_1, ...
+func readingStreams(t testing.TB, js jetstream.JetStream) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		if rest, ok := strings.CutPrefix(name, "TELEMETRY_"); name == "TELEMETRY" || ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			out = append(out, name)
+		}
+	}
+	require.NoError(t, names.Err())
+	require.NotEmpty(t, out, "no readings stream")
+	return out
 }
 
 // TestDeleteDeviceEndToEnd deletes a device through the HTTP API while

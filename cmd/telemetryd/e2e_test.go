@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
 // testEpoch is the fixed instant the service clock starts at in tests,
@@ -507,4 +509,15 @@ func TestBadHTTPInputThroughTheService(t *testing.T) {
 	code, body := s.get(t, "/v1/devices/dev-2/readings?"+q.Encode(), nil)
 	assert.Equal(t, http.StatusBadRequest, code, body)
 	assert.Contains(t, body, `"message":"cursor`)
+}
+
+// streamOf is the readings stream that keeps dev's messages on a single
+// node with the default streams per partition.
+func streamOf(dev string) string {
+	return partition.Stream("TELEMETRY", partition.Of(DefaultStreamPartitions, dev))
+}
+
+// storedSubject is the subject dev's messages are stored under there.
+func storedSubject(dev string) string {
+	return "telemetry." + strconv.Itoa(partition.Of(DefaultStreamPartitions, dev)) + "." + dev
 }

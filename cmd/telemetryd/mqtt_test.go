@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -106,16 +108,17 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 	c := newMQTTClient(t, s, "ack-order")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := s.js.Stream(ctx, "TELEMETRY")
+	st, err := s.js.Stream(ctx, streamOf("acked"))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, st.CachedInfo().Config.Subjects)
+	part := strconv.Itoa(partition.Of(DefaultStreamPartitions, "acked"))
+	assert.Equal(t, []string{"telemetry." + part + ".*", "$MQTT.msgs.telemetry." + part + ".*"}, st.CachedInfo().Config.Subjects)
 	const n = 200
 	for i := range n {
 		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), i)
 		tok := c.Publish("telemetry/acked", 1, false, payload)
 		require.True(t, tok.WaitTimeout(10*time.Second))
 		require.NoError(t, tok.Error())
-		m, err := st.GetLastMsgForSubject(ctx, "telemetry.acked")
+		m, err := st.GetLastMsgForSubject(ctx, storedSubject("acked"))
 		require.NoError(t, err, "publish %d acknowledged but not in the stream", i)
 		require.Equal(t, payload, string(m.Data), "publish %d acknowledged before it was stored", i)
 		require.Equal(t, "1", m.Header.Get(natsembed.MQTTQoSHeader))
@@ -144,6 +147,7 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 // one, and from then on stores each copy as its reading.
 func TestMQTTStoreCopiesOfEarlierVersionsAreDropped(t *testing.T) {
 	cfg := newTestConfig(t)
+	cfg.StreamPartitions = 0 // the one stream, as then
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
 	require.NoError(t, err)
 	ns.Start()
@@ -225,11 +229,11 @@ func TestMQTTQoS0IsForwarded(t *testing.T) {
 	waitStored(t, s, "zero", n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := s.js.Stream(ctx, "TELEMETRY")
+	st, err := s.js.Stream(ctx, streamOf("zero"))
 	require.NoError(t, err)
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
 	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"telemetry.zero": n}, info.State.Subjects)
+	assert.Equal(t, map[string]uint64{storedSubject("zero"): n}, info.State.Subjects)
 }
 
 func TestMQTTOff(t *testing.T) {
@@ -239,9 +243,11 @@ func TestMQTTOff(t *testing.T) {
 	assert.Empty(t, s.MQTTAddr())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := s.js.Stream(ctx, "TELEMETRY")
-	require.NoError(t, err)
-	assert.Equal(t, []string{"telemetry.*"}, st.CachedInfo().Config.Subjects)
+	for p := range DefaultStreamPartitions {
+		st, err := s.js.Stream(ctx, partition.Stream("TELEMETRY", p))
+		require.NoError(t, err)
+		assert.Equal(t, []string{partition.Subjects("telemetry", p)}, st.CachedInfo().Config.Subjects)
+	}
 }
 
 // TestMosquittoPub publishes one reading with Debian's mosquitto_pub.

@@ -32,7 +32,9 @@ type sentMsg struct {
 // before the drop comes back, every other reading is stored, and none
 // is stored twice.
 func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
-	s := startService(t, newTestConfig(t))
+	cfg := newTestConfig(t)
+	cfg.StreamPartitions = 1 // every device's messages in TELEMETRY_0
+	s := startService(t, cfg)
 	today := buckets.DayOfTime(testEpoch)
 	yesterday := today - 1
 	devices := []string{"dev-a", "dev-b", "dev-c", "dev-d"}
@@ -81,7 +83,7 @@ func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // let a stream position be saved
 
 	ctx := context.Background()
-	require.NoError(t, s.js.DeleteConsumer(ctx, "TELEMETRY", "ingest"))
+	require.NoError(t, s.js.DeleteConsumer(ctx, "TELEMETRY_0", "ingest"))
 	dropStart := time.Now()
 	req, err := http.NewRequest(http.MethodDelete, s.base+"/v1/tables/"+yesterday.String(), nil)
 	require.NoError(t, err)
@@ -99,7 +101,7 @@ func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
 	// The consumer was created again, after the saved position.
 	var info *jetstream.ConsumerInfo
 	require.Eventually(t, func() bool {
-		c, err := s.js.Consumer(ctx, "TELEMETRY", "ingest")
+		c, err := s.js.Consumer(ctx, "TELEMETRY_0", "ingest")
 		if err != nil {
 			return false
 		}

@@ -212,7 +212,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 		before := deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish)
 		require.NoError(t, nc1.Publish("telemetry.dev-2", fmt.Appendf(nil, `{"ts":%q,"temp":66}`, now.Format(time.RFC3339Nano))))
 		require.NoError(t, nc1.Flush())
-		waitAsyncError(t, errs1, `Permissions Violation for Publish to "telemetry.dev-2"`)
+		waitAsyncError(t, errs1, `Permissions Violation for Publish to "`+storedSubject("dev-2")+`"`) // the subject the server mapped it to
 		short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 		defer cancelShort()
 		_, err := js1.Publish(short, "telemetry.dev-2", []byte(`{"temp":67}`), jetstream.WithRetryAttempts(0))
@@ -233,19 +233,19 @@ func TestNATSDeviceAuth(t *testing.T) {
 			t.Cleanup(cancel)
 			return c
 		}
-		_, err := js1.Stream(short(), "TELEMETRY")
+		_, err := js1.Stream(short(), "TELEMETRY_0")
 		assert.Error(t, err, "stream info")
 		names := js1.StreamNames(short())
 		for range names.Name() {
 		}
 		assert.Error(t, names.Err(), "list streams")
-		assert.Error(t, js1.DeleteStream(short(), "TELEMETRY"), "delete stream")
-		_, err = js1.CreateOrUpdateConsumer(short(), "TELEMETRY", jetstream.ConsumerConfig{Durable: "evil"})
+		assert.Error(t, js1.DeleteStream(short(), "TELEMETRY_0"), "delete stream")
+		_, err = js1.CreateOrUpdateConsumer(short(), "TELEMETRY_0", jetstream.ConsumerConfig{Durable: "evil"})
 		assert.Error(t, err, "create consumer")
-		assert.Error(t, js1.DeleteConsumer(short(), "TELEMETRY", "ingest"), "delete the ingest consumer")
+		assert.Error(t, js1.DeleteConsumer(short(), "TELEMETRY_0", "ingest"), "delete the ingest consumer")
 		_, err = js1.CreateStream(short(), jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
 		assert.Error(t, err, "create stream")
-		_, err = nc1.Request("$JS.API.STREAM.DELETE.TELEMETRY", nil, 700*time.Millisecond)
+		_, err = nc1.Request("$JS.API.STREAM.DELETE.TELEMETRY_0", nil, 700*time.Millisecond)
 		assert.Error(t, err, "raw stream delete request")
 		_, err = nc1.SubscribeSync(natsembed.ServiceInboxPrefix + ".>")
 		require.NoError(t, err)
@@ -354,7 +354,7 @@ func TestNATSGatewayPublishAs(t *testing.T) {
 		require.NoError(t, err, dev)
 	}
 	require.NoError(t, nc.Publish("telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"v":1}`, ts)))
-	waitAsyncError(t, errs, `Permissions Violation for Publish to "telemetry.dev-1"`)
+	waitAsyncError(t, errs, `Permissions Violation for Publish to "`+storedSubject("dev-1")+`"`) // the subject the server mapped it to
 	for _, dev := range []string{"gw-1", "sim-1", "sim-2"} {
 		require.Eventually(t, func() bool { return latestCount(t, base, dev, f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond, dev)
 	}

@@ -35,11 +35,13 @@ type Main struct {
 	now     func() time.Time
 	telOpts otelsetup.Options
 
-	tel    *otelsetup.Providers
-	nats   *natsembed.Server // the embedded server; nil with -nats-url
-	nc     *nats.Conn
-	store  *store.Store
-	ingest *ingest.Ingester
+	tel   *otelsetup.Providers
+	nats  *natsembed.Server // the embedded server; nil with -nats-url
+	nc    *nats.Conn
+	store *store.Store
+	// ingest consumes the readings streams: one ingester per partition
+	// stream, or one for the single stream.
+	ingest []*ingest.Ingester
 	api    *api.Server
 	ret    *retention.Worker
 	pprof  *pprofserve.Server
@@ -98,6 +100,7 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	sopts.IndexCacheSize = m.budget.IndexCache
 	sopts.SyncWrites = m.cfg.SyncWrites
+	sopts.SyncEvery = m.cfg.SyncInterval
 	sopts.HotDays = m.cfg.HotDays
 	sopts.MaxOpenTables = m.cfg.MaxOpenTables
 	if sopts.Rollups, err = rollup.ParseLevels(m.cfg.Rollups); err != nil {
@@ -172,7 +175,7 @@ func (m *Main) logStarted() {
 
 // durability is the mode -sync-writes and the NATS server choose.
 func (m *Main) durability() ingest.Durability {
-	return ingest.DurabilityOf(m.cfg.SyncWrites, m.cfg.NATSURL == "")
+	return ingest.DurabilityOf(m.cfg.SyncWrites, m.cfg.NATSURL == "", m.cfg.SyncInterval)
 }
 
 // connectNATS starts the embedded server unless -nats-url is set, then
@@ -205,9 +208,17 @@ func (m *Main) ingestConfig() ingest.Config {
 	// With fsync before ack, a line protocol write's messages go as one
 	// atomic batch, fsynced once.
 	icfg.AtomicPublish = m.cfg.SyncWrites
+	if n := m.cfg.streamPartitions(); n > 0 {
+		icfg.Partitions, icfg.PartitionStreams = n, true
+		// The family shares -stream-max-bytes, in equal parts.
+		icfg.StreamMaxBytes = max(icfg.StreamMaxBytes/int64(n), 1<<20)
+	}
 	return icfg
 }
 
+// startIngest runs an ingester per readings stream: one per partition
+// (-stream-partitions), each with its own consumer, or one for the
+// single stream.
 func (m *Main) startIngest() error {
 	icfg := m.ingestConfig()
 	icfg.Positions, icfg.Tombstones = m.store, m.store
@@ -220,19 +231,44 @@ func (m *Main) startIngest() error {
 	if err := m.resumeRestored(icfg); err != nil {
 		return err
 	}
-	ing, err := ingest.New(m.nc, m.store, icfg)
-	if err != nil {
+	if err := m.checkMapping(icfg); err != nil {
 		return err
 	}
-	m.ingest = ing
+	if icfg.PartitionStreams {
+		// The consumer share of the memory budget is split between the
+		// partitions, each keeping room for the largest message.
+		icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(icfg.Partitions), minPullBytes))
+	}
+	cfgs := streamConfigs(icfg)
+	for _, c := range cfgs {
+		if icfg.PartitionStreams {
+			c.Logger = icfg.Logger.With("stream", c.Stream)
+		}
+		ing, err := ingest.New(m.nc, m.store, c)
+		if err != nil {
+			return err
+		}
+		m.ingest = append(m.ingest, ing)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancelIngest = cancel
 	m.ingestDone = make(chan struct{})
+	var wg sync.WaitGroup
+	for i, ing := range m.ingest {
+		wg.Go(func() {
+			if err := ing.Run(ctx); err != nil {
+				m.log.Error("ingest stopped", "stream", cfgs[i].Stream, "err", err)
+			}
+		})
+	}
+	if err := m.drainLeftovers(ctx, icfg, &wg); err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
 	go func() {
-		defer close(m.ingestDone)
-		if err := ing.Run(ctx); err != nil {
-			m.log.Error("ingest stopped", "err", err)
-		}
+		wg.Wait()
+		close(m.ingestDone)
 	}()
 	return nil
 }
@@ -288,6 +324,7 @@ func (m *Main) startHTTP() error {
 		Ready:             m.ready,
 		Durability:        m.durability().Mode,
 		DurabilityAck:     m.durability().Ack,
+		Streams:           streamNames(m.ingestConfig()),
 		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
@@ -355,8 +392,10 @@ func (m *Main) ready(ctx context.Context) error {
 	if m.cluster != nil {
 		return m.cluster.node.Ready()
 	}
-	if err := m.ingest.Ready(); err != nil {
-		return fmt.Errorf("ingest: %w", err)
+	for _, ing := range m.ingest {
+		if err := ing.Ready(); err != nil {
+			return fmt.Errorf("ingest: %w", err)
+		}
 	}
 	return nil
 }

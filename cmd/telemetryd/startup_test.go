@@ -228,7 +228,7 @@ func TestDurabilityModeIsReported(t *testing.T) {
 		mode string
 		ack  string
 	}{
-		{false, ingest.DurabilityBuffered, "not a power cut"},
+		{false, ingest.DurabilityBuffered, "a power cut loses what was acked within the last 1s"},
 		{true, ingest.DurabilitySynced, "survives a power cut"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -237,13 +237,19 @@ func TestDurabilityModeIsReported(t *testing.T) {
 			cfg.LogLevel = "info"
 			cfg.SyncWrites = tc.sync
 			s := startService(t, cfg, withLogs(&buf))
-			var ready struct{ Status, Durability, Ack string }
+			var ready struct {
+				Status, Durability, Ack string
+				Streams                 []string
+			}
 			code, body := s.get(t, "/readyz", &ready)
 			require.Equal(t, http.StatusOK, code, body)
 			assert.Equal(t, "ready", ready.Status)
 			assert.Equal(t, tc.mode, ready.Durability, body)
 			assert.Contains(t, ready.Ack, tc.ack)
+			assert.Equal(t, []string{"TELEMETRY_0", "TELEMETRY_1", "TELEMETRY_2", "TELEMETRY_3", "TELEMETRY_4", "TELEMETRY_5", "TELEMETRY_6", "TELEMETRY_7"},
+				ready.Streams, "a stream per partition")
 			assert.Equal(t, tc.sync, s.Main.nats.NATS().JetStreamConfig().SyncAlways, "the embedded JetStream's fsync of every write")
+			assert.Equal(t, time.Second, s.Main.nats.NATS().JetStreamConfig().SyncInterval, "the embedded JetStream syncs every -sync-interval")
 
 			var started string
 			for _, l := range logLines(buf.String()) {

@@ -31,7 +31,7 @@ Usage:
                                            edit the -auth-file (telemetryd auth -h)
   telemetryd -version                      print the version
 
-Devices send readings (all end in the JetStream stream TELEMETRY):
+Devices send readings (all end in the JetStream stream of their partition, TELEMETRY_0 to TELEMETRY_7):
   NATS   publish JSON on <prefix>.<device>             (-nats-listen)
   MQTT   3.1.1, QoS 0/1/2, JSON on topic <prefix>/<device> (-mqtt-listen)
   HTTP   InfluxDB line protocol: POST /api/v2/write, POST /write, and

@@ -323,16 +323,14 @@ func TestLineProtocolRetryStoresOnce(t *testing.T) {
 	streamMsgs := func() (readings, rejected uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		for _, name := range []string{"TELEMETRY", "TELEMETRY_REJECTED"} {
+		for _, name := range readingStreams(t, s.js) {
 			st, err := s.js.Stream(ctx, name)
 			require.NoError(t, err)
-			if name == "TELEMETRY" {
-				readings = st.CachedInfo().State.Msgs
-			} else {
-				rejected = st.CachedInfo().State.Msgs
-			}
+			readings += st.CachedInfo().State.Msgs
 		}
-		return readings, rejected
+		st, err := s.js.Stream(ctx, "TELEMETRY_REJECTED")
+		require.NoError(t, err)
+		return readings, st.CachedInfo().State.Msgs
 	}
 	code, resp := s.post(t, "/api/v2/write", []byte(b.String()), nil)
 	require.Equal(t, http.StatusBadRequest, code, resp)
@@ -349,11 +347,16 @@ func TestLineProtocolRetryStoresOnce(t *testing.T) {
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c, err := s.js.Consumer(ctx, "TELEMETRY", "ingest")
-		require.NoError(t, err)
-		info, err := c.Info(ctx)
-		require.NoError(t, err)
-		return info.NumPending == 0 && info.NumAckPending == 0
+		for _, name := range readingStreams(t, s.js) {
+			c, err := s.js.Consumer(ctx, name, "ingest")
+			require.NoError(t, err)
+			info, err := c.Info(ctx)
+			require.NoError(t, err)
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				return false
+			}
+		}
+		return true
 	}, 20*time.Second, 20*time.Millisecond, "the retries were never consumed")
 	for d := range 5 {
 		rs := pageAll(t, s, fmt.Sprintf("retry-%d", d), "asc", 1000, url.Values{})
@@ -454,10 +457,10 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 }
 
 // TestSyncedWriteIsOneAtomicBatch: with -sync-writes the messages of
-// one line protocol write (one per device, here 40) go into the stream
-// as one atomic batch, so the embedded JetStream fsyncs them once;
-// without it each is published on its own. Either way every reading is
-// stored.
+// one line protocol write (one per device, here 400) go into each
+// partition's stream as one atomic batch, so the embedded JetStream
+// fsyncs each stream once; without it each is published on its own.
+// Either way every reading is stored.
 func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync-writes=%v", sync), func(t *testing.T) {
@@ -466,8 +469,8 @@ func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 			s := startService(t, cfg)
 			at := testEpoch.Add(-time.Minute).UnixNano()
 			var lines, devices []string
-			for i := range 40 {
-				dev := fmt.Sprintf("ab%02d", i)
+			for i := range 400 {
+				dev := fmt.Sprintf("ab%03d", i)
 				devices = append(devices, dev)
 				lines = append(lines, fmt.Sprintf("m,device=%s v=%d %d", dev, i, at), fmt.Sprintf("m,device=%s v=%d %d", dev, i, at+1000))
 			}
@@ -478,16 +481,24 @@ func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			st, err := s.js.Stream(ctx, "TELEMETRY")
-			require.NoError(t, err)
 			batches := map[string]int{}
+			streamBatch := map[string]string{}
 			for _, dev := range devices {
-				m, err := st.GetLastMsgForSubject(ctx, "telemetry."+dev)
+				st, err := s.js.Stream(ctx, streamOf(dev))
 				require.NoError(t, err)
-				batches[m.Header.Get("Nats-Batch-Id")]++
+				m, err := st.GetLastMsgForSubject(ctx, storedSubject(dev))
+				require.NoError(t, err)
+				id := m.Header.Get("Nats-Batch-Id")
+				batches[id]++
+				if sync {
+					if prev, ok := streamBatch[streamOf(dev)]; ok {
+						assert.Equal(t, prev, id, "one batch per stream: %s", dev)
+					}
+					streamBatch[streamOf(dev)] = id
+				}
 			}
 			if sync {
-				require.Len(t, batches, 1, "one batch")
+				require.Len(t, batches, DefaultStreamPartitions, "one batch per partition's stream")
 				assert.NotContains(t, batches, "")
 			} else {
 				assert.Equal(t, map[string]int{"": len(devices)}, batches, "no batch")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -48,10 +50,14 @@ const (
 // topic <prefix>/<device>) and subscribe only to reply inboxes;
 // nothing else, so no device can reach $JS.API.
 type deviceAuth struct {
-	devices  func() Devices
-	prefix   string
-	internal string // the internal user's password
-	denied   *deniedReporter
+	devices func() Devices
+	prefix  string
+	// partitions: the server maps <prefix>.<device> to
+	// <prefix>.<partition>.<device> before it checks a publish, so the
+	// permissions name that subject too (0: no mapping).
+	partitions int
+	internal   string // the internal user's password
+	denied     *deniedReporter
 }
 
 // Check authenticates one client connection.
@@ -71,7 +77,7 @@ func (a *deviceAuth) Check(c server.ClientAuthentication) bool {
 		return false
 	}
 	c.RegisterUser(&server.User{Username: o.Username,
-		Permissions: devicePermissions(a.prefix, o.Username, devices.PublishAs(o.Username))})
+		Permissions: devicePermissions(a.prefix, a.partitions, o.Username, devices.PublishAs(o.Username))})
 	return true
 }
 
@@ -80,12 +86,22 @@ func (a *deviceAuth) Check(c server.ClientAuthentication) bool {
 // service's connection uses its own inbox prefix, so devices never see
 // what the ingester consumes.
 // A gateway's credential may publish for the devices of publishAs too
-// ("*" is every device: the subject wildcard <prefix>.*).
-func devicePermissions(prefix, device string, publishAs []string) *server.Permissions {
+// ("*" is every device: the subject wildcard <prefix>.*). With a
+// stream per partition (partitions > 0) the server checks the subject
+// its mapping made, <prefix>.<partition>.<device>, which is allowed too
+// (<prefix>.*.* for "*").
+func devicePermissions(prefix string, partitions int, device string, publishAs []string) *server.Permissions {
 	subjects := topology.For(prefix)
-	allow := []string{subjects.Device(device)}
-	for _, id := range publishAs {
+	var allow []string
+	for _, id := range append([]string{device}, publishAs...) {
 		allow = append(allow, subjects.Device(id))
+		switch {
+		case partitions == 0:
+		case id == "*":
+			allow = append(allow, prefix+".*.*")
+		default:
+			allow = append(allow, prefix+"."+strconv.Itoa(partition.Of(partitions, id))+"."+id)
+		}
 	}
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: allow},

@@ -304,8 +304,21 @@ func (s *Server) StartMQTT(ctx context.Context, service *nats.Conn, icfg ingest.
 	log := s.log.With("component", "mqtt")
 	icfg.MQTTCopies = true
 	subjects := icfg.Subjects()
-	acc, err := setupMQTTAccount(s.ns, subjects.MQTTCopies())
+	copies, devices := subjects.MQTTCopies(), subjects.All()
+	if icfg.PartitionStreams != (s.cfg.Partitions > 0) || (icfg.PartitionStreams && icfg.Partitions != s.cfg.Partitions) {
+		return fmt.Errorf("mqtt: the server maps devices to %d partitions, the streams are of %d", s.cfg.Partitions, icfg.Partitions)
+	}
+	if icfg.PartitionStreams {
+		// The MQTT account maps <prefix>.<device> to its partition too,
+		// so the copies are $MQTT.msgs.<prefix>.<partition>.<device>
+		// and QoS 0 publishes arrive on <prefix>.<partition>.<device>.
+		copies, devices = subjects.MQTTPartitionCopies(), subjects.Prefix+".*.*"
+	}
+	acc, err := setupMQTTAccount(s.ns, copies)
 	if err != nil {
+		return err
+	}
+	if err := s.mapPartitions(acc); err != nil {
 		return err
 	}
 	s.mqtt.acc.Store(acc)
@@ -333,9 +346,9 @@ func (s *Server) StartMQTT(ctx context.Context, service *nats.Conn, icfg ingest.
 	if err := ensureMQTTStreams(ctx, ajs, s.cfg.MQTTStreamMaxBytes); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
-	sub, err := admin.Subscribe(subjects.All(), fwd.forward)
+	sub, err := admin.Subscribe(devices, fwd.forward)
 	if err != nil {
-		return fmt.Errorf("mqtt: subscribe %s: %w", subjects.All(), err)
+		return fmt.Errorf("mqtt: subscribe %s: %w", devices, err)
 	}
 	if err := sub.SetPendingLimits(mqttForwardPending, -1); err != nil {
 		return fmt.Errorf("mqtt: %w", err)

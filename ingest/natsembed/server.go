@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
 // Defaults of Config.
@@ -65,6 +66,9 @@ type Config struct {
 	StoreDir string
 	// SyncAlways makes JetStream fsync every write.
 	SyncAlways bool
+	// SyncInterval, without SyncAlways, is how often JetStream fsyncs
+	// its streams (0: the server's default, 2 minutes).
+	SyncInterval time.Duration
 	// MaxPayload bounds one message. Default DefaultMaxPayload.
 	MaxPayload int32
 	// MaxConn bounds the client connections (0: the server's default).
@@ -83,6 +87,11 @@ type Config struct {
 	// SubjectPrefix: devices publish on <prefix>.<device>. Default
 	// ingest.DefaultSubjectPrefix.
 	SubjectPrefix string
+	// Partitions, when positive, maps every publish on <prefix>.<device>
+	// to <prefix>.<partition>.<device> (partition.Mapping), in the
+	// service's account and the MQTT account, where the stream of that
+	// partition captures it (ingest.Config.PartitionStreams).
+	Partitions int
 	// MQTTStreamMaxBytes bounds each of the MQTT listener's streams.
 	// Default DefaultMQTTStreamMaxBytes.
 	MQTTStreamMaxBytes int64
@@ -141,6 +150,7 @@ func Start(cfg Config) (*Server, error) {
 		JetStreamMaxMemory: cfg.JetStreamMaxMemory,
 		StoreDir:           cfg.StoreDir,
 		SyncAlways:         cfg.SyncAlways,
+		SyncInterval:       cfg.SyncInterval,
 		NoSigs:             true,
 		MaxPayload:         cfg.MaxPayload,
 		MaxConn:            cfg.MaxConn,
@@ -166,7 +176,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	if cfg.Devices != nil {
 		opts.CustomClientAuthentication = &deviceAuth{devices: cfg.Devices, prefix: cfg.SubjectPrefix,
-			internal: s.internal, denied: denied}
+			partitions: cfg.Partitions, internal: s.internal, denied: denied}
 	}
 	if cfg.MQTTListen != "" {
 		secret, err := newSecret()
@@ -191,6 +201,9 @@ func Start(cfg Config) (*Server, error) {
 	s.ns = ns
 	if s.mqtt != nil {
 		s.mqtt.isMQTT = s.isMQTTClient
+	}
+	if err := s.mapPartitions(ns.GlobalAccount()); err != nil {
+		return nil, err
 	}
 	logger.disconnect = disconnectOnce(ns)
 	ns.SetLoggerV2(logger, false, false, false)
@@ -219,6 +232,18 @@ func Start(cfg Config) (*Server, error) {
 	// The server writes the port it picked back into its options.
 	s.mqttPort = max(opts.MQTT.Port, 0)
 	return s, nil
+}
+
+// mapPartitions adds the partition mapping (Config.Partitions) to acc.
+func (s *Server) mapPartitions(acc *server.Account) error {
+	if s.cfg.Partitions <= 0 {
+		return nil
+	}
+	src, dst := partition.Mapping(s.cfg.SubjectPrefix, s.cfg.Partitions)
+	if err := acc.AddMapping(src, dst); err != nil {
+		return fmt.Errorf("embedded nats: account %s: map %s to %s: %w", acc.Name, src, dst, err)
+	}
+	return nil
 }
 
 // SplitListen parses a host:port listen address; port 0 or -1 picks a

@@ -102,3 +102,22 @@ func DeviceToken(prefix, subject string) string {
 	}
 	return dev
 }
+
+// Stream is the name of partition p's stream in the family of stream
+// streams ("TELEMETRY" -> "TELEMETRY_3"): with a stream per partition,
+// each has its own file store, lock and fsync.
+func Stream(family string, p int) string { return family + "_" + strconv.Itoa(p) }
+
+// Subjects is what partition p's own stream captures: every stored
+// subject <prefix>.<p>.<device> of the partition.
+func Subjects(prefix string, p int) string { return prefix + "." + strconv.Itoa(p) + ".*" }
+
+// Mapping is the account subject mapping that sends a publish on
+// <prefix>.<device> to <prefix>.<partition>.<device>, where the stream
+// of that partition captures it. The embedded server adds it to the
+// service's and the MQTT account; an external server needs it in its
+// configuration (mappings { "<source>": "<destination>" }).
+func Mapping(prefix string, n int) (source, destination string) {
+	t := Transform(prefix, n)
+	return t.Source, t.Destination
+}

@@ -98,3 +98,17 @@ func (s Subjects) MQTTCopiesTransform() jetstream.SubjectTransformConfig {
 func (s Subjects) IsMQTTCopiesTransform(t *jetstream.SubjectTransformConfig) bool {
 	return t != nil && *t == s.MQTTCopiesTransform()
 }
+
+// MQTTPartitionCopies is $MQTT.msgs.<prefix>.*.*: the store copies of
+// QoS 1 publishes when the MQTT account maps <prefix>.<device> to
+// <prefix>.<partition>.<device> (a stream per partition).
+func (s Subjects) MQTTPartitionCopies() string { return mqttCopiesRoot + "." + s.Prefix + ".*.*" }
+
+// MQTTCopiesOfTransform is the subject transform of partition stream
+// part (its stored subjects <prefix>.<part>.*) that keeps each MQTT
+// store copy $MQTT.msgs.<prefix>.<part>.<device> as
+// <prefix>.<part>.<device>.
+func (s Subjects) MQTTCopiesOfTransform(part string) jetstream.SubjectTransformConfig {
+	return jetstream.SubjectTransformConfig{Source: mqttCopiesRoot + "." + s.Prefix + "." + part + ".*",
+		Destination: s.Prefix + "." + part + ".{{wildcard(1)}}"}
+}

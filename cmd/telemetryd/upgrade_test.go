@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/ingest/partition"
+)
+
+// TestUpgradeFromTheOneStreamKeepsEveryReading starts on a data dir
+// and stream of the earlier layout (the one stream TELEMETRY, written
+// by the service with -stream-partitions 0, which is that layout): some
+// readings already stored, more in the stream and never consumed (the
+// service stopped, the server ran on). The service with streams per
+// partition stores every one of them exactly once, with the readings
+// published after the upgrade and one published both before and after
+// (a retry across it), and then deletes the old stream.
+func TestUpgradeFromTheOneStreamKeepsEveryReading(t *testing.T) {
+	cfg := newTestConfig(t)
+	cfg.StreamPartitions = 0
+	devices := []string{"up-a", "up-b", "up-c", "up-d", "up-e"}
+	at := func(i int) string {
+		return testEpoch.Add(-time.Hour + time.Duration(i)*time.Second).Format(time.RFC3339Nano)
+	}
+	payload := func(i int) string { return fmt.Sprintf(`{"ts":%q,"v":%d}`, at(i), i) }
+
+	old := startService(t, cfg)
+	for i := range 20 {
+		for _, d := range devices {
+			old.publish(t, d, payload(i))
+		}
+	}
+	for _, d := range devices {
+		waitStored(t, old, d, 20)
+	}
+	old.stop(t)
+
+	// Readings the old stream holds and no consumer took yet.
+	ns, err := server.NewServer(&server.Options{ServerName: "telemetryd", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
+	require.NoError(t, err)
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 20; i < 50; i++ {
+		for _, d := range devices {
+			ack, err := js.Publish(ctx, "telemetry."+d, []byte(payload(i)))
+			require.NoError(t, err)
+			require.Equal(t, "TELEMETRY", ack.Stream)
+		}
+	}
+	st, err := js.Stream(ctx, "TELEMETRY")
+	require.NoError(t, err)
+	require.Equal(t, uint64(50*len(devices)), st.CachedInfo().State.Msgs)
+	nc.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	cfg.StreamPartitions = -1 // the default: a stream per partition
+	s := startService(t, cfg)
+	for i := 49; i < 60; i++ { // 49 again: a retry across the upgrade
+		for _, d := range devices {
+			s.publish(t, d, payload(i))
+		}
+	}
+	for _, d := range devices {
+		waitStored(t, s, d, 60)
+		got := pageAll(t, s, d, "asc", 1000, url.Values{})
+		require.Len(t, got, 60, "device %s: every reading once", d)
+		for i, r := range got {
+			assert.Equal(t, float64(i), r.Values["v"], "device %s reading %d", d, i)
+		}
+	}
+	require.Eventually(t, func() bool {
+		_, err := s.js.Stream(ctx, "TELEMETRY")
+		return err != nil
+	}, 20*time.Second, 50*time.Millisecond, "the old stream was not deleted once drained")
+	names := readingStreams(t, s.js)
+	assert.Len(t, names, DefaultStreamPartitions)
+	assert.NotContains(t, names, "TELEMETRY")
+	for _, d := range devices {
+		st, err := s.js.Stream(ctx, streamOf(d))
+		require.NoError(t, err)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(storedSubject(d)))
+		require.NoError(t, err)
+		assert.Equal(t, uint64(11), info.State.Subjects[storedSubject(d)], "device %s: its publishes after the upgrade in its partition's stream", d)
+	}
+	rej, err := s.js.Stream(ctx, "TELEMETRY_REJECTED")
+	if err == nil {
+		assert.Zero(t, rej.CachedInfo().State.Msgs, "nothing dead-lettered")
+	}
+}
+
+// TestBackupRestoreAcrossTheUpgrade: a backup taken online in the
+// earlier layout (the one stream, on an external server), readings
+// acked after it, then the server maps publishes to partitions and the
+// backup is restored into a fresh data dir for a service with streams
+// per partition. It resumes the old stream after the backup's position,
+// drains it and deletes it, stores what is published after the
+// upgrade, and has every acked reading exactly once.
+func TestBackupRestoreAcrossTheUpgrade(t *testing.T) {
+	ns := runNATS(t, -1, t.TempDir())
+	t.Cleanup(ns.Shutdown)
+	cfg := newTestConfig(t)
+	cfg.NATSURL = ns.ClientURL() // with -nats-url the one stream TELEMETRY, as before
+	root := t.TempDir()
+	cfg.BackupDir = root
+	s := startService(t, cfg)
+
+	pc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(pc.Close)
+	js, err := jetstream.New(pc)
+	require.NoError(t, err)
+	devices := []string{"xb-a", "xb-b", "xb-c"}
+	stop := make(chan struct{})
+	acked, pubDone := publishUntil(t, js, devices, stop)
+	require.Eventually(t, func() bool { return acked.count() > 300 }, 30*time.Second, 10*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // a stream position is saved every second
+
+	bdir := filepath.Join(root, "before-upgrade")
+	body, _ := json.Marshal(api.BackupRequest{Dir: bdir})
+	code, out := s.post(t, "/v1/backup", body, map[string]string{"Content-Type": "application/json"})
+	require.Equal(t, http.StatusOK, code, out)
+	var sum api.BackupSummary
+	require.NoError(t, json.Unmarshal([]byte(out), &sum))
+	require.NotZero(t, sum.Positions["TELEMETRY"], "the backup records the one stream's position: %s", out)
+	n := acked.count()
+	require.Eventually(t, func() bool { return acked.count() > n+300 }, 30*time.Second, 10*time.Millisecond)
+	close(stop)
+	<-pubDone
+	s.stop(t)
+
+	src, dst := partition.Mapping("telemetry", DefaultStreamPartitions)
+	require.NoError(t, ns.GlobalAccount().AddMapping(src, dst))
+	dataDir := filepath.Join(t.TempDir(), "restored")
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"restore", "-from", bdir, "-data-dir", dataDir},
+		func(string) string { return "" }, &stdout, &stderr), stderr.String())
+	cfg2 := cfg
+	cfg2.DataDir, cfg2.StreamPartitions = dataDir, DefaultStreamPartitions
+	s2 := startService(t, cfg2)
+	t.Cleanup(func() { s2.stop(t) })
+
+	after := map[string]string{}
+	for i, d := range devices {
+		ts := testEpoch.Add(-30*time.Minute + time.Duration(i)*time.Second).Format(time.RFC3339Nano)
+		ack, err := js.Publish(context.Background(), "telemetry."+d, []byte(fmt.Sprintf(`{"ts":%q,"v":-1}`, ts)))
+		require.NoError(t, err)
+		require.Equal(t, streamOf(d), ack.Stream, "published after the upgrade into the partition's stream")
+		after[d] = ts
+	}
+	require.Eventually(t, func() bool {
+		_, err := js.Stream(context.Background(), "TELEMETRY")
+		return errors.Is(err, jetstream.ErrStreamNotFound)
+	}, 30*time.Second, 50*time.Millisecond, "the one stream was not drained and deleted")
+
+	from := testEpoch.Add(-2 * time.Hour).Format(time.RFC3339Nano)
+	to := testEpoch.Format(time.RFC3339Nano)
+	for _, d := range devices {
+		want := append(slices.Clone(acked.ts[d]), after[d])
+		var got []apiReading
+		require.Eventually(t, func() bool {
+			got = pageAll(t, s2, d, "asc", 10000, url.Values{"from": {from}, "to": {to}})
+			return len(got) >= len(want)
+		}, 30*time.Second, 50*time.Millisecond, "device %s: %d of %d readings", d, len(got), len(want))
+		seen := map[string]int{}
+		for _, r := range got {
+			seen[r.TS]++
+		}
+		for _, ts := range want {
+			assert.Equal(t, 1, seen[ts], "device %s reading %s", d, ts)
+		}
+		assert.Len(t, got, len(want), "device %s", d)
+	}
+}

@@ -1,0 +1,41 @@
+package ingest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/partition"
+)
+
+// TestCheckMapping: streams per partition on a server that does not map
+// publishes to them are refused with the mapping to add; once it maps,
+// the check passes and has stored nothing.
+func TestCheckMapping(t *testing.T) {
+	ns := runServer(t, t.TempDir(), -1)
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := DefaultConfig()
+	c.Partitions, c.PartitionStreams = 4, true
+
+	err = CheckMapping(ctx, js, c)
+	require.Error(t, err, "no mapping: no stream takes the devices' publishes")
+	assert.Contains(t, err.Error(), `must map "telemetry.*" to "telemetry.{{partition(4,1)}}.{{wildcard(1)}}"`)
+
+	src, dst := partition.Mapping("telemetry", 4)
+	require.NoError(t, ns.GlobalAccount().AddMapping(src, dst))
+	require.NoError(t, CheckMapping(ctx, js, c))
+	st, err := js.Stream(ctx, "TELEMETRY_0")
+	require.NoError(t, err)
+	assert.Zero(t, st.CachedInfo().State.Msgs, "the check stores nothing")
+}
