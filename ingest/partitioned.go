@@ -130,11 +130,16 @@ func (in *Ingester) resetPending(ctx context.Context, cons jetstream.Consumer) j
 
 // deviceToken is the device token of a stored subject ("" when there
 // is none).
-func (in *Ingester) deviceToken(subject string) string {
-	if in.cfg.Partitions > 0 {
-		return partition.DeviceToken(in.cfg.SubjectPrefix, subject)
+func (in *Ingester) deviceToken(subject string) string { return in.cfg.deviceToken(subject) }
+
+// deviceToken is the device token of a subject stored in c's stream
+// ("" when there is none): partitioned subjects carry the partition
+// before the device.
+func (c Config) deviceToken(subject string) string {
+	if c.Partitions > 0 {
+		return partition.DeviceToken(c.SubjectPrefix, subject)
 	}
-	return in.cfg.Subjects().DeviceToken(subject)
+	return c.Subjects().DeviceToken(subject)
 }
 
 // Backlog reports how far the consumer is behind: the messages of its

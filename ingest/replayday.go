@@ -41,7 +41,6 @@ func ReplayDay(ctx context.Context, js jetstream.JetStream, cfg Config, day buck
 	if err != nil {
 		return 0, fmt.Errorf("replay %s: consumer: %w", day, err)
 	}
-	subjects := cfg.Subjects()
 	var batch []buckets.Reading
 	var written int64
 	flush := func() error {
@@ -67,7 +66,7 @@ func ReplayDay(ctx context.Context, js jetstream.JetStream, cfg Config, day buck
 			if err != nil {
 				continue
 			}
-			rs := dayReadings(m, meta, subjects.DeviceToken(m.Subject()), day, tombs)
+			rs := dayReadings(m, meta, cfg.deviceToken(m.Subject()), day, tombs)
 			for len(rs) > 0 {
 				k := min(len(rs), buckets.MaxBatch-len(batch))
 				batch = append(batch, rs[:k]...)

@@ -36,17 +36,23 @@ func (a repairingAdmin) RepairTable(ctx context.Context, day buckets.Day, backup
 	return out, nil
 }
 
-// replayDay writes again the stream's readings of day.
+// replayDay writes again the readings of day that the readings
+// streams (one per partition, or the one) hold.
 func (m *Main) replayDay(ctx context.Context, day buckets.Day) (int64, error) {
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return 0, err
 	}
-	n, err := ingest.ReplayDay(ctx, js, m.ingestConfig(), day, m.store, m.store)
-	if err == nil {
-		m.log.Info("stream readings of a repaired day written again", "day", day.String(), "readings", n)
+	var n int64
+	for _, c := range streamConfigs(m.ingestConfig()) {
+		k, err := ingest.ReplayDay(ctx, js, c, day, m.store, m.store)
+		n += k
+		if err != nil {
+			return n, err
+		}
 	}
-	return n, err
+	m.log.Info("stream readings of a repaired day written again", "day", day.String(), "readings", n)
+	return n, nil
 }
 
 // replayPending replays the days `telemetryd repair` rebuilt while the
