@@ -181,6 +181,19 @@ func (c Config) ForPartition(p int) Config {
 	return c.withDefaults()
 }
 
+// PerStream is the configuration of each readings stream of c: one per
+// partition with PartitionStreams (ForPartition), else c itself.
+func (c Config) PerStream() []Config {
+	if !c.PartitionStreams {
+		return []Config{c}
+	}
+	out := make([]Config, c.Partitions)
+	for p := range out {
+		out[p] = c.ForPartition(p)
+	}
+	return out
+}
+
 // Streams names every readings stream of c: one per partition with
 // PartitionStreams, else Stream.
 func (c Config) Streams() []string {

@@ -56,28 +56,6 @@ func (b backupService) Backup(ctx context.Context, dir string, full bool) (api.B
 	return backupclient.SummaryOf(dir, m), nil
 }
 
-// streamConfigs is icfg for each readings stream: one per partition
-// with PartitionStreams, else icfg.
-func streamConfigs(icfg ingest.Config) []ingest.Config {
-	if !icfg.PartitionStreams {
-		return []ingest.Config{icfg}
-	}
-	out := make([]ingest.Config, icfg.Partitions)
-	for p := range out {
-		out[p] = icfg.ForPartition(p)
-	}
-	return out
-}
-
-// streamNames names the readings streams of icfg (/readyz).
-func streamNames(icfg ingest.Config) []string {
-	var out []string
-	for _, c := range streamConfigs(icfg) {
-		out = append(out, c.Stream)
-	}
-	return out
-}
-
 // resumeRestored prepares a data dir that restore made: the ingest
 // consumer, if it outlived the restore, is deleted so that ingest
 // creates it again after the restored positions. The marker is cleared
@@ -96,7 +74,7 @@ func (m *Main) resumeRestored(icfg ingest.Config) error {
 	if err != nil {
 		return fmt.Errorf("resume after restore: %w", err)
 	}
-	for _, c := range append(streamConfigs(icfg), left...) {
+	for _, c := range append(icfg.PerStream(), left...) {
 		deleted, err := ingest.ResetConsumer(ctx, js, c)
 		if err != nil {
 			return fmt.Errorf("resume after restore: %w", err)

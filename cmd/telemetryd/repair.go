@@ -44,7 +44,7 @@ func (m *Main) replayDay(ctx context.Context, day buckets.Day) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	for _, c := range streamConfigs(m.ingestConfig()) {
+	for _, c := range m.ingestConfig().PerStream() {
 		k, err := ingest.ReplayDay(ctx, js, c, day, m.store, m.store)
 		n += k
 		if err != nil {

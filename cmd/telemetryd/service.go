@@ -239,7 +239,7 @@ func (m *Main) startIngest() error {
 		// partitions, each keeping room for the largest message.
 		icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(icfg.Partitions), minPullBytes))
 	}
-	cfgs := streamConfigs(icfg)
+	cfgs := icfg.PerStream()
 	for _, c := range cfgs {
 		if icfg.PartitionStreams {
 			c.Logger = icfg.Logger.With("stream", c.Stream)
@@ -324,7 +324,7 @@ func (m *Main) startHTTP() error {
 		Ready:             m.ready,
 		Durability:        m.durability().Mode,
 		DurabilityAck:     m.durability().Ack,
-		Streams:           streamNames(m.ingestConfig()),
+		Streams:           m.ingestConfig().Streams(),
 		Metrics:           m.tel.Metrics,
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
