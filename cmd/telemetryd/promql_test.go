@@ -336,6 +336,9 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 			code, raw := f.env.getJSON(t, tc.path, tc.q, nil)
 			require.Equal(t, http.StatusBadRequest, code, "%s %v: %s", tc.path, tc.q, raw)
 			require.NoError(t, jsonUnmarshal(raw, &body))
+			// Go's decoder matches field names in any case, and so does
+			// Prometheus' client; Grafana's and promtool's do not.
+			assert.Contains(t, string(raw), `"errorType":"bad_data"`, "the field is errorType, as Prometheus spells it")
 			assert.Equal(t, "error", body.Status)
 			assert.Equal(t, "bad_data", body.ErrorType)
 			assert.Contains(t, body.Error, fmt.Sprintf("invalid parameter %q", tc.param))
