@@ -64,7 +64,7 @@ func badData(param, format string, args ...any) *apiError {
 type response struct {
 	Status    string    `json:"status"`
 	Data      any       `json:"data,omitempty"`
-	ErrorType ErrorType `json:"ErrorType,omitempty"`
+	ErrorType ErrorType `json:"errorType,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	Warnings  []string  `json:"warnings,omitempty"`
 }
@@ -90,7 +90,7 @@ func write(w http.ResponseWriter, status int, r response) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"status":"error","ErrorType":"internal","error":"cannot encode the answer"}`)
+		b = []byte(`{"status":"error","errorType":"internal","error":"cannot encode the answer"}`)
 	}
 	writeBody(w, status, b)
 }
