@@ -223,7 +223,11 @@ func TestBudgetCoversAggregatesAndPromQL(t *testing.T) {
 	prom := env.get(t, "/api/v1/query?query=up")
 	require.Equal(t, http.StatusServiceUnavailable, prom.status)
 	assert.Equal(t, "1", prom.header.Get("Retry-After"))
-	var pe struct{ Status, ErrorType, Error string }
+	var pe struct {
+		Status    string `json:"status"`
+		ErrorType string `json:"errorType"`
+		Error     string `json:"error"`
+	}
 	require.NoError(t, json.Unmarshal(prom.body, &pe))
 	assert.Equal(t, "error", pe.Status)
 	assert.Equal(t, "unavailable", pe.ErrorType)

@@ -62,6 +62,10 @@ type WriteConfig struct {
 	// device (the zero value, lineproto.TagsAsAttributes) or string
 	// values (lineproto.TagsAsValues).
 	Tags lineproto.TagMode
+	// NameSeparator joins a line's measurement and field into a value
+	// name (lineproto.Options.NameSeparator): '_' gives climate_temp;
+	// the zero value is '.', giving climate.temp.
+	NameSeparator byte
 	// MaxBytes bounds a body before and after gunzip (413 beyond).
 	// Default DefaultMaxWriteBytes.
 	MaxBytes int64
@@ -232,6 +236,7 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 	opts := lineproto.Options{
 		DeviceTags:      w.cfg.DeviceTags,
 		Tags:            w.cfg.Tags,
+		NameSeparator:   w.cfg.NameSeparator,
 		Precision:       precision,
 		Now:             w.now(),
 		Window:          w.cfg.Window,

@@ -13,7 +13,8 @@
 //
 //   - device: the value of the first tag present among
 //     Options.DeviceTags; none present is invalid_device;
-//   - each field becomes the value <measurement>.<field>: float as
+//   - each field becomes the value <measurement>.<field> (the "." is
+//     Options.NameSeparator when set, e.g. "_"): float as
 //     float, integer (i) as int, unsigned (u) as int when it fits an
 //     int64 (else invalid_value), bool as bool, string as string;
 //   - each other tag (a lower-ranked device tag too) becomes an
@@ -133,6 +134,10 @@ type Options struct {
 	// are split over several messages beyond it (or beyond
 	// buckets.MaxBatch readings). Default DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// NameSeparator joins measurement and field (or tag) into a value
+	// name: '_' gives climate_temp, as PromQL writes it plainly; the
+	// zero value is '.', giving climate.temp.
+	NameSeparator byte
 }
 
 // Message is one message to publish to JetStream: the readings of one
@@ -561,10 +566,14 @@ func (m *mapper) reject(l rawLine, dev string, ve *buckets.ValidationError) {
 	})
 }
 
-// name returns the interned value name <measurement>.<key>, or why it
+// name returns the interned value name <measurement><sep><key>, or why it
 // is not a valid value name.
 func (m *mapper) name(meas, key []byte) (string, *buckets.ValidationError) {
-	m.nameBuf = append(append(append(m.nameBuf[:0], meas...), '.'), key...)
+	sep := m.opts.NameSeparator
+	if sep == 0 {
+		sep = '.'
+	}
+	m.nameBuf = append(append(append(m.nameBuf[:0], meas...), sep), key...)
 	if n, ok := m.names[string(m.nameBuf)]; ok {
 		return n, nil
 	}

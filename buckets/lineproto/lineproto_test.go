@@ -217,3 +217,22 @@ func FuzzMap(f *testing.F) {
 		assert.Equal(t, res.Readings, n)
 	})
 }
+
+// TestNameSeparator: '_' joins measurement and field or tag into names
+// PromQL writes plainly; the zero value keeps '.'.
+func TestNameSeparator(t *testing.T) {
+	o := opts()
+	o.NameSeparator = '_'
+	res := Map([]byte("climate,device=boiler-7 temp=21.5 1795309323000000000\n"), o)
+	require.Empty(t, res.Rejected)
+	assert.Equal(t, map[string]any{"climate_temp": 21.5}, batch(t, res.Messages[0])[0]["values"])
+
+	o.Tags = TagsAsValues
+	res = Map([]byte("climate,device=boiler-7,room=hall temp=21.5 1795309323000000000\n"), o)
+	require.Empty(t, res.Rejected)
+	assert.Equal(t, map[string]any{"climate_temp": 21.5, "climate_room": "hall"}, batch(t, res.Messages[0])[0]["values"])
+
+	res = Map([]byte("climate,device=boiler-7 temp=21.5 1795309323000000000\n"), opts())
+	require.Empty(t, res.Rejected)
+	assert.Equal(t, map[string]any{"climate.temp": 21.5}, batch(t, res.Messages[0])[0]["values"])
+}
