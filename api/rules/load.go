@@ -49,8 +49,9 @@ type Group struct {
 	Rules    []*Rule
 }
 
-// Key identifies a group across reloads and nodes: its file and name.
-func (g *Group) Key() string { return g.File + ";" + g.Name }
+// Key identifies a group across reloads, restarts and nodes: its name
+// (Load refuses two groups of one name, whatever their files).
+func (g *Group) Key() string { return g.Name }
 
 // Rule is one recording or alerting rule.
 type Rule struct {

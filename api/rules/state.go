@@ -13,7 +13,7 @@ import (
 type savedState struct {
 	// Saved is when it was written: state older than the outage
 	// tolerance is not restored.
-	Saved time.Time    `json:"saved"`
+	Saved time.Time   `json:"saved"`
 	Rules []savedRule `json:"rules"`
 }
 
