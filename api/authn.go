@@ -102,7 +102,7 @@ func accessOf(method, route, path string) access {
 	case strings.HasPrefix(p, internalPrefix):
 		return access{internal: true}
 	case (method == http.MethodDelete && (strings.HasPrefix(p, "/v1/tables/") || p == devicePath)) ||
-		p == "/v1/retention/run" || p == backupPath:
+		p == "/v1/retention/run" || p == backupPath || p == reloadPath:
 		return access{scope: auth.ScopeAdmin}
 	default:
 		return access{scope: auth.ScopeRead}

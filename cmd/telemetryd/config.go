@@ -13,6 +13,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/cmd/internal/alerting"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/clustercfg"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
@@ -67,6 +68,7 @@ type Config struct {
 	BackupDir string
 	Security  security.Config
 	Cluster   clustercfg.Config
+	Alerting  alerting.Config
 }
 
 // defaultDiskReserve is the default of -disk-reserve: room for the hot
@@ -106,6 +108,7 @@ func DefaultConfig() Config {
 		QueryTimeout:       api.DefaultQueryTimeout,
 		Security:           security.Default(),
 		Cluster:            clustercfg.Default(),
+		Alerting:           alerting.Default(),
 	}
 }
 
@@ -144,6 +147,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.Bind(fs)
 	c.Cluster.Bind(fs)
+	c.Alerting.Bind(fs)
 }
 
 // Validate checks the values that flags cannot check alone.
@@ -217,7 +221,7 @@ func (c *Config) Validate() error {
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
 	}
-	errs = append(errs, c.validateSecurity(), c.validateCluster())
+	errs = append(errs, c.validateSecurity(), c.validateCluster(), c.Alerting.Validate())
 	return errors.Join(errs...)
 }
 
