@@ -109,7 +109,7 @@ func accessOf(method, route, path string) access {
 		return access{scope: auth.ScopeAdmin} // the device is checked against the patterns
 	case (method == http.MethodDelete && strings.HasPrefix(p, "/v1/tables/")) ||
 		(method == http.MethodPost && strings.HasPrefix(p, "/v1/tables/") && strings.HasSuffix(p, "/repair")) ||
-		p == "/v1/retention/run" || p == backupPath:
+		p == "/v1/retention/run" || p == backupPath || p == reloadPath:
 		return access{scope: auth.ScopeAdmin, everyDevice: true}
 	default:
 		return access{scope: auth.ScopeRead}

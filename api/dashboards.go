@@ -37,8 +37,11 @@ func (s *Server) registerDashboards(query []echo.MiddlewareFunc) {
 	}
 	s.echo.GET("/api/v1/label/:name/values", prom, query...)
 	for _, p := range promapi.GrafanaPaths {
-		s.echo.GET(p, prom, query...)
+		if p != "/api/v1/rules" {
+			s.echo.GET(p, prom, query...)
+		}
 	}
+	s.registerAlerts(query, prom)
 	s.echo.POST("/api/v1/query_exemplars", prom, query...)
 
 	files := ui.Files()

@@ -35,6 +35,7 @@ func (c *Config) WithDashboards(src DashboardSource) error {
 		MaxSamples: PromQLMaxSamples(c.ResponseBudget),
 		Visible:    visibleDevices,
 		Retention:  c.Retention,
+		Extra:      c.AlertSeries,
 	})
 	if err != nil {
 		return fmt.Errorf("prometheus query api: %w", err)

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -116,6 +117,12 @@ type Config struct {
 	// PromQL serves the Prometheus query API under /api/v1/ (package
 	// promapi); nil leaves those paths unrouted.
 	PromQL http.Handler
+	// Alerts serves the rules and alerts API and the reload of the rule
+	// files; nil: no rules.
+	Alerts *AlertsConfig
+	// AlertSeries are the alert series (ALERTS, ALERTS_FOR_STATE) that
+	// WithDashboards adds to the PromQL API.
+	AlertSeries promapi.Extra
 	// Ready reports readiness: nil error => /readyz 200, else 503 with
 	// the error text as the reason. A nil func is always ready.
 	Ready func(ctx context.Context) error
@@ -214,6 +221,7 @@ type Server struct {
 	attributes   Attributes
 	retention    time.Duration
 	promql       http.Handler
+	alerts       *AlertsConfig
 	internal     InternalAPI
 	cluster      ClusterView
 	ready        func(ctx context.Context) error
@@ -276,6 +284,7 @@ func New(cfg Config) (*Server, error) {
 		attributes:   cfg.Attributes,
 		retention:    cfg.Retention,
 		promql:       cfg.PromQL,
+		alerts:       cfg.Alerts,
 		internal:     cfg.Internal,
 		cluster:      cfg.Cluster,
 		ready:        cfg.Ready,

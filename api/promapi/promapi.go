@@ -72,6 +72,9 @@ type Config struct {
 	// Logger and Now default to slog.Default and time.Now.
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Extra, when its Queryable is set, adds series the store does not
+	// hold (the alert series of the rule evaluator).
+	Extra Extra
 }
 
 // API is the query API; it is an http.Handler for the paths under
@@ -84,6 +87,7 @@ type API struct {
 	log     *slog.Logger
 	now     func() time.Time
 	mux     *http.ServeMux
+	extra   Extra
 }
 
 // New builds the API for cfg.
@@ -103,6 +107,7 @@ func New(cfg Config) (*API, error) {
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		parser:  parser.NewParser(parser.Options{}),
+		extra:   cfg.Extra,
 	}
 	if a.log == nil {
 		a.log = slog.Default()

@@ -60,7 +60,7 @@ func (s *queryShape) inSubquery(h *storage.SelectHints) bool {
 // knows the query's shape.
 func (a *API) newInstantQuery(ctx context.Context, qs string, ts time.Time) (promql.Query, error) {
 	q := *a.q
-	qry, err := a.engine.NewInstantQuery(ctx, &q, nil, qs, ts)
+	qry, err := a.engine.NewInstantQuery(ctx, a.withExtra(&q), nil, qs, ts)
 	if err == nil {
 		q.shape = shapeOf(qry)
 	}
@@ -71,7 +71,7 @@ func (a *API) newInstantQuery(ctx context.Context, qs string, ts time.Time) (pro
 // knows the query's shape.
 func (a *API) newRangeQuery(ctx context.Context, qs string, start, end time.Time, step time.Duration) (promql.Query, error) {
 	q := *a.q
-	qry, err := a.engine.NewRangeQuery(ctx, &q, nil, qs, start, end, step)
+	qry, err := a.engine.NewRangeQuery(ctx, a.withExtra(&q), nil, qs, start, end, step)
 	if err == nil {
 		q.shape = shapeOf(qry)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/cmd/internal/alerting"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/clustercfg"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
@@ -78,6 +79,7 @@ type Config struct {
 	BackupDir string
 	Security  security.Config
 	Cluster   clustercfg.Config
+	Alerting  alerting.Config
 
 	// set names the flags given on the command line or in the
 	// environment, which start-up keeps as they are (disksize.go).
@@ -143,6 +145,7 @@ func DefaultConfig() Config {
 		QueryTimeout:       api.DefaultQueryTimeout,
 		Security:           security.Default(),
 		Cluster:            clustercfg.Default(),
+		Alerting:           alerting.Default(),
 	}
 }
 
@@ -183,6 +186,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.DiskReserve), "disk-reserve", "ingest pauses (stops acking, /readyz 503) while the data dir's file system has less free space than this, and resumes by itself (0: off)")
 	c.Security.Bind(fs)
 	c.Cluster.Bind(fs)
+	c.Alerting.Bind(fs)
 }
 
 // Validate checks the values that flags cannot check alone.
@@ -265,7 +269,7 @@ func (c *Config) Validate() error {
 	if c.HotDays < 1 || c.MaxOpenTables < 1 {
 		errs = append(errs, errors.New("-hot-days and -max-open-tables must be at least 1"))
 	}
-	errs = append(errs, c.validateSecurity(), c.validateCluster())
+	errs = append(errs, c.validateSecurity(), c.validateCluster(), c.Alerting.Validate())
 	return errors.Join(errs...)
 }
 

@@ -77,7 +77,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_ = m.Close(closeCtx)
 		return 1
 	}
-	<-ctx.Done()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			m.ReloadRules(ctx)
+		}
+	}
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
 	closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/alerting"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
@@ -55,6 +56,7 @@ type Main struct {
 	// cluster is this node's share of a cluster (-partitions > 0); nil
 	// for a single node.
 	cluster *clusterNode
+	alerts  *alerting.Alerting // nil without -rules
 
 	cancelIngest    context.CancelFunc
 	cancelRetention context.CancelFunc
@@ -344,14 +346,17 @@ func (m *Main) startHTTP() error {
 		MeterProvider:     m.tel.Meter,
 		Now:               m.now,
 	}
+	if err := m.withWrites(&acfg); err != nil {
+		return err
+	}
+	if err := m.openAlerting(context.Background(), &acfg); err != nil {
+		return err
+	}
 	if m.cluster != nil {
 		if err := m.withCluster(&acfg); err != nil {
 			return err
 		}
 	} else if err := acfg.WithDashboards(m.store); err != nil {
-		return err
-	}
-	if err := m.withWrites(&acfg); err != nil {
 		return err
 	}
 	srv, err := api.New(acfg)
@@ -362,6 +367,9 @@ func (m *Main) startHTTP() error {
 		return err
 	}
 	m.api = srv
+	if m.alerts != nil {
+		m.alerts.Run()
+	}
 	if m.cfg.PprofAddr != "" {
 		m.pprof = pprofserve.Start(m.cfg.PprofAddr, m.log)
 	}
@@ -444,6 +452,9 @@ func (m *Main) close(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("ingest did not finish its batch: %w", ctx.Err()))
 		}
+	}
+	if m.alerts != nil {
+		m.alerts.Close()
 	}
 	errs = append(errs, m.closeCluster(ctx))
 	if m.cancelRetention != nil {
