@@ -113,7 +113,7 @@ func (st *alertingState) eval(r *Rule, groupLabels labels.Labels, res promql.Vec
 	ab := labels.NewBuilder(labels.EmptyLabels())
 	for _, smpl := range res {
 		lb.Reset(smpl.Metric)
-		lb.Del(labels.MetricName)
+		lb.Del(model.MetricNameLabel)
 		groupLabels.Range(func(l labels.Label) {
 			if !r.Labels.Has(l.Name) {
 				lb.Set(l.Name, ex.expand(l.Value, smpl))

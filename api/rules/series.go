@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -65,7 +66,7 @@ func (s *seriesStore) put(group string, r *Rule, alerts map[uint64]*Alert, ts ti
 	now := map[string]bool{}
 	add := func(name string, a *Alert, state string, v float64) {
 		b := labels.NewBuilder(a.Labels)
-		b.Set(labels.MetricName, name)
+		b.Set(model.MetricNameLabel, name)
 		if state != "" {
 			b.Set(alertStateLabel, state)
 		}
