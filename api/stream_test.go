@@ -225,6 +225,7 @@ func TestBudgetCoversAggregatesAndPromQL(t *testing.T) {
 	assert.Equal(t, "1", prom.header.Get("Retry-After"))
 	var pe struct{ Status, ErrorType, Error string }
 	require.NoError(t, json.Unmarshal(prom.body, &pe))
+	assert.Equal(t, []string{"error", "errorType", "status"}, keys(prom.json(t)), "spelled as Prometheus spells it")
 	assert.Equal(t, "error", pe.Status)
 	assert.Equal(t, "unavailable", pe.ErrorType)
 	assert.Contains(t, pe.Error, "memory budget")

@@ -60,11 +60,14 @@ func badData(param, format string, args ...any) *apiError {
 	return &apiError{typ: ErrorBadData, msg: describe(param) + fmt.Sprintf(format, args...)}
 }
 
-// response is the Prometheus API envelope.
+// response is the Prometheus API envelope. Its keys are spelled as
+// Prometheus spells them (errorType, not ErrorType): Go's decoder
+// matches keys without regard to case, but Grafana's browser side and
+// other JSON readers do not.
 type response struct {
 	Status    string    `json:"status"`
 	Data      any       `json:"data,omitempty"`
-	ErrorType ErrorType `json:"ErrorType,omitempty"`
+	ErrorType ErrorType `json:"errorType,omitempty"`
 	Error     string    `json:"error,omitempty"`
 	Warnings  []string  `json:"warnings,omitempty"`
 }
@@ -90,7 +93,7 @@ func write(w http.ResponseWriter, status int, r response) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"status":"error","ErrorType":"internal","error":"cannot encode the answer"}`)
+		b = []byte(`{"status":"error","errorType":"internal","error":"cannot encode the answer"}`)
 	}
 	writeBody(w, status, b)
 }

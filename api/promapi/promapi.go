@@ -10,7 +10,7 @@
 // readings and temp{fleet="East"} only the East fleet's.
 //
 // Answers and errors use the Prometheus API's JSON envelope
-// ({"status":"success","data":...} and {"status":"error","ErrorType":...,"error":...}).
+// ({"status":"success","data":...} and {"status":"error","errorType":...,"error":...}).
 package promapi
 
 import (

@@ -143,7 +143,7 @@ func TestTooManySeries(t *testing.T) {
 	rec := httptest.NewRecorder()
 	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/query?query=temp", nil))
 	assert.Equal(t, http.StatusUnprocessableEntity, rec.Code)
-	assert.Contains(t, rec.Body.String(), `"ErrorType":"execution"`)
+	assert.Contains(t, rec.Body.String(), `"errorType":"execution"`)
 	assert.Contains(t, rec.Body.String(), "more than 10 series")
 	src = newCountingSource(10, now)
 	a, err = New(Config{Source: src, MaxSeries: 10, Now: func() time.Time { return now }})
