@@ -59,6 +59,10 @@ type WriteConfig struct {
 	// device (the zero value, lineproto.TagsAsAttributes) or string
 	// values (lineproto.TagsAsValues).
 	Tags lineproto.TagMode
+	// NameSeparator joins a line's measurement and field into a value
+	// name: '_' (climate_temp) or '.' (climate.temp). Zero:
+	// lineproto.DefaultNameSeparator ('_').
+	NameSeparator byte
 	// MaxBytes bounds a body before and after gunzip (413 beyond).
 	// Default DefaultMaxWriteBytes.
 	MaxBytes int64
@@ -220,6 +224,7 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 	opts := lineproto.Options{
 		DeviceTags:      w.cfg.DeviceTags,
 		Tags:            w.cfg.Tags,
+		NameSeparator:   w.cfg.NameSeparator,
 		Precision:       precision,
 		Now:             w.now(),
 		Window:          w.cfg.Window,
