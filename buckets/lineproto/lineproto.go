@@ -113,7 +113,7 @@ func ParseNameSeparator(s string) (byte, error) {
 	case "_", ".":
 		return s[0], nil
 	}
-	return 0, fmt.Errorf("%q: want _ or .", s)
+	return 0, fmt.Errorf(`%q: want "_" or "."`, s)
 }
 
 // ParseDeviceTags splits a comma-separated list of tag keys, the tags

@@ -250,7 +250,7 @@ func TestNameSeparator(t *testing.T) {
 	}
 	for _, s := range []string{"", "-", "__", ":", "/"} {
 		_, err := ParseNameSeparator(s)
-		assert.EqualError(t, err, fmt.Sprintf("%q: want _ or .", s))
+		assert.EqualError(t, err, fmt.Sprintf(`%q: want "_" or "."`, s))
 	}
 }
 

@@ -121,5 +121,5 @@ func TestLineNameSeparatorFlag(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.LineNameSeparator = "-"
-	assert.EqualError(t, cfg.Validate(), `-line-name-separator "-": want _ or .`)
+	assert.EqualError(t, cfg.Validate(), `-line-name-separator "-": want "_" or "."`)
 }
