@@ -256,6 +256,9 @@ func TestPromPathsAnswerErrorsInPrometheusShape(t *testing.T) {
 		t.Helper()
 		var e promError
 		require.NoError(t, json.Unmarshal(r.body, &e), "%s", r.body)
+		// Go's decoder matches keys regardless of case; Grafana's
+		// browser side does not, so the spelling is checked too.
+		assert.ElementsMatch(t, []string{"status", "errorType", "error"}, keys(r.json(t)), "%s", r.body)
 		return e
 	}
 	r := env.get(t, "/api/v1/query?query=up")
@@ -269,6 +272,10 @@ func TestPromPathsAnswerErrorsInPrometheusShape(t *testing.T) {
 	require.Equal(t, http.StatusNotImplemented, r.status, "no PromQL engine in this server")
 	assert.Equal(t, promError{Status: "error", ErrorType: "not_implemented",
 		Error: "path: the Prometheus query API is not served by this instance"}, decode(t, r))
+
+	r = env.do(t, http.MethodGet, "/api/v1/no-such-path", bearer(readAll)...)
+	require.Equal(t, http.StatusNotFound, r.status)
+	assert.Equal(t, "not_found", decode(t, r).ErrorType)
 
 	requireError(t, env.get(t, "/v1/devices"), http.StatusUnauthorized, "unauthenticated", "authorization")
 }

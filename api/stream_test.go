@@ -229,6 +229,7 @@ func TestBudgetCoversAggregatesAndPromQL(t *testing.T) {
 		Error     string `json:"error"`
 	}
 	require.NoError(t, json.Unmarshal(prom.body, &pe))
+	assert.Equal(t, []string{"error", "errorType", "status"}, keys(prom.json(t)), "spelled as Prometheus spells it")
 	assert.Equal(t, "error", pe.Status)
 	assert.Equal(t, "unavailable", pe.ErrorType)
 	assert.Contains(t, pe.Error, "memory budget")

@@ -63,8 +63,8 @@ type WriteConfig struct {
 	// values (lineproto.TagsAsValues).
 	Tags lineproto.TagMode
 	// NameSeparator joins a line's measurement and field into a value
-	// name (lineproto.Options.NameSeparator): '_' gives climate_temp;
-	// the zero value is '.', giving climate.temp.
+	// name: '_' (climate_temp) or '.' (climate.temp). Zero:
+	// lineproto.DefaultNameSeparator ('_').
 	NameSeparator byte
 	// MaxBytes bounds a body before and after gunzip (413 beyond).
 	// Default DefaultMaxWriteBytes.

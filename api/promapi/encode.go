@@ -60,7 +60,10 @@ func badData(param, format string, args ...any) *apiError {
 	return &apiError{typ: ErrorBadData, msg: describe(param) + fmt.Sprintf(format, args...)}
 }
 
-// response is the Prometheus API envelope.
+// response is the Prometheus API envelope. Its keys are spelled as
+// Prometheus spells them (errorType, not ErrorType): Go's decoder
+// matches keys without regard to case, but Grafana's browser side and
+// other JSON readers do not.
 type response struct {
 	Status    string    `json:"status"`
 	Data      any       `json:"data,omitempty"`

@@ -35,7 +35,7 @@ func TestTagsBecomeAttributes(t *testing.T) {
 	for _, m := range res.Messages {
 		for _, r := range batch(t, m) {
 			for name := range r["values"].(map[string]any) {
-				assert.NotContains(t, []string{"truck.fleet", "truck.model", "truck.site"}, name, "tags are not values")
+				assert.NotContains(t, []string{"truck_fleet", "truck_model", "truck_site"}, name, "tags are not values")
 			}
 		}
 	}

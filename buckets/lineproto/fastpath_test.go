@@ -58,12 +58,12 @@ func TestMergeOutOfOrder(t *testing.T) {
 	assert.Contains(t, res.Rejected[1].Error(), "line 2 gives")
 	got := readingsOf(t, res)
 	assert.Equal(t, []map[string]any{
-		{"ts": k(1), "values": map[string]any{"m.v": 1.0, "m.w": 1.0}},
-		{"ts": k(2), "values": map[string]any{"m.v": 2.0}},
-		{"ts": k(3), "values": map[string]any{"m.v": 3.0}},
-		{"ts": k(4), "values": map[string]any{"m.u": 4.0, "m.v": 4.0}},
+		{"ts": k(1), "values": map[string]any{"m_v": 1.0, "m_w": 1.0}},
+		{"ts": k(2), "values": map[string]any{"m_v": 2.0}},
+		{"ts": k(3), "values": map[string]any{"m_v": 3.0}},
+		{"ts": k(4), "values": map[string]any{"m_u": 4.0, "m_v": 4.0}},
 	}, got["a"], "readings in time order, merged")
-	assert.Equal(t, []map[string]any{{"ts": k(5), "values": map[string]any{"m.v": 10.0, "m.x": 1.0}}}, got["b"])
+	assert.Equal(t, []map[string]any{{"ts": k(5), "values": map[string]any{"m_v": 10.0, "m_x": 1.0}}}, got["b"])
 	assert.Equal(t, 5, res.Readings)
 }
 
@@ -94,13 +94,13 @@ func TestValueOrderFollowsNames(t *testing.T) {
 		got = append(got, r["values"].(map[string]any))
 	}
 	assert.Equal(t, []map[string]any{
-		{"m.z": 1.0, "m.a": int64(2), "m.site": "s"},
-		{"m.z": 3.0, "m.a": int64(4), "m.site": "t"},
-		{"m.a": int64(5), "m.z": 6.0, "m.site": "u"},
-		{"m.a": int64(7), "m.z": 8.0, "m.site": "v"},
-		{"m.a": int64(10), "m.z": 11.0, "m.site": "x"},
-		{"n.a": int64(12), "n.z": 13.0, "n.site": "y"},
-		{"n.z": 14.0},
+		{"m_z": 1.0, "m_a": int64(2), "m_site": "s"},
+		{"m_z": 3.0, "m_a": int64(4), "m_site": "t"},
+		{"m_a": int64(5), "m_z": 6.0, "m_site": "u"},
+		{"m_a": int64(7), "m_z": 8.0, "m_site": "v"},
+		{"m_a": int64(10), "m_z": 11.0, "m_site": "x"},
+		{"n_a": int64(12), "n_z": 13.0, "n_site": "y"},
+		{"n_z": 14.0},
 	}, got)
 }
 
@@ -213,7 +213,7 @@ func TestMergeKeepsTheLineOfEachValue(t *testing.T) {
 		assert.Contains(t, res.Rejected[i].Error(), fmt.Sprintf("line %d gives", want.earlier))
 	}
 	assert.Equal(t, []map[string]any{{"ts": buckets.MustTicks(at), "values": map[string]any{
-		"m.a": 3.0, "m.b": 1.0, "m.c": 4.0, "m.d": 2.0, "m.e": 5.0}}}, readingsOf(t, res)["a"])
+		"m_a": 3.0, "m_b": 1.0, "m_c": 4.0, "m_d": 2.0, "m_e": 5.0}}}, readingsOf(t, res)["a"])
 }
 
 // TestMergeInPlace covers a device's second line of a time merging
@@ -254,14 +254,14 @@ func TestMergeInPlace(t *testing.T) {
 	}
 	got := readingsOf(t, res)
 	assert.Equal(t, []map[string]any{
-		{"ts": k(1), "values": map[string]any{"m.x": 1.0, "m.y": 2.0, "m.z": 3.0}},
-		{"ts": k(2), "values": map[string]any{"m.w": 0.0, "m.x": 4.0, "m.y": 5.0, "m.z": 6.0}},
-		{"ts": k(3), "values": map[string]any{"m.a": 1.0, "m.q": 1.0, "m.x": 7.0, "m.y": 8.0, "m.z": 9.0}},
+		{"ts": k(1), "values": map[string]any{"m_x": 1.0, "m_y": 2.0, "m_z": 3.0}},
+		{"ts": k(2), "values": map[string]any{"m_w": 0.0, "m_x": 4.0, "m_y": 5.0, "m_z": 6.0}},
+		{"ts": k(3), "values": map[string]any{"m_a": 1.0, "m_q": 1.0, "m_x": 7.0, "m_y": 8.0, "m_z": 9.0}},
 	}, got["a"])
 	assert.Equal(t, []map[string]any{
-		{"ts": k(1), "values": map[string]any{"m.x": 10.0}},
-		{"ts": k(2), "values": map[string]any{"m.x": 11.0}},
-		{"ts": k(3), "values": map[string]any{"m.x": 12.0}},
+		{"ts": k(1), "values": map[string]any{"m_x": 10.0}},
+		{"ts": k(2), "values": map[string]any{"m_x": 11.0}},
+		{"ts": k(3), "values": map[string]any{"m_x": 12.0}},
 	}, got["b"])
 }
 

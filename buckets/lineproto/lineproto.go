@@ -13,8 +13,9 @@
 //
 //   - device: the value of the first tag present among
 //     Options.DeviceTags; none present is invalid_device;
-//   - each field becomes the value <measurement>.<field> (the "." is
-//     Options.NameSeparator when set, e.g. "_"): float as
+//   - each field becomes the value <measurement><sep><field>, sep
+//     being Options.NameSeparator (_ by default, so climate,... temp=1
+//     is climate_temp, a name PromQL writes plainly): float as
 //     float, integer (i) as int, unsigned (u) as int when it fits an
 //     int64 (else invalid_value), bool as bool, string as string;
 //   - each other tag (a lower-ranked device tag too) becomes an
@@ -22,8 +23,8 @@
 //     the default): its key must be a valid attribute name and its
 //     value a valid attribute value (buckets.ValidateAttributeName,
 //     ValidateAttributeValue), at most buckets.MaxAttributes a line;
-//     with TagsAsValues it becomes the string value <measurement>.<tag>
-//     instead;
+//     with TagsAsValues it becomes the string value
+//     <measurement><sep><tag> instead;
 //   - the timestamp, in the request's precision, truncated to 100 ns
 //     ticks; a line without one takes Options.Now.
 //
@@ -43,6 +44,7 @@ package lineproto
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -82,8 +84,8 @@ const (
 	// TagsAsAttributes makes each tag an attribute of the line's device
 	// as of the line's time.
 	TagsAsAttributes TagMode = iota
-	// TagsAsValues makes each tag the string value <measurement>.<tag>
-	// of the line's reading.
+	// TagsAsValues makes each tag the string value
+	// <measurement><sep><tag> of the line's reading.
 	TagsAsValues
 )
 
@@ -96,6 +98,22 @@ func ParseTagMode(s string) (TagMode, error) {
 		return TagsAsValues, nil
 	}
 	return 0, fmt.Errorf("%q: want attributes or values", s)
+}
+
+// DefaultNameSeparator joins a line's measurement and field into a
+// value name when Options.NameSeparator is zero: climate_temp, as
+// VictoriaMetrics and Telegraf's Prometheus output name them.
+const DefaultNameSeparator = '_'
+
+// ParseNameSeparator reads a name separator: "_" or ".". With "." a
+// name such as climate.temp must be quoted in PromQL
+// ({"climate.temp"}); "_" gives climate_temp.
+func ParseNameSeparator(s string) (byte, error) {
+	switch s {
+	case "_", ".":
+		return s[0], nil
+	}
+	return 0, fmt.Errorf(`%q: want "_" or "."`, s)
 }
 
 // ParseDeviceTags splits a comma-separated list of tag keys, the tags
@@ -120,6 +138,10 @@ type Options struct {
 	// Tags says what the other tags become; the zero value is
 	// TagsAsAttributes.
 	Tags TagMode
+	// NameSeparator joins the measurement and a field (or, with
+	// TagsAsValues, a tag) into a value name: '_' or '.' (see
+	// ParseNameSeparator). Zero: DefaultNameSeparator.
+	NameSeparator byte
 	// Precision is the unit of timestamps (see ParsePrecision).
 	Precision time.Duration
 	// Now is when the request arrived: the time of lines without a
@@ -134,10 +156,6 @@ type Options struct {
 	// are split over several messages beyond it (or beyond
 	// buckets.MaxBatch readings). Default DefaultMaxMessageBytes.
 	MaxMessageBytes int
-	// NameSeparator joins measurement and field (or tag) into a value
-	// name: '_' gives climate_temp, as PromQL writes it plainly; the
-	// zero value is '.', giving climate.temp.
-	NameSeparator byte
 }
 
 // Message is one message to publish to JetStream: the readings of one
@@ -303,7 +321,8 @@ type mapper struct {
 	slotMeas []byte            // the measurement slots belong to
 	lo, hi   buckets.Ticks     // the accepted window in ticks, when known
 	window   bool              // lo and hi are set
-	names    map[string]string // interned "<measurement>.<key>" names
+	names    map[string]string // interned "<measurement><sep><key>" names
+	sep      byte              // Options.NameSeparator or its default
 	badName  map[string]*buckets.ValidationError
 	values   arena[buckets.Field] // backs the values of readings
 	lineNos  arena[int32]         // backs pending.lines
@@ -467,6 +486,7 @@ const maxPooledLines = 1 << 16
 func newMapper(opts Options, lines, size int) *mapper {
 	m := getMapper()
 	m.opts = opts
+	m.sep = cmp.Or(opts.NameSeparator, DefaultNameSeparator)
 	m.lastDev = -1
 	// A reading of a few values is about 30 bytes in the binary form;
 	// readings of many values take about 40% of their text (TSBS IoT).
@@ -566,14 +586,10 @@ func (m *mapper) reject(l rawLine, dev string, ve *buckets.ValidationError) {
 	})
 }
 
-// name returns the interned value name <measurement><sep><key>, or why it
-// is not a valid value name.
+// name returns the interned value name <measurement><sep><key>, or why
+// it is not a valid value name.
 func (m *mapper) name(meas, key []byte) (string, *buckets.ValidationError) {
-	sep := m.opts.NameSeparator
-	if sep == 0 {
-		sep = '.'
-	}
-	m.nameBuf = append(append(append(m.nameBuf[:0], meas...), sep), key...)
+	m.nameBuf = append(append(append(m.nameBuf[:0], meas...), m.sep), key...)
 	if n, ok := m.names[string(m.nameBuf)]; ok {
 		return n, nil
 	}

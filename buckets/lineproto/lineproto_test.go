@@ -76,7 +76,7 @@ func TestDeviceTagPriority(t *testing.T) {
 	require.Empty(t, res.Rejected)
 	require.Len(t, res.Messages, 2)
 	assert.Equal(t, "d1", res.Messages[0].Device, "device outranks host whatever the tag order")
-	assert.Equal(t, map[string]any{"m.v": 1.0}, batch(t, res.Messages[0])[0]["values"])
+	assert.Equal(t, map[string]any{"m_v": 1.0}, batch(t, res.Messages[0])[0]["values"])
 	assert.Equal(t, []buckets.Assignment{{Device: "d1", At: 639309061230000000, Set: attrs("host", "h1", "site", "s")}},
 		assignments(t, res.Messages[0]), "the lower-ranked device tag is an attribute too")
 	assert.Equal(t, "h2", res.Messages[1].Device)
@@ -85,7 +85,7 @@ func TestDeviceTagPriority(t *testing.T) {
 	o.Tags = TagsAsValues
 	res = Map([]byte("m,host=h1,device=d1,site=s v=1 1795309323000000000\n"), o)
 	require.Empty(t, res.Rejected)
-	assert.Equal(t, map[string]any{"m.v": 1.0, "m.host": "h1", "m.site": "s"}, batch(t, res.Messages[0])[0]["values"])
+	assert.Equal(t, map[string]any{"m_v": 1.0, "m_host": "h1", "m_site": "s"}, batch(t, res.Messages[0])[0]["values"])
 	assert.Nil(t, assignments(t, res.Messages[0]))
 
 	o.DeviceTags = []string{"sensor"}
@@ -105,8 +105,8 @@ func TestFloatsStayFloats(t *testing.T) {
 	res := Map([]byte("m,device=a f=1,g=-0,h=1e21,i=1i 1795309323000000000\n"), opts())
 	require.Empty(t, res.Rejected)
 	values := batch(t, res.Messages[0])[0]["values"].(map[string]any)
-	assert.Equal(t, map[string]any{"m.f": 1.0, "m.g": math.Copysign(0, -1), "m.h": 1e21, "m.i": int64(1)}, values)
-	assert.True(t, math.Signbit(values["m.g"].(float64)), "-0 keeps its sign")
+	assert.Equal(t, map[string]any{"m_f": 1.0, "m_g": math.Copysign(0, -1), "m_h": 1e21, "m_i": int64(1)}, values)
+	assert.True(t, math.Signbit(values["m_g"].(float64)), "-0 keeps its sign")
 }
 
 func TestMessagesSplitByCountAndBytes(t *testing.T) {
@@ -218,21 +218,57 @@ func FuzzMap(f *testing.F) {
 	})
 }
 
-// TestNameSeparator: '_' joins measurement and field or tag into names
-// PromQL writes plainly; the zero value keeps '.'.
+// The measurement and a field join with Options.NameSeparator: _ by
+// default (climate_temp, which PromQL writes plainly), . when asked
+// (climate.temp, the names of earlier releases). Tags as values join
+// the same way.
 func TestNameSeparator(t *testing.T) {
+	line := []byte("climate,device=boiler-7,room=kitchen temp=21.5 1795309323000000000\n")
+	for _, tc := range []struct {
+		sep         byte
+		attrs, vals map[string]any
+	}{
+		{0, map[string]any{"climate_temp": 21.5}, map[string]any{"climate_temp": 21.5, "climate_room": "kitchen"}},
+		{'_', map[string]any{"climate_temp": 21.5}, map[string]any{"climate_temp": 21.5, "climate_room": "kitchen"}},
+		{'.', map[string]any{"climate.temp": 21.5}, map[string]any{"climate.temp": 21.5, "climate.room": "kitchen"}},
+	} {
+		o := opts()
+		o.NameSeparator = tc.sep
+		res := Map(line, o)
+		require.Empty(t, res.Rejected)
+		assert.Equal(t, tc.attrs, batch(t, res.Messages[0])[0]["values"], "separator %q", tc.sep)
+		o.Tags = TagsAsValues
+		res = Map(line, o)
+		require.Empty(t, res.Rejected)
+		assert.Equal(t, tc.vals, batch(t, res.Messages[0])[0]["values"], "separator %q, tags as values", tc.sep)
+	}
+
+	for _, s := range []string{"_", "."} {
+		b, err := ParseNameSeparator(s)
+		require.NoError(t, err)
+		assert.Equal(t, s[0], b)
+	}
+	for _, s := range []string{"", "-", "__", ":", "/"} {
+		_, err := ParseNameSeparator(s)
+		assert.EqualError(t, err, fmt.Sprintf(`%q: want "_" or "."`, s))
+	}
+}
+
+// With _ two measurement and field pairs can join to one name (cpu +
+// usage_idle, cpu_usage + idle): they are one value. At one device and
+// time a different value conflicts and the later line is rejected; with
+// . they stay apart.
+func TestNameSeparatorCollisions(t *testing.T) {
+	body := []byte("cpu,device=a usage_idle=1 1795309323000000000\ncpu_usage,device=a idle=2 1795309323000000000\n")
+	res := Map(body, opts())
+	require.Len(t, res.Rejected, 1)
+	assert.Equal(t, 2, res.Rejected[0].Line)
+	assert.Equal(t, CodeConflictingLines, res.Rejected[0].Err.Code)
+	assert.Equal(t, map[string]any{"cpu_usage_idle": 1.0}, batch(t, res.Messages[0])[0]["values"])
+
 	o := opts()
-	o.NameSeparator = '_'
-	res := Map([]byte("climate,device=boiler-7 temp=21.5 1795309323000000000\n"), o)
+	o.NameSeparator = '.'
+	res = Map(body, o)
 	require.Empty(t, res.Rejected)
-	assert.Equal(t, map[string]any{"climate_temp": 21.5}, batch(t, res.Messages[0])[0]["values"])
-
-	o.Tags = TagsAsValues
-	res = Map([]byte("climate,device=boiler-7,room=hall temp=21.5 1795309323000000000\n"), o)
-	require.Empty(t, res.Rejected)
-	assert.Equal(t, map[string]any{"climate_temp": 21.5, "climate_room": "hall"}, batch(t, res.Messages[0])[0]["values"])
-
-	res = Map([]byte("climate,device=boiler-7 temp=21.5 1795309323000000000\n"), opts())
-	require.Empty(t, res.Rejected)
-	assert.Equal(t, map[string]any{"climate.temp": 21.5}, batch(t, res.Messages[0])[0]["values"])
+	assert.Equal(t, map[string]any{"cpu.usage_idle": 1.0, "cpu_usage.idle": 2.0}, batch(t, res.Messages[0])[0]["values"])
 }

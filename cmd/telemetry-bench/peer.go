@@ -148,9 +148,15 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 }
 
 // telemetrydFor is the telemetryd bin on dir for the peer comparison.
+// Its line protocol names are <measurement>.<field> (telemetrydDialect),
+// as builds before -line-name-separator named them.
 func (b *bench) telemetrydFor(bin, dir string) *service {
+	args := []string{"-line-device-tags", "name", "-http-rate", "0"}
+	if hasFlag(bin, "line-name-separator") {
+		args = append(args, "-line-name-separator", ".")
+	}
 	return &service{bin: bin, dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, "telemetryd.log"),
-		telemetry: true, args: []string{"-line-device-tags", "name", "-http-rate", "0"}}
+		telemetry: true, args: args}
 }
 
 // peerOnce is one ingest run of kind on a fresh dir.

@@ -8,7 +8,8 @@ import (
 // The fleet questions of TSBS's IoT use case as PromQL (api/FLEET-QUERIES.md
 // lists them with what each computes). The two services name things
 // differently: telemetryd's series are {__name__="<measurement>.<field>",
-// device="truck_7", <attributes>}, the peer's (through its InfluxDB
+// device="truck_7", <attributes>} (the bench starts it with
+// -line-name-separator .), the peer's (through its InfluxDB
 // endpoint) <measurement>_<field>{name="truck_7", <tags>}. Each question
 // is written once against a dialect that spells both.
 

@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			return res, errors.New("-protocol lineproto: not with -hostile")
 		}
 		pub.send = newLineSender(pub, svc.httpAddr, header).send
-		pub.field = lineMeasurement + ".seq"
+		pub.field = lineMeasurement + "_seq" // -line-name-separator _
 	default:
 		return res, fmt.Errorf("-protocol %q: want nats, mqtt or lineproto", cfg.Protocol)
 	}

@@ -175,7 +175,7 @@ func TestLineProtocolTagsAreAttributes(t *testing.T) {
 	waitStored(t, s, "lp-truck", 3)
 	code, v := s.point(t, "lp-truck", at)
 	require.Equal(t, http.StatusOK, code)
-	assert.Equal(t, map[string]any{"truck.fuel": 0.5}, v, "tags are not values")
+	assert.Equal(t, map[string]any{"truck_fuel": 0.5}, v, "tags are not values")
 	waitAttributes(t, s, "lp-truck", map[string]string{"fleet": "West", "model": "F-150", "host": "gw-1"})
 
 	// A second request with an older line does not roll fleet back.
@@ -194,7 +194,7 @@ func TestLineProtocolTagsAreAttributes(t *testing.T) {
 }
 
 // -line-tags values keeps the earlier mapping: tags are string values
-// <measurement>.<tag>, and no attribute is set.
+// <measurement>_<tag>, and no attribute is set.
 func TestLineTagsValues(t *testing.T) {
 	cfg := newTestConfig(t)
 	cfg.LineTags = "values"
@@ -205,7 +205,7 @@ func TestLineTagsValues(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, code, resp)
 	waitStored(t, s, "lp-v", 1)
 	_, v := s.point(t, "lp-v", at)
-	assert.Equal(t, map[string]any{"truck.fuel": 0.5, "truck.fleet": "East", "truck.rack-id": "r1"}, v)
+	assert.Equal(t, map[string]any{"truck_fuel": 0.5, "truck_fleet": "East", "truck_rack-id": "r1"}, v)
 	assert.Nil(t, deviceAttributes(t, s, "lp-v"))
 }
 

@@ -48,7 +48,7 @@ func TestClusterAuth(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
 	waitFor(t, 50*time.Millisecond, func() bool {
 		code, body := httpDo(t, nil, "GET", nodes[0].base+"/v1/devices/sim-lp/readings/latest", reader)
-		return code == 200 && strings.Contains(body, `"env.t":21.5`)
+		return code == 200 && strings.Contains(body, `"env_t":21.5`)
 	}, "the line protocol write is stored and read through the other node")
 	for _, n := range nodes {
 		waitFor(t, 50*time.Millisecond, func() bool {

@@ -55,6 +55,7 @@ type Config struct {
 	MQTTListen        string // embedded server's MQTT listener; empty: off
 	LineDeviceTags    string // comma-separated tag keys naming a line's device
 	LineTags          string // what a line's other tags become: attributes or values
+	LineNameSeparator string // joins a line's measurement and field: _ or .
 	MaxWriteBytes     int64  // largest line protocol body, before and after gunzip
 	MemoryLimit       int64  // the whole process's memory budget (package membudget)
 	QueryTimeout      time.Duration
@@ -133,6 +134,7 @@ func DefaultConfig() Config {
 		MQTTListen:         natsembed.DefaultMQTTListen,
 		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
 		LineTags:           "attributes",
+		LineNameSeparator:  string(rune(lineproto.DefaultNameSeparator)),
 		MaxWriteBytes:      api.DefaultMaxWriteBytes,
 		MemoryLimit:        membudget.DefaultLimit,
 		StreamMaxAge:       icfg.StreamMaxAge,
@@ -174,7 +176,8 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ColumnCache, "column-cache", c.ColumnCache, "keep the decoded value columns and block lists that aggregates and PromQL windows read (5% of -memory-limit), so a question asked again (a dashboard refresh, a rule) folds values instead of decompressing blocks; false frees that memory")
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0, 1 and 2 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
-	fs.StringVar(&c.LineTags, "line-tags", c.LineTags, "line protocol writes: a line's other tags become attributes of its device as of the line's time (attributes), or string values <measurement>.<tag> of its reading (values)")
+	fs.StringVar(&c.LineTags, "line-tags", c.LineTags, "line protocol writes: a line's other tags become attributes of its device as of the line's time (attributes), or string values <measurement>_<tag> of its reading (values)")
+	fs.StringVar(&c.LineNameSeparator, "line-name-separator", c.LineNameSeparator, "line protocol writes: joins a line's measurement and field into a value name: _ (climate_temp) or . (climate.temp, as earlier releases named them; PromQL quotes such names: {\"climate.temp\"}); stored names never change")
 	fs.Var(cliflag.Size(&c.MaxWriteBytes), "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
 	fs.Var(cliflag.Size(&c.MemoryLimit), "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
 	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
@@ -236,6 +239,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if _, err := c.lineTags(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := c.lineNameSeparator(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MaxWriteBytes < 1 {
@@ -377,4 +383,13 @@ func parseLevel(s string) (slog.Level, error) {
 // newLogger builds the service logger (otelsetup.NewLogger).
 func newLogger(c Config, w io.Writer) *slog.Logger {
 	return otelsetup.NewLogger(c.LogLevel, c.LogFormat, w)
+}
+
+// lineNameSeparator parses -line-name-separator.
+func (c *Config) lineNameSeparator() (byte, error) {
+	sep, err := lineproto.ParseNameSeparator(c.LineNameSeparator)
+	if err != nil {
+		return 0, fmt.Errorf("-line-name-separator %w", err)
+	}
+	return sep, nil
 }

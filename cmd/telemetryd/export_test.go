@@ -87,6 +87,12 @@ func TestExportCommand(t *testing.T) {
 	assert.True(t, strings.HasPrefix(lines[0], `{"device":"dev-0000","ts":"`+day.String()+`T00:00:00Z"`), lines[0])
 	assert.True(t, strings.HasPrefix(lines[5999], `{"device":"dev-0006","ts":"`), lines[5999])
 	assert.Equal(t, 1+3*6000, strings.Count(read("offline.csv"), "\n"))
+	// An export that matches nothing succeeds with its (empty) file.
+	var eout, eerr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"export", "-data-dir", cfg.DataDir, "-prefix", "none-", "-o", filepath.Join(dir, "empty.ndjson")},
+		envMap(nil), &eout, &eerr), eerr.String())
+	assert.Empty(t, read("empty.ndjson"))
+	assert.Contains(t, eerr.String(), "telemetryd export: 0 readings in ")
 
 	s := startService(t, cfg)
 	// The export is the range API's answers, device by device.
@@ -112,10 +118,18 @@ func TestExportCommand(t *testing.T) {
 	}
 	assert.Equal(t, fromRange, lines)
 
+	// An offline export of the running service's data dir refuses
+	// before it writes anything: no output file, no count, one line
+	// naming the fix.
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"export", "-data-dir", cfg.DataDir}, envMap(nil), &stdout, &stderr)
+	refused := filepath.Join(dir, "refused.ndjson")
+	code := run(context.Background(), []string{"export", "-data-dir", cfg.DataDir, "-o", refused}, envMap(nil), &stdout, &stderr)
 	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr.String(), "in use by a running telemetryd")
+	assert.Equal(t, "telemetryd export: -data-dir "+cfg.DataDir+" is in use by a running telemetryd; export through it with -url http://<its -http-addr>\n",
+		stderr.String())
+	assert.NotContains(t, stderr.String(), "0 readings")
+	assert.NoFileExists(t, refused, "a refused export leaves no file")
+	assert.Empty(t, stdout.String())
 
 	for _, format := range []string{"ndjson", "csv"} {
 		t.Run(format, func(t *testing.T) {

@@ -43,10 +43,10 @@ func TestInfluxDBGoClientWrites(t *testing.T) {
 		waitStored(t, s, device, 101)
 		code, v := s.point(t, device, at)
 		require.Equal(t, http.StatusOK, code)
-		assert.Equal(t, map[string]any{"env.temp": 21.5, "env.n": 3.0, "env.u": 5.0, "env.ok": true,
-			"env.note": "dry"}, v)
+		assert.Equal(t, map[string]any{"env_temp": 21.5, "env_n": 3.0, "env_u": 5.0, "env_ok": true,
+			"env_note": "dry"}, v)
 		waitAttributes(t, s, device, map[string]string{"site": "north"})
 		_, v = s.point(t, device, at.Add(100*time.Second))
-		assert.Equal(t, map[string]any{"power.watts": 100.5}, v)
+		assert.Equal(t, map[string]any{"power_watts": 100.5}, v)
 	}
 }

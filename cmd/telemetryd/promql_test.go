@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -305,11 +309,20 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 	})
 
 	t.Run("errors in the Prometheus shape", func(t *testing.T) {
-		_, _, _, err := f.api.Query(ctx, `max by (device) (temp`, f.now)
+		// The client's own decoding, over a transport that keeps the
+		// body it decoded: Go's decoder matches keys regardless of case,
+		// so the body's spelling is checked too.
+		rec := &bodyRecorder{next: http.DefaultTransport}
+		client, err := promapi.NewClient(promapi.Config{Address: f.env.base, RoundTripper: rec})
+		require.NoError(t, err)
+		_, _, _, err = v1.NewAPI(client).Query(ctx, `max by (device) (temp`, f.now)
 		var perr *v1.Error
 		require.True(t, errors.As(err, &perr), "%v", err)
 		assert.Equal(t, v1.ErrBadData, perr.Type)
-		assert.Contains(t, perr.Msg, `invalid parameter "query"`)
+		assert.Equal(t, `invalid parameter "query": 1:22: parse error: unclosed left parenthesis`, perr.Msg)
+		typ, msg := promErrorBody(t, rec.last)
+		assert.Equal(t, "bad_data", typ)
+		assert.Equal(t, perr.Msg, msg)
 
 		_, _, _, err = f.api.QueryRange(ctx, `temp`, v1.Range{Start: f.now.Add(-30 * 24 * time.Hour), End: f.now, Step: time.Second})
 		require.True(t, errors.As(err, &perr), "%v", err)
@@ -330,18 +343,11 @@ func TestPromQLWithPrometheusClient(t *testing.T) {
 			{"/api/v1/series", url.Values{"match[]": {"{"}}, "match[]"},
 			{"/api/v1/label/device/values", url.Values{"limit": {"-1"}}, "limit"},
 		} {
-			var body struct {
-				Status, ErrorType, Error string
-			}
 			code, raw := f.env.getJSON(t, tc.path, tc.q, nil)
 			require.Equal(t, http.StatusBadRequest, code, "%s %v: %s", tc.path, tc.q, raw)
-			require.NoError(t, jsonUnmarshal(raw, &body))
-			// Go's decoder matches field names in any case, and so does
-			// Prometheus' client; Grafana's and promtool's do not.
-			assert.Contains(t, string(raw), `"errorType":"bad_data"`, "the field is errorType, as Prometheus spells it")
-			assert.Equal(t, "error", body.Status)
-			assert.Equal(t, "bad_data", body.ErrorType)
-			assert.Contains(t, body.Error, fmt.Sprintf("invalid parameter %q", tc.param))
+			typ, msg := promErrorBody(t, raw)
+			assert.Equal(t, "bad_data", typ)
+			assert.Contains(t, msg, fmt.Sprintf("invalid parameter %q", tc.param))
 		}
 	})
 }
@@ -388,6 +394,41 @@ func TestPromQLHidesDevicesOutsideToken(t *testing.T) {
 	// Without the token: 401.
 	code, _ := f.env.getJSON(t, "/api/v1/label/device/values", nil, nil)
 	assert.Equal(t, http.StatusUnauthorized, code)
+}
+
+// bodyRecorder keeps the body of the last answer that went through it.
+type bodyRecorder struct {
+	next http.RoundTripper
+	last []byte
+}
+
+func (b *bodyRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := b.next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if b.last, err = io.ReadAll(resp.Body); err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b.last))
+	return resp, nil
+}
+
+// promErrorBody returns the errorType and error of an error answer of
+// the Prometheus API and fails unless its keys are exactly status,
+// errorType and error as Prometheus spells them: Go's decoder, and so
+// the Prometheus Go client, matches keys regardless of case, Grafana's
+// browser side does not.
+func promErrorBody(t testing.TB, raw []byte) (typ, msg string) {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m), "%s", raw)
+	require.ElementsMatch(t, []string{"status", "errorType", "error"}, slices.Collect(maps.Keys(m)), "%s", raw)
+	require.Equal(t, "error", m["status"], "%s", raw)
+	typ, _ = m["errorType"].(string)
+	msg, _ = m["error"].(string)
+	return typ, msg
 }
 
 // bearer adds an Authorization header to every request.

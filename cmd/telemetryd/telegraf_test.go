@@ -75,8 +75,8 @@ func TestTelegraf(t *testing.T) {
 			waitStored(t, s, device, perDevice)
 			code, v := s.point(t, device, at.Add(time.Duration(d)*time.Millisecond))
 			require.Equal(t, 200, code)
-			assert.Equal(t, map[string]any{o + "_env.temp": float64(d) + 0.5, o + "_env.count": float64(d),
-				o + "_env.ok": true}, v)
+			assert.Equal(t, map[string]any{o + "_env_temp": float64(d) + 0.5, o + "_env_count": float64(d),
+				o + "_env_ok": true}, v)
 			waitAttributes(t, s, device, map[string]string{"site": "north"})
 		}
 	}

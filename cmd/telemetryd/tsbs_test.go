@@ -39,7 +39,7 @@ var tsbsAt = time.Date(2026, 11, 22, 11, 0, 0, 0, time.UTC)
 type tsbsTruck struct {
 	attrs  map[string]string       // its tags but name: the newest value of each
 	tagAt  map[string]time.Time    // when each attribute was last given
-	series map[string][]promSample // "<measurement>.<field>" → samples, oldest first
+	series map[string][]promSample // "<measurement>_<field>" → samples, oldest first
 	times  map[time.Time]bool      // distinct line times: its readings
 }
 
@@ -113,7 +113,7 @@ func loadTSBSSample(t *testing.T) *tsbsLines {
 			}
 		}
 		for k, v := range fields {
-			tr.series[meas+"."+k] = append(tr.series[meas+"."+k], promSample{at, v})
+			tr.series[meas+"_"+k] = append(tr.series[meas+"_"+k], promSample{at, v})
 		}
 	}
 	require.NoError(t, dec.Err())
@@ -298,10 +298,10 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	}
 
 	t.Run("last location per truck of a fleet", func(t *testing.T) {
-		q := fmt.Sprintf(`last_over_time({__name__=~"readings\\.(latitude|longitude)",fleet=%q}[2h])`, fleet)
+		q := fmt.Sprintf(`last_over_time({__name__=~"readings_(latitude|longitude)",fleet=%q}[2h])`, fleet)
 		want := promVector{}
 		for dev, tr := range d.trucks {
-			for _, name := range []string{"readings.latitude", "readings.longitude"} {
+			for _, name := range []string{"readings_latitude", "readings_longitude"} {
 				if v, ok := last(tr, name); ok && inFleet(tr) {
 					want[seriesKey(truckLabels(dev, tr, name))] = v
 				}
@@ -335,9 +335,9 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	t.Run("low fuel", func(t *testing.T) {
 		// 0.1 as TSBS asks (no truck of the hour is that low), and the
 		// lowest latest fuel state of the sample.
-		for _, limit := range []float64{0.1, slices.Min(lastOfAll("diagnostics.fuel_state"))} {
-			q := fmt.Sprintf(`last_over_time({__name__="diagnostics.fuel_state",fleet=%q}[2h]) <= %s`, fleet, strconv.FormatFloat(limit, 'g', -1, 64))
-			want := lastFiltered("diagnostics.fuel_state", func(v float64, _ *tsbsTruck) bool { return v <= limit })
+		for _, limit := range []float64{0.1, slices.Min(lastOfAll("diagnostics_fuel_state"))} {
+			q := fmt.Sprintf(`last_over_time(diagnostics_fuel_state{fleet=%q}[2h]) <= %s`, fleet, strconv.FormatFloat(limit, 'g', -1, 64))
+			want := lastFiltered("diagnostics_fuel_state", func(v float64, _ *tsbsTruck) bool { return v <= limit })
 			if limit != 0.1 {
 				require.NotEmpty(t, want, q)
 			}
@@ -348,17 +348,17 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	t.Run("high load", func(t *testing.T) {
 		var shares []float64
 		for _, tr := range d.trucks {
-			l, ok1 := last(tr, "diagnostics.current_load")
-			c, ok2 := last(tr, "diagnostics.load_capacity")
+			l, ok1 := last(tr, "diagnostics_current_load")
+			c, ok2 := last(tr, "diagnostics_load_capacity")
 			if ok1 && ok2 {
 				shares = append(shares, l/c)
 			}
 		}
 		for _, share := range []float64{0.9, splitBetween(t, shares)} {
 			sh := strconv.FormatFloat(share, 'g', -1, 64)
-			q := fmt.Sprintf(`last_over_time({__name__="diagnostics.current_load",fleet=%q}[2h]) >= %s * last_over_time({__name__="diagnostics.load_capacity",fleet=%q}[2h])`, fleet, sh, fleet)
-			want := lastFiltered("diagnostics.current_load", func(v float64, tr *tsbsTruck) bool {
-				c, ok := last(tr, "diagnostics.load_capacity")
+			q := fmt.Sprintf(`last_over_time(diagnostics_current_load{fleet=%q}[2h]) >= %s * last_over_time(diagnostics_load_capacity{fleet=%q}[2h])`, fleet, sh, fleet)
+			want := lastFiltered("diagnostics_current_load", func(v float64, tr *tsbsTruck) bool {
+				c, ok := last(tr, "diagnostics_load_capacity")
 				return ok && v >= share*c
 			})
 			if share != 0.9 {
@@ -377,15 +377,15 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	t.Run("stationary trucks", func(t *testing.T) {
 		var all []float64
 		for _, tr := range d.trucks {
-			if v, ok := avg10m(tr, "readings.velocity", tsbsAt); ok {
+			if v, ok := avg10m(tr, "readings_velocity", tsbsAt); ok {
 				all = append(all, v)
 			}
 		}
 		for _, limit := range []float64{1, splitBetween(t, all)} {
-			q := fmt.Sprintf(`avg_over_time({__name__="readings.velocity",fleet=%q}[10m]) < %s`, fleet, strconv.FormatFloat(limit, 'g', -1, 64))
+			q := fmt.Sprintf(`avg_over_time(readings_velocity{fleet=%q}[10m]) < %s`, fleet, strconv.FormatFloat(limit, 'g', -1, 64))
 			want := promVector{}
 			for dev, tr := range d.trucks {
-				if v, ok := avg10m(tr, "readings.velocity", tsbsAt); ok && inFleet(tr) && v < limit {
+				if v, ok := avg10m(tr, "readings_velocity", tsbsAt); ok && inFleet(tr) && v < limit {
 					want[seriesKey(truckLabels(dev, tr, ""))] = v
 				}
 			}
@@ -404,7 +404,7 @@ func TestTSBSFleetQuestions(t *testing.T) {
 		periods := func(tr *tsbsTruck, speed float64) int {
 			n := 0
 			for _, at := range subqueryTimes(tsbsAt, time.Hour, 10*time.Minute) {
-				if v, ok := avg10m(tr, "readings.velocity", at); ok && v > speed {
+				if v, ok := avg10m(tr, "readings_velocity", at); ok && v > speed {
 					n++
 				}
 			}
@@ -420,7 +420,7 @@ func TestTSBSFleetQuestions(t *testing.T) {
 		var speeds []float64
 		for _, tr := range d.trucks {
 			for _, at := range subqueryTimes(tsbsAt, time.Hour, 10*time.Minute) {
-				if v, ok := avg10m(tr, "readings.velocity", at); ok {
+				if v, ok := avg10m(tr, "readings_velocity", at); ok {
 					speeds = append(speeds, v)
 				}
 			}
@@ -435,7 +435,7 @@ func TestTSBSFleetQuestions(t *testing.T) {
 		}
 		require.GreaterOrEqual(t, split, 0.0, "no speed splits the sample's trucks")
 		for _, c := range []struct{ speed, limit float64 }{{1, 5}, {split, math.Floor(splitBetween(t, counts(split)))}} {
-			q := fmt.Sprintf(`count_over_time((avg_over_time({__name__="readings.velocity",fleet=%q}[10m]) > %s)[1h:10m]) > %g`,
+			q := fmt.Sprintf(`count_over_time((avg_over_time(readings_velocity{fleet=%q}[10m]) > %s)[1h:10m]) > %g`,
 				fleet, strconv.FormatFloat(c.speed, 'g', -1, 64), c.limit)
 			want := promVector{}
 			for dev, tr := range d.trucks {
@@ -461,11 +461,11 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	}
 
 	t.Run("average load per fleet and model", func(t *testing.T) {
-		q := `avg by (fleet, model) (avg_over_time({__name__="diagnostics.current_load"}[2h]) / avg_over_time({__name__="diagnostics.load_capacity"}[2h]))`
+		q := `avg by (fleet, model) (avg_over_time(diagnostics_current_load[2h]) / avg_over_time(diagnostics_load_capacity[2h]))`
 		groups := map[string][]float64{}
 		for _, tr := range d.trucks {
-			l := window(tr.series["diagnostics.current_load"], tsbsAt, 2*time.Hour)
-			c := window(tr.series["diagnostics.load_capacity"], tsbsAt, 2*time.Hour)
+			l := window(tr.series["diagnostics_current_load"], tsbsAt, 2*time.Hour)
+			c := window(tr.series["diagnostics_load_capacity"], tsbsAt, 2*time.Hour)
 			if len(l) > 0 && len(c) > 0 {
 				groups[byFleetModel(tr)] = append(groups[byFleetModel(tr)], mean(l)/mean(c))
 			}
@@ -479,12 +479,12 @@ func TestTSBSFleetQuestions(t *testing.T) {
 	})
 
 	t.Run("daily activity per fleet and model", func(t *testing.T) {
-		q := `count_over_time((avg by (fleet, model) (avg_over_time({__name__="diagnostics.status"}[10m])) < 1)[1d:10m]) / 144`
+		q := `count_over_time((avg by (fleet, model) (avg_over_time(diagnostics_status[10m])) < 1)[1d:10m]) / 144`
 		active := map[string]int{}
 		for _, at := range subqueryTimes(tsbsAt, 24*time.Hour, 10*time.Minute) {
 			groups := map[string][]float64{}
 			for _, tr := range d.trucks {
-				if v, ok := avg10m(tr, "diagnostics.status", at); ok {
+				if v, ok := avg10m(tr, "diagnostics_status", at); ok {
 					groups[byFleetModel(tr)] = append(groups[byFleetModel(tr)], v)
 				}
 			}

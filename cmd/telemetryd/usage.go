@@ -35,8 +35,9 @@ Devices send readings (all end in the JetStream stream of their partition, TELEM
   NATS   publish JSON on <prefix>.<device>             (-nats-listen)
   MQTT   3.1.1, QoS 0/1/2, JSON on topic <prefix>/<device> (-mqtt-listen)
   HTTP   InfluxDB line protocol: POST /api/v2/write, POST /write, and
-         POST /query for CREATE DATABASE (-line-device-tags, -line-tags,
-         -max-write-bytes)
+         POST /query for CREATE DATABASE; field temp of measurement
+         climate is the value climate_temp (-line-device-tags,
+         -line-tags, -line-name-separator, -max-write-bytes)
 
 Every flag can also be set by the environment variable named beside it;
 a flag on the command line wins. OpenTelemetry export follows the

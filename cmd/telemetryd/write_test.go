@@ -91,20 +91,20 @@ my\ meas,device=lp-3 f\ x=1 %d
 	code, resp := s.post(t, "/api/v2/write?bucket=b&org=o", []byte(body), nil)
 	require.Equal(t, http.StatusBadRequest, code, resp)
 	_, msg := influxBody(t, resp)
-	assert.Equal(t, `partial write: 1 of 4 lines rejected; line 6: values.my meas.f x: name has ' ' at byte 2; only A-Z a-z 0-9 _ . - are allowed (invalid_value_name)`, msg,
+	assert.Equal(t, `partial write: 1 of 4 lines rejected; line 6: values.my meas_f x: name has ' ' at byte 2; only A-Z a-z 0-9 _ . - are allowed (invalid_value_name)`, msg,
 		"names are value names: an escaped space makes an invalid one")
 
 	waitStored(t, s, "lp-1", 1)
 	_, v := s.point(t, "lp-1", at)
 	assert.Equal(t, map[string]any{
-		"climate.temp": 21.5, "climate.hum": float64(40), "climate.count": float64(7), "climate.ok": true,
-		"climate.note": `say "hi"\`,
-	}, v, "fields become <measurement>.<field>")
+		"climate_temp": 21.5, "climate_hum": float64(40), "climate_count": float64(7), "climate_ok": true,
+		"climate_note": `say "hi"\`,
+	}, v, "fields become <measurement>_<field>")
 	waitAttributes(t, s, "lp-1", map[string]string{"room": "kitchen", "host": "gw-7"})
 
 	waitStored(t, s, "lp-2", 1)
 	_, v = s.point(t, "lp-2", at)
-	assert.Equal(t, map[string]any{"climate.temp": 1.0, "climate.off": false, "climate.big": -9223372036854775808.0}, v,
+	assert.Equal(t, map[string]any{"climate_temp": 1.0, "climate_off": false, "climate_big": -9223372036854775808.0}, v,
 		"host names the device when device is absent")
 
 	// Value types survive exactly: the float 1 stays a float, the
@@ -112,11 +112,11 @@ my\ meas,device=lp-3 f\ x=1 %d
 	var l apiList
 	s.get(t, "/v1/devices/lp-2/readings/latest", &l)
 	raw, _ := json.Marshal(l)
-	assert.Contains(t, string(raw), `"climate.temp":1`)
+	assert.Contains(t, string(raw), `"climate_temp":1`)
 
 	waitStored(t, s, "lp-3", 1)
 	_, v = s.point(t, "lp-3", at)
-	assert.Equal(t, map[string]any{"meas.f": 2500.0}, v)
+	assert.Equal(t, map[string]any{"meas_f": 2500.0}, v)
 	waitAttributes(t, s, "lp-3", map[string]string{"spot": "a=b c,d"}) // escaped tag values arrive unescaped
 }
 
@@ -151,7 +151,7 @@ func TestLineProtocolPrecisions(t *testing.T) {
 		waitStored(t, s, device, 1)
 		code, v := s.point(t, device, at)
 		require.Equal(t, http.StatusOK, code, "%s precision=%q: not stored at %s", tc.path, tc.precision, at)
-		assert.Equal(t, float64(i), v["m.v"])
+		assert.Equal(t, float64(i), v["m_v"])
 	}
 	// The boundary: m and h are v1 only; unknown ones are refused.
 	for _, bad := range []string{"/api/v2/write?precision=m", "/api/v2/write?precision=h", "/api/v2/write?precision=n",
@@ -173,7 +173,7 @@ func TestLineProtocolWithoutTimestampTakesArrivalTime(t *testing.T) {
 	var l apiList
 	s.get(t, "/v1/devices/nots/readings/latest", &l)
 	require.Len(t, l.Readings, 1, "lines without a timestamp share the request's time and merge")
-	assert.Equal(t, map[string]any{"m.a": 1.0, "m.b": 2.0}, l.Readings[0].Values)
+	assert.Equal(t, map[string]any{"m_a": 1.0, "m_b": 2.0}, l.Readings[0].Values)
 	ts, err := time.Parse(time.RFC3339Nano, l.Readings[0].TS)
 	require.NoError(t, err)
 	assert.WithinDuration(t, before, ts, 5*time.Second)
@@ -243,7 +243,7 @@ func TestLineProtocolConflicts(t *testing.T) {
 	assert.Contains(t, msg, "line 1")
 	waitStored(t, s, "cf", 1)
 	_, v := s.point(t, "cf", at)
-	assert.Equal(t, map[string]any{"m.a": 1.0, "m.b": 2.0, "n.a": 3.0}, v,
+	assert.Equal(t, map[string]any{"m_a": 1.0, "m_b": 2.0, "n_a": 3.0}, v,
 		"lines of one device and time merge; the same value twice is no conflict")
 }
 
@@ -268,7 +268,7 @@ func TestLineProtocolFieldTypesAtTheirLimits(t *testing.T) {
 	assert.Contains(t, msg, "string_too_long")
 	waitStored(t, s, "ft", 1)
 	_, v := s.point(t, "ft", time.Unix(0, at))
-	assert.Equal(t, map[string]any{"m.u": 9223372036854775807.0, "m.i": -1.0, "m.f": -0.5, "m.b": true, "m.s": long}, v)
+	assert.Equal(t, map[string]any{"m_u": 9223372036854775807.0, "m_i": -1.0, "m_f": -0.5, "m_b": true, "m_s": long}, v)
 
 	sub := deadLetters(t, s)
 	code, _ = s.post(t, "/api/v2/write", []byte(strings.Join(lines[4:], "\n")), nil)
@@ -362,7 +362,7 @@ func TestLineProtocolRetryStoresOnce(t *testing.T) {
 		rs := pageAll(t, s, fmt.Sprintf("retry-%d", d), "asc", 1000, url.Values{})
 		require.Len(t, rs, 10, "a retried request stores once")
 		for i, r := range rs {
-			assert.Equal(t, map[string]any{"m.v": float64(d + 5*i)}, r.Values)
+			assert.Equal(t, map[string]any{"m_v": float64(d + 5*i)}, r.Values)
 		}
 	}
 }

@@ -28,13 +28,18 @@ func (m *Main) withWrites(acfg *api.Config) error {
 	if err != nil {
 		return err
 	}
+	sep, err := m.cfg.lineNameSeparator()
+	if err != nil {
+		return err
+	}
 	acfg.Writes = &api.WriteConfig{
-		Publisher:  pub,
-		DeviceTags: tags,
-		Tags:       mode,
-		MaxBytes:   m.cfg.MaxWriteBytes,
-		Window:     m.window(),
-		Budget:     m.budget.Writes,
+		Publisher:     pub,
+		DeviceTags:    tags,
+		Tags:          mode,
+		NameSeparator: sep,
+		MaxBytes:      m.cfg.MaxWriteBytes,
+		Window:        m.window(),
+		Budget:        m.budget.Writes,
 	}
 	// Leave room for headers within the server's max payload (unknown,
 	// so the 1 MiB default, until the first connect).

@@ -100,52 +100,103 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd
 }
 
 // export writes the export to -o or stdout, with progress on stderr.
+// A source that cannot be read (a data dir in use, a bad query) fails
+// before anything is written: no output file is made and no count is
+// printed.
 func (x *exportCmd) export(ctx context.Context, cfg subcmd.Values, stdout, stderr io.Writer) (err error) {
-	out, closeOut := stdout, func() error { return nil }
-	if x.out != "" && x.out != "-" {
-		f, err := os.Create(x.out)
-		if err != nil {
-			return fmt.Errorf("create output: %w", err)
+	var st *store.Store
+	var o api.ExportOptions
+	if x.url == "" {
+		if st, o, err = x.openLocal(ctx, cfg, stderr); err != nil {
+			return err
 		}
-		out, closeOut = f, f.Close
+		defer st.Close()
+	}
+	out := &lazyFile{w: stdout}
+	if x.out != "" && x.out != "-" {
+		out = &lazyFile{path: x.out}
 	}
 	w := bufio.NewWriterSize(out, 256<<10)
 	p := exportclient.NewProgress(stderr, "telemetryd export: ", time.Second)
 	var n int64
-	if x.url != "" {
+	if st == nil {
 		c := &exportclient.Client{URL: x.url, Token: x.token, Page: x.page, OnResume: func(err error, attempt, retries int) {
 			fmt.Fprintf(stderr, "telemetryd export: %v; resuming (%d of %d)\n", err, attempt, retries)
 		}}
 		n, err = c.Export(ctx, x.Query, w, p.Update)
 	} else {
-		n, err = x.local(ctx, cfg, w, p, stderr)
+		n, err = api.Export(ctx, st, o, w, p.Update)
 	}
 	if ferr := w.Flush(); err == nil && ferr != nil {
 		err = fmt.Errorf("write output: %w", ferr)
 	}
-	if cerr := closeOut(); err == nil && cerr != nil {
+	if err == nil {
+		err = out.create() // an export of nothing still makes its (empty) file
+	}
+	if cerr := out.close(); err == nil && cerr != nil {
 		err = fmt.Errorf("close output: %w", cerr)
 	}
+	if err != nil {
+		if n > 0 {
+			return fmt.Errorf("%w (%d readings were written before it)", err, n)
+		}
+		return err
+	}
 	p.Done(n)
-	return err
+	return nil
 }
 
-// local exports from a stopped service's data dir.
-func (x *exportCmd) local(ctx context.Context, cfg subcmd.Values, w io.Writer, p *exportclient.Progress, stderr io.Writer) (int64, error) {
+// openLocal opens a stopped service's data dir read-only for export.
+func (x *exportCmd) openLocal(ctx context.Context, cfg subcmd.Values, stderr io.Writer) (*store.Store, api.ExportOptions, error) {
 	o, err := x.Options()
 	if err != nil {
-		return 0, fmt.Errorf("-%w", err)
+		return nil, o, fmt.Errorf("-%w", err)
 	}
 	sopts := store.DefaultOptions()
 	sopts.ReadOnly = true
 	sopts.Logger = cfg.Logger(stderr).With("component", "export")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
-		return 0, fmt.Errorf("%s is in use by a running telemetryd; export through it with -url http://<http-addr>", cfg.DataDir)
+		return nil, o, fmt.Errorf("-data-dir %s is in use by a running telemetryd; export through it with -url http://<its -http-addr>", cfg.DataDir)
 	}
 	if err != nil {
+		return nil, o, err
+	}
+	return st, o, nil
+}
+
+// lazyFile is the output: stdout (w), or the file path, created at the
+// first write so that an export that fails before writing leaves no
+// file behind.
+type lazyFile struct {
+	w    io.Writer
+	path string
+	f    *os.File
+}
+
+func (l *lazyFile) Write(b []byte) (int, error) {
+	if err := l.create(); err != nil {
 		return 0, err
 	}
-	defer st.Close()
-	return api.Export(ctx, st, o, w, p.Update)
+	return l.w.Write(b)
+}
+
+// create makes the file, once.
+func (l *lazyFile) create() error {
+	if l.w != nil {
+		return nil
+	}
+	f, err := os.Create(l.path)
+	if err != nil {
+		return fmt.Errorf("create output: %w", err)
+	}
+	l.f, l.w = f, f
+	return nil
+}
+
+func (l *lazyFile) close() error {
+	if l.f == nil {
+		return nil
+	}
+	return l.f.Close()
 }
