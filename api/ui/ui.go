@@ -6,9 +6,13 @@
 // minutes unless changed, a preference kept in localStorage), and a
 // device view with its attributes and a chart per numeric value over
 // 1h/24h/7d/30d drawn from the aggregates endpoint, refreshing itself,
-// and its text values listed. A bucket
-// standing alone is drawn as a dot, empty buckets within a device's
-// usual spacing are joined, and a window without data says so. With an
+// and its text values listed. Sparse data reads as data: when it
+// covers a small part of the window the time axis is fitted to it (in
+// finer buckets, with a line saying so), points a line cannot show are
+// markers, booleans and states are step lines, empty buckets within a
+// device's usual spacing are joined, each legend shows the last value,
+// a window without data says so, and a silent device says for how long
+// and against which threshold (README.md has the details). With an
 // auth file the page shows a sign-in form that takes a read token,
 // keeps it in the tab's sessionStorage and sends it as
 // "Authorization: Bearer"; the files themselves hold no data and load

@@ -48,8 +48,9 @@ type chartState struct {
 	Isolated int    `json:"isolated"`
 	Window   string `json:"window"`
 	Src      string `json:"src"`
-	Blue     int    `json:"blue"`  // canvas pixels drawn in the avg series' blue (#2962ff), not the faint band
-	Empty    string `json:"empty"` // the "no data" message when shown
+	Blue     int    `json:"blue"`   // canvas pixels drawn in the avg series' blue (#2962ff), not the faint band
+	Empty    string `json:"empty"`  // the "no data" message when shown
+	Legend   string `json:"legend"` // the line under the chart
 }
 
 const chartsJS = `[...document.querySelectorAll('#charts .chart')].map(c => {
@@ -63,7 +64,7 @@ const chartsJS = `[...document.querySelectorAll('#charts .chart')].map(c => {
   }
   const e = c.querySelector('.empty');
   return {name: c.dataset.name, points: +c.dataset.points, isolated: +c.dataset.isolated, window: c.dataset.window,
-    src: c.dataset.src, blue, empty: e && !e.hidden ? e.textContent : ''};
+    src: c.dataset.src, blue, empty: e && !e.hidden ? e.textContent : '', legend: (c.querySelector('.legend') || {}).textContent || ''};
 })`
 
 // newBrowser starts headless Chromium; requests returns the URLs and
@@ -233,8 +234,8 @@ func openRealClockService(t *testing.T, cfg Config) *Main {
 // sign-in form; a wrong token says so; a read token (kept in
 // sessionStorage only, sent as Authorization: Bearer) shows the device
 // list and charts. It also checks what the charts show for sparse data:
-// a device sending once a minute is a line at 1h, a few minutes of data
-// are dots at 7d, a window without data says so, a device with only
+// a device sending once a minute is a line at 1h whose legend shows the
+// last value, a few minutes of data at 7d get an axis fitted to them, a window without data says so, a device with only
 // text values lists them, and an unknown device has a page of its own.
 // TELEMETRY_UI_SCREENSHOTS=DIR writes signin-wrong-token.png,
 // once-a-minute-1h.png and text-only.png there (the README's
@@ -365,13 +366,16 @@ func TestUISignInInChromium(t *testing.T) {
 	assert.Zero(t, charts[0].Isolated, "the readings a minute apart are joined")
 	assert.Greater(t, charts[0].Blue, 300, "the line is drawn")
 	assert.Empty(t, charts[0].Empty)
+	assert.Equal(t, "last 230 at "+now.Add(-17*time.Second).Truncate(time.Second).Local().Format("3:04:05 PM"), charts[0].Legend,
+		"the legend shows the last value without hovering")
 	screenshot("once-a-minute-1h.png")
 
-	// A few minutes of data at 7d (15 min buckets): a dot.
+	// A few minutes of data at 7d (15 min buckets): the axis fitted to
+	// them, in buckets fine enough to tell the four readings apart.
 	waitCharts("pump-2", "7d", 1)
-	assert.Equal(t, 1, charts[0].Points)
-	assert.Equal(t, 1, charts[0].Isolated)
-	assert.Positive(t, charts[0].Blue, "the lone bucket is drawn as a dot")
+	assert.Equal(t, 4, charts[0].Points)
+	assert.NotContains(t, charts[0].Src, "interval=15m")
+	assert.Positive(t, charts[0].Blue)
 	waitCharts("pump-2", "30d", 1)
 	assert.Positive(t, charts[0].Blue)
 
@@ -437,8 +441,8 @@ const rowsJS = `[...document.querySelectorAll('#devices tbody tr')].map(tr => {
 // West) and one more device that has sent nothing, and two went silent
 // (40 min and 3 h ago). After signing in with a read token the page
 // shows each device's attributes and marks the silent ones with a class
-// and a visible "silent" label (the device without readings is not
-// silent: it shows "no readings yet"). The
+// and a visible "silent" label, for how long and the threshold (the
+// device without readings is not silent: it shows "no readings yet"). The
 // attribute filter fleet=East is sent as match={fleet="East"} and lists
 // exactly the East devices; clicking an attribute adds it to the
 // filter; a matcher the server refuses shows the server's message;
@@ -622,7 +626,7 @@ func TestUIAttributesInChromium(t *testing.T) {
 	assert.Equal(t, []string{"depot=Reno", "fleet=West", "model=Transit"}, byDev["van-2"].Attrs)
 	assert.Len(t, byDev["truck-1"].Attrs, 5, "eight attributes are shown compactly: five and a count")
 	assert.Equal(t, "+3 more", byDev["truck-1"].More)
-	assert.Contains(t, byDev["van-2"].Seen, "h ago")
+	assert.Equal(t, "silent 3 h (threshold 10 min)", byDev["van-2"].Seen, "for how long, against which threshold")
 	assert.Equal(t, "no readings yet", byDev["trailer-1"].Seen, "never silent")
 	assert.Contains(t, eval(`document.querySelector('#device-count').textContent`), "7 devices, 2 silent")
 
@@ -738,7 +742,7 @@ func TestUIAttributesInChromium(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#devices a[href="#/device/truck-3"]`))))
 	got, silent = deviceView("truck-3")
 	assert.Equal(t, []string{"depot=Albany", "fleet=East", "model=F-150"}, got)
-	assert.Equal(t, "silent", silent)
+	assert.Equal(t, "silent 40 min (threshold 10 min)", silent)
 	charts, err := chromedp.Run(ctx, chromedp.Evaluate[[]chartState](chartsJS))
 	require.NoError(t, err)
 	for _, c := range charts {

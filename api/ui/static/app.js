@@ -34,7 +34,9 @@
   var $ = function (sel) { return document.querySelector(sel); };
   var timer = null;
   var charts = {};     // value name -> uPlot
-  var state = { device: null, window: "1h", info: null };
+  // whole: the charts show the whole window even when the data covers
+  // a small part of it (fitRange).
+  var state = { device: null, window: "1h", info: null, whole: false };
 
   // Earlier versions kept the token in localStorage; it does not belong
   // there, so it is removed.
@@ -141,13 +143,17 @@
 
   // ---- helpers ----
 
-  function ago(iso) {
-    var s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
-    if (s < 90) return s + " s ago";
-    if (s < 5400) return Math.round(s / 60) + " min ago";
-    if (s < 129600) return Math.round(s / 3600) + " h ago";
-    return Math.round(s / 86400) + " d ago";
+  // span writes s seconds as the page does: "40 s", "12 min", "3 h", "2 d".
+  function span(s) {
+    if (s < 90) return s + " s";
+    if (s < 5400) return Math.round(s / 60) + " min";
+    if (s < 129600) return Math.round(s / 3600) + " h";
+    return Math.round(s / 86400) + " d";
   }
+
+  function silentSeconds(iso) { return Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000)); }
+
+  function ago(iso) { return span(silentSeconds(iso)) + " ago"; }
 
   function el(tag, attrs, text) {
     var e = document.createElement(tag);
@@ -182,24 +188,35 @@
     return sec + "s";
   }
 
-  function silentBadge() {
-    return el("span", { "class": "badge silent-badge", title: "no reading for more than " + silenceText() }, "silent");
+  // silentNote fills box with why a silent device is silent: a
+  // "silent" label, for how long, and the threshold it is over, as in
+  // "silent 12 min (threshold 10 min)". The threshold is the page's
+  // "silent after" choice, compared with this browser's clock.
+  function silentNote(box, lastSeen) {
+    box.textContent = "";
+    box.appendChild(el("span", { "class": "badge silent-badge" }, "silent"));
+    box.appendChild(document.createTextNode(" "));
+    box.appendChild(el("span", { "class": "silent-for" }, span(silentSeconds(lastSeen))));
+    box.appendChild(document.createTextNode(" "));
+    box.appendChild(el("span", { "class": "threshold" }, "(threshold " + silenceText() + ")"));
+    box.title = "No reading since " + lastSeen + " by this browser's clock: longer than the " + silenceText() +
+      " chosen in \u201csilent after\u201d on the device list.";
   }
 
-  // seenCell fills td with how long ago the device was last seen and,
-  // when it is silent, a "silent" label (the row's colour is not the
-  // only sign).
+  // seenCell fills td with how long ago the device was last seen or,
+  // when it is silent, for how long and against which threshold (the
+  // row's colour is not the only sign).
   function seenCell(td, lastSeen) {
     if (seenAt(lastSeen) === null) {
       td.appendChild(el("span", { "class": "ago" }, "no readings yet"));
       return;
     }
+    if (isSilent(lastSeen)) {
+      silentNote(td, lastSeen);
+      return;
+    }
     td.title = lastSeen;
     td.appendChild(el("span", { "class": "ago" }, ago(lastSeen)));
-    if (isSilent(lastSeen)) {
-      td.appendChild(document.createTextNode(" "));
-      td.appendChild(silentBadge());
-    }
   }
 
   // attrChips lists a device's attributes in ul, sorted by name, at most
@@ -358,7 +375,7 @@
       $("#devices").hidden = n === 0;
       $("#no-devices").textContent = emptyText(lq);
       $("#no-devices").hidden = n > 0;
-      var count = n + (listNext ? "+" : "") + (n === 1 ? " device" : " devices") + (silent ? ", " + silent + " silent" : "");
+      var count = n + (listNext ? "+" : "") + (n === 1 ? " device" : " devices") + (silent ? ", " + silent + " silent for more than " + silenceText() : "");
       if ($("#device-count").textContent !== count) $("#device-count").textContent = count; // announced when it changes
       setStatus("updated " + new Date().toLocaleTimeString());
     }).catch(function (err) {
@@ -425,23 +442,99 @@
     });
   }
 
-  // loadAggregates fetches every bucket of the window for names,
-  // following next.
-  function loadAggregates(dev, w, names) {
+  // windowRange is the time range and interval of window w, ending at
+  // the bucket that holds now.
+  function windowRange(w) {
     var to = Math.ceil(Date.now() / w.intervalMs) * w.intervalMs;
-    var from = to - w.ms;
-    var url = "/v1/devices/" + encodeURIComponent(dev) + "/aggregates?fn=min,max,avg" +
-      "&interval=" + w.interval + "&from=" + from + "&to=" + to +
+    return { from: to - w.ms, to: to, interval: w.interval, intervalMs: w.intervalMs };
+  }
+
+  // loadAggregates fetches every bucket of range for names, following
+  // next.
+  function loadAggregates(dev, range, names) {
+    var url = "/v1/devices/" + encodeURIComponent(dev) + "/aggregates?fn=count,min,max,avg,last" +
+      "&interval=" + range.interval + "&from=" + range.from + "&to=" + range.to +
       "&fields=" + names.map(encodeURIComponent).join(",");
     var all = [];
     function page(u, n) {
       return api(u).then(function (body) {
         all = all.concat(body.buckets);
         if (body.next && n < 10) return page("/v1/devices/" + encodeURIComponent(dev) + "/aggregates?cursor=" + encodeURIComponent(body.next), n + 1);
-        return { from: from, to: to, url: url, buckets: all };
+        return { from: range.from, to: range.to, intervalMs: range.intervalMs, url: url, buckets: all };
       });
     }
     return page(url, 0);
+  }
+
+  // When a device's data covers at most 1/FIT_RATIO of the window, the
+  // charts fit their time axis to it: a range 1.5 times the data (at
+  // least FIT_MIN_MS), ending at now when the data is recent, in the
+  // shortest interval of FINE (seconds) that gives at most FIT_BUCKETS
+  // buckets. Ten seconds of data in the last hour is then ten seconds
+  // of a one-minute axis, not a dot at the edge of an hour.
+  var FIT_RATIO = 6, FIT_MIN_MS = 60e3, FIT_BUCKETS = 240;
+  var FINE = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400];
+
+  function hasData(v) { return !!v && v.count !== 0 && v.avg !== undefined && v.avg !== null; }
+
+  // dataSpan is the time from the first bucket with data to the end of
+  // the last one, and the number of readings in res.
+  function dataSpan(res) {
+    var lo = Infinity, hi = -Infinity, n = 0;
+    res.buckets.forEach(function (b) {
+      var most = 0;
+      Object.keys(b.values).forEach(function (k) {
+        if (hasData(b.values[k])) most = Math.max(most, b.values[k].count || 1);
+      });
+      if (!most) return;
+      var t = Date.parse(b.start);
+      lo = Math.min(lo, t);
+      hi = Math.max(hi, t + res.intervalMs);
+      n += most;
+    });
+    return lo < hi ? { from: lo, to: hi, readings: n } : null;
+  }
+
+  // fitRange is the range to chart res's data in when it covers a small
+  // part of res's range, or null.
+  function fitRange(res) {
+    var d = dataSpan(res);
+    if (!d) return null;
+    var view = res.to - res.from, covered = d.to - d.from;
+    if (covered * FIT_RATIO > view) return null;
+    var width = Math.max(covered * 1.5, FIT_MIN_MS);
+    var from, to;
+    if (res.to - d.to <= width / 2) { // recent: the axis ends at now
+      to = res.to;
+      from = Math.min(to - width, d.from - covered / 4);
+    } else {
+      from = d.from - (width - covered) / 2;
+      to = d.to + (width - covered) / 2;
+    }
+    from = Math.max(from, res.from);
+    to = Math.min(to, res.to);
+    var sec = FINE[FINE.length - 1];
+    for (var i = 0; i < FINE.length; i++) {
+      if (FINE[i] * 1000 * FIT_BUCKETS >= to - from) { sec = FINE[i]; break; }
+    }
+    var ms = Math.min(sec * 1000, res.intervalMs);
+    from = Math.floor(from / ms) * ms;
+    to = Math.ceil(to / ms) * ms;
+    if (from === res.from && to === res.to) return null;
+    return { from: from, to: to, interval: goDuration(ms / 1000), intervalMs: ms };
+  }
+
+  // loadView loads window w for names, fitted to the data (fitRange,
+  // at most twice) unless whole is set. res.fit tells whether it was.
+  function loadView(dev, w, names, whole) {
+    function step(range, n) {
+      return loadAggregates(dev, range, names).then(function (res) {
+        res.fit = n > 0;
+        var next = !whole && n < 2 ? fitRange(res) : null;
+        return next ? step(next, n + 1) : res;
+      });
+    }
+    return step(windowRange(w), 0);
   }
 
   // columns turns buckets into uPlot data for one name: a full grid of
@@ -451,21 +544,40 @@
   // so a device that sends once a minute charted at 10 s buckets is a
   // line, and a line breaks only where the device was silent for longer
   // than usual. isolated counts the buckets with data that still stand
-  // alone; they are drawn as dots (isolatedPoints).
-  function columns(res, w, name) {
+  // alone. A number is drawn as its average with a min-max band; a
+  // boolean as a step line of its max (true when it was true at any
+  // time in the bucket); a state (whole numbers, at most STATES of
+  // them in view, steady within nine in ten buckets) as a step line of
+  // its last value.
+  var STATES = 8;
+  function columns(res, name, isBool) {
     var byStart = {};
     res.buckets.forEach(function (b) {
-      if (b.values[name]) byStart[Date.parse(b.start)] = b.values[name];
+      if (hasData(b.values[name])) byStart[Date.parse(b.start)] = b.values[name];
     });
-    var xs = [], avg = [], min = [], max = [], at = [];
-    for (var t = res.from; t < res.to; t += w.intervalMs) {
+    var xs = [], avg = [], min = [], max = [], last = [], count = [], at = [];
+    var distinct = {}, whole = true, steady = 0;
+    for (var t = res.from; t < res.to; t += res.intervalMs) {
       var v = byStart[t];
       xs.push(t / 1000);
       avg.push(v ? v.avg : null);
       min.push(v ? v.min : null);
       max.push(v ? v.max : null);
-      if (v) at.push(xs.length - 1);
+      last.push(v && v.last !== undefined ? v.last : null);
+      count.push(v ? v.count : 0);
+      if (v) {
+        at.push(xs.length - 1);
+        if (v.min === v.max) steady++;
+        [v.min, v.max, v.last].forEach(function (x) {
+          if (x === undefined || x === null) return;
+          if (x !== Math.round(x)) whole = false;
+          distinct[x] = true;
+        });
+      }
     }
+    var states = Object.keys(distinct).map(Number).sort(function (a, b) { return a - b; });
+    var kind = isBool ? "bool" : (at.length && whole && states.length <= STATES && steady >= 0.9 * at.length ? "state" : "number");
+    var ys = kind === "bool" ? max.slice() : kind === "state" ? last.slice() : avg;
     var steps = [];
     for (var i = 1; i < at.length; i++) steps.push(at[i] - at[i - 1]);
     if (steps.length >= 2) {
@@ -473,13 +585,17 @@
       var span = 2 * steps[Math.floor(steps.length / 2)];
       for (i = 1; i < at.length; i++) {
         if (at[i] - at[i - 1] > 1 && at[i] - at[i - 1] <= span) {
-          for (var j = at[i - 1] + 1; j < at[i]; j++) avg[j] = min[j] = max[j] = undefined;
+          for (var j = at[i - 1] + 1; j < at[i]; j++) ys[j] = min[j] = max[j] = undefined;
         }
       }
     }
     var isolated = 0;
-    for (i = 0; i < avg.length; i++) if (isolatedAt(avg, i)) isolated++;
-    return { data: [xs, avg, min, max], points: at.length, isolated: isolated };
+    for (i = 0; i < ys.length; i++) if (isolatedAt(ys, i)) isolated++;
+    return {
+      data: kind === "number" ? [xs, ys, min, max] : [xs, ys],
+      kind: kind, states: states, points: at.length, isolated: isolated, intervalMs: res.intervalMs, lastSeen: null,
+      avg: avg, min: min, max: max, last: last, count: count, lastAt: at.length ? at[at.length - 1] : -1
+    };
   }
 
   // isolatedAt tells whether ys[i] has a value and a gap (null, not a
@@ -488,35 +604,145 @@
     return ys[i] != null && (i === 0 || ys[i - 1] === null) && (i === ys.length - 1 || ys[i + 1] === null);
   }
 
-  // isolatedPoints picks, for uPlot's points filter, the buckets that
-  // stand alone: a line cannot draw them, so they are drawn as dots; a
-  // dense series stays a plain line.
-  function isolatedPoints(u, si) {
-    var ys = u.data[si], out = [];
-    for (var i = 0; i < ys.length; i++) if (isolatedAt(ys, i)) out.push(i);
+  // endAt tells whether ys[i] has a value and a gap or the edge on
+  // either side: the end of a line, or a point on its own.
+  function endAt(ys, i) {
+    return ys[i] != null && (i === 0 || ys[i - 1] === null || i === ys.length - 1 || ys[i + 1] === null);
+  }
+
+  // SPARSE is the number of points in view up to which every point is
+  // marked.
+  var SPARSE = 40;
+
+  // markedPoints picks, for uPlot's points filter, the buckets drawn as
+  // markers: every one when there are few, else those where the line
+  // ends or that stand alone, which a line alone cannot show; a dense
+  // line stays a plain line.
+  function markedPoints(u, si) {
+    var ys = u.data[si], out = [], n = 0, i;
+    for (i = 0; i < ys.length; i++) if (ys[i] != null) n++;
+    for (i = 0; i < ys.length; i++) if (ys[i] != null && (n <= SPARSE || endAt(ys, i))) out.push(i);
     return out.length ? out : null;
   }
 
-  function chartOpts(width) {
+  // markers lists where markedPoints draws, in canvas pixels.
+  function markers(u) {
+    var out = [];
+    (markedPoints(u, 1) || []).forEach(function (i) {
+      out.push({ x: Math.round(u.valToPos(u.data[0][i], "x", true)), y: Math.round(u.valToPos(u.data[1][i], "y", true)) });
+    });
+    return out;
+  }
+
+  function fmtNum(v) {
+    if (v === null || v === undefined) return "--";
+    return Number.isInteger(v) ? String(v) : String(Number(v.toPrecision(6)));
+  }
+
+  function fmtBool(v) { return v >= 0.5 ? "true" : "false"; }
+
+  function fmtTime(ms, long) {
+    var d = new Date(ms);
+    return long ? d.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }) : d.toLocaleTimeString();
+  }
+
+  // nearestData is the bucket with data nearest to i, or -1.
+  function nearestData(cols, i) {
+    for (var d = 0; d < cols.count.length; d++) {
+      if (i - d >= 0 && cols.count[i - d] > 0) return i - d;
+      if (i + d < cols.count.length && cols.count[i + d] > 0) return i + d;
+    }
+    return -1;
+  }
+
+  // legendText is what the legend under a chart says: hovered, the
+  // values of bucket i (the one under the cursor) and its start;
+  // else the last value (i is the last bucket with data) and when it
+  // came: the device's last reading when that is in the bucket, else
+  // the bucket's start.
+  function legendText(cols, i, long, hover) {
+    if (i < 0) return "no readings in view";
+    var start = cols.data[0][i] * 1000;
+    var inBucket = cols.lastSeen !== null && cols.lastSeen >= start && cols.lastSeen < start + cols.intervalMs;
+    var at = fmtTime(!hover && inBucket ? cols.lastSeen : start, long);
+    var n = cols.count[i];
+    if (cols.kind === "bool") {
+      var trues = Math.round(cols.avg[i] * n);
+      return hover ?
+        at + ": " + (trues ? "true" : "false") + " (true in " + trues + " of " + n + (n === 1 ? " reading)" : " readings)") :
+        "last " + fmtBool(cols.last[i]) + " at " + at;
+    }
+    if (cols.kind === "state") {
+      return (hover ? at + ": last " : "last ") + fmtNum(cols.last[i]) + (hover ? "" : " at " + at) +
+        (cols.min[i] !== cols.max[i] ? " (min " + fmtNum(cols.min[i]) + ", max " + fmtNum(cols.max[i]) + ")" : "");
+    }
+    if (hover) {
+      return at + ": avg " + fmtNum(cols.avg[i]) + (n > 1 ? " (min " + fmtNum(cols.min[i]) + ", max " + fmtNum(cols.max[i]) + ", " + n + " readings)" : "");
+    }
+    return "last " + fmtNum(cols.last[i]) + " at " + at;
+  }
+
+  var BLUE = "#2962ff";
+
+  // chartOpts are a chart's uPlot options; meta.cols is the chart's
+  // data as columns made it, replaced at each refresh.
+  function chartOpts(width, meta, onCursor) {
+    var cols = meta.cols;
+    var points = { show: false, filter: markedPoints, size: 7, width: 1, stroke: BLUE, fill: BLUE };
+    var series = [{}];
+    var y = {};
+    var yAxis = { size: 60 };
+    if (cols.kind === "number") {
+      series.push(
+        { label: "avg", stroke: BLUE, width: 1.5, points: points },
+        { label: "min", stroke: "#9aa5b1", width: 1, dash: [4, 3], points: { show: false } },
+        { label: "max", stroke: "#9aa5b1", width: 1, dash: [4, 3], points: { show: false } });
+    } else {
+      series.push({ label: cols.kind === "bool" ? "max" : "last", stroke: BLUE, width: 2, points: points,
+        fill: cols.kind === "bool" ? "rgba(41, 98, 255, 0.12)" : undefined, paths: uPlot.paths.stepped({ align: 1 }) });
+    }
+    if (cols.kind === "bool") {
+      y = { range: [-0.15, 1.15] };
+      yAxis.splits = function () { return [0, 1]; };
+      yAxis.values = function (u, vals) { return vals.map(fmtBool); };
+    } else if (cols.kind === "state") {
+      y = { range: function () {
+        var s = meta.cols.states.length ? meta.cols.states : [0];
+        return [s[0] - 0.5, s[s.length - 1] + 0.5];
+      } };
+      yAxis.splits = function () { return meta.cols.states; };
+    }
     return {
       title: "",
       width: width,
       height: 220,
+      legend: { show: false },
       cursor: { drag: { x: true, y: false } },
-      scales: { x: { time: true } },
-      series: [
-        {},
-        { label: "avg", stroke: "#2962ff", width: 1.5, points: { show: false, filter: isolatedPoints, size: 6, stroke: "#2962ff", fill: "#2962ff" } },
-        { label: "min", stroke: "#9aa5b1", width: 1, dash: [4, 3], points: { show: false } },
-        { label: "max", stroke: "#9aa5b1", width: 1, dash: [4, 3], points: { show: false } }
-      ],
-      bands: [{ series: [3, 2], fill: "rgba(41, 98, 255, 0.08)" }],
-      axes: [{}, { size: 60 }]
+      scales: { x: { time: true }, y: y },
+      series: series,
+      bands: cols.kind === "number" ? [{ series: [3, 2], fill: "rgba(41, 98, 255, 0.08)" }] : [],
+      axes: [{}, yAxis],
+      hooks: { setCursor: [onCursor] }
     };
   }
 
   function windowText(w) {
-    return { "1h": "the last hour", "24h": "the last 24 hours", "7d": "the last 7 days", "30d": "the last 30 days" }[w];
+    return { "1h": "the last hour", "24h": "the last 24 hours", "7d": "the last 7 days", "30d": "the last 30 days", "1y": "the last year" }[w];
+  }
+
+  // fitText says what part of the window the data covers, when the
+  // axis is fitted to it.
+  function fitText(res) {
+    var d = dataSpan(res);
+    if (!d) return "";
+    var long = d.to - d.from > 86400e3;
+    var where = windowText(state.window);
+    if (d.readings === 1) return "One reading in " + where + ", at " + fmtTime(d.from, long) + ": the time axis is fitted to it.";
+    var recent = res.to - d.to <= (res.to - res.from) / 2; // as fitRange ends the axis at now
+    return recent ?
+      "Readings only in the last " + span(Math.round((Date.now() - d.from) / 1000)) + " of " + where + ": the time axis is fitted to them." :
+      "Readings only from " + fmtTime(d.from, long) + " to " + fmtTime(d.to, long) + " (" + span(Math.round((d.to - d.from) / 1000)) +
+        ") in " + where + ": the time axis is fitted to them.";
   }
 
   function drawTextValues(latest) {
@@ -548,11 +774,17 @@
     $("#no-values").hidden = names.length > 0;
     $(".windows").hidden = names.length === 0;
     if (!names.length) {
+      $("#fit").hidden = true;
       setStatus("updated " + new Date().toLocaleTimeString());
       return Promise.resolve();
     }
-    return loadAggregates(dev, w, names).then(function (res) {
+    return loadView(dev, w, names, state.whole).then(function (res) {
       if (dev !== state.device) return;
+      var fit = res.fit ? fitText(res) : "";
+      $("#fit").hidden = !fit && !state.whole;
+      $("#fit-text").textContent = fit || "The whole of " + windowText(state.window) + " is shown.";
+      $("#fit-toggle").textContent = state.whole ? "fit the axis to the data" : "show " + windowText(state.window);
+      var long = res.to - res.from > 86400e3;
       var box = $("#charts");
       names.forEach(function (name) {
         var card = box.querySelector('.chart[data-name="' + CSS.escape(name) + '"]');
@@ -562,21 +794,46 @@
           card.appendChild(el("p", { "class": "empty", hidden: "" }));
           box.appendChild(card);
         }
-        var cols = columns(res, w, name);
+        var cols = columns(res, name, typeof state.info.latest[name] === "boolean");
         card.setAttribute("data-points", String(cols.points));
         card.setAttribute("data-isolated", String(cols.isolated));
         card.setAttribute("data-window", state.window);
         card.setAttribute("data-src", res.url);
+        card.setAttribute("data-kind", cols.kind);
+        card.setAttribute("data-fit", res.fit ? "1" : "");
         var empty = card.querySelector(".empty");
         empty.hidden = cols.points > 0;
         empty.textContent = "No data in this window: no " + name + " readings in " + windowText(state.window) +
           " (the device's last reading: " + ago(state.info.lastSeen) + ").";
         card.classList.toggle("no-data", cols.points === 0);
-        if (charts[name]) {
-          charts[name].setData(cols.data);
-        } else {
-          charts[name] = new uPlot(chartOpts(Math.max(card.clientWidth - 16, 300)), cols.data, card);
+        var legend = card.querySelector(".legend");
+        if (!legend) {
+          legend = el("p", { "class": "legend", "aria-live": "off" });
+          card.appendChild(legend);
         }
+        cols.lastSeen = seenAt(state.info.lastSeen);
+        var showLegend = function (u) {
+          var i = u && u.cursor.idx != null ? nearestData(cols, u.cursor.idx) : -1;
+          legend.textContent = legendText(cols, i >= 0 ? i : cols.lastAt, long, i >= 0);
+          legend.classList.toggle("hover", i >= 0);
+        };
+        var u = charts[name];
+        if (u && u.kind === cols.kind) {
+          u.meta.cols = cols;
+          u.setData(cols.data);
+        } else {
+          if (u) u.destroy();
+          var meta = { cols: cols };
+          u = new uPlot(chartOpts(Math.max(card.clientWidth - 16, 300), meta, function (uu) { if (uu.showLegend) uu.showLegend(uu); }), cols.data, card);
+          u.kind = cols.kind;
+          u.meta = meta;
+          card.insertBefore(u.root, legend);
+          charts[name] = u;
+        }
+        u.showLegend = showLegend;
+        card.uplot = u; // for the console and the page's tests: its scales and data
+        card.markers = function () { return markers(u); };
+        showLegend(u);
       });
       setStatus("updated " + new Date().toLocaleTimeString());
     });
@@ -592,7 +849,7 @@
       $("#device-seen").textContent = never ? "no readings yet" : "last seen " + ago(info.lastSeen);
       $("#device-seen").title = never ? "" : info.lastSeen;
       $("#device-silent").hidden = !isSilent(info.lastSeen);
-      $("#device-silent").title = "no reading for more than " + silenceText();
+      if (isSilent(info.lastSeen)) silentNote($("#device-silent"), info.lastSeen);
       drawAttributes(info.attributes);
       return drawCharts();
     }).catch(function (err) {
@@ -635,6 +892,7 @@
       var dev = decodeURIComponent(m[1]);
       var w = WINDOWS[m[2]] ? m[2] : "1h";
       if (dev !== state.device) resetCharts();
+      if (dev !== state.device || w !== state.window) state.whole = false;
       state.device = dev;
       state.window = w;
       $("#device-title").textContent = dev;
@@ -669,6 +927,11 @@
     filterTimer = setTimeout(function () { loadDevices(false); }, 250);
   });
   $("#more").addEventListener("click", function () { loadDevices(true); });
+  $("#fit-toggle").addEventListener("click", function () {
+    state.whole = !state.whole;
+    resetCharts();
+    refreshDevice();
+  });
   $("#match-form").addEventListener("submit", function (ev) {
     ev.preventDefault();
     applyListFilters();
