@@ -83,6 +83,9 @@ func (m *Main) Open(ctx context.Context) error {
 	if err := m.cfg.checkListeners(); err != nil {
 		return err
 	}
+	if err := checkDataDir(m.cfg.DataDir); err != nil {
+		return err
+	}
 	tel, err := otelsetup.New(ctx, m.getenv, m.telOpts)
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,4 +67,54 @@ func TestStartNamesEveryPortInUse(t *testing.T) {
 	require.Equal(t, 1, code, log)
 	assert.Contains(t, log, "-pprof-addr "+same+": address already in use", log)
 	assert.NotContains(t, log, "-http-addr "+same, log)
+}
+
+// TestStartNamesAnUnusableDataDir: a data dir the service cannot write
+// stops start-up with an error naming -data-dir and what to do, not a
+// file deep inside it (cursor.key, a table). As root, permissions do
+// not stop writes, so the read-only case mounts a read-only tmpfs
+// (skipped where mounting is not allowed) and the mode 0500 case runs
+// only for other users.
+func TestStartNamesAnUnusableDataDir(t *testing.T) {
+	const fix = "give the user telemetryd runs as write access to it, or choose another directory with -data-dir"
+	start := func(t *testing.T, dir string) string {
+		t.Helper()
+		code, log := runService(t, "-data-dir", dir, "-http-addr", "127.0.0.1:0", "-nats-listen", "127.0.0.1:0", "-mqtt-listen", "")
+		require.Equal(t, 1, code, log)
+		lines := logLines(log)
+		require.NotEmpty(t, lines, log)
+		failed := lines[len(lines)-1]
+		assert.Equal(t, "start failed", failed.msg, log)
+		assert.NotContains(t, log, "cursor", "the error names the dir, not a file inside it")
+		return failed.raw
+	}
+	t.Run("read-only file system", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
+			t.Skipf("cannot mount a read-only tmpfs here: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
+		assert.Contains(t, start(t, dir), "-data-dir "+dir+" is not writable (read-only file system): "+fix)
+		sub := filepath.Join(dir, "data")
+		assert.Contains(t, start(t, sub), "-data-dir "+sub+" cannot be created (read-only file system): "+fix)
+	})
+	t.Run("mode 0500", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root writes whatever the mode says")
+		}
+		dir := t.TempDir()
+		require.NoError(t, os.Chmod(dir, 0o500))
+		t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
+		assert.Contains(t, start(t, dir), "-data-dir "+dir+" is not writable (permission denied): "+fix)
+	})
+	t.Run("a file", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "data")
+		require.NoError(t, os.WriteFile(file, []byte("not a dir"), 0o644))
+		assert.Contains(t, start(t, file), "-data-dir "+file+" is a file, not a directory: choose a directory with -data-dir")
+		under := filepath.Join(file, "data")
+		assert.Contains(t, start(t, under), "-data-dir "+under+" cannot be created (not a directory): "+fix)
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		assert.Equal(t, "not a dir", string(b), "the file is left as it was")
+	})
 }
