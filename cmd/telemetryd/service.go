@@ -238,6 +238,7 @@ func (m *Main) startIngest() error {
 	icfg.Hold = ingest.Holds(ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve), m.commitBlocked)
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
+	icfg.Restored = m.store.Restored() // resumeRestored clears it
 	if err := m.resumeRestored(icfg); err != nil {
 		return err
 	}

@@ -3,15 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets/bucketstest"
 )
 
 // runService runs `telemetryd args...` as main does, with an empty
@@ -117,4 +122,75 @@ func TestStartNamesAnUnusableDataDir(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "not a dir", string(b), "the file is left as it was")
 	})
+}
+
+// TestStartAfterRestoreLogsCalmly: the first start on a restored data
+// dir, whose embedded server's stream is new, reads the stream from its
+// beginning and says so at info, with no warning; the same mismatch
+// without a restore (the server's store lost) still warns.
+func TestStartAfterRestoreLogsCalmly(t *testing.T) {
+	ctx := context.Background()
+	env := func(string) string { return "" }
+	cfg := newTestConfig(t)
+	cfg.LogLevel = "info"
+	s := startService(t, cfg)
+	devices := []string{"rs-a", "rs-b", "rs-c", "rs-d"}
+	for _, d := range devices {
+		s.publish(t, d, fmt.Sprintf(`{"ts":%q,"v":1}`, testEpoch.Add(-time.Minute).Format(time.RFC3339Nano)))
+	}
+	for _, d := range devices {
+		require.Eventually(t, func() bool {
+			code, _ := s.get(t, "/v1/devices/"+d, nil)
+			return code == http.StatusOK
+		}, 10*time.Second, 20*time.Millisecond, d)
+	}
+	s.stop(t) // saves the stream positions
+
+	bdir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(ctx, []string{"backup", "-data-dir", cfg.DataDir, "-to", bdir}, env, &stdout, &stderr), stderr.String())
+	restored := filepath.Join(t.TempDir(), "restored")
+	stdout.Reset()
+	require.Equal(t, 0, run(ctx, []string{"restore", "-from", bdir, "-data-dir", restored}, env, &stdout, &stderr), stderr.String())
+	require.Contains(t, stdout.String(), "TELEMETRY_", "the backup carries stream positions")
+
+	startLogged := func(dir string) (*testService, []logLine) {
+		t.Helper()
+		var buf bucketstest.SyncBuffer
+		c := cfg
+		c.DataDir = dir
+		s := startService(t, c, withLogs(&buf))
+		require.Eventually(t, func() bool { return strings.Contains(buf.String(), "msg=consuming") }, 20*time.Second, 10*time.Millisecond)
+		return s, logLines(buf.String())
+	}
+	s2, lines := startLogged(restored)
+	calm := 0
+	for _, l := range lines {
+		assert.NotEqual(t, "WARN", l.level, l.raw)
+		assert.NotEqual(t, "ERROR", l.level, l.raw)
+		if strings.HasPrefix(l.msg, "restored data: reading the stream from its beginning") {
+			assert.Equal(t, "INFO", l.level, l.raw)
+			calm++
+		}
+	}
+	assert.NotZero(t, calm, "no line says the restored data is read from the stream's beginning")
+	for _, d := range devices {
+		code, out := s2.get(t, "/v1/devices/"+d, nil)
+		assert.Equal(t, http.StatusOK, code, "%s: %s", d, out)
+	}
+	s2.stop(t)
+
+	// Without a restore, a saved position of an earlier stream is
+	// unexpected: the embedded server's store was lost.
+	require.NoError(t, os.RemoveAll(filepath.Join(cfg.DataDir, "nats")))
+	_, lines = startLogged(cfg.DataDir)
+	warned := 0
+	for _, l := range lines {
+		assert.NotContains(t, l.msg, "restored data", l.raw)
+		if strings.HasPrefix(l.msg, "saved stream position belongs to an earlier stream") {
+			assert.Equal(t, "WARN", l.level, l.raw)
+			warned++
+		}
+	}
+	assert.NotZero(t, warned, "the unexpected mismatch warns")
 }
