@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/alerting"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
@@ -337,6 +341,7 @@ func (m *Main) startHTTP() error {
 		DurabilityAck:     m.durability().Ack,
 		Streams:           m.ingestConfig().Streams(),
 		Metrics:           m.tel.Metrics,
+		Build:             buildInfo(),
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
 		QueryTimeout:      m.cfg.QueryTimeout,
@@ -498,4 +503,16 @@ func (m *Main) close(ctx context.Context) error {
 		errs = append(errs, m.tel.Shutdown(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// buildInfo is what /api/v1/status/buildinfo reports: the version and
+// commit -version prints (set at link time by deploy/install.sh), in
+// Prometheus' form (a version without its leading v).
+func buildInfo() promapi.BuildInfo {
+	b := cliflag.BuildOf()
+	rev := b.Commit
+	if b.Dirty && rev != "" {
+		rev += "-dirty"
+	}
+	return promapi.BuildInfo{Version: strings.TrimPrefix(b.Version, "v"), Revision: rev, BuildDate: b.Time, GoVersion: runtime.Version()}
 }
