@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,4 +67,35 @@ func TestBuildInfoNamesTheLinkedVersion(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait())
+}
+
+// TestDeployLinksTheVersion: the image links the version and commit
+// into the same variables as deploy/install.sh, from build args, and
+// those are the variables cliflag reads.
+func TestDeployLinksTheVersion(t *testing.T) {
+	const pkg = "github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	linked := func(text string) []string {
+		t.Helper()
+		require.Contains(t, text, "pkg="+pkg)
+		var vars []string
+		for _, m := range regexp.MustCompile(`-X \$pkg\.(\w+)=`).FindAllStringSubmatch(text, -1) {
+			vars = append(vars, m[1])
+		}
+		slices.Sort(vars)
+		return vars
+	}
+	want := []string{"commit", "commitTime", "version"}
+	assert.Equal(t, want, linked(string(readDeploy(t, "install.sh"))), "install.sh")
+	df := string(readDeploy(t, "Dockerfile"))
+	assert.Equal(t, want, linked(df), "Dockerfile")
+	for _, arg := range []string{"TELEMETRY_VERSION", "TELEMETRY_COMMIT", "TELEMETRY_COMMIT_TIME"} {
+		assert.Regexp(t, `(?m)^ARG `+arg+`=`, df)
+		assert.Contains(t, df, "=${"+arg+"}", "the build arg %s is linked in", arg)
+	}
+	assert.Regexp(t, `go build .*-buildvcs=false`, df, "the context has no git history; the commit comes from the build arg")
+	src, err := os.ReadFile(filepath.Join("..", "internal", "cliflag", "cliflag.go"))
+	require.NoError(t, err)
+	for _, v := range want {
+		assert.Regexp(t, `(?m)^\t`+v+`\s+string$`, string(src), "cliflag declares %s", v)
+	}
 }
