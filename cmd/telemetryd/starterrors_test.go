@@ -149,10 +149,8 @@ func TestStartAfterRestoreLogsCalmly(t *testing.T) {
 	bdir := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(ctx, []string{"backup", "-data-dir", cfg.DataDir, "-to", bdir}, env, &stdout, &stderr), stderr.String())
-	restored := filepath.Join(t.TempDir(), "restored")
-	stdout.Reset()
-	require.Equal(t, 0, run(ctx, []string{"restore", "-from", bdir, "-data-dir", restored}, env, &stdout, &stderr), stderr.String())
-	require.Contains(t, stdout.String(), "TELEMETRY_", "the backup carries stream positions")
+	restored, out := restoreBackup(t, bdir)
+	require.Contains(t, out, "TELEMETRY_", "the backup carries stream positions")
 
 	startLogged := func(dir string) (*testService, []logLine) {
 		t.Helper()
