@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,21 +30,12 @@ func runService(t *testing.T, args ...string) (int, string) {
 	return code, stderr.String()
 }
 
-// holdPort listens on a loopback port for the rest of the test.
-func holdPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
-}
-
 // TestStartNamesEveryPortInUse: with two ports taken, start-up fails
 // naming both flags with their addresses, in the one error it logs,
 // before it has written anything to the data dir; a free port is not
 // named.
 func TestStartNamesEveryPortInUse(t *testing.T) {
-	httpAddr, mqttAddr := holdPort(t), holdPort(t)
+	httpAddr, mqttAddr := busyPort(t), busyPort(t)
 	pprofAddr := freeLoopback(t)
 	dir := t.TempDir()
 	code, log := runService(t, "-data-dir", dir, "-http-addr", httpAddr, "-nats-listen", "127.0.0.1:0",
