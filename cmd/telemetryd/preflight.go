@@ -21,6 +21,7 @@ import (
 // portErrors are the listeners that cannot be bound, said on one line.
 type portErrors []error
 
+// Error joins the listeners' errors with "; ".
 func (e portErrors) Error() string {
 	msgs := make([]string, len(e))
 	for i, err := range e {
@@ -29,13 +30,14 @@ func (e portErrors) Error() string {
 	return strings.Join(msgs, "; ")
 }
 
+// Unwrap lets errors.Is see each listener's error.
 func (e portErrors) Unwrap() []error { return e }
 
-// checkListeners binds every fixed port of c's listeners (the HTTP API,
-// which also takes line protocol writes and serves /metrics, pprof, and
-// the embedded NATS server's client and MQTT ports) at once (a
-// random one, port 0 or -1, cannot be taken) and lets them go again.
-// Each that cannot be bound is named with its flag, e.g.
+// checkListeners binds the fixed port of each of c's listeners (the
+// HTTP API, which also takes line protocol writes and serves /metrics;
+// pprof; the embedded NATS server's client and MQTT ports), all at
+// once, and lets them go again; a random port (0 or -1) cannot be
+// taken. Each that cannot be bound is named with its flag, e.g.
 // "-http-addr 127.0.0.1:8080: address already in use (another process
 // holds it: stop it, or choose another address with -http-addr)". Two
 // listeners given the same port are caught the same way.
