@@ -85,6 +85,7 @@ type Publisher struct {
 	lines      bool
 	recent     recentIDs
 	suppressed atomic.Int64
+	now        func() time.Time // Config.Now
 }
 
 // NewPublisher returns a Publisher on nc to the streams of c. With
@@ -105,6 +106,7 @@ func NewPublisher(nc *nats.Conn, c Config) (*Publisher, error) {
 	// A single stream partitioned by a subject transform would store a
 	// message of several devices under the partition of its token.
 	p.lines = c.Partitions == 0 || c.PartitionStreams
+	p.now = c.Now
 	return p, nil
 }
 

@@ -153,7 +153,7 @@ func (p *Publisher) publishLines(ctx context.Context, msgs []linesMsg) error {
 	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
 	ids := make([]string, 0, len(msgs))
 	for _, m := range msgs {
-		if p.recent.has(m.id, time.Now()) {
+		if p.recent.has(m.id, p.now()) {
 			p.suppressed.Add(1)
 			continue
 		}
@@ -167,7 +167,7 @@ func (p *Publisher) publishLines(ctx context.Context, msgs []linesMsg) error {
 	for i, f := range futs {
 		select {
 		case <-f.Ok():
-			p.recent.add(ids[i], time.Now())
+			p.recent.add(ids[i], p.now())
 		case err := <-f.Err():
 			return fmt.Errorf("publish to %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():

@@ -133,3 +133,22 @@ func TestWriteMessageOfAnotherPartitionIsDeadLettered(t *testing.T) {
 		"the form is read only on the write subject")
 	assert.Empty(t, e.w.stored(buckets.DeviceID(ours)), "nothing of either message stored")
 }
+
+// TestRecentIDsForgetPastTheirBounds: an ID is remembered for recentFor
+// and among the newest maxRecent, no longer.
+func TestRecentIDsForgetPastTheirBounds(t *testing.T) {
+	var r recentIDs
+	t0 := time.Unix(1_800_000_000, 0)
+	r.add("a", t0)
+	assert.True(t, r.has("a", t0.Add(recentFor-time.Nanosecond)))
+	assert.False(t, r.has("a", t0.Add(recentFor)), "past recentFor")
+	assert.False(t, r.has("b", t0), "never added")
+	for i := range maxRecent {
+		r.add(fmt.Sprint(i), t0.Add(time.Second))
+	}
+	assert.False(t, r.has("a", t0.Add(time.Second)), "the oldest past maxRecent")
+	assert.True(t, r.has("0", t0.Add(time.Second)))
+	assert.Len(t, r.at, maxRecent)
+	r.add("late", t0.Add(time.Second+recentFor))
+	assert.Len(t, r.at, 1, "expired IDs are dropped as new ones come")
+}
