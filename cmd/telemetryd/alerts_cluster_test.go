@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -139,7 +140,7 @@ func evaluatedAt(t *testing.T, m *Main, alert string) []time.Time {
 	require.NoError(t, err)
 	defer q.Close()
 	set := q.Select(context.Background(), true, nil,
-		labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, rules.AlertsName),
+		labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, rules.AlertsName),
 		labels.MustNewMatcher(labels.MatchEqual, "alertname", alert))
 	var out []time.Time
 	for set.Next() {
