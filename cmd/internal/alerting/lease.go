@@ -48,9 +48,33 @@ type groupLeases struct {
 	// renews it (a group it no longer has) keeps the group from others.
 	staleAfter time.Duration
 
+	// mu guards held and lastErr; the bucket is never called with it
+	// held (one group's Held calls come one at a time).
 	mu      sync.Mutex
 	held    map[string]uint64 // group → revision of this node's entry
 	lastErr string
+}
+
+func (l *groupLeases) heldRev(group string) (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rev, ok := l.held[group]
+	return rev, ok
+}
+
+func (l *groupLeases) setHeld(group string, rev uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held[group] = rev
+	l.lastErr = ""
+}
+
+func (l *groupLeases) dropHeld(group string) (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rev, ok := l.held[group]
+	delete(l.held, group)
+	return rev, ok
 }
 
 // leaseRecord is a group's entry in the state bucket.
@@ -92,11 +116,23 @@ func preferred(live map[string]bool, group string) string {
 		h.Write([]byte(n))
 		h.Write([]byte{0})
 		h.Write([]byte(group))
-		if s := h.Sum64(); best == "" || s > bestScore || (s == bestScore && n > best) {
+		if s := mix(h.Sum64()); best == "" || s > bestScore || (s == bestScore && n > best) {
 			best, bestScore = n, s
 		}
 	}
 	return best
+}
+
+// mix spreads the bits of an FNV hash (MurmurHash3's finaliser): FNV
+// alone ranks names that differ in one character (node-1, node-2) in the
+// same order for most groups.
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
 }
 
 // Held says whether this node evaluates group now, renewing or taking
@@ -104,8 +140,6 @@ func preferred(live map[string]bool, group string) string {
 func (l *groupLeases) Held(group string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), max(l.c.LeaseTTL/2, time.Second))
 	defer cancel()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	now := l.now()
 	live := l.live(now)
 	if preferred(live, group) != l.c.Self {
@@ -117,13 +151,12 @@ func (l *groupLeases) Held(group string) bool {
 	if err != nil {
 		return false
 	}
-	if rev, ok := l.held[group]; ok {
+	if rev, ok := l.heldRev(group); ok {
 		if next, err := l.kv.Update(ctx, k, b, rev); err == nil {
-			l.held[group] = next
-			l.fine()
+			l.setHeld(group, next)
 			return true
 		}
-		delete(l.held, group)
+		l.dropHeld(group)
 	}
 	var rev uint64
 	e, err := l.kv.Get(ctx, k)
@@ -152,8 +185,7 @@ func (l *groupLeases) Held(group string) bool {
 		}
 		return false
 	}
-	l.held[group] = next
-	l.fine()
+	l.setHeld(group, next)
 	return true
 }
 
@@ -162,13 +194,12 @@ func isWrongSequence(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
 }
 
-// release lets group's entry go if this node holds it (l.mu held).
+// release lets group's entry go if this node holds it.
 func (l *groupLeases) release(ctx context.Context, group string) {
-	rev, ok := l.held[group]
+	rev, ok := l.dropHeld(group)
 	if !ok {
 		return
 	}
-	delete(l.held, group)
 	if err := l.kv.Delete(ctx, leaseKey(group), jetstream.LastRevision(rev)); err != nil && !isWrongSequence(err) {
 		l.failed(group, err)
 	}
@@ -178,8 +209,6 @@ func (l *groupLeases) release(ctx context.Context, group string) {
 func (l *groupLeases) Release(groups ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	for _, g := range groups {
 		l.release(ctx, g)
 	}
@@ -199,10 +228,12 @@ func (l *groupLeases) ReleaseAll() {
 
 // failed logs a bucket error once until the bucket answers again.
 func (l *groupLeases) failed(group string, err error) {
-	if s := err.Error(); s != l.lastErr {
-		l.lastErr = s
+	l.mu.Lock()
+	s := err.Error()
+	again := s == l.lastErr
+	l.lastErr = s
+	l.mu.Unlock()
+	if !again {
 		l.log.Warn("rule group lease: the state bucket did not answer; the group is not evaluated here meanwhile", "group", group, "err", err)
 	}
 }
-
-func (l *groupLeases) fine() { l.lastErr = "" }
