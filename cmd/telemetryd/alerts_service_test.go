@@ -131,7 +131,9 @@ func pointValue(t *testing.T, p [2]any) (time.Time, float64) {
 }
 
 // promTime is t as the PromQL API takes it, to the millisecond.
-func promTime(t time.Time) string { return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64) }
+func promTime(t time.Time) string {
+	return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64)
+}
 
 // tempReading is a JSON reading of temp at ts.
 func tempReading(ts time.Time, temp float64) string {
