@@ -214,7 +214,7 @@ func TestAlertRulesService(t *testing.T) {
 	})
 
 	t.Run("alert series", func(t *testing.T) {
-		atTime := s.now()
+		atTime := s.now().Add(time.Second) // past the evaluation that fired
 		at := promTime(atTime)
 		got := s.promQuery(t, "/api/v1/query", url.Values{"query": {`ALERTS{alertname="FreezerWarm"}`}, "time": {at}})
 		require.Len(t, got, 1)
