@@ -155,10 +155,21 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold tim
 		ms := rng.Perm(len(all))[:1+rng.IntN(3)]
 		delay := 50 + rng.IntN(250)
 		loss := rng.IntN(10)
-		args := []string{"delay", fmt.Sprintf("%dms", delay), fmt.Sprintf("%dms", delay/4), "loss", fmt.Sprintf("%d%%", loss), "reorder", "25%", "50%"}
-		f.What = fmt.Sprintf("netem %s on %s", strings.Join(args, " "), names(ms))
+		if c.netem {
+			args := []string{"delay", fmt.Sprintf("%dms", delay), fmt.Sprintf("%dms", delay/4), "loss", fmt.Sprintf("%d%%", loss), "reorder", "25%", "50%"}
+			f.What = fmt.Sprintf("netem %s on %s", strings.Join(args, " "), names(ms))
+			for _, m := range ms {
+				if err := c.net.netem(ctx, m, args...); err != nil {
+					return err
+				}
+			}
+			return healNet()
+		}
+		rate := fmt.Sprintf("%dkbit", 256<<rng.IntN(3))
+		latency := fmt.Sprintf("%dms", 2*delay)
+		f.What = fmt.Sprintf("no netem in this kernel: tbf rate %s latency %s, %d%% loss (iptables) on %s", rate, latency, loss, names(ms))
 		for _, m := range ms {
-			if err := c.net.netem(ctx, m, args...); err != nil {
+			if err := c.net.slowLink(ctx, m, rate, latency, float64(loss)/100); err != nil {
 				return err
 			}
 		}
@@ -249,23 +260,27 @@ func dataFiles(dir string) []string {
 	return out
 }
 
-// restart starts p after a fault and waits until it is ready; a node
-// that exits at start is started once more on an empty data dir, and
-// f notes it.
+// restart starts p after a fault and waits until it is ready. A node
+// that exits at start is started again, up to three times in all, as a
+// supervisor would; one that still refuses is started on an empty data
+// dir, as an operator would, and catches up from the stream. f notes
+// every refusal.
 func (c *cluster) restart(ctx context.Context, p *proc, f *fault) error {
-	if err := p.start(); err != nil {
-		return err
-	}
 	j := slices.Index(c.nodes, p)
-	if j < 0 {
-		return nil // a NATS server: it recovers (or not) on its own; the checks tell
+	for attempt := range 3 {
+		if err := p.start(); err != nil {
+			return err
+		}
+		if j < 0 {
+			return nil // a NATS server: it recovers (or not) on its own; the checks tell
+		}
+		if err := waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
+			return nil
+		}
+		f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))
+		p.kill()
 	}
-	err := waitReady(ctx, p, c.urls[j], 2*time.Minute)
-	if err == nil {
-		return nil
-	}
-	f.What += fmt.Sprintf("; refused to start (%s), started again on an empty data dir", lastLine(p.lastLines(1)))
-	p.kill()
+	f.What += "; started on an empty data dir"
 	if err := os.RemoveAll(p.dataDir); err != nil {
 		return err
 	}

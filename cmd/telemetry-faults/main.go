@@ -12,8 +12,11 @@
 // node) split from the other two, a bridge (two machines cut from each
 // other, the third reaching both), tc netem delay, loss and reordering,
 // SIGSTOP of a node or a NATS server for longer than the lease TTL,
-// and a truncated or bit-flipped data file of one process before it
-// restarts. Then it heals everything and checks:
+// a truncated or bit-flipped data file of one process before it
+// restarts, and with -lazyfs a power cut of one machine (its NATS
+// server and node) and of all machines at once: each machine's disk is a
+// LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs).
+// Then it heals everything and checks:
 //
 //   - every acked reading is stored on each owner of its partition, once,
 //     under its own device (lost, duplicated, misattributed);
@@ -64,7 +67,7 @@ type Config struct {
 	Settle     time.Duration // publishing goes on this long after the last heal
 	StoreWait  time.Duration // how long the final check waits for acked readings to be stored
 	Progress   time.Duration
-	LazyFS     string   // the lazyfs binary: power cuts (not yet supported)
+	LazyFS     string   // the lazyfs binary: each machine's disk on LazyFS, and power cuts of one and of all machines
 	NodeArgs   []string // extra telemetryd flags
 }
 
@@ -131,6 +134,7 @@ func main() {
 	flag.DurationVar(&cfg.StaleBound, "stale-bound", cfg.StaleBound, "an answer may miss readings acked less than this before the query")
 	flag.DurationVar(&cfg.StoreWait, "store-wait", cfg.StoreWait, "how long the final check waits for every acked reading to be stored")
 	flag.DurationVar(&cfg.Progress, "progress", cfg.Progress, "progress line interval")
+	flag.StringVar(&cfg.LazyFS, "lazyfs", os.Getenv("TELEMETRY_LAZYFS"), "the lazyfs binary (default $TELEMETRY_LAZYFS): put each machine's disk on LazyFS and add power cuts of one machine and of all machines (see cmd/telemetry-crashloop/README.md)")
 	flag.Parse()
 	cfg.NodeArgs = flag.Args()
 	if dur > 0 && cfg.Faults > 0 {

@@ -184,6 +184,33 @@ func (n *network) heal(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// hasNetem reports whether this kernel has the netem queueing
+// discipline (some VM kernels are built without it).
+func (n *network) hasNetem(ctx context.Context) bool {
+	if err := n.inNS(ctx, 0, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"); err != nil {
+		return false
+	}
+	_ = n.inNS(ctx, 0, "tc", "qdisc", "del", "dev", "lo", "root")
+	return true
+}
+
+// slowLink is what replaces netem where the kernel lacks it: a token
+// bucket of rate on member i's link, whose queue delays packets by up
+// to latency and drops what does not fit, and iptables dropping a
+// random share loss (0 to 1) of the packets it receives and sends.
+func (n *network) slowLink(ctx context.Context, i int, rate, latency string, loss float64) error {
+	if err := n.inNS(ctx, i, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "32kbit", "latency", latency); err != nil {
+		return err
+	}
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		if err := n.inNS(ctx, i, "iptables", "-w", "-A", chain, "-m", "statistic", "--mode", "random",
+			"--probability", fmt.Sprintf("%.3f", loss), "-j", "DROP"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // netem sets a netem discipline on member i's link (e.g. "delay",
 // "200ms", "50ms", "loss", "5%").
 func (n *network) netem(ctx context.Context, i int, args ...string) error {

@@ -2,20 +2,71 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/lazyfs"
 )
 
-// lazyMount is a LazyFS mount holding one machine's data: its node's
-// data dir and its NATS server's store.
+// lazyMount is the disk of one machine, a LazyFS mount: its NATS
+// server's store and its node's data dir. A power cut of the machine
+// kills both and drops every write to the mount that was not fsynced.
 type lazyMount struct {
+	*lazyfs.FS
 	mnt string
 }
 
-func (m *lazyMount) close() error { return nil }
+func (m *lazyMount) close() error { return m.Close() }
 
-// errNoPowerCuts: power cuts are not implemented by this harness yet.
-var errNoPowerCuts = errors.New("power cuts (-lazyfs) are not supported yet")
+// mountAll mounts one LazyFS per machine under work.
+func (c *cluster) mountAll(ctx context.Context, work string) error {
+	for k := range servers {
+		fs, err := lazyfs.New(c.cfg.LazyFS, filepath.Join(work, fmt.Sprintf("lazyfs-%d", k)), filepath.Join(work, fmt.Sprintf("disk-%d", k)), c.log)
+		if err != nil {
+			return err
+		}
+		if err := fs.Mount(ctx); err != nil {
+			_ = fs.Close()
+			return err
+		}
+		c.lfs = append(c.lfs, &lazyMount{FS: fs, mnt: fs.Mnt})
+	}
+	return nil
+}
 
-func (c *cluster) mountAll(context.Context, string) error { return errNoPowerCuts }
-
-func (c *cluster) powerCut(context.Context, []int) error { return errNoPowerCuts }
+// powerCut cuts the power of the machines ks at once: their NATS servers
+// and nodes are SIGKILLed, every write to their disks that was not
+// fsynced is dropped, and they start again (the NATS servers first).
+// A node that does not start again fails the run: in the durable mode
+// a power cut must not damage what a node needs to start.
+func (c *cluster) powerCut(ctx context.Context, ks []int) error {
+	for _, k := range ks {
+		c.nodes[k].kill()
+		c.nats[k].kill()
+	}
+	for _, k := range ks {
+		if err := c.lfs[k].Cut(ctx); err != nil {
+			return fmt.Errorf("power cut of machine %d: %w", k, err)
+		}
+	}
+	for _, k := range ks {
+		if err := c.nats[k].start(); err != nil {
+			return err
+		}
+	}
+	if len(ks) == servers {
+		if err := c.waitJetStream(ctx, 3*time.Minute); err != nil {
+			return err
+		}
+	}
+	for _, k := range ks {
+		if err := c.nodes[k].start(); err != nil {
+			return err
+		}
+		if err := waitReady(ctx, c.nodes[k], c.urls[k], 3*time.Minute); err != nil {
+			return fmt.Errorf("after the power cut: %w", err)
+		}
+	}
+	return nil
+}

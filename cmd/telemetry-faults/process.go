@@ -175,11 +175,15 @@ cluster {
 `, i, net.memberAddr(i), storeDir, net.memberAddr(i), strings.Join(routes, ", "))
 }
 
-// newNATSProc prepares NATS server i (namespace i) under dir.
-func newNATSProc(net *network, self string, i, n int, dir string) (*proc, error) {
-	d := filepath.Join(dir, fmt.Sprintf("nats-%d", i))
-	store := filepath.Join(d, "store")
+// newNATSProc prepares NATS server i (namespace i), its configuration
+// and log under work, its store under disk.
+func newNATSProc(net *network, self string, i, n int, work, disk string) (*proc, error) {
+	d := filepath.Join(work, fmt.Sprintf("nats-%d", i))
+	store := filepath.Join(disk, fmt.Sprintf("nats-%d", i), "store")
 	if err := os.MkdirAll(store, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
 		return nil, err
 	}
 	cfgPath := filepath.Join(d, "nats.conf")
@@ -193,11 +197,15 @@ func newNATSProc(net *network, self string, i, n int, dir string) (*proc, error)
 // nodeURL is node j's HTTP base URL.
 func nodeURL(net *network, member int) string { return "http://" + net.memberAddr(member) + ":8080" }
 
-// newNodeProc prepares telemetryd node j in namespace member under dir.
-func newNodeProc(net *network, cfg Config, j, member int, natsURLs, dir string) (*proc, error) {
-	d := filepath.Join(dir, fmt.Sprintf("node-%d", j))
-	data := filepath.Join(d, "data")
+// newNodeProc prepares telemetryd node j in namespace member, its log
+// under work, its data dir under disk.
+func newNodeProc(net *network, cfg Config, j, member int, natsURLs, work, disk string) (*proc, error) {
+	d := filepath.Join(work, fmt.Sprintf("node-%d", j))
+	data := filepath.Join(disk, fmt.Sprintf("node-%d", j), "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
 		return nil, err
 	}
 	args := []string{"-data-dir", data, "-http-addr", net.memberAddr(member) + ":8080",

@@ -33,6 +33,7 @@ type cluster struct {
 	client *http.Client
 	log    *slog.Logger
 	lfs    []*lazyMount // per node, with power cuts: node j's data dir and NATS server j's store
+	netem  bool         // the kernel has netem
 }
 
 // servers is the count of NATS servers and of nodes.
@@ -138,6 +139,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 // setUp starts the NATS servers, waits for JetStream, then the nodes,
 // and waits until every partition has its copies caught up.
 func (c *cluster) setUp(ctx context.Context, self, work string) error {
+	c.netem = c.net.hasNetem(ctx)
 	for i := range servers {
 		c.natsU = append(c.natsU, "nats://"+c.net.memberAddr(i)+":4222")
 	}
@@ -147,7 +149,7 @@ func (c *cluster) setUp(ctx context.Context, self, work string) error {
 		}
 	}
 	for i := range servers {
-		p, err := newNATSProc(c.net, self, i, servers, c.storeDir(work, "nats", i))
+		p, err := newNATSProc(c.net, self, i, servers, work, c.disk(work, i))
 		if err != nil {
 			return err
 		}
@@ -160,7 +162,7 @@ func (c *cluster) setUp(ctx context.Context, self, work string) error {
 		return err
 	}
 	for j := range servers {
-		p, err := newNodeProc(c.net, c.cfg, j, servers+j, joinURLs(c.natsU), c.storeDir(work, "node", j))
+		p, err := newNodeProc(c.net, c.cfg, j, servers+j, joinURLs(c.natsU), work, c.disk(work, j))
 		if err != nil {
 			return err
 		}
@@ -177,11 +179,11 @@ func (c *cluster) setUp(ctx context.Context, self, work string) error {
 	return c.waitConverged(ctx, 3*time.Minute)
 }
 
-// storeDir is where process kind i keeps its data: under work, or on
-// its LazyFS mount with power cuts.
-func (c *cluster) storeDir(work, kind string, i int) string {
+// disk is where machine k's processes keep their data: under work, or
+// on its LazyFS mount with power cuts.
+func (c *cluster) disk(work string, k int) string {
 	if c.cfg.LazyFS != "" {
-		return filepath.Join(c.lfs[i].mnt, kind)
+		return c.lfs[k].mnt
 	}
 	return work
 }
