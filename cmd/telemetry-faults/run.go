@@ -231,6 +231,9 @@ func (c *cluster) waitConverged(ctx context.Context, timeout time.Duration) erro
 		}
 		sleepCtx(ctx, 500*time.Millisecond)
 	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	return fmt.Errorf("cluster did not converge within %s: %s", timeout, last)
 }
 
