@@ -196,7 +196,9 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold tim
 func (c *cluster) corrupt(ctx context.Context, rng *rand.Rand, f *fault) error {
 	procs := append(slices.Clone(c.nats), c.nodes...)
 	p := procs[rng.IntN(len(procs))]
-	p.kill()
+	if err := p.kill(); err != nil {
+		return err
+	}
 	files := dataFiles(p.dataDir)
 	if len(files) == 0 {
 		f.What = p.name + ": no data file to damage"
@@ -278,7 +280,9 @@ func (c *cluster) restart(ctx context.Context, p *proc, f *fault) error {
 			return nil
 		}
 		f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))
-		p.kill()
+		if err := p.kill(); err != nil {
+			return err
+		}
 	}
 	f.What += "; started on an empty data dir"
 	if err := os.RemoveAll(p.dataDir); err != nil {

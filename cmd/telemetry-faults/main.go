@@ -51,31 +51,33 @@ import (
 
 // Config is one run.
 type Config struct {
-	Binary     string        // telemetryd; empty builds ./cmd/telemetryd
-	WorkDir    string        // parent of the run's directory (logs, data); empty: the temp dir
-	Keep       bool          // keep the run's directory even when it passed
-	Seed       int64         // seeds the schedule, the clients and the queries
-	Faults     int           // faults to inject
-	Gap        time.Duration // mean pause between faults
-	Partitions int
-	Copies     int
-	LeaseTTL   time.Duration
-	Devices    int
-	Rate       float64       // readings per second over all clients
-	QueryEvery time.Duration // pause between queries
-	StaleBound time.Duration // an answer may miss readings acked less than this before it
-	Settle     time.Duration // publishing goes on this long after the last heal
-	StoreWait  time.Duration // how long the final check waits for acked readings to be stored
-	Progress   time.Duration
-	LazyFS     string   // the lazyfs binary: each machine's disk on LazyFS, and power cuts of one and of all machines
-	NodeArgs   []string // extra telemetryd flags
+	Binary      string        // telemetryd; empty builds ./cmd/telemetryd
+	WorkDir     string        // parent of the run's directory (logs, data); empty: the temp dir
+	Keep        bool          // keep the run's directory even when it passed
+	Seed        int64         // seeds the schedule, the clients and the queries
+	Faults      int           // faults to inject
+	Gap         time.Duration // mean pause between faults
+	Partitions  int
+	Copies      int
+	LeaseTTL    time.Duration
+	Devices     int
+	Rate        float64       // readings per second over all clients
+	QueryEvery  time.Duration // pause between queries
+	StaleBound  time.Duration // an answer may miss readings acked less than this before it
+	Settle      time.Duration // publishing goes on this long after the last heal
+	StoreWait   time.Duration // how long the final check waits for acked readings to be stored
+	Progress    time.Duration
+	LazyFS      string   // the lazyfs binary: each machine's disk on LazyFS, and power cuts of one and of all machines
+	LazyFSCache string   // LazyFS's cache per machine: must hold all a machine writes between two cuts
+	NodeArgs    []string // extra telemetryd flags
 }
 
 // DefaultConfig is a short run.
 func DefaultConfig() Config {
 	return Config{Seed: time.Now().UnixNano(), Faults: 7, Gap: 6 * time.Second, Partitions: 6, Copies: 2,
 		LeaseTTL: 3 * time.Second, Devices: 24, Rate: 80, QueryEvery: 300 * time.Millisecond,
-		StaleBound: 30 * time.Second, Settle: 5 * time.Second, StoreWait: 2 * time.Minute, Progress: 10 * time.Second}
+		StaleBound: 30 * time.Second, Settle: 5 * time.Second, StoreWait: 2 * time.Minute, Progress: 10 * time.Second,
+		LazyFSCache: "2gb"}
 }
 
 // Result is what a run did and found.
@@ -134,6 +136,7 @@ func main() {
 	flag.DurationVar(&cfg.StaleBound, "stale-bound", cfg.StaleBound, "an answer may miss readings acked less than this before the query")
 	flag.DurationVar(&cfg.StoreWait, "store-wait", cfg.StoreWait, "how long the final check waits for every acked reading to be stored")
 	flag.DurationVar(&cfg.Progress, "progress", cfg.Progress, "progress line interval")
+	flag.StringVar(&cfg.LazyFSCache, "lazyfs-cache", cfg.LazyFSCache, "LazyFS's cache per machine (it keeps synced writes too, never evicts, and hangs when full): more than a machine writes between two power cuts")
 	flag.StringVar(&cfg.LazyFS, "lazyfs", os.Getenv("TELEMETRY_LAZYFS"), "the lazyfs binary (default $TELEMETRY_LAZYFS): put each machine's disk on LazyFS and add power cuts of one machine and of all machines (see cmd/telemetry-crashloop/README.md)")
 	flag.Parse()
 	cfg.NodeArgs = flag.Args()

@@ -22,7 +22,7 @@ func (m *lazyMount) close() error { return m.Close() }
 // mountAll mounts one LazyFS per machine under work.
 func (c *cluster) mountAll(ctx context.Context, work string) error {
 	for k := range servers {
-		fs, err := lazyfs.New(c.cfg.LazyFS, filepath.Join(work, fmt.Sprintf("lazyfs-%d", k)), filepath.Join(work, fmt.Sprintf("disk-%d", k)), c.log)
+		fs, err := lazyfs.NewSized(c.cfg.LazyFS, filepath.Join(work, fmt.Sprintf("lazyfs-%d", k)), filepath.Join(work, fmt.Sprintf("disk-%d", k)), c.cfg.LazyFSCache, c.log)
 		if err != nil {
 			return err
 		}
@@ -42,8 +42,12 @@ func (c *cluster) mountAll(ctx context.Context, work string) error {
 // a power cut must not damage what a node needs to start.
 func (c *cluster) powerCut(ctx context.Context, ks []int) error {
 	for _, k := range ks {
-		c.nodes[k].kill()
-		c.nats[k].kill()
+		if err := c.nodes[k].kill(); err != nil {
+			return err
+		}
+		if err := c.nats[k].kill(); err != nil {
+			return err
+		}
 	}
 	for _, k := range ks {
 		if err := c.lfs[k].Cut(ctx); err != nil {

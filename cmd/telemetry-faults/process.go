@@ -118,14 +118,24 @@ func (p *proc) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// kill SIGKILLs the process and waits for it to be gone.
-func (p *proc) kill() {
+// kill SIGKILLs the process and waits for it to be gone. A process
+// whose threads hang in the kernel (a FUSE file system that stopped
+// answering) cannot finish exiting: after killWait kill gives up and
+// says so.
+func (p *proc) kill() error {
 	if !p.running() {
-		return
+		return nil
 	}
 	_ = p.signal(syscall.SIGKILL)
-	<-p.exited
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(killWait):
+		return fmt.Errorf("%s did not exit within %s of SIGKILL: a thread hangs in the kernel (with -lazyfs: is LazyFS's cache full? see -lazyfs-cache)", p.name, killWait)
+	}
 }
+
+const killWait = time.Minute
 
 // stop sends SIGTERM (SIGCONT first, should it be paused) and kills it
 // after timeout.
@@ -138,7 +148,7 @@ func (p *proc) stop(timeout time.Duration) {
 	select {
 	case <-p.exited:
 	case <-time.After(timeout):
-		p.kill()
+		_ = p.kill()
 	}
 }
 

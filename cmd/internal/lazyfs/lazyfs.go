@@ -54,8 +54,18 @@ type FS struct {
 // only makes a cut lose less.
 const lazyFSCacheSize = "512mb"
 
-// New prepares a LazyFS mount of root at dir/mnt; Mount starts it.
+// New prepares a LazyFS mount of root at dir/mnt with the default cache
+// (512 MB); Mount starts it.
 func New(bin, dir, root string, log *slog.Logger) (*FS, error) {
+	return NewSized(bin, dir, root, lazyFSCacheSize, log)
+}
+
+// NewSized is New with a cache of size (LazyFS's notation, e.g.
+// "2gb"). The cache keeps synced writes too and never evicts, so it
+// must hold everything written to the mount between two cuts: LazyFS
+// 0.2 stops answering (its writers hang in the kernel) once it is
+// full.
+func NewSized(bin, dir, root, size string, log *slog.Logger) (*FS, error) {
 	if bin == "" {
 		return nil, errors.New("no lazyfs binary given (see cmd/telemetry-crashloop/README.md)")
 	}
@@ -89,7 +99,7 @@ blocks_per_page=1
 [filesystem]
 log_all_operations=false
 logfile=%q
-`, l.faults, l.acks, lazyFSCacheSize, filepath.Join(dir, "lazyfs.log"))
+`, l.faults, l.acks, size, filepath.Join(dir, "lazyfs.log"))
 	if err := os.WriteFile(l.config, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
@@ -207,6 +217,11 @@ func (l *FS) handOver() error {
 // clearCache tells LazyFS to drop every unsynced write and waits until
 // it did.
 func (l *FS) clearCache(ctx context.Context) error {
+	select {
+	case <-l.exited: // no reader: opening the fifo would wait for ever
+		return errors.New("lazyfs is not running")
+	default:
+	}
 	f, err := os.OpenFile(l.faults, os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", l.faults, err)
