@@ -10,7 +10,8 @@
 // nodes. Meanwhile it injects faults on a schedule from -seed: a
 // process cut off from the others, a machine (a NATS server and its
 // node) split from the other two, a bridge (two machines cut from each
-// other, the third reaching both), tc netem delay, loss and reordering,
+// other, the third reaching both), tc netem delay, loss and reordering
+// (a token bucket and random drops where the kernel lacks netem),
 // SIGSTOP of a node or a NATS server for longer than the lease TTL,
 // a truncated or bit-flipped data file of one process before it
 // restarts, and with -lazyfs a power cut of one machine (its NATS
@@ -29,10 +30,11 @@
 // It prints the faults with their times and the checks, and exits
 // non-zero on any violation. It needs root (namespaces, iptables, tc).
 //
-//	go run ./cmd/telemetry-faults -faults 60 -duration 30m -seed 4040
+//	go run ./cmd/telemetry-faults -faults 52 -duration 30m -seed 4040
+//	go run ./cmd/telemetry-faults -faults 60 -duration 35m -seed 4040 -lazyfs /opt/tools/bin/lazyfs -lazyfs-cache 4gb
 //
 // It tears down its namespaces, bridge and processes on every exit,
-// ctrl-C included; its network names carry a random run ID, so runs side
+// ctrl-C and SIGTERM included (README.md); its network names carry a random run ID, so runs side
 // by side do not clash.
 package main
 
