@@ -79,7 +79,7 @@ func DefaultConfig() Config {
 	return Config{Seed: time.Now().UnixNano(), Faults: 7, Gap: 6 * time.Second, Partitions: 6, Copies: 2,
 		LeaseTTL: 3 * time.Second, Devices: 24, Rate: 80, QueryEvery: 300 * time.Millisecond,
 		StaleBound: 30 * time.Second, Settle: 5 * time.Second, StoreWait: 2 * time.Minute, Progress: 10 * time.Second,
-		LazyFSCache: "2gb"}
+		LazyFSCache: "1gb"}
 }
 
 // Result is what a run did and found.

@@ -141,7 +141,7 @@ func (l *FS) Mount(ctx context.Context) error {
 		_ = cmd.Wait()
 		close(done)
 	}(l.cmd, l.exited)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(mountWait)
 	for {
 		if ok, err := l.mounted(); err != nil {
 			return err
@@ -149,7 +149,7 @@ func (l *FS) Mount(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lazyfs not mounted at %s after 30s; see %s", l.Mnt, out.Name())
+			return fmt.Errorf("lazyfs not mounted at %s after %s; see %s", l.Mnt, mountWait, out.Name())
 		}
 		select {
 		case <-l.exited:
@@ -160,6 +160,10 @@ func (l *FS) Mount(ctx context.Context) error {
 		}
 	}
 }
+
+// mountWait bounds a mount: LazyFS allocates its whole cache first,
+// which takes a while for a large one on a busy machine.
+const mountWait = 2 * time.Minute
 
 // mounted reports whether a LazyFS file system is mounted at l.Mnt.
 func (l *FS) mounted() (bool, error) {
