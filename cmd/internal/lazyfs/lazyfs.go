@@ -61,10 +61,11 @@ func New(bin, dir, root string, log *slog.Logger) (*FS, error) {
 }
 
 // NewSized is New with a cache of size (LazyFS's notation, e.g.
-// "2gb"). The cache keeps synced writes too and never evicts, so it
-// must hold everything written to the mount between two cuts: LazyFS
-// 0.2 stops answering (its writers hang in the kernel) once it is
-// full.
+// "2gb"). The cache keeps synced writes too and never evicts
+// (apply_eviction=false), so give it room for everything written to the
+// mount between two cuts: a 512 MB cache under a cluster node and its
+// NATS server (about 430 MB on disk after 7 minutes) stopped answering,
+// its writers hung in fsync and lookups until LazyFS was killed.
 func NewSized(bin, dir, root, size string, log *slog.Logger) (*FS, error) {
 	if bin == "" {
 		return nil, errors.New("no lazyfs binary given (see cmd/telemetry-crashloop/README.md)")
