@@ -179,10 +179,10 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold tim
 	case faultPowerOne:
 		k := rng.IntN(servers)
 		f.What = fmt.Sprintf("power cut of nats-%d and node-%d", k, k)
-		return c.powerCut(ctx, []int{k})
+		return c.powerCut(ctx, []int{k}, f)
 	case faultPowerAll:
 		f.What = "power cut of every machine"
-		return c.powerCut(ctx, []int{0, 1, 2})
+		return c.powerCut(ctx, []int{0, 1, 2}, f)
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }

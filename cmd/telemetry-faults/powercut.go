@@ -38,9 +38,9 @@ func (c *cluster) mountAll(ctx context.Context, work string) error {
 // powerCut cuts the power of the machines ks at once: their NATS servers
 // and nodes are SIGKILLed, every write to their disks that was not
 // fsynced is dropped, and they start again (the NATS servers first).
-// A node that does not start again fails the run: in the durable mode
-// a power cut must not damage what a node needs to start.
-func (c *cluster) powerCut(ctx context.Context, ks []int) error {
+// A node that does not start in three tries fails the run: in the
+// durable mode a power cut must not damage what a node needs to start.
+func (c *cluster) powerCut(ctx context.Context, ks []int, f *fault) error {
 	for _, k := range ks {
 		if err := c.nodes[k].kill(); err != nil {
 			return err
@@ -65,12 +65,32 @@ func (c *cluster) powerCut(ctx context.Context, ks []int) error {
 		}
 	}
 	for _, k := range ks {
-		if err := c.nodes[k].start(); err != nil {
+		if err := c.startAfterCut(ctx, k, f); err != nil {
 			return err
-		}
-		if err := waitReady(ctx, c.nodes[k], c.urls[k], 3*time.Minute); err != nil {
-			return fmt.Errorf("after the power cut: %w", err)
 		}
 	}
 	return nil
+}
+
+// startAfterCut starts node k after a power cut, up to three times, as a
+// supervisor would: after a cut of every machine the NATS servers answer
+// before their streams have leaders again, and a node whose start times
+// out waiting for them exits. f notes every refusal; a node that
+// refuses three times fails the run.
+func (c *cluster) startAfterCut(ctx context.Context, k int, f *fault) error {
+	p := c.nodes[k]
+	var err error
+	for attempt := range 3 {
+		if err = p.start(); err != nil {
+			return err
+		}
+		if err = waitReady(ctx, p, c.urls[k], 3*time.Minute); err == nil {
+			return nil
+		}
+		f.What += fmt.Sprintf("; %s start %d refused (%s)", p.name, attempt+1, lastLine(p.lastLines(1)))
+		if kerr := p.kill(); kerr != nil {
+			return kerr
+		}
+	}
+	return fmt.Errorf("after the power cut: %w", err)
 }
