@@ -127,7 +127,11 @@ func (q *querier) one(ctx context.Context, j, d int) query {
 	}
 	defer resp.Body.Close()
 	res.status = resp.StatusCode
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil { // cut off by the client's timeout on a slow link: no answer
+		res.verdict = "no-answer"
+		return res
+	}
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusServiceUnavailable:
