@@ -196,7 +196,9 @@ func (e *UnavailableError) Error() string {
 }
 
 // Unwrap matches buckets.ErrUnavailable and the owners' errors.
-func (e *UnavailableError) Unwrap() []error { return append([]error{buckets.ErrUnavailable}, e.Errs...) }
+func (e *UnavailableError) Unwrap() []error {
+	return append([]error{buckets.ErrUnavailable}, e.Errs...)
+}
 
 // ClientMessage is what a client is told.
 func (e *UnavailableError) ClientMessage() string {
