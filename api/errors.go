@@ -83,6 +83,9 @@ type panicError struct {
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
+// clientMessager is an error that words itself for the client.
+type clientMessager interface{ ClientMessage() string }
+
 // toAPIError maps any error a handler or middleware returns to what the
 // client sees. It is the one place that turns errors into HTTP status
 // codes. Internal details never reach the client: anything unknown is a
@@ -93,6 +96,7 @@ func (s *Server) toAPIError(err error) *apiError {
 	var mbe *http.MaxBytesError
 	var te *buckets.TableError
 	var ve *buckets.ValidationError
+	var cm clientMessager
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -110,6 +114,10 @@ func (s *Server) toAPIError(err error) *apiError {
 		return &apiError{http.StatusNotFound, codeNotFound, "request: not found"}
 	case errors.As(err, &te):
 		return &apiError{http.StatusServiceUnavailable, codeUnavailable, "store: " + te.ClientMessage()}
+	case errors.As(err, &cm) && errors.Is(err, buckets.ErrUnavailable):
+		// e.g. a cluster's partition that no owner answered: the
+		// client learns which one.
+		return &apiError{http.StatusServiceUnavailable, codeUnavailable, "cluster: " + cm.ClientMessage()}
 	case errors.Is(err, buckets.ErrUnavailable):
 		return &apiError{http.StatusServiceUnavailable, codeUnavailable, "store: temporarily unavailable; retry later"}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -312,6 +312,18 @@ func TestPanicsBecome500(t *testing.T) {
 	assert.Equal(t, http.StatusOK, env.get(t, "/v1/devices/dev-1/readings/latest").status, "the server keeps serving")
 }
 
+// partitionDown is an unavailable error that words itself for the
+// client, as a cluster's router words a partition no owner answered.
+type partitionDown struct{ p int }
+
+func (e partitionDown) Error() string {
+	return fmt.Sprintf("partition %d: http://10.0.0.7:8080 refused", e.p)
+}
+func (e partitionDown) Unwrap() error { return buckets.ErrUnavailable }
+func (e partitionDown) ClientMessage() string {
+	return fmt.Sprintf("partition %d: no owner answered; retry later", e.p)
+}
+
 func TestSentinelErrorMapping(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -339,6 +351,14 @@ func TestSentinelErrorMapping(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a partition no owner answered is named", func(t *testing.T) {
+		env := newTestEnv(t)
+		env.reader.err = fmt.Errorf("latest dev-1: %w", partitionDown{3})
+		res := env.get(t, "/v1/devices/dev-1/readings/latest")
+		msg := requireError(t, res, http.StatusServiceUnavailable, "unavailable", "cluster")
+		assert.Equal(t, "cluster: partition 3: no owner answered; retry later", msg)
+		assert.NotContains(t, msg, "10.0.0.7", "node addresses stay out")
+	})
 	t.Run("damaged table names its day, not its files", func(t *testing.T) {
 		env := newTestEnv(t)
 		day, err := buckets.ParseDay("2026-11-21")

@@ -67,15 +67,22 @@ type Tombstones interface {
 
 // startPosition sets where a consumer about to be created starts. An
 // existing consumer keeps its deliver policy (the server refuses to
-// change it); a missing one starts after the saved position, when
-// there is a valid one.
+// change it), unless it acked past what the store settled (storeBehind):
+// then it is deleted and created again like a missing one, which starts
+// after the saved position, when there is a valid one, else at the
+// beginning of the stream.
 func (in *Ingester) startPosition(ctx context.Context, st jetstream.Stream, cfg *jetstream.ConsumerConfig) error {
 	existing, err := in.js.Consumer(ctx, in.cfg.Stream, in.cfg.Consumer)
 	switch {
 	case err == nil:
-		c := existing.CachedInfo().Config
-		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = c.DeliverPolicy, c.OptStartSeq, c.OptStartTime
-		return nil
+		if !in.storeBehind(ctx, st, existing) {
+			c := existing.CachedInfo().Config
+			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = c.DeliverPolicy, c.OptStartSeq, c.OptStartTime
+			return nil
+		}
+		if err := in.js.DeleteConsumer(ctx, in.cfg.Stream, in.cfg.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("delete consumer %s, which acked past the store: %w", in.cfg.Consumer, err)
+		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return fmt.Errorf("look up consumer %s: %w", in.cfg.Consumer, err)
 	}
@@ -106,6 +113,35 @@ func (in *Ingester) startPosition(ctx context.Context, st jetstream.Stream, cfg 
 	in.log.Info("creating the consumer after the saved stream position", "stream", in.cfg.Stream,
 		"consumer", in.cfg.Consumer, "start_seq", cfg.OptStartSeq)
 	return nil
+}
+
+// storeBehind reports whether the durable consumer cons has acked
+// messages the store never settled: the store has no position saved for
+// this stream (a new or emptied data dir under a node name whose
+// consumer lives on in the stream), one of an earlier stream of that
+// name, or one below the consumer's ack floor (the store lost writes,
+// or the saved position lags by up to PositionEvery, which costs a
+// redelivery written idempotently). Resuming such a consumer would skip
+// those messages for good. Without Positions, or when the position
+// cannot be read, the consumer is kept.
+func (in *Ingester) storeBehind(ctx context.Context, st jetstream.Stream, cons jetstream.Consumer) bool {
+	if in.cfg.Positions == nil {
+		return false
+	}
+	floor := cons.CachedInfo().AckFloor.Stream
+	if floor == 0 {
+		return false
+	}
+	pos, ok, err := in.cfg.Positions.LoadPosition(ctx, in.cfg.Stream)
+	if err != nil {
+		return false
+	}
+	if ok && pos.Seq >= floor && pos.Created.Equal(st.CachedInfo().Created) {
+		return false
+	}
+	in.log.Warn("the consumer acked past the store's saved position; creating it again from there so nothing is skipped",
+		"stream", in.cfg.Stream, "consumer", in.cfg.Consumer, "ack_floor", floor, "saved", ok, "saved_seq", pos.Seq)
+	return true
 }
 
 // savePositions saves the consumer's ack floor every PositionEvery

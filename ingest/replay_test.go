@@ -149,6 +149,47 @@ func TestIngestRecreatedConsumerStartsAfterSavedPosition(t *testing.T) {
 	assert.Equal(t, jetstream.DeliverAllPolicy, info2.Config.DeliverPolicy)
 }
 
+// A store that lacks what its durable consumer acked (an emptied data
+// dir under the same consumer name, or a store that lost writes) gets
+// those messages again: the consumer is created again after the store's
+// saved position, or at the start of the stream when it has none,
+// instead of resuming past them.
+func TestIngestConsumerAheadOfTheStoreStartsAgain(t *testing.T) {
+	pos := &fakePositions{pos: map[string]buckets.StreamPosition{}}
+	e := newTestEnv(t, func(c *Config) { c.Positions = pos; c.PositionEvery = 20 * time.Millisecond })
+	e.start()
+	var last uint64
+	for i := range 5 {
+		last = e.publish("telemetry.dev-1", flat(nowMillis()+int64(i), i))
+	}
+	e.waitAcked(last)
+	require.Eventually(t, func() bool { return pos.get("TELEMETRY").Seq == last }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.stop())
+
+	for _, tc := range []struct {
+		name  string
+		saved map[string]buckets.StreamPosition
+		want  int // readings the new store gets from the stream
+	}{
+		{"emptied data dir", map[string]buckets.StreamPosition{}, 5},
+		{"store lost its last writes", map[string]buckets.StreamPosition{"TELEMETRY": {Stream: "TELEMETRY", Seq: 2, Created: pos.get("TELEMETRY").Created}}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &fakeWriter{}
+			cfg := e.cfg
+			cfg.Positions = &fakePositions{pos: tc.saved}
+			in, err := New(e.nc, w, cfg)
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- in.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			require.Eventually(t, func() bool { return len(w.stored("dev-1")) == tc.want }, 10*time.Second, 10*time.Millisecond,
+				"the store gets the acked messages it lacks; has %d", len(w.stored("dev-1")))
+		})
+	}
+}
+
 // Readings and attribute assignments of a device deleted after their
 // message was published are skipped and counted, the message acked;
 // another device's messages, and what the deleted device publishes

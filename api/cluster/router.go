@@ -177,12 +177,35 @@ func (r *Router) Handler() *Handler {
 	return NewHandler(r.local, r.members.PartitionOf, r.c.credential, r.callers, r.log)
 }
 
+// UnavailableError is a request for a partition that no owner
+// answered: none has caught up on it yet, or every one failed. Its
+// ClientMessage names the partition (not the nodes) for the client.
+type UnavailableError struct {
+	Partition int
+	Errs      []error // what the owners asked answered; none: no owner caught up
+}
+
 // unavailable is the error when no owner of a partition answered.
-func unavailable(p int, errs []error) error {
-	if len(errs) == 0 {
-		return fmt.Errorf("partition %d has no caught-up owner yet: %w", p, buckets.ErrUnavailable)
+func unavailable(p int, errs []error) error { return &UnavailableError{Partition: p, Errs: errs} }
+
+func (e *UnavailableError) Error() string {
+	if len(e.Errs) == 0 {
+		return fmt.Sprintf("partition %d has no caught-up owner yet: %v", e.Partition, buckets.ErrUnavailable)
 	}
-	return fmt.Errorf("partition %d: every owner failed: %w: %w", p, errors.Join(errs...), buckets.ErrUnavailable)
+	return fmt.Sprintf("partition %d: every owner failed: %v: %v", e.Partition, errors.Join(e.Errs...), buckets.ErrUnavailable)
+}
+
+// Unwrap matches buckets.ErrUnavailable and the owners' errors.
+func (e *UnavailableError) Unwrap() []error {
+	return append([]error{buckets.ErrUnavailable}, e.Errs...)
+}
+
+// ClientMessage is what a client is told.
+func (e *UnavailableError) ClientMessage() string {
+	if len(e.Errs) == 0 {
+		return fmt.Sprintf("partition %d has no caught-up owner yet; retry later", e.Partition)
+	}
+	return fmt.Sprintf("partition %d: no owner answered (%d asked); retry later", e.Partition, len(e.Errs))
 }
 
 // onOwner runs local or remote against the owners of dev's partition in
@@ -193,7 +216,16 @@ func (r *Router) onOwner(ctx context.Context, dev buckets.DeviceID, local func()
 	var errs []error
 	for _, o := range r.members.Owners(p) {
 		if o.Self {
-			return local()
+			// This node's copy may be unavailable (a table being
+			// repaired, a store refusing while its disk is full); the
+			// next owner's may not.
+			err := local()
+			if err == nil || !errors.Is(err, buckets.ErrUnavailable) || ctx.Err() != nil {
+				return err
+			}
+			r.log.WarnContext(ctx, "own copy unavailable; trying the next owner", "partition", p, "err", err)
+			errs = append(errs, err)
+			continue
 		}
 		err := remote(o.URL)
 		if err == nil || !errors.Is(err, errTransport) {

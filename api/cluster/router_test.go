@@ -255,6 +255,38 @@ func TestRouterAsksTheNextOwnerWhenOneFails(t *testing.T) {
 	assert.ErrorContains(t, err, "every owner failed")
 }
 
+// unavailableLocal is a store whose reads are unavailable (a table
+// being repaired, a full disk).
+type unavailableLocal struct{ memLocal }
+
+func (u *unavailableLocal) Latest(context.Context, buckets.DeviceID, int) ([]buckets.Reading, error) {
+	return nil, fmt.Errorf("table 2026-12-05: %w", buckets.ErrUnavailable)
+}
+
+// TestRouterOwnCopyUnavailable: when this node's copy cannot be read,
+// the next owner answers; when no owner can, the error names the
+// partition for the client (and no node).
+func TestRouterOwnCopyUnavailable(t *testing.T) {
+	remote := &memLocal{rs: []buckets.Reading{reading("d1", 10, 1.5)}}
+	v := view{owners: map[int][]Peer{}}
+	v.owners[1] = []Peer{{Node: "self", Self: true}, {Node: "b", URL: serve(t, remote, v)}}
+	r, err := New(Config{Local: &unavailableLocal{}, Membership: v, Credential: testCredential})
+	require.NoError(t, err)
+	rs, err := r.Latest(context.Background(), "d1", 5)
+	require.NoError(t, err, "the other owner answers")
+	require.Len(t, rs, 1)
+
+	v.owners[1] = []Peer{{Node: "self", Self: true}}
+	r, err = New(Config{Local: &unavailableLocal{}, Membership: v, Credential: testCredential})
+	require.NoError(t, err)
+	_, err = r.Latest(context.Background(), "d1", 5)
+	require.ErrorIs(t, err, buckets.ErrUnavailable)
+	var ue *UnavailableError
+	require.ErrorAs(t, err, &ue)
+	assert.Equal(t, 1, ue.Partition)
+	assert.Equal(t, "partition 1: no owner answered (1 asked); retry later", ue.ClientMessage())
+}
+
 // TestRouterDevicesMerge: one owner per partition lists only the
 // devices of the partitions it was chosen for (a node holding a stale
 // copy of another partition does not show it twice), and the merged

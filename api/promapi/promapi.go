@@ -277,6 +277,10 @@ func (a *API) execError(r *http.Request, err error) *apiError {
 		return &apiError{typ: ErrorExec, msg: err.Error()}
 	case errors.Is(err, buckets.ErrUnavailable):
 		a.log.WarnContext(r.Context(), "query could not be served", "path", r.URL.Path, "err", err)
+		var cm interface{ ClientMessage() string }
+		if errors.As(err, &cm) { // e.g. a cluster's partition that no owner answered
+			return &apiError{typ: ErrorUnavailable, msg: cm.ClientMessage()}
+		}
 		return &apiError{typ: ErrorUnavailable, msg: "store temporarily unavailable; retry later"}
 	case errors.As(err, &es):
 		a.log.ErrorContext(r.Context(), "query failed in the store", "path", r.URL.Path, "err", err)

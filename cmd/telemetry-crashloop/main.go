@@ -80,7 +80,7 @@ type Config struct {
 	Protocol string        // nats (JetStream publish acks), mqtt (QoS 1 PUBACKs) or lineproto (204s)
 	Hostile  bool          // run the service with credentials and a hostile second client
 	// PowerCut puts the data dir on a LazyFS mount and, at each kill,
-	// drops every write the service had not fsynced (see lazyFS).
+	// drops every write the service had not fsynced (see cmd/internal/lazyfs).
 	PowerCut bool
 	LazyFS   string // the lazyfs binary (-power-cut)
 	// Spread gives each reading of a message its own device (reading

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/lazyfs"
 )
 
 // lazyFSBinary returns the lazyfs binary named by TELEMETRY_LAZYFS, or
@@ -31,14 +33,14 @@ func lazyFSBinary(t *testing.T) string {
 func TestLazyFSCut(t *testing.T) {
 	bin := lazyFSBinary(t)
 	dir := t.TempDir()
-	l, err := newLazyFS(bin, filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	l, err := lazyfs.New(bin, filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	require.NoError(t, l.mount(ctx))
-	defer l.close()
+	require.NoError(t, l.Mount(ctx))
+	defer l.Close()
 
-	synced, unsynced := filepath.Join(l.mnt, "synced"), filepath.Join(l.mnt, "unsynced")
+	synced, unsynced := filepath.Join(l.Mnt, "synced"), filepath.Join(l.Mnt, "unsynced")
 	f, err := os.Create(synced)
 	require.NoError(t, err)
 	_, err = f.WriteString("kept")
@@ -48,9 +50,9 @@ func TestLazyFSCut(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	require.NoError(t, os.WriteFile(unsynced, []byte("lost"), 0o644))
-	mapped := mapFile(t, filepath.Join(l.mnt, "mapped"), "kept", "lost")
+	mapped := mapFile(t, filepath.Join(l.Mnt, "mapped"), "kept", "lost")
 
-	require.NoError(t, l.cut(ctx))
+	require.NoError(t, l.Cut(ctx))
 
 	got, err := os.ReadFile(mapped)
 	require.NoError(t, err)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/lazyfs"
 )
 
 // Run performs one crash loop and checks the result.
@@ -35,19 +37,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			return res, err
 		}
 	}
-	var lfs *lazyFS
+	var lfs *lazyfs.FS
 	if cfg.PowerCut {
 		// -data-dir, if given, is the disk under the mount.
 		root := cmp.Or(cfg.DataDir, filepath.Join(work, "disk"))
-		if lfs, err = newLazyFS(cfg.LazyFS, filepath.Join(work, "lazyfs"), root, log); err != nil {
+		if cfg.LazyFS == "" {
+			return res, errors.New("-power-cut needs -lazyfs, the path of the lazyfs binary (see the crash loop's README)")
+		}
+		if lfs, err = lazyfs.New(cfg.LazyFS, filepath.Join(work, "lazyfs"), root, log); err != nil {
 			return res, err
 		}
-		if err := lfs.mount(ctx); err != nil {
-			lfs.close()
+		if err := lfs.Mount(ctx); err != nil {
+			lfs.Close()
 			return res, err
 		}
-		defer lfs.close() // after the service stopped: defers run last first
-		cfg.DataDir = filepath.Join(lfs.mnt, "data")
+		defer lfs.Close() // after the service stopped: defers run last first
+		cfg.DataDir = filepath.Join(lfs.Mnt, "data")
 	}
 	if cfg.DiskFaults > 0 {
 		unmount, err := diskFaultDisk(&cfg, work)
@@ -220,7 +225,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 // killLoop SIGKILLs the service cfg.Kills times at seeded random
 // moments, restarting it each time. With lfs, each kill is a power cut:
 // every write the service had not fsynced is lost before the restart.
-func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyFS, pub *publisher, log *slog.Logger, res *Result) error {
+func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result) error {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
 	for res.Kills < cfg.Kills {
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
@@ -238,7 +243,7 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyFS, pub *p
 		res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight)})
 		if lfs != nil {
 			acked := pub.acked.Load()
-			if err := lfs.cut(ctx); err != nil {
+			if err := lfs.Cut(ctx); err != nil {
 				return fmt.Errorf("power cut %d: %w", res.Kills, err)
 			}
 			log.Info("power cut", "cut", res.Kills, "acked_before", acked)

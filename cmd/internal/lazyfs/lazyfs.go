@@ -1,4 +1,8 @@
-package main
+// Package lazyfs runs LazyFS (github.com/dsrhaslab/lazyfs), a FUSE file
+// system that keeps every write in its own cache until the writer
+// fsyncs it, and cuts the power: drops every write that was not
+// fsynced. The crash loop and the fault harness put data dirs on it.
+package lazyfs
 
 import (
 	"bufio"
@@ -16,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lazyFS runs LazyFS (github.com/dsrhaslab/lazyfs), a FUSE file system
+// FS runs LazyFS (github.com/dsrhaslab/lazyfs), a FUSE file system
 // that keeps every write in its own cache until the writer fsyncs it,
 // and drops what was not synced on command. It mounts root at mnt; a
 // power cut is: the service is dead, the writes the kernel still holds
@@ -29,11 +33,11 @@ import (
 //
 // LazyFS persists namespace operations (create, rename, unlink,
 // truncate) at once; only file data waits for fsync.
-type lazyFS struct {
+type FS struct {
 	bin    string // the lazyfs binary
 	dir    string // config, fifos and log
 	root   string // the backing directory, what a disk would hold
-	mnt    string // the mount point
+	Mnt    string // the mount point
 	log    *slog.Logger
 	config string
 	faults string // fifo LazyFS reads commands from
@@ -50,18 +54,29 @@ type lazyFS struct {
 // only makes a cut lose less.
 const lazyFSCacheSize = "512mb"
 
-// newLazyFS prepares a LazyFS mount of root at dir/mnt; mount starts it.
-func newLazyFS(bin, dir, root string, log *slog.Logger) (*lazyFS, error) {
+// New prepares a LazyFS mount of root at dir/mnt with the default cache
+// (512 MB); Mount starts it.
+func New(bin, dir, root string, log *slog.Logger) (*FS, error) {
+	return NewSized(bin, dir, root, lazyFSCacheSize, log)
+}
+
+// NewSized is New with a cache of size (LazyFS's notation, e.g.
+// "2gb"). The cache keeps synced writes too and never evicts
+// (apply_eviction=false), so give it room for everything written to the
+// mount between two cuts: a 512 MB cache under a cluster node and its
+// NATS server (about 430 MB on disk after 7 minutes) stopped answering,
+// its writers hung in fsync and lookups until LazyFS was killed.
+func NewSized(bin, dir, root, size string, log *slog.Logger) (*FS, error) {
 	if bin == "" {
-		return nil, errors.New("-power-cut needs -lazyfs, the path of the lazyfs binary (see the crash loop's README)")
+		return nil, errors.New("no lazyfs binary given (see cmd/telemetry-crashloop/README.md)")
 	}
 	if _, err := exec.LookPath(bin); err != nil {
 		return nil, fmt.Errorf("-lazyfs %s: %w", bin, err)
 	}
-	l := &lazyFS{bin: bin, dir: dir, root: root, mnt: filepath.Join(dir, "mnt"), log: log,
+	l := &FS{bin: bin, dir: dir, root: root, Mnt: filepath.Join(dir, "mnt"), log: log,
 		config: filepath.Join(dir, "lazyfs.toml"), faults: filepath.Join(dir, "faults.fifo"),
 		acks: filepath.Join(dir, "faults-done.fifo"), lines: make(chan string, 16)}
-	for _, d := range []string{root, l.mnt} {
+	for _, d := range []string{root, l.Mnt} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -85,7 +100,7 @@ blocks_per_page=1
 [filesystem]
 log_all_operations=false
 logfile=%q
-`, l.faults, l.acks, lazyFSCacheSize, filepath.Join(dir, "lazyfs.log"))
+`, l.faults, l.acks, size, filepath.Join(dir, "lazyfs.log"))
 	if err := os.WriteFile(l.config, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
@@ -106,14 +121,14 @@ logfile=%q
 	return l, nil
 }
 
-// mount starts LazyFS and waits until the mount is there.
-func (l *lazyFS) mount(ctx context.Context) error {
+// Mount starts LazyFS and waits until the mount is there.
+func (l *FS) Mount(ctx context.Context) error {
 	out, err := os.OpenFile(filepath.Join(l.dir, "lazyfs.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	l.cmd = exec.Command(l.bin, l.mnt, "--config-path", l.config,
+	l.cmd = exec.Command(l.bin, l.Mnt, "--config-path", l.config,
 		"-o", "allow_other", "-o", "modules=subdir", "-o", "subdir="+l.root, "-f")
 	l.cmd.Stdout, l.cmd.Stderr = out, out
 	// LazyFS unmounts on SIGTERM: a crash loop that dies takes its mount
@@ -127,7 +142,7 @@ func (l *lazyFS) mount(ctx context.Context) error {
 		_ = cmd.Wait()
 		close(done)
 	}(l.cmd, l.exited)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(mountWait)
 	for {
 		if ok, err := l.mounted(); err != nil {
 			return err
@@ -135,11 +150,11 @@ func (l *lazyFS) mount(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lazyfs not mounted at %s after 30s; see %s", l.mnt, out.Name())
+			return fmt.Errorf("lazyfs not mounted at %s after %s; see %s", l.Mnt, mountWait, out.Name())
 		}
 		select {
 		case <-l.exited:
-			return fmt.Errorf("lazyfs exited before mounting %s; see %s", l.mnt, out.Name())
+			return fmt.Errorf("lazyfs exited before mounting %s; see %s", l.Mnt, out.Name())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -147,8 +162,12 @@ func (l *lazyFS) mount(ctx context.Context) error {
 	}
 }
 
-// mounted reports whether a LazyFS file system is mounted at l.mnt.
-func (l *lazyFS) mounted() (bool, error) {
+// mountWait bounds a mount: LazyFS allocates its whole cache first,
+// which takes a while for a large one on a busy machine.
+const mountWait = 2 * time.Minute
+
+// mounted reports whether a LazyFS file system is mounted at l.Mnt.
+func (l *FS) mounted() (bool, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return false, err
@@ -156,7 +175,7 @@ func (l *lazyFS) mounted() (bool, error) {
 	for line := range strings.SplitSeq(string(b), "\n") {
 		f := strings.Fields(line)
 		// ID parent major:minor root mountpoint options ... - fstype source super
-		if len(f) < 5 || f[4] != l.mnt {
+		if len(f) < 5 || f[4] != l.Mnt {
 			continue
 		}
 		for i, v := range f {
@@ -168,9 +187,9 @@ func (l *lazyFS) mounted() (bool, error) {
 	return false, nil
 }
 
-// cut loses every write not fsynced since the last cut, then mounts
+// Cut loses every write not fsynced since the last cut, then mounts
 // the file system again. The service must not be running.
-func (l *lazyFS) cut(ctx context.Context) error {
+func (l *FS) Cut(ctx context.Context) error {
 	if err := l.handOver(); err != nil {
 		return err
 	}
@@ -180,7 +199,7 @@ func (l *lazyFS) cut(ctx context.Context) error {
 	if err := l.unmount(); err != nil {
 		return err
 	}
-	return l.mount(ctx)
+	return l.Mount(ctx)
 }
 
 // handOver moves the writes the kernel still holds for the mount
@@ -188,21 +207,26 @@ func (l *lazyFS) cut(ctx context.Context) error {
 // unsynced writes, so that the cut drops them too. syncfs on a FUSE
 // mount writes dirty pages back but sends no fsync: LazyFS keeps them
 // in its cache.
-func (l *lazyFS) handOver() error {
-	fd, err := unix.Open(l.mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+func (l *FS) handOver() error {
+	fd, err := unix.Open(l.Mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", l.mnt, err)
+		return fmt.Errorf("open %s: %w", l.Mnt, err)
 	}
 	defer unix.Close(fd)
 	if err := unix.Syncfs(fd); err != nil {
-		return fmt.Errorf("syncfs %s: %w", l.mnt, err)
+		return fmt.Errorf("syncfs %s: %w", l.Mnt, err)
 	}
 	return nil
 }
 
 // clearCache tells LazyFS to drop every unsynced write and waits until
 // it did.
-func (l *lazyFS) clearCache(ctx context.Context) error {
+func (l *FS) clearCache(ctx context.Context) error {
+	select {
+	case <-l.exited: // no reader: opening the fifo would wait for ever
+		return errors.New("lazyfs is not running")
+	default:
+	}
 	f, err := os.OpenFile(l.faults, os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", l.faults, err)
@@ -236,13 +260,13 @@ func (l *lazyFS) clearCache(ctx context.Context) error {
 
 // unmount unmounts the file system and waits for LazyFS to exit,
 // killing it after 10 seconds.
-func (l *lazyFS) unmount() error {
+func (l *FS) unmount() error {
 	if l.cmd == nil {
 		return nil
 	}
-	out, err := exec.Command("fusermount3", "-u", l.mnt).CombinedOutput()
+	out, err := exec.Command("fusermount3", "-u", l.Mnt).CombinedOutput()
 	if err != nil {
-		l.log.Warn("fusermount3 -u failed; killing lazyfs", "mount", l.mnt, "err", err, "output", strings.TrimSpace(string(out)))
+		l.log.Warn("fusermount3 -u failed; killing lazyfs", "mount", l.Mnt, "err", err, "output", strings.TrimSpace(string(out)))
 		_ = l.cmd.Process.Signal(syscall.SIGKILL)
 	}
 	select {
@@ -254,15 +278,15 @@ func (l *lazyFS) unmount() error {
 	l.cmd = nil
 	if ok, _ := l.mounted(); ok {
 		// A killed LazyFS leaves its mount behind: detach it.
-		if out, err := exec.Command("fusermount3", "-uz", l.mnt).CombinedOutput(); err != nil {
-			return fmt.Errorf("fusermount3 -uz %s: %w: %s", l.mnt, err, out)
+		if out, err := exec.Command("fusermount3", "-uz", l.Mnt).CombinedOutput(); err != nil {
+			return fmt.Errorf("fusermount3 -uz %s: %w: %s", l.Mnt, err, out)
 		}
 	}
 	return nil
 }
 
-// close unmounts and stops reading the completion fifo.
-func (l *lazyFS) close() error {
+// Close unmounts and stops reading the completion fifo.
+func (l *FS) Close() error {
 	err := l.unmount()
 	l.ackf.Close()
 	return err

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The fault kinds, in the order the schedule cycles through them (a
+// run of at least as many faults as kinds has each).
+const (
+	faultIsolate   = "isolate"    // one process's namespace cut off from every other
+	faultSplit     = "split"      // one machine (a NATS server and a node) against the other two
+	faultBridge    = "bridge"     // machines a and c cut from each other, b reaching both
+	faultPauseNode = "pause-node" // SIGSTOP of a node for longer than the lease TTL
+	faultPauseNATS = "pause-nats" // SIGSTOP of a NATS server for longer than the lease TTL
+	faultNetem     = "netem"      // delay, loss and reordering on some links
+	faultCorrupt   = "corrupt"    // a node's or its NATS server's file truncated or bit-flipped, then restarted
+	faultPowerOne  = "power-one"  // a power cut of one machine (LazyFS)
+	faultPowerAll  = "power-all"  // a power cut of every machine at once (LazyFS)
+)
+
+// faultKinds are the kinds a run with cfg injects.
+func faultKinds(cfg Config) []string {
+	k := []string{faultIsolate, faultPauseNode, faultSplit, faultNetem, faultPauseNATS, faultBridge, faultCorrupt}
+	if cfg.LazyFS != "" {
+		k = append(k, faultPowerOne, faultPowerAll)
+	}
+	return k
+}
+
+// fault is one injected fault as the output lists it.
+type fault struct {
+	Kind   string
+	What   string // which processes or links, and how
+	At     time.Time
+	Healed time.Time
+	Err    string // the injection failed (the run fails)
+}
+
+func (f fault) String() string {
+	s := fmt.Sprintf("%s %-10s %-60s healed after %s", f.At.UTC().Format("15:04:05.000"), f.Kind, f.What, f.Healed.Sub(f.At).Round(100*time.Millisecond))
+	if f.Err != "" {
+		s += " ERROR " + f.Err
+	}
+	return s
+}
+
+// faultLoop injects cfg.Faults faults, one at a time: a kind in turn
+// (shuffled per round by the seed), held for a seeded time longer than
+// the lease TTL, healed, then a seeded pause for the cluster to recover.
+func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) error {
+	kinds := faultKinds(c.cfg)
+	var order []string
+	for i := range c.cfg.Faults {
+		if len(order) == 0 {
+			order = slices.Clone(kinds)
+			if i > 0 {
+				rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+			}
+		}
+		kind := order[0]
+		order = order[1:]
+		sleepCtx(ctx, c.cfg.Gap/2+time.Duration(rng.Int64N(int64(c.cfg.Gap))))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		hold := 2*c.cfg.LeaseTTL + time.Duration(rng.Int64N(int64(3*c.cfg.LeaseTTL)))
+		f := fault{Kind: kind, At: time.Now()}
+		err := c.inject(ctx, rng, &f, hold)
+		f.Healed = time.Now()
+		if err != nil {
+			f.Err = err.Error()
+		}
+		res.Faults = append(res.Faults, f)
+		c.log.Info("fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
+		if err != nil {
+			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
+		}
+	}
+	return nil
+}
+
+// inject does one fault of the kind f.Kind, holds it and heals it.
+func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold time.Duration) error {
+	names := func(ms []int) string {
+		var s []string
+		for _, m := range ms {
+			s = append(s, c.net.members[m])
+		}
+		return strings.Join(s, ",")
+	}
+	machine := func(k int) []int { return []int{k, servers + k} } // NATS server k and node k
+	cutGroups := func(a, b []int) error {
+		for _, x := range a {
+			for _, y := range b {
+				if err := c.net.cut(ctx, x, y); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	healNet := func() error {
+		sleepCtx(ctx, hold)
+		return c.net.heal(context.WithoutCancel(ctx))
+	}
+	all := []int{0, 1, 2, 3, 4, 5}
+	switch f.Kind {
+	case faultIsolate:
+		m := rng.IntN(len(all))
+		f.What = c.net.members[m] + " cut off from every other process"
+		if err := cutGroups([]int{m}, slices.DeleteFunc(slices.Clone(all), func(x int) bool { return x == m })); err != nil {
+			return err
+		}
+		return healNet()
+	case faultSplit:
+		k := rng.IntN(servers)
+		minority := machine(k)
+		majority := slices.DeleteFunc(slices.Clone(all), func(x int) bool { return slices.Contains(minority, x) })
+		f.What = fmt.Sprintf("{%s} | {%s}", names(minority), names(majority))
+		if err := cutGroups(minority, majority); err != nil {
+			return err
+		}
+		return healNet()
+	case faultBridge:
+		p := rng.Perm(servers)
+		a, b, cc := machine(p[0]), machine(p[1]), machine(p[2])
+		f.What = fmt.Sprintf("{%s} | {%s}, {%s} reaching both", names(a), names(cc), names(b))
+		if err := cutGroups(a, cc); err != nil {
+			return err
+		}
+		return healNet()
+	case faultPauseNode, faultPauseNATS:
+		procs := c.nodes
+		if f.Kind == faultPauseNATS {
+			procs = c.nats
+		}
+		p := procs[rng.IntN(len(procs))]
+		f.What = fmt.Sprintf("SIGSTOP %s for %s (lease TTL %s)", p.name, hold.Round(time.Millisecond), c.cfg.LeaseTTL)
+		if err := p.signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		sleepCtx(ctx, hold)
+		return p.signal(syscall.SIGCONT)
+	case faultNetem:
+		ms := rng.Perm(len(all))[:1+rng.IntN(3)]
+		delay := 50 + rng.IntN(250)
+		loss := rng.IntN(10)
+		if c.netem {
+			args := []string{"delay", fmt.Sprintf("%dms", delay), fmt.Sprintf("%dms", delay/4), "loss", fmt.Sprintf("%d%%", loss), "reorder", "25%", "50%"}
+			f.What = fmt.Sprintf("netem %s on %s", strings.Join(args, " "), names(ms))
+			for _, m := range ms {
+				if err := c.net.netem(ctx, m, args...); err != nil {
+					return err
+				}
+			}
+			return healNet()
+		}
+		rate := fmt.Sprintf("%dkbit", 256<<rng.IntN(3))
+		latency := fmt.Sprintf("%dms", 2*delay)
+		f.What = fmt.Sprintf("no netem in this kernel: tbf rate %s latency %s, %d%% loss (iptables) on %s", rate, latency, loss, names(ms))
+		for _, m := range ms {
+			if err := c.net.slowLink(ctx, m, rate, latency, float64(loss)/100); err != nil {
+				return err
+			}
+		}
+		return healNet()
+	case faultCorrupt:
+		return c.corrupt(ctx, rng, f)
+	case faultPowerOne:
+		k := rng.IntN(servers)
+		f.What = fmt.Sprintf("power cut of nats-%d and node-%d", k, k)
+		return c.powerCut(ctx, []int{k}, f)
+	case faultPowerAll:
+		f.What = "power cut of every machine"
+		return c.powerCut(ctx, []int{0, 1, 2}, f)
+	}
+	return fmt.Errorf("unknown fault kind %q", f.Kind)
+}
+
+// corrupt stops one process (a node or a NATS server), damages one of
+// its data files (truncates it to a seeded length, or flips bytes at
+// seeded offsets) and starts it again. A node that then refuses to start
+// is what an operator would see: the harness records it and, as the
+// operator would, starts it on an empty data dir, from which it catches
+// up from the stream.
+func (c *cluster) corrupt(ctx context.Context, rng *rand.Rand, f *fault) error {
+	procs := append(slices.Clone(c.nats), c.nodes...)
+	p := procs[rng.IntN(len(procs))]
+	if err := p.kill(); err != nil {
+		return err
+	}
+	files := dataFiles(p.dataDir)
+	if len(files) == 0 {
+		f.What = p.name + ": no data file to damage"
+		return c.restart(ctx, p, f)
+	}
+	slices.Sort(files)
+	file := files[rng.IntN(len(files))]
+	rel, _ := filepath.Rel(p.dataDir, file)
+	st, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	if rng.IntN(2) == 0 {
+		n := rng.Int64N(st.Size())
+		f.What = fmt.Sprintf("%s: %s truncated from %d to %d bytes", p.name, rel, st.Size(), n)
+		if err := os.Truncate(file, n); err != nil {
+			return err
+		}
+	} else {
+		fh, err := os.OpenFile(file, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		var offs []int64
+		for range 3 {
+			off := rng.Int64N(st.Size())
+			offs = append(offs, off)
+			b := []byte{0}
+			if _, err := fh.ReadAt(b, off); err != nil {
+				fh.Close()
+				return err
+			}
+			b[0] ^= 1 << rng.IntN(8)
+			if _, err := fh.WriteAt(b, off); err != nil {
+				fh.Close()
+				return err
+			}
+		}
+		fh.Close()
+		f.What = fmt.Sprintf("%s: %s (%d bytes) bits flipped at %v", p.name, rel, st.Size(), offs)
+	}
+	return c.restart(ctx, p, f)
+}
+
+// dataFiles lists the non-empty files under dir that hold data: a
+// JetStream message block or index, a Badger table or value log.
+func dataFiles(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".blk", ".idx", ".sst", ".vlog":
+			if st, err := d.Info(); err == nil && st.Size() > 0 {
+				out = append(out, path)
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// restart starts p after a fault and waits until it is ready. A node
+// that exits at start is started again, up to three times in all, as a
+// supervisor would; one that still refuses is started on an empty data
+// dir, as an operator would, and catches up from the stream. f notes
+// every refusal.
+func (c *cluster) restart(ctx context.Context, p *proc, f *fault) error {
+	j := slices.Index(c.nodes, p)
+	for attempt := range 3 {
+		if err := p.start(); err != nil {
+			return err
+		}
+		if j < 0 {
+			return nil // a NATS server: it recovers (or not) on its own; the checks tell
+		}
+		if err := waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
+			return nil
+		}
+		f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))
+		if err := p.kill(); err != nil {
+			return err
+		}
+	}
+	f.What += "; started on an empty data dir"
+	if err := os.RemoveAll(p.dataDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(p.dataDir, 0o755); err != nil {
+		return err
+	}
+	if err := p.start(); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, p, c.urls[j], 2*time.Minute); err != nil {
+		return errors.Join(errors.New("did not start on an empty data dir either"), err)
+	}
+	return nil
+}
+
+func lastLine(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "..."
+	}
+	return s
+}

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/telemetryd/telemetryd/cmd/internal/exactlyonce"
+)
+
+// cluster is the run's processes on its network: NATS server i in
+// namespace i, node j in namespace n+j (n servers).
+type cluster struct {
+	cfg    Config
+	net    *network
+	nats   []*proc
+	nodes  []*proc
+	urls   []string // the nodes' HTTP base URLs
+	natsU  []string // the NATS servers' client URLs
+	client *http.Client
+	log    *slog.Logger
+	lfs    []*lazyMount // per node, with power cuts: node j's data dir and NATS server j's store
+	netem  bool         // the kernel has netem
+}
+
+// servers is the count of NATS servers and of nodes.
+const servers = 3
+
+// Run sets up the network and the cluster, publishes and queries while
+// the faults of the schedule happen, heals everything and checks.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err error) {
+	started := time.Now()
+	defer func() { res.Elapsed = time.Since(started) }()
+	if err := canMakeNamespaces(ctx); err != nil {
+		return res, err
+	}
+	work, err := os.MkdirTemp(cfg.WorkDir, "telemetry-faults-")
+	if err != nil {
+		return res, err
+	}
+	res.WorkDir = work
+	defer func() {
+		if err == nil && res.OK() && !cfg.Keep {
+			_ = os.RemoveAll(work)
+		} else {
+			log.Info("logs and data kept", "dir", work)
+		}
+	}()
+	if cfg.Binary == "" {
+		if cfg.Binary, err = buildService(ctx, work); err != nil {
+			return res, err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	members := []string{"nats-0", "nats-1", "nats-2", "node-0", "node-1", "node-2"}
+	net, err := newNetwork(ctx, members, log)
+	if err != nil {
+		return res, err
+	}
+	c := &cluster{cfg: cfg, net: net, log: log, client: &http.Client{Timeout: 5 * time.Second}}
+	defer c.close()
+	if err := c.setUp(ctx, self, work); err != nil {
+		return res, err
+	}
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7e1e))
+	led := newLedger(cfg.Devices, cfg.Partitions)
+	res.Seed = cfg.Seed
+
+	runCtx, stopClients := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var nclients []*natsClient
+	for i := range servers {
+		urls := append([]string{c.natsU[i]}, slices.Delete(slices.Clone(c.natsU), i, i+1)...)
+		nc := &natsClient{led: led, urls: urls, name: fmt.Sprintf("nats-%d", i), rate: cfg.Rate / 4,
+			rng: rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(i+1))), log: log}
+		nclients = append(nclients, nc)
+		wg.Go(func() {
+			if err := nc.run(runCtx); err != nil {
+				log.Error("publisher stopped", "client", nc.name, "err", err)
+			}
+		})
+	}
+	hw := &httpWriter{led: led, nodes: c.urls, rate: cfg.Rate / 4, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 99)),
+		client: &http.Client{Timeout: 10 * time.Second}}
+	wg.Go(func() { _ = hw.run(runCtx) })
+	q := &querier{led: led, nodes: c.urls, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 100)), every: cfg.QueryEvery,
+		staleBound: cfg.StaleBound, client: &http.Client{Timeout: 10 * time.Second}}
+	wg.Go(func() { q.run(runCtx) })
+	sv := &serving{nodes: c.urls, client: &http.Client{Timeout: time.Second}, every: time.Second}
+	wg.Go(func() { sv.run(runCtx) })
+	stopProgress := progress(runCtx, cfg.Progress, log, led)
+
+	ferr := c.faultLoop(ctx, rng, &res)
+	if err := c.healAll(context.WithoutCancel(ctx)); err != nil {
+		ferr = errors.Join(ferr, err)
+	}
+	// Publishing goes on for a while after the last heal, so the
+	// healed cluster takes writes too.
+	sleepCtx(ctx, cfg.Settle)
+	stopClients()
+	wg.Wait()
+	stopProgress()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	if ferr != nil {
+		return res, ferr
+	}
+	res.Sent, res.Acked = led.counts()
+	for _, nc := range nclients {
+		res.PublishErrors += int(nc.errors.Load())
+	}
+	res.WriteErrors = int(hw.errors.Load())
+	res.Queries = q.results()
+	res.Writes = led.writes
+	res.DoubleServed = sv.doubleServing(cfg.Partitions, cfg.Copies+1, cfg.LeaseTTL)
+	if err := c.finalCheck(ctx, led, &res); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// setUp starts the NATS servers, waits for JetStream, then the nodes,
+// and waits until every partition has its copies caught up.
+func (c *cluster) setUp(ctx context.Context, self, work string) error {
+	c.netem = c.net.hasNetem(ctx)
+	for i := range servers {
+		c.natsU = append(c.natsU, "nats://"+c.net.memberAddr(i)+":4222")
+	}
+	if c.cfg.LazyFS != "" {
+		if err := c.mountAll(ctx, work); err != nil {
+			return err
+		}
+	}
+	for i := range servers {
+		p, err := newNATSProc(c.net, self, i, servers, work, c.disk(work, i))
+		if err != nil {
+			return err
+		}
+		c.nats = append(c.nats, p)
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	if err := c.waitJetStream(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	for j := range servers {
+		p, err := newNodeProc(c.net, c.cfg, j, servers+j, joinURLs(c.natsU), work, c.disk(work, j))
+		if err != nil {
+			return err
+		}
+		c.nodes = append(c.nodes, p)
+		c.urls = append(c.urls, nodeURL(c.net, servers+j))
+		// One at a time: the first creates the streams and buckets.
+		if err := p.start(); err != nil {
+			return err
+		}
+		if err := waitReady(ctx, p, c.urls[j], 3*time.Minute); err != nil {
+			return err
+		}
+	}
+	return c.waitConverged(ctx, 3*time.Minute)
+}
+
+// disk is where machine k's processes keep their data: under work, or
+// on its LazyFS mount with power cuts.
+func (c *cluster) disk(work string, k int) string {
+	if c.cfg.LazyFS != "" {
+		return c.lfs[k].mnt
+	}
+	return work
+}
+
+// waitJetStream waits until JetStream answers through every server.
+func (c *cluster) waitJetStream(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for i, u := range c.natsU {
+		for {
+			err := func() error {
+				nc, err := nats.Connect(u, nats.Timeout(time.Second))
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return err
+				}
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				_, err = js.AccountInfo(actx)
+				return err
+			}()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("JetStream not answering through nats-%d after %s: %w; log: %s", i, timeout, err, c.nats[i].lastLines(3))
+			}
+			sleepCtx(ctx, 300*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// waitConverged waits until every node answers /v1/cluster with every
+// node live and every partition caught up on its copies.
+func (c *cluster) waitConverged(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if last = c.convergence(ctx); last == "" {
+			return nil
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("cluster did not converge within %s: %s", timeout, last)
+}
+
+// convergence says what keeps the cluster from being converged, "" when
+// nothing does.
+func (c *cluster) convergence(ctx context.Context) string {
+	for j, base := range c.urls {
+		v, err := getClusterView(ctx, c.client, base)
+		if err != nil {
+			return err.Error()
+		}
+		if len(v.Nodes) != servers {
+			return fmt.Sprintf("node-%d sees %d nodes", j, len(v.Nodes))
+		}
+		if len(v.Layout) != c.cfg.Partitions {
+			return fmt.Sprintf("node-%d lists %d partitions", j, len(v.Layout))
+		}
+		for _, p := range v.Layout {
+			for _, o := range p.Owners {
+				if !slices.Contains(p.CaughtUp, o) {
+					return fmt.Sprintf("node-%d: partition %d: owner %s not caught up (caught up: %v)", j, p.Partition, o, p.CaughtUp)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// healAll removes every network fault, resumes every paused process and
+// starts every process that is down.
+func (c *cluster) healAll(ctx context.Context) error {
+	err := c.net.heal(ctx)
+	for _, p := range append(slices.Clone(c.nats), c.nodes...) {
+		if p.running() {
+			_ = p.signal(syscall.SIGCONT)
+			continue
+		}
+		err = errors.Join(err, p.start())
+	}
+	return err
+}
+
+// finalCheck waits until the cluster converged and every acked reading
+// is stored, then reads every device from each of its partition's
+// owners (a caught-up owner answers from its own store) and judges it.
+func (c *cluster) finalCheck(ctx context.Context, led *ledger, res *Result) error {
+	for j, p := range c.nodes {
+		if err := waitReady(ctx, p, c.urls[j], 3*time.Minute); err != nil {
+			return err
+		}
+	}
+	if err := c.waitConverged(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	v, err := getClusterView(ctx, c.client, c.urls[0])
+	if err != nil {
+		return err
+	}
+	owners := map[int][]string{}
+	for _, p := range v.Layout {
+		owners[p.Partition] = p.Owners
+	}
+	deadline := time.Now().Add(c.cfg.StoreWait)
+	for d := range led.devices {
+		p := led.partitionOf(d)
+		for _, o := range owners[p] {
+			j := slices.Index([]string{"node-0", "node-1", "node-2"}, o)
+			if j < 0 {
+				return fmt.Errorf("partition %d: unknown owner %q", p, o)
+			}
+			var jd judgement
+			for {
+				got, err := exactlyonce.ReadDevice(ctx, c.client, c.urls[j], deviceName(d), led.base, led.base.Add(24*time.Hour), nil)
+				if err != nil {
+					return fmt.Errorf("read %s from %s: %w", deviceName(d), o, err)
+				}
+				jd = led.judge(d, got, time.Now())
+				if len(jd.missing) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+					break
+				}
+				sleepCtx(ctx, time.Second)
+			}
+			res.Checked++
+			res.Lost += len(jd.missing)
+			res.Duplicated += len(jd.duplicated)
+			res.Misattributed += len(jd.misattributed)
+			res.Unexpected += jd.unexpected
+			for _, n := range head(jd.missing) {
+				e, _ := led.get(n)
+				res.Findings = append(res.Findings, fmt.Sprintf("lost: seq %d of %s (partition %d) acked %s via %s, not stored on owner %s",
+					n, deviceName(d), p, e.acked.UTC().Format(time.RFC3339Nano), e.via, o))
+			}
+			for _, n := range head(jd.misattributed) {
+				e, _ := led.get(n)
+				res.Findings = append(res.Findings, fmt.Sprintf("misattributed: seq %d of %s stored under %s on %s", n, deviceName(e.dev), deviceName(d), o))
+			}
+		}
+	}
+	return nil
+}
+
+// close stops every process and tears the network down; it runs on
+// every exit, failures and ctrl-C included.
+func (c *cluster) close() {
+	for _, p := range c.nodes {
+		p.stop(20 * time.Second)
+	}
+	for _, p := range c.nats {
+		p.stop(20 * time.Second)
+	}
+	for _, m := range c.lfs {
+		if err := m.close(); err != nil {
+			c.log.Error("lazyfs unmount", "err", err)
+		}
+	}
+	_ = c.net.close()
+}
+
+// buildService compiles ./cmd/telemetryd into dir.
+func buildService(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "telemetryd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/telemetryd/telemetryd/cmd/telemetryd")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build telemetryd: %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+// progress logs what the clients did every interval until stopped.
+func progress(ctx context.Context, every time.Duration, log *slog.Logger, led *ledger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				sent, acked := led.counts()
+				log.Info("progress", "sent", sent, "acked", acked)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
