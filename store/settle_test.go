@@ -32,21 +32,23 @@ func onReadStack() bool {
 	return false
 }
 
-// readWrites records the table writes (testHookTableWrite) made on a
-// read's goroutine, for the rest of the test.
+// readWrites records the table writes (testHookTableWrite): all of
+// them, and those made on a read's goroutine.
 type readWrites struct {
-	mu   sync.Mutex
-	seen []string
-	all  int
+	mu        sync.Mutex
+	all, seen []string
 }
 
+// recordReadWrites records the table writes for the rest of the test.
+// Call it before opening the store, which then closes before the hook
+// goes.
 func recordReadWrites(t *testing.T) *readWrites {
 	w := &readWrites{}
 	testHookTableWrite = func(what string) {
 		on := onReadStack()
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		w.all++
+		w.all = append(w.all, what)
 		if on {
 			w.seen = append(w.seen, what)
 		}
@@ -61,10 +63,10 @@ func (w *readWrites) onReads() []string {
 	return append([]string(nil), w.seen...)
 }
 
-func (w *readWrites) total() int {
+func (w *readWrites) kinds() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.all
+	return append([]string(nil), w.all...)
 }
 
 // closeIdleNow runs the idle sweep, waits until the compactor tried to
@@ -118,15 +120,7 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 // count file, nor does any of that itself. The table closes once the
 // compactor settled it, merged.
 func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
-	ts := newTestStore(t, withRollups, func(o *Options) { o.CompactInterval = time.Hour; o.IdleClose = time.Minute })
-	ctx := context.Background()
-	d := today - 5
-	for i := range 3 { // three commits: three open blocks
-		ts.write(t, series("dev", dayTick(d, time.Hour+time.Duration(i)*time.Minute), time.Second, 10)...)
-	}
-	require.Len(t, blocksOf(t, ts, d, "dev"), 3)
 	writes := recordReadWrites(t)
-
 	compacting, gate := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	testHookCompactCommit = func() {
@@ -140,6 +134,14 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 			close(gate)
 		}
 	}()
+	ts := newTestStore(t, withRollups, func(o *Options) { o.CompactInterval = time.Hour; o.IdleClose = time.Minute })
+	ctx := context.Background()
+	d := today - 5
+	for i := range 3 { // three commits: three open blocks
+		ts.write(t, series("dev", dayTick(d, time.Hour+time.Duration(i)*time.Minute), time.Second, 10)...)
+	}
+	require.Len(t, blocksOf(t, ts, d, "dev"), 3)
+	require.NotContains(t, writes.kinds(), "rollup")
 
 	ts.clock.Advance(2 * time.Minute) // idle
 	swept := make(chan []*settleJob, 1)
@@ -185,7 +187,7 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	ts.closeIdleNow()
 	assert.False(t, ts.isOpen(d), "settled, the idle table is closed")
 	assert.Empty(t, writes.onReads(), "no table write on a read's goroutine")
-	assert.NotZero(t, writes.total(), "the compaction, its rollups and the count file were written")
+	assert.Subset(t, writes.kinds(), []string{"rollup", "count"}, "the settling wrote the rollups and the count file")
 
 	assert.Len(t, blocksOf(t, ts, d, "dev"), 1, "the open blocks were merged before the close")
 	n, ok, err := readCountFile(ts.tableDir(d))
@@ -202,10 +204,11 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 // writable database) runs on a goroutine of its own, and the drop
 // completes once it did.
 func TestLastReleaseByAReadAfterADropWritesNothing(t *testing.T) {
+	writes := recordReadWrites(t)
 	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour })
 	d := today - 5
 	ts.write(t, series("dev", dayTick(d, time.Hour), time.Second, 20)...)
-	writes := recordReadWrites(t)
+	require.NotContains(t, writes.kinds(), "close")
 
 	sc := newStallCtx(2) // Ping, then the first block read
 	got := make(chan int, 1)
@@ -226,7 +229,7 @@ func TestLastReleaseByAReadAfterADropWritesNothing(t *testing.T) {
 	require.NoError(t, <-dropped)
 	assert.NoDirExists(t, ts.tableDir(d))
 	assert.Empty(t, writes.onReads(), "no table write on a read's goroutine")
-	assert.NotZero(t, writes.total(), "the writable table was closed")
+	assert.Contains(t, writes.kinds(), "close", "the writable table was closed")
 }
 
 func TestSettleQueueIsBoundedAndCoalesces(t *testing.T) {
@@ -252,20 +255,21 @@ func TestSettleQueueIsBoundedAndCoalesces(t *testing.T) {
 func TestIdleTableWaitsForRoomInTheSettleQueue(t *testing.T) {
 	old := maxSettleJobs
 	maxSettleJobs = 1
-	t.Cleanup(func() { maxSettleJobs = old })
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open()
+	testHookCompactCommit = func() { <-gate }
+	t.Cleanup(func() { maxSettleJobs, testHookCompactCommit = old, nil })
 	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour; o.IdleClose = time.Minute })
 	a, b := today-6, today-5
 	for i := range 2 {
 		ts.write(t, reading("dev", dayTick(a, time.Duration(i)*time.Second), "v", i))
 		ts.write(t, reading("dev", dayTick(b, time.Duration(i)*time.Second), "v", i))
 	}
-	gate := make(chan struct{})
-	testHookCompactCommit = func() { <-gate }
-	t.Cleanup(func() { testHookCompactCommit = nil })
 	ts.clock.Advance(2 * time.Minute)
 	jobs := ts.closeIdle()
 	require.Len(t, jobs, 1, "one of the two idle tables fits the queue")
-	close(gate)
+	open()
 	<-jobs[0].done
 	ts.closeIdleNow() // the settled one closes; the other is handed over now
 	assert.False(t, ts.isOpen(a) && ts.isOpen(b), "one closed")
