@@ -140,7 +140,7 @@ func (s *Store) settle(day buckets.Day) {
 	t.writeMu.Lock()
 	commits := t.commits
 	t.writeMu.Unlock()
-	if !t.readOnly && !s.diskTight(true) {
+	if !t.readOnly && !s.diskTight(false) { // the holes as the compactor last measured them
 		if err := s.compactTable(t, true); err != nil && !errors.Is(err, errStopping) {
 			s.log.Error("compact table before closing it", "day", day.String(), "err", err)
 		}
