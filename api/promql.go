@@ -36,6 +36,7 @@ func (c *Config) WithDashboards(src DashboardSource) error {
 		Visible:    visibleDevices,
 		Retention:  c.Retention,
 		Extra:      c.AlertSeries,
+		Build:      c.Build,
 	})
 	if err != nil {
 		return fmt.Errorf("prometheus query api: %w", err)

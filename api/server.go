@@ -136,6 +136,10 @@ type Config struct {
 	// Metrics is served at GET /metrics (Prometheus exposition); nil
 	// makes it answer 404.
 	Metrics http.Handler
+	// Build is what GET /api/v1/status/buildinfo reports (the version
+	// and commit of -version); an empty Version reports the module
+	// version and VCS stamp Go recorded.
+	Build promapi.BuildInfo
 	// MaxFutureSkew sets the default `to` of a range query (now +
 	// skew). Default buckets.DefaultMaxFutureSkew.
 	MaxFutureSkew time.Duration

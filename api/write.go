@@ -24,12 +24,12 @@ import (
 	"github.com/telemetryd/telemetryd/buckets/lineproto"
 )
 
-// Publisher stores the messages Map made of a body: each device's
-// readings on its subject, each dead letter on the rejected subject of
-// its device (ingest.Publisher over JetStream). Publish returns once
-// every message is acknowledged by its stream, or with the first
-// error; messages carry a Nats-Msg-Id, so publishing one twice stores
-// it once.
+// Publisher stores the messages Map made of a body: the devices'
+// readings (ingest.Publisher over JetStream: one message per partition
+// in the form of package ingest/lpwire), each dead letter on the
+// rejected subject of its device. Publish returns once every message is
+// acknowledged by its stream, or with the first error; publishing the
+// same messages twice stores their readings once.
 type Publisher interface {
 	Publish(ctx context.Context, msgs []lineproto.Message) error
 }
@@ -266,9 +266,9 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 
 // publishParts maps and publishes body in parts of about wholePart
 // bytes with lineproto.MapAll, so that each device's lines of a part
-// travel in one message (or a few large ones), not in one per mapChunk
-// of lines: a device's readings then cost the stream, the ingester and
-// the store a message, a commit and a block per part. It reports false,
+// are one payload (or a few large ones), not one per mapChunk of
+// lines: a device's readings then cost the ingester and the store a
+// decode and a block per part. It reports false,
 // having published nothing, when the budget cannot pay for mapping a
 // part (wholeMapFactor times its size) and false too when a line is
 // bad: then the caller maps the whole body with publishChunks, whose

@@ -120,6 +120,12 @@ type Config struct {
 	// PositionEvery is how often the settled position is saved while
 	// it moves. Default 1s.
 	PositionEvery time.Duration
+	// Restored says that storage was just restored from a backup, so
+	// its saved positions are the backup's: one of an earlier stream of
+	// the same name (the stream the backup was taken against) is
+	// expected, and reading the stream from its beginning is logged at
+	// info instead of as a warning.
+	Restored bool
 
 	// Partitions, when positive, makes Stream partitioned (deploy/CLUSTER.md,
 	// package partition): it is created with the partition subject

@@ -16,6 +16,8 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/wire"
+	"github.com/telemetryd/telemetryd/ingest/lpwire"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
 const (
@@ -471,7 +473,8 @@ func (in *Ingester) nakOnShutdown(msg jetstream.Msg) {
 
 // prepare reads the metadata, the device from the subject, decodes the
 // payload (JSON, or the binary form of package wire when its header
-// says so) and checks the accepted window.
+// says so, or of package lpwire on its own subject) and checks the
+// accepted window.
 func (in *Ingester) prepare(msg jetstream.Msg) item {
 	it := item{msg: msg}
 	meta, err := msg.Metadata()
@@ -483,28 +486,12 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 	if it.delivered > 1 {
 		in.m.redeliveries.Add(context.Background(), 1)
 	}
-	binary := false
+	format := ""
 	if h := msg.Headers(); len(h) > 0 {
 		it.link = trace.SpanContextFromContext(in.prop.Extract(context.Background(), headerCarrier(h)))
-		binary = h.Get(wire.Header) == wire.Format
+		format = h.Get(wire.Header)
 	}
-	device, err := buckets.ParseDeviceID(in.deviceToken(msg.Subject()))
-	if err != nil {
-		it.reject = asValidation(err)
-		return it
-	}
-	def, err := buckets.TicksOf(meta.Timestamp)
-	if err != nil {
-		it.reject = buckets.Invalid(buckets.CodeInternalFailure, -1, "", "stream timestamp: %v", err)
-		return it
-	}
-	var rs []buckets.Reading
-	var as []buckets.Assignment
-	if binary {
-		rs, as, err = wire.Decode(device, msg.Data())
-	} else {
-		rs, as, err = Decode(device, msg.Data(), def)
-	}
+	rs, as, binary, err := in.decode(msg.Subject(), format, msg.Data(), meta.Timestamp)
 	if err == nil {
 		err = checkWindow(rs, in.cfg.Window, in.now())
 	}
@@ -519,6 +506,33 @@ func (in *Ingester) prepare(msg jetstream.Msg) item {
 	}
 	it.readings, it.assigns = rs, as
 	return it
+}
+
+// decode decodes the payload of a message stored on subject at
+// published, in the form its format header names; binary reports a
+// binary form, whose assignments carry their own times.
+func (in *Ingester) decode(subject, format string, data []byte, published time.Time) (
+	rs []buckets.Reading, as []buckets.Assignment, binary bool, err error) {
+	token := in.deviceToken(subject)
+	if token == lpwire.Token && format == lpwire.Format {
+		// A line protocol write's message of several devices.
+		rs, as, err = lpwire.Decode(data, in.ofPartition(subject))
+		return rs, as, true, err
+	}
+	device, err := buckets.ParseDeviceID(token)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if format == wire.Format {
+		rs, as, err = wire.Decode(device, data)
+		return rs, as, true, err
+	}
+	def, err := buckets.TicksOf(published)
+	if err != nil {
+		return nil, nil, false, buckets.Invalid(buckets.CodeInternalFailure, -1, "", "stream timestamp: %v", err)
+	}
+	rs, as, err = Decode(device, data, def)
+	return rs, as, false, err
 }
 
 func asValidation(err error) *buckets.ValidationError {
@@ -538,5 +552,32 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// ofPartition is what a line protocol write's message on subject may
+// hold: with partitions, only devices of the subject's partition (a
+// message that names another is refused whole, so no node stores a
+// device it does not own); without, any device.
+func (in *Ingester) ofPartition(subject string) func(buckets.DeviceID) error {
+	n := in.cfg.Partitions
+	if n == 0 {
+		return nil
+	}
+	p := in.cfg.Partition
+	if !in.cfg.PartitionStreams {
+		rest, _ := strings.CutPrefix(subject, in.cfg.SubjectPrefix+".")
+		num, _, _ := strings.Cut(rest, ".")
+		var err error
+		if p, err = strconv.Atoi(num); err != nil {
+			p = -1
+		}
+	}
+	return func(dev buckets.DeviceID) error {
+		if q := partition.Of(n, string(dev)); q != p {
+			return buckets.Invalid(buckets.CodeInvalidDevice, -1, "device",
+				"%s belongs to partition %d of %d, not to %d, whose subject the message came on", dev, q, n, p)
+		}
+		return nil
 	}
 }

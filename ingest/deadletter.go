@@ -13,6 +13,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/wire"
+	"github.com/telemetryd/telemetryd/ingest/lpwire"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -113,9 +114,12 @@ func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq u
 }
 
 // countReadings is how many readings a rejected payload held: the count
-// of a binary payload (package wire) or of a non-empty JSON array,
+// of a binary payload (package wire or lpwire) or of a non-empty JSON array,
 // otherwise 1.
 func countReadings(hdr nats.Header, data []byte) int64 {
+	if hdr.Get(lpwire.Header) == lpwire.Format {
+		return int64(max(lpwire.Count(data), 1))
+	}
 	if hdr.Get(wire.Header) == wire.Format {
 		return int64(wire.Count(data))
 	}

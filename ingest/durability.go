@@ -20,8 +20,9 @@ const (
 	DurabilityStoreSynced = "store-synced"
 	// DurabilityBuffered: an ack means written to the operating system,
 	// not to the disk. The embedded JetStream and the store fsync every
-	// sync interval (-sync-interval, 1 s by default), so a power cut can
-	// lose readings acked within about that much before it.
+	// sync interval (-sync-interval, 1 s by default); a power cut can
+	// lose readings acked before it, in power-cut runs up to 18 s before
+	// (ingest/README.md, "Durability modes").
 	DurabilityBuffered = "buffered"
 )
 
@@ -47,7 +48,7 @@ func DurabilityOf(syncWrites, embeddedNATS bool, syncEvery time.Duration) Durabi
 			Ack: "the store fsyncs each commit before the stream lets go of it; whether a publish ack waits for the stream's fsync is the external NATS server's sync_interval (always for power-cut safety)"}
 	default:
 		return Durability{Mode: DurabilityBuffered,
-			Ack: "an acked reading survives a crash of the process; a power cut loses what was acked within the last " + syncEvery.String() +
-				" (-sync-interval): readings are written to the operating system, which the stream and the store sync to disk every " + syncEvery.String() + " (-sync-writes for power-cut safety)"}
+			Ack: "an acked reading survives a crash of the process; a power cut can lose recent acks: readings are written to the operating system, which the stream and the store sync to disk every " +
+				syncEvery.String() + " (-sync-interval), and power-cut runs lost some acked up to 18s before the cut (-sync-writes for power-cut safety)"}
 	}
 }

@@ -80,6 +80,12 @@ type Publisher struct {
 	// them.
 	atomic   atomic.Bool
 	inFlight chan struct{} // atomic batches in flight
+	// lines: publish a call's readings as messages of package lpwire
+	// (publishlines.go); recent and suppressed serve their retries.
+	lines      bool
+	recent     recentIDs
+	suppressed atomic.Int64
+	now        func() time.Time // Config.Now
 }
 
 // NewPublisher returns a Publisher on nc to the streams of c. With
@@ -97,11 +103,22 @@ func NewPublisher(nc *nats.Conn, c Config) (*Publisher, error) {
 		p.family, p.partitions = c.Family(), c.Partitions
 	}
 	p.atomic.Store(c.AtomicPublish)
+	// A single stream partitioned by a subject transform would store a
+	// message of several devices under the partition of its token.
+	p.lines = c.Partitions == 0 || c.PartitionStreams
+	p.now = c.Now
 	return p, nil
 }
 
+// Suppressed is how many messages Publish left out because their
+// streams had acknowledged the same message lately.
+func (p *Publisher) Suppressed() int64 { return p.suppressed.Load() }
+
 // Publish sends msgs and waits for every ack; it returns the first
-// error. Readings go to <prefix>.<device>; a dead letter goes to
+// error. Readings in the binary form of package wire go as messages of
+// package lpwire, one per partition (publishlines.go), but where the
+// streams are one partitioned by a subject transform; other readings go
+// to <prefix>.<device>; a dead letter goes to
 // rejected.<prefix>.<device> (topology.InvalidDeviceToken for one
 // without a device) with its code and reason in the headers
 // topology.HeaderErrorCode and HeaderError.
@@ -115,6 +132,15 @@ func NewPublisher(nc *nats.Conn, c Config) (*Publisher, error) {
 // nothing twice (readings merge by device and time) and reports the
 // refusal of the message at fault.
 func (p *Publisher) Publish(ctx context.Context, msgs []lineproto.Message) error {
+	if p.lines {
+		out, rest := p.group(msgs)
+		if err := p.publishLines(ctx, out); err != nil {
+			return err
+		}
+		if msgs = rest; len(msgs) == 0 {
+			return nil
+		}
+	}
 	if !p.atomic.Load() {
 		return p.publishEach(ctx, msgs)
 	}

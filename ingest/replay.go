@@ -92,6 +92,11 @@ func (in *Ingester) startPosition(ctx context.Context, st jetstream.Stream, cfg 
 		return nil
 	}
 	if created := st.CachedInfo().Created; !pos.Created.Equal(created) {
+		if in.cfg.Restored {
+			in.log.Info("restored data: reading the stream from its beginning (the backup was taken against an earlier stream of that name)",
+				"stream", in.cfg.Stream, "saved_seq", pos.Seq, "saved_created", pos.Created, "stream_created", created)
+			return nil
+		}
 		in.log.Warn("saved stream position belongs to an earlier stream of that name; starting at the beginning",
 			"stream", in.cfg.Stream, "saved_seq", pos.Seq, "saved_created", pos.Created, "stream_created", created)
 		return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/wire"
+	"github.com/telemetryd/telemetryd/ingest/lpwire"
 )
 
 // ReplayDay writes again the readings of day that the readings stream
@@ -94,16 +95,22 @@ func ReplayDay(ctx context.Context, js jetstream.JetStream, cfg Config, day buck
 }
 
 // dayReadings decodes m, a message of device token, and returns its
-// readings of day that tombs do not leave out.
+// readings of day that tombs do not leave out. A line protocol write's
+// message (package lpwire) holds several devices' readings.
 func dayReadings(m jetstream.Msg, meta *jetstream.MsgMetadata, token string, day buckets.Day, tombs Tombstones) []buckets.Reading {
+	if token == lpwire.Token && m.Headers().Get(lpwire.Header) == lpwire.Format {
+		rs, _, err := lpwire.Decode(m.Data(), nil)
+		if err != nil {
+			return nil
+		}
+		return keepDay(rs, day, func(dev buckets.DeviceID) bool { return deletedAfter(tombs, dev, meta.Timestamp) })
+	}
 	dev, err := buckets.ParseDeviceID(token)
 	if err != nil {
 		return nil
 	}
-	if tombs != nil {
-		if at, ok := tombs.DeletedAt(dev); ok && meta.Timestamp.Before(at) {
-			return nil
-		}
+	if deletedAfter(tombs, dev, meta.Timestamp) {
+		return nil
 	}
 	def, err := buckets.TicksOf(meta.Timestamp)
 	if err != nil {
@@ -118,9 +125,25 @@ func dayReadings(m jetstream.Msg, meta *jetstream.MsgMetadata, token string, day
 	if err != nil {
 		return nil
 	}
+	return keepDay(rs, day, nil)
+}
+
+// deletedAfter reports whether tombs has dev deleted after a message
+// stored at published.
+func deletedAfter(tombs Tombstones, dev buckets.DeviceID, published time.Time) bool {
+	if tombs == nil {
+		return false
+	}
+	at, ok := tombs.DeletedAt(dev)
+	return ok && published.Before(at)
+}
+
+// keepDay keeps the readings of rs of day whose device drop (if not
+// nil) does not leave out.
+func keepDay(rs []buckets.Reading, day buckets.Day, drop func(buckets.DeviceID) bool) []buckets.Reading {
 	kept := rs[:0]
 	for _, r := range rs {
-		if r.Day() == day {
+		if r.Day() == day && (drop == nil || !drop(r.Device)) {
 			kept = append(kept, r)
 		}
 	}

@@ -30,6 +30,10 @@ type positionRecord struct {
 // and the tombstones (tombstone.go).
 type replayState struct {
 	posMu sync.Mutex // serializes reads and writes of the positions file
+	// pending are positions saved but not yet written, without
+	// SyncWrites: they wait for the fsync of what they vouch for
+	// (syncloop.go). Guarded by posMu.
+	pending map[string]positionRecord
 
 	// gate is held shared by writers that checked the tombstones
 	// (HoldDrops) and exclusively while a drop records its tombstone,
@@ -48,11 +52,14 @@ func (s *Store) LoadPosition(ctx context.Context, stream string) (buckets.Stream
 	}
 	s.replay.posMu.Lock()
 	defer s.replay.posMu.Unlock()
-	all, err := readPositions(s.dir)
-	if err != nil {
-		return buckets.StreamPosition{}, false, err
+	r, ok := s.replay.pending[stream]
+	if !ok {
+		all, err := readPositions(s.dir)
+		if err != nil {
+			return buckets.StreamPosition{}, false, err
+		}
+		r, ok = all[stream]
 	}
-	r, ok := all[stream]
 	if !ok {
 		return buckets.StreamPosition{}, false, nil
 	}
@@ -62,9 +69,11 @@ func (s *Store) LoadPosition(ctx context.Context, stream string) (buckets.Stream
 // SavePosition records that every message of p.Stream up to p.Seq is
 // settled (committed or dead-lettered). The file is replaced
 // atomically and synced, so after a crash it holds either the old or
-// the new position, never a torn one. The readings it vouches for were
-// committed before the position was saved; with -sync-writes off a
-// power cut can lose both, which only makes a replay write them again.
+// the new position, never a torn one. With SyncWrites the commits are
+// already fsynced and the file is written now; without, the position
+// is written by the next syncAll, after the fsync of the commits it
+// vouches for (syncloop.go), so a power cut never keeps a position
+// whose readings it lost. LoadPosition sees it at once.
 func (s *Store) SavePosition(ctx context.Context, p buckets.StreamPosition) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -72,21 +81,40 @@ func (s *Store) SavePosition(ctx context.Context, p buckets.StreamPosition) erro
 	if s.opts.ReadOnly {
 		return fmt.Errorf("save stream position: %w", errReadOnly)
 	}
+	rec := positionRecord{Created: p.Created.UnixNano(), Seq: p.Seq}
+	if s.opts.SyncWrites {
+		if err := s.writePositions(map[string]positionRecord{p.Stream: rec}); err != nil {
+			return fmt.Errorf("save stream position: %w", err)
+		}
+		return nil
+	}
+	s.replay.setPending(p.Stream, rec)
+	if s.opts.SyncEvery <= 0 {
+		s.syncAll() // no sync loop: sync now
+	}
+	return nil
+}
+
+// writePositions replaces the positions file with its records updated
+// by recs.
+func (s *Store) writePositions(recs map[string]positionRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
 	s.replay.posMu.Lock()
 	defer s.replay.posMu.Unlock()
 	all, err := readPositions(s.dir)
 	if err != nil {
 		all = map[string]positionRecord{} // a damaged file is replaced
 	}
-	all[p.Stream] = positionRecord{Created: p.Created.UnixNano(), Seq: p.Seq}
+	for name, rec := range recs {
+		all[name] = rec
+	}
 	b, err := json.Marshal(all)
 	if err != nil {
-		return fmt.Errorf("save stream position: %w", err)
+		return err
 	}
-	if err := replaceFile(s.dir, positionsFileName, b); err != nil {
-		return fmt.Errorf("save stream position: %w", err)
-	}
-	return nil
+	return replaceFile(s.dir, positionsFileName, b)
 }
 
 // readPositions reads the positions file; a missing file is empty.

@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -308,14 +309,13 @@ func windowStart(k buckets.Ticks) buckets.Ticks {
 // the store closes.
 func (s *Store) compactor() {
 	defer close(s.compactDone)
+	var syncing sync.WaitGroup
+	defer syncing.Wait()
+	if s.opts.SyncEvery > 0 && !s.opts.SyncWrites {
+		syncing.Go(s.syncer) // syncloop.go
+	}
 	tick := time.NewTicker(s.opts.CompactInterval)
 	defer tick.Stop()
-	var syncs <-chan time.Time // syncloop.go
-	if s.opts.SyncEvery > 0 && !s.opts.SyncWrites {
-		st := time.NewTicker(s.opts.SyncEvery)
-		defer st.Stop()
-		syncs = st.C
-	}
 	for {
 		select {
 		case <-s.stop:
@@ -328,8 +328,6 @@ func (s *Store) compactor() {
 			s.compactAll(false)
 		case <-s.settles.wake:
 			s.settleQueued()
-		case <-syncs:
-			s.syncAll()
 		}
 	}
 }

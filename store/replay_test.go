@@ -104,3 +104,35 @@ func TestHoldDropsDelaysTheTombstone(t *testing.T) {
 	_, ok = ts.DroppedAt(day)
 	assert.True(t, ok)
 }
+
+// Without SyncWrites a saved position reaches the positions file only
+// after the readings it vouches for were fsynced: written before, a
+// power cut could keep the position and lose the readings, and the
+// replay after it would start past them.
+func TestPositionWaitsForTheSyncOfItsReadings(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
+	ctx := context.Background()
+	onDisk := func() map[string]positionRecord {
+		all, err := readPositions(ts.dir)
+		require.NoError(t, err)
+		return all
+	}
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{reading("dev-1", at(0), "v", 1.0)}))
+	pos := buckets.StreamPosition{Stream: "TELEMETRY_0", Created: baseTime, Seq: 5}
+	require.NoError(t, ts.SavePosition(ctx, pos))
+
+	p, ok, err := ts.LoadPosition(ctx, pos.Stream)
+	require.NoError(t, err)
+	require.True(t, ok, "this process sees the position at once")
+	assert.Equal(t, uint64(5), p.Seq)
+	assert.NotContains(t, onDisk(), pos.Stream, "not on disk before its reading is fsynced")
+
+	ts.syncAll()
+	assert.Equal(t, uint64(5), onDisk()[pos.Stream].Seq, "written by the sync")
+
+	pos.Seq = 6
+	require.NoError(t, ts.SavePosition(ctx, pos))
+	assert.Equal(t, uint64(5), onDisk()[pos.Stream].Seq)
+	require.NoError(t, ts.Close())
+	assert.Equal(t, uint64(6), onDisk()[pos.Stream].Seq, "Close syncs and writes what is pending")
+}

@@ -265,6 +265,9 @@ func (s *Store) close() error {
 	<-s.compactDone
 	if !s.opts.ReadOnly {
 		s.compactAll(true) // merge every device's open blocks before the tables close
+		if !s.opts.SyncWrites {
+			s.syncAll() // and write the positions still pending (syncloop.go)
+		}
 	}
 	s.mu.Lock()
 	s.closed = true

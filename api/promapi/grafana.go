@@ -42,7 +42,8 @@ type BuildInfo struct {
 	GoVersion string `json:"goVersion"`
 }
 
-// buildInfo reads the binary's module version and VCS stamp once.
+// buildInfo reads the binary's module version and VCS stamp once: what
+// the build info reports when Config.Build names no version.
 var buildInfo = sync.OnceValue(func() BuildInfo {
 	bi := BuildInfo{Version: "unknown", GoVersion: runtime.Version()}
 	info, ok := debug.ReadBuildInfo()
@@ -66,7 +67,19 @@ var buildInfo = sync.OnceValue(func() BuildInfo {
 // handleBuildInfo serves /api/v1/status/buildinfo: telemetryd's version
 // and build in Prometheus' shape.
 func (a *API) handleBuildInfo(w http.ResponseWriter, _ *http.Request) {
-	writeData(w, buildInfo(), nil)
+	writeData(w, a.build, nil)
+}
+
+// buildOf is what the build info of cfg reports.
+func buildOf(cfg Config) BuildInfo {
+	b := cfg.Build
+	if b.Version == "" {
+		return buildInfo()
+	}
+	if b.GoVersion == "" {
+		b.GoVersion = runtime.Version()
+	}
+	return b
 }
 
 // metricMetadata is one entry of /api/v1/metadata.

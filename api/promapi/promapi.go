@@ -75,6 +75,10 @@ type Config struct {
 	// Extra, when its Queryable is set, adds series the store does not
 	// hold (the alert series of the rule evaluator).
 	Extra Extra
+	// Build is what /api/v1/status/buildinfo reports, so that it names
+	// the version and commit the binary's -version prints. An empty
+	// Version reports the module version and VCS stamp Go recorded.
+	Build BuildInfo
 }
 
 // API is the query API; it is an http.Handler for the paths under
@@ -88,6 +92,7 @@ type API struct {
 	now     func() time.Time
 	mux     *http.ServeMux
 	extra   Extra
+	build   BuildInfo
 }
 
 // New builds the API for cfg.
@@ -108,6 +113,7 @@ func New(cfg Config) (*API, error) {
 		now:     cfg.Now,
 		parser:  parser.NewParser(parser.Options{}),
 		extra:   cfg.Extra,
+		build:   buildOf(cfg),
 	}
 	if a.log == nil {
 		a.log = slog.Default()

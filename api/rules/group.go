@@ -30,7 +30,8 @@ type group struct {
 	m    *Manager
 	spec *Group
 
-	mu       sync.Mutex // guards everything below and one evaluation at a time
+	eval     sync.Mutex // one evaluation at a time
+	mu       sync.Mutex // guards everything below, held only while it changes
 	rules    []*ruleState
 	lastEval time.Time
 	evalDur  time.Duration
@@ -148,8 +149,32 @@ func (g *group) run(ctx context.Context) {
 	}
 }
 
-// tick evaluates the group at ts if this node holds its lease.
+// tick evaluates the group at ts if this node holds its lease. The
+// queries run without g.mu, so the rules and alerts API answers while
+// an expensive rule evaluates; g.mu is taken to change the state.
 func (g *group) tick(ctx context.Context, ts time.Time) {
+	g.eval.Lock()
+	defer g.eval.Unlock()
+	if !g.takeLease(ctx, ts) {
+		return
+	}
+	start := time.Now()
+	var sends []Notification
+	for _, r := range g.rules {
+		sends = append(sends, g.evalRule(ctx, r, ts)...)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lastEval, g.evalDur = ts, time.Since(start)
+	if len(sends) > 0 && g.m.cfg.Sender != nil {
+		g.m.cfg.Sender.Send(sends)
+	}
+	g.save(ctx, ts)
+}
+
+// takeLease reports whether this node evaluates the group now, and
+// restores its saved state when the node has just taken it.
+func (g *group) takeLease(ctx context.Context, ts time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if l := g.m.cfg.Lease; l != nil && !l(g.spec.Key()) {
@@ -157,7 +182,7 @@ func (g *group) tick(ctx context.Context, ts time.Time) {
 			g.m.log.Info("rule group evaluated by another node", "group", g.spec.Name)
 		}
 		g.held, g.restored = false, false
-		return
+		return false
 	}
 	if !g.held && g.m.cfg.Lease != nil {
 		g.m.log.Info("rule group evaluated here", "group", g.spec.Name)
@@ -167,22 +192,12 @@ func (g *group) tick(ctx context.Context, ts time.Time) {
 		g.restore(ctx, ts)
 		g.restored = true
 	}
-	start := time.Now()
-	var sends []Notification
-	for _, r := range g.rules {
-		sends = append(sends, g.evalRule(ctx, r, ts)...)
-	}
-	g.lastEval, g.evalDur = ts, time.Since(start)
-	if len(sends) > 0 && g.m.cfg.Sender != nil {
-		g.m.cfg.Sender.Send(sends)
-	}
-	g.save(ctx, ts)
+	return true
 }
 
 // evalRule evaluates one rule at ts and returns the alerts to send.
 func (g *group) evalRule(ctx context.Context, r *ruleState, ts time.Time) []Notification {
 	start := time.Now()
-	defer func() { r.lastEval, r.evalDur = ts, time.Since(start) }()
 	qctx, cancel := context.WithTimeout(ctx, g.spec.Interval)
 	defer cancel()
 	err := g.m.acquire(qctx)
@@ -190,6 +205,9 @@ func (g *group) evalRule(ctx context.Context, r *ruleState, ts time.Time) []Noti
 		err = g.evalWithSlot(qctx, r, ts)
 		g.m.release()
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r.lastEval, r.evalDur = ts, time.Since(start)
 	if err != nil {
 		if ctx.Err() == nil && (r.lastErr == nil || r.lastErr.Error() != err.Error()) {
 			g.m.log.Warn("rule evaluation failed", "group", g.spec.Name, "rule", r.rule.Name(), "err", err)
@@ -204,6 +222,8 @@ func (g *group) evalRule(ctx context.Context, r *ruleState, ts time.Time) []Noti
 	return g.notifications(r, ts)
 }
 
+// evalWithSlot queries the rule's expression and records the result or
+// updates the alerts (under g.mu; the templates expand there).
 func (g *group) evalWithSlot(ctx context.Context, r *ruleState, ts time.Time) error {
 	res, err := g.m.cfg.Query(ctx, r.rule.Expr, ts)
 	if err != nil {
@@ -213,6 +233,8 @@ func (g *group) evalWithSlot(ctx context.Context, r *ruleState, ts time.Time) er
 		return g.record(ctx, r.rule, res, ts)
 	}
 	ex := &expander{ctx: ctx, rule: r.rule, ts: ts, query: template.QueryFunc(g.m.cfg.Query), url: g.m.cfg.ExternalURL, external: g.m.cfg.ExternalLabels.Map()}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	err = r.alerts.eval(r.rule, g.spec.Labels, res, ts, g.spec.Limit, ex)
 	g.m.series.put(g.spec.Key(), r.rule, r.alerts.active, ts)
 	return err

@@ -216,6 +216,10 @@ func (m *Manager) acquire(ctx context.Context) error {
 
 func (m *Manager) release() { <-m.slots }
 
+// SlotsInUse is how many rule queries run now, at most the
+// configured EvalSlots: the part of the rules' share taken.
+func (m *Manager) SlotsInUse() int { return len(m.slots) }
+
 func sameGroup(a, b *Group) bool {
 	if a.Interval != b.Interval || a.Limit != b.Limit || !labels.Equal(a.Labels, b.Labels) || len(a.Rules) != len(b.Rules) {
 		return false

@@ -23,8 +23,7 @@ func TestTinyRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds telemetryd and starts it eight times")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 	out := filepath.Join(t.TempDir(), "report.md")
 	var stdout, stderr bytes.Buffer
 	code := run(ctx, []string{"-readings", "3000", "-devices", "10", "-query-readings", "40000", "-queries", "20", "-repeat", "2", "-paced-rates", "",
@@ -50,8 +49,7 @@ func TestRunMeasuresEveryPart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds telemetryd and starts it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 	cfg := DefaultConfig()
 	cfg.Readings, cfg.Devices, cfg.QueryReadings, cfg.Queries = 2000, 10, 40000, 10
 	cfg.Phases, cfg.WorkDir, cfg.Progress, cfg.PacedRates = []string{"raw", "store", "query"}, t.TempDir(), 0, []int{5000}
@@ -204,4 +202,18 @@ func TestFsyncFlagsAndMeasure(t *testing.T) {
 	cfg.WorkDir, cfg.Progress = t.TempDir(), 0
 	require.NoError(t, runFsync(context.Background(), cfg, &out, io.Discard))
 	assert.Contains(t, out.String(), "| 4 | ")
+}
+
+// testContext bounds a run by the test binary's own deadline (go test
+// -timeout) less a minute to report what hung, not by a guess of how
+// fast a busy machine is.
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	d, ok := t.Deadline()
+	if !ok {
+		return t.Context()
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), d.Add(-time.Minute))
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,8 +17,7 @@ func TestCompareSideBySide(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds telemetryd and starts it twice")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 	bin, err := buildService(ctx, t.TempDir())
 	require.NoError(t, err)
 	assert.True(t, hasFlag(bin, "mqtt-listen"))

@@ -85,8 +85,7 @@ func TestCoalescingConnDeliversEveryWriteInOrder(t *testing.T) {
 // (the publishers close with their windows full of free identifiers).
 func TestMQTTPublisherStoresEveryMessageOnce(t *testing.T) {
 	_, st, addr := ingesttest.RunMQTT(t, "bench-mqtt-test")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 
 	// More messages than the windows (4 x 512) hold, so that publishers
 	// wait for PUBACKs and reuse packet identifiers.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -144,8 +143,7 @@ func TestTSBSPhase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds telemetryd and starts it twice")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := testContext(t)
 	late := fmt.Sprintf("diagnostics,name=truck_1 status=9i %d", tsbsT0.Add(20*time.Second).UnixNano())
 	file := writeTSBSFile(t, 3, 250, late)
 	bin, err := buildService(ctx, t.TempDir())

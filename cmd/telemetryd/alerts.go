@@ -38,13 +38,15 @@ func (m *Main) openAlerting(ctx context.Context, acfg *api.Config) error {
 	}
 	if c := m.cluster; c != nil {
 		d.Replicas = m.cfg.Cluster.StreamReplicas
-		d.Lease = alerting.Owner(m.cfg.Cluster.NodeName, func() []string {
-			var names []string
-			for _, l := range c.members.Nodes() {
-				names = append(names, l.Node)
-			}
-			return names
-		})
+		d.Cluster = &alerting.Cluster{Self: m.cfg.Cluster.NodeName, LeaseTTL: m.cfg.Cluster.LeaseTTL,
+			LeaseErr: c.members.LeaseErr,
+			Nodes: func() map[string]time.Time {
+				out := map[string]time.Time{}
+				for _, l := range c.members.Nodes() {
+					out[l.Node] = l.Renewed
+				}
+				return out
+			}}
 	}
 	a, err := alerting.Open(ctx, m.cfg.Alerting, d)
 	if err != nil {

@@ -80,7 +80,7 @@ func (m *Main) resumeRestored(icfg ingest.Config) error {
 			return fmt.Errorf("resume after restore: %w", err)
 		}
 		if deleted {
-			m.log.Warn("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
+			m.log.Info("data dir restored from a backup: deleted the ingest consumer so that it starts again after the backup's stream positions",
 				"stream", c.Stream, "consumer", c.Consumer)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -70,15 +71,29 @@ func publishUntil(t *testing.T, js jetstream.JetStream, devices []string, stop <
 	return log, done
 }
 
-// An online backup taken while readings flow, restored into a fresh
-// data dir, and a service started on it against the same stream: every
-// acked reading is stored exactly once, those published after the
-// backup included (the consumer resumes after the backup's positions).
-func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
+// onlineBackup is a backup taken through POST /v1/backup while
+// readings flowed through an external NATS server's one stream
+// TELEMETRY, with more readings acked after it.
+type onlineBackup struct {
+	ns    *server.Server
+	js    jetstream.JetStream // a client of ns
+	cfg   Config              // the service's, which has stopped
+	acked *backupAcked        // every reading acked, before and after the backup
+	dir   string
+	seq   uint64 // the backup's position in TELEMETRY
+}
+
+// backupWhilePublishing starts a service on an external NATS server,
+// publishes to devices round-robin, takes an online backup into
+// <backup-dir>/name once 300 messages are acked and a stream position
+// saved, goes on until 300 more are acked, then stops publisher and
+// service.
+func backupWhilePublishing(t *testing.T, name string, devices []string) onlineBackup {
+	t.Helper()
 	ns := runNATS(t, -1, t.TempDir())
 	t.Cleanup(ns.Shutdown)
 	cfg := newTestConfig(t)
-	cfg.NATSURL = ns.ClientURL()
+	cfg.NATSURL = ns.ClientURL() // with -nats-url the one stream TELEMETRY
 	root := t.TempDir()
 	cfg.BackupDir = root
 	s := startService(t, cfg)
@@ -88,77 +103,101 @@ func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
 	t.Cleanup(pc.Close)
 	js, err := jetstream.New(pc)
 	require.NoError(t, err)
-	devices := []string{"bk-a", "bk-b", "bk-c"}
 	stop := make(chan struct{})
 	acked, pubDone := publishUntil(t, js, devices, stop)
-
 	require.Eventually(t, func() bool { return acked.count() > 300 }, 30*time.Second, 10*time.Millisecond)
 	time.Sleep(1500 * time.Millisecond) // a stream position is saved every second
 
-	bdir := filepath.Join(root, "nightly")
-	body, _ := json.Marshal(api.BackupRequest{Dir: bdir})
+	dir := filepath.Join(root, name)
+	body, _ := json.Marshal(api.BackupRequest{Dir: dir})
 	code, out := s.post(t, "/v1/backup", body, map[string]string{"Content-Type": "application/json"})
 	require.Equal(t, http.StatusOK, code, out)
 	var sum api.BackupSummary
 	require.NoError(t, json.Unmarshal([]byte(out), &sum))
-	backupSeq := sum.Positions["TELEMETRY"]
-	require.NotZero(t, backupSeq, "the backup records the stream position: %s", out)
+	seq := sum.Positions["TELEMETRY"]
+	require.NotZero(t, seq, "the backup records the stream position: %s", out)
 
 	n := acked.count()
 	require.Eventually(t, func() bool { return acked.count() > n+300 }, 30*time.Second, 10*time.Millisecond)
 	close(stop)
 	<-pubDone
 	s.stop(t)
+	return onlineBackup{ns: ns, js: js, cfg: cfg, acked: acked, dir: dir, seq: seq}
+}
 
-	stream, err := js.Stream(context.Background(), "TELEMETRY")
+// restoreBackup runs `telemetryd restore` from dir into a new data dir,
+// which it returns with the command's output.
+func restoreBackup(t *testing.T, dir string) (dataDir, stdout string) {
+	t.Helper()
+	dataDir = filepath.Join(t.TempDir(), "restored")
+	var out, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"restore", "-from", dir, "-data-dir", dataDir},
+		func(string) string { return "" }, &out, &stderr), stderr.String())
+	return dataDir, out.String()
+}
+
+// requireEachOnce waits until s holds at least len(want) readings of
+// device in the hour before testEpoch, then asserts that it holds each
+// reading time of want exactly once and nothing else.
+func requireEachOnce(t *testing.T, s *testService, device string, want []string) {
+	t.Helper()
+	require.NotEmpty(t, want)
+	q := url.Values{"from": {testEpoch.Add(-2 * time.Hour).Format(time.RFC3339Nano)}, "to": {testEpoch.Format(time.RFC3339Nano)}}
+	var got []apiReading
+	require.Eventually(t, func() bool {
+		got = pageAll(t, s, device, "asc", 10000, q)
+		return len(got) >= len(want)
+	}, 30*time.Second, 50*time.Millisecond, "device %s: %d of %d readings", device, len(got), len(want))
+	seen := map[string]int{}
+	for _, r := range got {
+		seen[r.TS]++
+	}
+	missing, twice := 0, 0
+	for _, ts := range want {
+		switch seen[ts] {
+		case 0:
+			missing++
+		case 1:
+		default:
+			twice++
+		}
+	}
+	assert.Zero(t, missing, "device %s: acked readings lost", device)
+	assert.Zero(t, twice, "device %s: readings stored twice", device)
+	assert.Len(t, got, len(want), "device %s", device)
+}
+
+// An online backup taken while readings flow, restored into a fresh
+// data dir, and a service started on it against the same stream: every
+// acked reading is stored exactly once, those published after the
+// backup included (the consumer resumes after the backup's positions).
+func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
+	devices := []string{"bk-a", "bk-b", "bk-c"}
+	b := backupWhilePublishing(t, "nightly", devices)
+	stream, err := b.js.Stream(context.Background(), "TELEMETRY")
 	require.NoError(t, err)
 	info, err := stream.Info(context.Background())
 	require.NoError(t, err)
-	require.Greater(t, info.State.LastSeq, backupSeq+100, "messages after the backup must come from the stream")
+	require.Greater(t, info.State.LastSeq, b.seq+100, "messages after the backup must come from the stream")
 
-	dataDir := filepath.Join(t.TempDir(), "restored")
-	var stdout, stderr bytes.Buffer
-	require.Equal(t, 0, run(context.Background(), []string{"restore", "-from", bdir, "-data-dir", dataDir},
-		func(string) string { return "" }, &stdout, &stderr), stderr.String())
-	assert.Contains(t, stdout.String(), fmt.Sprintf("TELEMETRY after %d", backupSeq))
-	assert.Contains(t, stdout.String(), "[1/")
+	dataDir, out := restoreBackup(t, b.dir)
+	assert.Contains(t, out, fmt.Sprintf("TELEMETRY after %d", b.seq))
+	assert.Contains(t, out, "[1/")
 
-	cfg2 := cfg
+	cfg2 := b.cfg
 	cfg2.DataDir = dataDir
 	s2 := startService(t, cfg2)
 	t.Cleanup(func() { s2.stop(t) })
 	require.Eventually(t, func() bool {
-		c, err := js.Consumer(context.Background(), "TELEMETRY", "ingest")
+		c, err := b.js.Consumer(context.Background(), "TELEMETRY", "ingest")
 		if err != nil {
 			return false
 		}
 		ci, err := c.Info(context.Background())
-		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Config.OptStartSeq == backupSeq+1
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Config.OptStartSeq == b.seq+1
 	}, 30*time.Second, 50*time.Millisecond, "the consumer did not resume after the backup's position")
-
-	from := testEpoch.Add(-2 * time.Hour).Format(time.RFC3339Nano)
-	to := testEpoch.Format(time.RFC3339Nano)
 	for _, d := range devices {
-		want := acked.ts[d]
-		require.NotEmpty(t, want)
-		got := pageAll(t, s2, d, "asc", 10000, url.Values{"from": {from}, "to": {to}})
-		seen := map[string]int{}
-		for _, r := range got {
-			seen[r.TS]++
-		}
-		missing, twice := 0, 0
-		for _, ts := range want {
-			switch seen[ts] {
-			case 0:
-				missing++
-			case 1:
-			default:
-				twice++
-			}
-		}
-		assert.Zero(t, missing, "device %s: acked readings lost", d)
-		assert.Zero(t, twice, "device %s: readings stored twice", d)
-		assert.Len(t, got, len(want), "device %s", d)
+		requireEachOnce(t, s2, d, b.acked.ts[d])
 	}
 }
 

@@ -814,8 +814,28 @@ func TestDeployEnvSample(t *testing.T) {
 		if assert.True(t, ok, "no %s", envVar("TELEMETRY_", f)) {
 			assert.Equal(t, serviceFlags[f], v, "%s default", envVar("TELEMETRY_", f))
 		}
-		assert.Contains(t, text, "# -"+f+":", "no comment explaining -%s", f)
 	}
+	// Every flag of the service is there, with its default as the flag
+	// reads it, and a comment.
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	c := DefaultConfig()
+	c.bind(all)
+	all.VisitAll(func(f *flag.Flag) {
+		key := envName(f.Name)
+		assert.True(t, strings.Contains(text, "# -"+f.Name+":"), "no comment explaining -%s", f.Name)
+		v, ok := env[key]
+		if !assert.True(t, ok, "no %s", key) || v == "" {
+			assert.True(t, !ok || f.DefValue == "" || f.DefValue == "[]", "%s is empty, but -%s defaults to %q", key, f.Name, f.DefValue)
+			return
+		}
+		fresh := flag.NewFlagSet("", flag.ContinueOnError)
+		d := DefaultConfig()
+		d.bind(fresh)
+		g := fresh.Lookup(f.Name)
+		if assert.NoError(t, g.Value.Set(v), key) {
+			assert.Equal(t, f.DefValue, g.Value.String(), "%s=%s is not the default of -%s", key, v, f.Name)
+		}
+	})
 	checkEnvKeys(t, "telemetryd.env.sample", slices.Collect(maps.Keys(env)))
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER"} {
 		_, set := env[k]
@@ -828,7 +848,7 @@ func TestDeployDockerfile(t *testing.T) {
 	df := string(readDeploy(t, "Dockerfile"))
 	assert.Regexp(t, `(?m)^ARG GO_VERSION=1\.26$`, df)
 	assert.Regexp(t, `(?m)^FROM golang:\$\{GO_VERSION\} AS build$`, df)
-	assert.Regexp(t, `go build .*\./cmd/telemetryd \./cmd/telemetry-sim`, df)
+	assert.Regexp(t, `(?s)go build [^\n]*(\\\n[^\n]*)*\./cmd/telemetryd \./cmd/telemetry-sim`, df)
 	assert.Regexp(t, `(?m)^VOLUME /data$`, df)
 	assert.Regexp(t, `(?m)^EXPOSE 8080 4222$`, df)
 	user := regexp.MustCompile(`(?m)^USER (\S+)$`).FindStringSubmatch(df)

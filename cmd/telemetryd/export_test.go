@@ -179,4 +179,13 @@ func TestExportCommandToken(t *testing.T) {
 	assert.Contains(t, stderr.String(), "401 Unauthorized: {\"error\":{\"code\":\"unauthenticated\",\"message\":\"authorization: no token\"}}")
 	assert.Equal(t, int32(1), requests.Load(), "not retried")
 	assert.Empty(t, stdout.String())
+
+	// Refused with -o: no file is left and no count is printed.
+	stderr.Reset()
+	refused := filepath.Join(t.TempDir(), "refused.ndjson")
+	code = run(context.Background(), []string{"export", "-url", srv.URL, "-o", refused}, envMap(nil), &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr.String(), "401 Unauthorized")
+	assert.NotContains(t, stderr.String(), "0 readings")
+	assert.NoFileExists(t, refused, "a refused export leaves no file")
 }

@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/alerting"
+	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
@@ -78,6 +82,14 @@ func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
 // ingester, retention worker and HTTP API. It returns once the API
 // listens; on error the caller must still call Close.
 func (m *Main) Open(ctx context.Context) error {
+	// Every listener's port is tried before anything starts, so all
+	// that are taken are named at once, each by its flag.
+	if err := m.cfg.checkListeners(); err != nil {
+		return err
+	}
+	if err := checkDataDir(m.cfg.DataDir); err != nil {
+		return err
+	}
 	tel, err := otelsetup.New(ctx, m.getenv, m.telOpts)
 	if err != nil {
 		return err
@@ -230,6 +242,7 @@ func (m *Main) startIngest() error {
 	icfg.Hold = ingest.Holds(ingest.DiskReserve(m.cfg.DataDir, m.cfg.DiskReserve), m.commitBlocked)
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
+	icfg.Restored = m.store.Restored() // resumeRestored clears it
 	if err := m.resumeRestored(icfg); err != nil {
 		return err
 	}
@@ -328,6 +341,7 @@ func (m *Main) startHTTP() error {
 		DurabilityAck:     m.durability().Ack,
 		Streams:           m.ingestConfig().Streams(),
 		Metrics:           m.tel.Metrics,
+		Build:             buildInfo(),
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
 		QueryTimeout:      m.cfg.QueryTimeout,
@@ -489,4 +503,16 @@ func (m *Main) close(ctx context.Context) error {
 		errs = append(errs, m.tel.Shutdown(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// buildInfo is what /api/v1/status/buildinfo reports: the version and
+// commit -version prints (set at link time by deploy/install.sh), in
+// Prometheus' form (a version without its leading v).
+func buildInfo() promapi.BuildInfo {
+	b := cliflag.BuildOf()
+	rev := b.Commit
+	if b.Dirty && rev != "" {
+		rev += "-dirty"
+	}
+	return promapi.BuildInfo{Version: strings.TrimPrefix(b.Version, "v"), Revision: rev, BuildDate: b.Time, GoVersion: runtime.Version()}
 }

@@ -228,7 +228,7 @@ func TestDurabilityModeIsReported(t *testing.T) {
 		mode string
 		ack  string
 	}{
-		{false, ingest.DurabilityBuffered, "a power cut loses what was acked within the last 1s"},
+		{false, ingest.DurabilityBuffered, "sync to disk every 1s (-sync-interval)"},
 		{true, ingest.DurabilitySynced, "survives a power cut"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

@@ -165,6 +165,9 @@ func TestUIInChromium(t *testing.T) {
 	for _, want := range []string{"greenhouse-1", "pump-7", "meter_03", "temp=", "power=", "s ago"} {
 		assert.Contains(t, listText, want)
 	}
+	noAlerts, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector('#alerts').hidden`))
+	require.NoError(t, err)
+	assert.True(t, noAlerts, "without alerting rules the page shows no alerts box")
 
 	// The device view at 1h: one chart per numeric value, each drawn.
 	var charts []chartState

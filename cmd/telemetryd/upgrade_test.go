@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -19,7 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
@@ -120,45 +116,14 @@ func TestUpgradeFromTheOneStreamKeepsEveryReading(t *testing.T) {
 // drains it and deletes it, stores what is published after the
 // upgrade, and has every acked reading exactly once.
 func TestBackupRestoreAcrossTheUpgrade(t *testing.T) {
-	ns := runNATS(t, -1, t.TempDir())
-	t.Cleanup(ns.Shutdown)
-	cfg := newTestConfig(t)
-	cfg.NATSURL = ns.ClientURL() // with -nats-url the one stream TELEMETRY, as before
-	root := t.TempDir()
-	cfg.BackupDir = root
-	s := startService(t, cfg)
-
-	pc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(pc.Close)
-	js, err := jetstream.New(pc)
-	require.NoError(t, err)
 	devices := []string{"xb-a", "xb-b", "xb-c"}
-	stop := make(chan struct{})
-	acked, pubDone := publishUntil(t, js, devices, stop)
-	require.Eventually(t, func() bool { return acked.count() > 300 }, 30*time.Second, 10*time.Millisecond)
-	time.Sleep(1500 * time.Millisecond) // a stream position is saved every second
-
-	bdir := filepath.Join(root, "before-upgrade")
-	body, _ := json.Marshal(api.BackupRequest{Dir: bdir})
-	code, out := s.post(t, "/v1/backup", body, map[string]string{"Content-Type": "application/json"})
-	require.Equal(t, http.StatusOK, code, out)
-	var sum api.BackupSummary
-	require.NoError(t, json.Unmarshal([]byte(out), &sum))
-	require.NotZero(t, sum.Positions["TELEMETRY"], "the backup records the one stream's position: %s", out)
-	n := acked.count()
-	require.Eventually(t, func() bool { return acked.count() > n+300 }, 30*time.Second, 10*time.Millisecond)
-	close(stop)
-	<-pubDone
-	s.stop(t)
+	b := backupWhilePublishing(t, "before-upgrade", devices)
+	js := b.js
 
 	src, dst := partition.Mapping("telemetry", DefaultStreamPartitions)
-	require.NoError(t, ns.GlobalAccount().AddMapping(src, dst))
-	dataDir := filepath.Join(t.TempDir(), "restored")
-	var stdout, stderr bytes.Buffer
-	require.Equal(t, 0, run(context.Background(), []string{"restore", "-from", bdir, "-data-dir", dataDir},
-		func(string) string { return "" }, &stdout, &stderr), stderr.String())
-	cfg2 := cfg
+	require.NoError(t, b.ns.GlobalAccount().AddMapping(src, dst))
+	dataDir, _ := restoreBackup(t, b.dir)
+	cfg2 := b.cfg
 	cfg2.DataDir, cfg2.StreamPartitions = dataDir, DefaultStreamPartitions
 	s2 := startService(t, cfg2)
 	t.Cleanup(func() { s2.stop(t) })
@@ -176,22 +141,7 @@ func TestBackupRestoreAcrossTheUpgrade(t *testing.T) {
 		return errors.Is(err, jetstream.ErrStreamNotFound)
 	}, 30*time.Second, 50*time.Millisecond, "the one stream was not drained and deleted")
 
-	from := testEpoch.Add(-2 * time.Hour).Format(time.RFC3339Nano)
-	to := testEpoch.Format(time.RFC3339Nano)
 	for _, d := range devices {
-		want := append(slices.Clone(acked.ts[d]), after[d])
-		var got []apiReading
-		require.Eventually(t, func() bool {
-			got = pageAll(t, s2, d, "asc", 10000, url.Values{"from": {from}, "to": {to}})
-			return len(got) >= len(want)
-		}, 30*time.Second, 50*time.Millisecond, "device %s: %d of %d readings", d, len(got), len(want))
-		seen := map[string]int{}
-		for _, r := range got {
-			seen[r.TS]++
-		}
-		for _, ts := range want {
-			assert.Equal(t, 1, seen[ts], "device %s reading %s", d, ts)
-		}
-		assert.Len(t, got, len(want), "device %s", d)
+		requireEachOnce(t, s2, d, append(slices.Clone(b.acked.ts[d]), after[d]))
 	}
 }

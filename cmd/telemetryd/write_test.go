@@ -9,15 +9,18 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -340,9 +343,9 @@ func TestLineProtocolRetryStoresOnce(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, code, resp)
 	}
 	r2, d2 := streamMsgs()
-	// The readings stream has no duplicate window (README, "Message
-	// IDs"): the retries are published again and merge in the store.
-	assert.Equal(t, 3*r1, r2, "each request publishes its readings")
+	// The door remembers the messages its streams acknowledged by their
+	// content's ID (ingest/lpwire): an identical retry publishes nothing.
+	assert.Equal(t, r1, r2, "an identical retry is suppressed")
 	assert.Equal(t, d1, d2, "a retried request adds no second dead letter")
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -456,12 +459,11 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 }
 
-// TestSyncedWriteIsOneAtomicBatch: with -sync-writes the messages of
-// one line protocol write (one per device, here 400) go into each
-// partition's stream as one atomic batch, so the embedded JetStream
-// fsyncs each stream once; without it each is published on its own.
-// Either way every reading is stored.
-func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
+// TestLineWriteIsOneMessagePerPartition: the readings of one line
+// protocol write (here 400 devices) go into each partition's stream as
+// one message (ingest/lpwire), stored whole or not at all, and with
+// -sync-writes fsynced once per stream; every reading is stored.
+func TestLineWriteIsOneMessagePerPartition(t *testing.T) {
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync-writes=%v", sync), func(t *testing.T) {
 			cfg := newTestConfig(t)
@@ -481,28 +483,49 @@ func TestSyncedWriteIsOneAtomicBatch(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			batches := map[string]int{}
-			streamBatch := map[string]string{}
-			for _, dev := range devices {
-				st, err := s.js.Stream(ctx, streamOf(dev))
+			for p := range DefaultStreamPartitions {
+				st, err := s.js.Stream(ctx, partition.Stream("TELEMETRY", p))
 				require.NoError(t, err)
-				m, err := st.GetLastMsgForSubject(ctx, storedSubject(dev))
+				info, err := st.Info(ctx, jetstream.WithSubjectFilter("telemetry.>"))
 				require.NoError(t, err)
-				id := m.Header.Get("Nats-Batch-Id")
-				batches[id]++
-				if sync {
-					if prev, ok := streamBatch[streamOf(dev)]; ok {
-						assert.Equal(t, prev, id, "one batch per stream: %s", dev)
-					}
-					streamBatch[streamOf(dev)] = id
-				}
-			}
-			if sync {
-				require.Len(t, batches, DefaultStreamPartitions, "one batch per partition's stream")
-				assert.NotContains(t, batches, "")
-			} else {
-				assert.Equal(t, map[string]int{"": len(devices)}, batches, "no batch")
+				assert.Equal(t, map[string]uint64{"telemetry." + strconv.Itoa(p) + "._lines": 1}, info.State.Subjects,
+					"partition %d: one message of the write", p)
 			}
 		})
 	}
+}
+
+// TestLineWritesOfEqualReadingsForOtherDevicesAreBothStored: two
+// requests whose readings are equal but for their devices (of one
+// partition) are two messages, and both are stored; only an identical
+// request is suppressed.
+func TestLineWritesOfEqualReadingsForOtherDevicesAreBothStored(t *testing.T) {
+	s := startService(t, newTestConfig(t))
+	at := testEpoch.Add(-time.Minute).UnixNano()
+	var devs []string
+	for i := 0; len(devs) < 2; i++ {
+		if d := fmt.Sprintf("eq-%d", i); partition.Of(DefaultStreamPartitions, d) == 0 {
+			devs = append(devs, d)
+		}
+	}
+	body := func(dev string) []byte {
+		return fmt.Appendf(nil, "m,device=%s v=1i %d\nm,device=%s v=2i %d\n", dev, at, dev, at+1000)
+	}
+	for _, d := range devs {
+		code, resp := s.post(t, "/api/v2/write", body(d), nil)
+		require.Equal(t, http.StatusNoContent, code, resp)
+	}
+	code, resp := s.post(t, "/api/v2/write", body(devs[0]), nil)
+	require.Equal(t, http.StatusNoContent, code, resp)
+	for _, d := range devs {
+		waitStored(t, s, d, 2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, partition.Stream("TELEMETRY", 0))
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("telemetry.>"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]uint64{"telemetry.0._lines": 2}, info.State.Subjects,
+		"one message per request, the identical third suppressed")
 }

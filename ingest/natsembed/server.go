@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,8 +123,8 @@ type Server struct {
 	mqtt     *mqttDoor
 	faults   *writeFaults           // JetStream write errors to recover from (writefault.go)
 	jsConfig server.JetStreamConfig // what JetStream started with, to start it again
-	stop     chan struct{}          // ends watchWriteFaults
-	watched  chan struct{}          // closed when watchWriteFaults returned
+	stop     chan struct{}          // ends watchWriteFaults and syncMetadata
+	watched  chan struct{}          // closed when both returned
 }
 
 // Start runs the server and returns once it accepts connections. A
@@ -227,7 +228,14 @@ func Start(cfg Config) (*Server, error) {
 	s.stop, s.watched = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(s.watched)
+		if cfg.SyncAlways || cfg.SyncInterval <= 0 {
+			s.watchWriteFaults(s.stop)
+			return
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { s.syncMetadata(s.stop, cfg.SyncInterval) }) // metasync.go
 		s.watchWriteFaults(s.stop)
+		wg.Wait()
 	}()
 	// The server writes the port it picked back into its options.
 	s.mqttPort = max(opts.MQTT.Port, 0)

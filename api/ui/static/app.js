@@ -1,8 +1,9 @@
 // The built-in dashboard: a device list filtered by device ID prefix
 // and by attribute (Prometheus matchers, sent as match=), with silent
-// devices marked, and per-device charts drawn with uPlot from
-// GET /v1/devices/{device}/aggregates. No build step: this file is
-// served as it is.
+// devices marked, firing and pending alerts above the list and on each
+// device's page (GET /api/v1/rules?type=alert), and per-device charts
+// drawn with uPlot from GET /v1/devices/{device}/aggregates. No build
+// step: this file is served as it is.
 (function () {
   "use strict";
 
@@ -316,6 +317,7 @@
     var a = el("a", { href: "#/device/" + encodeURIComponent(d.device) }, d.device);
     var td = el("td");
     td.appendChild(a);
+    alertBadges(td, d.device);
     tr.appendChild(td);
     var seen = el("td", { "class": "seen" });
     seenCell(seen, d.lastSeen);
@@ -360,9 +362,11 @@
   function loadDevices(append) {
     var lq = listQuery(append);
     var seq = ++listSeq;
-    return api("/v1/devices" + lq.q).then(function (body) {
+    return Promise.all([api("/v1/devices" + lq.q), loadAlerts()]).then(function (res) {
+      var body = res[0];
       if (seq !== listSeq) return;
       show("#devices-view");
+      drawAlerts($("#alerts"), alerts.list, true, "No alert is firing or pending.");
       $("#match-error").hidden = true;
       $("#match").removeAttribute("aria-invalid");
       var tbody = $("#devices tbody");
@@ -417,6 +421,113 @@
       return;
     }
     location.hash = h;
+  }
+
+
+  // ---- alerts ----
+
+  // The alerting rules and their pending and firing alerts, from
+  // GET /api/v1/rules?type=alert (Prometheus' shape). Without alerting
+  // rules (-rules) the page shows nothing of them; when they cannot be
+  // read the rest of the page still works and the alerts box says why.
+  var alerts = { rules: 0, list: [], error: null };
+
+  var STATE_ORDER = { firing: 0, pending: 1 };
+
+  function loadAlerts() {
+    return api("/api/v1/rules?type=alert").then(function (body) {
+      var rules = 0, list = [];
+      ((body && body.data && body.data.groups) || []).forEach(function (g) {
+        (g.rules || []).forEach(function (r) {
+          if (r.type !== "alerting") return;
+          rules++;
+          (r.alerts || []).forEach(function (a) {
+            if (a.state in STATE_ORDER) list.push({ rule: r, alert: a });
+          });
+        });
+      });
+      list.sort(function (x, y) {
+        return STATE_ORDER[x.alert.state] - STATE_ORDER[y.alert.state] ||
+          Date.parse(x.alert.activeAt) - Date.parse(y.alert.activeAt) ||
+          (x.rule.name < y.rule.name ? -1 : x.rule.name > y.rule.name ? 1 : 0);
+      });
+      alerts = { rules: rules, list: list, error: null };
+    }).catch(function (err) {
+      if (err instanceof AuthError) throw err;
+      alerts = { rules: alerts.rules, list: [], error: err };
+    });
+  }
+
+  function alertsOf(dev) {
+    return alerts.list.filter(function (x) { return x.alert.labels.device === dev; });
+  }
+
+  function fmtValue(s) {
+    var v = Number(s);
+    return isNaN(v) ? s : fmtNum(v);
+  }
+
+  // sinceText says how long an alert has been active: "firing, active
+  // 12 min" or, for a pending one, how much of its for has passed:
+  // "pending 40 s of 10 min".
+  function sinceText(x) {
+    var active = span(silentSeconds(x.alert.activeAt));
+    if (x.alert.state === "pending" && x.rule.duration) return "pending " + active + " of " + span(Math.round(x.rule.duration));
+    return "active " + active;
+  }
+
+  // alertRow is one alert: its state, name (and severity), device (a
+  // link to its page, unless on it), summary, how long, and value; its
+  // other labels are in the name's tooltip.
+  function alertRow(x, withDevice) {
+    var a = x.alert, lb = a.labels || {}, an = a.annotations || {};
+    var tr = el("tr", { "class": "alert " + a.state, "data-alert": x.rule.name, "data-state": a.state, "data-device": lb.device || "" });
+    var st = el("td");
+    st.appendChild(el("span", { "class": "badge state-badge " + a.state }, a.state));
+    tr.appendChild(st);
+    var other = Object.keys(lb).sort().filter(function (k) { return k !== "alertname" && k !== "device"; });
+    var name = el("td", { "class": "alert-name", title: other.map(function (k) { return k + "=" + lb[k]; }).join("\n") });
+    name.appendChild(el("strong", {}, x.rule.name));
+    if (lb.severity) name.appendChild(el("span", { "class": "kv severity" }, lb.severity));
+    tr.appendChild(name);
+    if (withDevice) {
+      var d = el("td");
+      if (lb.device) d.appendChild(el("a", { href: "#/device/" + encodeURIComponent(lb.device) }, lb.device));
+      tr.appendChild(d);
+    }
+    tr.appendChild(el("td", { "class": "summary" }, an.summary || an.description || ""));
+    tr.appendChild(el("td", { "class": "ago", title: "active since " + a.activeAt }, sinceText(x)));
+    tr.appendChild(el("td", { "class": "value" }, fmtValue(a.value)));
+    return tr;
+  }
+
+  // drawAlerts fills box (a table with a tbody, a count and a "none"
+  // line) with list; the box is hidden when there are no alerting rules.
+  function drawAlerts(box, list, withDevice, noneText) {
+    box.hidden = alerts.rules === 0 && !alerts.error;
+    var tbody = box.querySelector("tbody");
+    tbody.textContent = "";
+    list.forEach(function (x) { tbody.appendChild(alertRow(x, withDevice)); });
+    box.querySelector("table").hidden = list.length === 0;
+    var none = box.querySelector(".none");
+    none.hidden = list.length > 0;
+    none.textContent = alerts.error ? "The alerts could not be read: " + alerts.error.message : noneText;
+    var firing = list.filter(function (x) { return x.alert.state === "firing"; }).length;
+    var count = box.querySelector(".count");
+    if (count) {
+      var c = firing + " firing, " + (list.length - firing) + " pending \u00b7 " + alerts.rules +
+        (alerts.rules === 1 ? " alerting rule" : " alerting rules");
+      if (count.textContent !== c) count.textContent = c;
+    }
+  }
+
+  // alertBadges marks a device's row with its alerts' names.
+  function alertBadges(td, dev) {
+    alertsOf(dev).forEach(function (x) {
+      td.appendChild(document.createTextNode(" "));
+      td.appendChild(el("span", { "class": "badge alert-badge " + x.alert.state,
+        title: x.rule.name + " " + x.alert.state + " since " + x.alert.activeAt }, x.rule.name));
+    });
   }
 
   // ---- device view ----
@@ -841,9 +952,12 @@
 
   function refreshDevice() {
     var dev = state.device;
-    return loadInfo(dev).then(function (info) {
+    return Promise.all([loadInfo(dev), loadAlerts()]).then(function (res) {
+      var info = res[0];
       if (dev !== state.device) return;
       show("#device-view");
+      drawAlerts($("#device-alerts"), alertsOf(dev), false, "");
+      $("#device-alerts").hidden = alertsOf(dev).length === 0;
       state.info = info;
       var never = seenAt(info.lastSeen) === null;
       $("#device-seen").textContent = never ? "no readings yet" : "last seen " + ago(info.lastSeen);

@@ -10,9 +10,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -126,11 +126,11 @@ type Deps struct {
 	// Replicas of the state bucket when it is created.
 	Replicas  int
 	Publisher Publisher
-	// Lease says whether this node evaluates a group (nil: a single
-	// node evaluates all).
-	Lease  func(key string) bool
-	Logger *slog.Logger
-	Now    func() time.Time
+	// Cluster gives each group to one node of a cluster at a time (nil:
+	// a single node evaluates all).
+	Cluster *Cluster
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Alerting is the running evaluator.
@@ -138,8 +138,10 @@ type Alerting struct {
 	cfg      Config
 	Manager  *rules.Manager
 	notifier *rules.Notifier
+	leases   *groupLeases // nil outside a cluster
 	log      *slog.Logger
 	mu       sync.Mutex // one reload at a time
+	groups   []string   // names of the groups loaded
 }
 
 // StateBucket is the JetStream key-value bucket of alert state.
@@ -179,8 +181,18 @@ func Open(ctx context.Context, c Config, d Deps) (*Alerting, error) {
 	if c.ExternalURL != "" {
 		extURL, _ = url.Parse(strings.TrimSuffix(c.ExternalURL, "/"))
 	}
+	var leases *groupLeases
+	var lease func(string) bool
+	if d.Cluster != nil {
+		now := d.Now
+		if now == nil {
+			now = time.Now
+		}
+		leases = newGroupLeases(kv, *d.Cluster, now, d.Logger)
+		lease = leases.Held
+	}
 	m, err := rules.NewManager(rules.Config{Query: d.Query, Recorder: recorder{d.Publisher}, States: kvStates{kv},
-		Sender: n, Lease: d.Lease, ExternalLabels: ext, ExternalURL: extURL, EvalSlots: c.EvalSlots,
+		Sender: n, Lease: lease, ExternalLabels: ext, ExternalURL: extURL, EvalSlots: c.EvalSlots,
 		Logger: d.Logger, Now: d.Now})
 	if err != nil {
 		n.Close()
@@ -192,7 +204,7 @@ func Open(ctx context.Context, c Config, d Deps) (*Alerting, error) {
 		nr += len(g.Rules)
 	}
 	d.Logger.Info("rules loaded", "groups", len(groups), "rules", nr, "alertmanagers", len(c.Alertmanagers), "webhooks", len(c.Webhooks))
-	return &Alerting{cfg: c, Manager: m, notifier: n, log: d.Logger}, nil
+	return &Alerting{cfg: c, Manager: m, notifier: n, leases: leases, log: d.Logger, groups: groupNames(groups)}, nil
 }
 
 // Run starts the groups' evaluation.
@@ -209,13 +221,36 @@ func (a *Alerting) Reload(context.Context) error {
 		return err
 	}
 	a.Manager.Update(groups)
+	names := groupNames(groups)
+	if a.leases != nil {
+		var gone []string
+		for _, g := range a.groups {
+			if !slices.Contains(names, g) {
+				gone = append(gone, g)
+			}
+		}
+		a.leases.Release(gone...)
+	}
+	a.groups = names
 	a.log.Info("rules reloaded", "groups", len(groups))
 	return nil
 }
 
-// Close stops the evaluation and the senders.
+func groupNames(gs []*rules.Group) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.Key()
+	}
+	return out
+}
+
+// Close stops the evaluation and the senders, and lets the groups this
+// node evaluates go to the others.
 func (a *Alerting) Close() {
 	a.Manager.Stop()
+	if a.leases != nil {
+		a.leases.ReleaseAll()
+	}
 	a.notifier.Close()
 }
 
@@ -258,24 +293,4 @@ func (r recorder) Record(ctx context.Context, rs []buckets.Reading) error {
 			Header: map[string]string{wire.Header: wire.Format}})
 	}
 	return r.pub.Publish(ctx, msgs)
-}
-
-// Owner returns the lease function of a cluster: a group is evaluated
-// by the live node that ranks highest for its name (rendezvous
-// hashing over the node leases), so when that node's lease lapses the
-// next one takes the group over.
-func Owner(self string, nodes func() []string) func(key string) bool {
-	return func(key string) bool {
-		best, bestScore := "", uint64(0)
-		for _, n := range nodes() {
-			h := fnv.New64a()
-			h.Write([]byte(n))
-			h.Write([]byte{0})
-			h.Write([]byte(key))
-			if s := h.Sum64(); best == "" || s > bestScore {
-				best, bestScore = n, s
-			}
-		}
-		return best != "" && best == self
-	}
 }

@@ -145,41 +145,56 @@ var (
 	commitTime string
 )
 
-// Version is what -version prints for the binary called name: its
-// version, the commit and its time, and the Go version. The version and
-// commit set at link time win; otherwise they come from the module
-// version and the VCS stamp Go records, when it records them.
-func Version(name string) string {
-	v, rev, at, dirty := "(devel)", "", "", false
+// Build is a binary's version and commit: those set at link time win;
+// otherwise they come from the module version and the VCS stamp Go
+// records, when it records them. -version prints it and the service's
+// /api/v1/status/buildinfo reports it.
+type Build struct {
+	Version string // "(devel)" when neither names one
+	Commit  string // the full hash; empty when unknown
+	Time    string // the commit's time (RFC 3339); empty when unknown
+	Dirty   bool   // built from a tree with uncommitted changes
+}
+
+// BuildOf returns this binary's Build.
+func BuildOf() Build {
+	b := Build{Version: "(devel)"}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
-			v = bi.Main.Version
+			b.Version = bi.Main.Version
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				rev = s.Value
+				b.Commit = s.Value
 			case "vcs.time":
-				at = s.Value
+				b.Time = s.Value
 			case "vcs.modified":
-				dirty = s.Value == "true"
+				b.Dirty = s.Value == "true"
 			}
 		}
 	}
 	if version != "" {
-		v = version
+		b.Version = version
 	}
 	if commit != "" {
-		rev, at, dirty = strings.TrimSuffix(commit, "-dirty"), commitTime, strings.HasSuffix(commit, "-dirty")
+		b.Commit, b.Time, b.Dirty = strings.TrimSuffix(commit, "-dirty"), commitTime, strings.HasSuffix(commit, "-dirty")
 	}
-	out := name + " " + v
-	if rev != "" {
-		out += " " + rev[:min(12, len(rev))]
-		if dirty {
+	return b
+}
+
+// Version is what -version prints for the binary called name: its
+// version, the commit and its time, and the Go version (BuildOf).
+func Version(name string) string {
+	b := BuildOf()
+	out := name + " " + b.Version
+	if b.Commit != "" {
+		out += " " + b.Commit[:min(12, len(b.Commit))]
+		if b.Dirty {
 			out += "-dirty"
 		}
-		if at != "" {
-			out += " " + at
+		if b.Time != "" {
+			out += " " + b.Time
 		}
 	}
 	return out + " " + runtime.Version()

@@ -71,4 +71,6 @@ func TestVersionSetAtLinkTime(t *testing.T) {
 	version, commit, commitTime = "v1.2.3", "0123456789abcdef0123456789abcdef01234567-dirty", "2026-12-05T14:00:00Z"
 	got := Version("telemetryd")
 	assert.True(t, strings.HasPrefix(got, "telemetryd v1.2.3 0123456789ab-dirty 2026-12-05T14:00:00Z go"), got)
+	assert.Equal(t, Build{Version: "v1.2.3", Commit: "0123456789abcdef0123456789abcdef01234567", Time: "2026-12-05T14:00:00Z", Dirty: true}, BuildOf(),
+		"the build info the service reports")
 }

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/buckets"
+)
+
+// costRules writes n alerting rules at interval in groups of ten, five
+// kinds over every device: a threshold on the last value, an average
+// over five minutes, a silent device, a fleet's average and a low
+// battery. About one device in a thousand is hot, so the threshold
+// rules hold alerts.
+func costRules(n int, interval time.Duration) string {
+	var b strings.Builder
+	b.WriteString("groups:\n")
+	for i := range n {
+		if i%10 == 0 {
+			fmt.Fprintf(&b, "  - name: cost-%02d\n    interval: %s\n    rules:\n", i/10, interval)
+		}
+		var expr string
+		switch i % 5 {
+		case 0:
+			expr = fmt.Sprintf("temp > %d", 50+i/5)
+		case 1:
+			expr = fmt.Sprintf("avg_over_time(temp[5m]) > %d", 45+i/5)
+		case 2:
+			expr = fmt.Sprintf("time() - telemetry_device_last_seen_timestamp_seconds > %d", 600+i)
+		case 3:
+			expr = fmt.Sprintf("avg by (fleet) (humidity) > %d", 80+i)
+		case 4:
+			expr = fmt.Sprintf("battery < %d", 1+i/20)
+		}
+		fmt.Fprintf(&b, "      - alert: Cost%03d\n        expr: %s\n        for: 1m\n        labels: {severity: warning}\n"+
+			"        annotations: {summary: \"{{ $labels.device }} at {{ $value | humanize }}\"}\n", i, expr)
+	}
+	return b.String()
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(t testing.TB) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestAlertRulesCost measures what 100 alerting rules at a 15 s
+// interval over 10,000 devices cost at steady state: the process's CPU
+// time per second of wall time with the rules evaluated, less the same
+// over a baseline of the same length measured first in the same
+// process (the same devices, the same writes every 15 s, one idle rule
+// group). It also reports the evaluations' own time per round, from
+// /api/v1/rules. TELEMETRY_ALERT_COST_PROFILE=FILE writes a CPU profile
+// of the measured window.
+//
+//	TELEMETRY_ALERT_COST=1 go test ./cmd/telemetryd -run TestAlertRulesCost -v -timeout 20m
+func TestAlertRulesCost(t *testing.T) {
+	if os.Getenv("TELEMETRY_ALERT_COST") == "" {
+		t.Skip("set TELEMETRY_ALERT_COST=1: runs for about six minutes")
+	}
+	const (
+		devices  = 10000
+		nRules   = 100
+		interval = 15 * time.Second
+		rounds   = 8 // intervals measured, each way
+	)
+	m, dir, write := newCostService(t, devices, interval)
+	base := "http://" + m.HTTPAddr()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tk := time.NewTicker(interval)
+		defer tk.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case now := <-tk.C:
+				write(now.UTC(), i)
+			}
+		}
+	})
+	t.Cleanup(func() { close(stop); wg.Wait() })
+
+	window := rounds * interval
+	measure := func() (time.Duration, time.Duration) {
+		c0, w0 := cpuTime(t), time.Now()
+		time.Sleep(window)
+		return cpuTime(t) - c0, time.Since(w0)
+	}
+	time.Sleep(interval) // the writer's first round
+	baseCPU, baseWall := measure()
+	t.Logf("baseline: %s CPU in %s: %.2f%% of one core", baseCPU.Round(time.Millisecond), baseWall.Round(time.Millisecond),
+		100*baseCPU.Seconds()/baseWall.Seconds())
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cost.yml"), []byte(costRules(nRules, interval)), 0o644))
+	require.NoError(t, m.alerts.Reload(context.Background()))
+	time.Sleep(2 * interval) // every group evaluated at least once
+	profile := os.Getenv("TELEMETRY_ALERT_COST_PROFILE")
+	var pf *os.File
+	if profile != "" {
+		var err error
+		pf, err = os.Create(profile)
+		require.NoError(t, err)
+		require.NoError(t, pprof.StartCPUProfile(pf))
+	}
+	rulesCPU, rulesWall := measure()
+	if pf != nil {
+		pprof.StopCPUProfile()
+		require.NoError(t, pf.Close())
+		t.Logf("CPU profile of the measured window: %s", profile)
+	}
+	t.Logf("rules:    %s CPU in %s: %.2f%% of one core", rulesCPU.Round(time.Millisecond), rulesWall.Round(time.Millisecond),
+		100*rulesCPU.Seconds()/rulesWall.Seconds())
+
+	// Every rule evaluated without error; the threshold rules hold alerts.
+	var body struct {
+		Data struct {
+			Groups []struct {
+				Name           string  `json:"name"`
+				EvaluationTime float64 `json:"evaluationTime"`
+				Rules          []struct {
+					Name      string `json:"name"`
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+					Alerts    []any  `json:"alerts"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	resp, err := http.Get(base + "/api/v1/rules")
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	resp.Body.Close()
+	var nr, alerts int
+	var round float64
+	for _, g := range body.Data.Groups {
+		if !strings.HasPrefix(g.Name, "cost-") {
+			continue
+		}
+		round += g.EvaluationTime
+		for _, r := range g.Rules {
+			nr++
+			alerts += len(r.Alerts)
+			assert.Equal(t, "ok", r.Health, "%s: %s", r.Name, r.LastError)
+		}
+	}
+	require.Equal(t, nRules, nr)
+	assert.Positive(t, alerts, "the threshold rules hold alerts")
+	perSecond := (rulesCPU.Seconds()/rulesWall.Seconds() - baseCPU.Seconds()/baseWall.Seconds())
+	t.Logf("%d rules over %d devices every %s: %d alerts held; one round of evaluations takes %.0f ms; the rules cost %.2f%% of one core (CPU per second, less the baseline)",
+		nRules, devices, interval, alerts, round*1000, 100*perSecond)
+}
+
+// newCostService starts a service with an idle rule group in dir (the
+// glob -rules reads) and devices in ten fleets with five minutes of
+// readings every interval; write(at, round) writes one more round.
+func newCostService(t testing.TB, devices int, interval time.Duration) (*Main, string, func(time.Time, int)) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "rules")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "idle.yml"), []byte(`groups:
+  - name: idle
+    interval: 1h
+    rules:
+      - alert: Never
+        expr: vector(0) > 1
+`), 0o644))
+	cfg := newTestConfig(t)
+	cfg.Alerting.Rules = filepath.Join(dir, "*.yml")
+	m := NewMain(cfg, newLogger(cfg, io.Discard), func(string) string { return "" })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := m.Open(ctx)
+	if err != nil {
+		_ = m.Close(context.Background())
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(t, m.Close(ctx))
+	})
+
+	// 10,000 devices in 10 fleets, writing every 15 s: six minutes of
+	// history first, then a writer that keeps them current.
+	var as []buckets.Assignment
+	start := time.Now().UTC().Truncate(time.Second)
+	for d := range devices {
+		set, bad := buckets.NewAttributes(map[string]string{"fleet": "fleet-" + strconv.Itoa(d%10)})
+		require.Nil(t, bad)
+		as = append(as, buckets.Assignment{Device: costDevice(d), At: buckets.MustTicks(start.Add(-time.Hour)), Set: set})
+	}
+	require.NoError(t, m.store.Assign(context.Background(), as))
+	write := func(at time.Time, round int) {
+		rs := make([]buckets.Reading, 0, devices)
+		k := buckets.MustTicks(at)
+		for d := range devices {
+			temp := 15 + float64((d*7+round)%200)/10
+			if d%1000 == 0 {
+				temp = 60
+			}
+			rs = append(rs, newReading(string(costDevice(d)), k,
+				buckets.Field{Name: "temp", Value: buckets.Float(temp)},
+				buckets.Field{Name: "humidity", Value: buckets.Float(40 + float64((d+round)%30))},
+				buckets.Field{Name: "battery", Value: buckets.Float(100 - float64(d%90))}))
+		}
+		require.NoError(t, m.store.Write(context.Background(), rs))
+	}
+	loaded := time.Now()
+	for i := 24; i > 0; i-- {
+		write(start.Add(-time.Duration(i)*interval), -i)
+	}
+	t.Logf("%d devices, 24 readings each, written in %s", devices, time.Since(loaded).Round(time.Millisecond))
+	return m, dir, write
+}
+
+func costDevice(d int) buckets.DeviceID { return buckets.DeviceID(fmt.Sprintf("cold-%05d", d)) }
+
+// BenchmarkAlertRulesRound evaluates the 100 rules of TestAlertRulesCost
+// once (every group at one time) over 10,000 devices: the CPU of one
+// round, which the rules spend every 15 s. cpu-%-at-15s is that per 15
+// s of wall time when one round takes ns/op on one core.
+//
+//	go test ./cmd/telemetryd -run '^$' -bench BenchmarkAlertRulesRound -benchtime 10x -cpuprofile /tmp/rules.prof
+//
+// TELEMETRY_ALERT_COST_DEVICES=N changes the number of devices.
+func BenchmarkAlertRulesRound(b *testing.B) {
+	const nRules = 100
+	devices := 10000
+	if n, err := strconv.Atoi(os.Getenv("TELEMETRY_ALERT_COST_DEVICES")); err == nil && n > 0 {
+		devices = n // a smaller fleet for a quick profile
+	}
+	m, dir, _ := newCostService(b, devices, 15*time.Second)
+	// An interval of an hour: the groups' own tickers stay out of the way.
+	require.NoError(b, os.WriteFile(filepath.Join(dir, "cost.yml"), []byte(costRules(nRules, time.Hour)), 0o644))
+	require.NoError(b, m.alerts.Reload(context.Background()))
+	ctx := context.Background()
+	at := time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0 := cpuTime(b)
+	for i := 0; b.Loop(); i++ {
+		ts := at.Add(time.Duration(i) * time.Millisecond)
+		for g := range nRules / 10 {
+			require.NoError(b, m.alerts.Manager.EvalAt(ctx, fmt.Sprintf("cost-%02d", g), ts))
+		}
+	}
+	cpu := cpuTime(b) - c0
+	b.ReportMetric(100*cpu.Seconds()/float64(b.N)/15, "cpu-%-at-15s")
+}
