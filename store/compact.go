@@ -80,6 +80,13 @@ var testHookCompactCommit func()
 // lists a device's blocks from the keys.
 var testHookListBlocks func()
 
+// testHookTableWrite, when set (by tests), runs on the goroutine that
+// writes to a day table, its rollups or its count file, just before:
+// what is "commit" (a Badger transaction of the table), "rollup",
+// "count" or "close" (the close of a writable database, which flushes
+// it).
+var testHookTableWrite func(what string)
+
 // compactTierBlocks is how many open blocks of one size tier trigger a
 // merge. It is also the factor between tiers (tierOf).
 const compactTierBlocks = 16
@@ -297,7 +304,9 @@ func windowStart(k buckets.Ticks) buckets.Ticks {
 }
 
 // compactor runs compactions of the writable tables every
-// Options.CompactInterval until the store closes.
+// Options.CompactInterval, saves the counts of tables gone quiet, and
+// settles the tables that the idle sweep hands over (settle.go), until
+// the store closes.
 func (s *Store) compactor() {
 	defer close(s.compactDone)
 	var syncing sync.WaitGroup
@@ -312,10 +321,13 @@ func (s *Store) compactor() {
 		case <-s.stop:
 			return
 		case <-tick.C:
+			s.saveQuietCounts()
 			if s.diskTight(true) {
 				continue // no writes into the memtables' holes (health.go)
 			}
 			s.compactAll(false)
+		case <-s.settles.wake:
+			s.settleQueued()
 		}
 	}
 }

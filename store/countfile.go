@@ -20,8 +20,9 @@ import (
 // The count file is valid exactly when it exists. It is written (to a
 // temporary file that is synced and renamed over it, then the directory
 // is synced) only under the table's writeMu, when no commit can follow
-// unnoticed: after the table is closed cleanly, and by the janitor for
-// an open table that nobody wrote to for countQuiet. Before the next
+// unnoticed: by the compactor when it settles a table before an idle
+// close (settle.go) and for an open table that nobody wrote to for
+// countQuiet, and by Close after the table is closed cleanly. Before the next
 // commit to the table it is removed, and the removal is synced, so a
 // crash after a commit never leaves a stale count behind: such a table
 // has no count file and its count is unknown (-1) until it is opened
@@ -37,7 +38,7 @@ import (
 const countFileName = "READINGS"
 
 // countQuiet is how long an open table must go without a commit before
-// the janitor writes its count file.
+// the compactor writes its count file.
 const countQuiet = time.Minute
 
 // maxCountFileSize bounds what readCountFile reads: a count is at most
@@ -145,6 +146,9 @@ func (s *Store) saveCount(t *table) {
 	if s.opts.ReadOnly || t.countFile || n < 0 {
 		return
 	}
+	if testHookTableWrite != nil {
+		testHookTableWrite("count")
+	}
 	if err := writeCountFile(t.dir, n); err != nil {
 		s.log.Warn("day table reading count not saved; it is reported as unknown after a restart until the table is opened",
 			"day", t.day.String(), "err", err)
@@ -156,7 +160,8 @@ func (s *Store) saveCount(t *table) {
 // saveQuietCounts writes the count file of every open writable table
 // that has not been written to for countQuiet, so that its count
 // survives a crash. The next commit to the table removes the file
-// again; a table that is busy writing is skipped.
+// again; a table that is busy writing is skipped. It runs on the
+// compactor's goroutine.
 func (s *Store) saveQuietCounts() {
 	if s.opts.ReadOnly {
 		return
@@ -182,10 +187,12 @@ func (s *Store) saveQuietCounts() {
 }
 
 // beforeCommit removes the count file of t, if there is one, before a
-// commit to t, and notes the time of the commit. The caller holds
-// t.writeMu.
+// commit to t, notes the time of the commit and unsettles t. The caller
+// holds t.writeMu.
 func (s *Store) beforeCommit(t *table) error {
 	t.lastCommit = s.now()
+	t.commits++
+	t.settled.Store(false)
 	if !t.countFile {
 		return nil
 	}

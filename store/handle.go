@@ -26,10 +26,12 @@ var tableOpenings atomic.Uint64
 //   - detaching a handle (closeIdle, a writable reopen, DropTable,
 //     Close) takes the table's reference away, so that nothing new
 //     reaches it;
-//   - whoever gives up the last reference ends the handle: it closes
-//     the database (merging open blocks first for an idle close) and
-//     announces the end, which a drop waits for before it removes the
-//     table's directory.
+//   - whoever gives up the last reference ends the handle: the database
+//     is closed and the end announced, which a drop waits for before it
+//     removes the table's directory. Giving up a reference (release,
+//     unhold) hands that close to a goroutine of its own, so that a
+//     reader never closes a database (settle.go); a detach ends the
+//     handle on the detaching goroutine.
 //
 // A new handle of a table opens only after the one before it ended, so
 // a table never has two open databases, and the only wait anyone does
@@ -53,7 +55,6 @@ type handle struct {
 	refs     int  // the table's while it is cur, the opener's, and one per acquire
 	writable bool // it opens, or opened, the database writable
 	detached bool // it is no longer cur: it ends with its last reference
-	compact  bool // merge every device's open blocks before closing
 	dropped  bool // detached by a drop: it does not open if it has not yet
 	skipped  bool // it did not open because it was dropped
 }
@@ -196,6 +197,9 @@ func (s *Store) open(h *handle) {
 func (s *Store) openHandle(h *handle, hot, writable bool) error {
 	t := h.t
 	db, readOnly, meta, err := s.openTableDB(t, hot, writable)
+	t.writeMu.Lock() // free: writers wait for this open
+	counted := t.countFile
+	t.writeMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -224,6 +228,9 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 	t.newest = meta.newest
 	t.formatSaved = meta.format != 0
 	t.comp = compactState{scanAll: !readOnly, known: meta.readings == 0 && meta.newest < 0}
+	// A table opened read-only with its count file has nothing to
+	// settle; any other is settled by the compactor before it closes.
+	t.settled.Store(s.opts.ReadOnly || (readOnly && counted))
 	return nil
 }
 
@@ -246,8 +253,14 @@ func (s *Store) detach(h *handle) (last bool) {
 // without opening anything or counting as a use, for the compactor and
 // the count saver. s.mu is held.
 func (s *Store) holdOpen(t *table) bool {
+	return !t.readOnly && s.holdLive(t)
+}
+
+// holdLive is holdOpen for a database opened read-only too. s.mu is
+// held.
+func (s *Store) holdLive(t *table) bool {
 	h := t.cur
-	if s.closed || h == nil || h != t.live || t.readOnly {
+	if s.closed || h == nil || h != t.live {
 		return false
 	}
 	h.refs++
@@ -275,13 +288,19 @@ func (s *Store) letGo(t *table, use bool) {
 	s.released(h, last)
 }
 
-// released finishes giving up a reference to h outside s.mu: it ends h
-// when that was its last reference.
+// released finishes giving up a reference to h outside s.mu: when that
+// was its last reference, h ends on a goroutine of its own (still
+// counted in s.inflight), so that the caller, a reader perhaps, never
+// waits for a database to close.
 func (s *Store) released(h *handle, last bool) {
-	if last {
-		s.endLogged(h)
+	if !last {
+		s.inflight.Done()
+		return
 	}
-	s.inflight.Done()
+	go func() {
+		defer s.inflight.Done()
+		s.endLogged(h)
+	}()
 }
 
 // unref gives up a reference to h that ref or newHandle took, and ends
@@ -295,16 +314,16 @@ func (s *Store) unref(h *handle) {
 }
 
 // end ends h, whose last reference is gone: it closes its database, if
-// it opened one, merging open blocks first when h.compact says so, and
-// then announces the end. This is the one place a table is closed.
+// it opened one, and then announces the end. This is the one place a
+// table is closed. It merges nothing and writes no count file: the
+// compactor settled the table before an idle close (settle.go), and
+// Close saves the counts itself.
 func (s *Store) end(h *handle) error {
 	t := h.t
 	var err error
 	if h.err == nil { // it opened: t.db is its database, and nobody else uses it
-		if h.compact && !t.readOnly && !s.opts.ReadOnly {
-			if cerr := s.compactTable(t, true); cerr != nil {
-				s.log.Error("compact table before closing it", "day", t.day.String(), "err", cerr)
-			}
+		if testHookTableWrite != nil && !t.readOnly {
+			testHookTableWrite("close")
 		}
 		err = s.closeDB(t)
 	}
@@ -327,18 +346,13 @@ func (s *Store) endLogged(h *handle) {
 	}
 }
 
-// closeDB closes the database of t, which nobody holds any more, and
-// then saves the count file of t if it is missing. A table whose close
-// failed keeps no count file.
+// closeDB closes the database of t, which nobody holds any more.
 func (s *Store) closeDB(t *table) error {
 	db := t.db
 	if err := db.Close(); err != nil {
 		return err
 	}
 	releaseView(db)
-	t.writeMu.Lock()
-	s.saveCount(t)
-	t.writeMu.Unlock()
 	return nil
 }
 
@@ -360,8 +374,10 @@ func (s *Store) touch(t *table) {
 // tables open. A table opened hot whose day turned cold is closed as
 // soon as it is idle, to give back its write-sized buffers; it reopens
 // as a cold table on its next use. Tables in use are never closed; they
-// count against the bound until released.
-func (s *Store) closeIdle() {
+// count against the bound until released. A table it would close that
+// is not settled is handed to the compactor instead (settle.go), which
+// sweeps again once it settled it; it returns those hand-overs.
+func (s *Store) closeIdle() []*settleJob {
 	now := s.now()
 	s.mu.Lock()
 	var cold []*table
@@ -373,6 +389,7 @@ func (s *Store) closeIdle() {
 	slices.SortFunc(cold, func(a, b *table) int { return cmp.Compare(a.useSeq, b.useSeq) })
 	excess := len(cold) - s.opts.MaxOpenTables
 	var idle []*handle
+	var unsettled []buckets.Day
 	for _, t := range cold {
 		h := t.live
 		if h.refs > 1 {
@@ -382,13 +399,23 @@ func (s *Store) closeIdle() {
 			continue
 		}
 		excess--
-		h.compact = true
+		if !t.settled.Load() { // stable: nobody else holds the table
+			unsettled = append(unsettled, t.day)
+			continue
+		}
 		if s.detach(h) {
 			idle = append(idle, h)
 		}
 	}
 	s.mu.Unlock()
+	var jobs []*settleJob
+	for _, d := range unsettled {
+		if j := s.settles.add(d); j != nil {
+			jobs = append(jobs, j)
+		}
+	}
 	for _, h := range idle {
 		s.endLogged(h)
 	}
+	return jobs
 }

@@ -64,8 +64,8 @@ func TestLastReleaseOfDoomedTableDropsIt(t *testing.T) {
 	assert.DirExists(t, ts.tableDir(d))
 
 	ts.release(h2)
-	assert.False(t, ts.dbOf(h2), "the last release closed the database before returning")
 	require.NoError(t, <-dropped)
+	assert.False(t, ts.dbOf(h2), "the drop ended once the last release's close did")
 	assert.NoDirExists(t, ts.tableDir(d))
 	_, err = ts.Get(ctx, "dev", dayTick(d, time.Hour))
 	assert.ErrorIs(t, err, buckets.ErrNotFound, "a dropped day reads as empty")

@@ -205,9 +205,9 @@ func TestHotAndColdTables(t *testing.T) {
 	// Two days later yesterday is cold: it is closed when idle and
 	// reopened with cold options.
 	ts.clock.Advance(2 * 24 * time.Hour)
-	ts.closeIdle()
+	ts.closeIdleNow()
 	ts.clock.Advance(ts.opts.IdleClose)
-	ts.closeIdle()
+	ts.closeIdleNow()
 	assert.False(t, ts.isOpen(today-1))
 	_, err := ts.Get(ctx, "dev", dayTick(today-1, 0))
 	require.NoError(t, err)

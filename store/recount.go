@@ -10,9 +10,10 @@ import (
 // RecountUnknown opens, one at a time, every day table whose reading
 // count is not known (it was being written when the process last
 // stopped without closing it, so it has no count file), which makes
-// Badger replay its log and the store read its count; the count file
-// is saved at once, and the table is closed again by the usual idle
-// and LRU rules. Tables then report their count in Tables without
+// Badger replay its log and the store read its count; the compactor
+// then settles it (settle.go), saving its count file, before the next
+// one is opened, and it is closed again by the usual idle and LRU
+// rules. Tables then report their count in Tables without
 // waiting for a query to open them. Tables that fail to open keep
 // reporting -1 (and are logged once by the open). It returns when every
 // such table was tried or ctx is done; the service runs it in the
@@ -42,11 +43,10 @@ func (s *Store) RecountUnknown(ctx context.Context) error {
 		if t == nil {
 			continue // dropped meanwhile
 		}
-		if t.writeMu.TryLock() { // else a writer is at it; its count is live
-			s.saveCount(t)
-			t.writeMu.Unlock()
-		}
 		s.release(t)
+		if err := s.settleNow(ctx, d); err != nil {
+			return err
+		}
 		counted++
 	}
 	if counted > 0 {

@@ -277,6 +277,9 @@ func (s *Store) putRollups(ctx context.Context, t *table, dev buckets.DeviceID, 
 			if w+sealWindow < hi {
 				put = min(mark, w+sealWindow)
 			}
+			if testHookTableWrite != nil {
+				testHookTableWrite("rollup")
+			}
 			if err := s.rollups.set.Put(ctx, i, dev, w, w+sealWindow, bs[:n], put); err != nil {
 				return err
 			}

@@ -86,6 +86,7 @@ type Store struct {
 	holes     atomic.Int64                // what the memtable logs may still claim (health.go)
 	deletes   deviceTombs                 // deleted devices (delete.go)
 	rollups   *rollState                  // rollups (rollups.go); its set is nil when they are off
+	settles   *settleQueue                // tables the compactor settles before they close (settle.go)
 	cols      *colcache.Cache[*blockList] // decoded columns and block lists for aggregates; nil when off
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
@@ -124,6 +125,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		compactDone: make(chan struct{}),
+		settles:     newSettleQueue(),
 	}
 	s.bad = &badBlocks{log: s.log, seen: make(map[string]struct{})}
 	if err := s.openFiles(); err != nil {
@@ -284,7 +286,11 @@ func (s *Store) close() error {
 	for _, h := range open {
 		if err := s.end(h); err != nil {
 			errs = append(errs, fmt.Errorf("close table %s: %w", h.t.day, err))
+			continue // a table whose close failed keeps no count file
 		}
+		h.t.writeMu.Lock()
+		s.saveCount(h.t)
+		h.t.writeMu.Unlock()
 	}
 	if err := s.metrics.registration.Unregister(); err != nil {
 		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
@@ -319,9 +325,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// janitor closes idle cold tables, saves the reading counts of tables
-// that stopped being written and persists index updates until the
-// store closes. Close stops it and waits for it.
+// janitor closes idle cold tables (handing those not settled to the
+// compactor) and persists index updates until the store closes. Close
+// stops it and waits for it.
 func (s *Store) janitor() {
 	defer close(s.done)
 	every := min(max(s.opts.IdleClose/4, 10*time.Millisecond), 30*time.Second)
@@ -335,7 +341,6 @@ func (s *Store) janitor() {
 			return
 		case <-sweep.C:
 			s.closeIdle()
-			s.saveQuietCounts()
 		case <-flush.C:
 			if s.diskTight(false) {
 				continue // flushed once there is room (health.go)

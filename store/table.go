@@ -79,6 +79,13 @@ type table struct {
 	// comp is what the compactor has to look at (compact.go). Guarded
 	// by writeMu.
 	comp compactState
+	// commits counts the commits of readings (beforeCommit). Guarded by
+	// writeMu.
+	commits uint64
+	// settled says that an idle close of the open database leaves
+	// nothing undone (settle.go). Set by the compactor under writeMu,
+	// cleared by every commit of readings and every opening.
+	settled atomic.Bool
 
 	// Guarded by Store.mu. db, hot and readOnly describe the open
 	// database: the handle live set them when it opened it and clears

@@ -96,6 +96,9 @@ func (t *table) reserveVersion() uint64 {
 // publishes it to readers once it completed.
 func (t *table) commitTxnAt(txn *badger.Txn, version uint64) error {
 	v, db := &t.ver, t.db
+	if testHookTableWrite != nil {
+		testHookTableWrite("commit")
+	}
 	if err := txn.Set(metaCommitKey, nil); err != nil {
 		return err
 	}

@@ -53,6 +53,8 @@ type Set struct {
 	periods map[periodKey]*period // every period on disk or being made
 	useSeq  uint64
 	closed  bool
+
+	sweeps sync.WaitGroup // closeIdle calls under way (sweepLater)
 }
 
 // periodKey names a period database: a level (index) and its first
@@ -171,11 +173,24 @@ func (s *Set) use(k periodKey, create bool) (*period, func(), error) {
 				return nil, nil, fmt.Errorf("%w: open rollup %s: %v", buckets.ErrUnavailable, p.dir, err)
 			}
 			p.db.Store(db)
-			defer s.closeIdle(p)
+			s.sweepLater(p)
 		}
 		p.openMu.Unlock()
 	}
 	return p, p.rw.RUnlock, nil
+}
+
+// sweepLater runs closeIdle on a goroutine of its own, so that a reader
+// that opened a period never closes another: closing a period database
+// flushes its memtable and compacts its level 0. The caller holds
+// keep.rw for reading, which keeps Close from passing keep before the
+// sweep is counted.
+func (s *Set) sweepLater(keep *period) {
+	s.sweeps.Add(1)
+	go func() {
+		defer s.sweeps.Done()
+		s.closeIdle(keep)
+	}()
 }
 
 // closeIdle closes the least recently used idle databases past
@@ -576,6 +591,7 @@ func (s *Set) Close() error {
 		errs = append(errs, s.closeDB(p))
 		p.rw.Unlock()
 	}
+	s.sweeps.Wait()
 	return errors.Join(errs...)
 }
 
