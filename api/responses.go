@@ -18,8 +18,8 @@ import (
 // answer the query paths (latest-N, range, point, and the dashboards'
 // aggregates) and are written by appenders (encode.go, aggregates.go)
 // that produce exactly the bytes encoding/json would produce for these
-// types (tests compare them), 4-9 times faster (BENCHMARKS.md,
-// "Hand-written JSON: kept only where it pays").
+// types (tests compare them), 4-9 times faster
+// (api/README.md, "Hand-written JSON: kept only where it pays").
 
 // Reading is one reading (api/README.md). Values holds float64, int64, bool
 // or string values by name.
