@@ -43,10 +43,10 @@ func devicesOf(prefix string, p, n int) []string {
 }
 
 // mapLines maps line protocol lines of devs, two readings each of
-// values 1 and 2 at the same times for every device.
-func mapLines(t *testing.T, devs []string) []lineproto.Message {
+// values 1 and 2 at the same times for every device: at and a second
+// after (the same at gives the same messages).
+func mapLines(t *testing.T, devs []string, at time.Time) []lineproto.Message {
 	t.Helper()
-	at := time.Now().Add(-time.Minute).Truncate(time.Second)
 	var b strings.Builder
 	for _, d := range devs {
 		fmt.Fprintf(&b, "m,device=%s v=1i %d\nm,device=%s v=2i %d\n", d, at.UnixNano(), d, at.Add(time.Second).UnixNano())
@@ -83,17 +83,18 @@ func TestPublisherSendsAWriteAsOneMessagePerPartition(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	devs := devicesOf("w", 0, 5)
-	require.NoError(t, p.Publish(ctx, mapLines(t, devs[:3])))
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	require.NoError(t, p.Publish(ctx, mapLines(t, devs[:3], at)))
 	for _, d := range devs[:3] {
 		e.waitStored(buckets.DeviceID(d), 2)
 	}
 	assert.Equal(t, map[string]uint64{"telemetry.0._lines": 1}, e.partitionSubjects())
 
-	require.NoError(t, p.Publish(ctx, mapLines(t, devs[:3])))
+	require.NoError(t, p.Publish(ctx, mapLines(t, devs[:3], at)))
 	assert.Equal(t, int64(1), p.Suppressed(), "an identical retry is not published")
 	assert.Equal(t, map[string]uint64{"telemetry.0._lines": 1}, e.partitionSubjects())
 
-	require.NoError(t, p.Publish(ctx, mapLines(t, devs[3:])))
+	require.NoError(t, p.Publish(ctx, mapLines(t, devs[3:], at)))
 	for _, d := range devs[3:] {
 		e.waitStored(buckets.DeviceID(d), 2)
 	}
