@@ -16,6 +16,13 @@ func (m *Main) withWrites(acfg *api.Config) error {
 	m.writesNC = nc
 	icfg := m.ingestConfig()
 	icfg.Logger = m.log.With("component", "api")
+	if k := m.cfg.Cluster; k.Partitions > 0 {
+		// The cluster's one stream partitions by each message's device
+		// token: a write goes device by device, never as one message of
+		// several devices, which the token of its subject would place in
+		// one partition.
+		icfg.Partitions = k.Partitions
+	}
 	pub, err := ingest.NewPublisher(nc, icfg)
 	if err != nil {
 		return fmt.Errorf("api writes: %w", err)
