@@ -306,8 +306,13 @@ func (b *backupRun) run(ctx context.Context) (BackupManifest, error) {
 	return b.m, b.finish()
 }
 
-// positions reads the saved stream positions into the manifest.
+// positions reads the saved stream positions into the manifest, after
+// a sync has written the pending ones (syncloop.go): their readings are
+// committed, so the tables copied next hold them.
 func (b *backupRun) positions() error {
+	if !b.s.opts.SyncWrites {
+		b.s.syncAll()
+	}
 	b.s.replay.posMu.Lock()
 	pos, err := readPositions(b.s.dir)
 	b.s.replay.posMu.Unlock()
