@@ -83,16 +83,9 @@ func TestUIAlertsInChromium(t *testing.T) {
 		return ok && st == "firing"
 	}, "FreezerWarm never fired")
 
-	dir := os.Getenv("TELEMETRY_UI_SCREENSHOTS")
 	screenshot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.Greater(t, len(png), 10000)
-		if dir != "" {
-			require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
-			t.Logf("screenshot: %s", filepath.Join(dir, name))
-		}
+		uiScreenshot(ctx, t, name)
 	}
 	text := func(sel string) string {
 		t.Helper()

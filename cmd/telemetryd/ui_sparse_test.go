@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,16 +110,9 @@ func TestUISparseDataInChromium(t *testing.T) {
 	}
 	env.write(t, rs...)
 
-	dir := os.Getenv("TELEMETRY_UI_SCREENSHOTS")
 	screenshot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.Greater(t, len(png), 10000)
-		if dir != "" {
-			require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
-			t.Logf("screenshot: %s", filepath.Join(dir, name))
-		}
+		uiScreenshot(ctx, t, name)
 	}
 	eval := func(js string) string {
 		t.Helper()

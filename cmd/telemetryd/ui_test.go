@@ -280,16 +280,9 @@ func TestUISignInInChromium(t *testing.T) {
 		buckets.Field{Name: "state", Value: buckets.String("online")}))
 	require.NoError(t, m.store.Write(context.Background(), rs))
 
-	dir := os.Getenv("TELEMETRY_UI_SCREENSHOTS")
 	screenshot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.Greater(t, len(png), 10000)
-		if dir != "" {
-			require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
-			t.Logf("screenshot: %s", filepath.Join(dir, name))
-		}
+		uiScreenshot(ctx, t, name)
 	}
 	visible := func(sel string) {
 		t.Helper()
@@ -546,16 +539,9 @@ func TestUIAttributesInChromium(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, "PUT attributes of %s: %s", dev, body)
 	}
 
-	dir := os.Getenv("TELEMETRY_UI_SCREENSHOTS")
 	screenshot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.Greater(t, len(png), 10000)
-		if dir != "" {
-			require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
-			t.Logf("screenshot: %s", filepath.Join(dir, name))
-		}
+		uiScreenshot(ctx, t, name)
 	}
 	eval := func(js string) string {
 		t.Helper()
@@ -758,5 +744,18 @@ func TestUIAttributesInChromium(t *testing.T) {
 	assert.Equal(t, "fleet=East", eval(`document.querySelector('#match').value`), "back to the filtered list")
 	for _, r := range reqs() {
 		assert.NotContains(t, r.URL, f.tokens["reader"], "the token is never in a URL")
+	}
+}
+
+// uiScreenshot takes a screenshot of the page ctx shows and, when
+// TELEMETRY_UI_SCREENSHOTS names a folder, writes it there as name.
+func uiScreenshot(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.Greater(t, len(png), 10000)
+	if dir := os.Getenv("TELEMETRY_UI_SCREENSHOTS"); dir != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
+		t.Logf("screenshot: %s", filepath.Join(dir, name))
 	}
 }
