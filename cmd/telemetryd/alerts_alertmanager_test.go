@@ -85,28 +85,36 @@ receivers:
         send_resolved: true
 `, hookURL), 0o600))
 	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	base := "http://" + addr
+	startExternal(t, "alertmanager", base+"/-/ready", exec.Command(bin, "--config.file="+conf,
+		"--storage.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--cluster.listen-address="))
+	return base
+}
+
+// startExternal starts cmd, a program the test drives (name in its
+// messages), and waits until readyURL answers 200. The program is
+// killed at the end of the test; its output is logged when the test
+// failed.
+func startExternal(t *testing.T, name, readyURL string, cmd *exec.Cmd) {
+	t.Helper()
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, "--config.file="+conf, "--storage.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--cluster.listen-address=")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("alertmanager:\n%s", logs.String())
+			t.Logf("%s:\n%s", name, logs.String())
 		}
 	})
-	base := "http://" + addr
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/-/ready")
+		resp, err := http.Get(readyURL)
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "alertmanager never became ready")
-	return base
+	}, 30*time.Second, 50*time.Millisecond, "%s never became ready", name)
 }
 
 // amGroup is a group of Alertmanager's GET /api/v2/alerts/groups.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 
@@ -161,27 +160,9 @@ func TestVmalertAgrees(t *testing.T) {
 	s := rulesService(t, cfg, path, time.Now) // vmalert evaluates at the real time
 
 	vmAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "-rule="+path, "-datasource.url="+s.base, "-notifier.url="+rs.URL+"/vmalert",
-		"-evaluationInterval=1s", "-rule.evalDelay=0", "-httpListenAddr="+vmAddr, "-loggerLevel=WARN")
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("vmalert:\n%s", logs.String())
-		}
-	})
 	vmBase := "http://" + vmAddr
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(vmBase + "/api/v1/rules")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "vmalert never answered")
+	startExternal(t, "vmalert", vmBase+"/api/v1/rules", exec.Command(bin, "-rule="+path, "-datasource.url="+s.base,
+		"-notifier.url="+rs.URL+"/vmalert", "-evaluationInterval=1s", "-rule.evalDelay=0", "-httpListenAddr="+vmAddr, "-loggerLevel=WARN"))
 	time.Sleep(2 * iv) // both evaluating
 
 	// fridge-1 is hot for 7 s (fires, then resolves), fridge-2 for 2 s
