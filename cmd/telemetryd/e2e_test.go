@@ -62,7 +62,7 @@ func testClock() func() time.Time {
 
 // openMain opens a service for cfg logging to w, on the clock now (nil:
 // the real clock), and closes it at cleanup.
-func openMain(t *testing.T, cfg Config, w io.Writer, now func() time.Time) *Main {
+func openMain(t testing.TB, cfg Config, w io.Writer, now func() time.Time) *Main {
 	t.Helper()
 	m := NewMain(cfg, newLogger(cfg, w), func(string) string { return "" })
 	if now != nil {

@@ -185,19 +185,7 @@ func newCostService(t testing.TB, devices int, interval time.Duration) (*Main, s
 `), 0o644))
 	cfg := newTestConfig(t)
 	cfg.Alerting.Rules = filepath.Join(dir, "*.yml")
-	m := NewMain(cfg, newLogger(cfg, io.Discard), func(string) string { return "" })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := m.Open(ctx)
-	if err != nil {
-		_ = m.Close(context.Background())
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, m.Close(ctx))
-	})
+	m := openMain(t, cfg, io.Discard, nil)
 
 	// 10,000 devices in 10 fleets, writing every 15 s: six minutes of
 	// history first, then a writer that keeps them current.
