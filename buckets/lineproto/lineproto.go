@@ -142,7 +142,8 @@ type Options struct {
 	// TagsAsValues, a tag) into a value name: '_' or '.' (see
 	// ParseNameSeparator). Zero: DefaultNameSeparator.
 	NameSeparator byte
-	// Precision is the unit of timestamps (see ParsePrecision).
+	// Precision is the unit of timestamps (see ParsePrecision). Zero
+	// (or less) means nanoseconds, the default of both write APIs.
 	Precision time.Duration
 	// Now is when the request arrived: the time of lines without a
 	// timestamp and the clock of Window.
@@ -360,11 +361,20 @@ type tagKV struct {
 	start, end int
 }
 
+// withDefaults fills the zero fields that have a default.
+func (o Options) withDefaults() Options {
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.Precision <= 0 {
+		o.Precision = time.Nanosecond
+	}
+	return o
+}
+
 // Map parses body and maps every line (see the package comment).
 func Map(body []byte, opts Options) Result {
-	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+	opts = opts.withDefaults()
 	if res, ok := MapAll(body, opts); ok {
 		return res
 	}
@@ -385,9 +395,7 @@ func Map(body []byte, opts Options) Result {
 // the body alone, and all of it is one request's: a device's lines
 // merge into few large messages, not a message per part.
 func MapAll(body []byte, opts Options) (Result, bool) {
-	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = DefaultMaxMessageBytes
-	}
+	opts = opts.withDefaults()
 	m := newMapper(opts, bytes.Count(body, []byte{'\n'})+1, len(body))
 	if n, ok := m.fast(body); ok {
 		return m.finish(n), true

@@ -153,6 +153,19 @@ func TestTimestampLimits(t *testing.T) {
 	assert.Equal(t, buckets.CodeInvalidPayload, res.Rejected[1].Err.Code)
 }
 
+// A zero Precision is nanoseconds, as both write APIs default to; it
+// once divided by zero.
+func TestZeroPrecisionIsNanoseconds(t *testing.T) {
+	body := []byte("m,device=a v=1 1795309323000000000\n")
+	want := Map(body, opts())
+	o := opts()
+	o.Precision = 0
+	got := Map(body, o)
+	require.Empty(t, got.Rejected)
+	require.Len(t, got.Messages, 1)
+	assert.Equal(t, batch(t, want.Messages[0]), batch(t, got.Messages[0]))
+}
+
 func TestParsePrecision(t *testing.T) {
 	for _, tc := range []struct {
 		s    string
