@@ -122,6 +122,9 @@ type fakeConsumer struct {
 	mu      sync.Mutex
 	pending uint64
 	passed  bool
+	applied uint64 // Position's answer: the ack floor,
+	head    uint64 // the partition's last message,
+	posErr  error  // or this error
 	gate    chan struct{} // when set, Backlog waits for it to close
 	entered chan struct{} // when set, Backlog signals it was called
 	running chan struct{} // closed once Run started
@@ -158,6 +161,19 @@ func (c *fakeConsumer) Backlog(ctx context.Context) (uint64, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.pending, c.passed, nil
+}
+
+func (c *fakeConsumer) Position(context.Context) (uint64, uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied, c.head, c.posErr
+}
+
+// setPosition sets what Position answers.
+func (c *fakeConsumer) setPosition(applied, head uint64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applied, c.head, c.posErr = applied, head, err
 }
 
 func (c *fakeConsumer) catchUp() {
