@@ -122,9 +122,9 @@ type fakeConsumer struct {
 	mu      sync.Mutex
 	pending uint64
 	passed  bool
-	applied uint64 // Position's answer: the ack floor,
-	head    uint64 // the partition's last message,
-	posErr  error  // or this error
+	applied uint64        // Position's answer: the ack floor,
+	head    uint64        // the partition's last message,
+	posErr  error         // or this error
 	gate    chan struct{} // when set, Backlog waits for it to close
 	entered chan struct{} // when set, Backlog signals it was called
 	running chan struct{} // closed once Run started
