@@ -507,3 +507,41 @@ func TestStaleOwnerWithdrawsFromQueries(t *testing.T) {
 	assert.Empty(t, c.owners("node-a", 0))
 	assert.Empty(t, c.owners("node-b", 0))
 }
+
+// Nodes whose clocks are a minute ahead of or behind the servers' see
+// the same live nodes as the others and own the same partitions: a
+// lease's age is measured on the server's clock. A node a minute ahead
+// would otherwise see every other lease as dead and take every
+// partition; one a minute behind would keep a dead node's lease alive
+// for a minute.
+func TestClockOffsetDoesNotMoveOwnership(t *testing.T) {
+	c := newTestCluster(t, 6, 2)
+	c.addSkewed("node-a", 0, time.Minute)
+	b := c.addSkewed("node-b", 0, -time.Minute)
+	c.add("node-c", 0)
+	c.settle()
+	requireLayout(t, c)
+	for name, n := range c.nodes {
+		assert.Len(t, n.members.Nodes(), 3, "%s sees every node", name)
+		for _, l := range n.members.Nodes() {
+			// Renewed is on the viewing node's clock.
+			assert.WithinDuration(t, n.members.Nodes()[0].Renewed, l.Renewed, c.ttl, "%s's view of %s", name, l.Node)
+		}
+	}
+	var share []int
+	for p := range c.partitions {
+		if slices.Contains(c.desired(p), "node-a") {
+			share = append(share, p)
+		}
+	}
+	holding, _ := c.nodes["node-a"].node.Holding()
+	assert.Equal(t, share, holding, "node-a, a minute ahead, holds its share only")
+
+	// node-c dies: node-b, a minute behind, sees its lease lapse after
+	// the TTL like everyone else.
+	c.crash("node-c")
+	c.clock.Advance(c.ttl + time.Second)
+	c.settle()
+	assert.Len(t, b.members.Nodes(), 2, "node-b still counts the dead node")
+	requireLayout(t, c)
+}
