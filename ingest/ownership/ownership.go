@@ -7,7 +7,9 @@
 // it consumes and those it has caught up on, and how far behind the
 // stream it is. The bucket's TTL is the lease TTL; a node renews its
 // lease every third of it, and a lease older than the TTL is dead
-// (whether or not the server has removed it yet). A node that stops
+// (whether or not the server has removed it yet); its age is taken on
+// the server's clock, which a node reckons from the timestamps of its
+// own renewals, so a node whose clock is off agrees with the others. A node that stops
 // cleanly deletes its lease, so the others take over at once.
 //
 // The owners of a partition are computed, not negotiated: from the live
