@@ -104,6 +104,13 @@ func TestClusterStaleOwnerStopsAnswering(t *testing.T) {
 		answers = append(answers, fmt.Sprintf("%d %s", code, ts.Format(time.RFC3339)))
 		return false
 	}, "node-0 kept answering from its stale copy")
+	// The owners that are not cut off are fresh: they answer.
+	for _, n := range nodes[1:] {
+		ts, code, body := latestTS(t, n.base, dev)
+		require.Equal(t, http.StatusOK, code, body)
+		require.True(t, ts.Equal(want), "%s: latest %s, want %s", n.cfg.Cluster.NodeName, ts, want)
+		require.Len(t, n.main().cluster.members.Owners(p), 1, "%s: the partition's one fresh owner", n.cfg.Cluster.NodeName)
+	}
 	// And it stays so while it is cut off.
 	for range 10 {
 		ts, code, body := latestTS(t, nodes[0].base, dev)
