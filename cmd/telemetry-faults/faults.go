@@ -331,13 +331,25 @@ func (c *cluster) clockOffset(ctx context.Context, rng *rand.Rand, f *fault, hol
 		off = -off
 	}
 	f.What = fmt.Sprintf("%s restarted with its clock %s off", p.name, off)
+	// Started up to three times, as a supervisor would: a NATS server
+	// damaged by an earlier fault may still be electing its leaders.
 	restart := func(env []string) error {
 		p.stop(30 * time.Second)
 		p.env = env
-		if err := p.start(); err != nil {
-			return err
+		var err error
+		for attempt := range 3 {
+			if err = p.start(); err != nil {
+				return err
+			}
+			if err = waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
+				return nil
+			}
+			f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))
+			if kerr := p.kill(); kerr != nil {
+				return kerr
+			}
 		}
-		return waitReady(ctx, p, c.urls[j], 2*time.Minute)
+		return err
 	}
 	if err := restart([]string{clockOffsetEnv + "=" + off.String()}); err != nil {
 		return err
