@@ -14,7 +14,8 @@
 // (a token bucket and random drops where the kernel lacks netem),
 // SIGSTOP of a node or a NATS server for longer than the lease TTL,
 // a truncated or bit-flipped data file of one process before it
-// restarts, and with -lazyfs a power cut of one machine (its NATS
+// restarts, a node restarted with its clock a minute ahead or behind
+// (TELEMETRY_CLOCK_OFFSET, telemetryd's test hook), and with -lazyfs a power cut of one machine (its NATS
 // server and node) and of all machines at once: each machine's disk is a
 // LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs).
 // Then it heals everything and checks:
