@@ -24,13 +24,14 @@ const (
 	faultPauseNATS = "pause-nats" // SIGSTOP of a NATS server for longer than the lease TTL
 	faultNetem     = "netem"      // delay, loss and reordering on some links
 	faultCorrupt   = "corrupt"    // a node's or its NATS server's file truncated or bit-flipped, then restarted
+	faultClock     = "clock"      // a node restarted with its clock a minute ahead or behind, then restarted right
 	faultPowerOne  = "power-one"  // a power cut of one machine (LazyFS)
 	faultPowerAll  = "power-all"  // a power cut of every machine at once (LazyFS)
 )
 
 // faultKinds are the kinds a run with cfg injects.
 func faultKinds(cfg Config) []string {
-	k := []string{faultIsolate, faultPauseNode, faultSplit, faultNetem, faultPauseNATS, faultBridge, faultCorrupt}
+	k := []string{faultIsolate, faultPauseNode, faultSplit, faultNetem, faultPauseNATS, faultBridge, faultCorrupt, faultClock}
 	if cfg.LazyFS != "" {
 		k = append(k, faultPowerOne, faultPowerAll)
 	}
@@ -44,12 +45,17 @@ type fault struct {
 	At     time.Time
 	Healed time.Time
 	Err    string // the injection failed (the run fails)
+	// Violation is what the fault itself found wrong (the run fails).
+	Violation string
 }
 
 func (f fault) String() string {
 	s := fmt.Sprintf("%s %-10s %-60s healed after %s", f.At.UTC().Format("15:04:05.000"), f.Kind, f.What, f.Healed.Sub(f.At).Round(100*time.Millisecond))
 	if f.Err != "" {
 		s += " ERROR " + f.Err
+	}
+	if f.Violation != "" {
+		s += " VIOLATION " + f.Violation
 	}
 	return s
 }
@@ -176,6 +182,8 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold tim
 		return healNet()
 	case faultCorrupt:
 		return c.corrupt(ctx, rng, f)
+	case faultClock:
+		return c.clockOffset(ctx, rng, f, hold)
 	case faultPowerOne:
 		k := rng.IntN(servers)
 		f.What = fmt.Sprintf("power cut of nats-%d and node-%d", k, k)
@@ -305,4 +313,59 @@ func lastLine(s string) string {
 		return s[:300] + "..."
 	}
 	return s
+}
+
+// clockOffsetEnv is telemetryd's test hook that moves its clock.
+const clockOffsetEnv = "TELEMETRY_CLOCK_OFFSET"
+
+// clockOffset restarts one node with its clock a minute ahead or behind
+// (telemetryd's test hook: a Go program's clock cannot be moved from
+// outside), holds it so, checks that it still sees every node (its
+// view of the leases must not depend on its clock), and restarts it
+// with the right time.
+func (c *cluster) clockOffset(ctx context.Context, rng *rand.Rand, f *fault, hold time.Duration) error {
+	j := rng.IntN(len(c.nodes))
+	p := c.nodes[j]
+	off := time.Minute
+	if rng.IntN(2) == 0 {
+		off = -off
+	}
+	f.What = fmt.Sprintf("%s restarted with its clock %s off", p.name, off)
+	// Started up to three times, as a supervisor would: a NATS server
+	// damaged by an earlier fault may still be electing its leaders.
+	restart := func(env []string) error {
+		p.stop(30 * time.Second)
+		p.env = env
+		var err error
+		for attempt := range 3 {
+			if err = p.start(); err != nil {
+				return err
+			}
+			if err = waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
+				return nil
+			}
+			f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))
+			if kerr := p.kill(); kerr != nil {
+				return kerr
+			}
+		}
+		return err
+	}
+	if err := restart([]string{clockOffsetEnv + "=" + off.String()}); err != nil {
+		return err
+	}
+	// Its view after a few renewals: every node that runs (a node
+	// paused or cut off by nothing else now, so all three).
+	sleepCtx(ctx, hold)
+	v, err := getClusterView(ctx, c.client, c.urls[j])
+	switch {
+	case err != nil:
+		f.What += fmt.Sprintf("; its view unreadable (%v)", err)
+	default:
+		f.What += fmt.Sprintf("; it saw %d of %d nodes", len(v.Nodes), len(c.nodes))
+		if len(v.Nodes) != len(c.nodes) {
+			f.Violation = fmt.Sprintf("%s, its clock %s off, saw %d of %d nodes", p.name, off, len(v.Nodes), len(c.nodes))
+		}
+	}
+	return restart(nil)
 }

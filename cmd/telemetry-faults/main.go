@@ -14,7 +14,8 @@
 // (a token bucket and random drops where the kernel lacks netem),
 // SIGSTOP of a node or a NATS server for longer than the lease TTL,
 // a truncated or bit-flipped data file of one process before it
-// restarts, and with -lazyfs a power cut of one machine (its NATS
+// restarts, a node restarted with its clock a minute ahead or behind
+// (TELEMETRY_CLOCK_OFFSET, telemetryd's test hook), and with -lazyfs a power cut of one machine (its NATS
 // server and node) and of all machines at once: each machine's disk is a
 // LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs).
 // Then it heals everything and checks:
@@ -110,7 +111,12 @@ func (r Result) badQueries() []query {
 // OK reports whether no check found a violation.
 func (r Result) OK() bool {
 	return r.Acked > 0 && r.Lost == 0 && r.Duplicated == 0 && r.Misattributed == 0 && r.Unexpected == 0 &&
-		len(r.DoubleServed) == 0 && len(r.badQueries()) == 0
+		len(r.DoubleServed) == 0 && len(r.badQueries()) == 0 && len(r.faultViolations()) == 0
+}
+
+// faultViolations are the faults that found something wrong themselves.
+func (r Result) faultViolations() []fault {
+	return slices.DeleteFunc(slices.Clone(r.Faults), func(f fault) bool { return f.Violation == "" })
 }
 
 func main() {
@@ -189,6 +195,10 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		writes[fmt.Sprintf("%s:%d", a.node, a.status)]++
 	}
 	fmt.Fprintf(w, "writes by node:status: %v\n", writes)
+	fmt.Fprintf(w, "check faults: %d found something wrong themselves\n", len(r.faultViolations()))
+	for _, f := range r.faultViolations() {
+		fmt.Fprintf(w, "  %s %s: %s\n", f.At.UTC().Format("15:04:05.000"), f.Kind, f.Violation)
+	}
 	fmt.Fprintf(w, "check double serving: %d intervals longer than the lease TTL\n", len(r.DoubleServed))
 	for _, o := range r.DoubleServed {
 		fmt.Fprintf(w, "  partition %d claimed by nodes %v from %s to %s\n", o.partition, o.nodes, o.from.UTC().Format("15:04:05.000"), o.to.UTC().Format("15:04:05.000"))

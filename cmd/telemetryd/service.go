@@ -82,6 +82,9 @@ func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
 // ingester, retention worker and HTTP API. It returns once the API
 // listens; on error the caller must still call Close.
 func (m *Main) Open(ctx context.Context) error {
+	if err := m.useClockOffset(); err != nil {
+		return err
+	}
 	// Every listener's port is tried before anything starts, so all
 	// that are taken are named at once, each by its flag.
 	if err := m.cfg.checkListeners(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
 // IngestStore is the local store as partition consumers use it: they
@@ -59,7 +61,77 @@ func (pc PartitionConsumers) Consumer(p int) (Consumer, error) {
 	if icfg.Logger != nil {
 		icfg.Logger = icfg.Logger.With("partition", p)
 	}
-	return ingest.New(pc.NC, pc.Store, icfg)
+	in, err := ingest.New(pc.NC, pc.Store, icfg)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(pc.NC)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	resolved := icfg.ForPartition(p)
+	c := &partitionConsumer{Ingester: in, js: js, stream: resolved.Stream, consumer: icfg.Consumer}
+	if !resolved.PartitionStreams {
+		c.filter = partition.Filter(resolved.SubjectPrefix, p)
+	}
+	return c, nil
+}
+
+// partitionConsumer is a partition's ingester with its position in the
+// stream.
+type partitionConsumer struct {
+	*ingest.Ingester
+	js       jetstream.JetStream
+	stream   string
+	consumer string
+	filter   string // the partition's subjects in a shared stream; "" for its own stream
+
+	mu   sync.Mutex
+	str  jetstream.Stream
+	cons jetstream.Consumer
+}
+
+// Position is the consumer's ack floor and the stream sequence of the
+// partition's last message (0 when it has none).
+func (c *partitionConsumer) Position(ctx context.Context) (applied, head uint64, err error) {
+	c.mu.Lock()
+	str, cons := c.str, c.cons
+	c.mu.Unlock()
+	if str == nil {
+		if str, err = c.js.Stream(ctx, c.stream); err != nil {
+			return 0, 0, fmt.Errorf("stream %s: %w", c.stream, err)
+		}
+	}
+	if cons == nil {
+		if cons, err = str.Consumer(ctx, c.consumer); err != nil {
+			return 0, 0, fmt.Errorf("consumer %s: %w", c.consumer, err)
+		}
+	}
+	c.mu.Lock()
+	c.str, c.cons = str, cons
+	c.mu.Unlock()
+	// The head first: a message stored after it is not waited for.
+	if c.filter == "" {
+		info, err := str.Info(ctx)
+		if err != nil {
+			return 0, 0, fmt.Errorf("stream %s: %w", c.stream, err)
+		}
+		head = info.State.LastSeq
+	} else {
+		m, err := str.GetLastMsgForSubject(ctx, c.filter)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, 0, fmt.Errorf("last message of %s: %w", c.filter, err)
+		default:
+			head = m.Sequence
+		}
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("consumer %s: %w", c.consumer, err)
+	}
+	return info.AckFloor.Stream, head, nil
 }
 
 // Remove deletes the durable consumer of partition p; one already gone

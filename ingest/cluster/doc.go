@@ -15,6 +15,12 @@
 //   - a consumer that has settled everything the stream held when it
 //     started is caught up (Consumer.Backlog) and published as ready:
 //     only then do queries come to this node for its partition;
+//   - a caught-up partition whose consumer trails the stream by more
+//     than MaxReadLag (the messages the stream held at some moment
+//     not all settled since, or the server not answering for that
+//     long) is withdrawn from the published ones until it is back
+//     within it: a node never answers from a copy missing readings the
+//     stream acked long before;
 //   - the days dropped cluster-wide that this node still holds are
 //     dropped (see Node.DropTable for the protocol).
 //

@@ -122,6 +122,9 @@ type fakeConsumer struct {
 	mu      sync.Mutex
 	pending uint64
 	passed  bool
+	applied uint64        // Position's answer: the ack floor,
+	head    uint64        // the partition's last message,
+	posErr  error         // or this error
 	gate    chan struct{} // when set, Backlog waits for it to close
 	entered chan struct{} // when set, Backlog signals it was called
 	running chan struct{} // closed once Run started
@@ -158,6 +161,19 @@ func (c *fakeConsumer) Backlog(ctx context.Context) (uint64, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.pending, c.passed, nil
+}
+
+func (c *fakeConsumer) Position(context.Context) (uint64, uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied, c.head, c.posErr
+}
+
+// setPosition sets what Position answers.
+func (c *fakeConsumer) setPosition(applied, head uint64, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.applied, c.head, c.posErr = applied, head, err
 }
 
 func (c *fakeConsumer) catchUp() {
@@ -316,17 +332,25 @@ func newTestCluster(t *testing.T, partitions, copies int) *testCluster {
 // add starts a node whose consumers start lag messages behind.
 func (c *testCluster) add(name string, lag uint64) *testNode {
 	c.t.Helper()
+	return c.addSkewed(name, lag, 0)
+}
+
+// addSkewed starts a node whose clock is off by offset from the
+// bucket's (the servers').
+func (c *testCluster) addSkewed(name string, lag uint64, offset time.Duration) *testNode {
+	c.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	now := func() time.Time { return c.clock.Now().Add(offset) }
 	members, err := ownership.NewOn(c.leases, c.drops, ownership.Config{Node: name, URL: "http://" + name,
-		Partitions: c.partitions, Copies: c.copies, LeaseTTL: c.ttl, Logger: log, Now: c.clock.Now})
+		Partitions: c.partitions, Copies: c.copies, LeaseTTL: c.ttl, Logger: log, Now: now})
 	require.NoError(c.t, err)
 	require.NoError(c.t, members.Open(context.Background()))
 	n := &testNode{name: name, members: members,
 		consumers: &fakeConsumers{lag: lag, made: map[int][]*fakeConsumer{}},
-		store:     &fakeStore{days: map[buckets.Day]bool{}, dropped: map[buckets.Day]time.Time{}, now: c.clock.Now}}
+		store:     &fakeStore{days: map[buckets.Day]bool{}, dropped: map[buckets.Day]time.Time{}, now: now}}
 	n.node, err = New(Config{Members: members, Consumers: n.consumers, Store: n.store,
 		Dropped: func(_ context.Context, d buckets.TableDrop) { n.dropped = append(n.dropped, d) },
-		Logger:  log, Now: c.clock.Now})
+		Logger:  log, Now: now})
 	require.NoError(c.t, err)
 	c.t.Cleanup(func() { _ = n.node.Close(context.Background()) })
 	c.nodes[name] = n

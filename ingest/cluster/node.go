@@ -48,6 +48,11 @@ type Consumer interface {
 	// and whether everything the stream held when the consumer started
 	// is: it is caught up when either says so. It asks the server.
 	Backlog(ctx context.Context) (pending uint64, passedStart bool, err error)
+	// Position is the stream sequence up to which every message of the
+	// partition is settled (the consumer's ack floor), and the sequence
+	// of the partition's last message in the stream now. It asks the
+	// server.
+	Position(ctx context.Context) (applied, head uint64, err error)
 }
 
 // Consumers makes partition consumers.
@@ -80,6 +85,10 @@ const (
 	DefaultFollowEvery = 500 * time.Millisecond
 	// DefaultCallTimeout bounds each call to the server of a Step.
 	DefaultCallTimeout = 5 * time.Second
+	// DefaultMaxReadLag is how far a caught-up partition's applied
+	// position may trail the stream before the node stops answering
+	// for it (Config.MaxReadLag).
+	DefaultMaxReadLag = 10 * time.Second
 )
 
 // Config configures a Node. Members, Consumers and Store are required.
@@ -98,6 +107,14 @@ type Config struct {
 	// CallTimeout bounds each call to the server; default
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// MaxReadLag bounds how stale a partition this node answers for may
+	// be: when the consumer has not settled, for longer than this, the
+	// messages the stream held at some moment (or the server could not
+	// be asked for that long), the partition is withdrawn from the
+	// caught-up partitions the node publishes, so queries go to another
+	// owner (or fail with a 503 naming it) until the consumer is back
+	// within the bound. Default DefaultMaxReadLag.
+	MaxReadLag time.Duration
 	// Logger defaults to slog.Default(); Now to time.Now.
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -122,7 +139,41 @@ type running struct {
 	done   chan struct{}
 	ready  bool   // caught up once; stays so
 	lag    uint64 // unsettled messages when last asked
+	// marks are the partition's last sequences the stream held at the
+	// times the consumer was asked, oldest first, not yet settled;
+	// fresh is the latest such time whose sequence is settled: every
+	// message the stream held then is applied.
+	marks []mark
+	fresh time.Time
+	stale bool // withdrawn from the published caught-up partitions
 }
+
+// mark is the partition's last stream sequence at a time.
+type mark struct {
+	at   time.Time
+	head uint64
+}
+
+// settle records a position asked at now: applied up to applied, the
+// stream's last message head. It updates fresh.
+func (r *running) settle(now time.Time, applied, head uint64) {
+	r.marks = append(r.marks, mark{at: now, head: head})
+	i := 0
+	for i < len(r.marks) && r.marks[i].head <= applied {
+		r.fresh = r.marks[i].at
+		i++
+	}
+	r.marks = r.marks[i:]
+	// Bounded: while nothing settles, one mark per step at most; a
+	// consumer that far behind is stale anyway, and the oldest marks
+	// are the ones that matter.
+	if len(r.marks) > maxMarks {
+		r.marks = append(r.marks[:maxMarks/2], r.marks[len(r.marks)-maxMarks/2:]...)
+	}
+}
+
+// maxMarks bounds the marks kept per partition.
+const maxMarks = 256
 
 // New checks cfg and returns a Node; Start runs it.
 func New(cfg Config) (*Node, error) {
@@ -134,6 +185,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.MaxReadLag <= 0 {
+		cfg.MaxReadLag = DefaultMaxReadLag
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -207,10 +261,24 @@ func (n *Node) Step(ctx context.Context) {
 	holding := slices.Sorted(maps.Keys(n.parts))
 	var ready []int
 	var lag uint64
+	now := n.cfg.Now()
 	for _, p := range holding {
 		r := n.parts[p]
 		lag += r.lag
-		if r.ready {
+		if !r.ready {
+			continue
+		}
+		stale := now.Sub(r.fresh) > n.cfg.MaxReadLag
+		if stale != r.stale {
+			r.stale = stale
+			if stale {
+				n.log.Warn("partition withdrawn from queries: its consumer trails the stream", "partition", p,
+					"behind_since", r.fresh.UTC().Format(time.RFC3339Nano), "max_read_lag", n.cfg.MaxReadLag)
+			} else {
+				n.log.Info("partition answers queries again: its consumer is back within the bound", "partition", p)
+			}
+		}
+		if !stale {
 			ready = append(ready, p)
 		}
 	}
@@ -223,29 +291,45 @@ func (n *Node) Step(ctx context.Context) {
 	}
 }
 
-// checkBacklogs asks each consumer how far behind it is, without the
-// lock: each answer is a call to the server.
+// checkBacklogs asks each consumer how far behind it is, all at once
+// and without the lock: each answer is a call to the server, which may
+// hang as long as CallTimeout.
 func (n *Node) checkBacklogs(ctx context.Context) {
 	n.mu.Lock()
 	parts := maps.Clone(n.parts)
 	n.mu.Unlock()
-	for _, p := range slices.Sorted(maps.Keys(parts)) {
-		r := parts[p]
-		cctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
-		pending, passed, err := r.c.Backlog(cctx)
-		cancel()
-		if err != nil {
-			continue // not set up yet, or the server is slow: next step
-		}
-		n.mu.Lock()
-		if n.parts[p] == r { // not stopped meanwhile
-			r.lag = pending
-			if !r.ready && (pending == 0 || passed) {
-				r.ready = true
-				n.log.Info("partition caught up", "partition", p)
-			}
-		}
-		n.mu.Unlock()
+	var wg sync.WaitGroup
+	for p, r := range parts {
+		wg.Go(func() { n.checkBacklog(ctx, p, r) })
+	}
+	wg.Wait()
+}
+
+// checkBacklog asks partition p's consumer for its backlog and its
+// position. A consumer not set up yet, or a slow server, is asked again
+// at the next step; meanwhile the partition's freshness ages.
+func (n *Node) checkBacklog(ctx context.Context, p int, r *running) {
+	at := n.cfg.Now()
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
+	defer cancel()
+	pending, passed, err := r.c.Backlog(cctx)
+	if err != nil {
+		return
+	}
+	applied, head, perr := r.c.Position(cctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.parts[p] != r { // stopped meanwhile
+		return
+	}
+	r.lag = pending
+	if !r.ready && (pending == 0 || passed) {
+		r.ready = true
+		r.fresh, r.marks = at, nil
+		n.log.Info("partition caught up", "partition", p)
+	}
+	if perr == nil {
+		r.settle(at, applied, head)
 	}
 }
 
@@ -336,13 +420,14 @@ func (n *Node) Ready() error {
 }
 
 // Holding returns the partitions this node consumes and, of those, the
-// ones it has caught up on.
+// ones it has caught up on and answers queries for (not withdrawn as
+// stale, see Config.MaxReadLag).
 func (n *Node) Holding() (holding, ready []int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	holding = slices.Sorted(maps.Keys(n.parts))
 	for _, p := range holding {
-		if n.parts[p].ready {
+		if r := n.parts[p]; r.ready && !r.stale {
 			ready = append(ready, p)
 		}
 	}

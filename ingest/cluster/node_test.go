@@ -448,3 +448,100 @@ func (s *positionStore) SavePosition(_ context.Context, p buckets.StreamPosition
 	s.m[p.Stream] = p
 	return nil
 }
+
+// A caught-up owner whose consumer stops settling what the stream holds
+// (its deliveries lost on the way, its NATS server cut off or paused)
+// stops answering for the partition once it trails the stream by more
+// than MaxReadLag, and answers again once it is back: a query never
+// gets a copy missing readings the stream acked long before it.
+func TestStaleOwnerWithdrawsFromQueries(t *testing.T) {
+	c := newTestCluster(t, 1, 2)
+	a := c.add("node-a", 0)
+	b := c.add("node-b", 0)
+	c.settle()
+	require.Equal(t, []string{"node-a", "node-b"}, c.owners("node-b", 0))
+	ca, cb := a.consumers.last(0), b.consumers.last(0)
+	ca.setPosition(100, 100, nil)
+	cb.setPosition(100, 100, nil)
+	c.round()
+
+	// node-a's consumer is stuck at 100 while the stream moves on.
+	for head := uint64(110); head <= 200; head += 10 {
+		ca.setPosition(100, head, nil)
+		cb.setPosition(head, head, nil)
+		c.clock.Advance(time.Second)
+		c.round()
+		if c.clock.now.Sub(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)) <= DefaultMaxReadLag {
+			assert.Equal(t, []string{"node-a", "node-b"}, c.owners("node-b", 0), "within the bound")
+		}
+	}
+	c.clock.Advance(2 * time.Second)
+	c.round()
+	c.round() // node-b reads node-a's lease before node-a steps
+	assert.Equal(t, []string{"node-b"}, c.owners("node-b", 0), "stale owner still asked, as node-b sees it")
+	assert.Equal(t, []string{"node-b"}, c.owners("node-a", 0), "stale owner still asked, as node-a sees it")
+	holding, ready := a.node.Holding()
+	assert.Equal(t, []int{0}, holding, "a stale owner keeps consuming")
+	assert.Empty(t, ready)
+
+	// Caught up again: it answers again.
+	ca.setPosition(200, 200, nil)
+	c.round()
+	c.round()
+	assert.Equal(t, []string{"node-a", "node-b"}, c.owners("node-b", 0))
+
+	// A server that cannot be asked for longer than the bound: stale too.
+	ca.setPosition(0, 0, errFakeServer)
+	for range 12 {
+		c.clock.Advance(time.Second)
+		c.round()
+	}
+	assert.Equal(t, []string{"node-b"}, c.owners("node-a", 0))
+
+	// Both stale: no owner answers (the router's 503 names the partition).
+	cb.setPosition(200, 300, nil)
+	for range 12 {
+		c.clock.Advance(time.Second)
+		c.round()
+	}
+	assert.Empty(t, c.owners("node-a", 0))
+	assert.Empty(t, c.owners("node-b", 0))
+}
+
+// Nodes whose clocks are a minute ahead of or behind the servers' see
+// the same live nodes as the others and own the same partitions: a
+// lease's age is measured on the server's clock. A node a minute ahead
+// would otherwise see every other lease as dead and take every
+// partition; one a minute behind would keep a dead node's lease alive
+// for a minute.
+func TestClockOffsetDoesNotMoveOwnership(t *testing.T) {
+	c := newTestCluster(t, 6, 2)
+	c.addSkewed("node-a", 0, time.Minute)
+	b := c.addSkewed("node-b", 0, -time.Minute)
+	c.add("node-c", 0)
+	c.settle()
+	requireLayout(t, c)
+	for name, n := range c.nodes {
+		assert.Len(t, n.members.Nodes(), 3, "%s sees every node", name)
+		for _, l := range n.members.Nodes() {
+			// Renewed is on the viewing node's clock.
+			assert.WithinDuration(t, n.members.Nodes()[0].Renewed, l.Renewed, c.ttl, "%s's view of %s", name, l.Node)
+		}
+	}
+	var share []int
+	for p := range c.partitions {
+		if slices.Contains(c.desired(p), "node-a") {
+			share = append(share, p)
+		}
+	}
+	holding, _ := c.nodes["node-a"].node.Holding()
+	assert.Equal(t, share, holding, "node-a, a minute ahead, holds its share only")
+
+	// node-c dies: node-b, a minute behind, sees its lease lapse after
+	// the TTL like everyone else.
+	c.crash("node-c")
+	c.clock.Advance(c.ttl + time.Second)
+	c.settle()
+	assert.Len(t, b.members.Nodes(), 2, "node-b still counts the dead node")
+	requireLayout(t, c)
+}

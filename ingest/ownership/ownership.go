@@ -7,7 +7,9 @@
 // it consumes and those it has caught up on, and how far behind the
 // stream it is. The bucket's TTL is the lease TTL; a node renews its
 // lease every third of it, and a lease older than the TTL is dead
-// (whether or not the server has removed it yet). A node that stops
+// (whether or not the server has removed it yet); its age is taken on
+// the server's clock, which a node reckons from the timestamps of its
+// own renewals, so a node whose clock is off agrees with the others. A node that stops
 // cleanly deletes its lease, so the others take over at once.
 //
 // The owners of a partition are computed, not negotiated: from the live
@@ -115,7 +117,8 @@ type Lease struct {
 	// it last looked, summed over Holding.
 	Lag uint64 `json:"lag"`
 	// Renewed is when the lease was last written (the bucket's own
-	// timestamp decides expiry; this is for people).
+	// timestamp decides expiry; this is for people). In the view of a
+	// node (Nodes) it is the bucket's timestamp on that node's clock.
 	Renewed time.Time `json:"renewed"`
 }
 
@@ -145,14 +148,20 @@ type Membership struct {
 
 	changed chan struct{}
 
-	mu        sync.Mutex
-	kv        KV
-	live      map[string]Lease // by node, this node included once it holds its lease
-	ready     []int            // this node's caught-up partitions
-	holding   map[int]bool     // partitions this node consumes now
-	lag       uint64           // this node's unsettled messages
-	renewed   time.Time        // when this node's lease was last written
-	renewErr  error            // why the last renewal failed; nil when it did not
+	mu       sync.Mutex
+	kv       KV
+	live     map[string]Lease // by node, this node included once it holds its lease
+	ready    []int            // this node's caught-up partitions
+	holding  map[int]bool     // partitions this node consumes now
+	lag      uint64           // this node's unsettled messages
+	renewed  time.Time        // when this node's lease was last written
+	renewErr error            // why the last renewal failed; nil when it did not
+	// The server's clock as this node reckons it: the lease's last
+	// put (revision, local time half-way through the call), and the
+	// server's time minus this node's, learnt from that put's entry.
+	putRev    uint64
+	putAt     time.Time
+	skew      time.Duration
 	dropsKV   KV
 	drops     map[buckets.Day]drop      // days dropped cluster-wide (drops.go)
 	deletes   map[buckets.DeviceID]drop // devices deleted cluster-wide (deletes.go)
@@ -246,7 +255,7 @@ func (m *Membership) Open(ctx context.Context) error {
 		var l Lease
 		if json.Unmarshal(e.Value(), &l) == nil && l.URL != m.cfg.URL {
 			return fmt.Errorf("ownership: node name %s is held by a live node at %s (lease renewed %s ago); names must be unique",
-				m.cfg.Node, l.URL, m.cfg.Now().Sub(e.Created()).Round(time.Millisecond))
+				m.cfg.Node, l.URL, m.serverNow().Sub(e.Created()).Round(time.Millisecond))
 		}
 	}
 	if err := m.renew(ctx); err != nil {
@@ -351,7 +360,8 @@ func (m *Membership) renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ownership: encode lease: %w", err)
 	}
-	_, err = m.kv.Put(ctx, keyPrefix+m.cfg.Node, b)
+	rev, err := m.kv.Put(ctx, keyPrefix+m.cfg.Node, b)
+	after := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
@@ -359,7 +369,32 @@ func (m *Membership) renew(ctx context.Context) error {
 		return fmt.Errorf("ownership: renew lease %s: %w", m.cfg.Node, err)
 	}
 	m.renewed, m.renewErr = now, nil
+	m.putRev, m.putAt = rev, now.Add(after.Sub(now)/2)
 	return nil
+}
+
+// learnSkew sets the server's clock against this node's from the entry
+// of this node's lease: its timestamp is the server's when it stored
+// the put that returned putRev.
+func (m *Membership) learnSkew(e jetstream.KeyValueEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.Revision() == m.putRev && !m.putAt.IsZero() {
+		m.skew = e.Created().Sub(m.putAt)
+	}
+}
+
+func (m *Membership) skewNow() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.skew
+}
+
+// serverNow is the server's time now as this node reckons it.
+func (m *Membership) serverNow() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg.Now().Add(m.skew)
 }
 
 // ownLease is this node's lease as it stands (m.mu held), Renewed unset.
@@ -368,9 +403,13 @@ func (m *Membership) ownLease() Lease {
 		Holding: slices.Sorted(maps.Keys(m.holding)), Lag: m.lag}
 }
 
-// alive reports whether a lease entry is younger than the TTL.
+// alive reports whether a lease entry is younger than the TTL. Its age
+// is measured on the server's clock (the entry's timestamp is the
+// server's), so a node whose clock is off, by a minute or a day, sees
+// the same live nodes as the others. Before this node's first renewal
+// it has only its own clock.
 func (m *Membership) alive(e jetstream.KeyValueEntry) bool {
-	return e.Operation() == jetstream.KeyValuePut && m.cfg.Now().Sub(e.Created()) < m.cfg.LeaseTTL
+	return e.Operation() == jetstream.KeyValuePut && m.serverNow().Sub(e.Created()) < m.cfg.LeaseTTL
 }
 
 // refresh reads every live lease.
@@ -379,6 +418,9 @@ func (m *Membership) refresh(ctx context.Context) error {
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return fmt.Errorf("ownership: list leases: %w", err)
 	}
+	// This node's own lease first: it tells the server's clock.
+	own := keyPrefix + m.cfg.Node
+	slices.SortStableFunc(keys, func(a, b string) int { return boolRank(b == own) - boolRank(a == own) })
 	live := map[string]Lease{}
 	for _, k := range keys {
 		e, err := m.kv.Get(ctx, k)
@@ -388,17 +430,23 @@ func (m *Membership) refresh(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("ownership: read lease %s: %w", k, err)
 		}
+		if k == own {
+			m.learnSkew(e)
+		}
 		var l Lease
 		if err := json.Unmarshal(e.Value(), &l); err != nil || !m.alive(e) || keyPrefix+l.Node != k {
 			continue
 		}
+		// Renewed as this node's clock has it (the server's timestamp
+		// moved by the skew): the nodes' own clocks may differ.
+		l.Renewed = e.Created().Add(-m.skewNow()).UTC()
 		live[l.Node] = l
 	}
 	m.mu.Lock()
 	// Our own lease is live by definition, and as it stands now.
-	own := m.ownLease()
-	own.Renewed = live[m.cfg.Node].Renewed
-	live[m.cfg.Node] = own
+	self := m.ownLease()
+	self.Renewed = live[m.cfg.Node].Renewed
+	live[m.cfg.Node] = self
 	changed := !sameView(m.live, live)
 	m.live = live
 	m.mu.Unlock()
