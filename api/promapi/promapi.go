@@ -130,7 +130,13 @@ func New(cfg Config) (*API, error) {
 		EnableAtModifier:         true,
 		EnableNegativeOffset:     true,
 		EnableDelayedNameRemoval: true,
-		Parser:                   a.parser,
+		// The engine then looks at the query's deadline at every step
+		// of a range function and at every sample it reads, not only
+		// between series and steps of the outer query, and once more
+		// before an instant query's answer: a rule or a request past
+		// its timeout stops within one step (cancel_test.go).
+		EnableQueryCost: true,
+		Parser:          a.parser,
 	})
 	a.mux = http.NewServeMux()
 	a.mux.HandleFunc("GET /api/v1/query", a.handleQuery)

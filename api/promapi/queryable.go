@@ -259,6 +259,9 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 			continue
 		}
 		for _, n := range names {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("look up device %s: %w", n, err)
+			}
 			dev := buckets.DeviceID(n)
 			if dev.Validate() != nil {
 				continue
@@ -286,6 +289,9 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 	}
 	dq.Limit = devicesPage
 	for {
+		if err := ctx.Err(); err != nil { // between pages: a long listing stops at its deadline
+			return fmt.Errorf("list devices: %w", err)
+		}
 		devs, more, err := q.src.Devices(ctx, dq)
 		if err != nil {
 			return fmt.Errorf("list devices: %w", err)
