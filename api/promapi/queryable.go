@@ -150,8 +150,13 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	}
 	from, to := ticksOf(mint), ticksOf(maxt)
 	var recent *recentReads
-	if batchOf(ctx) != nil {
+	b := batchOf(ctx)
+	if b != nil {
 		recent = qr.q.recent
+	}
+	lsetOf := seriesLabels
+	if b != nil {
+		lsetOf = b.seriesLabels
 	}
 	var out []seriesRef
 	add := func(ref seriesRef) error {
@@ -163,7 +168,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	}
 	err := qr.q.devices(ctx, devMs, attrMs, func(d *buckets.DeviceInfo) error {
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
-			err := add(seriesRef{lset: seriesLabels(LastSeenName, d), dev: d.Device, name: LastSeenName,
+			err := add(seriesRef{lset: lsetOf(LastSeenName, d), dev: d.Device, name: LastSeenName,
 				seen: &seenBounds{first: d.FirstSeen, last: d.LastSeen}})
 			if err != nil {
 				return err
@@ -179,7 +184,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			if err := add(seriesRef{lset: seriesLabels(f.Name, d), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}); err != nil {
+			if err := add(seriesRef{lset: lsetOf(f.Name, d), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}); err != nil {
 				return err
 			}
 		}

@@ -1,13 +1,13 @@
 package promapi
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -24,7 +24,7 @@ import (
 // longer than the lookback delta (a plain selector, or a range function
 // over at most the lookback delta, outside subqueries).
 func SharedReads(ctx context.Context) context.Context {
-	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]deviceList{}})
+	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]deviceList{}, labels: map[labelsKey]madeLabels{}})
 }
 
 type batchKey struct{}
@@ -54,6 +54,35 @@ type batch struct {
 	mu      sync.Mutex
 	lists   map[string]deviceList
 	devices int // devices held in lists
+	// labels are the series labels made by the batch's queries.
+	labels map[labelsKey]madeLabels
+}
+
+type labelsKey struct {
+	dev  buckets.DeviceID
+	name string
+}
+
+// madeLabels are series labels and the attributes they were made of.
+type madeLabels struct {
+	attrs buckets.Attributes
+	lset  labels.Labels
+}
+
+// seriesLabels is seriesLabels(name, d), made once per batch for a
+// device whose attributes do not change meanwhile.
+func (b *batch) seriesLabels(name string, d *buckets.DeviceInfo) labels.Labels {
+	k := labelsKey{d.Device, name}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m, ok := b.labels[k]; ok && slices.Equal(m.attrs, d.Attributes) {
+		return m.lset
+	}
+	l := seriesLabels(name, d)
+	if len(b.labels) < 4*batchMaxDevices {
+		b.labels[k] = madeLabels{attrs: d.Attributes, lset: l}
+	}
+	return l
 }
 
 // deviceList is one answer of Source.Devices.
@@ -235,10 +264,14 @@ func (q *queryable) sharedSelect(h *storage.SelectHints, mint, maxt int64) bool 
 func (s *seriesSet) sharedIter(ref seriesRef) seekingIter[int64] {
 	sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback), to: ticksOf(s.maxt) + 10000}
 	buf, err := s.q.recent.take(s.ctx, s.q.src.(SampleReader), sp, ref.lastSeen, ref.name)
-	lo, _ := slices.BinarySearchFunc(buf, s.mint, func(x sample, t int64) int { return cmp.Compare(x.t, t) })
-	hi, _ := slices.BinarySearchFunc(buf, s.maxt+1, func(x sample, t int64) int { return cmp.Compare(x.t, t) })
-	if s.newestOnly && hi > lo {
-		lo = hi - 1
+	// A few samples, mostly all wanted: scan from the newest.
+	hi := len(buf)
+	for hi > 0 && buf[hi-1].t > s.maxt {
+		hi--
+	}
+	lo := hi
+	for lo > 0 && buf[lo-1].t >= s.mint && (!s.newestOnly || lo == hi) {
+		lo--
 	}
 	buf = buf[lo:hi:hi]
 	return seekingIter[int64]{&sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}}
