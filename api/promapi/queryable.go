@@ -155,8 +155,8 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		recent = qr.q.recent
 	}
 	lsetOf := seriesLabels
-	if b != nil {
-		lsetOf = b.seriesLabels
+	if recent != nil {
+		lsetOf = recent.seriesLabels
 	}
 	var out []seriesRef
 	add := func(ref seriesRef) error {

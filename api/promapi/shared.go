@@ -24,7 +24,7 @@ import (
 // longer than the lookback delta (a plain selector, or a range function
 // over at most the lookback delta, outside subqueries).
 func SharedReads(ctx context.Context) context.Context {
-	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]deviceList{}, labels: map[labelsKey]madeLabels{}})
+	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]deviceList{}})
 }
 
 type batchKey struct{}
@@ -47,6 +47,9 @@ const (
 	recentMaxAge = buckets.Ticks(60 * 10_000_000)
 	// batchMaxDevices bounds the device list entries a batch keeps.
 	batchMaxDevices = 100_000
+	// recentMaxLabels bounds the series labels kept; past it, the
+	// cache starts over empty.
+	recentMaxLabels = 1 << 20
 )
 
 // batch is what the queries of one SharedReads context share.
@@ -54,35 +57,6 @@ type batch struct {
 	mu      sync.Mutex
 	lists   map[string]deviceList
 	devices int // devices held in lists
-	// labels are the series labels made by the batch's queries.
-	labels map[labelsKey]madeLabels
-}
-
-type labelsKey struct {
-	dev  buckets.DeviceID
-	name string
-}
-
-// madeLabels are series labels and the attributes they were made of.
-type madeLabels struct {
-	attrs buckets.Attributes
-	lset  labels.Labels
-}
-
-// seriesLabels is seriesLabels(name, d), made once per batch for a
-// device whose attributes do not change meanwhile.
-func (b *batch) seriesLabels(name string, d *buckets.DeviceInfo) labels.Labels {
-	k := labelsKey{d.Device, name}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if m, ok := b.labels[k]; ok && slices.Equal(m.attrs, d.Attributes) {
-		return m.lset
-	}
-	l := seriesLabels(name, d)
-	if len(b.labels) < 4*batchMaxDevices {
-		b.labels[k] = madeLabels{attrs: d.Attributes, lset: l}
-	}
-	return l
 }
 
 // deviceList is one answer of Source.Devices.
@@ -104,6 +78,41 @@ type recentReads struct {
 	names   []string // sorted: the names read together
 	devs    map[buckets.DeviceID]*recentRead
 	samples int
+
+	// labels are the labels of the series the batches selected, kept
+	// with the attributes they were made of.
+	lmu    sync.Mutex
+	labels map[labelsKey]madeLabels
+}
+
+type labelsKey struct {
+	dev  buckets.DeviceID
+	name string
+}
+
+type madeLabels struct {
+	attrs buckets.Attributes
+	lset  labels.Labels
+}
+
+// seriesLabels is seriesLabels(name, d), made again only when d's
+// attributes changed since it was last made.
+func (r *recentReads) seriesLabels(name string, d *buckets.DeviceInfo) labels.Labels {
+	k := labelsKey{d.Device, name}
+	r.lmu.Lock()
+	m, ok := r.labels[k]
+	r.lmu.Unlock()
+	if ok && slices.Equal(m.attrs, d.Attributes) {
+		return m.lset
+	}
+	l := seriesLabels(name, d)
+	r.lmu.Lock()
+	if len(r.labels) >= recentMaxLabels {
+		clear(r.labels)
+	}
+	r.labels[k] = madeLabels{attrs: d.Attributes, lset: l}
+	r.lmu.Unlock()
+	return l
 }
 
 // recentRead is one device's read: the names read and their samples
@@ -117,7 +126,7 @@ type recentRead struct {
 }
 
 func newRecentReads() *recentReads {
-	return &recentReads{devs: map[buckets.DeviceID]*recentRead{}}
+	return &recentReads{devs: map[buckets.DeviceID]*recentRead{}, labels: map[labelsKey]madeLabels{}}
 }
 
 // addNames records the numeric value names of d, so that a device is

@@ -105,6 +105,24 @@ func TestSharedReads(t *testing.T) {
 	require.Len(t, v, 1)
 	assert.Equal(t, 99.0, v[0].F)
 
+	// d0's attributes change: the next batch labels its series anew.
+	assign := func(fleet string) {
+		set, bad := buckets.NewAttributes(map[string]string{"fleet": fleet})
+		require.Nil(t, bad)
+		require.NoError(t, st.Assign(context.Background(), []buckets.Assignment{{Device: "d0", At: buckets.MustTicks(t0), Set: set}}))
+	}
+	fleetOf := func() string {
+		v, err := shared.Instant(SharedReads(context.Background()), `temp{device="d0"}`, ts)
+		require.NoError(t, err)
+		require.Len(t, v, 1)
+		return v[0].Metric.Get("fleet")
+	}
+	assign("a")
+	assert.Equal(t, "a", fleetOf())
+	assign("b")
+	assert.Equal(t, "b", fleetOf())
+	same(SharedReads(context.Background()), ts)
+
 	// A late reading of d2, older than its newest: unseen by the
 	// reads kept, seen once the evaluation time is recentMaxAge on.
 	late := reading("d2", t0.Add(9*time.Minute+40*time.Second), 1000, 1000)
