@@ -45,6 +45,10 @@ const (
 	// before the read is no longer used: a reading that arrives late,
 	// with a time before the device's newest, is seen by then.
 	recentMaxAge = buckets.Ticks(60 * 10_000_000)
+	// recentMargin is how much more than the lookback delta a read
+	// covers, so that a group evaluated at a time a little before the
+	// last read's (its evaluation was delayed) is answered from it too.
+	recentMargin = 30_000 // ms
 	// batchMaxDevices bounds the device list entries a batch keeps.
 	batchMaxDevices = 100_000
 	// recentMaxLabels bounds the series labels kept; past it, the
@@ -67,8 +71,8 @@ type deviceList struct {
 
 // recentReads keeps, per device, the samples of its last shared read:
 // every value name the batches have selected, over the lookback delta
-// before the evaluation time of the read. A later select of the device
-// is answered from it while the device's last-seen time (from the
+// and recentMargin before the evaluation time of the read. A later
+// select of the device is answered from it while the device's last-seen time (from the
 // device index, listed by that select) is the one it had at the read
 // and older than the read's end: the device has sent nothing newer
 // since. Devices that send every interval are so read once per
@@ -267,11 +271,12 @@ func (q *queryable) sharedSelect(h *storage.SelectHints, mint, maxt int64) bool 
 }
 
 // sharedIter iterates the samples of ref in [s.mint, s.maxt] from the
-// recent reads, which read [maxt - lookback, maxt] when they read. A
+// recent reads, which read [maxt - lookback - recentMargin, maxt] when
+// they read. A
 // plain selector (no range) gets only the newest: an instant query
 // uses no other.
 func (s *seriesSet) sharedIter(ref seriesRef) seekingIter[int64] {
-	sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback), to: ticksOf(s.maxt) + 10000}
+	sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback - recentMargin), to: ticksOf(s.maxt) + 10000}
 	buf, err := s.q.recent.take(s.ctx, s.q.src.(SampleReader), sp, ref.lastSeen, ref.name)
 	// A few samples, mostly all wanted: scan from the newest.
 	hi := len(buf)
