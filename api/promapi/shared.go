@@ -154,12 +154,14 @@ func (r *recentReads) addName(name string) {
 }
 
 // usable reports whether e answers a select of [want.from, want.to) of
-// a device last seen at lastSeen.
+// a device last seen at lastSeen: the device has sent nothing since
+// the read (its last-seen time is unchanged), and for a select past
+// the read's end, the read held its newest reading.
 func (e *recentRead) usable(want sampleSpan, lastSeen buckets.Ticks) bool {
 	if e.from > want.from || want.to-e.to > recentMaxAge {
 		return false
 	}
-	return want.to <= e.to || (lastSeen == e.lastSeen && lastSeen < e.to)
+	return lastSeen == e.lastSeen && (want.to <= e.to || lastSeen < e.to)
 }
 
 func (e *recentRead) of(name string) ([]sample, bool) {

@@ -94,13 +94,21 @@ func TestSharedReads(t *testing.T) {
 	assert.Zero(t, run(SharedReads(context.Background()), ts))
 	same(SharedReads(context.Background()), ts)
 
+	// d2 sends a reading before the evaluation time: a query at that
+	// same time sees it.
+	require.NoError(t, st.Write(context.Background(), []buckets.Reading{reading("d2", ts.Add(-time.Second), 77, 77)}))
+	v, err := shared.Instant(SharedReads(context.Background()), `temp{device="d2"}`, ts)
+	require.NoError(t, err)
+	require.Len(t, v, 1)
+	assert.Equal(t, 77.0, v[0].F)
+
 	// d1 sends: the next batch reads d1 again, and only d1, and sees
 	// what it sent.
 	require.NoError(t, st.Write(context.Background(), []buckets.Reading{reading("d1", ts.Add(time.Second), 99, 99)}))
 	ts = ts.Add(2 * time.Second)
 	assert.EqualValues(t, 1, run(SharedReads(context.Background()), ts))
 	same(SharedReads(context.Background()), ts)
-	v, err := shared.Instant(SharedReads(context.Background()), `temp{device="d1"}`, ts)
+	v, err = shared.Instant(SharedReads(context.Background()), `temp{device="d1"}`, ts)
 	require.NoError(t, err)
 	require.Len(t, v, 1)
 	assert.Equal(t, 99.0, v[0].F)
