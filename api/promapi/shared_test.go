@@ -94,10 +94,11 @@ func TestSharedReads(t *testing.T) {
 	assert.Zero(t, run(SharedReads(context.Background()), ts))
 	same(SharedReads(context.Background()), ts)
 
-	// d2 sends a reading before the evaluation time: a query at that
-	// same time sees it.
-	require.NoError(t, st.Write(context.Background(), []buckets.Reading{reading("d2", ts.Add(-time.Second), 77, 77)}))
-	v, err := shared.Instant(SharedReads(context.Background()), `temp{device="d2"}`, ts)
+	// d2 sends a reading timed before the first batch's read: a query
+	// at that batch's time sees it.
+	first := t0.Add(9*time.Minute + 50*time.Second)
+	require.NoError(t, st.Write(context.Background(), []buckets.Reading{reading("d2", first.Add(-time.Second), 77, 77)}))
+	v, err := shared.Instant(SharedReads(context.Background()), `temp{device="d2"}`, first)
 	require.NoError(t, err)
 	require.Len(t, v, 1)
 	assert.Equal(t, 77.0, v[0].F)
