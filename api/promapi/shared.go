@@ -53,7 +53,7 @@ const (
 	batchMaxDevices = 100_000
 	// recentMaxLabels bounds the series labels kept; past it, the
 	// cache starts over empty.
-	recentMaxLabels = 1 << 20
+	recentMaxLabels = 1 << 18
 )
 
 // batch is what the queries of one SharedReads context share.
