@@ -107,7 +107,8 @@ func New(cfg Config) (*API, error) {
 		q: &queryable{src: cfg.Source, visible: cfg.Visible, retention: cfg.Retention,
 			lookback:   orDefault(cfg.LookbackDelta, DefaultLookbackDelta).Milliseconds(),
 			maxSeries:  orDefault(cfg.MaxSeries, DefaultMaxSeries),
-			maxSamples: orDefault(cfg.MaxSamples, DefaultMaxSamples), pageSize: defaultPageSize},
+			maxSamples: orDefault(cfg.MaxSamples, DefaultMaxSamples), pageSize: defaultPageSize,
+			recent: newRecentReads()},
 		timeout: orDefault(cfg.Timeout, DefaultTimeout),
 		log:     cfg.Logger,
 		now:     cfg.Now,
@@ -130,7 +131,13 @@ func New(cfg Config) (*API, error) {
 		EnableAtModifier:         true,
 		EnableNegativeOffset:     true,
 		EnableDelayedNameRemoval: true,
-		Parser:                   a.parser,
+		// The engine then looks at the query's deadline at every step
+		// of a range function and at every sample it reads, not only
+		// between series and steps of the outer query, and once more
+		// before an instant query's answer: a rule or a request past
+		// its timeout stops within one step (cancel_test.go).
+		EnableQueryCost: true,
+		Parser:          a.parser,
 	})
 	a.mux = http.NewServeMux()
 	a.mux.HandleFunc("GET /api/v1/query", a.handleQuery)

@@ -94,6 +94,9 @@ type queryable struct {
 	// shape is the shape of the one query this copy serves; nil when
 	// unknown.
 	shape *queryShape
+	// recent is the cache of recent reads the queries of SharedReads
+	// batches use; nil: none.
+	recent *recentReads
 }
 
 var _ storage.Queryable = (*queryable)(nil)
@@ -124,6 +127,8 @@ type seriesRef struct {
 	lset labels.Labels
 	dev  buckets.DeviceID
 	name string
+	// lastSeen is the device's last reading time, as listed.
+	lastSeen buckets.Ticks
 	// seen is set for the device's LastSeenName series: its first and
 	// last reading times from the index.
 	seen *seenBounds
@@ -144,6 +149,15 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		return nil, nil
 	}
 	from, to := ticksOf(mint), ticksOf(maxt)
+	var recent *recentReads
+	b := batchOf(ctx)
+	if b != nil {
+		recent = qr.q.recent
+	}
+	lsetOf := seriesLabels
+	if recent != nil {
+		lsetOf = recent.seriesLabels
+	}
 	var out []seriesRef
 	add := func(ref seriesRef) error {
 		if len(out) >= qr.q.maxSeries {
@@ -154,7 +168,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	}
 	err := qr.q.devices(ctx, devMs, attrMs, func(d *buckets.DeviceInfo) error {
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
-			err := add(seriesRef{lset: seriesLabels(LastSeenName, d), dev: d.Device, name: LastSeenName,
+			err := add(seriesRef{lset: lsetOf(LastSeenName, d), dev: d.Device, name: LastSeenName,
 				seen: &seenBounds{first: d.FirstSeen, last: d.LastSeen}})
 			if err != nil {
 				return err
@@ -163,11 +177,14 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		if d.LastSeen < from || d.FirstSeen > to {
 			return nil
 		}
+		if recent != nil {
+			recent.addNames(d)
+		}
 		for _, f := range d.Latest {
 			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			if err := add(seriesRef{lset: seriesLabels(f.Name, d), dev: d.Device, name: f.Name}); err != nil {
+			if err := add(seriesRef{lset: lsetOf(f.Name, d), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}); err != nil {
 				return err
 			}
 		}
@@ -259,13 +276,16 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 			continue
 		}
 		for _, n := range names {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("look up device %s: %w", n, err)
+			}
 			dev := buckets.DeviceID(n)
 			if dev.Validate() != nil {
 				continue
 			}
 			dq := base
 			dq.Prefix, dq.Limit = n, 1
-			devs, _, err := q.src.Devices(ctx, dq)
+			devs, _, err := q.listDevices(ctx, dq)
 			if err != nil {
 				return fmt.Errorf("look up device %s: %w", n, err)
 			}
@@ -286,7 +306,10 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 	}
 	dq.Limit = devicesPage
 	for {
-		devs, more, err := q.src.Devices(ctx, dq)
+		if err := ctx.Err(); err != nil { // between pages: a long listing stops at its deadline
+			return fmt.Errorf("list devices: %w", err)
+		}
+		devs, more, err := q.listDevices(ctx, dq)
 		if err != nil {
 			return fmt.Errorf("list devices: %w", err)
 		}
@@ -317,6 +340,11 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	}
 	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
 	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
+	if batchOf(ctx) != nil && qr.samples != nil && qr.q.sharedSelect(hints, mint, maxt) {
+		// Before the summaries: the recent reads cover the window.
+		set.recent, set.newestOnly = true, hints.Range == 0
+		return set
+	}
 	if agg, ok := qr.q.src.(Aggregator); ok && !qr.q.noPushdown {
 		if w, ok := windowsOf(hints, qr.q.shape.inSubquery(hints)); ok {
 			set.agg, set.windows = agg, &w
@@ -429,6 +457,8 @@ type seriesSet struct {
 	windows    *windows     // set: answer per window from summaries
 	cached     *windowCache // set: the windows are read with the querier's other selects
 	samples    *sampleCache // set: samples come from the querier's projected reads
+	recent     bool         // samples come from the recent reads (SharedReads)
+	newestOnly bool         // with recent: only the newest sample is wanted
 	// the sample times of LastSeenName series (seenTimes)
 	seenFirst, seenStep, seenLast int64
 }
@@ -462,6 +492,9 @@ func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
 		}
 		return seenSeekIter[int64]{&seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: *s.ref.seen,
 			first: s.set.seenFirst, step: s.set.seenStep, last: last}}
+	}
+	if s.set.recent {
+		return s.set.sharedIter(s.ref)
 	}
 	if s.set.windows != nil {
 		it := s.set.newWindowIter(s.ref)

@@ -160,8 +160,12 @@ func (g *group) tick(ctx context.Context, ts time.Time) {
 	}
 	start := time.Now()
 	var sends []Notification
+	batch := g.batch(ctx)
 	for _, r := range g.rules {
-		sends = append(sends, g.evalRule(ctx, r, ts)...)
+		sends = append(sends, g.evalRule(batch, r, ts)...)
+		if r.rule.Record != "" { // the rules after it read what it wrote
+			batch = g.batch(ctx)
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -170,6 +174,14 @@ func (g *group) tick(ctx context.Context, ts time.Time) {
 		g.m.cfg.Sender.Send(sends)
 	}
 	g.save(ctx, ts)
+}
+
+// batch is the context of the queries of one batch (Config.Batch).
+func (g *group) batch(ctx context.Context) context.Context {
+	if g.m.cfg.Batch == nil {
+		return ctx
+	}
+	return g.m.cfg.Batch(ctx)
 }
 
 // takeLease reports whether this node evaluates the group now, and

@@ -50,6 +50,11 @@ const (
 // Config configures a Manager. Query is required.
 type Config struct {
 	Query QueryFunc
+	// Batch, when set, is called at the start of each evaluation of a
+	// group, and after each recording rule of it, and the queries up to
+	// the next call are made with the context it returns, so that they
+	// can share their reads (promapi.SharedReads).
+	Batch func(ctx context.Context) context.Context
 	// Recorder stores recording rules' results; nil makes them fail.
 	Recorder Recorder
 	// States keeps alert state across restarts and nodes; nil: none.

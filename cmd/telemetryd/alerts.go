@@ -32,7 +32,8 @@ func (m *Main) openAlerting(ctx context.Context, acfg *api.Config) error {
 				return nil, errors.New("the PromQL engine is not available")
 			}
 			return p.Instant(ctx, expr, ts)
-		}}
+		},
+		Batch: promapi.SharedReads}
 	if acfg.Writes != nil {
 		d.Publisher = acfg.Writes.Publisher
 	}

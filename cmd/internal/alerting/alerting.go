@@ -121,7 +121,10 @@ type Publisher interface {
 
 // Deps are what the evaluator needs of the service.
 type Deps struct {
-	Query     rules.QueryFunc
+	Query rules.QueryFunc
+	// Batch gives the queries of one group evaluation a common context
+	// (rules.Config.Batch); nil: none.
+	Batch     func(ctx context.Context) context.Context
 	JetStream jetstream.JetStream
 	// Replicas of the state bucket when it is created.
 	Replicas  int
@@ -191,7 +194,7 @@ func Open(ctx context.Context, c Config, d Deps) (*Alerting, error) {
 		leases = newGroupLeases(kv, *d.Cluster, now, d.Logger)
 		lease = leases.Held
 	}
-	m, err := rules.NewManager(rules.Config{Query: d.Query, Recorder: recorder{d.Publisher}, States: kvStates{kv},
+	m, err := rules.NewManager(rules.Config{Query: d.Query, Batch: d.Batch, Recorder: recorder{d.Publisher}, States: kvStates{kv},
 		Sender: n, Lease: lease, ExternalLabels: ext, ExternalURL: extURL, EvalSlots: c.EvalSlots,
 		Logger: d.Logger, Now: d.Now})
 	if err != nil {
