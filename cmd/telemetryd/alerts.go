@@ -40,7 +40,7 @@ func (m *Main) openAlerting(ctx context.Context, acfg *api.Config) error {
 	if c := m.cluster; c != nil {
 		d.Replicas = m.cfg.Cluster.StreamReplicas
 		d.Cluster = &alerting.Cluster{Self: m.cfg.Cluster.NodeName, LeaseTTL: m.cfg.Cluster.LeaseTTL,
-			LeaseErr: c.members.LeaseErr,
+			LeaseErr: c.members.LeaseErr, ServerNow: c.members.ServerNow,
 			Nodes: func() map[string]time.Time {
 				out := map[string]time.Time{}
 				for _, l := range c.members.Nodes() {

@@ -390,6 +390,10 @@ func (m *Membership) skewNow() time.Duration {
 	return m.skew
 }
 
+// ServerNow is the servers' time now as this node reckons it: the clock
+// of the bucket entries' timestamps.
+func (m *Membership) ServerNow() time.Time { return m.serverNow() }
+
 // serverNow is the server's time now as this node reckons it.
 func (m *Membership) serverNow() time.Time {
 	m.mu.Lock()

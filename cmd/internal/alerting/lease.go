@@ -24,6 +24,9 @@ type Cluster struct {
 	LeaseErr func() error
 	// LeaseTTL is how long a node's lease lives without renewal.
 	LeaseTTL time.Duration
+	// ServerNow is the NATS servers' clock as this node reckons it:
+	// the clock of the bucket entries' timestamps. Nil: this node's.
+	ServerNow func() time.Time
 }
 
 // groupLeases gives each rule group to one node of a cluster at a time.
@@ -167,8 +170,8 @@ func (l *groupLeases) Held(group string) bool {
 		return false
 	default:
 		var r leaseRecord
-		if json.Unmarshal(e.Value(), &r) == nil && r.Node != l.c.Self && live[r.Node] && now.Sub(r.At) < l.staleAfter {
-			return false // its holder is live and has not let it go yet
+		if json.Unmarshal(e.Value(), &r) == nil && r.Node != l.c.Self && l.taken(r, e, live, now) {
+			return false
 		}
 		rev = e.Revision()
 	}
@@ -187,6 +190,24 @@ func (l *groupLeases) Held(group string) bool {
 	}
 	l.setHeld(group, next)
 	return true
+}
+
+// taken says whether another node's entry r still keeps the group: its
+// holder is live and has not let it go yet, or this node does not see
+// the holder live but the holder renewed the entry within the lease TTL
+// (a node that has just started sees no other node yet; without this it
+// took the group from a holder that had evaluated it in the same
+// interval). The entry's age is measured on the servers' clock, so a
+// holder whose clock is off is not taken for dead.
+func (l *groupLeases) taken(r leaseRecord, e jetstream.KeyValueEntry, live map[string]bool, now time.Time) bool {
+	if live[r.Node] {
+		return now.Sub(r.At) < l.staleAfter
+	}
+	serverNow := now
+	if l.c.ServerNow != nil {
+		serverNow = l.c.ServerNow()
+	}
+	return serverNow.Sub(e.Created()) < l.c.LeaseTTL
 }
 
 // isWrongSequence says whether err is a lost compare-and-set.

@@ -48,8 +48,10 @@ func (f *fakeCluster) set(nodes map[string]time.Time, own error) {
 	f.nodes, f.own = nodes, own
 }
 
-func (f *fakeCluster) cluster(self string) Cluster {
-	return Cluster{Self: self, LeaseTTL: 2 * time.Second,
+// cluster is self's view; serverNow is the servers' clock (nil: the
+// node's own).
+func (f *fakeCluster) cluster(self string, serverNow func() time.Time) Cluster {
+	return Cluster{Self: self, LeaseTTL: 2 * time.Second, ServerNow: serverNow,
 		Nodes: func() map[string]time.Time {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -75,9 +77,12 @@ func TestGroupLeases(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// The servers' clock (the entries' timestamps) moves with the test's.
+	start := now
+	serverNow := func() time.Time { return time.Now().Add(now.Sub(start)) }
 	var va, vb fakeCluster
-	a := newGroupLeases(kv, va.cluster("a"), clock, log)
-	b := newGroupLeases(kv, vb.cluster("b"), clock, log)
+	a := newGroupLeases(kv, va.cluster("a", serverNow), clock, log)
+	b := newGroupLeases(kv, vb.cluster("b", serverNow), clock, log)
 	// Groups spread over the nodes.
 	spread := map[string]int{}
 	for i := range 300 {
@@ -136,4 +141,30 @@ func TestGroupLeases(t *testing.T) {
 	b.ReleaseAll()
 	_, err := kv.Get(context.Background(), leaseKey(group))
 	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+}
+
+// TestGroupLeasesUnseenHolder: two nodes that have just started, each
+// seeing only itself, both rank first for a group. The second must not
+// take the entry the first wrote in the same interval; it takes it once
+// the entry is a lease TTL old on the servers' clock.
+func TestGroupLeasesUnseenHolder(t *testing.T) {
+	kv := newTestBucket(t)
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	start := now
+	clock := func() time.Time { return now }
+	serverNow := func() time.Time { return time.Now().Add(now.Sub(start)) }
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var va, vb fakeCluster
+	va.set(map[string]time.Time{"a": now}, nil)
+	vb.set(map[string]time.Time{"b": now}, nil)
+	a := newGroupLeases(kv, va.cluster("a", serverNow), clock, log)
+	b := newGroupLeases(kv, vb.cluster("b", serverNow), clock, log)
+
+	require.True(t, a.Held("g"))
+	assert.False(t, b.Held("g"), "b took the group a evaluated in this interval")
+	assert.True(t, a.Held("g"))
+
+	// a stops renewing (it was killed before b ever saw it).
+	now = now.Add(2 * time.Second)
+	assert.True(t, b.Held("g"), "b did not take the group of a holder silent for a lease TTL")
 }
