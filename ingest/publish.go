@@ -77,7 +77,7 @@ type Publisher struct {
 	// the Publisher publishes.
 	intake   bool
 	rejected string
-	log        *slog.Logger
+	log      *slog.Logger
 	// atomic: publish a call's readings as atomic batches; cleared
 	// (once, with a warning) when the server turns out not to support
 	// them.
