@@ -66,7 +66,11 @@ func (c Config) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
 // Config.Partitions.
 func (in *Ingester) checkPartitions(sc jetstream.StreamConfig) error {
 	if in.cfg.PartitionStreams {
-		if want := partition.Subjects(in.cfg.SubjectPrefix, in.cfg.Partition); !slices.Contains(sc.Subjects, want) {
+		want := partition.Subjects(in.cfg.SubjectPrefix, in.cfg.Partition)
+		if in.cfg.Intake {
+			want = intakeSubjects(in.cfg.SubjectPrefix, in.cfg.Partition)
+		}
+		if !slices.Contains(sc.Subjects, want) {
 			return fmt.Errorf("%w: stream %s does not capture %s, its partition's subjects", errPermanent, sc.Name, want)
 		}
 		return nil
