@@ -38,7 +38,7 @@ func (m *Main) startIntake() error {
 	}
 	m.intakeNC = nc
 	in, err := intake.Start(nc, intake.Config{SubjectPrefix: icfg.SubjectPrefix, Family: icfg.Family(),
-		Partitions: icfg.Partitions, Logger: log})
+		Partitions: icfg.Partitions, Linger: intakeLinger, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -58,3 +58,7 @@ func (m *Main) stopIntake() {
 		m.intakeNC.Close()
 	}
 }
+
+// intakeLinger is how long the intake lets a small batch wait for more
+// publishes.
+const intakeLinger = time.Millisecond

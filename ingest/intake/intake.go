@@ -61,8 +61,14 @@ const (
 	// DefaultMaxBatch is the most messages of one atomic batch: the
 	// server's default bound.
 	DefaultMaxBatch = 1000
+	// DefaultLingerBelow: a batch of fewer messages waits Linger for
+	// more.
+	DefaultLingerBelow = 64
 	// DefaultTimeout bounds the wait for a batch's commit ack.
 	DefaultTimeout = 10 * time.Second
+	// workersPerPartition is how many batches of a partition may be on
+	// their way at once.
+	workersPerPartition = 1
 	// queueGroup lets several connections of the service share the
 	// devices' publishes, each answered once.
 	queueGroup = "telemetryd-intake"
@@ -94,6 +100,10 @@ type Config struct {
 	QueueBytes int
 	// MaxBatch bounds the messages of one batch.
 	MaxBatch int
+	// Linger is how long a batch of fewer than LingerBelow messages
+	// waits for more before it is stored (0: not at all).
+	Linger      time.Duration
+	LingerBelow int
 	// Timeout bounds the wait for a batch's commit ack.
 	Timeout time.Duration
 	// Logger defaults to slog.Default().
@@ -106,6 +116,7 @@ func (c Config) withDefaults() Config {
 	c.QueueLen = cmp.Or(c.QueueLen, DefaultQueueLen)
 	c.QueueBytes = cmp.Or(c.QueueBytes, DefaultQueueBytes)
 	c.MaxBatch = cmp.Or(c.MaxBatch, DefaultMaxBatch)
+	c.LingerBelow = cmp.Or(c.LingerBelow, DefaultLingerBelow)
 	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -159,20 +170,21 @@ func start(nc *nats.Conn, cfg Config, beforeStore func()) (*Intake, error) {
 	if err != nil {
 		return nil, fmt.Errorf("intake: subscribe %s: %w", subject, err)
 	}
-	// The subscription's own buffer is bounded too: past it the client
-	// library drops (a publish then gets no answer and is sent again).
-	total := cfg.Partitions * cfg.QueueLen
-	if err := sub.SetPendingLimits(total, cfg.Partitions*cfg.QueueBytes); err != nil {
-		_ = sub.Unsubscribe()
-		return nil, fmt.Errorf("intake: %w", err)
-	}
+	// The subscription's own buffer stays bounded by the client
+	// library's default (65,536 messages, 64 MiB); receive empties it
+	// into the queues, or answers at once. Past it the library drops (a
+	// publish then gets no answer and its client sends it again).
 	if err := nc.Flush(); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("intake: subscribe %s: %w", subject, err)
 	}
 	in.sub = sub
 	for _, p := range in.parts {
-		in.wg.Go(func() { in.work(p) })
+		// Two workers a partition: one stages its batch while the
+		// stream commits the other's.
+		for range workersPerPartition {
+			in.wg.Go(func() { in.work(p) })
+		}
 	}
 	return in, nil
 }
@@ -278,6 +290,7 @@ func (in *Intake) work(p *part) {
 					return
 				}
 			}
+			p.bytes.Add(-msgSize(m))
 		}
 		batch, next = in.gather(p, m, batch[:0], ids)
 		in.commit(p, batch)
@@ -291,8 +304,13 @@ func (in *Intake) work(p *part) {
 // repeats one). A publish the batch cannot take ends it: it is passed
 // on by itself, or returned to begin the next batch.
 func (in *Intake) gather(p *part, m *nats.Msg, batch []*nats.Msg, ids map[string]struct{}) ([]*nats.Msg, *nats.Msg) {
+	var linger *time.Timer
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	for {
-		p.bytes.Add(-msgSize(m))
 		switch {
 		case conditional(m):
 			in.pass(p, m)
@@ -311,7 +329,24 @@ func (in *Intake) gather(p *part, m *nats.Msg, batch []*nats.Msg, ids map[string
 		}
 		select {
 		case m = <-p.q:
+			p.bytes.Add(-msgSize(m))
+			continue
 		default:
+		}
+		// A small batch waits a moment for more: a batch has a fixed
+		// cost (the server stages it in a store of its own).
+		if len(batch) >= in.cfg.LingerBelow || in.cfg.Linger <= 0 {
+			return batch, nil
+		}
+		if linger == nil {
+			linger = time.NewTimer(in.cfg.Linger)
+		}
+		select {
+		case m = <-p.q:
+			p.bytes.Add(-msgSize(m))
+		case <-linger.C:
+			return batch, nil
+		case <-in.stop:
 			return batch, nil
 		}
 	}
