@@ -194,7 +194,7 @@ func (m *Main) logStarted() {
 
 // durability is the mode -sync-writes and the NATS server choose.
 func (m *Main) durability() ingest.Durability {
-	return ingest.DurabilityOf(m.cfg.SyncWrites, m.cfg.NATSURL == "", m.cfg.SyncInterval)
+	return ingest.DurabilityOf(m.cfg.SyncWrites, m.cfg.NATSURL == "", m.ingestConfig().Intake, m.cfg.SyncInterval)
 }
 
 // connectNATS starts the embedded server unless -nats-url is set, then
