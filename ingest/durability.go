@@ -54,6 +54,6 @@ func DurabilityOf(syncWrites, embeddedNATS, intake bool, syncEvery time.Duration
 	default:
 		return Durability{Mode: DurabilityBuffered,
 			Ack: "an acked reading survives a crash of the process; a power cut can lose recent acks: readings are written to the operating system, which the stream and the store sync to disk every " +
-				syncEvery.String() + " (-sync-interval), and power-cut runs lost some acked up to 18s before the cut (-sync-writes for power-cut safety)"}
+				syncEvery.String() + " (-sync-interval), and power-cut runs lost some acked up to 18s before the cut (-sync-writes, the default, for power-cut safety)"}
 	}
 }
