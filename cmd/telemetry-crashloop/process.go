@@ -61,9 +61,9 @@ func freeAddr() (string, error) {
 }
 
 // wantDurability is the mode /readyz must report for the service's
-// flags: synced with -sync-writes, else buffered.
+// flags: buffered with -sync-writes=false, else synced (the default).
 func (s *service) wantDurability() string {
-	if slices.Contains(s.args, "-sync-writes") {
+	if !slices.Contains(s.args, "-sync-writes=false") {
 		return "synced"
 	}
 	return "buffered"
