@@ -22,10 +22,12 @@
 //     client's reply subject: the stream answers them itself, as it
 //     would without the intake;
 //   - the queue of each partition is bounded in messages and bytes;
-//     past the bound a publish is answered at once with a JetStream API
-//     error (503), stores nothing, and its client sends it again. One
-//     device's flood thus fills its partition's queue and is refused,
-//     never takes anything acked and never grows memory.
+//     past the bound a publish is handed to the stream by itself, as
+//     it would go without the intake (one fsync each): one device's
+//     flood fills its partition's queue, the rest of it goes the slow
+//     way, nothing acked is touched and the service's memory stays
+//     bounded. A publish without a reply subject (a core publish, the
+//     MQTT QoS 0 forwarder's) is stored all the same.
 //
 // The partition streams must then capture the intake subjects only
 // (ingest.Config.Intake): a stream capturing <prefix>.<partition>.*
@@ -136,7 +138,7 @@ type Intake struct {
 	once  sync.Once
 	// refused counts publishes answered "full"; batches and passed
 	// count batches stored and messages handed on one by one.
-	refused, batches, passed atomic.Int64
+	refused, overflowed, batches, passed atomic.Int64
 	// beforeStore, when set, runs before a worker stores what it took
 	// (a test holds the worker there).
 	beforeStore func()
@@ -208,12 +210,16 @@ func (in *Intake) Close() {
 
 // Stats are the intake's counts so far.
 type Stats struct {
-	Refused, Batches, Passed int64
+	// Refused: client batches answered with an error; Overflowed:
+	// publishes a full queue handed to the stream by themselves;
+	// Batches: atomic batches stored; Passed: publishes handed to the
+	// stream by themselves (Overflowed included).
+	Refused, Overflowed, Batches, Passed int64
 }
 
 // Stats returns the counts so far.
 func (in *Intake) Stats() Stats {
-	return Stats{Refused: in.refused.Load(), Batches: in.batches.Load(), Passed: in.passed.Load()}
+	return Stats{Refused: in.refused.Load(), Overflowed: in.overflowed.Load(), Batches: in.batches.Load(), Passed: in.passed.Load()}
 }
 
 // receive queues one publish for its partition, or answers it at once
@@ -230,20 +236,24 @@ func (in *Intake) receive(m *nats.Msg) {
 	size := msgSize(m)
 	if p.bytes.Add(size) > int64(in.cfg.QueueBytes) && len(p.q) > 0 {
 		p.bytes.Add(-size)
-		in.refuse(m, p, 503, errCodeFull, "the intake of stream "+p.stream+" is full; publish again later")
+		in.overflow(p, m)
 		return
 	}
 	select {
 	case p.q <- m:
 	default:
 		p.bytes.Add(-size)
-		in.refuse(m, p, 503, errCodeFull, "the intake of stream "+p.stream+" is full; publish again later")
+		in.overflow(p, m)
 	}
 }
 
-// errCodeFull is the JetStream error code of a refusal for a full
-// queue: the server's "insufficient resources".
-const errCodeFull = 10023
+// overflow hands m, which its partition's full queue cannot take, to
+// the stream by itself: the stream stores and answers it (one fsync of
+// its own), and the intake holds nothing more.
+func (in *Intake) overflow(p *part, m *nats.Msg) {
+	in.overflowed.Add(1)
+	in.pass(p, m)
+}
 
 // refuse answers m with a JetStream API error.
 func (in *Intake) refuse(m *nats.Msg, p *part, code, errCode int, desc string) {
