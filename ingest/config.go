@@ -146,6 +146,14 @@ type Config struct {
 	// copies $MQTT.msgs.<prefix>.<partition>.* (the MQTT account maps
 	// too).
 	PartitionStreams bool
+	// Intake (with PartitionStreams) says that the service's intake
+	// (package ingest/intake) answers the devices' publishes: each
+	// partition's stream captures IntakeSubject instead of
+	// <prefix>.<partition>.*, stores it as <prefix>.<partition>.<device>
+	// (IntakeTransform) and allows atomic batches; EnsureStream changes
+	// an existing stream so (intakesubjects.go), and the Publisher
+	// publishes there.
+	Intake bool
 	// family is Stream's family name once withDefaults resolved Stream
 	// to the partition's own stream (PartitionStreams).
 	family string

@@ -8,11 +8,12 @@ import "time"
 // mode: the stream's writes are in the kernel, and the ingester acks a
 // message only after its readings are committed to the store.
 const (
-	// DurabilitySynced: the embedded JetStream fsyncs every publish
-	// before its ack (a line protocol write's devices of one partition,
-	// 32 or more, once per atomic batch: Config.AtomicPublish), and the
-	// store fsyncs each commit before the ingester acks its messages.
-	// An acked reading survives a power cut.
+	// DurabilitySynced: the embedded JetStream fsyncs every write
+	// before its ack, and the store fsyncs each commit before the
+	// ingester acks its messages. An acked reading survives a power
+	// cut. Devices' NATS publishes are answered by the service's intake
+	// (Config.Intake), which stores them in atomic batches, one fsync
+	// each; a line protocol write goes as one message per partition.
 	DurabilitySynced = "synced"
 	// DurabilityStoreSynced: as DurabilitySynced on the store's side,
 	// but the NATS server is external, so whether its publish ack waits
@@ -37,9 +38,13 @@ type Durability struct {
 // (-sync-writes) or not, on its embedded NATS server or an external
 // one.
 //
-// syncEvery is the sync interval of the buffered mode.
-func DurabilityOf(syncWrites, embeddedNATS bool, syncEvery time.Duration) Durability {
+// syncEvery is the sync interval of the buffered mode; intake says
+// whether the service answers the devices' publishes (Config.Intake).
+func DurabilityOf(syncWrites, embeddedNATS, intake bool, syncEvery time.Duration) Durability {
 	switch {
+	case syncWrites && embeddedNATS && intake:
+		return Durability{Mode: DurabilitySynced,
+			Ack: "an acked reading is on disk and survives a power cut: the service stores devices' NATS publishes in atomic batches per partition stream and acks them after the batch's fsync, a line protocol write goes as one message per partition stream, an MQTT QoS 1 publish is fsynced before its PUBACK; the store fsyncs each commit before the stream lets go of it"}
 	case syncWrites && embeddedNATS:
 		return Durability{Mode: DurabilitySynced,
 			Ack: "an acked reading is on disk and survives a power cut: the stream fsyncs each publish before its ack (a line protocol write in atomic batches per partition stream, one fsync each, where it has 32 devices or more in the partition), the store each commit before the stream lets go of it"}
@@ -49,6 +54,6 @@ func DurabilityOf(syncWrites, embeddedNATS bool, syncEvery time.Duration) Durabi
 	default:
 		return Durability{Mode: DurabilityBuffered,
 			Ack: "an acked reading survives a crash of the process; a power cut can lose recent acks: readings are written to the operating system, which the stream and the store sync to disk every " +
-				syncEvery.String() + " (-sync-interval), and power-cut runs lost some acked up to 18s before the cut (-sync-writes for power-cut safety)"}
+				syncEvery.String() + " (-sync-interval), and power-cut runs lost some acked up to 18s before the cut (-sync-writes, the default, for power-cut safety)"}
 	}
 }

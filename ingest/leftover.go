@@ -45,7 +45,7 @@ func LeftoverStreams(ctx context.Context, js jetstream.JetStream, icfg Config) (
 		p, err := strconv.Atoi(rest)
 		switch {
 		case name == family:
-			c.Stream, c.PartitionStreams, c.Partitions, c.Partition = family, false, 0, 0
+			c.Stream, c.PartitionStreams, c.Partitions, c.Partition, c.Intake = family, false, 0, 0, false
 		case ok && err == nil && strconv.Itoa(p) == rest && p >= icfg.Partitions:
 			c.Partitions = p + 1
 			c = c.ForPartition(p)

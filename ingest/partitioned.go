@@ -28,7 +28,7 @@ func (c Config) validatePartitions() error {
 		return fmt.Errorf("replicas %d: want 0 (server default) to 5", c.Replicas)
 	}
 	if c.Partitions == 0 {
-		if c.PartitionStreams {
+		if c.PartitionStreams || c.Intake {
 			return errors.New("streams per partition without partitions")
 		}
 		if c.Partition != 0 {
@@ -41,6 +41,9 @@ func (c Config) validatePartitions() error {
 	}
 	if c.Partition < 0 || c.Partition >= c.Partitions {
 		return fmt.Errorf("partition %d: want 0 to %d", c.Partition, c.Partitions-1)
+	}
+	if c.Intake && !c.PartitionStreams {
+		return errors.New("the intake needs a stream per partition")
 	}
 	if c.MQTTCopies && !c.PartitionStreams {
 		return errors.New("the MQTT listener's store copies cannot be captured by a partitioned stream")
@@ -63,7 +66,11 @@ func (c Config) partitioned(sc jetstream.StreamConfig) jetstream.StreamConfig {
 // Config.Partitions.
 func (in *Ingester) checkPartitions(sc jetstream.StreamConfig) error {
 	if in.cfg.PartitionStreams {
-		if want := partition.Subjects(in.cfg.SubjectPrefix, in.cfg.Partition); !slices.Contains(sc.Subjects, want) {
+		want := partition.Subjects(in.cfg.SubjectPrefix, in.cfg.Partition)
+		if in.cfg.Intake {
+			want = intakeSubjects(in.cfg.SubjectPrefix, in.cfg.Partition)
+		}
+		if !slices.Contains(sc.Subjects, want) {
 			return fmt.Errorf("%w: stream %s does not capture %s, its partition's subjects", errPermanent, sc.Name, want)
 		}
 		return nil

@@ -73,8 +73,11 @@ type Publisher struct {
 	// device)); partitions is 0 otherwise.
 	family     string
 	partitions int
-	rejected   string
-	log        *slog.Logger
+	// intake: the streams capture IntakeSubject (Config.Intake), where
+	// the Publisher publishes.
+	intake   bool
+	rejected string
+	log      *slog.Logger
 	// atomic: publish a call's readings as atomic batches; cleared
 	// (once, with a warning) when the server turns out not to support
 	// them.
@@ -100,7 +103,7 @@ func NewPublisher(nc *nats.Conn, c Config) (*Publisher, error) {
 	p := &Publisher{nc: nc, js: js, subjects: c.Subjects(), stream: c.Stream, rejected: c.RejectedStream,
 		log: c.Logger, inFlight: make(chan struct{}, atomicInFlight)}
 	if c.PartitionStreams {
-		p.family, p.partitions = c.Family(), c.Partitions
+		p.family, p.partitions, p.intake = c.Family(), c.Partitions, c.Intake
 	}
 	p.atomic.Store(c.AtomicPublish)
 	// A single stream partitioned by a subject transform would store a
@@ -299,10 +302,19 @@ func (p *Publisher) batchMsg(m *lineproto.Message, stream, id string, seq int) *
 	return nm
 }
 
+// deviceSubject is where device's readings are published: its subject,
+// or with the intake the intake's subject of its partition.
+func (p *Publisher) deviceSubject(device string) string {
+	if p.intake {
+		return IntakeSubject(p.subjects.Prefix, partition.Of(p.partitions, device), device)
+	}
+	return p.subjects.Device(device)
+}
+
 // natsMsg is m on its subject, with its headers.
 func (p *Publisher) natsMsg(m *lineproto.Message) *nats.Msg {
 	if !m.DeadLetter {
-		nm := nats.NewMsg(p.subjects.Device(m.Device))
+		nm := nats.NewMsg(p.deviceSubject(m.Device))
 		nm.Data = m.Data
 		for k, v := range m.Header {
 			nm.Header.Set(k, v)

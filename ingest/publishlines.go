@@ -139,6 +139,9 @@ func (p *Publisher) linesMsg(n int, data []byte) linesMsg {
 	stream := p.stream
 	if p.partitions > 0 {
 		subject = p.subjects.Prefix + "." + strconv.Itoa(n) + "." + lpwire.Token
+		if p.intake {
+			subject = IntakeSubject(p.subjects.Prefix, n, lpwire.Token)
+		}
 		stream = partition.Stream(p.family, n)
 	}
 	nm := nats.NewMsg(subject)

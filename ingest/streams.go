@@ -94,6 +94,11 @@ func streamConfig(c Config) jetstream.StreamConfig {
 		sc.Subjects = append(sc.Subjects, t.Source)
 		sc.SubjectTransform = &t
 	}
+	if c.Intake { // with PartitionStreams only (validatePartitions)
+		copies := sc.Subjects[1:]
+		sc = c.intakeStreamConfig(sc)
+		sc.Subjects = append(sc.Subjects, copies...)
+	}
 	return sc
 }
 
@@ -122,6 +127,11 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c Config, log *sl
 	st, err := ensureStream(ctx, js, log, streamConfig(c))
 	if err != nil {
 		return nil, err
+	}
+	if c.Intake {
+		if st, err = toIntake(ctx, js, st, c, log); err != nil {
+			return nil, err
+		}
 	}
 	if d := st.CachedInfo().Config.Duplicates; d != 0 {
 		return nil, fmt.Errorf("%w: stream %s: duplicate window %s: %w", errPermanent, c.Stream, d, errDuplicateWindow)
@@ -161,7 +171,10 @@ func CaptureMQTTCopies(ctx context.Context, js jetstream.JetStream, c Config, lo
 // captureMQTTCopies is CaptureMQTTCopies of one stream.
 func captureMQTTCopies(ctx context.Context, js jetstream.JetStream, c Config, log *slog.Logger) error {
 	want := streamConfig(c)
-	copies := want.SubjectTransform.Source
+	copies := c.Subjects().MQTTCopiesTransform().Source
+	if c.PartitionStreams {
+		copies = c.Subjects().MQTTCopiesOfTransform(strconv.Itoa(c.Partition)).Source
+	}
 	st, err := EnsureStream(ctx, js, c, log)
 	if err != nil {
 		return err

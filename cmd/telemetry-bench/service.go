@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,6 +74,11 @@ func (s *service) start(ctx context.Context) error {
 		args = append(args, "-mqtt-listen", s.mqttAddr)
 	}
 	args = append(args, s.args...)
+	if !slices.Contains(s.args, "-sync-writes") {
+		// The runs without -sync-writes measure mode buffered, the
+		// baseline of every ratio (synced is the service's default).
+		args = append(args, "-sync-writes=false")
+	}
 	if s.pprofAddr != "" {
 		args = append(args, "-pprof-addr", s.pprofAddr)
 	}

@@ -61,12 +61,16 @@ func freeAddr() (string, error) {
 }
 
 // wantDurability is the mode /readyz must report for the service's
-// flags: synced with -sync-writes, else buffered.
+// flags: buffered with -sync-writes=false, else synced (the default),
+// which is store-synced on an external NATS server.
 func (s *service) wantDurability() string {
-	if slices.Contains(s.args, "-sync-writes") {
-		return "synced"
+	switch {
+	case slices.Contains(s.args, "-sync-writes=false"):
+		return "buffered"
+	case slices.Contains(s.args, "-nats-url"):
+		return "store-synced"
 	}
-	return "buffered"
+	return "synced"
 }
 
 // start launches the service and waits until /readyz answers 200 and

@@ -44,6 +44,7 @@ type Config struct {
 	Rollups           string // interval:retention,... (store/rollup.ParseLevels); empty: off
 	MaxFutureSkew     time.Duration
 	SyncWrites        bool
+	Intake            bool // with -sync-writes: answer devices' publishes, stored in atomic batches
 	LogLevel          string
 	LogFormat         string
 	AdminToken        string
@@ -144,6 +145,8 @@ func DefaultConfig() Config {
 		DiskReserve:        defaultDiskReserve,
 		StreamPartitions:   -1,
 		SyncInterval:       time.Second,
+		SyncWrites:         true,
+		Intake:             true,
 		QueryTimeout:       api.DefaultQueryTimeout,
 		Security:           security.Default(),
 		Cluster:            clustercfg.Default(),
@@ -163,8 +166,9 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(cliflag.Size(&c.RetentionMaxBytes), "retention-max-bytes", "drop the oldest days while the tables are larger than this (0 = off); today's table is never dropped")
 	fs.StringVar(&c.Rollups, "rollups", c.Rollups, "keep per-device rollups (count, sum, min, max, first, last per numeric value) at these intervals for these times, e.g. 1m:90d,1h:3y; each interval divides an hour; they outlive -retention and aggregate, PromQL and chart queries read them (empty: off)")
 	fs.DurationVar(&c.MaxFutureSkew, "max-future-skew", c.MaxFutureSkew, "reject readings further than this in the future")
-	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "durability mode synced: fsync Badger (and the embedded JetStream) before acking, so an ack survives a power cut; costs throughput (default buffered: an ack survives a crash of the process, not a power cut)")
-	fs.DurationVar(&c.SyncInterval, "sync-interval", c.SyncInterval, "without -sync-writes, the embedded JetStream and the store fsync this often: a power cut loses at most about this much of what was acked (the external NATS server's own sync_interval applies to its streams)")
+	fs.BoolVar(&c.SyncWrites, "sync-writes", c.SyncWrites, "durability mode synced (the default): fsync Badger and the embedded JetStream before acking, so an ack survives a power cut; -sync-writes=false is mode buffered: an ack survives a crash of the process, not a power cut (the stream and the store sync every -sync-interval)")
+	fs.BoolVar(&c.Intake, "intake", c.Intake, "with -sync-writes, the embedded server and streams per partition: the service answers devices' NATS publishes itself and stores them in their partition's stream as atomic batches, one fsync per batch (false: each stream takes publishes itself, one fsync per message)")
+	fs.DurationVar(&c.SyncInterval, "sync-interval", c.SyncInterval, "with -sync-writes=false, the embedded JetStream and the store fsync this often: a power cut loses at most about this much of what was acked (the external NATS server's own sync_interval applies to its streams)")
 	fs.IntVar(&c.StreamPartitions, "stream-partitions", c.StreamPartitions, "a single node's readings streams, one per partition of the devices (TELEMETRY_0, TELEMETRY_1, ...), each with its own file and fsync; -1: "+strconv.Itoa(DefaultStreamPartitions)+" with the embedded server, 0 (the one stream TELEMETRY) with -nats-url, whose server must map <prefix>.* to <prefix>.{{partition(N,1)}}.{{wildcard(1)}} for N > 0")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")

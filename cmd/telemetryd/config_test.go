@@ -28,7 +28,7 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Equal(t, 720*time.Hour, c.Retention)
 	assert.Equal(t, time.Hour, c.RetentionInterval)
 	assert.Equal(t, 5*time.Minute, c.MaxFutureSkew)
-	assert.False(t, c.SyncWrites)
+	assert.True(t, c.SyncWrites, "synced is the default durability mode")
 	assert.Equal(t, "info", c.LogLevel)
 	assert.Equal(t, "text", c.LogFormat)
 }
@@ -37,7 +37,7 @@ func TestConfigEnvAndFlagPrecedence(t *testing.T) {
 	env := envMap(map[string]string{
 		"TELEMETRY_DATA_DIR":       "/env/data",
 		"TELEMETRY_RETENTION":      "48h",
-		"TELEMETRY_SYNC_WRITES":    "true",
+		"TELEMETRY_SYNC_WRITES":    "false",
 		"TELEMETRY_SUBJECT_PREFIX": "envprefix",
 		"TELEMETRY_LOG_FORMAT":     "json",
 	})
@@ -46,7 +46,7 @@ func TestConfigEnvAndFlagPrecedence(t *testing.T) {
 	assert.Equal(t, "/flag/data", c.DataDir, "a flag wins over the environment")
 	assert.Equal(t, "flagprefix", c.SubjectPrefix)
 	assert.Equal(t, 48*time.Hour, c.Retention, "the environment applies where no flag is given")
-	assert.True(t, c.SyncWrites)
+	assert.False(t, c.SyncWrites)
 	assert.Equal(t, "json", c.LogFormat)
 }
 

@@ -44,7 +44,7 @@ var deployDir = filepath.Join("..", "..", "deploy")
 var serviceFlags = map[string]string{
 	"data-dir": "./data", "http-addr": "127.0.0.1:8080", "nats-url": "", "nats-listen": "127.0.0.1:4222",
 	"subject-prefix": "telemetry", "retention": "720h", "retention-interval": "1h",
-	"retention-max-bytes": "0", "max-future-skew": "5m", "sync-writes": "false",
+	"retention-max-bytes": "0", "max-future-skew": "5m", "sync-writes": "true",
 	"log-level": "info", "log-format": "text", "admin-token": "", "pprof-addr": "",
 	"shutdown-timeout": "10s", "hot-days": "2", "max-open-tables": "8",
 	"auth-file": "", "insecure": "false", "tls-cert": "", "tls-key": "", "http-max-conns": "1024",

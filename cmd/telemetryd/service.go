@@ -22,6 +22,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/intake"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 	"github.com/telemetryd/telemetryd/retention"
@@ -65,6 +66,8 @@ type Main struct {
 	cancelIngest    context.CancelFunc
 	cancelRetention context.CancelFunc
 	ingestDone      chan struct{}
+	intake          *intake.Intake // nil unless ingest.Config.Intake
+	intakeNC        *nats.Conn
 	wg              sync.WaitGroup
 	closeOnce       sync.Once
 	closeErr        error
@@ -146,6 +149,8 @@ func (m *Main) Open(ctx context.Context) error {
 		}
 	} else if err := m.startIngest(); err != nil {
 		return err
+	} else if err := m.startIntake(); err != nil {
+		return err
 	}
 	if err := m.startRetention(); err != nil {
 		return err
@@ -192,7 +197,7 @@ func (m *Main) logStarted() {
 
 // durability is the mode -sync-writes and the NATS server choose.
 func (m *Main) durability() ingest.Durability {
-	return ingest.DurabilityOf(m.cfg.SyncWrites, m.cfg.NATSURL == "", m.cfg.SyncInterval)
+	return ingest.DurabilityOf(m.cfg.SyncWrites, m.cfg.NATSURL == "", m.ingestConfig().Intake, m.cfg.SyncInterval)
 }
 
 // connectNATS starts the embedded server unless -nats-url is set, then
@@ -227,6 +232,11 @@ func (m *Main) ingestConfig() ingest.Config {
 	icfg.AtomicPublish = m.cfg.SyncWrites
 	if n := m.cfg.streamPartitions(); n > 0 {
 		icfg.Partitions, icfg.PartitionStreams = n, true
+		// With fsync before ack the service answers the devices'
+		// publishes and stores them as atomic batches (package
+		// ingest/intake): one fsync per batch, not per message.
+		icfg.Intake = m.cfg.SyncWrites && m.cfg.Intake && m.cfg.NATSURL == ""
+		icfg.AtomicPublish = icfg.AtomicPublish || icfg.Intake
 		// The family shares -stream-max-bytes, in equal parts.
 		icfg.StreamMaxBytes = max(icfg.StreamMaxBytes/int64(n), 1<<20)
 	}
@@ -462,6 +472,7 @@ func (m *Main) Close(ctx context.Context) error {
 
 func (m *Main) close(ctx context.Context) error {
 	var errs []error
+	m.stopIntake()
 	if m.cancelIngest != nil {
 		m.cancelIngest()
 		select {
