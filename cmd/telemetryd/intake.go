@@ -43,7 +43,7 @@ func (m *Main) startIntake() error {
 		return err
 	}
 	m.intake = in
-	log.Info("the service answers devices' publishes, stored in atomic batches per partition (one fsync per batch)",
+	log.Debug("the service answers devices' publishes, stored in atomic batches per partition (one fsync per batch)",
 		"partitions", icfg.Partitions)
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
@@ -111,7 +112,9 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 	st, err := s.js.Stream(ctx, streamOf("acked"))
 	require.NoError(t, err)
 	part := strconv.Itoa(partition.Of(DefaultStreamPartitions, "acked"))
-	assert.Equal(t, []string{"telemetry." + part + ".*", "$MQTT.msgs.telemetry." + part + ".*"}, st.CachedInfo().Config.Subjects)
+	// The stream captures the intake's subjects (devices' NATS
+	// publishes are answered by the service) and the MQTT store copies.
+	assert.Equal(t, []string{"$TELEMETRYD.in.telemetry." + part + ".*", "$MQTT.msgs.telemetry." + part + ".*"}, st.CachedInfo().Config.Subjects)
 	const n = 200
 	for i := range n {
 		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), i)
@@ -246,7 +249,7 @@ func TestMQTTOff(t *testing.T) {
 	for p := range DefaultStreamPartitions {
 		st, err := s.js.Stream(ctx, partition.Stream("TELEMETRY", p))
 		require.NoError(t, err)
-		assert.Equal(t, []string{partition.Subjects("telemetry", p)}, st.CachedInfo().Config.Subjects)
+		assert.Equal(t, []string{ingest.IntakeSubject("telemetry", p, "*")}, st.CachedInfo().Config.Subjects)
 	}
 }
 

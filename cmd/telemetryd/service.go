@@ -20,6 +20,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/membudget"
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
 	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
+	"github.com/telemetryd/telemetryd/cmd/internal/preflight"
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/intake"
@@ -90,10 +91,10 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	// Every listener's port is tried before anything starts, so all
 	// that are taken are named at once, each by its flag.
-	if err := m.cfg.checkListeners(); err != nil {
+	if err := preflight.Listeners(m.cfg.listeners()); err != nil {
 		return err
 	}
-	if err := checkDataDir(m.cfg.DataDir); err != nil {
+	if err := preflight.DataDir(m.cfg.DataDir); err != nil {
 		return err
 	}
 	tel, err := otelsetup.New(ctx, m.getenv, m.telOpts)

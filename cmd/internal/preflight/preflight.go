@@ -1,4 +1,9 @@
-package main
+// Package preflight holds the start-up checks that run before any part
+// of the service opens a file or a port, so that what stops it is named
+// by the flag that fixes it: every listener address that cannot be
+// bound (all of them at once, not only the first) and a data dir the
+// service cannot write.
+package preflight
 
 import (
 	"errors"
@@ -12,11 +17,6 @@ import (
 
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
 )
-
-// Start-up checks that run before any part of the service opens a file
-// or a port, so that what stops it is named by the flag that fixes it:
-// every listener address that cannot be bound (all of them at once, not
-// only the first) and a data dir the service cannot write.
 
 // portErrors are the listeners that cannot be bound, said on one line.
 type portErrors []error
@@ -33,15 +33,15 @@ func (e portErrors) Error() string {
 // Unwrap lets errors.Is see each listener's error.
 func (e portErrors) Unwrap() []error { return e }
 
-// checkListeners binds the fixed port of each of c's listeners (the
-// HTTP API, which also takes line protocol writes and serves /metrics;
-// pprof; the embedded NATS server's client and MQTT ports), all at
-// once, and lets them go again; a random port (0 or -1) cannot be
+// Listeners binds the fixed port of each listener (the HTTP API, which
+// also takes line protocol writes and serves /metrics; pprof; the
+// embedded NATS server's client and MQTT ports), all at once, and lets
+// them go again; a random port (0 or -1) cannot be
 // taken. Each that cannot be bound is named with its flag, e.g.
 // "-http-addr 127.0.0.1:8080: address already in use (another process
 // holds it: stop it, or choose another address with -http-addr)". Two
 // listeners given the same port are caught the same way.
-func (c *Config) checkListeners() error {
+func Listeners(ls []security.Listener) error {
 	var errs portErrors
 	var held []net.Listener
 	defer func() {
@@ -49,7 +49,7 @@ func (c *Config) checkListeners() error {
 			_ = ln.Close()
 		}
 	}()
-	for _, l := range c.listeners() {
+	for _, l := range ls {
 		if l.Addr == "" {
 			continue // off
 		}
@@ -89,10 +89,10 @@ func listenError(l security.Listener, err error) error {
 	return fmt.Errorf("%s %s: %w", l.Flag, l.Addr, cause)
 }
 
-// checkDataDir makes the data dir when it is missing and proves that
+// DataDir makes the data dir when it is missing and proves that
 // the service can write in it, before anything opens a file there. A
 // dir it cannot use is refused naming -data-dir and what to do.
-func checkDataDir(dir string) error {
+func DataDir(dir string) error {
 	const fix = "give the user telemetryd runs as write access to it, or choose another directory with -data-dir"
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return fmt.Errorf("-data-dir %s is a file, not a directory: choose a directory with -data-dir", dir)
