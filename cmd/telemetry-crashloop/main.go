@@ -58,6 +58,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -137,6 +138,9 @@ type Result struct {
 	// LostAges is, for every lost reading, how long before the first
 	// cut after its ack the ack arrived (its age at the cut).
 	LostAges []time.Duration
+	// LostCuts is, for every lost reading (as LostAges), the number of
+	// that cut, from 1 (0: no cut came after its ack).
+	LostCuts []int
 	Hostile  *HostileCounts   // what the hostile client did (-hostile)
 	Backups  []backupTaken    // the backups taken (-backup)
 	Probe    *ProbeCounts     // what the QoS 0 probe found (-hostile)
@@ -179,9 +183,13 @@ func main() {
 	flag.Int64Var(&cfg.FillRate, "fill-rate", 32<<20, "-disk-faults: bytes per second the filler grows at")
 	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
+	logLevel := flag.String("service-log-level", "warn", "the service's -log-level (its log is in the run's directory)")
 	flag.Parse()
 	if *sync {
 		cfg.Args = append(cfg.Args, "-sync-writes")
+	}
+	if *logLevel != "warn" {
+		cfg.Args = append(cfg.Args, "-log-level", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -242,6 +250,37 @@ func (r Result) maxLostAge() time.Duration {
 	return m
 }
 
+// cutLoss is what one cut took: how many readings and the oldest's age.
+type cutLoss struct {
+	cut, lost int
+	oldest    time.Duration
+}
+
+// lossByCut groups the lost readings by the cut that took them, in cut
+// order.
+func (r Result) lossByCut() []cutLoss {
+	by := map[int]*cutLoss{}
+	for i, a := range r.LostAges {
+		n := 0
+		if i < len(r.LostCuts) {
+			n = r.LostCuts[i]
+		}
+		c := by[n]
+		if c == nil {
+			c = &cutLoss{cut: n, oldest: a}
+			by[n] = c
+		}
+		c.lost++
+		c.oldest = max(c.oldest, a)
+	}
+	out := make([]cutLoss, 0, len(by))
+	for _, c := range by {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b cutLoss) int { return a.cut - b.cut })
+	return out
+}
+
 func printResult(w io.Writer, cfg Config, r Result) {
 	fmt.Fprintf(w, "protocol=%s power_cut=%t seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d retried=%d duplicate_acks=%d lost_acked_duplicate=%d failed_starts=%d elapsed=%s\n",
 		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
@@ -249,6 +288,9 @@ func printResult(w io.Writer, cfg Config, r Result) {
 	fmt.Fprintf(w, "cuts: %d of %d while publishes were in flight\n", r.cutsInFlight(), len(r.Cuts))
 	if len(r.LostAges) > 0 {
 		fmt.Fprintf(w, "lost readings' ages at their cut: %d, the oldest %s\n", len(r.LostAges), r.maxLostAge().Round(time.Millisecond))
+		for _, c := range r.lossByCut() {
+			fmt.Fprintf(w, "  cut %d: lost %d, the oldest %s\n", c.cut, c.lost, c.oldest.Round(time.Millisecond))
+		}
 	}
 	if r.Hostile != nil {
 		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)

@@ -195,6 +195,11 @@ func Start(cfg Config) (*Server, error) {
 	logger.onError = s.faults.noteLog
 	s.jsConfig = server.JetStreamConfig{StoreDir: opts.StoreDir, SyncInterval: opts.SyncInterval, SyncAlways: opts.SyncAlways,
 		Strict: !opts.NoJetStreamStrict, MaxMemory: opts.JetStreamMaxMemory, MaxStore: opts.JetStreamMaxStore, CompressOK: true}
+	if opts.StoreDir != "" {
+		if _, err := repairStreamSums(opts.StoreDir, logger.l); err != nil { // metarepair.go
+			logger.l.Warn("checking the streams' metadata checksums failed; the server skips a stream whose checksum does not match", "dir", opts.StoreDir, "err", err)
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
