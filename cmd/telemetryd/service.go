@@ -122,6 +122,9 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	sopts.Logger = m.log // the store adds component=store itself
 	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.Tracer, tel.Meter, m.now
+	if sopts.FaultPoint, err = faultPointFromEnv(m.getenv, m.log); err != nil { // faultpoint.go
+		return err
+	}
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
