@@ -98,6 +98,12 @@ type Config struct {
 	// long before its cut (the service's -sync-interval plus 1 s); 0:
 	// none may be lost.
 	LossBound time.Duration
+	// CutAt, with PowerCut, cuts where the service's store stops at a
+	// fault point (before-commit, after-commit or either; see
+	// cmd/telemetryd/faultpoint.go) rather than at a random moment: after
+	// each uptime the loop arms it and waits until the service killed
+	// itself there.
+	CutAt string
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
@@ -183,6 +189,7 @@ func main() {
 	flag.Int64Var(&cfg.FillRate, "fill-rate", 32<<20, "-disk-faults: bytes per second the filler grows at")
 	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
+	flag.StringVar(&cfg.CutAt, "cut-at", "", "with -power-cut: cut where a write reaches the service's fault point, before-commit (in the stream, not yet in the store), after-commit (in the store, its message not yet acked to the stream) or either, instead of at a random moment")
 	logLevel := flag.String("service-log-level", "warn", "the service's -log-level (its log is in the run's directory)")
 	flag.Parse()
 	if *sync {
@@ -225,7 +232,19 @@ func (r Result) lossOK() bool {
 // cut is one kill or power cut.
 type cut struct {
 	At       time.Time
-	InFlight int // publishes sent and not yet answered at the cut
+	InFlight int  // publishes sent and not yet answered at the cut
+	AtPoint  bool // the service stopped at its fault point (-cut-at)
+}
+
+// cutsAtPoint counts the cuts at the service's fault point (-cut-at).
+func (r Result) cutsAtPoint() int {
+	n := 0
+	for _, c := range r.Cuts {
+		if c.AtPoint {
+			n++
+		}
+	}
+	return n
 }
 
 // cutsInFlight counts the cuts that landed while publishes were in
@@ -286,6 +305,9 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
 		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.FailedStarts, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "cuts: %d of %d while publishes were in flight\n", r.cutsInFlight(), len(r.Cuts))
+	if cfg.CutAt != "" {
+		fmt.Fprintf(w, "cuts at the fault point %s: %d of %d\n", cfg.CutAt, r.cutsAtPoint(), len(r.Cuts))
+	}
 	if len(r.LostAges) > 0 {
 		fmt.Fprintf(w, "lost readings' ages at their cut: %d, the oldest %s\n", len(r.LostAges), r.maxLostAge().Round(time.Millisecond))
 		for _, c := range r.lossByCut() {

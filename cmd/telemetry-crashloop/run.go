@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	res := Result{LossBound: cfg.LossBound}
 	if cfg.Spread && cfg.Protocol != "lineproto" {
 		return res, fmt.Errorf("-spread: only with -protocol lineproto (a NATS or MQTT message has one device), not %q", cfg.Protocol)
+	}
+	if cfg.CutAt != "" && !cfg.PowerCut {
+		return res, errors.New("-cut-at needs -power-cut")
 	}
 	work, err := os.MkdirTemp("", "telemetry-crashloop-")
 	if err != nil {
@@ -234,13 +238,22 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		inFlight := pub.inFlight.Load()
-		at := time.Now()
+		var inFlight int64
+		var at time.Time
+		atPoint := false
+		if cfg.CutAt != "" {
+			var err error
+			if atPoint, inFlight, at, err = cutAtPoint(ctx, svc, pub); err != nil {
+				return fmt.Errorf("cut %d at %s: %w", res.Kills+1, cfg.CutAt, err)
+			}
+		} else {
+			inFlight, at = pub.inFlight.Load(), time.Now()
+		}
 		if err := svc.kill(); err != nil {
 			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
 		}
 		res.Kills++
-		res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight)})
+		res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight), AtPoint: atPoint})
 		if lfs != nil {
 			acked := pub.acked.Load()
 			if err := lfs.Cut(ctx); err != nil {
@@ -253,6 +266,42 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		}
 	}
 	return nil
+}
+
+// cutPointWait bounds the wait for the service to reach its fault point
+// once armed; past it the loop kills it as without -cut-at.
+const cutPointWait = 20 * time.Second
+
+// cutAtPoint arms the service's fault point (-cut-at) and waits until
+// the service killed itself there. It returns whether it did (else,
+// after cutPointWait, the caller kills it), the publishes in flight
+// just before, and when it died. The arm file goes before the restart:
+// a new instance is not armed until its uptime passed.
+func cutAtPoint(ctx context.Context, svc *service, pub *publisher) (bool, int64, time.Time, error) {
+	if err := os.WriteFile(svc.armFile, nil, 0o644); err != nil {
+		return false, 0, time.Time{}, err
+	}
+	defer os.Remove(svc.armFile)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(cutPointWait)
+	inFlight := pub.inFlight.Load()
+	for {
+		select {
+		case <-svc.exited:
+			at := time.Now()
+			if ws, ok := svc.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				return false, inFlight, at, fmt.Errorf("telemetryd exited on its own (%s), not at its fault point; see %s", svc.cmd.ProcessState, svc.logPath)
+			}
+			return true, inFlight, at, nil
+		case <-tick.C:
+			inFlight = pub.inFlight.Load()
+		case <-timeout:
+			return false, pub.inFlight.Load(), time.Now(), nil
+		case <-ctx.Done():
+			return false, 0, time.Time{}, ctx.Err()
+		}
+	}
 }
 
 // startAttempts is how often restart starts the service after a power
@@ -286,8 +335,14 @@ func newService(cfg Config, work string, log *slog.Logger) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &service{bin: cfg.Binary, dataDir: cfg.DataDir, logPath: filepath.Join(work, "telemetryd.log"),
-		httpAddr: httpAddr, natsAddr: natsAddr, mqttAddr: mqttAddr, args: cfg.Args, log: log}, nil
+	svc := &service{bin: cfg.Binary, dataDir: cfg.DataDir, logPath: filepath.Join(work, "telemetryd.log"),
+		httpAddr: httpAddr, natsAddr: natsAddr, mqttAddr: mqttAddr, args: cfg.Args, log: log}
+	if cfg.CutAt != "" {
+		// Read by cmd/telemetryd/faultpoint.go.
+		svc.armFile = filepath.Join(work, "cut-arm")
+		svc.env = []string{"TELEMETRY_TEST_CUT_AT=" + cfg.CutAt, "TELEMETRY_TEST_CUT_ARM=" + svc.armFile}
+	}
+	return svc, nil
 }
 
 // progress logs acked readings (and what the hostile client did, when
