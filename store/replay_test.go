@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -135,4 +136,45 @@ func TestPositionWaitsForTheSyncOfItsReadings(t *testing.T) {
 	assert.Equal(t, uint64(5), onDisk()[pos.Stream].Seq)
 	require.NoError(t, ts.Close())
 	assert.Equal(t, uint64(6), onDisk()[pos.Stream].Seq, "Close syncs and writes what is pending")
+}
+
+// A position also waits for the stream: the barrier (the embedded
+// server's fsync of its message blocks) runs before the position is
+// written, and while it fails the position stays pending.
+func TestPositionWaitsForTheStreamBarrier(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
+	ctx := context.Background()
+	onDisk := func() map[string]positionRecord {
+		all, err := readPositions(ts.dir)
+		require.NoError(t, err)
+		return all
+	}
+	var calls int
+	var failing error = errors.New("stream fsync failed")
+	var seenAtBarrier []map[string]positionRecord
+	ts.SetPositionBarrier(func() error {
+		calls++
+		seenAtBarrier = append(seenAtBarrier, onDisk())
+		return failing
+	})
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{reading("dev-1", at(0), "v", 1.0)}))
+	pos := buckets.StreamPosition{Stream: "TELEMETRY_0", Created: baseTime, Seq: 5}
+	require.NoError(t, ts.SavePosition(ctx, pos))
+
+	ts.syncAll()
+	assert.Equal(t, 1, calls)
+	assert.NotContains(t, onDisk(), pos.Stream, "the stream did not sync: the position stays pending")
+	p, ok, err := ts.LoadPosition(ctx, pos.Stream)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, uint64(5), p.Seq, "still pending")
+
+	failing = nil
+	ts.syncAll()
+	assert.Equal(t, 2, calls)
+	assert.NotContains(t, seenAtBarrier[1], pos.Stream, "the barrier runs before the write")
+	assert.Equal(t, uint64(5), onDisk()[pos.Stream].Seq, "written once the stream synced")
+
+	ts.syncAll()
+	assert.Equal(t, 2, calls, "nothing pending: no barrier")
 }

@@ -14,6 +14,28 @@ import (
 // synced. Written earlier, a power cut could keep the position and lose
 // the readings, which the replay would then never bring back.
 
+// The readings a position vouches for came from a stream that, in the
+// same mode, syncs on its own timer. A position written before the
+// stream synced the messages up to it can outlive them: after a power
+// cut the stream ends below the position and gives the next messages
+// the sequences of the lost ones, and a consumer created after the
+// position would skip them, though they were acked after the cut. So
+// the position also waits for the stream: SetPositionBarrier gives the
+// sync loop a function that makes the stream's messages durable (the
+// embedded server's SyncStreams), and syncAll calls it after the tables
+// are synced and before it writes the positions.
+
+// SetPositionBarrier makes f run before every write of pending stream
+// positions in the sync loop; an error keeps them pending. f must make
+// durable every message the store was handed so far. Nil removes it.
+func (s *Store) SetPositionBarrier(f func() error) {
+	if f == nil {
+		s.barrier.Store(nil)
+		return
+	}
+	s.barrier.Store(&f)
+}
+
 // syncer runs syncAll every Options.SyncEvery until the store closes. It
 // has its own goroutine so a long compaction does not stretch the
 // interval, which bounds what a power cut can take.
@@ -58,6 +80,13 @@ func (s *Store) syncAll() {
 	if !ok {
 		s.replay.restorePending(pending)
 		return
+	}
+	if b := s.barrier.Load(); b != nil && len(pending) > 0 {
+		if err := (*b)(); err != nil {
+			s.log.Warn("sync the streams before saving stream positions", "err", err)
+			s.replay.restorePending(pending)
+			return
+		}
 	}
 	if err := s.writePositions(pending); err != nil {
 		s.log.Warn("save stream positions", "err", err)

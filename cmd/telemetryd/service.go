@@ -204,6 +204,10 @@ func (m *Main) connectNATS() error {
 		return err
 	}
 	m.link, m.nats, m.nc = link, link.Server, nc
+	if m.nats != nil && m.store != nil {
+		// A saved stream position waits for the streams' fsync too.
+		m.store.SetPositionBarrier(m.nats.SyncStreams)
+	}
 	if m.nats == nil {
 		if m.cfg.MQTTListen != "" {
 			m.log.Info("mqtt listener not started: with -nats-url, MQTT is the NATS server's job")
