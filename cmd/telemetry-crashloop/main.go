@@ -104,6 +104,9 @@ type Config struct {
 	// each uptime the loop arms it and waits until the service killed
 	// itself there.
 	CutAt string
+	// TornEvery, with PowerCut, makes every TornEvery-th cut tear a
+	// write (LazyFS's torn-op fault; see tornCut); 0: none.
+	TornEvery int
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
@@ -139,6 +142,8 @@ type Result struct {
 	// Cuts are the kills (power cuts with -power-cut) in order: when
 	// each happened and how many publishes were in flight then.
 	Cuts []cut
+	// Torn counts the cuts that tore a write (-torn-every).
+	Torn int
 	// LossBound is Config.LossBound.
 	LossBound time.Duration
 	// LostAges is, for every lost reading, how long before the first
@@ -190,6 +195,7 @@ func main() {
 	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
 	flag.StringVar(&cfg.CutAt, "cut-at", "", "with -power-cut: cut where a write reaches the service's fault point, before-commit (in the stream, not yet in the store), after-commit (in the store, its message not yet acked to the stream) or either, instead of at a random moment")
+	flag.IntVar(&cfg.TornEvery, "torn-every", 0, "with -power-cut: every N-th cut tears a write (LazyFS torn-op: half of the next write to a stream's message block, a memtable log or a value log persists, then LazyFS crashes); 0: none")
 	logLevel := flag.String("service-log-level", "warn", "the service's -log-level (its log is in the run's directory)")
 	flag.Parse()
 	if *sync {
@@ -305,6 +311,9 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
 		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.FailedStarts, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "cuts: %d of %d while publishes were in flight\n", r.cutsInFlight(), len(r.Cuts))
+	if cfg.TornEvery > 0 {
+		fmt.Fprintf(w, "cuts with a torn write: %d of %d\n", r.Torn, len(r.Cuts))
+	}
 	if cfg.CutAt != "" {
 		fmt.Fprintf(w, "cuts at the fault point %s: %d of %d\n", cfg.CutAt, r.cutsAtPoint(), len(r.Cuts))
 	}

@@ -241,6 +241,18 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		var inFlight int64
 		var at time.Time
 		atPoint := false
+		if lfs != nil && cfg.TornEvery > 0 && (res.Kills+1)%cfg.TornEvery == 0 {
+			done, err := tornCut(ctx, cfg, svc, lfs, pub, log, res, (res.Kills+1)/cfg.TornEvery)
+			if err != nil {
+				return fmt.Errorf("torn write cut %d: %w", res.Kills+1, err)
+			}
+			if done {
+				if err := restart(ctx, svc, true, log, res); err != nil {
+					return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
+				}
+				continue
+			}
+		}
 		if cfg.CutAt != "" {
 			var err error
 			if atPoint, inFlight, at, err = cutAtPoint(ctx, svc, pub); err != nil {
@@ -266,6 +278,75 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		}
 	}
 	return nil
+}
+
+// tornCut cuts the power in the middle of a write (-torn-every): the
+// n-th torn cut tears the next write to the newest message block of a
+// stream, memtable log or value log of the newest day table, in turn.
+// It reports false when that file was not written in time (the caller
+// then cuts as usual).
+func tornCut(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result, n int) (bool, error) {
+	file, err := tornTarget(cfg.DataDir, n)
+	if err != nil {
+		log.Warn("no file to tear; cutting as usual", "err", err)
+		return false, nil
+	}
+	var inFlight int64
+	var at time.Time
+	err = lfs.TornCut(ctx, file, func() error {
+		inFlight = pub.inFlight.Load()
+		err := svc.kill()
+		at = time.Now()
+		return err
+	})
+	if errors.Is(err, lazyfs.ErrNotTorn) {
+		log.Warn("the file to tear was not written; cutting as usual", "file", file)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	res.Kills++
+	res.Torn++
+	res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight)})
+	log.Info("power cut with a torn write", "cut", res.Kills, "file", file, "acked_before", pub.acked.Load())
+	return true, nil
+}
+
+// tornTarget is the file the n-th torn cut tears (see tornCut).
+func tornTarget(dataDir string, n int) (string, error) {
+	newest := func(pattern string) (string, error) {
+		files, err := filepath.Glob(pattern)
+		if err != nil || len(files) == 0 {
+			return "", fmt.Errorf("no file matches %s", pattern)
+		}
+		best, bestAt := "", time.Time{}
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.ModTime().After(bestAt) {
+				best, bestAt = f, fi.ModTime()
+			}
+		}
+		if best == "" {
+			return "", fmt.Errorf("no file matches %s", pattern)
+		}
+		return best, nil
+	}
+	switch n % 3 {
+	case 1:
+		return newest(filepath.Join(dataDir, "nats", "jetstream", "*", "streams", "TELEMETRY_*", "msgs", "*.blk"))
+	case 2:
+		day, err := newest(filepath.Join(dataDir, "tables", "*"))
+		if err != nil {
+			return "", err
+		}
+		return newest(filepath.Join(day, "*.mem"))
+	default:
+		day, err := newest(filepath.Join(dataDir, "tables", "*"))
+		if err != nil {
+			return "", err
+		}
+		return newest(filepath.Join(day, "*.vlog"))
+	}
 }
 
 // cutPointWait bounds the wait for the service to reach its fault point
