@@ -178,3 +178,41 @@ func TestPositionWaitsForTheStreamBarrier(t *testing.T) {
 	ts.syncAll()
 	assert.Equal(t, 2, calls, "nothing pending: no barrier")
 }
+
+// Badger's Sync leaves the log of a memtable that filled (and an older
+// value log) unsynced until its flush; the sync loop fsyncs every log
+// of each writable table and of the index, and their directories,
+// before it writes a position.
+func TestSyncAllFsyncsEveryLog(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
+	ctx := context.Background()
+	r := reading("dev-1", at(0), "v", 1.0)
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{r}))
+	day := r.Day()
+	tableDir, indexDir := ts.tableDir(day), filepath.Join(ts.dir, indexDirName)
+	// An older log, as Badger leaves one while it flushes a full memtable.
+	for _, f := range []string{filepath.Join(tableDir, "09999.mem"), filepath.Join(indexDir, "09999.mem")} {
+		require.NoError(t, os.WriteFile(f, nil, 0o644))
+	}
+	var want []string
+	for _, dir := range []string{tableDir, indexDir} {
+		for _, pattern := range []string{"*.mem", "*.vlog"} {
+			files, err := filepath.Glob(filepath.Join(dir, pattern))
+			require.NoError(t, err)
+			want = append(want, files...)
+		}
+		want = append(want, dir)
+	}
+	var synced []string
+	orig := fsyncFile
+	fsyncFile = func(p string) error { synced = append(synced, p); return orig(p) }
+	defer func() { fsyncFile = orig }()
+
+	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY_0", Created: baseTime, Seq: 1}))
+	ts.syncAll()
+	assert.Subset(t, synced, want, "every log and both directories")
+	assert.Contains(t, synced, filepath.Join(tableDir, "09999.mem"))
+	for _, f := range []string{filepath.Join(tableDir, "09999.mem"), filepath.Join(indexDir, "09999.mem")} {
+		require.NoError(t, os.Remove(f))
+	}
+}
