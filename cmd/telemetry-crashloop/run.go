@@ -259,13 +259,16 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 				return fmt.Errorf("cut %d at %s: %w", res.Kills+1, cfg.CutAt, err)
 			}
 		} else {
-			inFlight, at = pub.inFlight.Load(), time.Now()
+			inFlight = pub.inFlight.Load()
 		}
 		if err := svc.kill(); err != nil {
 			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
 		}
+		if !atPoint {
+			at = time.Now() // the service is dead: no ack comes after
+		}
 		res.Kills++
-		res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight), AtPoint: atPoint})
+		res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight), AtPoint: atPoint})
 		if lfs != nil {
 			acked := pub.acked.Load()
 			if err := lfs.Cut(ctx); err != nil {
@@ -308,7 +311,7 @@ func tornCut(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub 
 	}
 	res.Kills++
 	res.Torn++
-	res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight)})
+	res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight)})
 	log.Info("power cut with a torn write", "cut", res.Kills, "file", file, "acked_before", pub.acked.Load())
 	return true, nil
 }
@@ -348,6 +351,14 @@ func tornTarget(dataDir string, n int) (string, error) {
 		return newest(filepath.Join(day, "*.vlog"))
 	}
 }
+
+// cutAckGrace is added to the moment a cut's service was found dead to
+// make the cut's time: an ack read by the loop that late was sent
+// before the death, and counts as acked before that cut. (Taken before
+// the kill, as it was, an ack arriving while the kill was under way
+// counted for the next cut, with the whole next uptime as its age.)
+// It can only make a lost reading's age longer.
+const cutAckGrace = 250 * time.Millisecond
 
 // cutPointWait bounds the wait for the service to reach its fault point
 // once armed; past it the loop kills it as without -cut-at.
