@@ -182,9 +182,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	res.DuplicateAcks = int(pub.duplicates.Load())
 	res.Retried = int(pub.errors.Load())
 	v := verifier{base: "http://" + svc.httpAddr, pub: pub, header: header}
-	if cfg.Hostile {
-		// Readings the hostile flood cost the loop never arrive; stop
-		// waiting for them once the count stops moving.
+	if cfg.Hostile || cfg.LossBound > 0 {
+		// Readings the hostile flood cost the loop, or that the buffered
+		// mode lost in a power cut, never arrive; stop waiting for them
+		// once the count stops moving.
 		v.settle = 20 * time.Second
 	}
 	if bl != nil {

@@ -31,3 +31,13 @@ func TestSyncBlocksSyncsRecentMessageBlocks(t *testing.T) {
 	require.NoError(t, syncBlocks(dir, now.Add(-streamSyncRecent), func(p string) error { synced = append(synced, p); return nil }))
 	assert.Equal(t, []string{filepath.Join(msgs, "2.blk"), msgs}, synced)
 }
+
+// JetStream syncs at half the configured interval, so that a sync that
+// itself takes a while still leaves at most about the interval between
+// an ack and its fsync.
+func TestJetStreamSyncsAtHalfTheInterval(t *testing.T) {
+	srv, err := Start(Config{Listen: "127.0.0.1:0", StoreDir: filepath.Join(t.TempDir(), "nats"), SyncInterval: time.Second})
+	require.NoError(t, err)
+	defer srv.Shutdown()
+	assert.Equal(t, 500*time.Millisecond, srv.NATS().JetStreamConfig().SyncInterval)
+}
