@@ -61,6 +61,9 @@ type Options struct {
 	// Rollups are the rollup levels kept (store/rollup); none (the
 	// default) turns rollups off. Validated by Open.
 	Rollups []rollup.Level
+	// FaultPoint, when set, is called at the points of a write where a
+	// power cut is worth testing (faultpoint.go); nil in production.
+	FaultPoint func(FaultPoint)
 
 	Logger         *slog.Logger         // nil: slog.Default()
 	TracerProvider trace.TracerProvider // nil: otel.GetTracerProvider()

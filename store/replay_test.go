@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -135,4 +136,83 @@ func TestPositionWaitsForTheSyncOfItsReadings(t *testing.T) {
 	assert.Equal(t, uint64(5), onDisk()[pos.Stream].Seq)
 	require.NoError(t, ts.Close())
 	assert.Equal(t, uint64(6), onDisk()[pos.Stream].Seq, "Close syncs and writes what is pending")
+}
+
+// A position also waits for the stream: the barrier (the embedded
+// server's fsync of its message blocks) runs before the position is
+// written, and while it fails the position stays pending.
+func TestPositionWaitsForTheStreamBarrier(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
+	ctx := context.Background()
+	onDisk := func() map[string]positionRecord {
+		all, err := readPositions(ts.dir)
+		require.NoError(t, err)
+		return all
+	}
+	var calls int
+	var failing error = errors.New("stream fsync failed")
+	var seenAtBarrier []map[string]positionRecord
+	ts.SetPositionBarrier(func() error {
+		calls++
+		seenAtBarrier = append(seenAtBarrier, onDisk())
+		return failing
+	})
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{reading("dev-1", at(0), "v", 1.0)}))
+	pos := buckets.StreamPosition{Stream: "TELEMETRY_0", Created: baseTime, Seq: 5}
+	require.NoError(t, ts.SavePosition(ctx, pos))
+
+	ts.syncAll()
+	assert.Equal(t, 1, calls)
+	assert.NotContains(t, onDisk(), pos.Stream, "the stream did not sync: the position stays pending")
+	p, ok, err := ts.LoadPosition(ctx, pos.Stream)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, uint64(5), p.Seq, "still pending")
+
+	failing = nil
+	ts.syncAll()
+	assert.Equal(t, 2, calls)
+	assert.NotContains(t, seenAtBarrier[1], pos.Stream, "the barrier runs before the write")
+	assert.Equal(t, uint64(5), onDisk()[pos.Stream].Seq, "written once the stream synced")
+
+	ts.syncAll()
+	assert.Equal(t, 2, calls, "nothing pending: no barrier")
+}
+
+// Badger's Sync leaves the log of a memtable that filled (and an older
+// value log) unsynced until its flush; the sync loop fsyncs every log
+// of each writable table and of the index, and their directories,
+// before it writes a position.
+func TestSyncAllFsyncsEveryLog(t *testing.T) {
+	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
+	ctx := context.Background()
+	r := reading("dev-1", at(0), "v", 1.0)
+	require.NoError(t, ts.Write(ctx, []buckets.Reading{r}))
+	day := r.Day()
+	tableDir, indexDir := ts.tableDir(day), filepath.Join(ts.dir, indexDirName)
+	// An older log, as Badger leaves one while it flushes a full memtable.
+	for _, f := range []string{filepath.Join(tableDir, "09999.mem"), filepath.Join(indexDir, "09999.mem")} {
+		require.NoError(t, os.WriteFile(f, nil, 0o644))
+	}
+	var want []string
+	for _, dir := range []string{tableDir, indexDir} {
+		for _, pattern := range []string{"*.mem", "*.vlog"} {
+			files, err := filepath.Glob(filepath.Join(dir, pattern))
+			require.NoError(t, err)
+			want = append(want, files...)
+		}
+		want = append(want, dir)
+	}
+	var synced []string
+	orig := fsyncFile
+	fsyncFile = func(p string) error { synced = append(synced, p); return orig(p) }
+	defer func() { fsyncFile = orig }()
+
+	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY_0", Created: baseTime, Seq: 1}))
+	ts.syncAll()
+	assert.Subset(t, synced, want, "every log and both directories")
+	assert.Contains(t, synced, filepath.Join(tableDir, "09999.mem"))
+	for _, f := range []string{filepath.Join(tableDir, "09999.mem"), filepath.Join(indexDir, "09999.mem")} {
+		require.NoError(t, os.Remove(f))
+	}
 }

@@ -81,13 +81,14 @@ type Store struct {
 	bad       *badBlocks
 	lock      *dirLock
 	index     *deviceIndex
-	replay    replayState                 // stream positions and tombstones (checkpoint.go, tombstone.go)
-	health    commitHealth                // tables that cannot commit (health.go)
-	holes     atomic.Int64                // what the memtable logs may still claim (health.go)
-	deletes   deviceTombs                 // deleted devices (delete.go)
-	rollups   *rollState                  // rollups (rollups.go); its set is nil when they are off
-	settles   *settleQueue                // tables the compactor settles before they close (settle.go)
-	cols      *colcache.Cache[*blockList] // decoded columns and block lists for aggregates; nil when off
+	replay    replayState                  // stream positions and tombstones (checkpoint.go, tombstone.go)
+	barrier   atomic.Pointer[func() error] // SetPositionBarrier (syncloop.go)
+	health    commitHealth                 // tables that cannot commit (health.go)
+	holes     atomic.Int64                 // what the memtable logs may still claim (health.go)
+	deletes   deviceTombs                  // deleted devices (delete.go)
+	rollups   *rollState                   // rollups (rollups.go); its set is nil when they are off
+	settles   *settleQueue                 // tables the compactor settles before they close (settle.go)
+	cols      *colcache.Cache[*blockList]  // decoded columns and block lists for aggregates; nil when off
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 

@@ -1,6 +1,10 @@
 package store
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -13,6 +17,28 @@ import (
 // pending, and syncAll writes it once the tables and the index are
 // synced. Written earlier, a power cut could keep the position and lose
 // the readings, which the replay would then never bring back.
+
+// The readings a position vouches for came from a stream that, in the
+// same mode, syncs on its own timer. A position written before the
+// stream synced the messages up to it can outlive them: after a power
+// cut the stream ends below the position and gives the next messages
+// the sequences of the lost ones, and a consumer created after the
+// position would skip them, though they were acked after the cut. So
+// the position also waits for the stream: SetPositionBarrier gives the
+// sync loop a function that makes the stream's messages durable (the
+// embedded server's SyncStreams), and syncAll calls it after the tables
+// are synced and before it writes the positions.
+
+// SetPositionBarrier makes f run before every write of pending stream
+// positions in the sync loop; an error keeps them pending. f must make
+// durable every message the store was handed so far. Nil removes it.
+func (s *Store) SetPositionBarrier(f func() error) {
+	if f == nil {
+		s.barrier.Store(nil)
+		return
+	}
+	s.barrier.Store(&f)
+}
 
 // syncer runs syncAll every Options.SyncEvery until the store closes. It
 // has its own goroutine so a long compaction does not stretch the
@@ -45,13 +71,13 @@ func (s *Store) syncAll() {
 		if !held {
 			continue // a closed table was synced by its close
 		}
-		if err := t.db.Sync(); err != nil {
+		if err := errors.Join(t.db.Sync(), syncLogs(t.dir)); err != nil {
 			s.log.Warn("sync day table", "day", d.String(), "err", err)
 			ok = false
 		}
 		s.unhold(t)
 	}
-	if err := s.index.db.Sync(); err != nil {
+	if err := errors.Join(s.index.db.Sync(), syncLogs(filepath.Join(s.dir, indexDirName))); err != nil {
 		s.log.Warn("sync device index", "err", err)
 		ok = false
 	}
@@ -59,10 +85,53 @@ func (s *Store) syncAll() {
 		s.replay.restorePending(pending)
 		return
 	}
+	if b := s.barrier.Load(); b != nil && len(pending) > 0 {
+		if err := (*b)(); err != nil {
+			s.log.Warn("sync the streams before saving stream positions", "err", err)
+			s.replay.restorePending(pending)
+			return
+		}
+	}
 	if err := s.writePositions(pending); err != nil {
 		s.log.Warn("save stream positions", "err", err)
 		s.replay.restorePending(pending)
 	}
+}
+
+// Badger's Sync fsyncs the write-ahead log of the memtable being filled
+// and the newest value log only. When a memtable fills, Badger starts a
+// new log and flushes the full one to a table file in the background,
+// without fsyncing what was written to the old log since the last
+// Sync; a position written meanwhile would vouch for readings that only
+// the page cache holds. Likewise a value log that was full. syncLogs
+// closes that gap: it fsyncs every write-ahead log (*.mem) and value
+// log (*.vlog) in a database's directory, and the directory, whose new
+// files Badger does not sync into it.
+
+// fsyncFile fsyncs one file by its path (tests record the calls).
+var fsyncFile = func(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
+}
+
+// syncLogs fsyncs the logs of the Badger database in dir and dir
+// itself. A log removed meanwhile (flushed) is skipped.
+func syncLogs(dir string) error {
+	var errs []error
+	for _, pattern := range []string{"*.mem", "*.vlog"} {
+		files, err := filepath.Glob(filepath.Join(dir, pattern))
+		errs = append(errs, err)
+		for _, f := range files {
+			if err := fsyncFile(f); !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	errs = append(errs, fsyncFile(dir))
+	return errors.Join(errs...)
 }
 
 // takePending returns the pending positions and forgets them.

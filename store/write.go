@@ -58,6 +58,7 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 	if s.diskTight(false) {
 		return fmt.Errorf("write: %w: %w", buckets.ErrUnavailable, errDiskTight)
 	}
+	s.fault(BeforeCommit)
 	groups := groupByDay(rs)
 	ctx, span := s.tracer.Start(ctx, "store.commit", trace.WithAttributes(
 		attribute.Int("telemetry.store.readings", len(rs)),
@@ -86,6 +87,7 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 	if err := s.index.persist(urgent); err != nil {
 		return classify(fmt.Errorf("write: %w", err))
 	}
+	s.fault(AfterCommit)
 	return nil
 }
 

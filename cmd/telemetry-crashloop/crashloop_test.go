@@ -61,6 +61,10 @@ func TestLossBound(t *testing.T) {
 
 	r := Result{Cuts: []cut{{InFlight: 3}, {InFlight: 0}, {InFlight: 1}}}
 	assert.Equal(t, 2, r.cutsInFlight())
+
+	by := Result{LostAges: []time.Duration{time.Second, 3 * time.Second, 2 * time.Second, -1}, LostCuts: []int{2, 1, 2, 0}}
+	assert.Equal(t, []cutLoss{{cut: 0, lost: 1, oldest: -1}, {cut: 1, lost: 1, oldest: 3 * time.Second},
+		{cut: 2, lost: 2, oldest: 2 * time.Second}}, by.lossByCut(), "the lost readings by the cut that took them")
 }
 
 // TestShortCrashLoopMQTT is the same with MQTT QoS 1 publishes: every

@@ -58,6 +58,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -97,6 +98,15 @@ type Config struct {
 	// long before its cut (the service's -sync-interval plus 1 s); 0:
 	// none may be lost.
 	LossBound time.Duration
+	// CutAt, with PowerCut, cuts where the service's store stops at a
+	// fault point (before-commit, after-commit or either; see
+	// cmd/telemetryd/faultpoint.go) rather than at a random moment: after
+	// each uptime the loop arms it and waits until the service killed
+	// itself there.
+	CutAt string
+	// TornEvery, with PowerCut, makes every TornEvery-th cut tear a
+	// write (LazyFS's torn-op fault; see tornCut); 0: none.
+	TornEvery int
 	// StallTimeout ends publishing when no ack came for this long; the
 	// check then covers the acked messages (0: wait for every ack).
 	StallTimeout time.Duration
@@ -132,11 +142,16 @@ type Result struct {
 	// Cuts are the kills (power cuts with -power-cut) in order: when
 	// each happened and how many publishes were in flight then.
 	Cuts []cut
+	// Torn counts the cuts that tore a write (-torn-every).
+	Torn int
 	// LossBound is Config.LossBound.
 	LossBound time.Duration
 	// LostAges is, for every lost reading, how long before the first
 	// cut after its ack the ack arrived (its age at the cut).
 	LostAges []time.Duration
+	// LostCuts is, for every lost reading (as LostAges), the number of
+	// that cut, from 1 (0: no cut came after its ack).
+	LostCuts []int
 	Hostile  *HostileCounts   // what the hostile client did (-hostile)
 	Backups  []backupTaken    // the backups taken (-backup)
 	Probe    *ProbeCounts     // what the QoS 0 probe found (-hostile)
@@ -179,9 +194,15 @@ func main() {
 	flag.Int64Var(&cfg.FillRate, "fill-rate", 32<<20, "-disk-faults: bytes per second the filler grows at")
 	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
 	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
+	flag.StringVar(&cfg.CutAt, "cut-at", "", "with -power-cut: cut where a write reaches the service's fault point, before-commit (in the stream, not yet in the store), after-commit (in the store, its message not yet acked to the stream) or either, instead of at a random moment")
+	flag.IntVar(&cfg.TornEvery, "torn-every", 0, "with -power-cut: every N-th cut tears a write (LazyFS torn-op: half of the next write to a stream's message block, a memtable log or a value log persists, then LazyFS crashes); 0: none")
+	logLevel := flag.String("service-log-level", "warn", "the service's -log-level (its log is in the run's directory)")
 	flag.Parse()
 	if *sync {
 		cfg.Args = append(cfg.Args, "-sync-writes")
+	}
+	if *logLevel != "warn" {
+		cfg.Args = append(cfg.Args, "-log-level", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -217,7 +238,19 @@ func (r Result) lossOK() bool {
 // cut is one kill or power cut.
 type cut struct {
 	At       time.Time
-	InFlight int // publishes sent and not yet answered at the cut
+	InFlight int  // publishes sent and not yet answered at the cut
+	AtPoint  bool // the service stopped at its fault point (-cut-at)
+}
+
+// cutsAtPoint counts the cuts at the service's fault point (-cut-at).
+func (r Result) cutsAtPoint() int {
+	n := 0
+	for _, c := range r.Cuts {
+		if c.AtPoint {
+			n++
+		}
+	}
+	return n
 }
 
 // cutsInFlight counts the cuts that landed while publishes were in
@@ -242,13 +275,53 @@ func (r Result) maxLostAge() time.Duration {
 	return m
 }
 
+// cutLoss is what one cut took: how many readings and the oldest's age.
+type cutLoss struct {
+	cut, lost int
+	oldest    time.Duration
+}
+
+// lossByCut groups the lost readings by the cut that took them, in cut
+// order.
+func (r Result) lossByCut() []cutLoss {
+	by := map[int]*cutLoss{}
+	for i, a := range r.LostAges {
+		n := 0
+		if i < len(r.LostCuts) {
+			n = r.LostCuts[i]
+		}
+		c := by[n]
+		if c == nil {
+			c = &cutLoss{cut: n, oldest: a}
+			by[n] = c
+		}
+		c.lost++
+		c.oldest = max(c.oldest, a)
+	}
+	out := make([]cutLoss, 0, len(by))
+	for _, c := range by {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b cutLoss) int { return a.cut - b.cut })
+	return out
+}
+
 func printResult(w io.Writer, cfg Config, r Result) {
 	fmt.Fprintf(w, "protocol=%s power_cut=%t seed=%d kills=%d acked=%d stored=%d lost=%d duplicated=%d unexpected=%d unacked=%d retried=%d duplicate_acks=%d lost_acked_duplicate=%d failed_starts=%d elapsed=%s\n",
 		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
 		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.FailedStarts, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "cuts: %d of %d while publishes were in flight\n", r.cutsInFlight(), len(r.Cuts))
+	if cfg.TornEvery > 0 {
+		fmt.Fprintf(w, "cuts with a torn write: %d of %d\n", r.Torn, len(r.Cuts))
+	}
+	if cfg.CutAt != "" {
+		fmt.Fprintf(w, "cuts at the fault point %s: %d of %d\n", cfg.CutAt, r.cutsAtPoint(), len(r.Cuts))
+	}
 	if len(r.LostAges) > 0 {
 		fmt.Fprintf(w, "lost readings' ages at their cut: %d, the oldest %s\n", len(r.LostAges), r.maxLostAge().Round(time.Millisecond))
+		for _, c := range r.lossByCut() {
+			fmt.Fprintf(w, "  cut %d: lost %d, the oldest %s\n", c.cut, c.lost, c.oldest.Round(time.Millisecond))
+		}
 	}
 	if r.Hostile != nil {
 		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)

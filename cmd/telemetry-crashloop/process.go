@@ -28,6 +28,8 @@ type service struct {
 	natsAddr string
 	mqttAddr string
 	args     []string
+	env      []string // added to the loop's environment
+	armFile  string   // -cut-at: the file whose existence arms the fault point
 	log      *slog.Logger
 
 	cmd    *exec.Cmd
@@ -85,6 +87,9 @@ func (s *service) start(ctx context.Context) error {
 		"-mqtt-listen", s.mqttAddr, "-log-format", "json", "-log-level", "warn"}, s.args...)
 	s.cmd = exec.Command(s.bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if len(s.env) > 0 {
+		s.cmd.Env = append(os.Environ(), s.env...)
+	}
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
 	}

@@ -107,6 +107,7 @@ func msgID(m int) string { return "crash-" + strconv.Itoa(m) }
 type pubResult struct {
 	m   int
 	err error
+	at  time.Time // when the answer came, before the loop got to it
 }
 
 // run publishes every message, keeping at most maxInFlight unacked,
@@ -135,7 +136,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 		done++
 		lastAck = time.Now()
 		if !p.ackedMsg[r.m] {
-			p.ackedAt[r.m] = lastAck
+			p.ackedAt[r.m] = r.at
 		}
 		p.ackedMsg[r.m] = true
 		p.acked.Add(int64(min((r.m+1)*p.cfg.Batch, p.cfg.Readings) - r.m*p.cfg.Batch))
@@ -242,7 +243,7 @@ func (p *publisher) publish(m int) (<-chan error, error) {
 func waitAck(ctx context.Context, done <-chan error, m int, out chan<- pubResult) {
 	select {
 	case err := <-done:
-		out <- pubResult{m: m, err: err}
+		out <- pubResult{m: m, err: err, at: time.Now()}
 	case <-ctx.Done():
 	}
 }

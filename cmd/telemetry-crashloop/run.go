@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +25,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	res := Result{LossBound: cfg.LossBound}
 	if cfg.Spread && cfg.Protocol != "lineproto" {
 		return res, fmt.Errorf("-spread: only with -protocol lineproto (a NATS or MQTT message has one device), not %q", cfg.Protocol)
+	}
+	if cfg.CutAt != "" && !cfg.PowerCut {
+		return res, errors.New("-cut-at needs -power-cut")
 	}
 	work, err := os.MkdirTemp("", "telemetry-crashloop-")
 	if err != nil {
@@ -178,9 +182,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	res.DuplicateAcks = int(pub.duplicates.Load())
 	res.Retried = int(pub.errors.Load())
 	v := verifier{base: "http://" + svc.httpAddr, pub: pub, header: header}
-	if cfg.Hostile {
-		// Readings the hostile flood cost the loop never arrive; stop
-		// waiting for them once the count stops moving.
+	if cfg.Hostile || cfg.LossBound > 0 {
+		// Readings the hostile flood cost the loop, or that the buffered
+		// mode lost in a power cut, never arrive; stop waiting for them
+		// once the count stops moving.
 		v.settle = 20 * time.Second
 	}
 	if bl != nil {
@@ -234,13 +239,37 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		inFlight := pub.inFlight.Load()
-		at := time.Now()
+		var inFlight int64
+		var at time.Time
+		atPoint := false
+		if lfs != nil && cfg.TornEvery > 0 && (res.Kills+1)%cfg.TornEvery == 0 {
+			done, err := tornCut(ctx, cfg, svc, lfs, pub, log, res, (res.Kills+1)/cfg.TornEvery)
+			if err != nil {
+				return fmt.Errorf("torn write cut %d: %w", res.Kills+1, err)
+			}
+			if done {
+				if err := restart(ctx, svc, true, log, res); err != nil {
+					return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
+				}
+				continue
+			}
+		}
+		if cfg.CutAt != "" {
+			var err error
+			if atPoint, inFlight, at, err = cutAtPoint(ctx, svc, pub); err != nil {
+				return fmt.Errorf("cut %d at %s: %w", res.Kills+1, cfg.CutAt, err)
+			}
+		} else {
+			inFlight = pub.inFlight.Load()
+		}
 		if err := svc.kill(); err != nil {
 			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
 		}
+		if !atPoint {
+			at = time.Now() // the service is dead: no ack comes after
+		}
 		res.Kills++
-		res.Cuts = append(res.Cuts, cut{At: at, InFlight: int(inFlight)})
+		res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight), AtPoint: atPoint})
 		if lfs != nil {
 			acked := pub.acked.Load()
 			if err := lfs.Cut(ctx); err != nil {
@@ -253,6 +282,119 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		}
 	}
 	return nil
+}
+
+// tornCut cuts the power in the middle of a write (-torn-every): the
+// n-th torn cut tears the next write to the newest message block of a
+// stream, memtable log or value log of the newest day table, in turn.
+// It reports false when that file was not written in time (the caller
+// then cuts as usual).
+func tornCut(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result, n int) (bool, error) {
+	file, err := tornTarget(cfg.DataDir, n)
+	if err != nil {
+		log.Warn("no file to tear; cutting as usual", "err", err)
+		return false, nil
+	}
+	var inFlight int64
+	var at time.Time
+	err = lfs.TornCut(ctx, file, func() error {
+		inFlight = pub.inFlight.Load()
+		err := svc.kill()
+		at = time.Now()
+		return err
+	})
+	if errors.Is(err, lazyfs.ErrNotTorn) {
+		log.Warn("the file to tear was not written; cutting as usual", "file", file)
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	res.Kills++
+	res.Torn++
+	res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight)})
+	log.Info("power cut with a torn write", "cut", res.Kills, "file", file, "acked_before", pub.acked.Load())
+	return true, nil
+}
+
+// tornTarget is the file the n-th torn cut tears (see tornCut).
+func tornTarget(dataDir string, n int) (string, error) {
+	newest := func(pattern string) (string, error) {
+		files, err := filepath.Glob(pattern)
+		if err != nil || len(files) == 0 {
+			return "", fmt.Errorf("no file matches %s", pattern)
+		}
+		best, bestAt := "", time.Time{}
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.ModTime().After(bestAt) {
+				best, bestAt = f, fi.ModTime()
+			}
+		}
+		if best == "" {
+			return "", fmt.Errorf("no file matches %s", pattern)
+		}
+		return best, nil
+	}
+	switch n % 3 {
+	case 1:
+		return newest(filepath.Join(dataDir, "nats", "jetstream", "*", "streams", "TELEMETRY_*", "msgs", "*.blk"))
+	case 2:
+		day, err := newest(filepath.Join(dataDir, "tables", "*"))
+		if err != nil {
+			return "", err
+		}
+		return newest(filepath.Join(day, "*.mem"))
+	default:
+		day, err := newest(filepath.Join(dataDir, "tables", "*"))
+		if err != nil {
+			return "", err
+		}
+		return newest(filepath.Join(day, "*.vlog"))
+	}
+}
+
+// cutAckGrace is added to the moment a cut's service was found dead to
+// make the cut's time: an ack read by the loop that late was sent
+// before the death, and counts as acked before that cut. (Taken before
+// the kill, as it was, an ack arriving while the kill was under way
+// counted for the next cut, with the whole next uptime as its age.)
+// It can only make a lost reading's age longer.
+const cutAckGrace = 250 * time.Millisecond
+
+// cutPointWait bounds the wait for the service to reach its fault point
+// once armed; past it the loop kills it as without -cut-at.
+const cutPointWait = 20 * time.Second
+
+// cutAtPoint arms the service's fault point (-cut-at) and waits until
+// the service killed itself there. It returns whether it did (else,
+// after cutPointWait, the caller kills it), the publishes in flight
+// just before, and when it died. The arm file goes before the restart:
+// a new instance is not armed until its uptime passed.
+func cutAtPoint(ctx context.Context, svc *service, pub *publisher) (bool, int64, time.Time, error) {
+	if err := os.WriteFile(svc.armFile, nil, 0o644); err != nil {
+		return false, 0, time.Time{}, err
+	}
+	defer os.Remove(svc.armFile)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(cutPointWait)
+	inFlight := pub.inFlight.Load()
+	for {
+		select {
+		case <-svc.exited:
+			at := time.Now()
+			if ws, ok := svc.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				return false, inFlight, at, fmt.Errorf("telemetryd exited on its own (%s), not at its fault point; see %s", svc.cmd.ProcessState, svc.logPath)
+			}
+			return true, inFlight, at, nil
+		case <-tick.C:
+			inFlight = pub.inFlight.Load()
+		case <-timeout:
+			return false, pub.inFlight.Load(), time.Now(), nil
+		case <-ctx.Done():
+			return false, 0, time.Time{}, ctx.Err()
+		}
+	}
 }
 
 // startAttempts is how often restart starts the service after a power
@@ -286,8 +428,14 @@ func newService(cfg Config, work string, log *slog.Logger) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &service{bin: cfg.Binary, dataDir: cfg.DataDir, logPath: filepath.Join(work, "telemetryd.log"),
-		httpAddr: httpAddr, natsAddr: natsAddr, mqttAddr: mqttAddr, args: cfg.Args, log: log}, nil
+	svc := &service{bin: cfg.Binary, dataDir: cfg.DataDir, logPath: filepath.Join(work, "telemetryd.log"),
+		httpAddr: httpAddr, natsAddr: natsAddr, mqttAddr: mqttAddr, args: cfg.Args, log: log}
+	if cfg.CutAt != "" {
+		// Read by cmd/telemetryd/faultpoint.go.
+		svc.armFile = filepath.Join(work, "cut-arm")
+		svc.env = []string{"TELEMETRY_TEST_CUT_AT=" + cfg.CutAt, "TELEMETRY_TEST_CUT_ARM=" + svc.armFile}
+	}
+	return svc, nil
 }
 
 // progress logs acked readings (and what the hostile client did, when

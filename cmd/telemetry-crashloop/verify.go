@@ -107,7 +107,9 @@ func (v verifier) check(ctx context.Context, res *Result) error {
 		}
 		total.Add(run.Check(acked, got))
 		dup.Add(run.Check(ackedDup, got))
-		res.LostAges = append(res.LostAges, v.lostAges(run, acked, got, res.Cuts)...)
+		ages, cuts := v.lostAges(run, acked, got, res.Cuts)
+		res.LostAges = append(res.LostAges, ages...)
+		res.LostCuts = append(res.LostCuts, cuts...)
 	}
 	res.Stored, res.Lost, res.Duplicated, res.Unexpected = total.Stored, total.Lost, total.Duplicated, total.Unexpected
 	res.LostAckedDuplicate = dup.Lost
@@ -116,8 +118,9 @@ func (v verifier) check(ctx context.Context, res *Result) error {
 
 // lostAges returns, for every acked reading not read back, its age at
 // the first cut after its ack (how long it had been acked when the power
-// went); a reading lost without a cut after its ack counts with age -1.
-func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.Reading, cuts []cut) []time.Duration {
+// went), and that cut's number (from 1); a reading lost without a cut
+// after its ack counts with age -1 and cut 0.
+func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.Reading, cuts []cut) ([]time.Duration, []int) {
 	seen := make(map[int]bool, len(got))
 	for _, r := range got {
 		if n, ok := run.Ident(r); ok {
@@ -125,21 +128,23 @@ func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.R
 		}
 	}
 	var out []time.Duration
+	var which []int
 	for _, seq := range acked {
 		if seen[seq] {
 			continue
 		}
 		at := v.pub.ackedAt[seq/v.pub.cfg.Batch]
-		age := time.Duration(-1)
-		for _, c := range cuts {
+		age, n := time.Duration(-1), 0
+		for i, c := range cuts {
 			if !c.At.Before(at) {
-				age = c.At.Sub(at)
+				age, n = c.At.Sub(at), i+1
 				break
 			}
 		}
 		out = append(out, age)
+		which = append(which, n)
 	}
-	return out
+	return out, which
 }
 
 func getJSON(ctx context.Context, u string, header http.Header, out any) error {

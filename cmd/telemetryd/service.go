@@ -129,6 +129,9 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	sopts.Logger = m.log // the store adds component=store itself
 	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.Tracer, tel.Meter, m.now
+	if sopts.FaultPoint, err = faultPointFromEnv(m.getenv, m.log); err != nil { // faultpoint.go
+		return err
+	}
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
@@ -210,6 +213,10 @@ func (m *Main) connectNATS() error {
 		return err
 	}
 	m.link, m.nats, m.nc = link, link.Server, nc
+	if m.nats != nil && m.store != nil {
+		// A saved stream position waits for the streams' fsync too.
+		m.store.SetPositionBarrier(m.nats.SyncStreams)
+	}
 	if m.nats == nil {
 		if m.cfg.MQTTListen != "" {
 			m.log.Info("mqtt listener not started: with -nats-url, MQTT is the NATS server's job")

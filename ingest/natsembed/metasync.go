@@ -21,19 +21,24 @@ import (
 // metaFiles are the names of the metadata files syncMetadata fsyncs.
 var metaFiles = map[string]bool{"meta.inf": true, "meta.sum": true, "meta.key": true, "o.dat": true}
 
-// metaSyncer fsyncs the JetStream metadata under dir that changed since
-// its last pass.
+// metaSyncer fsyncs the JetStream metadata under dir.
 type metaSyncer struct {
 	dir  string
-	seen map[string]time.Time // path -> modification time when last synced
+	sync func(path string) error // syncPath; tests record the calls
 }
 
-// pass fsyncs every metadata file whose modification time moved, then
-// the directories holding them. Files removed meanwhile are skipped;
+// pass fsyncs every metadata file, then the directories holding them.
+// It syncs them all, changed or not: the server replaces a file by
+// writing a temporary one and renaming it over, and a modification time
+// cannot tell two such writes in one tick of the file system's clock
+// apart (a FUSE file system may keep whole seconds), so a file skipped
+// as unchanged could be a new one never synced. An fsync of a file with
+// nothing unwritten costs little. Files removed meanwhile are skipped;
 // the first error is returned after the pass.
 func (m *metaSyncer) pass() error {
-	if m.seen == nil {
-		m.seen = map[string]time.Time{}
+	sync := m.sync
+	if sync == nil {
+		sync = syncPath
 	}
 	dirs := map[string]bool{}
 	var first error
@@ -53,25 +58,17 @@ func (m *metaSyncer) pass() error {
 		if !metaFiles[d.Name()] {
 			return nil
 		}
-		info, err := d.Info()
-		if err != nil {
-			return nil // removed since the walk listed it
-		}
-		if m.seen[path].Equal(info.ModTime()) {
-			return nil
-		}
-		if err := syncPath(path); err != nil {
+		if err := sync(path); err != nil {
 			if first == nil && !errors.Is(err, fs.ErrNotExist) {
 				first = err
 			}
 			return nil
 		}
-		m.seen[path] = info.ModTime()
 		dirs[filepath.Dir(path)] = true
 		return nil
 	})
 	for dir := range dirs {
-		if err := syncPath(dir); err != nil && first == nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := sync(dir); err != nil && first == nil && !errors.Is(err, fs.ErrNotExist) {
 			first = err
 		}
 	}

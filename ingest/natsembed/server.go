@@ -67,8 +67,12 @@ type Config struct {
 	StoreDir string
 	// SyncAlways makes JetStream fsync every write.
 	SyncAlways bool
-	// SyncInterval, without SyncAlways, is how often JetStream fsyncs
-	// its streams (0: the server's default, 2 minutes).
+	// SyncInterval, without SyncAlways, bounds how long an acked message
+	// may wait for its fsync (0: the server's default, 2 minutes).
+	// JetStream is given half of it (jetStreamSyncInterval): its timer
+	// restarts only after a sync, which on a busy disk takes a while
+	// itself, so syncing every interval would leave more than an
+	// interval between two syncs.
 	SyncInterval time.Duration
 	// MaxPayload bounds one message. Default DefaultMaxPayload.
 	MaxPayload int32
@@ -151,7 +155,7 @@ func Start(cfg Config) (*Server, error) {
 		JetStreamMaxMemory: cfg.JetStreamMaxMemory,
 		StoreDir:           cfg.StoreDir,
 		SyncAlways:         cfg.SyncAlways,
-		SyncInterval:       cfg.SyncInterval,
+		SyncInterval:       jetStreamSyncInterval(cfg.SyncInterval),
 		NoSigs:             true,
 		MaxPayload:         cfg.MaxPayload,
 		MaxConn:            cfg.MaxConn,
@@ -195,6 +199,11 @@ func Start(cfg Config) (*Server, error) {
 	logger.onError = s.faults.noteLog
 	s.jsConfig = server.JetStreamConfig{StoreDir: opts.StoreDir, SyncInterval: opts.SyncInterval, SyncAlways: opts.SyncAlways,
 		Strict: !opts.NoJetStreamStrict, MaxMemory: opts.JetStreamMaxMemory, MaxStore: opts.JetStreamMaxStore, CompressOK: true}
+	if opts.StoreDir != "" {
+		if _, err := repairStreamSums(opts.StoreDir, logger.l); err != nil { // metarepair.go
+			logger.l.Warn("checking the streams' metadata checksums failed; the server skips a stream whose checksum does not match", "dir", opts.StoreDir, "err", err)
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)
@@ -240,6 +249,15 @@ func Start(cfg Config) (*Server, error) {
 	// The server writes the port it picked back into its options.
 	s.mqttPort = max(opts.MQTT.Port, 0)
 	return s, nil
+}
+
+// jetStreamSyncInterval is the sync interval JetStream is given for a
+// Config.SyncInterval of every (see there).
+func jetStreamSyncInterval(every time.Duration) time.Duration {
+	if every <= 0 {
+		return every
+	}
+	return max(every/2, time.Millisecond)
 }
 
 // mapPartitions adds the partition mapping (Config.Partitions) to acc.
