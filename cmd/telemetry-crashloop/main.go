@@ -59,6 +59,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -100,7 +101,7 @@ type Config struct {
 	LossBound time.Duration
 	// CutAt, with PowerCut, cuts where the service's store stops at a
 	// fault point (before-commit, after-commit or either; see
-	// cmd/telemetryd/faultpoint.go) rather than at a random moment: after
+	// cmd/internal/testhook/faultpoint.go) rather than at a random moment: after
 	// each uptime the loop arms it and waits until the service killed
 	// itself there.
 	CutAt string
@@ -193,14 +194,12 @@ func main() {
 	flag.Int64Var(&cfg.DiskSize, "disk-size", 300<<20, "-disk-faults: size of the tmpfs in bytes")
 	flag.Int64Var(&cfg.FillRate, "fill-rate", 32<<20, "-disk-faults: bytes per second the filler grows at")
 	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
-	sync := flag.Bool("sync-writes", false, "run the service with -sync-writes")
+	sync := flag.Bool("sync-writes", true, "run the service in mode synced (its default); -sync-writes=false: mode buffered")
 	flag.StringVar(&cfg.CutAt, "cut-at", "", "with -power-cut: cut where a write reaches the service's fault point, before-commit (in the stream, not yet in the store), after-commit (in the store, its message not yet acked to the stream) or either, instead of at a random moment")
 	flag.IntVar(&cfg.TornEvery, "torn-every", 0, "with -power-cut: every N-th cut tears a write (LazyFS torn-op: half of the next write to a stream's message block, a memtable log or a value log persists, then LazyFS crashes); 0: none")
 	logLevel := flag.String("service-log-level", "warn", "the service's -log-level (its log is in the run's directory)")
 	flag.Parse()
-	if *sync {
-		cfg.Args = append(cfg.Args, "-sync-writes")
-	}
+	cfg.Args = append(cfg.Args, "-sync-writes="+strconv.FormatBool(*sync))
 	if *logLevel != "warn" {
 		cfg.Args = append(cfg.Args, "-log-level", *logLevel)
 	}

@@ -97,7 +97,7 @@ func TestPowerCutCrashLoop(t *testing.T) {
 func TestPowerCutBufferedLossBound(t *testing.T) {
 	bin := lazyFSBinary(t)
 	cfg := Config{Kills: 3, Readings: 30000, Devices: 10, Batch: 10, Rate: 3000, PowerCut: true, LazyFS: bin,
-		LossBound: 2 * time.Second, MinUp: 2 * time.Second, MaxUp: 4 * time.Second, Seed: 7}
+		Args: []string{"-sync-writes=false"}, LossBound: 2 * time.Second, MinUp: 2 * time.Second, MaxUp: 4 * time.Second, Seed: 7}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, cfg, slog.New(slog.NewTextHandler(testWriter{t}, nil)))

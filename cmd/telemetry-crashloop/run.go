@@ -431,7 +431,7 @@ func newService(cfg Config, work string, log *slog.Logger) (*service, error) {
 	svc := &service{bin: cfg.Binary, dataDir: cfg.DataDir, logPath: filepath.Join(work, "telemetryd.log"),
 		httpAddr: httpAddr, natsAddr: natsAddr, mqttAddr: mqttAddr, args: cfg.Args, log: log}
 	if cfg.CutAt != "" {
-		// Read by cmd/telemetryd/faultpoint.go.
+		// Read by cmd/internal/testhook/faultpoint.go.
 		svc.armFile = filepath.Join(work, "cut-arm")
 		svc.env = []string{"TELEMETRY_TEST_CUT_AT=" + cfg.CutAt, "TELEMETRY_TEST_CUT_ARM=" + svc.armFile}
 	}

@@ -3,36 +3,7 @@ package main
 import (
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
-
-func TestClockOffsetEnv(t *testing.T) {
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == clockOffsetEnv {
-				return v
-			}
-			return ""
-		}
-	}
-	now, d, err := clockFromEnv(env(""))
-	require.NoError(t, err)
-	assert.Zero(t, d)
-	assert.WithinDuration(t, time.Now(), now(), time.Second)
-	now, d, err = clockFromEnv(env("-1m"))
-	require.NoError(t, err)
-	assert.Equal(t, -time.Minute, d)
-	assert.WithinDuration(t, time.Now().Add(-time.Minute), now(), time.Second)
-	_, _, err = clockFromEnv(env("24h"))
-	require.NoError(t, err, "the bound itself")
-	for _, bad := range []string{"a minute", "1", "24h0m1s", "-25h"} {
-		_, _, err := clockFromEnv(env(bad))
-		require.Error(t, err, bad)
-		assert.Contains(t, err.Error(), clockOffsetEnv+"=\""+bad+"\"")
-	}
-}
 
 // TestClusterClockOffset runs three nodes whose clocks are a minute
 // ahead, a minute behind and right. They agree on the live nodes and

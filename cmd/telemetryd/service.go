@@ -22,6 +22,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/pprofserve"
 	"github.com/telemetryd/telemetryd/cmd/internal/preflight"
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
+	"github.com/telemetryd/telemetryd/cmd/internal/testhook"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/intake"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
@@ -86,8 +87,14 @@ func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
 // ingester, retention worker and HTTP API. It returns once the API
 // listens; on error the caller must still call Close.
 func (m *Main) Open(ctx context.Context) error {
-	if err := m.useClockOffset(); err != nil {
+	// A test hook moves the clock (deploy/CLUSTER.md, "Under faults").
+	now, offset, err := testhook.Clock(m.getenv)
+	if err != nil {
 		return err
+	}
+	if offset != 0 {
+		m.now = now
+		m.log.Warn("test hook: this process's clock is moved", "env", testhook.ClockOffsetEnv, "offset", offset.String())
 	}
 	// Every listener's port is tried before anything starts, so all
 	// that are taken are named at once, each by its flag.
@@ -129,7 +136,7 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	sopts.Logger = m.log // the store adds component=store itself
 	sopts.TracerProvider, sopts.MeterProvider, sopts.Now = tel.Tracer, tel.Meter, m.now
-	if sopts.FaultPoint, err = faultPointFromEnv(m.getenv, m.log); err != nil { // faultpoint.go
+	if sopts.FaultPoint, err = testhook.FaultPoint(m.getenv, m.log); err != nil {
 		return err
 	}
 	// Library errors name their package and operation ("open store:

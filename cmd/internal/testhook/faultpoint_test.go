@@ -1,4 +1,4 @@
-package main
+package testhook
 
 import (
 	"log/slog"
@@ -20,12 +20,12 @@ func TestFaultPointFromEnv(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	log := slog.New(slog.DiscardHandler)
 
-	hook, err := faultPointFromEnv(env(nil), log)
+	hook, err := FaultPoint(env(nil), log)
 	require.NoError(t, err)
 	assert.Nil(t, hook, "unset: no hook")
-	_, err = faultPointFromEnv(env(map[string]string{envCutAt: "mid-commit", envCutArm: "x"}), log)
+	_, err = FaultPoint(env(map[string]string{envCutAt: "mid-commit", envCutArm: "x"}), log)
 	assert.ErrorContains(t, err, envCutAt)
-	_, err = faultPointFromEnv(env(map[string]string{envCutAt: "after-commit"}), log)
+	_, err = FaultPoint(env(map[string]string{envCutAt: "after-commit"}), log)
 	assert.ErrorContains(t, err, envCutArm)
 
 	arm := filepath.Join(t.TempDir(), "arm")

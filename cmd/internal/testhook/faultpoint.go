@@ -1,4 +1,4 @@
-package main
+package testhook
 
 import (
 	"fmt"
@@ -28,16 +28,16 @@ const (
 	cutArmCheck = 10 * time.Millisecond
 )
 
-// faultPointFromEnv returns the store's fault hook the environment asks
-// for, or nil.
-func faultPointFromEnv(getenv func(string) string, log *slog.Logger) (func(store.FaultPoint), error) {
+// FaultPoint returns the store's fault hook the environment asks for,
+// or nil.
+func FaultPoint(getenv func(string) string, log *slog.Logger) (func(store.FaultPoint), error) {
 	return faultHook(getenv, log, func() {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal ends the process before anything else runs here
 	})
 }
 
-// faultHook is faultPointFromEnv with kill as the way to stop.
+// faultHook is FaultPoint with kill as the way to stop.
 func faultHook(getenv func(string) string, log *slog.Logger, kill func()) (func(store.FaultPoint), error) {
 	at := getenv(envCutAt)
 	if at == "" {
