@@ -300,18 +300,26 @@ func TestClusterAlertsTakeover(t *testing.T) {
 	}
 	assert.LessOrEqual(t, firstAfter.Sub(last), ttl+interval, "the group was not evaluated again within the lease TTL plus one interval of the killed node's last renewal or evaluation")
 
-	// Duplicates: every Heartbeat notification is the same alert (its
-	// startsAt kept across nodes), and at most one came sooner than the
-	// resend delay after the one before.
-	hb := sink.of("Heartbeat", "firing")
+	hb, early := assertOneAlertResentAtMostOnce(t, sink, "Heartbeat")
+	assert.Len(t, sink.of("FreezerWarm", "firing"), 1, "FreezerWarm sent more than once")
+	t.Logf("webhook: Heartbeat %d times (%d sooner than the resend delay), FreezerWarm firing once", len(hb), early)
+}
+
+// assertOneAlertResentAtMostOnce checks the firing notifications of
+// alert a sink got across a takeover: the same alert throughout (its
+// startsAt kept across nodes), and at most one sooner than the resend
+// delay after the one before (what a killed node may have sent without
+// saving it). It returns them and how many came early.
+func assertOneAlertResentAtMostOnce(t *testing.T, sink *webhookSink, alert string) ([]sunkAlert, int) {
+	t.Helper()
+	got := sink.of(alert, "firing")
 	early := 0
-	for i := 1; i < len(hb); i++ {
-		assert.True(t, hb[i].startsAt.Equal(hb[0].startsAt), "Heartbeat re-sent as a new alert: startsAt %s, first %s", hb[i].startsAt, hb[0].startsAt)
-		if hb[i].at.Sub(hb[i-1].at) < rules.DefaultResendDelay {
+	for i := 1; i < len(got); i++ {
+		assert.True(t, got[i].startsAt.Equal(got[0].startsAt), "%s re-sent as a new alert: startsAt %s, first %s", alert, got[i].startsAt, got[0].startsAt)
+		if got[i].at.Sub(got[i-1].at) < rules.DefaultResendDelay {
 			early++
 		}
 	}
-	assert.LessOrEqual(t, early, 1, "Heartbeat sent %d times sooner than its resend delay", early)
-	assert.Len(t, sink.of("FreezerWarm", "firing"), 1, "FreezerWarm sent more than once")
-	t.Logf("webhook: Heartbeat %d times (%d sooner than the resend delay), FreezerWarm firing once", len(hb), early)
+	assert.LessOrEqual(t, early, 1, "%s sent %d times sooner than its resend delay", alert, early)
+	return got, early
 }

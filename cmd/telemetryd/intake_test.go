@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -32,63 +30,16 @@ func TestUpgradeToTheIntakeKeepsEveryReading(t *testing.T) {
 	cfg := newTestConfig(t)
 	cfg.SyncWrites, cfg.Intake = true, false
 	devices := []string{"in-a", "in-b", "in-c", "in-d", "in-e"}
-	at := func(i int) string {
-		return testEpoch.Add(-time.Hour + time.Duration(i)*time.Second).Format(time.RFC3339Nano)
-	}
-	payload := func(i int) string { return fmt.Sprintf(`{"ts":%q,"v":%d}`, at(i), i) }
-
-	old := startService(t, cfg)
-	for i := range 20 {
-		for _, d := range devices {
-			old.publish(t, d, payload(i))
-		}
-	}
-	for _, d := range devices {
-		waitStored(t, old, d, 20)
-	}
-	old.stop(t)
-
-	// Readings the streams hold and no consumer took yet.
-	ns, err := server.NewServer(&server.Options{ServerName: "telemetryd", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
-	require.NoError(t, err)
-	src, dst := partition.Mapping("telemetry", DefaultStreamPartitions)
-	require.NoError(t, ns.GlobalAccount().AddMapping(src, dst))
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	s := upgradeRun(t, cfg, devices, upgradeStep{
+		mapping:  true,
+		streamOf: streamOf,
+		then: func(cfg *Config) {
+			cfg.Intake = true
+		},
+	})
+	require.NotNil(t, s.intake, "the intake runs")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for i := 20; i < 50; i++ {
-		for _, d := range devices {
-			ack, err := js.Publish(ctx, "telemetry."+d, []byte(payload(i)))
-			require.NoError(t, err)
-			require.Equal(t, streamOf(d), ack.Stream)
-		}
-	}
-	nc.Close()
-	ns.Shutdown()
-	ns.WaitForShutdown()
-
-	cfg.Intake = true
-	s := startService(t, cfg)
-	require.NotNil(t, s.intake, "the intake runs")
-	for i := 49; i < 60; i++ { // 49 again: a retry across the upgrade
-		for _, d := range devices {
-			s.publish(t, d, payload(i))
-		}
-	}
-	for _, d := range devices {
-		waitStored(t, s, d, 60)
-		got := pageAll(t, s, d, "asc", 1000, url.Values{})
-		require.Len(t, got, 60, "device %s: every reading once", d)
-		for i, r := range got {
-			assert.Equal(t, float64(i), r.Values["v"], "device %s reading %d", d, i)
-		}
-	}
 	for p := range DefaultStreamPartitions {
 		st, err := s.js.Stream(ctx, partition.Stream("TELEMETRY", p))
 		require.NoError(t, err)

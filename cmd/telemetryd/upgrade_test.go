@@ -31,63 +31,19 @@ func TestUpgradeFromTheOneStreamKeepsEveryReading(t *testing.T) {
 	cfg := newTestConfig(t)
 	cfg.StreamPartitions = 0
 	devices := []string{"up-a", "up-b", "up-c", "up-d", "up-e"}
-	at := func(i int) string {
-		return testEpoch.Add(-time.Hour + time.Duration(i)*time.Second).Format(time.RFC3339Nano)
-	}
-	payload := func(i int) string { return fmt.Sprintf(`{"ts":%q,"v":%d}`, at(i), i) }
-
-	old := startService(t, cfg)
-	for i := range 20 {
-		for _, d := range devices {
-			old.publish(t, d, payload(i))
-		}
-	}
-	for _, d := range devices {
-		waitStored(t, old, d, 20)
-	}
-	old.stop(t)
-
-	// Readings the old stream holds and no consumer took yet.
-	ns, err := server.NewServer(&server.Options{ServerName: "telemetryd", Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
-	require.NoError(t, err)
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	s := upgradeRun(t, cfg, devices, upgradeStep{
+		streamOf: func(string) string { return "TELEMETRY" },
+		held: func(ctx context.Context, js jetstream.JetStream) {
+			st, err := js.Stream(ctx, "TELEMETRY")
+			require.NoError(t, err)
+			require.Equal(t, uint64(50*len(devices)), st.CachedInfo().State.Msgs)
+		},
+		then: func(cfg *Config) {
+			cfg.StreamPartitions = -1 // the default: a stream per partition
+		},
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for i := 20; i < 50; i++ {
-		for _, d := range devices {
-			ack, err := js.Publish(ctx, "telemetry."+d, []byte(payload(i)))
-			require.NoError(t, err)
-			require.Equal(t, "TELEMETRY", ack.Stream)
-		}
-	}
-	st, err := js.Stream(ctx, "TELEMETRY")
-	require.NoError(t, err)
-	require.Equal(t, uint64(50*len(devices)), st.CachedInfo().State.Msgs)
-	nc.Close()
-	ns.Shutdown()
-	ns.WaitForShutdown()
-
-	cfg.StreamPartitions = -1 // the default: a stream per partition
-	s := startService(t, cfg)
-	for i := 49; i < 60; i++ { // 49 again: a retry across the upgrade
-		for _, d := range devices {
-			s.publish(t, d, payload(i))
-		}
-	}
-	for _, d := range devices {
-		waitStored(t, s, d, 60)
-		got := pageAll(t, s, d, "asc", 1000, url.Values{})
-		require.Len(t, got, 60, "device %s: every reading once", d)
-		for i, r := range got {
-			assert.Equal(t, float64(i), r.Values["v"], "device %s reading %d", d, i)
-		}
-	}
 	require.Eventually(t, func() bool {
 		_, err := s.js.Stream(ctx, "TELEMETRY")
 		return err != nil
@@ -144,4 +100,91 @@ func TestBackupRestoreAcrossTheUpgrade(t *testing.T) {
 	for _, d := range devices {
 		requireEachOnce(t, s2, d, append(slices.Clone(b.acked.ts[d]), after[d]))
 	}
+}
+
+// upgradeStep says how a layout upgrade differs between the tests that
+// drive it through upgradeRun.
+type upgradeStep struct {
+	// mapping: the bare server maps publishes to partitions, as the
+	// service with streams per partition has its server do.
+	mapping bool
+	// streamOf is the stream expected to ack a device's publish on the
+	// bare server.
+	streamOf func(device string) string
+	// held, when set, checks what the streams hold before the upgrade.
+	held func(ctx context.Context, js jetstream.JetStream)
+	// then changes the configuration into the new layout's.
+	then func(*Config)
+}
+
+// upgradeRun drives a layout upgrade: the service in the earlier layout
+// (cfg) stores 20 readings a device and stops; a bare server on its
+// data dir acks 30 more a device that no consumer takes; then the
+// service in the new layout takes 11 more, the first a retry of the
+// last one before, and must hold every reading of each device exactly
+// once, in order. It returns that service for the checks of the layout.
+func upgradeRun(t *testing.T, cfg Config, devices []string, step upgradeStep) *testService {
+	t.Helper()
+	at := func(i int) string {
+		return testEpoch.Add(-time.Hour + time.Duration(i)*time.Second).Format(time.RFC3339Nano)
+	}
+	payload := func(i int) string { return fmt.Sprintf(`{"ts":%q,"v":%d}`, at(i), i) }
+
+	old := startService(t, cfg)
+	for i := range 20 {
+		for _, d := range devices {
+			old.publish(t, d, payload(i))
+		}
+	}
+	for _, d := range devices {
+		waitStored(t, old, d, 20)
+	}
+	old.stop(t)
+
+	// Readings the streams hold and no consumer took yet.
+	ns, err := server.NewServer(&server.Options{ServerName: "telemetryd", Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
+	require.NoError(t, err)
+	if step.mapping {
+		src, dst := partition.Mapping("telemetry", DefaultStreamPartitions)
+		require.NoError(t, ns.GlobalAccount().AddMapping(src, dst))
+	}
+	ns.Start()
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 20; i < 50; i++ {
+		for _, d := range devices {
+			ack, err := js.Publish(ctx, "telemetry."+d, []byte(payload(i)))
+			require.NoError(t, err)
+			require.Equal(t, step.streamOf(d), ack.Stream)
+		}
+	}
+	if step.held != nil {
+		step.held(ctx, js)
+	}
+	nc.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	step.then(&cfg)
+	s := startService(t, cfg)
+	for i := 49; i < 60; i++ { // 49 again: a retry across the upgrade
+		for _, d := range devices {
+			s.publish(t, d, payload(i))
+		}
+	}
+	for _, d := range devices {
+		waitStored(t, s, d, 60)
+		got := pageAll(t, s, d, "asc", 1000, url.Values{})
+		require.Len(t, got, 60, "device %s: every reading once", d)
+		for i, r := range got {
+			assert.Equal(t, float64(i), r.Values["v"], "device %s reading %d", d, i)
+		}
+	}
+	return s
 }
