@@ -33,6 +33,7 @@ import (
 //
 //	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestAbuseRealBinary -v -timeout 20m
 func TestAbuseRealBinary(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and floods the real binary")
 	}
@@ -66,14 +67,14 @@ func TestAbuseRealBinary(t *testing.T) {
 	// The well-behaved client comes from another loopback address.
 	good := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		resp, err := good.Get(base + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 50*time.Millisecond, "service never became ready")
+	}, "service never became ready")
 
 	nc, _, err := deviceConn("nats://"+natsAddr, "dev-1", f.devices["dev-1"])
 	require.NoError(t, err)
@@ -196,7 +197,7 @@ func TestAbuseRealBinary(t *testing.T) {
 			cursor = l.Next
 		}
 	}
-	require.Eventually(t, func() bool { return count() == int(acked.Load()) }, 60*time.Second, 500*time.Millisecond,
+	waitFor(t, 500*time.Millisecond, func() bool { return count() == int(acked.Load()) },
 		"every acked reading (%d) is stored", acked.Load())
 
 	// A flood of invalid messages logs a bounded number of lines.
@@ -204,11 +205,11 @@ func TestAbuseRealBinary(t *testing.T) {
 		require.NoError(t, nc.Publish("telemetry.dev-1", fmt.Appendf(nil, `{"ts":"bad %d","temp":1}`, i)))
 	}
 	require.NoError(t, nc.Flush())
-	require.Eventually(t, func() bool {
+	waitFor(t, 200*time.Millisecond, func() bool {
 		code, body := httpDo(t, good, http.MethodGet, base+"/metrics", f.tokens["metrics"])
 		return code == http.StatusOK && strings.Contains(body, `telemetry_ingest_messages_total{`) &&
 			strings.Contains(body, `outcome="rejected"`) && rejectedMessages(body) >= 5000
-	}, 60*time.Second, 200*time.Millisecond, "the invalid messages are dead-lettered")
+	}, "the invalid messages are dead-lettered")
 
 	// One token past -http-rate gets 429 with Retry-After.
 	var limited, retryAfter, burstErrs atomic.Int64

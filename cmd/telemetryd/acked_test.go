@@ -128,23 +128,23 @@ func TestAuthReloadKeepsTheServiceConnections(t *testing.T) {
 	base := "http://" + m.HTTPAddr()
 	c := mqttDevice(t, m.MQTTAddr(), "dev-1", "dev-1", f.devices["dev-1"], nil)
 	require.True(t, c.Publish("telemetry/dev-1", 0, false, reading(1)).WaitTimeout(10*time.Second))
-	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 })
 
 	own := map[string]*nats.Conn{"main": m.nc, "writes": m.writesNC, "mqtt forwarder": m.nats.MQTTForwarder()}
 	authCLI(t, f.path, "add-device", "dev-3")
 	authCLI(t, f.path, "revoke", "dev-2")
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		_, _, err := deviceConn(m.NATSURL(), "dev-2", f.devices["dev-2"], nats.MaxReconnects(0))
 		return err != nil
-	}, 10*time.Second, 20*time.Millisecond, "the auth file was not reloaded")
+	}, "the auth file was not reloaded")
 	// Disconnects after a reload are immediate; give them a moment.
 	time.Sleep(200 * time.Millisecond)
 	for name, nc := range own {
 		assert.Zero(t, nc.Stats().Reconnects, "the service's %s connection was dropped by the reload", name)
 	}
 	require.True(t, c.Publish("telemetry/dev-1", 0, false, reading(2)).WaitTimeout(10*time.Second))
-	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 }, 10*time.Second, 20*time.Millisecond,
+	waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 },
 		"a QoS 0 reading after the reload is stored")
 }
 
@@ -258,6 +258,7 @@ func openLoggedService(t *testing.T, cfg Config) (*Main, *bucketstest.SyncBuffer
 // has acknowledged the publish before the close (MQTT 3.1.1 has no
 // refusal; the server acks and drops, as the protocol allows).
 func TestMQTTQoS1OutsideItsTopicClosesTheConnection(t *testing.T) {
+	t.Parallel()
 	f := newAuthFixture(t, []string{"dev-1", "dev-2"}, "all:read")
 	for _, tc := range []struct {
 		name, topic string

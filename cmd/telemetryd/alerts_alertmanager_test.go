@@ -107,14 +107,14 @@ func startExternal(t *testing.T, name, readyURL string, cmd *exec.Cmd) {
 			t.Logf("%s:\n%s", name, logs.String())
 		}
 	})
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		resp, err := http.Get(readyURL)
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "%s never became ready", name)
+	}, "%s never became ready", name)
 }
 
 // amGroup is a group of Alertmanager's GET /api/v2/alerts/groups.
@@ -179,7 +179,7 @@ func TestAlertmanager(t *testing.T) {
 	s.publish(t, "freezer-1", tempReading(s.now(), -20))
 	s.publish(t, "freezer-2", tempReading(s.now(), -5))
 
-	require.Eventually(t, func() bool { return len(amGroups(t, am)) > 0 }, 30*time.Second, 100*time.Millisecond,
+	waitFor(t, 100*time.Millisecond, func() bool { return len(amGroups(t, am)) > 0 },
 		"no alert reached Alertmanager")
 	gs := amGroups(t, am)
 	require.Len(t, gs, 1, "one firing group")
@@ -188,12 +188,12 @@ func TestAlertmanager(t *testing.T) {
 	assert.Equal(t, map[string]string{"alertname": "FreezerWarm", "device": "freezer-2", "severity": "page", "site": "north"},
 		gs[0].Alerts[0].Labels)
 	assert.Equal(t, "active", gs[0].Alerts[0].Status.State)
-	require.Eventually(t, func() bool { return hook.count("firing") > 0 }, 30*time.Second, 50*time.Millisecond,
+	waitFor(t, 50*time.Millisecond, func() bool { return hook.count("firing") > 0 },
 		"Alertmanager never notified the firing alert")
 
 	// The value comes back under the threshold.
 	s.publish(t, "freezer-2", tempReading(s.now(), -18))
-	require.Eventually(t, func() bool { return hook.count("resolved") > 0 }, 30*time.Second, 50*time.Millisecond,
+	waitFor(t, 50*time.Millisecond, func() bool { return hook.count("resolved") > 0 },
 		"Alertmanager never notified the resolution")
 	assert.Empty(t, amGroups(t, am), "no active alert in Alertmanager")
 	// Several group intervals later: still one of each.

@@ -15,6 +15,7 @@ import (
 // its original activeAt + for, not `for` after the restart. The clock
 // runs on through the restart, as a real one does.
 func TestAlertRestartDuringFor(t *testing.T) {
+	t.Parallel()
 	const forDur = 8 * time.Second
 	path := filepath.Join(t.TempDir(), "hot.yml")
 	writeRulesFile(t, path, `groups:
@@ -31,13 +32,13 @@ func TestAlertRestartDuringFor(t *testing.T) {
 	s.publish(t, "oven-1", tempReading(clock(), 250))
 
 	var pending promAlert
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		as := s.alerts(t)
 		if len(as) == 1 {
 			pending = as[0]
 		}
 		return len(as) == 1
-	}, 20*time.Second, 20*time.Millisecond, "the alert never went pending")
+	}, "the alert never went pending")
 	require.Equal(t, "pending", pending.State)
 	activeAt := pending.ActiveAt
 	s.stop(t)
@@ -47,13 +48,13 @@ func TestAlertRestartDuringFor(t *testing.T) {
 	restartAt := clock()
 	t.Logf("pending at %s, restarted %s after", activeAt.Format(time.RFC3339Nano), restartAt.Sub(activeAt))
 	var firing promAlert
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		as := s.alerts(t)
 		if len(as) == 1 {
 			firing = as[0]
 		}
 		return len(as) == 1 && firing.State == "firing"
-	}, 30*time.Second, 20*time.Millisecond, "the alert never fired after the restart")
+	}, "the alert never fired after the restart")
 	assert.True(t, activeAt.Equal(firing.ActiveAt), "activeAt restored: %s, was %s", firing.ActiveAt, activeAt)
 
 	// The first firing evaluation, from the ALERTS series of the

@@ -158,6 +158,7 @@ func rulesService(t *testing.T, cfg Config, path string, now func() time.Time) *
 // error naming file, line and rule, and a reload of a bad file (POST
 // /-/reload and the SIGHUP path) keeps the old rules.
 func TestAlertRulesService(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "freezers.yml")
 	writeRulesFile(t, path, alertRules)
@@ -167,13 +168,13 @@ func TestAlertRulesService(t *testing.T) {
 	s.publish(t, "freezer-2", tempReading(now, 11))
 
 	var pending promAlert
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		as := s.alerts(t)
 		if len(as) > 0 {
 			pending = as[0]
 		}
 		return len(as) > 0
-	}, 20*time.Second, 50*time.Millisecond, "no alert")
+	}, "no alert")
 	require.Equal(t, "pending", pending.State, "an alert is pending before it fires")
 	assert.Equal(t, map[string]string{"alertname": "FreezerWarm", "device": "freezer-1", "severity": "page"}, pending.Labels)
 	assert.Equal(t, map[string]string{"summary": "freezer-1 at 35"}, pending.Annotations)
@@ -181,13 +182,13 @@ func TestAlertRulesService(t *testing.T) {
 	require.False(t, pending.ActiveAt.IsZero())
 
 	var firing promAlert
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		as := s.alerts(t)
 		if len(as) == 1 {
 			firing = as[0]
 		}
 		return len(as) != 1 || firing.State == "firing"
-	}, 20*time.Second, 50*time.Millisecond, "the alert never fired")
+	}, "the alert never fired")
 	require.Equal(t, "firing", firing.State)
 	require.Len(t, s.alerts(t), 1)
 	assert.Equal(t, pending.ActiveAt, firing.ActiveAt, "activeAt stays when the alert fires")
@@ -241,7 +242,7 @@ func TestAlertRulesService(t *testing.T) {
 	})
 
 	t.Run("recording rule", func(t *testing.T) {
-		require.Eventually(t, func() bool {
+		waitFor(t, 100*time.Millisecond, func() bool {
 			got := s.promQuery(t, "/api/v1/query", url.Values{"query": {`temp_avg{device="fleet-avg"}`},
 				"time": {promTime(s.now())}})
 			if len(got) == 0 {
@@ -249,7 +250,7 @@ func TestAlertRulesService(t *testing.T) {
 			}
 			_, v := pointValue(t, got[0].Value)
 			return v == 23
-		}, 20*time.Second, 100*time.Millisecond, "avg(temp) of 35 and 11, recorded as fleet-avg's temp_avg")
+		}, "avg(temp) of 35 and 11, recorded as fleet-avg's temp_avg")
 	})
 
 	t.Run("reload keeps the old rules when a file is bad", func(t *testing.T) {

@@ -183,13 +183,13 @@ func TestVmalertAgrees(t *testing.T) {
 	}
 	actives := map[string]map[string]time.Time{"service": {}, "vmalert": {}}
 	bases := map[string]string{"service": s.base, "vmalert": vmBase}
-	require.Eventually(t, func() bool {
+	waitFor(t, 100*time.Millisecond, func() bool {
 		for who, base := range bases {
 			activeAts(t, base, actives[who])
 		}
 		return recv.timelineOf("service", "fridge-1", time.Time{}).resolvedSent > 0 &&
 			recv.timelineOf("vmalert", "fridge-1", time.Time{}).resolvedSent > 0
-	}, 60*time.Second, 100*time.Millisecond, "both evaluators resolve fridge-1's alert")
+	}, "both evaluators resolve fridge-1's alert")
 	time.Sleep(3 * iv) // any late notification
 
 	step := func(at, from time.Time) int { return int(math.Floor(float64(at.Sub(from)) / float64(iv))) }

@@ -42,8 +42,8 @@ func deviceAttributes(t *testing.T, s *testService, device string) map[string]st
 // waitAttributes waits until device has exactly want.
 func waitAttributes(t *testing.T, s *testService, device string, want map[string]string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, deviceAttributes(t, s, device)) },
-		20*time.Second, 20*time.Millisecond, "device %s: want attributes %v", device, want)
+	waitFor(t, 20*time.Millisecond, func() bool { return assert.ObjectsAreEqual(want, deviceAttributes(t, s, device)) },
+		"device %s: want attributes %v", device, want)
 }
 
 // JSON over NATS and MQTT sets attributes as of the reading's time: a
@@ -230,14 +230,14 @@ func TestAttributesSurviveReplay(t *testing.T) {
 	defer cancel()
 	require.NoError(t, s.js.DeleteConsumer(ctx, streamOf("replayed"), "ingest"))
 	var info *jetstream.ConsumerInfo
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		c, err := s.js.Consumer(ctx, streamOf("replayed"), "ingest")
 		if err != nil {
 			return false
 		}
 		info, err = c.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 3
-	}, 20*time.Second, 20*time.Millisecond, "consumer not recreated or not drained")
+	}, "consumer not recreated or not drained")
 	require.Equal(t, jetstream.DeliverAllPolicy, info.Config.DeliverPolicy, "the stream was replayed from its start")
 	require.Equal(t, uint64(3), info.Delivered.Stream)
 	assert.Equal(t, want, deviceAttributes(t, s, "replayed"))

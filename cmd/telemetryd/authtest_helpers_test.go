@@ -60,14 +60,14 @@ func openTestService(t *testing.T, cfg Config) *Main {
 		scheme = "https://"
 		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	}
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		resp, err := client.Get(scheme + m.HTTPAddr() + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond, "service never became ready")
+	}, "service never became ready")
 	return m
 }
 

@@ -105,7 +105,7 @@ func backupWhilePublishing(t *testing.T, name string, devices []string) onlineBa
 	require.NoError(t, err)
 	stop := make(chan struct{})
 	acked, pubDone := publishUntil(t, js, devices, stop)
-	require.Eventually(t, func() bool { return acked.count() > 300 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, 10*time.Millisecond, func() bool { return acked.count() > 300 })
 	time.Sleep(1500 * time.Millisecond) // a stream position is saved every second
 
 	dir := filepath.Join(root, name)
@@ -118,7 +118,7 @@ func backupWhilePublishing(t *testing.T, name string, devices []string) onlineBa
 	require.NotZero(t, seq, "the backup records the stream position: %s", out)
 
 	n := acked.count()
-	require.Eventually(t, func() bool { return acked.count() > n+300 }, 30*time.Second, 10*time.Millisecond)
+	waitFor(t, 10*time.Millisecond, func() bool { return acked.count() > n+300 })
 	close(stop)
 	<-pubDone
 	s.stop(t)
@@ -144,10 +144,10 @@ func requireEachOnce(t *testing.T, s *testService, device string, want []string)
 	require.NotEmpty(t, want)
 	q := url.Values{"from": {testEpoch.Add(-2 * time.Hour).Format(time.RFC3339Nano)}, "to": {testEpoch.Format(time.RFC3339Nano)}}
 	var got []apiReading
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		got = pageAll(t, s, device, "asc", 10000, q)
 		return len(got) >= len(want)
-	}, 30*time.Second, 50*time.Millisecond, "device %s: %d of %d readings", device, len(got), len(want))
+	}, "device %s: %d of %d readings", device, len(got), len(want))
 	seen := map[string]int{}
 	for _, r := range got {
 		seen[r.TS]++
@@ -172,6 +172,7 @@ func requireEachOnce(t *testing.T, s *testService, device string, want []string)
 // acked reading is stored exactly once, those published after the
 // backup included (the consumer resumes after the backup's positions).
 func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
+	t.Parallel()
 	devices := []string{"bk-a", "bk-b", "bk-c"}
 	b := backupWhilePublishing(t, "nightly", devices)
 	stream, err := b.js.Stream(context.Background(), "TELEMETRY")
@@ -188,14 +189,14 @@ func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
 	cfg2.DataDir = dataDir
 	s2 := startService(t, cfg2)
 	t.Cleanup(func() { s2.stop(t) })
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		c, err := b.js.Consumer(context.Background(), "TELEMETRY", "ingest")
 		if err != nil {
 			return false
 		}
 		ci, err := c.Info(context.Background())
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Config.OptStartSeq == b.seq+1
-	}, 30*time.Second, 50*time.Millisecond, "the consumer did not resume after the backup's position")
+	}, "the consumer did not resume after the backup's position")
 	for _, d := range devices {
 		requireEachOnce(t, s2, d, b.acked.ts[d])
 	}
@@ -235,10 +236,10 @@ func TestBackupCommandOfflineAndRestoreChecks(t *testing.T) {
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	s.publish(t, "cli-a", fmt.Sprintf(`{"ts":%q,"v":1}`, testEpoch.Add(-time.Minute).Format(time.RFC3339Nano)))
-	require.Eventually(t, func() bool { // the device's record exists once its reading is stored
+	waitFor(t, 20*time.Millisecond, func() bool {
 		code, _ := s.get(t, "/v1/devices/cli-a", nil)
 		return code == http.StatusOK
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 
 	bdir := t.TempDir()
 	var stdout, stderr bytes.Buffer

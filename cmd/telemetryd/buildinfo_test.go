@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,6 +21,7 @@ import (
 // name the commit) reports in /api/v1/status/buildinfo the version and
 // commit its -version prints.
 func TestBuildInfoNamesTheLinkedVersion(t *testing.T) {
+	t.Parallel()
 	const version, commit = "v9.8.7", "0123456789abcdef0123456789abcdef01234567"
 	work := t.TempDir()
 	bin := filepath.Join(work, "bin")
@@ -46,7 +46,7 @@ func TestBuildInfoNamesTheLinkedVersion(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	base := "http://" + addr
-	waitReadyz(t, base, time.Minute)
+	waitReadyz(t, base)
 
 	resp, err := http.Get(base + "/api/v1/status/buildinfo")
 	require.NoError(t, err)

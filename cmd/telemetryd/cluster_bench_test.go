@@ -110,7 +110,7 @@ func TestClusterIngestThroughput(t *testing.T) {
 	var cpuEnd time.Duration
 	wait := func(ms []*Main, want int) time.Duration {
 		start := time.Now()
-		require.Eventually(t, func() bool { return drained(ms) }, 10*time.Minute, 100*time.Millisecond)
+		waitFor(t, 100*time.Millisecond, func() bool { return drained(ms) })
 		d := time.Since(start)
 		cpuEnd = cpu()
 		require.Equal(t, want, stored(ms), "every copy stored")
@@ -145,7 +145,7 @@ func TestClusterIngestThroughput(t *testing.T) {
 			names = append(names, cfg.Cluster.NodeName)
 		}
 		for _, m := range ms {
-			require.Eventually(t, func() bool { return converged(m, copies, names) }, time.Minute, 50*time.Millisecond)
+			waitFor(t, 50*time.Millisecond, func() bool { return converged(m, copies, names) })
 		}
 		start, cpu0 := time.Now(), cpu()
 		publish([]jetstream.JetStream{jsFor(t, nc.url(0)), jsFor(t, nc.url(1)), jsFor(t, nc.url(2))})

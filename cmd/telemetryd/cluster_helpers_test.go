@@ -167,12 +167,14 @@ func (c *natsCluster) urls() string {
 // may run (go test -timeout, less a minute for the cleanup): a cluster
 // on a loaded machine converges and stores late, not never, so no fixed
 // wall-clock limit decides the test. Without a deadline it waits up to
-// ten minutes.
-func waitFor(t *testing.T, tick time.Duration, cond func() bool, msgAndArgs ...any) {
+// ten minutes (a benchmark has no deadline).
+func waitFor(t testing.TB, tick time.Duration, cond func() bool, msgAndArgs ...any) {
 	t.Helper()
 	wait := 10 * time.Minute
-	if d, ok := t.Deadline(); ok {
-		wait = max(time.Until(d)-time.Minute, tick)
+	if dl, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if d, ok := dl.Deadline(); ok {
+			wait = max(time.Until(d)-time.Minute, tick)
+		}
 	}
 	require.Eventually(t, cond, wait, tick, msgAndArgs...)
 }

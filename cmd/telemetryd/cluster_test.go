@@ -129,7 +129,7 @@ func TestClusterAcceptance(t *testing.T) {
 		names = append(names, cfg.Cluster.NodeName)
 	}
 	for _, n := range nodes {
-		require.Eventually(t, func() bool { return converged(n.main(), 2, names) }, 30*time.Second, 50*time.Millisecond,
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) },
 			"%s never saw 12 partitions with two caught-up owners", n.cfg.Cluster.NodeName)
 	}
 	// The stream is partitioned and replicated on all three servers.
@@ -149,7 +149,7 @@ func TestClusterAcceptance(t *testing.T) {
 	fx.publishAll(t, ref.js)
 
 	// Every reading on exactly two nodes: the owners of its partition.
-	require.Eventually(t, func() bool {
+	waitFor(t, 200*time.Millisecond, func() bool {
 		for i := range fx.devices {
 			if storedOn(t, ref.Main, fx.device(i)) != fx.readings {
 				return false
@@ -169,7 +169,7 @@ func TestClusterAcceptance(t *testing.T) {
 			}
 		}
 		return true
-	}, 60*time.Second, 200*time.Millisecond, "every reading stored on exactly two nodes")
+	}, "every reading stored on exactly two nodes")
 	for i := range fx.devices {
 		dev := fx.device(i)
 		owners := nodes[0].main().cluster.members.Desired(partition.Of(12, dev))

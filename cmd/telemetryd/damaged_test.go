@@ -55,6 +55,7 @@ func (s *testService) readyz(t *testing.T) (int, string) {
 // says so; once the operator drops the table, every one of them is
 // stored in the new table and none is skipped as day_dropped.
 func TestDamagedTableHoldsAckedReadingsUntilDropped(t *testing.T) {
+	t.Parallel()
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	at := testEpoch.Add(-2 * time.Hour)
@@ -74,11 +75,11 @@ func TestDamagedTableHoldsAckedReadingsUntilDropped(t *testing.T) {
 			at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i))
 	}
 	var body string
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		var code int
 		code, body = s.readyz(t)
 		return code == http.StatusServiceUnavailable
-	}, 20*time.Second, 50*time.Millisecond, "/readyz never failed for the damaged table")
+	}, "/readyz never failed for the damaged table")
 	assert.Contains(t, body, "table "+day.String())
 	assert.Contains(t, body, "telemetryd repair -day "+day.String())
 	assert.Contains(t, body, "DELETE /v1/tables/"+day.String())

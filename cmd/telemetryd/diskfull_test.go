@@ -44,6 +44,7 @@ func freeBytes(t *testing.T, dir string) int64 {
 // /readyz says why, nothing is lost, and once space returns it resumes
 // by itself and stores every reading exactly once.
 func TestDiskFullPausesAndResumes(t *testing.T) {
+	t.Parallel()
 	data := mountSmallFS(t, 160<<20)
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		StoreDir: t.TempDir(), NoLog: true, NoSigs: true}) // the stream keeps the backlog on another disk
@@ -80,11 +81,11 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 	}
 	require.NoError(t, filler.Close())
 	var body string
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		var code int
 		code, body = s.get(t, "/readyz", nil)
 		return code == http.StatusServiceUnavailable
-	}, 10*time.Second, 50*time.Millisecond, "/readyz does not report the full disk")
+	}, "/readyz does not report the full disk")
 	assert.Contains(t, body, "disk full")
 
 	publish(100, 200)
@@ -98,10 +99,10 @@ func TestDiskFullPausesAndResumes(t *testing.T) {
 
 	// Space returns: ingest resumes by itself.
 	require.NoError(t, os.Remove(filepath.Join(data, "filler")))
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		code, _ := s.get(t, "/readyz", nil)
 		return code == http.StatusOK
-	}, 10*time.Second, 50*time.Millisecond)
+	})
 	waitStored(t, s, "dev-d", 300)
 	got := pageAll(t, s, "dev-d", "asc", 1000, url.Values{})
 	require.Len(t, got, 300, "every reading stored exactly once")

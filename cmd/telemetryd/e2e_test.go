@@ -122,10 +122,10 @@ func (s *testService) stop(t testing.TB) {
 
 func (s *testService) waitReady(t testing.TB) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		code, _ := s.get(t, "/readyz", nil)
 		return code == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond, "service never became ready")
+	}, "service never became ready")
 }
 
 // publish sends payload for device and waits for the JetStream ack.
@@ -206,9 +206,9 @@ func publishAll(t *testing.T, s *testService, fs []fixture) {
 // waitStored waits until device has n readings in the last 3 days.
 func waitStored(t *testing.T, s *testService, device string, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		return len(pageAll(t, s, device, "asc", 1000, url.Values{})) == n
-	}, 20*time.Second, 20*time.Millisecond, "device %s never reached %d readings", device, n)
+	}, "device %s never reached %d readings", device, n)
 }
 
 // pageAll follows next cursors of a range query and returns every
@@ -263,6 +263,7 @@ func timestamps(rs []apiReading) []string {
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := startService(t, newTestConfig(t))
 	devices := []string{"dev-1", "dev-2", "boiler_7"}
 	fs := threeDays(devices)
@@ -335,10 +336,10 @@ func TestContractKeys(t *testing.T) {
 	s := startService(t, newTestConfig(t))
 	s.publish(t, "dev-1", `{"ts":"2026-11-22T01:02:03.456Z","temp":21.5,"ok":true}`)
 	var r apiReading
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		code, _ := s.get(t, "/v1/devices/dev-1/readings/1795309323456", &r)
 		return code == http.StatusOK
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 	assert.Equal(t, "2026-11-22T01:02:03.456Z", r.TS)
 	assert.Equal(t, "dev-1/2026-11-22", r.PartitionKey)
 	assert.Equal(t, "2516069914765439999", r.RowKey)
@@ -394,10 +395,10 @@ func TestMergeAndRedelivery(t *testing.T) {
 	s.publish(t, "dev-9", fmt.Sprintf(`{"ts":%q,"temp":21.5,"co2":400}`, ts))
 	want := map[string]any{"temp": 21.5, "rh": float64(40), "co2": float64(400)}
 	var r apiReading
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		code, _ := s.get(t, "/v1/devices/dev-9/readings/"+ts, &r)
 		return code == http.StatusOK && len(r.Values) == 3
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 	assert.Equal(t, want, r.Values)
 
 	// The same message again (a redelivery) leaves the same reading.

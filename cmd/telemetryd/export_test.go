@@ -62,6 +62,7 @@ func breakingProxy(t *testing.T, upstream string, cut int64, broken ...int) (*ht
 // mid-way (each resumed behind the last reading written, with no
 // duplicate and no gap); a service holding the data dir is named.
 func TestExportCommand(t *testing.T) {
+	t.Parallel()
 	cfg := newTestConfig(t)
 	day := buckets.DayOf(buckets.MustTicks(testEpoch)) - 1
 	fillStore(t, cfg.DataDir, day, day, 6000, 7)

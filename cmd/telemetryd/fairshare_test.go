@@ -97,12 +97,12 @@ func TestWriteBodiesWithinTheMemoryBudget(t *testing.T) {
 	require.Less(t, len(bomb), 1<<20)
 	var resp *http.Response
 	var body []byte
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		var err error
 		resp, body, err = writeReq(context.Background(), base, tok, bytes.NewReader(bomb), int64(len(bomb)), true)
 		require.NoError(t, err)
 		return resp.StatusCode == http.StatusServiceUnavailable
-	}, 20*time.Second, 50*time.Millisecond, "the gzip body was never refused: last %d %s", statusOf(resp), body)
+	}, "the gzip body was never refused: last %d %s", statusOf(resp), body)
 	assert.Equal(t, "1", resp.Header.Get("Retry-After"))
 	code, msg := influxBody(t, string(body))
 	assert.Equal(t, "unavailable", code)
@@ -123,11 +123,11 @@ func TestWriteBodiesWithinTheMemoryBudget(t *testing.T) {
 		pw.CloseWithError(errors.New("holder gone"))
 	}
 	holders.Wait()
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		resp, body, err = writeReq(context.Background(), base, tok, bytes.NewReader(bomb), int64(len(bomb)), true)
 		require.NoError(t, err)
 		return resp.StatusCode == http.StatusForbidden
-	}, 20*time.Second, 50*time.Millisecond, "the budget was not given back: last %d %s", statusOf(resp), body)
+	}, "the budget was not given back: last %d %s", statusOf(resp), body)
 	assert.Contains(t, string(body), "device_not_allowed")
 }
 
@@ -158,7 +158,7 @@ func TestLineProtocolLargeBodyMappedInChunks(t *testing.T) {
 	letter, err := dl.NextMsg(10 * time.Second)
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(letter.Header.Get("Telemetry-Error"), fmt.Sprintf("line %d: ", good+1)), letter.Header.Get("Telemetry-Error"))
-	require.Eventually(t, func() bool {
+	waitFor(t, 100*time.Millisecond, func() bool {
 		var n int
 		for d := range 7 {
 			var l apiList
@@ -169,7 +169,7 @@ func TestLineProtocolLargeBodyMappedInChunks(t *testing.T) {
 			n += len(l.Readings)
 		}
 		return n == good
-	}, 20*time.Second, 100*time.Millisecond)
+	})
 }
 
 // heavyQuery is a PromQL range query that keeps the engine busy for
@@ -199,8 +199,7 @@ func TestOneTokensHeavyQueriesLeaveOthersServed(t *testing.T) {
 	code, body := httpPost(t, base+"/api/v2/write", f.tokens["writer"],
 		fmt.Sprintf("m,device=hv-1 v=1 %d\nm,device=dev-o v=2 %d\n", at, at))
 	require.Equal(t, http.StatusNoContent, code, body)
-	require.Eventually(t, func() bool { return latestCount(t, base, "dev-o", f.tokens["other"]) == 1 },
-		20*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-o", f.tokens["other"]) == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
@@ -306,7 +305,7 @@ func TestWriteAttackWithinMemoryLimit(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	base := "http://" + httpAddr
-	waitReadyz(t, base, time.Minute)
+	waitReadyz(t, base)
 	t.Logf("after start: RSS %d MiB", procStatus(t, cmd.Process.Pid, "VmRSS")>>10)
 
 	bomb := deniedBomb(t, 16<<20)
@@ -419,10 +418,10 @@ func TestPromQLAnswersAtTheQueryTimeout(t *testing.T) {
 	<-answered
 	<-answered
 	wg.Wait()
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		code, _, _, err := promGet(t, context.Background(), s.base, "/api/v1/query", url.Values{"query": {"1"}})
 		return err == nil && code == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "the share came back once the engine stopped")
+	}, "the share came back once the engine stopped")
 }
 
 // An aggregates query over a device with 250 value names is bounded:
@@ -450,11 +449,11 @@ func TestWideAggregatesStayWithinTheirShareAndStop(t *testing.T) {
 	code, body := s.post(t, "/api/v2/write", b.Bytes(), nil)
 	require.Equal(t, http.StatusNoContent, code, body)
 	from := end.Add(-time.Duration(n) * time.Minute)
-	require.Eventually(t, func() bool {
+	waitFor(t, 100*time.Millisecond, func() bool {
 		var l apiList
 		code, _ := s.get(t, fmt.Sprintf("/v1/devices/wide/readings?from=%d&limit=10000", from.UnixMilli()), &l)
 		return code == http.StatusOK && len(l.Readings) == n
-	}, 60*time.Second, 100*time.Millisecond)
+	})
 
 	perPage := int(s.budget.Queries / 4 / (names * 128))
 	q := url.Values{"from": {from.Format(time.RFC3339)}, "to": {end.Format(time.RFC3339)}, "interval": {"1m"}}

@@ -29,6 +29,7 @@ func runNATS(t *testing.T, port int, dir string) *server.Server {
 }
 
 func TestExternalNATSOutage(t *testing.T) {
+	t.Parallel()
 	natsDir := t.TempDir()
 	ns := runNATS(t, -1, natsDir)
 	port := ns.Addr().(*net.TCPAddr).Port
@@ -59,10 +60,10 @@ func TestExternalNATSOutage(t *testing.T) {
 
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		code, _ := s.get(t, "/readyz", nil)
 		return code == http.StatusServiceUnavailable
-	}, 10*time.Second, 50*time.Millisecond, "/readyz must report the outage")
+	}, "/readyz must report the outage")
 	time.Sleep(5 * time.Second)
 	code, body := s.get(t, "/readyz", nil)
 	assert.Equal(t, http.StatusServiceUnavailable, code, body)
@@ -75,6 +76,7 @@ func TestExternalNATSOutage(t *testing.T) {
 }
 
 func TestDamagedDayTable(t *testing.T) {
+	t.Parallel()
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	fs := threeDays([]string{"dev-1"})
@@ -118,9 +120,9 @@ func TestDamagedDayTable(t *testing.T) {
 
 	// Ingest into today keeps working.
 	s2.publish(t, "dev-1", `{"ts":`+strconv.FormatInt(testEpoch.Add(-time.Second).UnixMilli(), 10)+`,"temp":1}`)
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		var l apiList
 		code, _ := s2.get(t, "/v1/devices/dev-1/readings/latest?limit=1", &l)
 		return code == http.StatusOK && len(l.Readings) == 1 && l.Readings[0].Values["temp"] == float64(1)
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 }

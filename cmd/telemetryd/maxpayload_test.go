@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
@@ -44,7 +43,7 @@ func TestExternalNATSMaxPayloadWarning(t *testing.T) {
 				m.log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testLogWriter(t)), nil))
 			})
 			if tc.warns {
-				require.Eventually(t, func() bool { return strings.Contains(logs.String(), warning) }, 10*time.Second, 10*time.Millisecond)
+				waitFor(t, 10*time.Millisecond, func() bool { return strings.Contains(logs.String(), warning) })
 				assert.Contains(t, logs.String(), `max_payload="1.0 MiB"`)
 				assert.Equal(t, 1, strings.Count(logs.String(), warning), "warned once, by the main connection")
 				return

@@ -47,7 +47,7 @@ func TestServiceMemoryThirtyDays(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	base := "http://" + httpAddr
-	waitReadyz(t, base, time.Minute)
+	waitReadyz(t, base)
 	t.Logf("after start: RSS %d MiB", procStatus(t, cmd.Process.Pid, "VmRSS")>>10)
 
 	start := time.Now()
@@ -102,18 +102,17 @@ func fillStore(t testing.TB, dir string, first, last buckets.Day, perDay, device
 	require.NoError(t, s.Write(context.Background(), batch))
 }
 
-// waitReadyz polls base's /readyz until it answers 200, failing the
-// test after within.
-func waitReadyz(t *testing.T, base string, within time.Duration) {
+// waitReadyz polls base's /readyz until it answers 200 (waitFor).
+func waitReadyz(t *testing.T, base string) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, within, 50*time.Millisecond, "%s/readyz never answered 200", base)
+	}, "%s/readyz never answered 200", base)
 }
 
 func freeLoopback(t *testing.T) string {

@@ -279,6 +279,7 @@ func TestMosquittoPub(t *testing.T) {
 // is not stored; with QoS 1 nothing can persist it, so it is never
 // acknowledged and the connection is closed.
 func TestMQTTOtherTopicsStoreNothing(t *testing.T) {
+	t.Parallel()
 	s := startService(t, newTestConfig(t))
 	c := newMQTTClient(t, s, "stray")
 	tok := c.Publish("elsewhere/dev-1", 1, false, `{"temp":1}`)

@@ -87,7 +87,7 @@ func TestQueriesWithinMemoryLimit(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	base := "http://" + httpAddr
-	waitReadyz(t, base, 2*time.Minute)
+	waitReadyz(t, base)
 	t.Logf("after start: RSS %d MiB", procStatus(t, cmd.Process.Pid, "VmRSS")>>10)
 
 	path := func(i int) string {

@@ -65,6 +65,7 @@ type shellBlock struct {
 // /mnt/backup) under a temporary root, and `go run PKG` at binaries
 // built once.
 func TestReadmeQuickStart(t *testing.T) {
+	t.Parallel()
 	for _, tool := range []string{"curl", "mosquitto_pub", "git"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed (.ci/run installs it)", tool)

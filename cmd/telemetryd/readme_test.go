@@ -273,10 +273,10 @@ func TestReadmeMetrics(t *testing.T) {
 
 	family := regexp.MustCompile(`\b((?:telemetry|http_server)_[a-z_]+)(?:\{([a-z_,]+)\})?`)
 	otelName := regexp.MustCompile("`(telemetry\\.[a-z_.]+)`")
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		mfs := scrape(t, s)
 		return mfs["telemetry_ingest_redeliveries_total"] != nil && mfs["telemetry_ingest_lag_seconds"] != nil
-	}, 15*time.Second, 50*time.Millisecond, "the workload moves the redelivery counter and the lag histogram")
+	}, "the workload moves the redelivery counter and the lag histogram")
 	mfs := scrape(t, s)
 	var exported []string
 	for name := range mfs {

@@ -32,6 +32,7 @@ func publishDay(t *testing.T, s *testService, dev string, at time.Time, first, n
 // ever acked: those of the damaged table come back from what is
 // readable of it and from the stream, the held ones are committed.
 func TestDamagedTableRepaired(t *testing.T) {
+	t.Parallel()
 	at := testEpoch.Add(-3 * time.Hour)
 	day := buckets.DayOf(buckets.MustTicks(at))
 	damaged := func(t *testing.T) (Config, *testService) {
@@ -46,8 +47,7 @@ func TestDamagedTableRepaired(t *testing.T) {
 	t.Run("by the running service", func(t *testing.T) {
 		_, s := damaged(t)
 		publishDay(t, s, "dev-r", at, 200, 300)
-		require.Eventually(t, func() bool { code, _ := s.readyz(t); return code == http.StatusServiceUnavailable },
-			20*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { code, _ := s.readyz(t); return code == http.StatusServiceUnavailable })
 		code, body := s.post(t, "/v1/tables/"+day.String()+"/repair", nil, nil)
 		require.Equal(t, http.StatusOK, code, body)
 		var rep api.TableRepair
@@ -60,8 +60,7 @@ func TestDamagedTableRepaired(t *testing.T) {
 	t.Run("by telemetryd repair", func(t *testing.T) {
 		cfg, s := damaged(t)
 		publishDay(t, s, "dev-r", at, 200, 300)
-		require.Eventually(t, func() bool { code, _ := s.readyz(t); return code == http.StatusServiceUnavailable },
-			20*time.Second, 50*time.Millisecond)
+		waitFor(t, 50*time.Millisecond, func() bool { code, _ := s.readyz(t); return code == http.StatusServiceUnavailable })
 		s.stop(t)
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), []string{"repair", "-day", day.String(), "-data-dir", cfg.DataDir}, envMap(nil), &stdout, &stderr)

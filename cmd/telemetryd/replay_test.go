@@ -32,6 +32,7 @@ type sentMsg struct {
 // before the drop comes back, every other reading is stored, and none
 // is stored twice.
 func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
+	t.Parallel()
 	cfg := newTestConfig(t)
 	cfg.StreamPartitions = 1 // every device's messages in TELEMETRY_0
 	s := startService(t, cfg)
@@ -79,7 +80,7 @@ func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
 		}
 	}()
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(sent) }
-	require.Eventually(t, func() bool { return count() > 300 }, 20*time.Second, 10*time.Millisecond)
+	waitFor(t, 10*time.Millisecond, func() bool { return count() > 300 })
 	time.Sleep(1500 * time.Millisecond) // let a stream position be saved
 
 	ctx := context.Background()
@@ -94,20 +95,20 @@ func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
 	dropEnd := time.Now()
 
 	n := count()
-	require.Eventually(t, func() bool { return count() > n+300 }, 20*time.Second, 10*time.Millisecond)
+	waitFor(t, 10*time.Millisecond, func() bool { return count() > n+300 })
 	close(stop)
 	<-pubDone
 
 	// The consumer was created again, after the saved position.
 	var info *jetstream.ConsumerInfo
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		c, err := s.js.Consumer(ctx, "TELEMETRY_0", "ingest")
 		if err != nil {
 			return false
 		}
 		info, err = c.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 30*time.Second, 50*time.Millisecond, "consumer not recreated or not drained")
+	}, "consumer not recreated or not drained")
 	assert.Equal(t, jetstream.DeliverByStartSequencePolicy, info.Config.DeliverPolicy)
 	assert.Greater(t, info.Config.OptStartSeq, uint64(100), "a recreated consumer must not replay the stream from its beginning")
 
@@ -134,10 +135,10 @@ func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
 	for _, d := range devices {
 		require.NotEmpty(t, gone[d], "the test needs readings of the dropped day from before the drop")
 		var got []apiReading
-		require.Eventually(t, func() bool {
+		waitFor(t, 100*time.Millisecond, func() bool {
 			got = pageAll(t, s, d, "asc", 10000, url.Values{"from": {from}, "to": {to}})
 			return len(got) >= len(want[d])
-		}, 30*time.Second, 100*time.Millisecond, "device %s: want at least %d readings", d, len(want[d]))
+		}, "device %s: want at least %d readings", d, len(want[d]))
 		seen := map[string]bool{}
 		missing := len(want[d])
 		for _, r := range got {

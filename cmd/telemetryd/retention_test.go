@@ -60,6 +60,7 @@ func (s *testService) do(t *testing.T, method, path string) (int, string) {
 // readings pour into today and queries sweep every day. Run it with
 // -race too: go test -race -run TestDropDays ./cmd/telemetryd
 func TestDropDaysWhileIngestingAndQuerying(t *testing.T) {
+	t.Parallel()
 	s := startService(t, newTestConfig(t))
 	perDay := 1000
 	fillDays(t, s, "dev-r", []int{4, 3, 2, 1}, perDay)
@@ -231,10 +232,10 @@ func TestRetentionRunsAtStartAndOnRequest(t *testing.T) {
 	s = startService(t, cfg)
 	today := testEpoch.Truncate(24 * time.Hour)
 	day := func(back int) string { return today.AddDate(0, 0, -back).Format("2006-01-02") }
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		_, body := s.get(t, "/v1/tables", nil)
 		return !strings.Contains(body, day(2))
-	}, 10*time.Second, 20*time.Millisecond, "the retention run at start drops the expired day")
+	}, "the retention run at start drops the expired day")
 	_, body := s.get(t, "/v1/tables", nil)
 	assert.Contains(t, body, day(1))
 	assert.Contains(t, body, day(0))

@@ -102,15 +102,15 @@ func TestStartRefusesExposedListenersWithoutAuth(t *testing.T) {
 		}()
 		var code int
 		exited := false
-		require.Eventually(t, func() bool {
+		waitFor(t, 20*time.Millisecond, func() bool {
 			select {
-			case code = <-done: // a failed start ends the wait at once
+			case code = <-done:
 				exited = true
 				return true
 			default:
 				return strings.Contains(errb.String(), "telemetryd started")
 			}
-		}, 30*time.Second, 20*time.Millisecond, "log: %s", errb)
+		}, "log: %s", errb)
 		require.False(t, exited, "exited with %d: %s", code, errb)
 		cancel()
 		assert.Equal(t, 0, <-done)
@@ -183,6 +183,7 @@ func deniedCount(t *testing.T, base, token, reason string) int {
 }
 
 func TestNATSDeviceAuth(t *testing.T) {
+	t.Parallel()
 	m, f := newAuthService(t)
 	base := "http://" + m.HTTPAddr()
 	url := m.NATSURL()
@@ -206,7 +207,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 	defer cancel()
 	_, err = js1.Publish(ctx, "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":1}`, now.Format(time.RFC3339Nano)))
 	require.NoError(t, err, "a device publishes its own readings")
-	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 })
 
 	t.Run("publish as another device stores nothing and is counted", func(t *testing.T) {
 		before := deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish)
@@ -217,7 +218,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 		defer cancelShort()
 		_, err := js1.Publish(short, "telemetry.dev-2", []byte(`{"temp":67}`), jetstream.WithRetryAttempts(0))
 		require.Error(t, err, "no ack for a denied publish")
-		require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish) >= before+2 }, 30*time.Second, 20*time.Millisecond)
+		waitFor(t, 20*time.Millisecond, func() bool { return deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish) >= before+2 })
 		assert.Equal(t, 0, latestCount(t, base, "dev-2", f.tokens["all"]), "nothing stored for dev-2")
 		short2, cancelShort2 := context.WithTimeout(ctx, 2*time.Second)
 		defer cancelShort2()
@@ -254,7 +255,7 @@ func TestNATSDeviceAuth(t *testing.T) {
 		// The service still ingests: the stream and consumer are intact.
 		_, err = js1.Publish(ctx, "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":2}`, now.Add(time.Second).Format(time.RFC3339Nano)))
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 }, 10*time.Second, 20*time.Millisecond)
+		waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 })
 	})
 
 	t.Run("a device removed from the file is refused after reload; others stay", func(t *testing.T) {
@@ -263,14 +264,14 @@ func TestNATSDeviceAuth(t *testing.T) {
 		defer nc2.Close()
 		authCLI(t, f.path, "revoke", "dev-2")
 		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
-		require.Eventually(t, func() bool { return !nc2.IsConnected() }, 10*time.Second, 20*time.Millisecond,
+		waitFor(t, 20*time.Millisecond, func() bool { return !nc2.IsConnected() },
 			"the removed device is disconnected")
 		_, _, err = deviceConn(url, "dev-2", f.devices["dev-2"], nats.MaxReconnects(0))
 		require.Error(t, err, "and refused at its next connect")
 		assert.True(t, nc1.IsConnected(), "dev-1 stays connected")
 		_, err = js1.Publish(ctx, "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":3}`, now.Add(2*time.Second).Format(time.RFC3339Nano)))
 		require.NoError(t, err, "and keeps publishing")
-		require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 3 }, 10*time.Second, 20*time.Millisecond)
+		waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 3 })
 	})
 }
 
@@ -284,7 +285,7 @@ func TestHTTPAuthService(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Publish(t.Context(), "telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"temp":1}`, m.now().UTC().Format(time.RFC3339Nano)))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 })
 
 	code, _ := httpDo(t, nil, http.MethodGet, base+"/v1/devices/dev-1/readings/latest", "")
 	assert.Equal(t, http.StatusUnauthorized, code, "no token")
@@ -313,10 +314,10 @@ func TestHTTPAuthService(t *testing.T) {
 
 	t.Run("a token added to the file works after the poll", func(t *testing.T) {
 		secret := authCLI(t, f.path, "add-token", "late", "-scopes", "read")
-		require.Eventually(t, func() bool {
+		waitFor(t, 100*time.Millisecond, func() bool {
 			code, _ := httpDo(t, nil, http.MethodGet, base+"/v1/tables", secret)
 			return code == http.StatusOK
-		}, 10*time.Second, 100*time.Millisecond)
+		})
 	})
 }
 
@@ -356,7 +357,7 @@ func TestNATSGatewayPublishAs(t *testing.T) {
 	require.NoError(t, nc.Publish("telemetry.dev-1", fmt.Appendf(nil, `{"ts":%q,"v":1}`, ts)))
 	waitAsyncError(t, errs, `Permissions Violation for Publish to "`+storedSubject("dev-1")+`"`) // the subject the server mapped it to
 	for _, dev := range []string{"gw-1", "sim-1", "sim-2"} {
-		require.Eventually(t, func() bool { return latestCount(t, base, dev, f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond, dev)
+		waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, dev, f.tokens["all"]) == 1 }, dev)
 	}
 	assert.Equal(t, 0, latestCount(t, base, "dev-1", f.tokens["all"]))
 	assert.Contains(t, authCLI(t, f.path, "list"), "gw-1,sim-1,sim-2")
@@ -389,9 +390,9 @@ func TestWriteAndDashboardAuth(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, write("/write?db=d", basic("telegraf", f.tokens["writer"]), line("dev-1", 2)), "Basic, token as password")
 	assert.Equal(t, http.StatusNoContent, write("/api/v2/write?bucket=b", "Bearer "+f.tokens["writer"], line("sim-1", 3)), "Bearer")
 	assert.Equal(t, http.StatusUnauthorized, write("/write?db=d", basic("telegraf", "wrong-secret-0123456789"), line("dev-1", 4)))
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 && latestCount(t, base, "sim-1", f.tokens["all"]) == 1
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 
 	get := func(path, token string) (int, string) { return httpDo(t, nil, http.MethodGet, base+path, token) }
 	code, body := get("/api/v1/label/device/values", f.tokens["all"])

@@ -129,10 +129,10 @@ func TestStartAfterRestoreLogsCalmly(t *testing.T) {
 		s.publish(t, d, fmt.Sprintf(`{"ts":%q,"v":1}`, testEpoch.Add(-time.Minute).Format(time.RFC3339Nano)))
 	}
 	for _, d := range devices {
-		require.Eventually(t, func() bool {
+		waitFor(t, 20*time.Millisecond, func() bool {
 			code, _ := s.get(t, "/v1/devices/"+d, nil)
 			return code == http.StatusOK
-		}, 10*time.Second, 20*time.Millisecond, d)
+		}, d)
 	}
 	s.stop(t) // saves the stream positions
 
@@ -148,7 +148,7 @@ func TestStartAfterRestoreLogsCalmly(t *testing.T) {
 		c := cfg
 		c.DataDir = dir
 		s := startService(t, c, withLogs(&buf))
-		require.Eventually(t, func() bool { return strings.Contains(buf.String(), "msg=consuming") }, 20*time.Second, 10*time.Millisecond)
+		waitFor(t, 10*time.Millisecond, func() bool { return strings.Contains(buf.String(), "msg=consuming") })
 		return s, logLines(buf.String())
 	}
 	s2, lines := startLogged(restored)

@@ -69,7 +69,7 @@ func TestStartupLogsOneLinePerConcern(t *testing.T) {
 	s := startService(t, cfg, withLogs(&buf))
 	count := map[string]int{}
 	var started logLine
-	require.Eventually(t, func() bool { return strings.Contains(buf.String(), "msg=consuming") }, 20*time.Second, 10*time.Millisecond)
+	waitFor(t, 10*time.Millisecond, func() bool { return strings.Contains(buf.String(), "msg=consuming") })
 	for _, l := range logLines(buf.String()) {
 		assert.NotEqual(t, "ERROR", l.level, l.raw)
 		assert.NotEqual(t, "WARN", l.level, l.raw)
@@ -198,9 +198,9 @@ func TestClientMistakesLoggedOnceAsWarnings(t *testing.T) {
 	assert.Equal(t, []byte{0x20, 0x02, 0x00, 0x05}, mqttConnect("\x00\x04MQTT\x04\xc2\x00\x3c\x00\x03cid\x00\x05dev-1\x00\x05wrong"),
 		"CONNACK: not authorized")
 
-	require.Eventually(t, func() bool {
+	waitFor(t, 10*time.Millisecond, func() bool {
 		return strings.Contains(buf.String(), "login refused") && strings.Contains(buf.String(), "MQTT 3.1.1")
-	}, 10*time.Second, 10*time.Millisecond, "%s", &buf)
+	}, "%s", &buf)
 	var refused, mqtt5 int
 	for _, l := range logLines(buf.String()) {
 		assert.NotEqual(t, "ERROR", l.level, l.raw)

@@ -41,7 +41,7 @@ func TestTraceContextFromPublisherToStoreCommit(t *testing.T) {
 	require.NoError(t, err)
 
 	var batch, commit tracetest.SpanStub
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		batch, commit = tracetest.SpanStub{}, tracetest.SpanStub{}
 		for _, sp := range exp.GetSpans() {
 			if sp.Name == "ingest.batch" && slices.ContainsFunc(sp.Links, func(l sdktrace.Link) bool { return l.SpanContext.TraceID() == traceID }) {
@@ -54,16 +54,16 @@ func TestTraceContextFromPublisherToStoreCommit(t *testing.T) {
 			}
 		}
 		return commit.Name != ""
-	}, 10*time.Second, 20*time.Millisecond, "no ingest.batch span linked to the publisher's trace with a store.commit child")
+	}, "no ingest.batch span linked to the publisher's trace with a store.commit child")
 	assert.Equal(t, batch.SpanContext.TraceID(), commit.SpanContext.TraceID())
 
 	// An HTTP request is a server span too.
 	s.get(t, "/v1/devices/dev-tr/readings/latest", nil)
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		return slices.ContainsFunc(exp.GetSpans(), func(sp tracetest.SpanStub) bool {
 			return sp.SpanKind == trace.SpanKindServer && strings.Contains(sp.Name, "/v1/devices/{device}/readings/latest")
 		})
-	}, 5*time.Second, 20*time.Millisecond)
+	})
 }
 
 // scrape parses the service's /metrics.
@@ -132,7 +132,7 @@ func TestMetricsCountReadingsByOutcomeAndCode(t *testing.T) {
 		{map[string]string{"outcome": "rejected", "code": "invalid_payload"}, 1},
 	}
 	var mfs map[string]*dto.MetricFamily
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		mfs = scrape(t, s)
 		for _, w := range want {
 			if got, _ := sample(mfs, "telemetry_ingest_readings_total", w.labels); got != w.n {
@@ -141,7 +141,7 @@ func TestMetricsCountReadingsByOutcomeAndCode(t *testing.T) {
 		}
 		acked, _ := sample(mfs, "telemetry_ingest_messages_total", map[string]string{"outcome": "acked"})
 		return acked == 2
-	}, 10*time.Second, 50*time.Millisecond)
+	})
 	for _, w := range want {
 		got, ok := sample(mfs, "telemetry_ingest_readings_total", w.labels)
 		assert.True(t, ok, "%v", w.labels)

@@ -122,10 +122,10 @@ func TestTLSEverywhere(t *testing.T) {
 
 	base := "https://" + m.HTTPAddr()
 	for _, dev := range []string{"dev-1", "dev-2"} {
-		require.Eventually(t, func() bool {
+		waitFor(t, 50*time.Millisecond, func() bool {
 			code, body := httpDo(t, https, http.MethodGet, base+"/v1/devices/"+dev+"/readings/latest", f.tokens["all"])
 			return code == http.StatusOK && strings.Contains(body, `"partitionKey"`)
-		}, 10*time.Second, 50*time.Millisecond, "%s's reading stored", dev)
+		}, "%s's reading stored", dev)
 	}
 }
 
@@ -162,7 +162,7 @@ func TestMQTTDeviceAuth(t *testing.T) {
 	pub := c.Publish("telemetry/dev-1", 1, false, fmt.Sprintf(`{"ts":%q,"temp":1}`, ts.Format(time.RFC3339Nano)))
 	require.True(t, pub.WaitTimeout(10*time.Second))
 	require.NoError(t, pub.Error())
-	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 }, 10*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 1 })
 	cz, err := m.nats.NATS().Connz(&server.ConnzOptions{Account: natsembed.MQTTAccount, Username: true})
 	require.NoError(t, err)
 	require.Len(t, cz.Conns, 2, "the device and the service's forwarder are in the MQTT account")
@@ -173,13 +173,13 @@ func TestMQTTDeviceAuth(t *testing.T) {
 	require.NoError(t, err)
 	pub = c2.Publish("telemetry/dev-2", 1, false, fmt.Sprintf(`{"ts":%q,"temp":66}`, ts.Format(time.RFC3339Nano)))
 	pub.WaitTimeout(3 * time.Second) // the server may drop the client instead of acking
-	require.Eventually(t, func() bool { return deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish) > before }, 10*time.Second, 20*time.Millisecond,
+	waitFor(t, 20*time.Millisecond, func() bool { return deniedCount(t, base, f.tokens["metrics"], natsembed.DeniedPublish) > before },
 		"the denied publish is counted")
 	// A later, allowed reading of dev-1 is stored: the denied one had its
 	// chance to be stored before it.
 	pub = c.Publish("telemetry/dev-1", 1, false, fmt.Sprintf(`{"ts":%q,"temp":2}`, ts.Add(time.Second).Format(time.RFC3339Nano)))
 	require.True(t, pub.WaitTimeout(10*time.Second))
 	require.NoError(t, pub.Error())
-	require.Eventually(t, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 }, 10*time.Second, 20*time.Millisecond)
+	waitFor(t, 20*time.Millisecond, func() bool { return latestCount(t, base, "dev-1", f.tokens["all"]) == 2 })
 	assert.Equal(t, 0, latestCount(t, base, "dev-2", f.tokens["all"]), "nothing stored for dev-2")
 }

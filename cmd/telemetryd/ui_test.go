@@ -470,10 +470,10 @@ func TestUIAttributesInChromium(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, string(b)
 	}
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		code, _ := send(http.MethodGet, "/readyz", "", "")
 		return code == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond, "service never became ready")
+	}, "service never became ready")
 
 	// Each device sends an hour of readings, once a minute, up to its
 	// last reading: now for four of them, 40 min and 3 h ago for the
@@ -502,7 +502,7 @@ func TestUIAttributesInChromium(t *testing.T) {
 		nc.Close()
 		require.NoError(t, err, dev)
 	}
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		var l struct {
 			Devices []struct {
 				Device   string    `json:"device"`
@@ -519,7 +519,7 @@ func TestUIAttributesInChromium(t *testing.T) {
 			}
 		}
 		return true
-	}, 30*time.Second, 50*time.Millisecond, "the readings were never stored")
+	}, "the readings were never stored")
 
 	// The attributes, set as an operator would.
 	attrs := map[string]map[string]string{

@@ -44,10 +44,10 @@ func TestUpgradeFromTheOneStreamKeepsEveryReading(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		_, err := s.js.Stream(ctx, "TELEMETRY")
 		return err != nil
-	}, 20*time.Second, 50*time.Millisecond, "the old stream was not deleted once drained")
+	}, "the old stream was not deleted once drained")
 	names := readingStreams(t, s.js)
 	assert.Len(t, names, DefaultStreamPartitions)
 	assert.NotContains(t, names, "TELEMETRY")
@@ -92,10 +92,10 @@ func TestBackupRestoreAcrossTheUpgrade(t *testing.T) {
 		require.Equal(t, streamOf(d), ack.Stream, "published after the upgrade into the partition's stream")
 		after[d] = ts
 	}
-	require.Eventually(t, func() bool {
+	waitFor(t, 50*time.Millisecond, func() bool {
 		_, err := js.Stream(context.Background(), "TELEMETRY")
 		return errors.Is(err, jetstream.ErrStreamNotFound)
-	}, 30*time.Second, 50*time.Millisecond, "the one stream was not drained and deleted")
+	}, "the one stream was not drained and deleted")
 
 	for _, d := range devices {
 		requireEachOnce(t, s2, d, append(slices.Clone(b.acked.ts[d]), after[d]))

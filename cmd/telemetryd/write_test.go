@@ -347,7 +347,7 @@ func TestLineProtocolRetryStoresOnce(t *testing.T) {
 	// content's ID (ingest/lpwire): an identical retry publishes nothing.
 	assert.Equal(t, r1, r2, "an identical retry is suppressed")
 	assert.Equal(t, d1, d2, "a retried request adds no second dead letter")
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		for _, name := range readingStreams(t, s.js) {
@@ -360,7 +360,7 @@ func TestLineProtocolRetryStoresOnce(t *testing.T) {
 			}
 		}
 		return true
-	}, 20*time.Second, 20*time.Millisecond, "the retries were never consumed")
+	}, "the retries were never consumed")
 	for d := range 5 {
 		rs := pageAll(t, s, fmt.Sprintf("retry-%d", d), "asc", 1000, url.Values{})
 		require.Len(t, rs, 10, "a retried request stores once")
@@ -429,9 +429,9 @@ func TestLineProtocolWriteAuth(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	assert.Equal(t, http.StatusNoContent, res.StatusCode)
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		return latestCount(t, s.base, "other", f.tokens["reader"]) == 1 && latestCount(t, s.base, "sim-1", f.tokens["reader"]) == 1
-	}, 20*time.Second, 20*time.Millisecond)
+	})
 }
 
 // TestLineProtocolPublishesOnItsOwnConnection checks that the write
@@ -453,10 +453,10 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 	require.Contains(t, byName, "telemetryd")
 	assert.NotEqual(t, byName["telemetryd"].Cid, byName["telemetryd-writes"].Cid)
 	assert.GreaterOrEqual(t, byName["telemetryd-writes"].InMsgs, int64(1), "the write was published on the door's connection")
-	require.Eventually(t, func() bool {
+	waitFor(t, 20*time.Millisecond, func() bool {
 		code, _ := s.point(t, "own-conn", at)
 		return code == http.StatusOK
-	}, 10*time.Second, 20*time.Millisecond)
+	})
 }
 
 // TestLineWriteIsOneMessagePerPartition: the readings of one line
