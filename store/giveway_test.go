@@ -25,16 +25,16 @@ func TestCompactorGivesWayOnlyWhileQueriesCome(t *testing.T) {
 		assert.Empty(t, *pauses)
 	})
 
-	t.Run("a recent query: pauses as long as it merged", func(t *testing.T) {
+	t.Run("a recent query: pauses once per giveWayEvery of merging", func(t *testing.T) {
 		q := &queryClock{}
 		q.last.Store(int64(base))
 		g, pauses := newTestGiveWay(q, base)
 		assert.False(t, g.between(base+giveWayEvery-1), "the run is shorter than giveWayEvery")
 		assert.True(t, g.between(base+3*time.Millisecond), "a run of 3 ms while a query came")
 		g.since = base + 4*time.Millisecond
-		q.last.Store(int64(base + time.Second)) // queries still come
-		assert.True(t, g.between(base+4*time.Millisecond+time.Second), "a run of a second")
-		assert.Equal(t, []time.Duration{3 * time.Millisecond, maxGiveWayPause}, *pauses, "as long as the run, at most maxGiveWayPause")
+		assert.False(t, g.between(base+5*time.Millisecond), "a new run, shorter than giveWayEvery")
+		assert.True(t, g.between(base+6*time.Millisecond), "a second run of giveWayEvery")
+		assert.Equal(t, []time.Duration{giveWayPause, giveWayPause}, *pauses)
 	})
 
 	t.Run("a query older than the window: no pause", func(t *testing.T) {
