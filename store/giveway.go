@@ -16,11 +16,11 @@ import (
 // waited 10-50 ms to be scheduled. While queries come (one began in the
 // last queryWindow), the compactor therefore pauses for giveWayPause
 // between two merges once it merged for giveWayEvery: its processor,
-// out of work, picks up waiting requests. It still merges at least two
-// thirds of the time, so steady queries slow the merges down but never
-// stop them, and without queries it never pauses. (Pausing as long as
-// it merged, up to 8 ms, measured worse: the backlog then lasted
-// through more of the requests.)
+// out of work, picks up waiting requests. Steady queries slow the
+// merges down (by a third, more when a loaded machine makes the pauses
+// overrun) but never stop them, and without queries the compactor
+// never pauses. Pausing as long as it merged, up to 8 ms, measured
+// worse than not pausing at all (BENCHMARKS.md history).
 
 const (
 	// queryWindow is how long after a query began the compactor
