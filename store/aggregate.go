@@ -80,7 +80,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 // aggregateDay adds the readings of the table of d in [lo, hi) to agg;
 // done says that the page is complete.
 func (s *Store) aggregateDay(ctx context.Context, agg *aggregator, d buckets.Day, lo, hi buckets.Ticks) (done bool, err error) {
-	t, err := s.acquire(ctx, d, forRead)
+	t, err := s.acquireQuery(ctx, d)
 	if err != nil || t == nil {
 		return false, err
 	}

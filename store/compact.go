@@ -394,7 +394,9 @@ func (s *Store) compactTable(t *table, full bool) error {
 	devs = slices.Compact(devs)
 	var first error
 	failed := 0
+	gw := s.newGiveWay()
 	for i, dev := range devs {
+		gw.between(monoNow())
 		if s.stopping() && !full {
 			t.noteUrgent(devs[i:])
 			return errStopping

@@ -80,7 +80,7 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 		}
 		return buckets.Reading{}, notFound
 	}
-	t, err := s.acquire(ctx, buckets.DayOf(k), forRead)
+	t, err := s.acquireQuery(ctx, buckets.DayOf(k))
 	if err != nil {
 		return buckets.Reading{}, err
 	}
@@ -127,7 +127,7 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 	days := s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), order)
 	out, vals := answerIn(buf, limit)
 	for _, d := range days {
-		t, err := s.acquire(ctx, d, forRead)
+		t, err := s.acquireQuery(ctx, d)
 		if err != nil {
 			return nil, err
 		}

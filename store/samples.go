@@ -38,7 +38,7 @@ func (s *Store) Samples(ctx context.Context, dev buckets.DeviceID, from, to buck
 	sc := scanners.Get().(*block.Scanner)
 	defer scanners.Put(sc)
 	for _, d := range s.daysBetween(buckets.DayOf(from), buckets.DayOf(to-1), buckets.Asc) {
-		t, err := s.acquire(ctx, d, forRead)
+		t, err := s.acquireQuery(ctx, d)
 		if err != nil {
 			return err
 		}

@@ -88,6 +88,7 @@ type Store struct {
 	deletes   deviceTombs                  // deleted devices (delete.go)
 	rollups   *rollState                   // rollups (rollups.go); its set is nil when they are off
 	settles   *settleQueue                 // tables the compactor settles before they close (settle.go)
+	queries   queryClock                   // when the last query began (giveway.go)
 	cols      *colcache.Cache[*blockList]  // decoded columns and block lists for aggregates; nil when off
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
