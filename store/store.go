@@ -89,7 +89,7 @@ type Store struct {
 	rollups   *rollState                   // rollups (rollups.go); its set is nil when they are off
 	settles   *settleQueue                 // tables the compactor settles before they close (settle.go)
 	cols      *colcache.Cache[*blockList]  // decoded columns and block lists for aggregates; nil when off
-	watch     watcher                      // told of changes to readings (watch.go)
+	watch     watchers                     // told of changes to readings (watch.go)
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 

@@ -35,7 +35,7 @@ func TestWatchTellsCommitsAndRemovals(t *testing.T) {
 	ts := newTestStore(t)
 	ctx := context.Background()
 	w := &recordingWatcher{}
-	ts.Watch(w)
+	stop := ts.Watch(w.Committed, w.Removed)
 
 	// Two days in one write: one commit per day table, each after it
 	// committed.
@@ -63,7 +63,7 @@ func TestWatchTellsCommitsAndRemovals(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []buckets.DeviceID{"dev-a", ""}, w.removed)
 
-	ts.Watch(nil)
+	stop()
 	ts.write(t, reading("dev-c", dayTick(today, 2*time.Hour), "temp", 4.0))
 	assert.Len(t, w.committed, 3)
 }
