@@ -122,6 +122,10 @@ func New(cfg Config) (*API, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
+	if w, ok := cfg.Source.(watchable); ok {
+		a.q.live = newLiveWindow(a.now, a.q.lookback)
+		w.Watch(a.q.live.committed, a.q.live.removed)
+	}
 	a.engine = promql.NewEngine(promql.EngineOpts{
 		Logger:                   a.log,
 		MaxSamples:               orDefault(cfg.MaxSamples, DefaultMaxSamples),

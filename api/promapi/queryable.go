@@ -97,6 +97,10 @@ type queryable struct {
 	// recent is the cache of recent reads the queries of SharedReads
 	// batches use; nil: none.
 	recent *recentReads
+	// live holds the recent samples of the devices the batches read,
+	// following the store's commits; nil when the source does not tell
+	// of them (watchable).
+	live *liveWindow
 }
 
 var _ storage.Queryable = (*queryable)(nil)

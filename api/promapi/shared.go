@@ -278,8 +278,16 @@ func (q *queryable) sharedSelect(h *storage.SelectHints, mint, maxt int64) bool 
 // plain selector (no range) gets only the newest: an instant query
 // uses no other.
 func (s *seriesSet) sharedIter(ref seriesRef) seekingIter[int64] {
-	sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback - recentMargin), to: ticksOf(s.maxt) + 10000}
-	buf, err := s.q.recent.take(s.ctx, s.q.src.(SampleReader), sp, ref.lastSeen, ref.name)
+	var buf []sample
+	var err error
+	ok := false
+	if s.q.live != nil {
+		buf, ok, err = s.q.live.take(s.ctx, s.q.src, ref.dev, ticksOf(s.mint), ticksOf(s.maxt)+10000, ref.name)
+	}
+	if !ok && err == nil {
+		sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback - recentMargin), to: ticksOf(s.maxt) + 10000}
+		buf, err = s.q.recent.take(s.ctx, s.q.src.(SampleReader), sp, ref.lastSeen, ref.name)
+	}
 	// A few samples, mostly all wanted: scan from the newest.
 	hi := len(buf)
 	for hi > 0 && buf[hi-1].t > s.maxt {
