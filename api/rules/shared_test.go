@@ -79,7 +79,7 @@ func TestThresholdsAnswerAsTheEngine(t *testing.T) {
 		return api.Instant(ctx, expr, ts)
 	}
 	exprs := []string{
-		`temp > 30`, `temp >= 35`, `30 < temp`, `35 == temp`, `temp != 35`, `temp <= -5`,
+		`temp > 30`, `temp > 35`, `temp < 35`, `temp >= 35`, `30 < temp`, `35 > temp`, `35 == temp`, `temp != 35`, `temp <= -5`,
 		`avg_over_time(temp[1m]) > 20`, `-temp < -30`, `(temp) > 0`, `avg by (fleet) (temp) > 10`,
 		`time() - timestamp(temp) > 10`, `humidity > 82`, `absent(nothing) >= 1`,
 	}
@@ -88,7 +88,7 @@ func TestThresholdsAnswerAsTheEngine(t *testing.T) {
 		queried[expr]++
 		return query(ctx, expr, ts)
 	}
-	for _, at := range []time.Duration{0, 45 * time.Second, time.Minute, 75 * time.Second, 10 * time.Minute} {
+	for _, at := range []time.Duration{0, 30 * time.Second, 45 * time.Second, time.Minute, 75 * time.Second, 10 * time.Minute} {
 		ts := t0.Add(at)
 		ops := operands{}
 		clear(queried)
