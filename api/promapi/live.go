@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -18,8 +20,9 @@ type watchable interface {
 
 // Bounds of the live window.
 const (
-	// liveMaxSamples bounds the samples and reading times the live
-	// window holds (about 24 bytes each); past it, devices are no
+	// liveMaxSamples bounds the samples, reading times, series labels
+	// and devices the live window holds (about 24 bytes each, more for
+	// labels); past it, devices are no
 	// longer added (their selects read the store) until idle ones are
 	// swept out.
 	liveMaxSamples = 4 << 20
@@ -60,6 +63,39 @@ type liveDevice struct {
 	cols    map[string]*liveCol
 	n       int   // samples and times held
 	touched int64 // ms of the clock at the last commit or read
+	// labels are the labels of the device's series that selects
+	// matched, with the attributes they were made of.
+	labels []liveLabels
+}
+
+type liveLabels struct {
+	name  string
+	attrs buckets.Attributes
+	lset  labels.Labels
+}
+
+// labelsOf is seriesLabels(name, d), made again only when d's
+// attributes changed since it was last made; w.mu is held. Each kept
+// counts as a sample towards the window's bound.
+func (w *liveWindow) labelsOf(e *liveDevice, name string, d *buckets.DeviceInfo) labels.Labels {
+	for i := range e.labels {
+		l := &e.labels[i]
+		if l.name != name {
+			continue
+		}
+		if !slices.Equal(l.attrs, d.Attributes) {
+			l.attrs, l.lset = d.Attributes, seriesLabels(name, d)
+		}
+		return l.lset
+	}
+	if len(e.labels) >= recentMaxNames {
+		return seriesLabels(name, d)
+	}
+	l := seriesLabels(name, d)
+	e.labels = append(e.labels, liveLabels{name: name, attrs: d.Attributes, lset: l})
+	e.n++
+	w.n++
+	return l
 }
 
 // liveCol is one value name's samples, one per reading, ascending. A
@@ -151,8 +187,9 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 		w.mu.Unlock()
 		return nil, false, nil
 	}
-	e = &liveDevice{from: min(from, w.cut(nowMs)), cols: map[string]*liveCol{}, touched: nowMs}
+	e = &liveDevice{from: min(from, w.cut(nowMs)), cols: map[string]*liveCol{}, touched: nowMs, n: 1}
 	w.devs[dev] = e
+	w.n++
 	gen := w.gen
 	w.mu.Unlock()
 

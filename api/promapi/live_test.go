@@ -135,6 +135,18 @@ func TestLiveWindow(t *testing.T) {
 		require.NoError(t, err)
 	}))
 
+	// d0's attributes change: its series are labelled anew.
+	for _, fleet := range []string{"a", "b"} {
+		set, bad := buckets.NewAttributes(map[string]string{"fleet": fleet})
+		require.Nil(t, bad)
+		require.NoError(t, f.st.Assign(context.Background(), []buckets.Assignment{{Device: "d0", At: buckets.MustTicks(f.t0), Set: set}}))
+		v, err := f.shared.Instant(SharedReads(context.Background()), `temp{device="d0"}`, next)
+		require.NoError(t, err)
+		require.Len(t, v, 1)
+		assert.Equal(t, fleet, v[0].Metric.Get("fleet"))
+		f.same(next)
+	}
+
 	// A deleted device is forgotten: read again (and gone).
 	_, err = f.st.DeleteDevice(context.Background(), "d0")
 	require.NoError(t, err)

@@ -136,6 +136,10 @@ type seriesRef struct {
 	// seen is set for the device's LastSeenName series: its first and
 	// last reading times from the index.
 	seen *seenBounds
+	// live is set when buf holds the series' samples of the select,
+	// taken from the live window as the series was matched.
+	live bool
+	buf  []sample
 }
 
 // seenBounds are a device's first and last reading times.
@@ -147,7 +151,11 @@ type seenBounds struct{ first, last buckets.Ticks }
 // regex with a literal prefix lists only that prefix), attribute
 // matchers are answered by the store's index, __name__ matchers choose
 // among each device's value names and LastSeenName.
-func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]seriesRef, error) {
+//
+// With live set (a shared select of a batch), the series of a device the
+// live window holds take their labels and samples from it as they are
+// matched.
+func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, live bool) ([]seriesRef, error) {
 	devMs, nameMs, attrMs, none := splitMatchers(ms)
 	if none {
 		return nil, nil
@@ -162,33 +170,56 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	if recent != nil {
 		lsetOf = recent.seriesLabels
 	}
+	var lw *liveWindow
+	if live && recent != nil {
+		lw = qr.q.live
+	}
 	var out []seriesRef
 	add := func(ref seriesRef) error {
 		if len(out) >= qr.q.maxSeries {
 			return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
 		}
+		if out == nil && ref.live {
+			out = make([]seriesRef, 0, devicesPage)
+		}
 		out = append(out, ref)
 		return nil
 	}
 	err := qr.q.devices(ctx, devMs, attrMs, func(d *buckets.DeviceInfo) error {
+		var e *liveDevice
+		if lw != nil {
+			lw.mu.Lock()
+			defer lw.mu.Unlock()
+			if e = lw.devs[d.Device]; e != nil && (!e.ready || e.from > from) {
+				e = nil
+			}
+		}
+		ref := func(name string) seriesRef {
+			if e == nil {
+				return seriesRef{lset: lsetOf(name, d), dev: d.Device, name: name, lastSeen: d.LastSeen}
+			}
+			return seriesRef{lset: lw.labelsOf(e, name, d), dev: d.Device, name: name, lastSeen: d.LastSeen,
+				live: true, buf: e.slice(name, from, to+10000)}
+		}
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
-			err := add(seriesRef{lset: lsetOf(LastSeenName, d), dev: d.Device, name: LastSeenName,
-				seen: &seenBounds{first: d.FirstSeen, last: d.LastSeen}})
-			if err != nil {
+			r := ref(LastSeenName)
+			r.live, r.buf, r.lastSeen = false, nil, 0
+			r.seen = &seenBounds{first: d.FirstSeen, last: d.LastSeen}
+			if err := add(r); err != nil {
 				return err
 			}
 		}
 		if d.LastSeen < from || d.FirstSeen > to {
 			return nil
 		}
-		if recent != nil {
+		if recent != nil && e == nil {
 			recent.addNames(d)
 		}
 		for _, f := range d.Latest {
 			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			if err := add(seriesRef{lset: lsetOf(f.Name, d), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}); err != nil {
+			if err := add(ref(f.Name)); err != nil {
 				return err
 			}
 		}
@@ -335,7 +366,8 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	if hints != nil {
 		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
 	}
-	refs, err := qr.match(ctx, mint, maxt, ms)
+	shared := batchOf(ctx) != nil && qr.samples != nil && qr.q.sharedSelect(hints, mint, maxt)
+	refs, err := qr.match(ctx, mint, maxt, ms, shared)
 	if err != nil {
 		return storage.ErrSeriesSet(err)
 	}
@@ -344,7 +376,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	}
 	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
 	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
-	if batchOf(ctx) != nil && qr.samples != nil && qr.q.sharedSelect(hints, mint, maxt) {
+	if shared {
 		// Before the summaries: the recent reads cover the window.
 		set.recent, set.newestOnly = true, hints.Range == 0
 		return set
@@ -384,7 +416,7 @@ func (qr *querier) LabelValues(ctx context.Context, name string, _ *storage.Labe
 		vals, err := idx.AttributeValues(ctx, name, dq)
 		return vals, nil, err
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -430,7 +462,7 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 		}
 		return sortedUnique(append(names, model.MetricNameLabel, labelDevice)), nil, nil
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, false)
 	if err != nil || len(refs) == 0 {
 		return []string{}, nil, err
 	}

@@ -278,10 +278,9 @@ func (q *queryable) sharedSelect(h *storage.SelectHints, mint, maxt int64) bool 
 // plain selector (no range) gets only the newest: an instant query
 // uses no other.
 func (s *seriesSet) sharedIter(ref seriesRef) seekingIter[int64] {
-	var buf []sample
+	buf, ok := ref.buf, ref.live
 	var err error
-	ok := false
-	if s.q.live != nil {
+	if !ok && s.q.live != nil {
 		buf, ok, err = s.q.live.take(s.ctx, s.q.src, ref.dev, ticksOf(s.mint), ticksOf(s.maxt)+10000, ref.name)
 	}
 	if !ok && err == nil {
