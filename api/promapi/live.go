@@ -60,9 +60,9 @@ type liveDevice struct {
 	from    buckets.Ticks
 	ready   bool
 	ticks   []buckets.Ticks // every reading's time, ascending
-	cols    map[string]*liveCol
-	n       int   // samples and times held
-	touched int64 // ms of the clock at the last commit or read
+	cols    []*liveCol      // few: found by a scan
+	n       int             // samples and times held
+	touched int64           // ms of the clock at the last commit or read
 	// labels are the labels of the device's series that selects
 	// matched, with the attributes they were made of.
 	labels []liveLabels
@@ -102,9 +102,10 @@ func (w *liveWindow) labelsOf(e *liveDevice, name string, d *buckets.DeviceInfo)
 // slice handed out is never changed: a change other than an append
 // copies first.
 type liveCol struct {
-	k   []buckets.Ticks
-	s   []sample // s[i].t is msOf(k[i])
-	dup bool     // two readings share a millisecond
+	name string
+	k    []buckets.Ticks
+	s    []sample // s[i].t is msOf(k[i])
+	dup  bool     // two readings share a millisecond
 }
 
 func newLiveWindow(now func() time.Time, lookback int64) *liveWindow {
@@ -187,13 +188,13 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 		w.mu.Unlock()
 		return nil, false, nil
 	}
-	e = &liveDevice{from: min(from, w.cut(nowMs)), cols: map[string]*liveCol{}, touched: nowMs, n: 1}
+	e = &liveDevice{from: min(from, w.cut(nowMs)), touched: nowMs, n: 1}
 	w.devs[dev] = e
 	w.n++
 	gen := w.gen
 	w.mu.Unlock()
 
-	seed := &liveDevice{from: e.from, cols: map[string]*liveCol{}}
+	seed := &liveDevice{from: e.from}
 	err := readAll(ctx, src, dev, e.from, func(r *buckets.Reading) { seed.add(r) })
 
 	w.mu.Lock()
@@ -285,12 +286,12 @@ func (e *liveDevice) add(r *buckets.Reading) {
 		e.n++
 	}
 	for _, f := range r.Values {
-		c := e.cols[f.Name]
+		c := e.col(f.Name)
 		v, ok := buckets.Numeric(f.Value)
 		switch {
 		case ok && c == nil:
-			c = &liveCol{}
-			e.cols[f.Name] = c
+			c = &liveCol{name: f.Name}
+			e.cols = append(e.cols, c)
 			fallthrough
 		case ok:
 			e.n += c.put(r.Ticks, v)
@@ -342,10 +343,10 @@ func (e *liveDevice) merge(seed *liveDevice) {
 			e.n++
 		}
 	}
-	for name, sc := range seed.cols {
-		c := e.cols[name]
+	for _, sc := range seed.cols {
+		c := e.col(sc.name)
 		if c == nil {
-			e.cols[name] = sc
+			e.cols = append(e.cols, sc)
 			e.n += len(sc.k)
 			continue
 		}
@@ -357,6 +358,16 @@ func (e *liveDevice) merge(seed *liveDevice) {
 	}
 }
 
+// col is the column of name, nil if none.
+func (e *liveDevice) col(name string) *liveCol {
+	for _, c := range e.cols {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
 // trim lets go of what is older than cut.
 func (e *liveDevice) trim(cut buckets.Ticks) {
 	if cut <= e.from {
@@ -366,20 +377,18 @@ func (e *liveDevice) trim(cut buckets.Ticks) {
 	i, _ := slices.BinarySearch(e.ticks, cut)
 	e.ticks = e.ticks[i:]
 	e.n -= i
-	for name, c := range e.cols {
+	for _, c := range e.cols {
 		j, _ := slices.BinarySearch(c.k, cut)
 		c.k, c.s = c.k[j:], c.s[j:]
 		e.n -= j
-		if len(c.k) == 0 {
-			delete(e.cols, name)
-		}
 	}
+	e.cols = slices.DeleteFunc(e.cols, func(c *liveCol) bool { return len(c.k) == 0 })
 }
 
 // slice is the samples of name in [from, to), one per millisecond: the
 // newest of the readings that share one.
 func (e *liveDevice) slice(name string, from, to buckets.Ticks) []sample {
-	c := e.cols[name]
+	c := e.col(name)
 	if c == nil {
 		return nil
 	}
