@@ -179,8 +179,8 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		if len(out) >= qr.q.maxSeries {
 			return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
 		}
-		if out == nil && ref.live {
-			out = make([]seriesRef, 0, devicesPage)
+		if len(out) == cap(out) { // doubles: the default growth copies large sets many times
+			out = slices.Grow(out, max(len(out), 64))
 		}
 		out = append(out, ref)
 		return nil
@@ -487,6 +487,7 @@ type seriesSet struct {
 	ctx        context.Context
 	q          *queryable
 	refs       []seriesRef
+	all        []series // made by At
 	i          int
 	mint, maxt int64
 	agg        Aggregator
@@ -505,7 +506,12 @@ func (s *seriesSet) Next() bool {
 }
 
 func (s *seriesSet) At() storage.Series {
-	return &series{set: s, ref: s.refs[s.i], i: s.i}
+	if s.all == nil { // one allocation for the set's series
+		s.all = make([]series, len(s.refs))
+	}
+	x := &s.all[s.i]
+	*x = series{set: s, ref: s.refs[s.i], i: s.i}
+	return x
 }
 
 func (s *seriesSet) Err() error                        { return nil }
@@ -520,7 +526,7 @@ type series struct {
 
 func (s *series) Labels() labels.Labels { return s.ref.lset }
 
-func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
+func (s *series) Iterator(prev chunkenc.Iterator) chunkenc.Iterator {
 	if s.ref.seen != nil {
 		last := s.set.seenLast
 		if s.set.maxt < s.set.mint {
@@ -530,7 +536,7 @@ func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
 			first: s.set.seenFirst, step: s.set.seenStep, last: last}}
 	}
 	if s.set.recent {
-		return s.set.sharedIter(s.ref)
+		return s.set.sharedIter(s.ref, prev)
 	}
 	if s.set.windows != nil {
 		it := s.set.newWindowIter(s.ref)
