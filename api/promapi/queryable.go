@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -120,6 +121,7 @@ type querier struct {
 	mint, maxt int64
 	samples    *sampleCache // nil: series are read page by page with Range
 	windows    *windowCache // the pushed-down selects' summaries; made by the first such select
+	pooled     []*seriesSet // the shared selects' sets, given back by Close
 }
 
 // errTooManySeries is returned when a selector matches more series than
@@ -175,6 +177,11 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		lw = qr.q.live
 	}
 	var out []seriesRef
+	if live {
+		if p, _ := refPool.Get().(*[]seriesRef); p != nil {
+			out = (*p)[:0]
+		}
+	}
 	add := func(ref seriesRef) error {
 		if len(out) >= qr.q.maxSeries {
 			return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
@@ -375,6 +382,9 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 		mint, maxt = 0, -1 // labels only: no samples
 	}
 	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
+	if shared {
+		qr.pooled = append(qr.pooled, set)
+	}
 	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
 	if shared {
 		// Before the summaries: the recent reads cover the window.
@@ -473,13 +483,29 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 	return sortedUnique(names), nil, nil
 }
 
-// Close implements storage.Querier: it waits for the reads ahead.
+// Close implements storage.Querier: it waits for the reads ahead, and
+// gives the shared selects' series back for later selects to use.
 func (qr *querier) Close() error {
 	if qr.samples != nil {
 		qr.samples.wait()
 	}
+	for _, set := range qr.pooled {
+		refs, all := set.refs[:cap(set.refs)], set.all[:cap(set.all)]
+		clear(refs)
+		clear(all)
+		refPool.Put(&refs)
+		if all != nil {
+			seriesPool.Put(&all)
+		}
+	}
+	qr.pooled = nil
 	return nil
 }
+
+// refPool and seriesPool hold the series of shared selects whose query
+// ended (querier.Close), so that the next one does not allocate them:
+// a batch selects every device for each of its rules.
+var refPool, seriesPool sync.Pool
 
 // seriesSet walks the matched series; samples are read only when the
 // engine iterates a series.
@@ -507,7 +533,11 @@ func (s *seriesSet) Next() bool {
 
 func (s *seriesSet) At() storage.Series {
 	if s.all == nil { // one allocation for the set's series
-		s.all = make([]series, len(s.refs))
+		if p, _ := seriesPool.Get().(*[]series); p != nil && cap(*p) >= len(s.refs) {
+			s.all = (*p)[:len(s.refs)]
+		} else {
+			s.all = make([]series, len(s.refs))
+		}
 	}
 	x := &s.all[s.i]
 	*x = series{set: s, ref: s.refs[s.i], i: s.i}
