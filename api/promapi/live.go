@@ -25,7 +25,7 @@ const (
 	// labels); past it, devices are no
 	// longer added (their selects read the store) until idle ones are
 	// swept out.
-	liveMaxSamples = 4 << 20
+	liveMaxSamples = 2 << 20
 	// liveSlack is how far before the lookback delta, back from the
 	// clock, the window keeps samples: an evaluation that runs up to
 	// this late still finds its whole span in memory.
