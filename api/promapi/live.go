@@ -60,7 +60,7 @@ type liveDevice struct {
 	from    buckets.Ticks
 	ready   bool
 	ticks   []buckets.Ticks // every reading's time, ascending
-	cols    []*liveCol      // few: found by a scan
+	cols    []liveCol       // few: found by a scan
 	n       int             // samples and times held
 	touched int64           // ms of the clock at the last commit or read
 	// labels are the labels of the device's series that selects
@@ -290,8 +290,8 @@ func (e *liveDevice) add(r *buckets.Reading) {
 		v, ok := buckets.Numeric(f.Value)
 		switch {
 		case ok && c == nil:
-			c = &liveCol{name: f.Name}
-			e.cols = append(e.cols, c)
+			e.cols = append(e.cols, liveCol{name: f.Name})
+			c = &e.cols[len(e.cols)-1]
 			fallthrough
 		case ok:
 			e.n += c.put(r.Ticks, v)
@@ -360,9 +360,9 @@ func (e *liveDevice) merge(seed *liveDevice) {
 
 // col is the column of name, nil if none.
 func (e *liveDevice) col(name string) *liveCol {
-	for _, c := range e.cols {
-		if c.name == name {
-			return c
+	for i := range e.cols {
+		if e.cols[i].name == name {
+			return &e.cols[i]
 		}
 	}
 	return nil
@@ -377,26 +377,35 @@ func (e *liveDevice) trim(cut buckets.Ticks) {
 	i, _ := slices.BinarySearch(e.ticks, cut)
 	e.ticks = e.ticks[i:]
 	e.n -= i
-	for _, c := range e.cols {
+	for i := range e.cols {
+		c := &e.cols[i]
 		j, _ := slices.BinarySearch(c.k, cut)
 		c.k, c.s = c.k[j:], c.s[j:]
 		e.n -= j
 	}
-	e.cols = slices.DeleteFunc(e.cols, func(c *liveCol) bool { return len(c.k) == 0 })
+	e.cols = slices.DeleteFunc(e.cols, func(c liveCol) bool { return len(c.k) == 0 })
 }
 
-// slice is the samples of name in [from, to), one per millisecond: the
-// newest of the readings that share one.
+// slice is the samples of name before to (a whole millisecond), one
+// per millisecond: the newest of the readings that share one. They
+// start at or before from (a whole millisecond too) when the device is
+// held from then: the caller keeps those it wants, scanning back from
+// the newest.
 func (e *liveDevice) slice(name string, from, to buckets.Ticks) []sample {
 	c := e.col(name)
 	if c == nil {
 		return nil
 	}
-	lo, _ := slices.BinarySearch(c.k, from)
-	hi, _ := slices.BinarySearch(c.k, to)
-	if !c.dup {
-		return c.s[lo:hi:hi]
+	toMs := msOf(to)
+	hi := len(c.s)
+	for hi > 0 && c.s[hi-1].t >= toMs {
+		hi--
 	}
+	if !c.dup {
+		return c.s[:hi:hi]
+	}
+	lo, _ := slices.BinarySearch(c.k, from)
+	hi = max(hi, lo)
 	return perMillisecond(c.k[lo:hi], valuesOf(c.s[lo:hi]))
 }
 
