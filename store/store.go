@@ -90,6 +90,7 @@ type Store struct {
 	settles   *settleQueue                 // tables the compactor settles before they close (settle.go)
 	queries   queryClock                   // when the last query began (giveway.go)
 	cols      *colcache.Cache[*blockList]  // decoded columns and block lists for aggregates; nil when off
+	watch     watchers                     // told of changes to readings (watch.go)
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 

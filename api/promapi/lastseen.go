@@ -115,6 +115,11 @@ func (it *seenIter) load() {
 // newestUpTo returns the newest reading at or before ms t (t before the
 // last reading). Calls come with t ascending.
 func (it *seenIter) newestUpTo(t int64) (buckets.Ticks, bool) {
+	if it.q.live != nil {
+		if k, found, known := it.q.live.newestUpTo(it.dev, t); known {
+			return k, found
+		}
+	}
 	end := ticksOf(t + 1)
 	if it.scanFrom == 0 && it.scanTo == 0 { // first call: the newest before, then scan on
 		page, err := it.q.src.Range(it.ctx, buckets.RangeQuery{Device: it.dev, From: 0, To: end, Order: buckets.Desc, Limit: 1})

@@ -122,6 +122,10 @@ func New(cfg Config) (*API, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
+	if w, ok := cfg.Source.(watchable); ok {
+		a.q.live = newLiveWindow(a.now, a.q.lookback)
+		w.Watch(a.q.live.committed, a.q.live.removed)
+	}
 	a.engine = promql.NewEngine(promql.EngineOpts{
 		Logger:                   a.log,
 		MaxSamples:               orDefault(cfg.MaxSamples, DefaultMaxSamples),
@@ -378,7 +382,7 @@ func (a *API) handleSeries(w http.ResponseWriter, r *http.Request) {
 	out := []labels.Labels{}
 	var warnings []string
 	for _, ms := range sets {
-		refs, err := qr.match(r.Context(), qr.mint, qr.maxt, ms)
+		refs, err := qr.match(r.Context(), qr.mint, qr.maxt, ms, false)
 		if err != nil {
 			writeError(w, a.execError(r, err))
 			return

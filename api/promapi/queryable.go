@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -97,6 +98,10 @@ type queryable struct {
 	// recent is the cache of recent reads the queries of SharedReads
 	// batches use; nil: none.
 	recent *recentReads
+	// live holds the recent samples of the devices the batches read,
+	// following the store's commits; nil when the source does not tell
+	// of them (watchable).
+	live *liveWindow
 }
 
 var _ storage.Queryable = (*queryable)(nil)
@@ -116,6 +121,7 @@ type querier struct {
 	mint, maxt int64
 	samples    *sampleCache // nil: series are read page by page with Range
 	windows    *windowCache // the pushed-down selects' summaries; made by the first such select
+	pooled     []*seriesSet // the shared selects' sets, given back by Close
 }
 
 // errTooManySeries is returned when a selector matches more series than
@@ -132,6 +138,10 @@ type seriesRef struct {
 	// seen is set for the device's LastSeenName series: its first and
 	// last reading times from the index.
 	seen *seenBounds
+	// live is set when buf holds the series' samples of the select,
+	// taken from the live window as the series was matched.
+	live bool
+	buf  []sample
 }
 
 // seenBounds are a device's first and last reading times.
@@ -143,7 +153,11 @@ type seenBounds struct{ first, last buckets.Ticks }
 // regex with a literal prefix lists only that prefix), attribute
 // matchers are answered by the store's index, __name__ matchers choose
 // among each device's value names and LastSeenName.
-func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher) ([]seriesRef, error) {
+//
+// With live set (a shared select of a batch), the series of a device the
+// live window holds take their labels and samples from it as they are
+// matched.
+func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, live bool) ([]seriesRef, error) {
 	devMs, nameMs, attrMs, none := splitMatchers(ms)
 	if none {
 		return nil, nil
@@ -158,33 +172,61 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	if recent != nil {
 		lsetOf = recent.seriesLabels
 	}
+	var lw *liveWindow
+	if live && recent != nil {
+		lw = qr.q.live
+	}
 	var out []seriesRef
+	if live {
+		if p, _ := refPool.Get().(*[]seriesRef); p != nil {
+			out = (*p)[:0]
+		}
+	}
 	add := func(ref seriesRef) error {
 		if len(out) >= qr.q.maxSeries {
 			return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
+		}
+		if len(out) == cap(out) { // doubles: the default growth copies large sets many times
+			out = slices.Grow(out, max(len(out), 64))
 		}
 		out = append(out, ref)
 		return nil
 	}
 	err := qr.q.devices(ctx, devMs, attrMs, func(d *buckets.DeviceInfo) error {
+		var e *liveDevice
+		if lw != nil {
+			lw.mu.Lock()
+			defer lw.mu.Unlock()
+			if e = lw.devs[d.Device]; e != nil && (!e.ready || e.from > from) {
+				e = nil
+			}
+		}
+		ref := func(name string) seriesRef {
+			if e == nil {
+				return seriesRef{lset: lsetOf(name, d), dev: d.Device, name: name, lastSeen: d.LastSeen}
+			}
+			return seriesRef{lset: lw.labelsOf(e, name, d), dev: d.Device, name: name, lastSeen: d.LastSeen,
+				live: true, buf: e.slice(name, from, to+10000)}
+		}
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
-			err := add(seriesRef{lset: lsetOf(LastSeenName, d), dev: d.Device, name: LastSeenName,
-				seen: &seenBounds{first: d.FirstSeen, last: d.LastSeen}})
-			if err != nil {
+			r := ref(LastSeenName)
+			r.live, r.buf, r.lastSeen = false, nil, 0
+			r.seen = &seenBounds{first: d.FirstSeen, last: d.LastSeen}
+			if err := add(r); err != nil {
 				return err
 			}
 		}
 		if d.LastSeen < from || d.FirstSeen > to {
 			return nil
 		}
-		if recent != nil {
+		if recent != nil && e == nil {
 			recent.addNames(d)
 		}
 		for _, f := range d.Latest {
 			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			if err := add(seriesRef{lset: lsetOf(f.Name, d), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}); err != nil {
+			if err := add(ref(f.Name)); err != nil {
 				return err
 			}
 		}
@@ -331,7 +373,8 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	if hints != nil {
 		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
 	}
-	refs, err := qr.match(ctx, mint, maxt, ms)
+	shared := batchOf(ctx) != nil && qr.samples != nil && qr.q.sharedSelect(hints, mint, maxt)
+	refs, err := qr.match(ctx, mint, maxt, ms, shared)
 	if err != nil {
 		return storage.ErrSeriesSet(err)
 	}
@@ -339,8 +382,11 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 		mint, maxt = 0, -1 // labels only: no samples
 	}
 	set := &seriesSet{ctx: ctx, q: qr.q, refs: refs, i: -1, mint: mint, maxt: maxt}
+	if shared {
+		qr.pooled = append(qr.pooled, set)
+	}
 	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
-	if batchOf(ctx) != nil && qr.samples != nil && qr.q.sharedSelect(hints, mint, maxt) {
+	if shared {
 		// Before the summaries: the recent reads cover the window.
 		set.recent, set.newestOnly = true, hints.Range == 0
 		return set
@@ -380,7 +426,7 @@ func (qr *querier) LabelValues(ctx context.Context, name string, _ *storage.Labe
 		vals, err := idx.AttributeValues(ctx, name, dq)
 		return vals, nil, err
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -426,7 +472,7 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 		}
 		return sortedUnique(append(names, model.MetricNameLabel, labelDevice)), nil, nil
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, false)
 	if err != nil || len(refs) == 0 {
 		return []string{}, nil, err
 	}
@@ -437,13 +483,29 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 	return sortedUnique(names), nil, nil
 }
 
-// Close implements storage.Querier: it waits for the reads ahead.
+// Close implements storage.Querier: it waits for the reads ahead, and
+// gives the shared selects' series back for later selects to use.
 func (qr *querier) Close() error {
 	if qr.samples != nil {
 		qr.samples.wait()
 	}
+	for _, set := range qr.pooled {
+		refs, all := set.refs[:cap(set.refs)], set.all[:cap(set.all)]
+		clear(refs)
+		clear(all)
+		refPool.Put(&refs)
+		if all != nil {
+			seriesPool.Put(&all)
+		}
+	}
+	qr.pooled = nil
 	return nil
 }
+
+// refPool and seriesPool hold the series of shared selects whose query
+// ended (querier.Close), so that the next one does not allocate them:
+// a batch selects every device for each of its rules.
+var refPool, seriesPool sync.Pool
 
 // seriesSet walks the matched series; samples are read only when the
 // engine iterates a series.
@@ -451,6 +513,7 @@ type seriesSet struct {
 	ctx        context.Context
 	q          *queryable
 	refs       []seriesRef
+	all        []series // made by At
 	i          int
 	mint, maxt int64
 	agg        Aggregator
@@ -469,7 +532,16 @@ func (s *seriesSet) Next() bool {
 }
 
 func (s *seriesSet) At() storage.Series {
-	return &series{set: s, ref: s.refs[s.i], i: s.i}
+	if s.all == nil { // one allocation for the set's series
+		if p, _ := seriesPool.Get().(*[]series); p != nil && cap(*p) >= len(s.refs) {
+			s.all = (*p)[:len(s.refs)]
+		} else {
+			s.all = make([]series, len(s.refs))
+		}
+	}
+	x := &s.all[s.i]
+	*x = series{set: s, ref: s.refs[s.i], i: s.i}
+	return x
 }
 
 func (s *seriesSet) Err() error                        { return nil }
@@ -484,7 +556,7 @@ type series struct {
 
 func (s *series) Labels() labels.Labels { return s.ref.lset }
 
-func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
+func (s *series) Iterator(prev chunkenc.Iterator) chunkenc.Iterator {
 	if s.ref.seen != nil {
 		last := s.set.seenLast
 		if s.set.maxt < s.set.mint {
@@ -494,7 +566,7 @@ func (s *series) Iterator(chunkenc.Iterator) chunkenc.Iterator {
 			first: s.set.seenFirst, step: s.set.seenStep, last: last}}
 	}
 	if s.set.recent {
-		return s.set.sharedIter(s.ref)
+		return s.set.sharedIter(s.ref, prev)
 	}
 	if s.set.windows != nil {
 		it := s.set.newWindowIter(s.ref)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -277,9 +278,18 @@ func (q *queryable) sharedSelect(h *storage.SelectHints, mint, maxt int64) bool 
 // they read. A
 // plain selector (no range) gets only the newest: an instant query
 // uses no other.
-func (s *seriesSet) sharedIter(ref seriesRef) seekingIter[int64] {
-	sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback - recentMargin), to: ticksOf(s.maxt) + 10000}
-	buf, err := s.q.recent.take(s.ctx, s.q.src.(SampleReader), sp, ref.lastSeen, ref.name)
+//
+// prev is the engine's iterator to use again, when it is one of these.
+func (s *seriesSet) sharedIter(ref seriesRef, prev chunkenc.Iterator) seekingIter[int64] {
+	buf, ok := ref.buf, ref.live
+	var err error
+	if !ok && s.q.live != nil {
+		buf, ok, err = s.q.live.take(s.ctx, s.q.src, ref.dev, ticksOf(s.mint), ticksOf(s.maxt)+10000, ref.name)
+	}
+	if !ok && err == nil {
+		sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback - recentMargin), to: ticksOf(s.maxt) + 10000}
+		buf, err = s.q.recent.take(s.ctx, s.q.src.(SampleReader), sp, ref.lastSeen, ref.name)
+	}
 	// A few samples, mostly all wanted: scan from the newest.
 	hi := len(buf)
 	for hi > 0 && buf[hi-1].t > s.maxt {
@@ -290,5 +300,10 @@ func (s *seriesSet) sharedIter(ref seriesRef) seekingIter[int64] {
 		lo--
 	}
 	buf = buf[lo:hi:hi]
-	return seekingIter[int64]{&sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}}
+	it := sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}
+	if p, ok := prev.(seekingIter[int64]); ok && p.sampleIter != nil {
+		*p.sampleIter = it
+		return p
+	}
+	return seekingIter[int64]{&it}
 }

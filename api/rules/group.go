@@ -54,12 +54,19 @@ type ruleState struct {
 	lastErr  error
 	lastEval time.Time
 	evalDur  time.Duration
+	// thr is set for an alerting rule that compares a vector with a
+	// number: it shares the vector with the group's other such rules.
+	thr *threshold
 }
 
 func newGroup(m *Manager, spec *Group) *group {
 	g := &group{m: m, spec: spec}
 	for _, r := range spec.Rules {
-		g.rules = append(g.rules, &ruleState{rule: r, health: healthUnknown})
+		rs := &ruleState{rule: r, health: healthUnknown}
+		if r.Alert != "" {
+			rs.thr = thresholdOf(r.Expr)
+		}
+		g.rules = append(g.rules, rs)
 	}
 	return g
 }
@@ -160,11 +167,11 @@ func (g *group) tick(ctx context.Context, ts time.Time) {
 	}
 	start := time.Now()
 	var sends []Notification
-	batch := g.batch(ctx)
+	batch, ops := g.batch(ctx), operands{}
 	for _, r := range g.rules {
-		sends = append(sends, g.evalRule(batch, r, ts)...)
+		sends = append(sends, g.evalRule(batch, ops, r, ts)...)
 		if r.rule.Record != "" { // the rules after it read what it wrote
-			batch = g.batch(ctx)
+			batch, ops = g.batch(ctx), operands{}
 		}
 	}
 	g.mu.Lock()
@@ -208,13 +215,13 @@ func (g *group) takeLease(ctx context.Context, ts time.Time) bool {
 }
 
 // evalRule evaluates one rule at ts and returns the alerts to send.
-func (g *group) evalRule(ctx context.Context, r *ruleState, ts time.Time) []Notification {
+func (g *group) evalRule(ctx context.Context, ops operands, r *ruleState, ts time.Time) []Notification {
 	start := time.Now()
 	qctx, cancel := context.WithTimeout(ctx, g.spec.Interval)
 	defer cancel()
 	err := g.m.acquire(qctx)
 	if err == nil {
-		err = g.evalWithSlot(qctx, r, ts)
+		err = g.evalWithSlot(qctx, ops, r, ts)
 		g.m.release()
 	}
 	g.mu.Lock()
@@ -235,9 +242,18 @@ func (g *group) evalRule(ctx context.Context, r *ruleState, ts time.Time) []Noti
 }
 
 // evalWithSlot queries the rule's expression and records the result or
-// updates the alerts (under g.mu; the templates expand there).
-func (g *group) evalWithSlot(ctx context.Context, r *ruleState, ts time.Time) error {
-	res, err := g.m.cfg.Query(ctx, r.rule.Expr, ts)
+// updates the alerts (under g.mu; the templates expand there). A
+// threshold rule is answered from its operand, shared through ops.
+func (g *group) evalWithSlot(ctx context.Context, ops operands, r *ruleState, ts time.Time) error {
+	var res promql.Vector
+	var err error
+	ok := false
+	if r.thr != nil {
+		res, ok, err = ops.query(ctx, g.m.cfg.Query, r.thr, ts)
+	}
+	if !ok {
+		res, err = g.m.cfg.Query(ctx, r.rule.Expr, ts)
+	}
 	if err != nil {
 		return err
 	}
