@@ -260,7 +260,9 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 				return fmt.Errorf("cut %d at %s: %w", res.Kills+1, cfg.CutAt, err)
 			}
 		} else {
-			inFlight = pub.inFlight.Load()
+			// A cut is to land while publishes are in flight: past its
+			// uptime the service runs until one is.
+			inFlight = pub.awaitInFlight(ctx, inFlightWait)
 		}
 		if err := svc.kill(); err != nil {
 			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
@@ -360,6 +362,10 @@ func tornTarget(dataDir string, n int) (string, error) {
 // counted for the next cut, with the whole next uptime as its age.)
 // It can only make a lost reading's age longer.
 const cutAckGrace = 250 * time.Millisecond
+
+// inFlightWait bounds how long a cut past its uptime waits for a
+// publish in flight; past it (publishing is over) it cuts all the same.
+const inFlightWait = 5 * time.Second
 
 // cutPointWait bounds the wait for the service to reach its fault point
 // once armed; past it the loop kills it as without -cut-at.
