@@ -174,7 +174,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 				continue
 			}
 			inflight++
-				go p.waitAck(ctx, done, m, results)
+			go p.waitAck(ctx, done, m, results)
 		} else {
 			select {
 			case r := <-results:
