@@ -196,7 +196,7 @@ func main() {
 	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
 	sync := flag.Bool("sync-writes", true, "run the service in mode synced (its default); -sync-writes=false: mode buffered")
 	flag.StringVar(&cfg.CutAt, "cut-at", "", "with -power-cut: cut where a write reaches the service's fault point, before-commit (in the stream, not yet in the store), after-commit (in the store, its message not yet acked to the stream) or either, instead of at a random moment")
-	flag.IntVar(&cfg.TornEvery, "torn-every", 0, "with -power-cut: every N-th cut tears a write (LazyFS torn-op: half of the next write to a stream's message block, a memtable log or a value log persists, then LazyFS crashes); 0: none")
+	flag.IntVar(&cfg.TornEvery, "torn-every", 0, "with -power-cut: every N-th cut tears a write (LazyFS torn-op: half of the next write to a partition stream's message block or the memtable log persists, then LazyFS crashes; needs LazyFS built with lazyfs-torn.patch); 0: none")
 	logLevel := flag.String("service-log-level", "warn", "the service's -log-level (its log is in the run's directory)")
 	flag.Parse()
 	cfg.Args = append(cfg.Args, "-sync-writes="+strconv.FormatBool(*sync))

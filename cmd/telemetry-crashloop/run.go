@@ -287,26 +287,26 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 }
 
 // tornCut cuts the power in the middle of a write (-torn-every): the
-// n-th torn cut tears the next write to the newest message block of a
-// stream, memtable log or value log of the newest day table, in turn.
-// It reports false when that file was not written in time (the caller
-// then cuts as usual).
+// n-th torn cut tears the next write to one of the files tornTargets
+// names. It reports false when none was written in time (the caller
+// then cuts as usual; a fault still armed may crash LazyFS meanwhile,
+// which the cut copes with).
 func tornCut(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result, n int) (bool, error) {
-	file, err := tornTarget(cfg.DataDir, n)
+	files, err := tornTargets(cfg.DataDir, n)
 	if err != nil {
 		log.Warn("no file to tear; cutting as usual", "err", err)
 		return false, nil
 	}
 	var inFlight int64
 	var at time.Time
-	err = lfs.TornCut(ctx, file, func() error {
+	err = lfs.TornCut(ctx, files, func() error {
 		inFlight = pub.inFlight.Load()
 		err := svc.kill()
 		at = time.Now()
 		return err
 	})
 	if errors.Is(err, lazyfs.ErrNotTorn) {
-		log.Warn("the file to tear was not written; cutting as usual", "file", file)
+		log.Warn("no armed file was written; cutting as usual", "files", len(files))
 		return false, nil
 	}
 	if err != nil {
@@ -315,12 +315,16 @@ func tornCut(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub 
 	res.Kills++
 	res.Torn++
 	res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight)})
-	log.Info("power cut with a torn write", "cut", res.Kills, "file", file, "acked_before", pub.acked.Load())
+	log.Info("power cut with a torn write", "cut", res.Kills, "torn", lfs.LastTorn(), "acked_before", pub.acked.Load())
 	return true, nil
 }
 
-// tornTarget is the file the n-th torn cut tears (see tornCut).
-func tornTarget(dataDir string, n int) (string, error) {
+// tornTargets are the files the n-th torn cut arms, in turn: the
+// newest message block of every partition stream (the intake writes
+// them all), or the newest memtable log of the newest day table. (The
+// value logs are not written: the store keeps values below 1 MiB in
+// the tree.)
+func tornTargets(dataDir string, n int) ([]string, error) {
 	newest := func(pattern string) (string, error) {
 		files, err := filepath.Glob(pattern)
 		if err != nil || len(files) == 0 {
@@ -337,22 +341,31 @@ func tornTarget(dataDir string, n int) (string, error) {
 		}
 		return best, nil
 	}
-	switch n % 3 {
-	case 1:
-		return newest(filepath.Join(dataDir, "nats", "jetstream", "*", "streams", "TELEMETRY_*", "msgs", "*.blk"))
-	case 2:
-		day, err := newest(filepath.Join(dataDir, "tables", "*"))
+	if n%2 == 1 {
+		streams, err := filepath.Glob(filepath.Join(dataDir, "nats", "jetstream", "*", "streams", "TELEMETRY_*"))
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		return newest(filepath.Join(day, "*.mem"))
-	default:
-		day, err := newest(filepath.Join(dataDir, "tables", "*"))
-		if err != nil {
-			return "", err
+		var files []string
+		for _, st := range streams {
+			if blk, err := newest(filepath.Join(st, "msgs", "*.blk")); err == nil {
+				files = append(files, blk)
+			}
 		}
-		return newest(filepath.Join(day, "*.vlog"))
+		if len(files) == 0 {
+			return nil, errors.New("no stream has a message block")
+		}
+		return files, nil
 	}
+	day, err := newest(filepath.Join(dataDir, "tables", "*"))
+	if err != nil {
+		return nil, err
+	}
+	mem, err := newest(filepath.Join(day, "*.mem"))
+	if err != nil {
+		return nil, err
+	}
+	return []string{mem}, nil
 }
 
 // cutAckGrace is added to the moment a cut's service was found dead to
