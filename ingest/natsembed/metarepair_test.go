@@ -147,3 +147,40 @@ func TestConsumerWithEmptyMetadataIsCreatedAfresh(t *testing.T) {
 	require.NoError(t, err, "created again, the consumer has its metadata and is recovered")
 	assert.Equal(t, uint64(2), deliveries(js, cons))
 }
+
+// Only a consumer the server would skip is removed: one whose meta.inf
+// is empty, torn or missing, or whose meta.sum is missing; a complete
+// one and an encrypted one stay.
+func TestRemoveBrokenConsumersRemovesOnlyWhatTheServerSkips(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		files  map[string]string
+		remove bool
+	}{
+		{"complete", map[string]string{"meta.inf": `{"name":"C"}`, "meta.sum": "abc", "o.dat": "x"}, false},
+		{"empty meta.inf", map[string]string{"meta.inf": "", "meta.sum": "abc", "o.dat": "x"}, true},
+		{"torn meta.inf", map[string]string{"meta.inf": `{"name":"C","con`, "meta.sum": "abc"}, true},
+		{"no meta.inf", map[string]string{"o.dat": "x"}, true},
+		{"no meta.sum", map[string]string{"meta.inf": `{"name":"C"}`}, true},
+		{"encrypted", map[string]string{"meta.inf": "\x01\x02", "meta.sum": "abc", "meta.key": "k"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cons := filepath.Join(dir, "jetstream", "$G", "streams", "S", "obs", "C")
+			require.NoError(t, os.MkdirAll(cons, 0o755))
+			for name, data := range tc.files {
+				require.NoError(t, os.WriteFile(filepath.Join(cons, name), []byte(data), 0o640))
+			}
+			removed, err := removeBrokenConsumers(dir, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			if tc.remove {
+				assert.Equal(t, []string{"$G/S/C"}, removed)
+				assert.NoDirExists(t, cons)
+				assert.DirExists(t, filepath.Dir(cons), "the stream's consumers directory stays")
+			} else {
+				assert.Empty(t, removed)
+				assert.DirExists(t, cons)
+			}
+		})
+	}
+}
