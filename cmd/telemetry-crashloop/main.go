@@ -85,6 +85,9 @@ type Config struct {
 	// drops every write the service had not fsynced (see cmd/internal/lazyfs).
 	PowerCut bool
 	LazyFS   string // the lazyfs binary (-power-cut)
+	// LazyFSCache is LazyFS's cache (e.g. "1gb", the default): what is
+	// written between two cuts must fit, see README.md.
+	LazyFSCache string
 	// Spread gives each reading of a message its own device (reading
 	// seq goes to device seq % Devices), so that a line protocol write
 	// carries one message per device and, with -sync-writes, goes into
@@ -186,6 +189,7 @@ func main() {
 	flag.BoolVar(&cfg.Hostile, "hostile", false, "run the service with an auth file and a 64MiB stream while a second device copies the loop's message IDs, floods invalid payloads and rewrites the auth file every second")
 	flag.BoolVar(&cfg.PowerCut, "power-cut", false, "put the data dir on LazyFS and cut the power at every kill: drop every write the service had not fsynced")
 	flag.StringVar(&cfg.LazyFS, "lazyfs", "", "lazyfs binary for -power-cut (see cmd/telemetry-crashloop/README.md)")
+	flag.StringVar(&cfg.LazyFSCache, "lazyfs-cache", "1gb", "with -power-cut: LazyFS's cache, which must hold everything written between two cuts (each start of the service adds a 128 MiB value log to the index and to the day table, written out in full on the disk under the mount)")
 	flag.DurationVar(&cfg.LossBound, "loss-bound", 0, "with -power-cut and without -sync-writes: pass with lost readings if each was acked at most this long before its cut (the service's -sync-interval plus 1s; use -min-up and -max-up longer than it); 0: none may be lost")
 	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
 	flag.BoolVar(&cfg.Backup, "backup", false, "take an online backup every -backup-every while publishing and killing; at the end restore the newest into a fresh data dir, start the service on it and check that")

@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		if cfg.LazyFS == "" {
 			return res, errors.New("-power-cut needs -lazyfs, the path of the lazyfs binary (see the crash loop's README)")
 		}
-		if lfs, err = lazyfs.New(cfg.LazyFS, filepath.Join(work, "lazyfs"), root, log); err != nil {
+		if lfs, err = lazyfs.NewSized(cfg.LazyFS, filepath.Join(work, "lazyfs"), root, cmp.Or(cfg.LazyFSCache, "1gb"), log); err != nil {
 			return res, err
 		}
 		if err := lfs.Mount(ctx); err != nil {

@@ -195,8 +195,12 @@ func (l *FS) mounted() (bool, error) {
 // the service wrote the file, see TornCut) has dropped every unsynced
 // write itself: the cut then only mounts again.
 func (l *FS) Cut(ctx context.Context) error {
-	if err := l.handOver(); err != nil && !l.crashed() {
-		return err
+	if err := l.handOver(); err != nil {
+		// A LazyFS that died leaves its mount answering ENOTCONN
+		// until its process is reaped.
+		if !errors.Is(err, unix.ENOTCONN) || !l.exitedWithin(5*time.Second) {
+			return err
+		}
 	}
 	if !l.crashed() {
 		if err := l.clearCache(ctx); err != nil && !l.crashed() {
@@ -204,7 +208,8 @@ func (l *FS) Cut(ctx context.Context) error {
 		}
 	}
 	if l.crashed() {
-		l.log.Info("lazyfs had crashed at an armed fault before the cut; its unsynced writes are gone", "mount", l.Mnt)
+		l.log.Warn("lazyfs had exited before the cut (an armed fault, or see its output); its unsynced writes are gone", "mount", l.Mnt,
+			"output", filepath.Join(l.dir, "lazyfs.out"), "log", filepath.Join(l.dir, "lazyfs.log"))
 	}
 	if err := l.unmount(); err != nil {
 		return err
@@ -221,6 +226,19 @@ func (l *FS) crashed() bool {
 	case <-l.exited:
 		return true
 	default:
+		return false
+	}
+}
+
+// exitedWithin reports whether the LazyFS process exits within d.
+func (l *FS) exitedWithin(d time.Duration) bool {
+	if l.exited == nil {
+		return false
+	}
+	select {
+	case <-l.exited:
+		return true
+	case <-time.After(d):
 		return false
 	}
 }
