@@ -148,6 +148,8 @@ type Result struct {
 	Cuts []cut
 	// Torn counts the cuts that tore a write (-torn-every).
 	Torn int
+	// LazyFSCrashes counts the unplanned cuts: LazyFS exited on its own.
+	LazyFSCrashes int
 	// LossBound is Config.LossBound.
 	LossBound time.Duration
 	// LostAges is, for every lost reading, how long before the first
@@ -243,6 +245,9 @@ type cut struct {
 	At       time.Time
 	InFlight int  // publishes sent and not yet answered at the cut
 	AtPoint  bool // the service stopped at its fault point (-cut-at)
+	// Unplanned: LazyFS exited on its own while the service ran, which
+	// drops what it held unsynced as a cut does.
+	Unplanned bool
 }
 
 // cutsAtPoint counts the cuts at the service's fault point (-cut-at).
@@ -314,6 +319,9 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
 		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.FailedStarts, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "cuts: %d of %d while publishes were in flight\n", r.cutsInFlight(), len(r.Cuts))
+	if r.LazyFSCrashes > 0 {
+		fmt.Fprintf(w, "unplanned cuts (lazyfs exited on its own): %d\n", r.LazyFSCrashes)
+	}
 	if cfg.TornEvery > 0 {
 		fmt.Fprintf(w, "cuts with a torn write: %d of %d\n", r.Torn, len(r.Cuts))
 	}

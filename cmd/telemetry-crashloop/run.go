@@ -172,7 +172,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	} else if err := killLoop(ctx, cfg, svc, lfs, pub, log, &res); err != nil {
 		return res, err
 	}
-	stalled := <-pubErr
+	var stalled error
+	for waiting := true; waiting; {
+		select {
+		case stalled = <-pubErr:
+			waiting = false
+		case <-lazyFSExited(lfs):
+			if err := lazyFSCrashCut(ctx, svc, lfs, pub, log, &res); err != nil {
+				return res, err
+			}
+		}
+	}
 	stopTraffic()
 	if stalled != nil && !errors.Is(stalled, errStalled) {
 		return res, fmt.Errorf("publish: %w", stalled)
@@ -236,6 +246,11 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
 		select {
 		case <-time.After(up):
+		case <-lazyFSExited(lfs):
+			if err := lazyFSCrashCut(ctx, svc, lfs, pub, log, res); err != nil {
+				return err
+			}
+			continue
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -282,6 +297,38 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		if err := restart(ctx, svc, lfs != nil, log, res); err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 		}
+	}
+	return nil
+}
+
+// lazyFSExited is closed when lfs's LazyFS exits; nil (never ready)
+// without LazyFS.
+func lazyFSExited(lfs *lazyfs.FS) <-chan struct{} {
+	if lfs == nil {
+		return nil
+	}
+	return lfs.Exited()
+}
+
+// lazyFSCrashCut handles a LazyFS that exited on its own while the
+// service ran (LazyFS aborts, e.g. on a full cache or an internal
+// error): what it held unsynced is gone, as in a power cut, so the
+// loop finishes the cut (kills the service, which lost its file
+// system, mounts again, starts it) and records it as an unplanned cut.
+func lazyFSCrashCut(ctx context.Context, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result) error {
+	inFlight := pub.inFlight.Load()
+	at := time.Now()
+	if err := svc.kill(); err != nil {
+		return fmt.Errorf("kill after lazyfs exited: %w", err)
+	}
+	res.LazyFSCrashes++
+	res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight), Unplanned: true})
+	log.Warn("lazyfs exited on its own while the service ran: an unplanned power cut", "cut", len(res.Cuts), "acked_before", pub.acked.Load())
+	if err := lfs.Cut(ctx); err != nil {
+		return fmt.Errorf("mount after lazyfs exited: %w", err)
+	}
+	if err := restart(ctx, svc, true, log, res); err != nil {
+		return fmt.Errorf("restart after lazyfs exited: %w", err)
 	}
 	return nil
 }

@@ -217,6 +217,9 @@ func (l *FS) Cut(ctx context.Context) error {
 	return l.Mount(ctx)
 }
 
+// Exited is closed when the LazyFS process exits (nil before Mount).
+func (l *FS) Exited() <-chan struct{} { return l.exited }
+
 // crashed reports whether the LazyFS process has exited.
 func (l *FS) crashed() bool {
 	if l.exited == nil {
