@@ -50,15 +50,24 @@ func (l *FS) TornCut(ctx context.Context, files []string, stop func() error) err
 		return errors.New("torn cut: no file to tear")
 	}
 	for _, file := range files {
+		if l.crashed() {
+			break // a file armed before was written and torn already
+		}
 		disk, err := l.diskPath(file)
 		if err != nil {
 			return err
 		}
 		cmd := fmt.Sprintf("lazyfs::torn-op::file=%s::parts=2::persist=1", disk)
 		if err := l.command(cmd); err != nil {
+			if l.crashed() {
+				break
+			}
 			return err
 		}
 		if err := l.awaitConfigured(ctx, cmd); err != nil {
+			if l.crashed() {
+				break
+			}
 			return err
 		}
 	}
@@ -133,6 +142,9 @@ func (l *FS) awaitConfigured(ctx context.Context, cmd string) error {
 	for {
 		if b, err := os.ReadFile(filepath.Join(l.dir, "lazyfs.log")); err == nil && strings.Contains(string(b), want) {
 			return nil
+		}
+		if l.crashed() {
+			return errors.New("lazyfs exited while the faults were armed")
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("lazyfs did not take the fault command %q whole within %s (%d bytes; LazyFS reads its fifo 100 bytes at a time unless built with cmd/telemetry-crashloop/lazyfs-commands.patch); see %s",
