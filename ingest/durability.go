@@ -22,7 +22,8 @@ const (
 	// DurabilityBuffered: an ack means written to the operating system,
 	// not to the disk. The embedded JetStream and the store fsync every
 	// sync interval (-sync-interval, 1 s by default); a power cut can
-	// lose readings acked before it, in power-cut runs up to 18 s before
+	// lose readings acked before it, in power-cut runs with a 1 s interval
+	// up to 1.7 s before
 	// (ingest/README.md, "Durability modes").
 	DurabilityBuffered = "buffered"
 )
@@ -54,6 +55,6 @@ func DurabilityOf(syncWrites, embeddedNATS, intake bool, syncEvery time.Duration
 	default:
 		return Durability{Mode: DurabilityBuffered,
 			Ack: "an acked reading survives a crash of the process; a power cut can lose recent acks: readings are written to the operating system, which the stream and the store sync to disk every " +
-				syncEvery.String() + " (-sync-interval), and power-cut runs lost some acked up to 18s before the cut (-sync-writes, the default, for power-cut safety)"}
+				syncEvery.String() + " (-sync-interval), and power-cut runs with a 1s interval lost some acked up to 1.7s before the cut (-sync-writes, the default, for power-cut safety)"}
 	}
 }

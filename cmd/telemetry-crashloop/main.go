@@ -85,6 +85,9 @@ type Config struct {
 	// drops every write the service had not fsynced (see cmd/internal/lazyfs).
 	PowerCut bool
 	LazyFS   string // the lazyfs binary (-power-cut)
+	// LazyFSCache is LazyFS's cache (e.g. "1gb", the default): what is
+	// written between two cuts must fit, see README.md.
+	LazyFSCache string
 	// Spread gives each reading of a message its own device (reading
 	// seq goes to device seq % Devices), so that a line protocol write
 	// carries one message per device and, with -sync-writes, goes into
@@ -145,6 +148,8 @@ type Result struct {
 	Cuts []cut
 	// Torn counts the cuts that tore a write (-torn-every).
 	Torn int
+	// LazyFSCrashes counts the unplanned cuts: LazyFS exited on its own.
+	LazyFSCrashes int
 	// LossBound is Config.LossBound.
 	LossBound time.Duration
 	// LostAges is, for every lost reading, how long before the first
@@ -186,6 +191,7 @@ func main() {
 	flag.BoolVar(&cfg.Hostile, "hostile", false, "run the service with an auth file and a 64MiB stream while a second device copies the loop's message IDs, floods invalid payloads and rewrites the auth file every second")
 	flag.BoolVar(&cfg.PowerCut, "power-cut", false, "put the data dir on LazyFS and cut the power at every kill: drop every write the service had not fsynced")
 	flag.StringVar(&cfg.LazyFS, "lazyfs", "", "lazyfs binary for -power-cut (see cmd/telemetry-crashloop/README.md)")
+	flag.StringVar(&cfg.LazyFSCache, "lazyfs-cache", "1gb", "with -power-cut: LazyFS's cache, which must hold everything written between two cuts (each start of the service adds a 128 MiB value log to the index and to the day table, written out in full on the disk under the mount)")
 	flag.DurationVar(&cfg.LossBound, "loss-bound", 0, "with -power-cut and without -sync-writes: pass with lost readings if each was acked at most this long before its cut (the service's -sync-interval plus 1s; use -min-up and -max-up longer than it); 0: none may be lost")
 	flag.DurationVar(&cfg.StallTimeout, "stall-timeout", 2*time.Minute, "give up publishing when no ack came for this long and check what was acked (0: wait forever)")
 	flag.BoolVar(&cfg.Backup, "backup", false, "take an online backup every -backup-every while publishing and killing; at the end restore the newest into a fresh data dir, start the service on it and check that")
@@ -196,7 +202,7 @@ func main() {
 	flag.DurationVar(&cfg.FullFor, "full-for", 3*time.Second, "-disk-faults: how long the disk stays full")
 	sync := flag.Bool("sync-writes", true, "run the service in mode synced (its default); -sync-writes=false: mode buffered")
 	flag.StringVar(&cfg.CutAt, "cut-at", "", "with -power-cut: cut where a write reaches the service's fault point, before-commit (in the stream, not yet in the store), after-commit (in the store, its message not yet acked to the stream) or either, instead of at a random moment")
-	flag.IntVar(&cfg.TornEvery, "torn-every", 0, "with -power-cut: every N-th cut tears a write (LazyFS torn-op: half of the next write to a stream's message block, a memtable log or a value log persists, then LazyFS crashes); 0: none")
+	flag.IntVar(&cfg.TornEvery, "torn-every", 0, "with -power-cut: every N-th cut tears a write (LazyFS torn-op: half of the next write to a partition stream's message block or the memtable log persists, then LazyFS crashes; needs LazyFS built with lazyfs-torn.patch); 0: none")
 	logLevel := flag.String("service-log-level", "warn", "the service's -log-level (its log is in the run's directory)")
 	flag.Parse()
 	cfg.Args = append(cfg.Args, "-sync-writes="+strconv.FormatBool(*sync))
@@ -239,6 +245,9 @@ type cut struct {
 	At       time.Time
 	InFlight int  // publishes sent and not yet answered at the cut
 	AtPoint  bool // the service stopped at its fault point (-cut-at)
+	// Unplanned: LazyFS exited on its own while the service ran, which
+	// drops what it held unsynced as a cut does.
+	Unplanned bool
 }
 
 // cutsAtPoint counts the cuts at the service's fault point (-cut-at).
@@ -310,6 +319,9 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		cmp.Or(cfg.Protocol, "nats"), cfg.PowerCut, cfg.Seed, r.Kills, r.Published, r.Stored, r.Lost, r.Duplicated, r.Unexpected,
 		r.Unacked, r.Retried, r.DuplicateAcks, r.LostAckedDuplicate, r.FailedStarts, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "cuts: %d of %d while publishes were in flight\n", r.cutsInFlight(), len(r.Cuts))
+	if r.LazyFSCrashes > 0 {
+		fmt.Fprintf(w, "unplanned cuts (lazyfs exited on its own): %d\n", r.LazyFSCrashes)
+	}
 	if cfg.TornEvery > 0 {
 		fmt.Fprintf(w, "cuts with a torn write: %d of %d\n", r.Torn, len(r.Cuts))
 	}

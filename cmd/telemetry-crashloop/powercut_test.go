@@ -152,3 +152,48 @@ func mapFile(t *testing.T, path, kept, lost string) string {
 	require.NoError(t, unix.Munmap(b))
 	return path
 }
+
+// TestLazyFSTornCut checks the torn write itself: of the armed file's
+// next write only the first half survives the cut, and what was
+// fsynced before it survives too.
+func TestLazyFSTornCut(t *testing.T) {
+	bin := lazyFSBinary(t)
+	dir := t.TempDir()
+	l, err := lazyfs.New(bin, filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, l.Mount(ctx))
+	defer l.Close()
+
+	// A path as long as a stream's message block's: the fault command
+	// is longer than the 100 bytes stock LazyFS reads at a time.
+	deep := filepath.Join(l.Mnt, "data", "nats", "jetstream", "$G", "streams", "TELEMETRY_12", "msgs")
+	require.NoError(t, os.MkdirAll(deep, 0o755))
+	path := filepath.Join(deep, "torn")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	_, err = f.WriteString("kept")
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	writer := make(chan error, 1)
+	go func() {
+		// Write until the armed fault tears a write and LazyFS is gone.
+		for {
+			time.Sleep(50 * time.Millisecond)
+			if _, err := f.WriteAt([]byte("01234567abcdefgh"), 4); err != nil {
+				writer <- err
+				return
+			}
+		}
+	}()
+	stopped := false
+	require.NoError(t, l.TornCut(ctx, []string{path}, func() error { stopped = true; return nil }))
+	assert.True(t, stopped)
+	assert.Error(t, <-writer, "the writer lost its file system")
+	f.Close()
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "kept01234567", string(got), "the fsynced write and the first half of the torn one")
+	assert.Contains(t, l.LastTorn(), "torn: will persist 8 bytes from offset 4")
+}

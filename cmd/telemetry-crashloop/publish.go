@@ -35,7 +35,9 @@ type publisher struct {
 	// returned.
 	ackedMsg []bool
 	ackedAt  []time.Time
-	// inFlight is the messages sent and not yet answered.
+	// inFlight is the messages sent and not yet answered: an answer
+	// counts off as it arrives (waitAck), before the run loop handles
+	// it. A cut is timed by it.
 	inFlight atomic.Int64
 	// dupAcked[m] is whether message m's ack said duplicate.
 	dupAcked []atomic.Bool
@@ -126,7 +128,6 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	var backoffUntil time.Time // a refused publish (a full stream, a server going down) is not sent again at once
 	handle := func(r pubResult) {
 		inflight--
-		p.inFlight.Store(int64(inflight))
 		if r.err != nil {
 			p.errors.Add(1)
 			retry = append(retry, r.m)
@@ -163,16 +164,17 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 				p.pace(ctx, started, m)
 				p.next.Store(int64(next))
 			}
+			p.inFlight.Add(1)
 			done, err := p.publish(m)
 			if err != nil {
+				p.inFlight.Add(-1)
 				p.errors.Add(1)
 				retry = append(retry, m)
 				time.Sleep(retryBackoff)
 				continue
 			}
 			inflight++
-			p.inFlight.Store(int64(inflight))
-			go waitAck(ctx, done, m, results)
+			go p.waitAck(ctx, done, m, results)
 		} else {
 			select {
 			case r := <-results:
@@ -240,10 +242,24 @@ func (p *publisher) publish(m int) (<-chan error, error) {
 	return done, nil
 }
 
-func waitAck(ctx context.Context, done <-chan error, m int, out chan<- pubResult) {
+// waitAck hands message m's answer to the run loop.
+func (p *publisher) waitAck(ctx context.Context, done <-chan error, m int, out chan<- pubResult) {
 	select {
 	case err := <-done:
+		p.inFlight.Add(-1)
 		out <- pubResult{m: m, err: err, at: time.Now()}
 	case <-ctx.Done():
+	}
+}
+
+// awaitInFlight waits, at most wait, until a publish is out and
+// not yet answered, and returns how many are (0: none came).
+func (p *publisher) awaitInFlight(ctx context.Context, wait time.Duration) int64 {
+	deadline := time.Now().Add(wait)
+	for {
+		if n := p.inFlight.Load(); n > 0 || ctx.Err() != nil || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(50 * time.Microsecond)
 	}
 }

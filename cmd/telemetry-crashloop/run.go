@@ -48,7 +48,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		if cfg.LazyFS == "" {
 			return res, errors.New("-power-cut needs -lazyfs, the path of the lazyfs binary (see the crash loop's README)")
 		}
-		if lfs, err = lazyfs.New(cfg.LazyFS, filepath.Join(work, "lazyfs"), root, log); err != nil {
+		if lfs, err = lazyfs.NewSized(cfg.LazyFS, filepath.Join(work, "lazyfs"), root, cmp.Or(cfg.LazyFSCache, "1gb"), log); err != nil {
 			return res, err
 		}
 		if err := lfs.Mount(ctx); err != nil {
@@ -172,7 +172,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	} else if err := killLoop(ctx, cfg, svc, lfs, pub, log, &res); err != nil {
 		return res, err
 	}
-	stalled := <-pubErr
+	var stalled error
+	for waiting := true; waiting; {
+		select {
+		case stalled = <-pubErr:
+			waiting = false
+		case <-lazyFSExited(lfs):
+			if err := lazyFSCrashCut(ctx, svc, lfs, pub, log, &res); err != nil {
+				return res, err
+			}
+		}
+	}
 	stopTraffic()
 	if stalled != nil && !errors.Is(stalled, errStalled) {
 		return res, fmt.Errorf("publish: %w", stalled)
@@ -236,6 +246,11 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
 		select {
 		case <-time.After(up):
+		case <-lazyFSExited(lfs):
+			if err := lazyFSCrashCut(ctx, svc, lfs, pub, log, res); err != nil {
+				return err
+			}
+			continue
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -260,7 +275,9 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 				return fmt.Errorf("cut %d at %s: %w", res.Kills+1, cfg.CutAt, err)
 			}
 		} else {
-			inFlight = pub.inFlight.Load()
+			// A cut is to land while publishes are in flight: past its
+			// uptime the service runs until one is.
+			inFlight = pub.awaitInFlight(ctx, inFlightWait)
 		}
 		if err := svc.kill(); err != nil {
 			return fmt.Errorf("kill %d: %w", res.Kills+1, err)
@@ -284,27 +301,59 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 	return nil
 }
 
+// lazyFSExited is closed when lfs's LazyFS exits; nil (never ready)
+// without LazyFS.
+func lazyFSExited(lfs *lazyfs.FS) <-chan struct{} {
+	if lfs == nil {
+		return nil
+	}
+	return lfs.Exited()
+}
+
+// lazyFSCrashCut handles a LazyFS that exited on its own while the
+// service ran (LazyFS aborts, e.g. on a full cache or an internal
+// error): what it held unsynced is gone, as in a power cut, so the
+// loop finishes the cut (kills the service, which lost its file
+// system, mounts again, starts it) and records it as an unplanned cut.
+func lazyFSCrashCut(ctx context.Context, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result) error {
+	inFlight := pub.inFlight.Load()
+	at := time.Now()
+	if err := svc.kill(); err != nil {
+		return fmt.Errorf("kill after lazyfs exited: %w", err)
+	}
+	res.LazyFSCrashes++
+	res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight), Unplanned: true})
+	log.Warn("lazyfs exited on its own while the service ran: an unplanned power cut", "cut", len(res.Cuts), "acked_before", pub.acked.Load())
+	if err := lfs.Cut(ctx); err != nil {
+		return fmt.Errorf("mount after lazyfs exited: %w", err)
+	}
+	if err := restart(ctx, svc, true, log, res); err != nil {
+		return fmt.Errorf("restart after lazyfs exited: %w", err)
+	}
+	return nil
+}
+
 // tornCut cuts the power in the middle of a write (-torn-every): the
-// n-th torn cut tears the next write to the newest message block of a
-// stream, memtable log or value log of the newest day table, in turn.
-// It reports false when that file was not written in time (the caller
-// then cuts as usual).
+// n-th torn cut tears the next write to one of the files tornTargets
+// names. It reports false when none was written in time (the caller
+// then cuts as usual; a fault still armed may crash LazyFS meanwhile,
+// which the cut copes with).
 func tornCut(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result, n int) (bool, error) {
-	file, err := tornTarget(cfg.DataDir, n)
+	files, err := tornTargets(cfg.DataDir, n)
 	if err != nil {
 		log.Warn("no file to tear; cutting as usual", "err", err)
 		return false, nil
 	}
 	var inFlight int64
 	var at time.Time
-	err = lfs.TornCut(ctx, file, func() error {
+	err = lfs.TornCut(ctx, files, func() error {
 		inFlight = pub.inFlight.Load()
 		err := svc.kill()
 		at = time.Now()
 		return err
 	})
 	if errors.Is(err, lazyfs.ErrNotTorn) {
-		log.Warn("the file to tear was not written; cutting as usual", "file", file)
+		log.Warn("no armed file was written; cutting as usual", "files", len(files))
 		return false, nil
 	}
 	if err != nil {
@@ -313,12 +362,16 @@ func tornCut(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub 
 	res.Kills++
 	res.Torn++
 	res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight)})
-	log.Info("power cut with a torn write", "cut", res.Kills, "file", file, "acked_before", pub.acked.Load())
+	log.Info("power cut with a torn write", "cut", res.Kills, "torn", lfs.LastTorn(), "acked_before", pub.acked.Load())
 	return true, nil
 }
 
-// tornTarget is the file the n-th torn cut tears (see tornCut).
-func tornTarget(dataDir string, n int) (string, error) {
+// tornTargets are the files the n-th torn cut arms, in turn: the
+// newest message block of every partition stream (the intake writes
+// them all), or the newest memtable log of the newest day table. (The
+// value logs are not written: the store keeps values below 1 MiB in
+// the tree.)
+func tornTargets(dataDir string, n int) ([]string, error) {
 	newest := func(pattern string) (string, error) {
 		files, err := filepath.Glob(pattern)
 		if err != nil || len(files) == 0 {
@@ -335,22 +388,31 @@ func tornTarget(dataDir string, n int) (string, error) {
 		}
 		return best, nil
 	}
-	switch n % 3 {
-	case 1:
-		return newest(filepath.Join(dataDir, "nats", "jetstream", "*", "streams", "TELEMETRY_*", "msgs", "*.blk"))
-	case 2:
-		day, err := newest(filepath.Join(dataDir, "tables", "*"))
+	if n%2 == 1 {
+		streams, err := filepath.Glob(filepath.Join(dataDir, "nats", "jetstream", "*", "streams", "TELEMETRY_*"))
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		return newest(filepath.Join(day, "*.mem"))
-	default:
-		day, err := newest(filepath.Join(dataDir, "tables", "*"))
-		if err != nil {
-			return "", err
+		var files []string
+		for _, st := range streams {
+			if blk, err := newest(filepath.Join(st, "msgs", "*.blk")); err == nil {
+				files = append(files, blk)
+			}
 		}
-		return newest(filepath.Join(day, "*.vlog"))
+		if len(files) == 0 {
+			return nil, errors.New("no stream has a message block")
+		}
+		return files, nil
 	}
+	day, err := newest(filepath.Join(dataDir, "tables", "*"))
+	if err != nil {
+		return nil, err
+	}
+	mem, err := newest(filepath.Join(day, "*.mem"))
+	if err != nil {
+		return nil, err
+	}
+	return []string{mem}, nil
 }
 
 // cutAckGrace is added to the moment a cut's service was found dead to
@@ -360,6 +422,10 @@ func tornTarget(dataDir string, n int) (string, error) {
 // counted for the next cut, with the whole next uptime as its age.)
 // It can only make a lost reading's age longer.
 const cutAckGrace = 250 * time.Millisecond
+
+// inFlightWait bounds how long a cut past its uptime waits for a
+// publish in flight; past it (publishing is over) it cuts all the same.
+const inFlightWait = 5 * time.Second
 
 // cutPointWait bounds the wait for the service to reach its fault point
 // once armed; past it the loop kills it as without -cut-at.

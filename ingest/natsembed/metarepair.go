@@ -135,3 +135,67 @@ func writeSynced(path string, data []byte) error {
 	}
 	return syncPath(filepath.Dir(path))
 }
+
+// A consumer's metadata is meta.inf and meta.sum beside its state
+// (o.dat). The server writes a consumer's meta.inf only when the file
+// does not exist, and skips at start a consumer whose meta.inf is not
+// complete JSON. A power cut soon after a consumer was created keeps
+// the file (creating it is on disk at once) and loses its contents:
+// the server skips the consumer, its owner creates it again, the server
+// finds the empty meta.inf there and keeps it, and every later start
+// skips the consumer again. Each consumer created again also takes over
+// the old one's state from o.dat: what it had delivered, what was
+// pending and how often each pending message had been delivered, so
+// the counts grow over starts until messages reach the consumer's
+// MaxDeliver and are dead-lettered without a failed write. Before the
+// server starts, removeBrokenConsumers removes each consumer whose
+// meta.inf is not complete JSON or whose meta.sum is missing (the
+// server would skip it): its owner creates it again from nothing.
+
+// removeBrokenConsumers removes, under storeDir (as repairStreamSums),
+// every consumer the server would skip for its metadata, and returns
+// them as account/stream/consumer. Encrypted consumers (meta.key) are
+// left alone.
+func removeBrokenConsumers(storeDir string, log *slog.Logger) ([]string, error) {
+	obs, err := filepath.Glob(filepath.Join(storeDir, "jetstream", "*", "streams", "*", "obs", "*"))
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, dir := range obs {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || !consumerMetaBroken(dir) {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return removed, fmt.Errorf("remove consumer %s: %w", dir, err)
+		}
+		if err := syncPath(filepath.Dir(dir)); err != nil {
+			return removed, err
+		}
+		rel, _ := filepath.Rel(filepath.Join(storeDir, "jetstream"), dir)
+		parts := strings.Split(filepath.ToSlash(rel), "/") // account, "streams", stream, "obs", consumer
+		name := rel
+		if len(parts) == 5 {
+			name = parts[0] + "/" + parts[2] + "/" + parts[4]
+		}
+		log.Warn("consumer metadata incomplete (a power cut after the consumer was created); removed the consumer so that its owner creates it again",
+			"consumer", name)
+		removed = append(removed, name)
+	}
+	return removed, nil
+}
+
+// consumerMetaBroken reports whether the server would skip the consumer
+// in dir for its metadata: meta.inf missing, empty or not JSON, or
+// meta.sum missing.
+func consumerMetaBroken(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, streamMetaKey)); err == nil {
+		return false
+	}
+	inf, err := os.ReadFile(filepath.Join(dir, streamMetaFile))
+	if err != nil || len(inf) == 0 || !json.Valid(inf) {
+		return true
+	}
+	_, err = os.Stat(filepath.Join(dir, streamMetaSum))
+	return err != nil
+}

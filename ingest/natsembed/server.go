@@ -203,6 +203,9 @@ func Start(cfg Config) (*Server, error) {
 		if _, err := repairStreamSums(opts.StoreDir, logger.l); err != nil { // metarepair.go
 			logger.l.Warn("checking the streams' metadata checksums failed; the server skips a stream whose checksum does not match", "dir", opts.StoreDir, "err", err)
 		}
+		if _, err := removeBrokenConsumers(opts.StoreDir, logger.l); err != nil { // metarepair.go
+			logger.l.Warn("checking the consumers' metadata failed; the server skips a consumer whose metadata is incomplete", "dir", opts.StoreDir, "err", err)
+		}
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

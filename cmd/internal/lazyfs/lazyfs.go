@@ -47,6 +47,7 @@ type FS struct {
 	exited chan struct{}
 	ackf   *os.File
 	lines  chan string // lines read from acks
+	torn   string      // the last torn write (LastTorn)
 }
 
 // lazyFSCacheSize is LazyFS's cache: the unsynced writes it can hold
@@ -189,17 +190,75 @@ func (l *FS) mounted() (bool, error) {
 
 // Cut loses every write not fsynced since the last cut, then mounts
 // the file system again. The service must not be running.
+//
+// A LazyFS that crashed meanwhile (a torn-write fault still armed when
+// the service wrote the file, see TornCut) has dropped every unsynced
+// write itself: the cut then only mounts again.
 func (l *FS) Cut(ctx context.Context) error {
 	if err := l.handOver(); err != nil {
-		return err
+		// A LazyFS that died leaves its mount answering ENOTCONN
+		// until its process is reaped.
+		if !errors.Is(err, unix.ENOTCONN) || !l.exitedWithin(5*time.Second) {
+			return err
+		}
 	}
-	if err := l.clearCache(ctx); err != nil {
-		return err
+	if !l.crashed() {
+		if err := l.clearCache(ctx); err != nil && !l.crashed() {
+			return err
+		}
+	}
+	if l.crashed() {
+		l.log.Warn("lazyfs had exited before the cut (an armed fault, or see its output); its unsynced writes are gone", "mount", l.Mnt,
+			"output", filepath.Join(l.dir, "lazyfs.out"), "log", filepath.Join(l.dir, "lazyfs.log"))
 	}
 	if err := l.unmount(); err != nil {
 		return err
 	}
 	return l.Mount(ctx)
+}
+
+// Exited is closed when the LazyFS process exits (nil before Mount).
+func (l *FS) Exited() <-chan struct{} { return l.exited }
+
+// crashed reports whether the LazyFS process has exited.
+func (l *FS) crashed() bool {
+	if l.exited == nil {
+		return false
+	}
+	select {
+	case <-l.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitedWithin reports whether the LazyFS process exits within d.
+func (l *FS) exitedWithin(d time.Duration) bool {
+	if l.exited == nil {
+		return false
+	}
+	select {
+	case <-l.exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// openFaults opens LazyFS's fault fifo for writing without waiting for
+// a reader: a LazyFS that exited leaves none, and a blocking open
+// would wait for ever.
+func (l *FS) openFaults() (*os.File, error) {
+	fd, err := unix.Open(l.faults, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s (is lazyfs running?): %w", l.faults, err)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), l.faults), nil
 }
 
 // handOver moves the writes the kernel still holds for the mount
@@ -227,9 +286,9 @@ func (l *FS) clearCache(ctx context.Context) error {
 		return errors.New("lazyfs is not running")
 	default:
 	}
-	f, err := os.OpenFile(l.faults, os.O_WRONLY, 0)
+	f, err := l.openFaults()
 	if err != nil {
-		return fmt.Errorf("open %s: %w", l.faults, err)
+		return err
 	}
 	_, err = f.WriteString("lazyfs::clear-cache\n")
 	if cerr := f.Close(); err == nil {
