@@ -3,8 +3,6 @@ package promapi
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -28,12 +26,7 @@ type liveFixture struct {
 
 func newLiveFixture(t *testing.T, devices int) *liveFixture {
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	o := store.DefaultOptions()
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	o.Now = func() time.Time { return t0.Add(time.Hour) }
-	st, err := store.Open(context.Background(), t.TempDir(), o)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
+	st := openStoreAt(t, t0.Add(time.Hour))
 	f := &liveFixture{t: t, st: st, src: &readCountingStore{countedStore: countedStore{Store: st}}, t0: t0}
 	var rs []buckets.Reading
 	for i := range 40 {
@@ -44,6 +37,7 @@ func newLiveFixture(t *testing.T, devices int) *liveFixture {
 	}
 	f.write(rs...)
 	now := func() time.Time { return t0.Add(10 * time.Minute) }
+	var err error
 	f.shared, err = New(Config{Source: f.src, Now: now})
 	require.NoError(t, err)
 	require.NotNil(t, f.shared.q.live, "the store tells of its commits")

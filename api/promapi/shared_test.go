@@ -28,12 +28,7 @@ import (
 // moved recentMaxAge past the read.
 func TestSharedReads(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	o := store.DefaultOptions()
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	o.Now = func() time.Time { return t0.Add(time.Hour) }
-	st, err := store.Open(context.Background(), t.TempDir(), o)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
+	st := openStoreAt(t, t0.Add(time.Hour))
 	reading := func(dev string, at time.Time, temp, hum float64) buckets.Reading {
 		return buckets.Reading{Device: buckets.DeviceID(dev), Ticks: buckets.MustTicks(at),
 			Values: []buckets.Field{{Name: "hum", Value: buckets.Float(hum)}, {Name: "temp", Value: buckets.Float(temp)}}}
@@ -155,4 +150,17 @@ func sortedVector(v promql.Vector) promql.Vector {
 	out := slices.Clone(v)
 	slices.SortFunc(out, func(a, b promql.Sample) int { return labels.Compare(a.Metric, b.Metric) })
 	return out
+}
+
+// openStoreAt opens a store in a temporary directory, closed with the
+// test, whose clock stands at now.
+func openStoreAt(t *testing.T, now time.Time) *store.Store {
+	t.Helper()
+	o := store.DefaultOptions()
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	o.Now = func() time.Time { return now }
+	st, err := store.Open(context.Background(), t.TempDir(), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }

@@ -31,14 +31,7 @@ func lazyFSBinary(t *testing.T) string {
 // survives it, one that was not is gone, also when the file is
 // memory-mapped.
 func TestLazyFSCut(t *testing.T) {
-	bin := lazyFSBinary(t)
-	dir := t.TempDir()
-	l, err := lazyfs.New(bin, filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	require.NoError(t, l.Mount(ctx))
-	defer l.Close()
+	l, ctx := mountLazyFS(t)
 
 	synced, unsynced := filepath.Join(l.Mnt, "synced"), filepath.Join(l.Mnt, "unsynced")
 	f, err := os.Create(synced)
@@ -157,14 +150,7 @@ func mapFile(t *testing.T, path, kept, lost string) string {
 // next write only the first half survives the cut, and what was
 // fsynced before it survives too.
 func TestLazyFSTornCut(t *testing.T) {
-	bin := lazyFSBinary(t)
-	dir := t.TempDir()
-	l, err := lazyfs.New(bin, filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	require.NoError(t, l.Mount(ctx))
-	defer l.Close()
+	l, ctx := mountLazyFS(t)
 
 	// A path as long as a stream's message block's: the fault command
 	// is longer than the 100 bytes stock LazyFS reads at a time.
@@ -196,4 +182,18 @@ func TestLazyFSTornCut(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "kept01234567", string(got), "the fsynced write and the first half of the torn one")
 	assert.Contains(t, l.LastTorn(), "torn: will persist 8 bytes from offset 4")
+}
+
+// mountLazyFS mounts LazyFS over a temporary directory for the test,
+// unmounted at its end, and gives the test two minutes in ctx.
+func mountLazyFS(t *testing.T) (l *lazyfs.FS, ctx context.Context) {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := lazyfs.New(lazyFSBinary(t), filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	require.NoError(t, l.Mount(ctx))
+	t.Cleanup(func() { l.Close() })
+	return l, ctx
 }

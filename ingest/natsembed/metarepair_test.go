@@ -22,16 +22,7 @@ func TestStreamWithLostChecksumIsRecovered(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nats")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	start := func() (*Server, jetstream.JetStream) {
-		srv, err := Start(Config{Listen: "127.0.0.1:0", StoreDir: dir, SyncInterval: time.Second})
-		require.NoError(t, err)
-		nc, err := nats.Connect(srv.ClientURL(), srv.ClientOptions()...)
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		return srv, js
-	}
+	start := func() (*Server, jetstream.JetStream) { return startOn(t, dir) }
 	srv, js := start()
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "READINGS", Subjects: []string{"r.>"}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
@@ -88,16 +79,7 @@ func TestConsumerWithEmptyMetadataIsCreatedAfresh(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nats")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	start := func() (*Server, jetstream.JetStream) {
-		srv, err := Start(Config{Listen: "127.0.0.1:0", StoreDir: dir, SyncInterval: time.Second})
-		require.NoError(t, err)
-		nc, err := nats.Connect(srv.ClientURL(), srv.ClientOptions()...)
-		require.NoError(t, err)
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		return srv, js
-	}
+	start := func() (*Server, jetstream.JetStream) { return startOn(t, dir) }
 	ccfg := jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 10, AckWait: 2 * time.Second}
 	// deliveries fetches the first message and naks it (so it is
 	// delivered again at once), returning its delivery count.
@@ -183,4 +165,18 @@ func TestRemoveBrokenConsumersRemovesOnlyWhatTheServerSkips(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startOn starts an embedded server on the store dir dir, and a
+// JetStream client of it closed with the test.
+func startOn(t *testing.T, dir string) (*Server, jetstream.JetStream) {
+	t.Helper()
+	srv, err := Start(Config{Listen: "127.0.0.1:0", StoreDir: dir, SyncInterval: time.Second})
+	require.NoError(t, err)
+	nc, err := nats.Connect(srv.ClientURL(), srv.ClientOptions()...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return srv, js
 }
