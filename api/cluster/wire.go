@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/telemetryd/telemetryd/api/auth"
@@ -86,7 +85,7 @@ func fromWireDevice(w *wireDevice) (buckets.DeviceInfo, error) {
 
 // Matchers travel as their PromQL text (fleet=~"F-.*"), parsed again by
 // the answering node.
-func matchersToWire(ms []*labels.Matcher) []string {
+func matchersToWire(ms []*buckets.Matcher) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = m.String()
@@ -94,7 +93,7 @@ func matchersToWire(ms []*labels.Matcher) []string {
 	return out
 }
 
-func matchersFromWire(ss []string) ([]*labels.Matcher, error) {
+func matchersFromWire(ss []string) ([]*buckets.Matcher, error) {
 	if len(ss) == 0 {
 		return nil, nil
 	}
@@ -102,7 +101,13 @@ func matchersFromWire(ss []string) ([]*labels.Matcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("matchers %q: %w: %w", ss, err, buckets.ErrInvalidArgument)
 	}
-	return ms, nil
+	out := make([]*buckets.Matcher, len(ms))
+	for i, m := range ms {
+		if out[i], err = buckets.NewMatcher(buckets.MatchType(m.Type), m.Name, m.Value); err != nil {
+			return nil, fmt.Errorf("matchers %q: %w", ss, err)
+		}
+	}
+	return out, nil
 }
 
 // HeaderCaller names, on every node-to-node call, the client whose
