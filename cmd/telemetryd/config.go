@@ -13,7 +13,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/cmd/internal/alerting"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/clustercfg"
@@ -135,7 +135,7 @@ func DefaultConfig() Config {
 		MQTTListen:         natsembed.DefaultMQTTListen,
 		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
 		LineTags:           "attributes",
-		LineNameSeparator:  string(rune(lineproto.DefaultNameSeparator)),
+		LineNameSeparator:  string(rune(linemsg.DefaultNameSeparator)),
 		MaxWriteBytes:      api.DefaultMaxWriteBytes,
 		MemoryLimit:        membudget.DefaultLimit,
 		StreamMaxAge:       icfg.StreamMaxAge,
@@ -285,7 +285,7 @@ func (c *Config) Validate() error {
 
 // lineDeviceTags splits -line-device-tags.
 func (c *Config) lineDeviceTags() ([]string, error) {
-	tags, err := lineproto.ParseDeviceTags(c.LineDeviceTags)
+	tags, err := linemsg.ParseDeviceTags(c.LineDeviceTags)
 	if err != nil {
 		return nil, fmt.Errorf("-line-device-tags %w", err)
 	}
@@ -293,8 +293,8 @@ func (c *Config) lineDeviceTags() ([]string, error) {
 }
 
 // lineTags parses -line-tags.
-func (c *Config) lineTags() (lineproto.TagMode, error) {
-	mode, err := lineproto.ParseTagMode(c.LineTags)
+func (c *Config) lineTags() (linemsg.TagMode, error) {
+	mode, err := linemsg.ParseTagMode(c.LineTags)
 	if err != nil {
 		return 0, fmt.Errorf("-line-tags %w", err)
 	}
@@ -391,7 +391,7 @@ func newLogger(c Config, w io.Writer) *slog.Logger {
 
 // lineNameSeparator parses -line-name-separator.
 func (c *Config) lineNameSeparator() (byte, error) {
-	sep, err := lineproto.ParseNameSeparator(c.LineNameSeparator)
+	sep, err := linemsg.ParseNameSeparator(c.LineNameSeparator)
 	if err != nil {
 		return 0, fmt.Errorf("-line-name-separator %w", err)
 	}
