@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -188,29 +189,10 @@ func (in *Ingester) logConsuming() {
 }
 
 // mqttCopy reports whether subject is an MQTT store copy's own subject
-// (with Config.MQTTCopies).
+// (with Config.MQTTCopies). A stored message's subject holds no
+// wildcard, so nats-server's subset match is a plain match here.
 func (in *Ingester) mqttCopy(subject string) bool {
-	return in.cfg.MQTTCopies && subjectMatches(in.cfg.Subjects().MQTTCopies(), subject)
-}
-
-// subjectMatches reports whether the subject of a stored message
-// matches the NATS subject pattern ('*' matches one token, a final '>'
-// one or more); it does not allocate.
-func subjectMatches(pattern, subject string) bool {
-	for {
-		p, prest, pmore := strings.Cut(pattern, ".")
-		if p == ">" && !pmore {
-			return subject != ""
-		}
-		s, srest, smore := strings.Cut(subject, ".")
-		if s == "" || p != "*" && p != s {
-			return false
-		}
-		if !pmore || !smore {
-			return pmore == smore
-		}
-		pattern, subject = prest, srest
-	}
+	return in.cfg.MQTTCopies && server.SubjectMatchesFilter(subject, in.cfg.Subjects().MQTTCopies())
 }
 
 func wrapStreamErr(name, op string, err error) error {

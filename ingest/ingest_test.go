@@ -543,30 +543,6 @@ func TestUntransformedMQTTCopiesAreAckedUnread(t *testing.T) {
 	assert.Zero(t, e.counter("telemetry.ingest.messages", outcome("rejected")))
 }
 
-func TestSubjectMatches(t *testing.T) {
-	for _, tc := range []struct {
-		pattern, subject string
-		want             bool
-	}{
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.dev-1", true},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.>", true},
-		{"$MQTT.msgs.telemetry.*", "telemetry.dev-1", false},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry", false},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.a.b", false},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.other.dev-1", false},
-		{"$MQTT.msgs.>", "$MQTT.msgs.telemetry.dev-1", true},
-		{"$MQTT.msgs.>", "$MQTT.msgs", false},
-		{">", "a", true},
-		{"a.b", "a.b", true},
-		{"a.b", "a.bc", false},
-		{"a.b", "a", false},
-		{"*", "a", true},
-		{"*", "a.b", false},
-	} {
-		assert.Equal(t, tc.want, subjectMatches(tc.pattern, tc.subject), "%q %q", tc.pattern, tc.subject)
-	}
-}
-
 // A message with the binary form's header (package wire, published by
 // the line protocol door) is decoded as such and checked like JSON: its
 // readings are stored, one outside the window is dead-lettered with
