@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -164,10 +163,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 // is therefore delivered and settled by subject (handler):
 //
 //   - <prefix>.<device>: decoded, then stored or dead-lettered;
-//   - an MQTT store copy kept under its own subject (Config.MQTTCopies,
-//     by an earlier version that did not transform it to
-//     <prefix>.<device>): acked at once, never decoded, stored or
-//     dead-lettered;
 //   - anything else (a subject an operator added to the stream, or a
 //     device token that is a literal wildcard: the stream's "<prefix>.*"
 //     stores "<prefix>.>"): dead-lettered with invalid_device, so
@@ -186,13 +181,6 @@ func (in *Ingester) logConsuming() {
 		args = append(args, "streams", in.cfg.Partitions, "family", in.cfg.Family())
 	}
 	in.log.Info("consuming", args...)
-}
-
-// mqttCopy reports whether subject is an MQTT store copy's own subject
-// (with Config.MQTTCopies). A stored message's subject holds no
-// wildcard, so nats-server's subset match is a plain match here.
-func (in *Ingester) mqttCopy(subject string) bool {
-	return in.cfg.MQTTCopies && server.SubjectMatchesFilter(subject, in.cfg.Subjects().MQTTCopies())
 }
 
 func wrapStreamErr(name, op string, err error) error {
@@ -397,10 +385,6 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	budget := int64(2 * in.cfg.MaxBatchReadings)
 	return func(msg jetstream.Msg) {
 		in.missedHB.Store(0)
-		if in.mqttCopy(msg.Subject()) {
-			in.ackExtra(msg)
-			return
-		}
 		if ctx.Err() != nil {
 			in.nakOnShutdown(msg)
 			return
@@ -423,19 +407,6 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 			in.nakOnShutdown(msg)
 		}
 	}
-}
-
-// ackExtra acks an MQTT store copy kept under its own subject as soon as it
-// is delivered: the stream holds it for its publisher (the MQTT
-// listener answers a QoS 1 PUBLISH once its store copy is stored, right
-// behind the device's message), not for the ingester. It counts as
-// settled for the pacer, since it passed through the ack window.
-func (in *Ingester) ackExtra(msg jetstream.Msg) {
-	if err := msg.Ack(); err != nil {
-		// Delivered again after the ack wait, and acked then.
-		in.log.Debug("ack of a store copy failed", "subject", msg.Subject(), "err", err)
-	}
-	in.settled.Add(1)
 }
 
 // release returns n settled readings to the handler's budget.

@@ -45,16 +45,13 @@ func fromWire(ws []wireReading) ([]buckets.Reading, error) {
 }
 
 // wireDevice is a buckets.DeviceInfo on the wire. Nodes answer only
-// devices their caller may see; Hidden (a bare position of a device the
-// caller may not see) is what nodes of earlier versions sent, and is
-// still understood.
+// devices their caller may see.
 type wireDevice struct {
 	Device     buckets.DeviceID  `json:"d"`
 	FirstSeen  buckets.Ticks     `json:"f"`
 	LastSeen   buckets.Ticks     `json:"l"`
 	Latest     []byte            `json:"v"`
 	Attributes map[string]string `json:"a,omitempty"`
-	Hidden     bool              `json:"h,omitempty"`
 }
 
 func toWireDevice(d *buckets.DeviceInfo) wireDevice {
@@ -66,9 +63,6 @@ func toWireDevice(d *buckets.DeviceInfo) wireDevice {
 }
 
 func fromWireDevice(w *wireDevice) (buckets.DeviceInfo, error) {
-	if w.Hidden {
-		return buckets.DeviceInfo{Device: w.Device}, nil
-	}
 	latest, err := nodewire.DecodeValues(w.Latest)
 	if err != nil {
 		return buckets.DeviceInfo{}, fmt.Errorf("device %s: %w", w.Device, err)
