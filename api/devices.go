@@ -6,7 +6,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/telemetryd/telemetryd/api/auth"
@@ -118,7 +117,7 @@ func (s *Server) deviceFilterParams(c echo.Context) (deviceFilter, error) {
 // parseMatch parses the match parameter: a Prometheus series selector
 // over attributes and the label device, such as
 // {fleet="East",model=~"F-.*"}. Empty means no filter.
-func parseMatch(s string) ([]*labels.Matcher, error) {
+func parseMatch(s string) ([]*buckets.Matcher, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -139,7 +138,13 @@ func parseMatch(s string) ([]*labels.Matcher, error) {
 				buckets.ValidateAttributeName(m.Name).Msg)
 		}
 	}
-	return ms, nil
+	out := make([]*buckets.Matcher, len(ms))
+	for i, m := range ms {
+		if out[i], err = buckets.NewMatcher(buckets.MatchType(m.Type), m.Name, m.Value); err != nil {
+			return nil, invalidArg("match", "%s: %v", quoted(s), err)
+		}
+	}
+	return out, nil
 }
 
 // deviceLabel is the matcher name that matches the device ID.

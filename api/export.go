@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
-
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -62,7 +60,7 @@ type exportPos struct {
 // exportSpec is what an export streams.
 type exportSpec struct {
 	Prefix  string
-	Match   []*labels.Matcher
+	Match   []*buckets.Matcher
 	From    buckets.Ticks // inclusive
 	To      buckets.Ticks // exclusive
 	CSV     bool

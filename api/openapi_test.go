@@ -271,11 +271,6 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 		env := newTestEnv(t, func(c *api.Config) { c.Admin = nil })
 		validateExchange(t, env, router, exchange{method: "POST", path: "/v1/retention/run", status: 501})
 	})
-	t.Run("admin token", func(t *testing.T) {
-		env := newTestEnv(t, func(c *api.Config) { c.AdminToken = "s3cret" })
-		validateExchange(t, env, router, exchange{method: "POST", path: "/v1/retention/run", status: 401})
-		validateExchange(t, env, router, exchange{method: "DELETE", path: "/v1/tables/2026-10-01", header: []string{"Authorization", "Bearer wrong"}, status: 403})
-	})
 	t.Run("not ready", func(t *testing.T) {
 		env := newTestEnv(t, func(c *api.Config) { c.Ready = func(context.Context) error { return io.EOF } })
 		validateExchange(t, env, router, exchange{method: "GET", path: "/readyz", status: 503})

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
@@ -29,7 +29,7 @@ type slowPublisher struct {
 	readings int
 }
 
-func (p *slowPublisher) Publish(ctx context.Context, msgs []lineproto.Message) error {
+func (p *slowPublisher) Publish(ctx context.Context, msgs []linemsg.Message) error {
 	p.mu.Lock()
 	p.calls++
 	call := p.calls

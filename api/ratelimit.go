@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 	"golang.org/x/time/rate"
 
 	"github.com/telemetryd/telemetryd/api/auth"
@@ -21,6 +22,16 @@ import (
 const maxRateKeys = 100_000
 
 // rateLimiter is a token bucket per key (token name or client address).
+// It is the store behind Echo's RateLimiter middleware (rateLimit), and
+// is used directly for connections (connlimit.go) and failed logins
+// (authn.go). Echo's own RateLimiterMemoryStore is not used because it
+// differs in two ways that matter here: it keeps every client seen
+// within its expiry (3 minutes by default), so a flood from many
+// addresses (an IPv6 prefix holds billions) grows its map without
+// bound, where this one holds at most maxRateKeys and then shares an
+// overflow bucket; and its Allow says only no, where a 429 here says
+// in Retry-After how long until a token is back (Allow returns that as
+// a *rateDenied).
 type rateLimiter struct {
 	limit rate.Limit
 	burst int
@@ -65,6 +76,21 @@ func (r *rateLimiter) allow(key string, now time.Time) (bool, time.Duration) {
 	wait := res.DelayFrom(now)
 	res.CancelAt(now)
 	return false, wait
+}
+
+// rateDenied is the error Allow returns with false: the wait until the
+// key has a token again.
+type rateDenied struct{ wait time.Duration }
+
+func (e *rateDenied) Error() string { return "rate limit exceeded; retry in " + e.wait.String() }
+
+// Allow implements Echo's middleware.RateLimiterStore: it takes one
+// token of key's bucket, and reports a *rateDenied when none is left.
+func (r *rateLimiter) Allow(key string) (bool, error) {
+	if ok, wait := r.allow(key, time.Now()); !ok {
+		return false, &rateDenied{wait}
+	}
+	return true, nil
 }
 
 // bucket returns key's limiter, creating it. r.mu is held.
@@ -116,13 +142,27 @@ func (s *Server) limitRate(c echo.Context, tokenName string) error {
 	if s.rates == nil {
 		return nil
 	}
-	key := "a:" + clientAddr(c.Request().RemoteAddr)
-	if tokenName != "" {
-		key = "t:" + tokenName
+	if _, err := s.rates.Allow(rateKey(c, tokenName)); err != nil {
+		return s.rateExceeded(c, err)
 	}
-	ok, wait := s.rates.allow(key, time.Now())
-	if ok {
-		return nil
+	return nil
+}
+
+// rateKey is the bucket of a request: its token's, else its client
+// address's.
+func rateKey(c echo.Context, tokenName string) string {
+	if tokenName != "" {
+		return "t:" + tokenName
+	}
+	return "a:" + clientAddr(c.Request().RemoteAddr)
+}
+
+// rateExceeded is the 429 of a request refused with err (a
+// *rateDenied), with Retry-After.
+func (s *Server) rateExceeded(c echo.Context, err error) error {
+	wait := time.Second
+	if d, ok := err.(*rateDenied); ok {
+		wait = d.wait
 	}
 	c.Response().Header().Set("Retry-After", retryAfter(wait))
 	return &apiError{http.StatusTooManyRequests, codeResourceExhausted,
@@ -130,26 +170,31 @@ func (s *Server) limitRate(c echo.Context, tokenName string) error {
 			" requests/s exceeded; retry later"}
 }
 
-// rateLimit applies Config.RateLimit to every request but the liveness
-// and readiness probes and a cluster's node-to-node calls (clusterCall),
-// per token when the request carries one (see authenticate), else per
-// client address.
-func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		switch c.Path() {
-		case "/healthz", "/readyz":
-			return next(c)
-		}
-		if clusterCall(c.Request().Context()) {
-			return next(c)
-		}
-		name := ""
-		if p := auth.FromContext(c.Request().Context()); p != nil {
-			name = p.Name
-		}
-		if err := s.limitRate(c, name); err != nil {
-			return err
-		}
-		return next(c)
+// rateLimit is Echo's RateLimiter middleware applying Config.RateLimit
+// to every request but the liveness and readiness probes and a
+// cluster's node-to-node calls (clusterCall), per token when the
+// request carries one (see authenticate), else per client address (the
+// TCP peer, never a forwarding header). Without a limit it passes every
+// request on.
+func (s *Server) rateLimit() echo.MiddlewareFunc {
+	if s.rates == nil {
+		return func(next echo.HandlerFunc) echo.HandlerFunc { return next }
 	}
+	return middleware.RateLimiterWithConfig(middleware.RateLimiterConfig{
+		Skipper: func(c echo.Context) bool {
+			p := c.Path()
+			return p == "/healthz" || p == "/readyz" || clusterCall(c.Request().Context())
+		},
+		IdentifierExtractor: func(c echo.Context) (string, error) {
+			name := ""
+			if p := auth.FromContext(c.Request().Context()); p != nil {
+				name = p.Name
+			}
+			return rateKey(c, name), nil
+		},
+		Store: s.rates,
+		DenyHandler: func(c echo.Context, _ string, err error) error {
+			return s.rateExceeded(c, err)
+		},
+	})
 }

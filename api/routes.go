@@ -21,7 +21,7 @@ const readyTimeout = 5 * time.Second
 // both directions).
 func (s *Server) registerRoutes() {
 	e := s.echo
-	e.Use(s.observe, s.recoverPanic, s.authenticate, s.rateLimit, limitBody, collectWarnings)
+	e.Use(s.observe, s.recoverPanic, s.authenticate, s.rateLimit(), limitBody, collectWarnings)
 
 	query := []echo.MiddlewareFunc{s.limitInFlight, s.withTimeout}
 	e.GET("/v1/devices/:device/readings/latest", s.handleLatest, query...)

@@ -148,10 +148,6 @@ type Config struct {
 	// service passes retention.Policy.ExpiresAt. Nil leaves expiresAt
 	// out.
 	ExpiresAt func(tables []buckets.TableInfo, now time.Time) []time.Time
-	// AdminToken, if set, makes admin endpoints require
-	// "Authorization: Bearer <token>" (401 when missing, 403 when
-	// wrong). If empty, admin endpoints accept only loopback clients.
-	AdminToken string
 	// MaxInFlight bounds concurrent query requests; beyond it a query
 	// gets 429 with Retry-After. Default DefaultMaxInFlight.
 	MaxInFlight int
@@ -233,7 +229,6 @@ type Server struct {
 	metrics      http.Handler
 	skew         time.Duration
 	expiresAt    func(tables []buckets.TableInfo, now time.Time) []time.Time
-	adminToken   string
 	queryTimeout time.Duration
 	addrCfg      string
 	log          *slog.Logger
@@ -296,7 +291,6 @@ func New(cfg Config) (*Server, error) {
 		metrics:      cfg.Metrics,
 		skew:         cmp.Or(cfg.MaxFutureSkew, buckets.DefaultMaxFutureSkew),
 		expiresAt:    cfg.ExpiresAt,
-		adminToken:   cfg.AdminToken,
 		queryTimeout: cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
 		addrCfg:      cfg.Addr,
 		log:          cfg.Logger,

@@ -3,7 +3,6 @@ package api_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -102,42 +101,6 @@ func TestAdminNilIsNotImplemented(t *testing.T) {
 	env := newTestEnv(t, func(c *api.Config) { c.Admin = nil })
 	requireError(t, env.do(t, http.MethodDelete, "/v1/tables/2026-10-01"), http.StatusNotImplemented, "not_implemented", "server")
 	requireError(t, env.do(t, http.MethodPost, "/v1/retention/run"), http.StatusNotImplemented, "not_implemented", "server")
-}
-
-func TestAdminTokenAuth(t *testing.T) {
-	env := newTestEnv(t, func(c *api.Config) { c.AdminToken = "s3cret" })
-	env.admin.tables[mustDay(t, "2026-10-01")] = buckets.TableDrop{Day: mustDay(t, "2026-10-01"), Readings: -1, Reason: "manual"}
-	tests := []struct {
-		name   string
-		header []string
-		status int
-		code   string
-	}{
-		{"missing", nil, http.StatusUnauthorized, "unauthenticated"},
-		{"not bearer", []string{"Authorization", "Basic czNjcmV0"}, http.StatusUnauthorized, "unauthenticated"},
-		{"empty bearer", []string{"Authorization", "Bearer "}, http.StatusUnauthorized, "unauthenticated"},
-		{"wrong", []string{"Authorization", "Bearer s3cre"}, http.StatusForbidden, "permission_denied"},
-		{"wrong longer", []string{"Authorization", "Bearer s3cret2"}, http.StatusForbidden, "permission_denied"},
-		{"right", []string{"Authorization", "Bearer s3cret"}, http.StatusOK, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res := env.do(t, http.MethodPost, "/v1/retention/run?dry_run=true", tt.header...)
-			if tt.status == http.StatusOK {
-				require.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
-				return
-			}
-			requireError(t, res, tt.status, tt.code, "authorization")
-			if tt.status == http.StatusUnauthorized {
-				assert.True(t, strings.HasPrefix(res.header.Get("WWW-Authenticate"), "Bearer"))
-			}
-		})
-	}
-	assert.Equal(t, []bool{true}, env.admin.runs, "only the authorized request ran")
-
-	requireError(t, env.do(t, http.MethodDelete, "/v1/tables/2026-10-01"), http.StatusUnauthorized, "unauthenticated", "authorization")
-	res := env.do(t, http.MethodDelete, "/v1/tables/2026-10-01", "Authorization", "Bearer s3cret")
-	assert.Equal(t, http.StatusOK, res.status, "body: %s", res.body)
 }
 
 func TestAdminWithoutTokenOnlyLoopback(t *testing.T) {

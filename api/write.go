@@ -21,7 +21,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 )
 
 // Publisher stores the messages Map made of a body: the devices'
@@ -31,7 +31,17 @@ import (
 // acknowledged by its stream, or with the first error; publishing the
 // same messages twice stores their readings once.
 type Publisher interface {
-	Publish(ctx context.Context, msgs []lineproto.Message) error
+	Publish(ctx context.Context, msgs []linemsg.Message) error
+}
+
+// LineMapper maps a body of line protocol to the messages of its
+// devices' readings and the dead letters of its rejected lines
+// (ingest/lineproto.Mapper, whose package comment says how each line
+// maps). Map names every rejected line; MapAll reports false, holding
+// nothing, as soon as a line is bad.
+type LineMapper interface {
+	Map(body []byte, opts linemsg.Options) linemsg.Result
+	MapAll(body []byte, opts linemsg.Options) (linemsg.Result, bool)
 }
 
 // DefaultDeviceTags are WriteConfig.DeviceTags' default.
@@ -55,22 +65,25 @@ type WriteConfig struct {
 	// Publisher stores the mapped messages; nil makes the write
 	// endpoints answer 501.
 	Publisher Publisher
+	// Mapper maps bodies to messages; nil makes the write endpoints
+	// answer 501.
+	Mapper LineMapper
 	// DeviceTags: the first of these tags present on a line names its
 	// device. Default device, host.
 	DeviceTags []string
 	// Tags says what a line's other tags become: attributes of its
-	// device (the zero value, lineproto.TagsAsAttributes) or string
-	// values (lineproto.TagsAsValues).
-	Tags lineproto.TagMode
+	// device (the zero value, linemsg.TagsAsAttributes) or string
+	// values (linemsg.TagsAsValues).
+	Tags linemsg.TagMode
 	// NameSeparator joins a line's measurement and field into a value
 	// name: '_' (climate_temp) or '.' (climate.temp). Zero:
-	// lineproto.DefaultNameSeparator ('_').
+	// linemsg.DefaultNameSeparator ('_').
 	NameSeparator byte
 	// MaxBytes bounds a body before and after gunzip (413 beyond).
 	// Default DefaultMaxWriteBytes.
 	MaxBytes int64
 	// MaxMessageBytes bounds one published message (the NATS server's
-	// max payload). Default lineproto.DefaultMaxMessageBytes.
+	// max payload). Default linemsg.DefaultMaxMessageBytes.
 	MaxMessageBytes int
 	// Window is the accepted time window, the ingester's; each zero
 	// half takes its buckets default.
@@ -96,7 +109,7 @@ type WriteConfig struct {
 // messages. When the budget can pay wholeMapFactor times a part of
 // wholePart bytes and still hold the largest body (MinWriteBudget)
 // besides, the lines are first mapped a part at a time with
-// lineproto.MapAll, which gives up at the first bad line and holds no
+// LineMapper.MapAll, which gives up at the first bad line and holds no
 // errors (publishParts); otherwise, and for a body with a bad line,
 // they are mapped and published mapChunk bytes at a time, so a body of
 // lines that are all rejected holds the errors of one chunk, not of the
@@ -112,7 +125,7 @@ const (
 	// dead letter.
 	mapBytes = 16 * mapChunk
 	// wholePart is how many bytes of lines are mapped at once when
-	// every line is good (lineproto.MapAll; a part ends at the first
+	// every line is good (LineMapper.MapAll; a part ends at the first
 	// line end past it): a 10,000-line request of TSBS IoT lines (2.4
 	// MB) is one part.
 	wholePart = 4 << 20
@@ -150,7 +163,7 @@ func newWriter(cfg *WriteConfig, now func() time.Time) *writer {
 	w.cfg.PublishTimeout = cmp.Or(w.cfg.PublishTimeout, DefaultPublishTimeout)
 	w.cfg.Budget = max(cmp.Or(w.cfg.Budget, DefaultWriteBudget), MinWriteBudget(w.cfg.MaxBytes))
 	w.budget = newByteBudget(w.cfg.Budget)
-	w.cfg.MaxMessageBytes = cmp.Or(w.cfg.MaxMessageBytes, lineproto.DefaultMaxMessageBytes)
+	w.cfg.MaxMessageBytes = cmp.Or(w.cfg.MaxMessageBytes, linemsg.DefaultMaxMessageBytes)
 	w.cfg.Window.Retention = cmp.Or(w.cfg.Window.Retention, buckets.DefaultRetention)
 	w.cfg.Window.MaxFutureSkew = cmp.Or(w.cfg.Window.MaxFutureSkew, buckets.DefaultMaxFutureSkew)
 	if len(w.cfg.DeviceTags) == 0 {
@@ -206,11 +219,11 @@ func (w *writer) write(c echo.Context, v1 bool) error {
 }
 
 func (w *writer) serveWrite(c echo.Context, v1 bool) error {
-	if w.cfg.Publisher == nil {
+	if w.cfg.Publisher == nil || w.cfg.Mapper == nil {
 		return influxErr(http.StatusNotImplemented, "not implemented", "writes are not enabled on this instance")
 	}
 	req := c.Request()
-	precision, err := lineproto.ParsePrecision(req.URL.Query().Get("precision"), v1)
+	precision, err := linemsg.ParsePrecision(req.URL.Query().Get("precision"), v1)
 	if err != nil {
 		return influxErr(http.StatusBadRequest, "invalid", "%s", err.Error())
 	}
@@ -233,7 +246,7 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 		return influxErr(http.StatusServiceUnavailable, "unavailable",
 			"write bodies: the memory budget for write bodies in flight is spent (%s); retry later", mib(w.budget.size))
 	}
-	opts := lineproto.Options{
+	opts := linemsg.Options{
 		DeviceTags:      w.cfg.DeviceTags,
 		Tags:            w.cfg.Tags,
 		NameSeparator:   w.cfg.NameSeparator,
@@ -265,7 +278,7 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 }
 
 // publishParts maps and publishes body in parts of about wholePart
-// bytes with lineproto.MapAll, so that each device's lines of a part
+// bytes with LineMapper.MapAll, so that each device's lines of a part
 // are one payload (or a few large ones), not one per mapChunk of
 // lines: a device's readings then cost the ingester and the store a
 // decode and a block per part. It reports false,
@@ -277,7 +290,7 @@ func (w *writer) serveWrite(c echo.Context, v1 bool) error {
 // nothing twice: readings merge by device and time. res holds the body
 // and mapBytes when it is called, and again when it returns. A body of
 // one chunk is left to publishChunks, which maps it the same way.
-func (w *writer) publishParts(ctx context.Context, body []byte, opts lineproto.Options, res *reservation, sum *writeSummary) (bool, error) {
+func (w *writer) publishParts(ctx context.Context, body []byte, opts linemsg.Options, res *reservation, sum *writeSummary) (bool, error) {
 	if len(body) <= mapChunk {
 		return false, nil // one chunk either way
 	}
@@ -301,7 +314,7 @@ func (w *writer) publishParts(ctx context.Context, body []byte, opts lineproto.O
 			*sum = parts
 			return true, err
 		}
-		r, ok := lineproto.MapAll(part.lines, opts)
+		r, ok := w.cfg.Mapper.MapAll(part.lines, opts)
 		if !ok {
 			return false, nil
 		}
@@ -317,14 +330,14 @@ func (w *writer) publishParts(ctx context.Context, body []byte, opts lineproto.O
 }
 
 // publishChunks maps and publishes body mapChunk bytes at a time with
-// lineproto.Map, so that a body of rejected lines holds the errors of
+// LineMapper.Map, so that a body of rejected lines holds the errors of
 // one chunk at a time.
-func (w *writer) publishChunks(ctx context.Context, body []byte, opts lineproto.Options, sum *writeSummary) error {
+func (w *writer) publishChunks(ctx context.Context, body []byte, opts linemsg.Options, sum *writeSummary) error {
 	for i, chunk := range chunks(body, mapChunk) {
 		if err := sum.mayStart(ctx, chunk.offset); err != nil {
 			return err
 		}
-		r := lineproto.Map(chunk.lines, opts)
+		r := w.cfg.Mapper.Map(chunk.lines, opts)
 		sum.add(&r, chunk.offset, i)
 		msgs := append(r.Messages, r.DeadLetters...)
 		if err := w.cfg.Publisher.Publish(ctx, msgs); err != nil {
@@ -368,7 +381,7 @@ func chunks(body []byte, size int) func(yield func(int, bodyChunk) bool) {
 // device the token may not write.
 type writeSummary struct {
 	lines, readings, rejected int
-	named                     []lineproto.LineError
+	named                     []linemsg.LineError
 	allDenied                 bool
 	partialState              // what was accepted so far (partial.go)
 }
@@ -377,7 +390,7 @@ type writeSummary struct {
 // offset others, renumbering its rejected lines (and the dead letters
 // of the chunks after the first, whose IDs also get the chunk number:
 // the same bad line at the same place in two chunks is two letters).
-func (s *writeSummary) add(r *lineproto.Result, offset, i int) {
+func (s *writeSummary) add(r *linemsg.Result, offset, i int) {
 	if s.rejected == 0 {
 		s.allDenied = true
 	}
@@ -391,7 +404,7 @@ func (s *writeSummary) add(r *lineproto.Result, offset, i int) {
 		if len(s.named) < maxNamedLines+1 {
 			s.named = append(s.named, le)
 		}
-		if le.Err.Code != lineproto.CodeDeviceNotAllowed {
+		if le.Err.Code != linemsg.CodeDeviceNotAllowed {
 			s.allDenied = false
 			if i > 0 && d < len(r.DeadLetters) {
 				dl := &r.DeadLetters[d]

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
+	"github.com/telemetryd/telemetryd/ingest/lineproto"
 )
 
 // countingPublisher acknowledges every message at once and counts the
@@ -23,7 +24,7 @@ import (
 // cost the connect phase of telemetry-bench measures).
 type countingPublisher struct{ readings atomic.Int64 }
 
-func (p *countingPublisher) Publish(_ context.Context, msgs []lineproto.Message) error {
+func (p *countingPublisher) Publish(_ context.Context, msgs []linemsg.Message) error {
 	for _, m := range msgs {
 		p.readings.Add(int64(wire.Count(m.Data)))
 	}
@@ -62,7 +63,7 @@ func BenchmarkWriteDoor(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			pub := &countingPublisher{}
 			srv, err := api.New(api.Config{Reader: newFakeReader(), Logger: slog.New(slog.DiscardHandler),
-				Now: func() time.Time { return now }, Writes: &api.WriteConfig{Publisher: pub}})
+				Now: func() time.Time { return now }, Writes: &api.WriteConfig{Publisher: pub, Mapper: lineproto.Mapper{}}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -17,8 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
+	"github.com/telemetryd/telemetryd/ingest/lineproto"
 )
 
 // recordingPublisher acknowledges every message at once and keeps what
@@ -27,10 +28,10 @@ type recordingPublisher struct {
 	mu       sync.Mutex
 	readings map[string]int // readings published per device
 	messages int            // messages of readings
-	dead     []lineproto.Message
+	dead     []linemsg.Message
 }
 
-func (p *recordingPublisher) Publish(_ context.Context, msgs []lineproto.Message) error {
+func (p *recordingPublisher) Publish(_ context.Context, msgs []linemsg.Message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.readings == nil {
@@ -50,6 +51,7 @@ func (p *recordingPublisher) Publish(_ context.Context, msgs []lineproto.Message
 // newWriteServer serves the write endpoints over loopback HTTP into pub.
 func newWriteServer(t *testing.T, cfg api.WriteConfig, now time.Time) string {
 	t.Helper()
+	cfg.Mapper = lineproto.Mapper{}
 	srv, err := api.New(api.Config{Reader: newFakeReader(), Logger: slog.New(slog.DiscardHandler),
 		Now: func() time.Time { return now }, Writes: &cfg})
 	require.NoError(t, err)

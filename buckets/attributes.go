@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/prometheus/prometheus/model/labels"
 )
 
 // Attribute limits. A device has at most MaxAttributes attributes; a
@@ -139,7 +137,7 @@ type DeviceQuery struct {
 	// Match keeps devices whose attributes satisfy every matcher, with
 	// PromQL's rules: an attribute the device lacks matches as the empty
 	// string; the name "device" matches the device ID.
-	Match []*labels.Matcher
+	Match []*Matcher
 	// SilentBefore, when not zero, keeps devices whose last reading is
 	// older than it.
 	SilentBefore Ticks

@@ -3,14 +3,15 @@
 // Table Storage style key design (partition key device/day, row key =
 // inverted ticks, one table per UTC day).
 //
-// It does no I/O and imports only the standard library. Every other
-// package meets through the types declared here. Its sub-packages are
-// the formats in which readings travel that more than one package
-// speaks, pure encodings without I/O either: buckets/wire (the binary
-// payload of a device's readings in a message) and buckets/lineproto
-// (InfluxDB line protocol mapped to such messages), which the HTTP
-// write endpoints in api and the ingester in ingest both import. The
-// store's formats on disk are private to package store.
+// It does no I/O and imports only the standard library (a layout test
+// in cmd/telemetryd holds this). Every other package meets through the
+// types declared here. Its sub-packages are what more than one package
+// speaks, pure data and encodings without I/O either: buckets/wire (the
+// binary payload of a device's readings in a message) and
+// buckets/linemsg (what a line protocol write becomes: the messages
+// the HTTP write endpoints in api hand to the publisher in ingest; the
+// mapping itself, with its parser, is ingest/lineproto). The store's
+// formats on disk are private to package store.
 package buckets
 
 import "errors"

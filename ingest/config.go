@@ -30,9 +30,7 @@ type Config struct {
 	// MQTTCopies makes Stream capture the embedded MQTT listener's store
 	// copies of QoS 1 publishes (topology.Subjects.MQTTCopies) and keep
 	// each as <prefix>.<device>, so it is read as a reading (see
-	// CaptureMQTTCopies). A copy that an earlier version kept under its
-	// own subject is acked on delivery without being read (never stored,
-	// never dead-lettered). Not with Partitions.
+	// CaptureMQTTCopies). Not with Partitions.
 	MQTTCopies bool
 	// AtomicPublish makes Stream allow atomic batch publishes (an
 	// existing stream gains it; it is never taken away) and Publisher

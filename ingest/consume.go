@@ -163,10 +163,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 // is therefore delivered and settled by subject (handler):
 //
 //   - <prefix>.<device>: decoded, then stored or dead-lettered;
-//   - an MQTT store copy kept under its own subject (Config.MQTTCopies,
-//     by an earlier version that did not transform it to
-//     <prefix>.<device>): acked at once, never decoded, stored or
-//     dead-lettered;
 //   - anything else (a subject an operator added to the stream, or a
 //     device token that is a literal wildcard: the stream's "<prefix>.*"
 //     stores "<prefix>.>"): dead-lettered with invalid_device, so
@@ -185,32 +181,6 @@ func (in *Ingester) logConsuming() {
 		args = append(args, "streams", in.cfg.Partitions, "family", in.cfg.Family())
 	}
 	in.log.Info("consuming", args...)
-}
-
-// mqttCopy reports whether subject is an MQTT store copy's own subject
-// (with Config.MQTTCopies).
-func (in *Ingester) mqttCopy(subject string) bool {
-	return in.cfg.MQTTCopies && subjectMatches(in.cfg.Subjects().MQTTCopies(), subject)
-}
-
-// subjectMatches reports whether the subject of a stored message
-// matches the NATS subject pattern ('*' matches one token, a final '>'
-// one or more); it does not allocate.
-func subjectMatches(pattern, subject string) bool {
-	for {
-		p, prest, pmore := strings.Cut(pattern, ".")
-		if p == ">" && !pmore {
-			return subject != ""
-		}
-		s, srest, smore := strings.Cut(subject, ".")
-		if s == "" || p != "*" && p != s {
-			return false
-		}
-		if !pmore || !smore {
-			return pmore == smore
-		}
-		pattern, subject = prest, srest
-	}
 }
 
 func wrapStreamErr(name, op string, err error) error {
@@ -415,10 +385,6 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 	budget := int64(2 * in.cfg.MaxBatchReadings)
 	return func(msg jetstream.Msg) {
 		in.missedHB.Store(0)
-		if in.mqttCopy(msg.Subject()) {
-			in.ackExtra(msg)
-			return
-		}
 		if ctx.Err() != nil {
 			in.nakOnShutdown(msg)
 			return
@@ -441,19 +407,6 @@ func (in *Ingester) handler(ctx context.Context) jetstream.MessageHandler {
 			in.nakOnShutdown(msg)
 		}
 	}
-}
-
-// ackExtra acks an MQTT store copy kept under its own subject as soon as it
-// is delivered: the stream holds it for its publisher (the MQTT
-// listener answers a QoS 1 PUBLISH once its store copy is stored, right
-// behind the device's message), not for the ingester. It counts as
-// settled for the pacer, since it passed through the ack window.
-func (in *Ingester) ackExtra(msg jetstream.Msg) {
-	if err := msg.Ack(); err != nil {
-		// Delivered again after the ack wait, and acked then.
-		in.log.Debug("ack of a store copy failed", "subject", msg.Subject(), "err", err)
-	}
-	in.settled.Add(1)
 }
 
 // release returns n settled readings to the handler's budget.

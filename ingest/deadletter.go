@@ -170,9 +170,6 @@ func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
 			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "err", err)
 		return
 	}
-	if in.mqttCopy(raw.Subject) {
-		return // a store copy, never dead-lettered (consume.go)
-	}
 	detail := fmt.Sprintf("not acknowledged after %d deliveries (max deliveries advisory)", adv.Deliveries)
 	if last, ok := in.lastErrs.take(adv.StreamSeq); ok {
 		detail += "; last store error: " + last

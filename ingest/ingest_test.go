@@ -510,63 +510,6 @@ func TestConsumerUnfiltered(t *testing.T) {
 	assert.Equal(t, "rejected.telemetry._invalid", dl[0].Subject)
 }
 
-// The MQTT listener's QoS 1 store copies, kept under their own subject
-// by an earlier version's stream (without the transform), are
-// delivered and acked at once: never decoded, stored nor dead-lettered,
-// even when their payload is not a reading, and they do not hold back
-// the device messages around them.
-func TestUntransformedMQTTCopiesAreAckedUnread(t *testing.T) {
-	e := newTestEnv(t, func(c *Config) { c.MQTTCopies = true })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "TELEMETRY", Subjects: []string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, Storage: jetstream.FileStorage,
-	})
-	require.NoError(t, err)
-	e.start()
-	var last uint64
-	for i := range 50 {
-		e.publish("telemetry.dev-1", flat(nowMillis()+int64(i), i))
-		e.publish("$MQTT.msgs.telemetry.dev-1", flat(nowMillis()+int64(i), i))
-		last = e.publish("$MQTT.msgs.telemetry.dev-2", "not a reading")
-	}
-	e.waitStored("dev-1", 50)
-	e.waitAcked(last)
-	info := e.consumerInfo()
-	assert.Zero(t, info.NumPending)
-	assert.Zero(t, info.NumAckPending)
-	assert.Equal(t, uint64(150), info.Delivered.Stream, "every message of the stream delivered")
-	assert.Zero(t, info.NumRedelivered, "no redelivery")
-	assert.Len(t, e.w.stored(""), 50, "only the device messages are stored")
-	assert.Empty(t, e.deadLetters())
-	assert.Equal(t, int64(50), e.counter("telemetry.ingest.messages", outcome("acked")))
-	assert.Zero(t, e.counter("telemetry.ingest.messages", outcome("rejected")))
-}
-
-func TestSubjectMatches(t *testing.T) {
-	for _, tc := range []struct {
-		pattern, subject string
-		want             bool
-	}{
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.dev-1", true},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.>", true},
-		{"$MQTT.msgs.telemetry.*", "telemetry.dev-1", false},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry", false},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.telemetry.a.b", false},
-		{"$MQTT.msgs.telemetry.*", "$MQTT.msgs.other.dev-1", false},
-		{"$MQTT.msgs.>", "$MQTT.msgs.telemetry.dev-1", true},
-		{"$MQTT.msgs.>", "$MQTT.msgs", false},
-		{">", "a", true},
-		{"a.b", "a.b", true},
-		{"a.b", "a.bc", false},
-		{"a.b", "a", false},
-		{"*", "a", true},
-		{"*", "a.b", false},
-	} {
-		assert.Equal(t, tc.want, subjectMatches(tc.pattern, tc.subject), "%q %q", tc.pattern, tc.subject)
-	}
-}
-
 // A message with the binary form's header (package wire, published by
 // the line protocol door) is decoded as such and checked like JSON: its
 // readings are stored, one outside the window is dead-lettered with

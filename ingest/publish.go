@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
@@ -134,7 +134,7 @@ func (p *Publisher) Suppressed() int64 { return p.suppressed.Load() }
 // server refuses is published again message by message, which stores
 // nothing twice (readings merge by device and time) and reports the
 // refusal of the message at fault.
-func (p *Publisher) Publish(ctx context.Context, msgs []lineproto.Message) error {
+func (p *Publisher) Publish(ctx context.Context, msgs []linemsg.Message) error {
 	if p.lines {
 		out, rest := p.group(msgs)
 		if err := p.publishLines(ctx, out); err != nil {
@@ -147,8 +147,8 @@ func (p *Publisher) Publish(ctx context.Context, msgs []lineproto.Message) error
 	if !p.atomic.Load() {
 		return p.publishEach(ctx, msgs)
 	}
-	var dead []lineproto.Message
-	byStream := map[string][]lineproto.Message{}
+	var dead []linemsg.Message
+	byStream := map[string][]linemsg.Message{}
 	var order []string
 	for _, m := range msgs {
 		if m.DeadLetter {
@@ -184,7 +184,7 @@ func (p *Publisher) streamOf(device string) string {
 
 // publishStream publishes the readings of one stream as atomic
 // batches, or message by message where a batch cannot be had.
-func (p *Publisher) publishStream(ctx context.Context, stream string, readings []lineproto.Message) error {
+func (p *Publisher) publishStream(ctx context.Context, stream string, readings []linemsg.Message) error {
 	for start := 0; start < len(readings); start += maxAtomicBatch {
 		chunk := readings[start:min(start+maxAtomicBatch, len(readings))]
 		if len(chunk) >= minAtomicBatch && p.atomic.Load() {
@@ -208,7 +208,7 @@ func (p *Publisher) publishStream(ctx context.Context, stream string, readings [
 
 // publishEach publishes msgs one by one, publishWindow at a time, and
 // waits for every ack.
-func (p *Publisher) publishEach(ctx context.Context, msgs []lineproto.Message) error {
+func (p *Publisher) publishEach(ctx context.Context, msgs []linemsg.Message) error {
 	for start := 0; start < len(msgs); start += publishWindow {
 		batch := msgs[start:min(start+publishWindow, len(msgs))]
 		futs := make([]jetstream.PubAckFuture, 0, len(batch))
@@ -252,7 +252,7 @@ type atomicAck struct {
 // as one atomic batch: every message but the last without a reply, the
 // last with the commit header as a request, whose ack must count them
 // all.
-func (p *Publisher) publishAtomic(ctx context.Context, stream string, readings []lineproto.Message) error {
+func (p *Publisher) publishAtomic(ctx context.Context, stream string, readings []linemsg.Message) error {
 	select {
 	case p.inFlight <- struct{}{}:
 		defer func() { <-p.inFlight }()
@@ -294,7 +294,7 @@ func (p *Publisher) publishAtomic(ctx context.Context, stream string, readings [
 }
 
 // batchMsg is reading m as message seq (from 1) of atomic batch id.
-func (p *Publisher) batchMsg(m *lineproto.Message, stream, id string, seq int) *nats.Msg {
+func (p *Publisher) batchMsg(m *linemsg.Message, stream, id string, seq int) *nats.Msg {
 	nm := p.natsMsg(m)
 	nm.Header.Set(jetstream.ExpectedStreamHeader, stream)
 	nm.Header.Set(headerBatchID, id)
@@ -312,7 +312,7 @@ func (p *Publisher) deviceSubject(device string) string {
 }
 
 // natsMsg is m on its subject, with its headers.
-func (p *Publisher) natsMsg(m *lineproto.Message) *nats.Msg {
+func (p *Publisher) natsMsg(m *linemsg.Message) *nats.Msg {
 	if !m.DeadLetter {
 		nm := nats.NewMsg(p.deviceSubject(m.Device))
 		nm.Data = m.Data

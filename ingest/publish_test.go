@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
@@ -29,14 +29,14 @@ func TestPublisherSendsReadingsAndDeadLettersToTheirStreams(t *testing.T) {
 	p, err := NewPublisher(e.nc, e.cfg)
 	require.NoError(t, err)
 	subjects := e.cfg.Subjects()
-	dl := lineproto.Message{Device: "dev-2", DeadLetter: true, Code: "invalid_payload", Reason: "line 1: bad",
+	dl := linemsg.Message{Device: "dev-2", DeadLetter: true, Code: "invalid_payload", Reason: "line 1: bad",
 		Data: []byte("bad line"), MsgID: "dl-1"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, p.Publish(ctx, []lineproto.Message{
+	require.NoError(t, p.Publish(ctx, []linemsg.Message{
 		{Device: "dev-1", Data: []byte(flat(nowMillis(), 1)), MsgID: "r-1"}, dl,
 	}))
-	require.NoError(t, p.Publish(ctx, []lineproto.Message{dl}))
+	require.NoError(t, p.Publish(ctx, []linemsg.Message{dl}))
 	e.waitStored("dev-1", 1)
 	got := e.waitDeadLetters(1)
 	time.Sleep(100 * time.Millisecond)
@@ -45,7 +45,7 @@ func TestPublisherSendsReadingsAndDeadLettersToTheirStreams(t *testing.T) {
 	assert.Equal(t, "invalid_payload", got[0].Header.Get(topology.HeaderErrorCode))
 	assert.Equal(t, "line 1: bad", got[0].Header.Get(topology.HeaderError))
 
-	require.NoError(t, p.Publish(ctx, []lineproto.Message{{DeadLetter: true, Code: "invalid_device", Data: []byte("x"), MsgID: "dl-2"}}))
+	require.NoError(t, p.Publish(ctx, []linemsg.Message{{DeadLetter: true, Code: "invalid_device", Data: []byte("x"), MsgID: "dl-2"}}))
 	got = e.waitDeadLetters(2)
 	assert.Equal(t, subjects.Rejected(topology.InvalidDeviceToken), got[1].Subject, "a dead letter without a device")
 
@@ -53,7 +53,7 @@ func TestPublisherSendsReadingsAndDeadLettersToTheirStreams(t *testing.T) {
 	other.SubjectPrefix = "elsewhere"
 	q, err := NewPublisher(e.nc, other)
 	require.NoError(t, err)
-	err = q.Publish(ctx, []lineproto.Message{{Device: "dev-1", Data: []byte("{}")}})
+	err = q.Publish(ctx, []linemsg.Message{{Device: "dev-1", Data: []byte("{}")}})
 	assert.ErrorContains(t, err, "publish to elsewhere.dev-1", "a subject no stream captures is an error")
 }
 
@@ -77,11 +77,11 @@ func (e *testEnv) streamMsgs() []*jetstream.RawStreamMsg {
 
 // readingMsgs is n reading messages over 10 devices, each at its own
 // time.
-func readingMsgs(n int) []lineproto.Message {
+func readingMsgs(n int) []linemsg.Message {
 	ms := nowMillis()
-	msgs := make([]lineproto.Message, n)
+	msgs := make([]linemsg.Message, n)
 	for i := range msgs {
-		msgs[i] = lineproto.Message{Device: fmt.Sprintf("dev-%d", i%10), Data: []byte(flat(ms+int64(i), i))}
+		msgs[i] = linemsg.Message{Device: fmt.Sprintf("dev-%d", i%10), Data: []byte(flat(ms+int64(i), i))}
 	}
 	return msgs
 }
@@ -100,7 +100,7 @@ func TestPublisherPublishesAtomicBatches(t *testing.T) {
 	defer cancel()
 	n := maxAtomicBatch + minAtomicBatch - 1
 	msgs := readingMsgs(n)
-	msgs = append(msgs, lineproto.Message{Device: "dev-1", DeadLetter: true, Code: "invalid_payload", Reason: "line 1: bad",
+	msgs = append(msgs, linemsg.Message{Device: "dev-1", DeadLetter: true, Code: "invalid_payload", Reason: "line 1: bad",
 		Data: []byte("bad line"), MsgID: "dl-1"})
 	require.NoError(t, p.Publish(ctx, msgs))
 	for d := range 10 {

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
 	"github.com/telemetryd/telemetryd/ingest/lpwire"
 	"github.com/telemetryd/telemetryd/ingest/partition"
@@ -81,7 +81,7 @@ type linesMsg struct {
 // server's max payload; it returns them and the messages left to
 // publish one by one (dead letters, other forms, a device's payload too
 // large to share a message).
-func (p *Publisher) group(msgs []lineproto.Message) ([]linesMsg, []lineproto.Message) {
+func (p *Publisher) group(msgs []linemsg.Message) ([]linesMsg, []linemsg.Message) {
 	limit := int(p.nc.MaxPayload()) - payloadHeadroom
 	type part struct {
 		entries []lpwire.Entry
@@ -90,7 +90,7 @@ func (p *Publisher) group(msgs []lineproto.Message) ([]linesMsg, []lineproto.Mes
 	parts := map[int]*part{}
 	var order []int
 	var out []linesMsg
-	var rest []lineproto.Message
+	var rest []linemsg.Message
 	flush := func(n int, pt *part) {
 		if len(pt.entries) == 0 {
 			return

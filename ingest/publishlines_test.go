@@ -13,8 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
+	"github.com/telemetryd/telemetryd/ingest/lineproto"
 	"github.com/telemetryd/telemetryd/ingest/lpwire"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 	"github.com/telemetryd/telemetryd/ingest/topology"
@@ -45,13 +46,13 @@ func devicesOf(prefix string, p, n int) []string {
 // mapLines maps line protocol lines of devs, two readings each of
 // values 1 and 2 at the same times for every device: at and a second
 // after (the same at gives the same messages).
-func mapLines(t *testing.T, devs []string, at time.Time) []lineproto.Message {
+func mapLines(t *testing.T, devs []string, at time.Time) []linemsg.Message {
 	t.Helper()
 	var b strings.Builder
 	for _, d := range devs {
 		fmt.Fprintf(&b, "m,device=%s v=1i %d\nm,device=%s v=2i %d\n", d, at.UnixNano(), d, at.Add(time.Second).UnixNano())
 	}
-	r, ok := lineproto.MapAll([]byte(b.String()), lineproto.Options{DeviceTags: []string{"device"}, Precision: time.Nanosecond, Now: time.Now(),
+	r, ok := lineproto.MapAll([]byte(b.String()), linemsg.Options{DeviceTags: []string{"device"}, Precision: time.Nanosecond, Now: time.Now(),
 		Window: buckets.Window{Retention: buckets.DefaultRetention, MaxFutureSkew: buckets.DefaultMaxFutureSkew}})
 	require.True(t, ok)
 	require.Len(t, r.Messages, len(devs))

@@ -145,11 +145,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c Config, log *sl
 // first (EnsureStream). The stream's subscription to the copies is made
 // anew, because the server lets an account import (the MQTT account's
 // copies, see package natsembed) reach only subscriptions made after it:
-// the embedded server calls this once the import exists. Copies an
-// earlier version kept under their own subject (stored right behind
-// their readings, never read) are purged, once: a stream that already
-// has the transform holds none, and a filtered purge of a large stream
-// is not free at every start.
+// the embedded server calls this once the import exists.
 //
 // With PartitionStreams every partition's stream captures its own
 // partition's copies.
@@ -181,11 +177,6 @@ func captureMQTTCopies(ctx context.Context, js jetstream.JetStream, c Config, lo
 	}
 	cfg := st.CachedInfo().Config
 	if slices.Contains(cfg.Subjects, copies) {
-		if cfg.SubjectTransform == nil { // kept by an earlier version, untransformed
-			if err := st.Purge(ctx, jetstream.WithPurgeSubject(copies)); err != nil {
-				return fmt.Errorf("purge %s from stream %s: %w", copies, c.Stream, err)
-			}
-		}
 		cfg.Subjects = slices.DeleteFunc(cfg.Subjects, func(s string) bool { return s == copies })
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("stream %s without %s: %w", c.Stream, copies, err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -344,11 +343,16 @@ func TestAssignOnReadOnlyStore(t *testing.T) {
 }
 
 // matchers parses a selector such as {fleet="East"}.
-func matchers(t testing.TB, sel string) []*labels.Matcher {
+func matchers(t testing.TB, sel string) []*buckets.Matcher {
 	t.Helper()
 	ms, err := parser.NewParser(parser.Options{}).ParseMetricSelector(sel)
 	require.NoError(t, err)
-	return ms
+	out := make([]*buckets.Matcher, len(ms))
+	for i, m := range ms {
+		out[i], err = buckets.NewMatcher(buckets.MatchType(m.Type), m.Name, m.Value)
+		require.NoError(t, err)
+	}
+	return out
 }
 
 func TestAssignSplitsABatchTooBigForOneTransaction(t *testing.T) {

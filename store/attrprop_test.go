@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -143,18 +142,22 @@ func randomAssignment(rng *rand.Rand) buckets.Assignment {
 
 // randomMatchers builds zero to three matchers over the names, the
 // device ID and the values, including ones that match the empty string.
-func randomMatchers(rng *rand.Rand) []*labels.Matcher {
+func randomMatchers(rng *rand.Rand) []*buckets.Matcher {
 	names := append([]string{"device", "nosuch"}, propNames...)
 	pats := []string{"East", "East|West", "F-.*", ".*", ".+", "a|b\x00c", "", "a.*", "Z.*|F-150", "b\x00c"}
-	var ms []*labels.Matcher
+	var ms []*buckets.Matcher
 	for range rng.IntN(4) {
-		typ := labels.MatchType(rng.IntN(4))
+		typ := buckets.MatchType(rng.IntN(4))
 		name := names[rng.IntN(len(names))]
 		v := pats[rng.IntN(len(pats))]
-		if typ == labels.MatchEqual || typ == labels.MatchNotEqual {
+		if typ == buckets.MatchEqual || typ == buckets.MatchNotEqual {
 			v = append(propValues, "", "a1", "c-1")[rng.IntN(len(propValues)+3)]
 		}
-		ms = append(ms, labels.MustNewMatcher(typ, name, v))
+		m, err := buckets.NewMatcher(typ, name, v)
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, m)
 	}
 	return ms
 }

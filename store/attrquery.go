@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/prometheus/prometheus/model/labels"
-
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
@@ -259,7 +257,7 @@ func (x *deviceIndex) driver(q *buckets.DeviceQuery) *candidates {
 // candidatesOf returns the devices m can match, or nil when m matches
 // the empty string (a device without the attribute) or names devices
 // by a pattern that needs a walk.
-func (x *deviceIndex) candidatesOf(m *labels.Matcher) *candidates {
+func (x *deviceIndex) candidatesOf(m *buckets.Matcher) *candidates {
 	if m.Matches("") {
 		return nil
 	}
@@ -278,9 +276,9 @@ func (x *deviceIndex) candidatesOf(m *labels.Matcher) *candidates {
 		}
 	}
 	switch set := m.SetMatches(); {
-	case m.Type == labels.MatchEqual:
+	case m.Type == buckets.MatchEqual:
 		add(m.Value)
-	case m.Type == labels.MatchRegexp && set != nil:
+	case m.Type == buckets.MatchRegexp && set != nil:
 		set = slices.Clone(set)
 		slices.Sort(set)
 		for _, v := range slices.Compact(set) {
@@ -298,12 +296,12 @@ func (x *deviceIndex) candidatesOf(m *labels.Matcher) *candidates {
 
 // deviceCandidates returns the known devices an equality or literal
 // alternation on the device ID names, or nil for other patterns.
-func (x *deviceIndex) deviceCandidates(m *labels.Matcher) *candidates {
+func (x *deviceIndex) deviceCandidates(m *buckets.Matcher) *candidates {
 	var ids []string
 	switch set := m.SetMatches(); {
-	case m.Type == labels.MatchEqual:
+	case m.Type == buckets.MatchEqual:
 		ids = []string{m.Value}
-	case m.Type == labels.MatchRegexp && set != nil:
+	case m.Type == buckets.MatchRegexp && set != nil:
 		ids = slices.Clone(set)
 		slices.Sort(ids)
 		ids = slices.Compact(ids)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -127,7 +126,7 @@ func TestDeleteDevice(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"fleet"}, names, "%s: the name only the deleted device had", step)
 		devs, _, err = ts.Devices(ctx, buckets.DeviceQuery{Limit: 10,
-			Match: []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, "fleet", "East")}})
+			Match: matchers(t, `{fleet="East"}`)})
 		require.NoError(t, err)
 		assert.Equal(t, []buckets.DeviceID{"kept"}, ids(devs), "%s: matched by attribute", step)
 		assert.Equal(t, keptBefore, viewDevice(t, ts, "kept"), "%s: the other device", step)

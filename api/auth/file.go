@@ -54,7 +54,7 @@ const (
 	// SecretBytes is the entropy of a generated secret (256 bits).
 	SecretBytes = 32
 	// MinSecretLen is the shortest secret accepted where one is given
-	// by hand (e.g. the mapped -admin-token).
+	// by hand (e.g. -cluster-token).
 	MinSecretLen = 16
 )
 

@@ -74,8 +74,7 @@ type Set struct {
 	byName   map[string]*Principal
 }
 
-// Compile indexes a validated file. extra tokens (e.g. the one mapped
-// from -admin-token) are added as given.
+// Compile indexes a validated file. extra tokens are added as given.
 func Compile(f *File, extra ...Token) *Set {
 	s := &Set{devices: map[string][sha256.Size]byte{}, gateways: map[string][]string{},
 		tokens: map[[sha256.Size]byte]*Principal{}, byName: map[string]*Principal{}}

@@ -53,8 +53,7 @@ func Open(path string, log *slog.Logger, extra ...Token) (*Store, error) {
 	return s, nil
 }
 
-// Static returns a Store that never reloads, holding f (tests, and the
-// -admin-token mapping without an auth file).
+// Static returns a Store that never reloads, holding f.
 func Static(f *File, extra ...Token) *Store {
 	s := &Store{log: slog.Default()}
 	s.cur.Store(Compile(f, extra...))

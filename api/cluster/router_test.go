@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -442,9 +441,9 @@ func TestRouterAttributes(t *testing.T) {
 	_, err = r.Device(ctx, "z1")
 	assert.ErrorIs(t, err, buckets.ErrNotFound)
 
-	east, err := labels.NewMatcher(labels.MatchEqual, "fleet", "East")
+	east, err := buckets.NewMatcher(buckets.MatchEqual, "fleet", "East")
 	require.NoError(t, err)
-	devs, more, err := r.Devices(ctx, buckets.DeviceQuery{Limit: 10, Match: []*labels.Matcher{east}})
+	devs, more, err := r.Devices(ctx, buckets.DeviceQuery{Limit: 10, Match: []*buckets.Matcher{east}})
 	require.NoError(t, err)
 	assert.False(t, more)
 	var names []string
@@ -466,7 +465,7 @@ func TestRouterAttributes(t *testing.T) {
 	vals, err := r.AttributeValues(ctx, "fleet", buckets.DeviceQuery{})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"East", "West"}, vals)
-	vals, err = r.AttributeNames(ctx, buckets.DeviceQuery{Match: []*labels.Matcher{east}})
+	vals, err = r.AttributeNames(ctx, buckets.DeviceQuery{Match: []*buckets.Matcher{east}})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"fleet", "model"}, vals)
 

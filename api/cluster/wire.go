@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/telemetryd/telemetryd/api/auth"
@@ -46,16 +45,13 @@ func fromWire(ws []wireReading) ([]buckets.Reading, error) {
 }
 
 // wireDevice is a buckets.DeviceInfo on the wire. Nodes answer only
-// devices their caller may see; Hidden (a bare position of a device the
-// caller may not see) is what nodes of earlier versions sent, and is
-// still understood.
+// devices their caller may see.
 type wireDevice struct {
 	Device     buckets.DeviceID  `json:"d"`
 	FirstSeen  buckets.Ticks     `json:"f"`
 	LastSeen   buckets.Ticks     `json:"l"`
 	Latest     []byte            `json:"v"`
 	Attributes map[string]string `json:"a,omitempty"`
-	Hidden     bool              `json:"h,omitempty"`
 }
 
 func toWireDevice(d *buckets.DeviceInfo) wireDevice {
@@ -67,9 +63,6 @@ func toWireDevice(d *buckets.DeviceInfo) wireDevice {
 }
 
 func fromWireDevice(w *wireDevice) (buckets.DeviceInfo, error) {
-	if w.Hidden {
-		return buckets.DeviceInfo{Device: w.Device}, nil
-	}
 	latest, err := nodewire.DecodeValues(w.Latest)
 	if err != nil {
 		return buckets.DeviceInfo{}, fmt.Errorf("device %s: %w", w.Device, err)
@@ -86,7 +79,7 @@ func fromWireDevice(w *wireDevice) (buckets.DeviceInfo, error) {
 
 // Matchers travel as their PromQL text (fleet=~"F-.*"), parsed again by
 // the answering node.
-func matchersToWire(ms []*labels.Matcher) []string {
+func matchersToWire(ms []*buckets.Matcher) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = m.String()
@@ -94,7 +87,7 @@ func matchersToWire(ms []*labels.Matcher) []string {
 	return out
 }
 
-func matchersFromWire(ss []string) ([]*labels.Matcher, error) {
+func matchersFromWire(ss []string) ([]*buckets.Matcher, error) {
 	if len(ss) == 0 {
 		return nil, nil
 	}
@@ -102,7 +95,13 @@ func matchersFromWire(ss []string) ([]*labels.Matcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("matchers %q: %w: %w", ss, err, buckets.ErrInvalidArgument)
 	}
-	return ms, nil
+	out := make([]*buckets.Matcher, len(ms))
+	for i, m := range ms {
+		if out[i], err = buckets.NewMatcher(buckets.MatchType(m.Type), m.Name, m.Value); err != nil {
+			return nil, fmt.Errorf("matchers %q: %w", ss, err)
+		}
+	}
+	return out, nil
 }
 
 // HeaderCaller names, on every node-to-node call, the client whose

@@ -286,12 +286,18 @@ const devicesPage = 1000
 
 // deviceQuery is the store query of the devices the request of ctx may
 // see that satisfy the attribute matchers.
-func (q *queryable) deviceQuery(ctx context.Context, attrMs []*labels.Matcher) buckets.DeviceQuery {
-	dq := buckets.DeviceQuery{Match: attrMs}
+func (q *queryable) deviceQuery(ctx context.Context, attrMs []*labels.Matcher) (buckets.DeviceQuery, error) {
+	dq := buckets.DeviceQuery{Match: make([]*buckets.Matcher, len(attrMs))}
+	for i, m := range attrMs {
+		var err error
+		if dq.Match[i], err = buckets.NewMatcher(buckets.MatchType(m.Type), m.Name, m.Value); err != nil {
+			return dq, err
+		}
+	}
 	if q.visible != nil {
 		dq.Visible = q.visible(ctx)
 	}
-	return dq
+	return dq, nil
 }
 
 // devices calls fn for every visible device that the device and
@@ -299,7 +305,10 @@ func (q *queryable) deviceQuery(ctx context.Context, attrMs []*labels.Matcher) b
 // devices they can match: the store applies the attribute matchers and
 // the visibility.
 func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher, fn func(*buckets.DeviceInfo) error) error {
-	base := q.deviceQuery(ctx, attrMs)
+	base, err := q.deviceQuery(ctx, attrMs)
+	if err != nil {
+		return err
+	}
 	visit := func(d *buckets.DeviceInfo) error {
 		if !matchAll(devMs, string(d.Device)) {
 			return nil
@@ -453,7 +462,8 @@ func (qr *querier) fromIndex(ctx context.Context, ms []*labels.Matcher) (Attribu
 		return nil, buckets.DeviceQuery{}, false
 	}
 	// The store matches "device" against the device ID.
-	return idx, qr.q.deviceQuery(ctx, append(slices.Clone(attrMs), devMs...)), true
+	dq, err := qr.q.deviceQuery(ctx, append(slices.Clone(attrMs), devMs...))
+	return idx, dq, err == nil
 }
 
 // LabelNames implements storage.LabelQuerier: __name__ and device when

@@ -21,7 +21,8 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/buckets/bucketstest"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
+	"github.com/telemetryd/telemetryd/ingest/lineproto"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 )
 
@@ -109,7 +110,7 @@ func TestNoDeviceSuppressesAnothersMessages(t *testing.T) {
 
 	t.Run("line protocol", func(t *testing.T) {
 		body := fmt.Sprintf("m,device=lp-dev v=1 %d\n", testEpoch.UnixNano())
-		res := lineproto.Map([]byte(body), lineproto.Options{DeviceTags: []string{"device", "host"},
+		res := lineproto.Map([]byte(body), linemsg.Options{DeviceTags: []string{"device", "host"},
 			Precision: time.Nanosecond, Now: testEpoch, Window: buckets.DefaultWindow})
 		require.Len(t, res.Messages, 1)
 		squat(res.Messages[0].MsgID)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/cmd/internal/flagdoc"
 	"github.com/telemetryd/telemetryd/store"
 )
 
@@ -26,10 +27,15 @@ func TestHelpShowsSubcommandsFlagsAndEnvironment(t *testing.T) {
 	all := flag.NewFlagSet("", flag.ContinueOnError)
 	cfg := DefaultConfig()
 	cfg.bind(all)
-	all.VisitAll(func(f *flag.Flag) {
+	fleet, tuning := flagdoc.Split(all)
+	fleet.VisitAll(func(f *flag.Flag) {
 		assert.Contains(t, help, "  -"+f.Name+" ", "flag -%s is listed", f.Name)
 		assert.Contains(t, help, "["+envName(f.Name)+"]", "variable of -%s is listed", f.Name)
 	})
+	tuning.VisitAll(func(f *flag.Flag) {
+		assert.NotContains(t, help, "  -"+f.Name+" ", "tuning setting -%s is not listed", f.Name)
+	})
+	assert.Contains(t, help, `"Tuning"`, "-h points to the tuning settings")
 	assert.Contains(t, help, `(default "./data")`)
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/cmd/internal/alerting"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/clustercfg"
@@ -47,7 +47,6 @@ type Config struct {
 	Intake            bool // with -sync-writes: answer devices' publishes, stored in atomic batches
 	LogLevel          string
 	LogFormat         string
-	AdminToken        string
 	PprofAddr         string
 	ShutdownTimeout   time.Duration
 	HotDays           int
@@ -135,7 +134,7 @@ func DefaultConfig() Config {
 		MQTTListen:         natsembed.DefaultMQTTListen,
 		LineDeviceTags:     strings.Join(api.DefaultDeviceTags(), ","),
 		LineTags:           "attributes",
-		LineNameSeparator:  string(rune(lineproto.DefaultNameSeparator)),
+		LineNameSeparator:  string(rune(linemsg.DefaultNameSeparator)),
 		MaxWriteBytes:      api.DefaultMaxWriteBytes,
 		MemoryLimit:        membudget.DefaultLimit,
 		StreamMaxAge:       icfg.StreamMaxAge,
@@ -172,7 +171,6 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.StreamPartitions, "stream-partitions", c.StreamPartitions, "a single node's readings streams, one per partition of the devices (TELEMETRY_0, TELEMETRY_1, ...), each with its own file and fsync; -1: "+strconv.Itoa(DefaultStreamPartitions)+" with the embedded server, 0 (the one stream TELEMETRY) with -nats-url, whose server must map <prefix>.* to <prefix>.{{partition(N,1)}}.{{wildcard(1)}} for N > 0")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json")
-	fs.StringVar(&c.AdminToken, "admin-token", c.AdminToken, "deprecated, use a token in -auth-file: an extra admin-scoped bearer token (at least 16 characters); without -auth-file it guards only the admin endpoints, which otherwise accept loopback clients")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve net/http/pprof on this address (empty: off)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful shutdown before giving up")
 	fs.IntVar(&c.HotDays, "hot-days", c.HotDays, "newest days kept open with write-sized memtables")
@@ -285,7 +283,7 @@ func (c *Config) Validate() error {
 
 // lineDeviceTags splits -line-device-tags.
 func (c *Config) lineDeviceTags() ([]string, error) {
-	tags, err := lineproto.ParseDeviceTags(c.LineDeviceTags)
+	tags, err := linemsg.ParseDeviceTags(c.LineDeviceTags)
 	if err != nil {
 		return nil, fmt.Errorf("-line-device-tags %w", err)
 	}
@@ -293,8 +291,8 @@ func (c *Config) lineDeviceTags() ([]string, error) {
 }
 
 // lineTags parses -line-tags.
-func (c *Config) lineTags() (lineproto.TagMode, error) {
-	mode, err := lineproto.ParseTagMode(c.LineTags)
+func (c *Config) lineTags() (linemsg.TagMode, error) {
+	mode, err := linemsg.ParseTagMode(c.LineTags)
 	if err != nil {
 		return 0, fmt.Errorf("-line-tags %w", err)
 	}
@@ -308,7 +306,7 @@ func (c *Config) parseFlags(name string, args []string, getenv func(string) stri
 	fs.SetOutput(out)
 	c.bind(fs)
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	setUsage(fs, serviceUsage)
+	setServiceUsage(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -391,7 +389,7 @@ func newLogger(c Config, w io.Writer) *slog.Logger {
 
 // lineNameSeparator parses -line-name-separator.
 func (c *Config) lineNameSeparator() (byte, error) {
-	sep, err := lineproto.ParseNameSeparator(c.LineNameSeparator)
+	sep, err := linemsg.ParseNameSeparator(c.LineNameSeparator)
 	if err != nil {
 		return 0, fmt.Errorf("-line-name-separator %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 )
 
 func TestConfigConnectFlags(t *testing.T) {
@@ -17,7 +17,7 @@ func TestConfigConnectFlags(t *testing.T) {
 	assert.Equal(t, "device,host", c.LineDeviceTags)
 	mode, err := c.lineTags()
 	require.NoError(t, err)
-	assert.Equal(t, lineproto.TagsAsAttributes, mode, "tags are attributes by default")
+	assert.Equal(t, linemsg.TagsAsAttributes, mode, "tags are attributes by default")
 	assert.Equal(t, int64(16<<20), c.MaxWriteBytes)
 	tags, err := c.lineDeviceTags()
 	require.NoError(t, err)
@@ -34,7 +34,7 @@ func TestConfigConnectFlags(t *testing.T) {
 	assert.Equal(t, int64(1024), c.MaxWriteBytes)
 	mode, err = c.lineTags()
 	require.NoError(t, err)
-	assert.Equal(t, lineproto.TagsAsValues, mode)
+	assert.Equal(t, linemsg.TagsAsValues, mode)
 
 	for name, args := range map[string][]string{
 		"empty tag":         {"-line-device-tags", "device,,host"},

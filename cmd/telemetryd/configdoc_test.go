@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/authcli"
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	"github.com/telemetryd/telemetryd/cmd/internal/exportcli"
+	"github.com/telemetryd/telemetryd/cmd/internal/flagdoc"
 )
 
 // The configuration reference, CONFIGURATION.md beside this file, is
@@ -46,12 +48,41 @@ func TestConfigurationReference(t *testing.T) {
 	assert.Equal(t, want, doc, "%s is out of date: run TELEMETRY_UPDATE_DOCS=1 go test ./cmd/telemetryd -run TestConfigurationReference", configDocFile)
 }
 
+// TestServiceFlags: -h lists at most 30 flags, the fleet's; every
+// flag of the service, listed or tuning, says who needs it.
+func TestServiceFlags(t *testing.T) {
+	fs := serviceFlagSet()
+	fs.VisitAll(func(f *flag.Flag) {
+		assert.True(t, flagdoc.Known(f.Name), "-%s: say in package flagdoc who needs it", f.Name)
+	})
+	var help bytes.Buffer
+	fs.SetOutput(&help)
+	setServiceUsage(fs)
+	fs.Usage()
+	listed := 0
+	for line := range strings.Lines(help.String()) {
+		if strings.HasPrefix(line, "  -") {
+			listed++
+		}
+	}
+	fleet, tuning := flagdoc.Split(fs)
+	n := 0
+	fleet.VisitAll(func(*flag.Flag) { n++ })
+	assert.Equal(t, n, listed, "-h lists the fleet's flags:\n%s", help.String())
+	assert.LessOrEqual(t, listed, 30, "telemetryd -h lists at most 30 flags")
+	assert.NotNil(t, tuning.Lookup("hot-days"), "tuning settings are still flags")
+	assert.Nil(t, fleet.Lookup("hot-days"))
+}
+
 // configReference renders every flag of telemetryd and its subcommands
 // as markdown tables.
 func configReference() string {
 	var b strings.Builder
+	fleet, tuning := flagdoc.Split(serviceFlagSet())
 	b.WriteString("\n## telemetryd\n\n")
-	flagTable(&b, serviceFlagSet(), true)
+	flagTable(&b, fleet, true)
+	b.WriteString("\n## Tuning\n\n")
+	flagTable(&b, tuning, true)
 	b.WriteString("\n## telemetryd retention\n\n")
 	ret := retentionFlags()
 	flagTable(&b, ret, true)
@@ -66,7 +97,10 @@ func configReference() string {
 // flagTable writes one row per flag of fs: name, variable (when env),
 // default and meaning, as -h prints them.
 func flagTable(b *strings.Builder, fs *flag.FlagSet, env bool) {
-	if env {
+	who := fs.Name() == "telemetryd" || fs.Name() == "telemetryd tuning"
+	if who {
+		b.WriteString("| flag | variable | default | meaning | who needs it |\n|---|---|---|---|---|\n")
+	} else if env {
 		b.WriteString("| flag | variable | default | meaning |\n|---|---|---|---|\n")
 	} else {
 		b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
@@ -86,6 +120,10 @@ func flagTable(b *strings.Builder, fs *flag.FlagSet, env bool) {
 			variable := "`" + envName(f.Name) + "`"
 			if f.Name == "version" {
 				variable = ""
+			}
+			if who {
+				fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", name, variable, def, usage, flagdoc.Who(f.Name))
+				return
 			}
 			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, variable, def, usage)
 			return

@@ -45,7 +45,7 @@ var serviceFlags = map[string]string{
 	"data-dir": "./data", "http-addr": "127.0.0.1:8080", "nats-url": "", "nats-listen": "127.0.0.1:4222",
 	"subject-prefix": "telemetry", "retention": "720h", "retention-interval": "1h",
 	"retention-max-bytes": "0", "max-future-skew": "5m", "sync-writes": "true",
-	"log-level": "info", "log-format": "text", "admin-token": "", "pprof-addr": "",
+	"log-level": "info", "log-format": "text", "pprof-addr": "",
 	"shutdown-timeout": "10s", "hot-days": "2", "max-open-tables": "8",
 	"auth-file": "", "insecure": "false", "tls-cert": "", "tls-key": "", "http-max-conns": "1024",
 	"http-max-conns-per-client": "64", "http-rate": "1000", "http-burst": "2000", "cursor-key": "",

@@ -17,9 +17,14 @@ import (
 
 // The package layout these tests keep: every format has one owner.
 //
-//   - api imports nothing from ingest: what both need (the line
-//     protocol mapper, the binary payload form) lives under buckets,
-//     and api reaches NATS only through interfaces it declares.
+//   - buckets and its sub-packages import only the standard library:
+//     every package depends on them, so they bring no other module in.
+//   - api imports nothing from ingest or store: what api and ingest
+//     both need (the messages of a line protocol write, the binary
+//     payload form) lives under buckets, and api reaches NATS, the line
+//     protocol mapper and the store only through interfaces it
+//     declares. Its tests may wire in the mapper (ingest/lineproto), as
+//     the service does, and run against a real store.
 //   - The store's formats stay in store. Its block encoding, package
 //     store/block, is imported by no package but store (tests
 //     included); the device index's records and values and the block
@@ -54,11 +59,26 @@ func goList(t *testing.T, args ...string) []string {
 }
 
 func TestAPIDoesNotImportIngest(t *testing.T) {
-	deps := goList(t, "-deps", "-test", "./api/...")
+	under := func(p, dir string) bool { return p == module+"/"+dir || strings.HasPrefix(p, module+"/"+dir+"/") }
+	deps := goList(t, "-deps", "./api/...")
 	require.Contains(t, deps, module+"/buckets", "go list answered")
 	for _, p := range deps {
-		assert.False(t, p == module+"/ingest" || strings.HasPrefix(p, module+"/ingest/"),
-			"api depends on %s: api must not import ingest (put what both need under buckets, or declare an interface in api)", p)
+		assert.False(t, under(p, "ingest") || under(p, "store"),
+			"api depends on %s: api must import neither ingest nor store (put what both need under buckets, or declare an interface in api)", p)
+	}
+	testDeps := goList(t, "-deps", "-test", "./api/...")
+	require.Contains(t, testDeps, module+"/ingest/lineproto", "go list answered")
+	for _, p := range testDeps {
+		assert.False(t, under(p, "ingest") && p != module+"/ingest/lineproto", "api's tests depend on %s", p)
+	}
+}
+
+func TestBucketsImportsOnlyTheStandardLibrary(t *testing.T) {
+	deps := goList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./buckets/...")
+	require.Contains(t, deps, module+"/buckets", "go list answered")
+	for _, p := range deps {
+		assert.True(t, p == module+"/buckets" || strings.HasPrefix(p, module+"/buckets/"),
+			"buckets depends on %s: buckets and its sub-packages import only the standard library", p)
 	}
 }
 

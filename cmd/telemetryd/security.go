@@ -10,7 +10,7 @@ import (
 // validateSecurity checks the security flags against the listeners they
 // guard (package security).
 func (c *Config) validateSecurity() error {
-	return c.Security.Validate(c.AdminToken, c.NATSURL, c.listeners())
+	return c.Security.Validate(c.NATSURL, c.listeners())
 }
 
 // listeners are the addresses the service would listen on.

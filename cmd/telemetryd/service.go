@@ -142,7 +142,7 @@ func (m *Main) Open(ctx context.Context) error {
 	// Library errors name their package and operation ("open store:
 	// ...", "api: listen ..."); they are returned as they are, so no
 	// prefix appears twice.
-	if m.sec, err = security.Open(m.cfg.Security, m.cfg.AdminToken, m.cfg.DataDir, m.log); err != nil {
+	if m.sec, err = security.Open(m.cfg.Security, m.cfg.DataDir, m.log); err != nil {
 		return err
 	}
 	if err := m.fitSizes(); err != nil {
@@ -375,7 +375,6 @@ func (m *Main) startHTTP() error {
 		QueryTimeout:      m.cfg.QueryTimeout,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
 		Retention:         m.cfg.Retention,
-		AdminToken:        m.sec.APIAdminToken(m.cfg.AdminToken),
 		CursorKey:         m.sec.CursorKey,
 		Auth:              m.sec.Tokens(),
 		TLSConfig:         m.sec.TLS,

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/cliflag"
+	"github.com/telemetryd/telemetryd/cmd/internal/flagdoc"
 )
 
 // errVersion is returned by the flag parsing when -version was given.
@@ -36,8 +38,7 @@ Devices send readings (all end in the JetStream stream of their partition, TELEM
   MQTT   3.1.1, QoS 0/1/2, JSON on topic <prefix>/<device> (-mqtt-listen)
   HTTP   InfluxDB line protocol: POST /api/v2/write, POST /write, and
          POST /query for CREATE DATABASE; field temp of measurement
-         climate is the value climate_temp (-line-device-tags,
-         -line-tags, -line-name-separator, -max-write-bytes)
+         climate is the value climate_temp
 
 Every flag can also be set by the environment variable named beside it;
 a flag on the command line wins. OpenTelemetry export follows the
@@ -45,6 +46,26 @@ standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SDK_DISABLED, ...).
 
 Flags:
 `
+
+// tuningNote ends `telemetryd -h`.
+const tuningNote = `
+Tuning settings (stream and table sizes, line protocol mapping, HTTP
+limits, timeouts, ...) are set the same way, as flags or TELEMETRY_*
+variables; cmd/telemetryd/CONFIGURATION.md lists them under "Tuning",
+each with its default and who needs it.
+`
+
+// setServiceUsage makes fs, the service's flags, print serviceUsage,
+// the fleet's flags (flagdoc) and tuningNote.
+func setServiceUsage(fs *flag.FlagSet) {
+	fs.Usage = func() {
+		fleet, _ := flagdoc.Split(fs)
+		w := fs.Output()
+		fmt.Fprint(w, serviceUsage)
+		cliflag.PrintFlags(w, fleet, envPrefix, "version")
+		fmt.Fprint(w, tuningNote)
+	}
+}
 
 // setUsage makes fs print head, then every flag with its default and
 // its TELEMETRY_* variable.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/lineproto"
 )
 
 // withWrites configures the line protocol write endpoints.
@@ -41,6 +42,7 @@ func (m *Main) withWrites(acfg *api.Config) error {
 	}
 	acfg.Writes = &api.WriteConfig{
 		Publisher:     pub,
+		Mapper:        lineproto.Mapper{},
 		DeviceTags:    tags,
 		Tags:          mode,
 		NameSeparator: sep,

@@ -110,7 +110,7 @@ type Lease struct {
 	// the ones it answers queries for.
 	Ready []int `json:"ready"`
 	// Holding lists the partitions the node consumes, ascending: Ready
-	// and those it is catching up on. Absent from older nodes' leases.
+	// and those it is catching up on.
 	Holding []int `json:"holding,omitempty"`
 	// Lag is how many messages of its partitions the node had not
 	// settled (not yet delivered, or delivered and not yet acked) when

@@ -23,7 +23,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/api/rules"
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/buckets/lineproto"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
@@ -116,7 +116,7 @@ func (c *Config) globs() []string {
 
 // Publisher stores readings (ingest.Publisher).
 type Publisher interface {
-	Publish(ctx context.Context, msgs []lineproto.Message) error
+	Publish(ctx context.Context, msgs []linemsg.Message) error
 }
 
 // Deps are what the evaluator needs of the service.
@@ -287,12 +287,12 @@ func (r recorder) Record(ctx context.Context, rs []buckets.Reading) error {
 	if r.pub == nil {
 		return errors.New("recording rules need the write path")
 	}
-	msgs := make([]lineproto.Message, 0, len(rs))
+	msgs := make([]linemsg.Message, 0, len(rs))
 	var e wire.Encoder
 	for _, rd := range rs {
 		e.Reset()
 		e.Add(rd.Ticks, rd.Values)
-		msgs = append(msgs, lineproto.Message{Device: string(rd.Device), Data: e.Append(nil),
+		msgs = append(msgs, linemsg.Message{Device: string(rd.Device), Data: e.Append(nil),
 			Header: map[string]string{wire.Header: wire.Format}})
 	}
 	return r.pub.Publish(ctx, msgs)

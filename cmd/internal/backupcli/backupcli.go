@@ -11,7 +11,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/telemetryd/telemetryd/api/backupclient"
+	"github.com/telemetryd/telemetryd/cmd/internal/backupclient"
 	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 	"github.com/telemetryd/telemetryd/store"
 )

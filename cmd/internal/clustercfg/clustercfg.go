@@ -104,9 +104,9 @@ const credentialInfo = "telemetryd cluster credential v1"
 
 // Credential is the secret of node-to-node calls: -cluster-token, else
 // one derived from cursorKey (-cursor-key, which every node of a
-// cluster shares; the derivation does not reveal it). Never
-// -admin-token: a node-to-node call reads any device for its caller,
-// and an admin-only token may not read.
+// cluster shares; the derivation does not reveal it). Never an API
+// token: a node-to-node call reads any device for its caller, and an
+// admin-only token may not read.
 func (c Config) Credential(cursorKey string) (string, error) {
 	if c.ClusterToken != "" {
 		return c.ClusterToken, nil

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/cmd/internal/cursorkey"
 )
 
@@ -78,10 +77,9 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 // sets it.
 type Listener struct{ Flag, Addr string }
 
-// Validate checks the security flags together with -admin-token and
-// -nats-url, and refuses listeners beyond loopback without credentials
+// Validate checks the security flags together with -nats-url, and refuses listeners beyond loopback without credentials
 // (SECURITY.md).
-func (c Config) Validate(adminToken, natsURL string, listeners []Listener) error {
+func (c Config) Validate(natsURL string, listeners []Listener) error {
 	var errs []error
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("-tls-cert and -tls-key go together"))
@@ -91,9 +89,6 @@ func (c Config) Validate(adminToken, natsURL string, listeners []Listener) error
 	}
 	if c.CursorKey != "" && len(c.CursorKey) < MinCursorKeyLen {
 		errs = append(errs, fmt.Errorf("-cursor-key has %d characters; use at least %d random ones", len(c.CursorKey), MinCursorKeyLen))
-	}
-	if adminToken != "" && len(adminToken) < auth.MinSecretLen {
-		errs = append(errs, fmt.Errorf("-admin-token has %d characters; use at least %d random ones (telemetryd auth add-token makes one)", len(adminToken), auth.MinSecretLen))
 	}
 	if c.NATSCreds != "" && c.NATSUser != "" {
 		errs = append(errs, errors.New("-nats-creds and -nats-user exclude each other"))

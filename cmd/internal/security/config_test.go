@@ -45,26 +45,25 @@ func TestIsLoopbackAddr(t *testing.T) {
 func TestValidate(t *testing.T) {
 	loop := []Listener{{Flag: "-http-addr", Addr: "127.0.0.1:8080"}}
 	open := []Listener{{Flag: "-http-addr", Addr: ":8080"}}
-	require.NoError(t, Default().Validate("", "", loop))
+	require.NoError(t, Default().Validate("", loop))
 
-	err := Default().Validate("", "", open)
+	err := Default().Validate("", open)
 	assert.ErrorContains(t, err, `-http-addr ":8080" listens beyond loopback without credentials`)
 	c := Default()
 	c.Insecure = true
-	assert.NoError(t, c.Validate("", "", open))
+	assert.NoError(t, c.Validate("", open))
 	c = Default()
 	c.AuthFile = "auth.json"
-	assert.NoError(t, c.Validate("", "", open))
+	assert.NoError(t, c.Validate("", open))
 
 	for name, tc := range map[string]struct {
-		mod        func(*Config)
-		admin, url string
-		want       string
+		mod  func(*Config)
+		url  string
+		want string
 	}{
 		"cert without key": {mod: func(c *Config) { c.TLSCert = "c.pem" }, want: "-tls-cert and -tls-key go together"},
 		"negative rate":    {mod: func(c *Config) { c.HTTPRate = -1 }, want: "must not be negative"},
 		"short cursor key": {mod: func(c *Config) { c.CursorKey = strings.Repeat("k", 31) }, want: "-cursor-key has 31 characters; use at least 32"},
-		"short admin":      {mod: func(*Config) {}, admin: "short", want: "-admin-token has 5 characters"},
 		"creds and user":   {mod: func(c *Config) { c.NATSCreds, c.NATSUser, c.NATSPassword = "f", "u", "p" }, url: "nats://x:4222", want: "exclude each other"},
 		"user no password": {mod: func(c *Config) { c.NATSUser = "u" }, url: "nats://x:4222", want: "-nats-user and -nats-password go together"},
 		"creds no url":     {mod: func(c *Config) { c.NATSCreds = "f" }, want: "need -nats-url"},
@@ -72,10 +71,10 @@ func TestValidate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := Default()
 			tc.mod(&c)
-			assert.ErrorContains(t, c.Validate(tc.admin, tc.url, loop), tc.want)
+			assert.ErrorContains(t, c.Validate(tc.url, loop), tc.want)
 		})
 	}
 	ok := Default()
 	ok.CursorKey = strings.Repeat("k", 32)
-	assert.NoError(t, ok.Validate(strings.Repeat("a", 16), "", loop), "at the limits")
+	assert.NoError(t, ok.Validate("", loop), "at the limits")
 }

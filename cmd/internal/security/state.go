@@ -37,9 +37,9 @@ type State struct {
 
 // Open raises the file-descriptor limit and splits it, loads TLS and
 // the cursor key (kept in dataDir unless -cursor-key), and opens the
-// auth file with adminToken (-admin-token) as an extra admin token.
+// auth file.
 // Close stops its reload watchers.
-func Open(cfg Config, adminToken, dataDir string, log *slog.Logger) (*State, error) {
+func Open(cfg Config, dataDir string, log *slog.Logger) (*State, error) {
 	s := &State{cfg: cfg, log: log.With("component", "auth")}
 	fdLimit := fdlimit.Raise(log)
 	s.HTTPConns, s.NATSConns = fdlimit.Split(fdLimit, cfg.HTTPMaxConns)
@@ -59,11 +59,7 @@ func Open(cfg Config, adminToken, dataDir string, log *slog.Logger) (*State, err
 	if cfg.AuthFile == "" {
 		return s, nil
 	}
-	var extra []auth.Token
-	if adminToken != "" {
-		extra = append(extra, auth.Token{Name: "admin-token", Secret: auth.HashSecret(adminToken), Scopes: []auth.Scope{auth.ScopeAdmin}})
-	}
-	if s.Creds, err = auth.Open(cfg.AuthFile, s.log, extra...); err != nil {
+	if s.Creds, err = auth.Open(cfg.AuthFile, s.log); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -101,15 +97,6 @@ func (s *State) Tokens() api.Tokens {
 		return nil
 	}
 	return s.Creds
-}
-
-// APIAdminToken is the API's own admin token: -admin-token without an
-// auth file (with one it is a token of the auth set instead).
-func (s *State) APIAdminToken(t string) string {
-	if s.Creds != nil {
-		return ""
-	}
-	return t
 }
 
 // EmbeddedNATS adds to ncfg the embedded server's share of the access

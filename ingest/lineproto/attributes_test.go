@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 )
 
 // Tags become attributes of the line's device as of the line's time:
@@ -63,7 +64,7 @@ func TestTagsThatAreNotAttributes(t *testing.T) {
 		name, line string
 		code       buckets.Code
 		msg        string
-		asValues   bool // accepted with TagsAsValues
+		asValues   bool // accepted with linemsg.TagsAsValues
 	}{
 		{"dotted key", "m,device=a,k8s.pod=x v=1", buckets.CodeInvalidAttributeName, "tag k8s.pod: attribute name must match", true},
 		{"dashed key", "m,device=a,rack-id=x v=1", buckets.CodeInvalidAttributeName, "tag rack-id:", true},
@@ -88,7 +89,7 @@ func TestTagsThatAreNotAttributes(t *testing.T) {
 			assert.Equal(t, 1, res.Readings, "the good line is kept")
 
 			if tc.asValues {
-				o.Tags = TagsAsValues
+				o.Tags = linemsg.TagsAsValues
 				res = Map([]byte(tc.line+"\n"), o)
 				assert.Empty(t, res.Rejected, "as values the line is fine")
 			}

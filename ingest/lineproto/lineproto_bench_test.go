@@ -6,6 +6,8 @@ import (
 	"time"
 
 	lp "github.com/influxdata/line-protocol/v2/lineprotocol"
+
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 )
 
 // benchBody is one request of 5,000 lines over 50 devices, as
@@ -73,8 +75,8 @@ func BenchmarkMap5000Tags(b *testing.B) {
 	}
 	for _, mode := range []struct {
 		name string
-		tags TagMode
-	}{{"attributes", TagsAsAttributes}, {"values", TagsAsValues}} {
+		tags linemsg.TagMode
+	}{{"attributes", linemsg.TagsAsAttributes}, {"values", linemsg.TagsAsValues}} {
 		b.Run(mode.name, func(b *testing.B) {
 			o := opts()
 			o.Tags = mode.tags

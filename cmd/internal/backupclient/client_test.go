@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/api/backupclient"
+	"github.com/telemetryd/telemetryd/api/auth"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/backupclient"
 	"github.com/telemetryd/telemetryd/store"
 )
 
@@ -52,7 +53,8 @@ func serve(t *testing.T, root string) (*store.Store, string) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 	srv, err := api.New(api.Config{Addr: "127.0.0.1:0", Reader: st, Backups: storeBackups{st}, BackupRoot: root,
-		AdminToken: "secret", CursorKey: []byte("test cursor key")})
+		CursorKey: []byte("test cursor key"), Auth: auth.Static(&auth.File{Tokens: []auth.Token{
+			{Name: "ops", Secret: auth.HashSecret("secret"), Scopes: []auth.Scope{auth.ScopeAdmin}}}})})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)

@@ -11,19 +11,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
-func opts() Options {
-	return Options{DeviceTags: []string{"device", "host"}, Precision: time.Nanosecond,
+func opts() linemsg.Options {
+	return linemsg.Options{DeviceTags: []string{"device", "host"}, Precision: time.Nanosecond,
 		Now: now, Window: buckets.Window{Retention: 720 * time.Hour, MaxFutureSkew: 5 * time.Minute}}
 }
 
 // batch decodes one published message as the ingester does: its
 // readings as {"ts": ticks, "values": {name: value}}.
-func batch(t *testing.T, m Message) []map[string]any {
+func batch(t *testing.T, m linemsg.Message) []map[string]any {
 	t.Helper()
 	require.Equal(t, wire.Format, m.Header[wire.Header])
 	require.False(t, m.DeadLetter)
@@ -43,7 +44,7 @@ func batch(t *testing.T, m Message) []map[string]any {
 
 // assignments decodes the attribute assignments of one published
 // message.
-func assignments(t *testing.T, m Message) []buckets.Assignment {
+func assignments(t *testing.T, m linemsg.Message) []buckets.Assignment {
 	t.Helper()
 	_, as, err := wire.Decode(buckets.DeviceID(m.Device), m.Data)
 	require.NoError(t, err)
@@ -82,7 +83,7 @@ func TestDeviceTagPriority(t *testing.T) {
 	assert.Equal(t, "h2", res.Messages[1].Device)
 	assert.Nil(t, assignments(t, res.Messages[1]))
 
-	o.Tags = TagsAsValues
+	o.Tags = linemsg.TagsAsValues
 	res = Map([]byte("m,host=h1,device=d1,site=s v=1 1795309323000000000\n"), o)
 	require.Empty(t, res.Rejected)
 	assert.Equal(t, map[string]any{"m_v": 1.0, "m_host": "h1", "m_site": "s"}, batch(t, res.Messages[0])[0]["values"])
@@ -166,29 +167,6 @@ func TestZeroPrecisionIsNanoseconds(t *testing.T) {
 	assert.Equal(t, batch(t, want.Messages[0]), batch(t, got.Messages[0]))
 }
 
-func TestParsePrecision(t *testing.T) {
-	for _, tc := range []struct {
-		s    string
-		v1   bool
-		want time.Duration
-		ok   bool
-	}{
-		{"", false, time.Nanosecond, true}, {"ns", false, time.Nanosecond, true}, {"us", false, time.Microsecond, true},
-		{"ms", false, time.Millisecond, true}, {"s", false, time.Second, true}, {"n", false, 0, false},
-		{"m", false, 0, false}, {"h", false, 0, false}, {"u", false, 0, false},
-		{"n", true, time.Nanosecond, true}, {"u", true, time.Microsecond, true}, {"m", true, time.Minute, true},
-		{"h", true, time.Hour, true}, {"d", true, 0, false}, {"MS", true, 0, false},
-	} {
-		got, err := ParsePrecision(tc.s, tc.v1)
-		if !tc.ok {
-			assert.Error(t, err, "%q v1=%v", tc.s, tc.v1)
-			continue
-		}
-		require.NoError(t, err, "%q v1=%v", tc.s, tc.v1)
-		assert.Equal(t, tc.want, got)
-	}
-}
-
 func TestTooManyValuesAfterMerge(t *testing.T) {
 	var b strings.Builder
 	for i := range buckets.MaxValues + 1 {
@@ -208,9 +186,9 @@ func FuzzMap(f *testing.F) {
 	f.Add([]byte("m,device=a s=\"x\ny\",v=1i 1795309323000000000\n\n# c\nm,device=b v=2 1795309323000000000\nm,device=a s=\"z\" 1795309323000000000\n"))
 	f.Add([]byte("m,device=a,fleet=East,model=F v=1 1795309323000000000\nm,device=a,fleet=West v=2 1795309323000000000\nm,device=a,x.y=1 v=3\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		mode := TagsAsAttributes
+		mode := linemsg.TagsAsAttributes
 		if len(body)%2 == 1 {
-			mode = TagsAsValues
+			mode = linemsg.TagsAsValues
 		}
 		o := opts()
 		o.Tags = mode
@@ -219,7 +197,7 @@ func FuzzMap(f *testing.F) {
 		for l := range splitLines(body) {
 			entries = append(entries, l)
 		}
-		o.MaxMessageBytes = DefaultMaxMessageBytes
+		o.MaxMessageBytes = linemsg.DefaultMaxMessageBytes
 		slow := mapEach(o, entries).finish(len(entries))
 		assert.Equal(t, slow, res, "one decoder for the body and one per line must agree")
 		assert.Len(t, res.DeadLetters, len(res.Rejected))
@@ -231,7 +209,7 @@ func FuzzMap(f *testing.F) {
 	})
 }
 
-// The measurement and a field join with Options.NameSeparator: _ by
+// The measurement and a field join with linemsg.Options.NameSeparator: _ by
 // default (climate_temp, which PromQL writes plainly), . when asked
 // (climate.temp, the names of earlier releases). Tags as values join
 // the same way.
@@ -250,19 +228,19 @@ func TestNameSeparator(t *testing.T) {
 		res := Map(line, o)
 		require.Empty(t, res.Rejected)
 		assert.Equal(t, tc.attrs, batch(t, res.Messages[0])[0]["values"], "separator %q", tc.sep)
-		o.Tags = TagsAsValues
+		o.Tags = linemsg.TagsAsValues
 		res = Map(line, o)
 		require.Empty(t, res.Rejected)
 		assert.Equal(t, tc.vals, batch(t, res.Messages[0])[0]["values"], "separator %q, tags as values", tc.sep)
 	}
 
 	for _, s := range []string{"_", "."} {
-		b, err := ParseNameSeparator(s)
+		b, err := linemsg.ParseNameSeparator(s)
 		require.NoError(t, err)
 		assert.Equal(t, s[0], b)
 	}
 	for _, s := range []string{"", "-", "__", ":", "/"} {
-		_, err := ParseNameSeparator(s)
+		_, err := linemsg.ParseNameSeparator(s)
 		assert.EqualError(t, err, fmt.Sprintf(`%q: want "_" or "."`, s))
 	}
 }

@@ -7,26 +7,29 @@
 // the HTTP handler hands what Map returns to a publisher, which puts a
 // device's messages on its subject and the dead letters on the
 // rejected ones, with the reason in headers (package ingest/topology
-// names them).
+// names them). What it is given and returns is data of package
+// buckets/linemsg, which the HTTP door and the publisher share; the
+// door reaches the mapper through an interface it declares
+// (api.LineMapper), which Mapper implements.
 //
 // Mapping of one line `<measurement>,<tags> <fields> [<timestamp>]`:
 //
 //   - device: the value of the first tag present among
-//     Options.DeviceTags; none present is invalid_device;
+//     linemsg.Options.DeviceTags; none present is invalid_device;
 //   - each field becomes the value <measurement><sep><field>, sep
-//     being Options.NameSeparator (_ by default, so climate,... temp=1
+//     being linemsg.Options.NameSeparator (_ by default, so climate,... temp=1
 //     is climate_temp, a name PromQL writes plainly): float as
 //     float, integer (i) as int, unsigned (u) as int when it fits an
 //     int64 (else invalid_value), bool as bool, string as string;
 //   - each other tag (a lower-ranked device tag too) becomes an
-//     attribute of the device as of the line's time (TagsAsAttributes,
+//     attribute of the device as of the line's time (linemsg.TagsAsAttributes,
 //     the default): its key must be a valid attribute name and its
 //     value a valid attribute value (buckets.ValidateAttributeName,
 //     ValidateAttributeValue), at most buckets.MaxAttributes a line;
-//     with TagsAsValues it becomes the string value
+//     with linemsg.TagsAsValues it becomes the string value
 //     <measurement><sep><tag> instead;
 //   - the timestamp, in the request's precision, truncated to 100 ns
-//     ticks; a line without one takes Options.Now.
+//     ticks; a line without one takes linemsg.Options.Now.
 //
 // Lines of one request with the same device and time merge into one
 // reading. Two lines giving one value name, or one attribute, different
@@ -46,7 +49,6 @@ import (
 	"bytes"
 	"cmp"
 	"errors"
-	"fmt"
 	"math"
 	"runtime"
 	"slices"
@@ -58,6 +60,7 @@ import (
 	lp "github.com/influxdata/line-protocol/v2/lineprotocol"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
@@ -65,180 +68,6 @@ import (
 // value than an earlier line of its request at the same device and
 // time.
 const CodeConflictingLines buckets.Code = "conflicting_lines"
-
-// CodeDeviceNotAllowed rejects a line whose device the writer may not
-// write (Options.Allow). Such a line gets no dead letter: it is a
-// refused request, not bad device data.
-const CodeDeviceNotAllowed buckets.Code = "device_not_allowed"
-
-// DefaultMaxMessageBytes bounds the payload of one published message
-// when Options.MaxMessageBytes is zero (NATS's default max payload).
-const DefaultMaxMessageBytes = 1 << 20
-
-// TagMode says what the tags of a line other than its device tag
-// become.
-type TagMode int
-
-// Tag modes.
-const (
-	// TagsAsAttributes makes each tag an attribute of the line's device
-	// as of the line's time.
-	TagsAsAttributes TagMode = iota
-	// TagsAsValues makes each tag the string value
-	// <measurement><sep><tag> of the line's reading.
-	TagsAsValues
-)
-
-// ParseTagMode reads a TagMode by name: "attributes" or "values".
-func ParseTagMode(s string) (TagMode, error) {
-	switch s {
-	case "attributes":
-		return TagsAsAttributes, nil
-	case "values":
-		return TagsAsValues, nil
-	}
-	return 0, fmt.Errorf("%q: want attributes or values", s)
-}
-
-// DefaultNameSeparator joins a line's measurement and field into a
-// value name when Options.NameSeparator is zero: climate_temp, as
-// VictoriaMetrics and Telegraf's Prometheus output name them.
-const DefaultNameSeparator = '_'
-
-// ParseNameSeparator reads a name separator: "_" or ".". With "." a
-// name such as climate.temp must be quoted in PromQL
-// ({"climate.temp"}); "_" gives climate_temp.
-func ParseNameSeparator(s string) (byte, error) {
-	switch s {
-	case "_", ".":
-		return s[0], nil
-	}
-	return 0, fmt.Errorf(`%q: want "_" or "."`, s)
-}
-
-// ParseDeviceTags splits a comma-separated list of tag keys, the tags
-// that name a line's device (Options.DeviceTags).
-func ParseDeviceTags(s string) ([]string, error) {
-	var tags []string
-	for t := range strings.SplitSeq(s, ",") {
-		t = strings.TrimSpace(t)
-		if t == "" {
-			return nil, fmt.Errorf("%q: want comma-separated tag keys, none empty", s)
-		}
-		tags = append(tags, t)
-	}
-	return tags, nil
-}
-
-// Options configure Map.
-type Options struct {
-	// DeviceTags: the first of these tags present on a line names its
-	// device.
-	DeviceTags []string
-	// Tags says what the other tags become; the zero value is
-	// TagsAsAttributes.
-	Tags TagMode
-	// NameSeparator joins the measurement and a field (or, with
-	// TagsAsValues, a tag) into a value name: '_' or '.' (see
-	// ParseNameSeparator). Zero: DefaultNameSeparator.
-	NameSeparator byte
-	// Precision is the unit of timestamps (see ParsePrecision). Zero
-	// (or less) means nanoseconds, the default of both write APIs.
-	Precision time.Duration
-	// Now is when the request arrived: the time of lines without a
-	// timestamp and the clock of Window.
-	Now time.Time
-	// Window is the accepted time window, as the ingester applies it.
-	Window buckets.Window
-	// Allow, when set, says whether the writer may write for a device;
-	// the lines of other devices are rejected (CodeDeviceNotAllowed).
-	Allow func(device string) bool
-	// MaxMessageBytes bounds one published payload; a device's readings
-	// are split over several messages beyond it (or beyond
-	// buckets.MaxBatch readings). Default DefaultMaxMessageBytes.
-	MaxMessageBytes int
-}
-
-// Message is one message to publish to JetStream: the readings of one
-// device, or the raw text of one rejected line (a dead letter).
-type Message struct {
-	// Device is the device of the readings or of the rejected line; ""
-	// for a rejected line that names no valid device ID.
-	Device string
-	// DeadLetter marks the raw text of a rejected line; Code and Reason
-	// say why it was rejected (Reason names the line, is valid UTF-8
-	// without control characters and at most about 1 KiB, so it fits
-	// a header).
-	DeadLetter bool
-	Code       buckets.Code
-	Reason     string
-	Data       []byte
-	// MsgID, for a dead letter, is a hash of its device, data and line,
-	// so a retried request gives the same ID: it is published as
-	// Nats-Msg-Id (the rejected stream deduplicates them). Readings
-	// have none (the readings stream has no duplicate window, and
-	// every line protocol reading carries its time, so a retry is
-	// merged by the store).
-	MsgID string
-	// Header holds, for readings, the payload format (wire.Header).
-	Header map[string]string
-}
-
-// LineError is one rejected line.
-type LineError struct {
-	Line int // 1-based physical line number in the body
-	Err  *buckets.ValidationError
-}
-
-// Error reads "line N: <what was wrong>".
-func (e LineError) Error() string { return "line " + strconv.Itoa(e.Line) + ": " + e.Err.Error() }
-
-// Result is what Map made of a request body.
-type Result struct {
-	// Lines counts the entries of the body (blank and comment lines
-	// excluded).
-	Lines int
-	// Readings counts the readings in Messages after merging.
-	Readings int
-	// Messages carry the accepted readings, grouped per device in the
-	// order devices first appear, and the attribute assignments of
-	// their lines (in each device's first message).
-	Messages []Message
-	// Rejected lists the rejected lines in body order; DeadLetters
-	// holds one message per rejected line (its raw text).
-	Rejected    []LineError
-	DeadLetters []Message
-}
-
-// ParsePrecision parses the precision query parameter. v1 is the
-// /write API (n, ns, u, us, ms, s, m, h); otherwise /api/v2/write (ns,
-// us, ms, s). Empty means nanoseconds.
-func ParsePrecision(s string, v1 bool) (time.Duration, error) {
-	switch s {
-	case "", "ns":
-		return time.Nanosecond, nil
-	case "us":
-		return time.Microsecond, nil
-	case "ms":
-		return time.Millisecond, nil
-	case "s":
-		return time.Second, nil
-	}
-	if v1 {
-		switch s {
-		case "n":
-			return time.Nanosecond, nil
-		case "u":
-			return time.Microsecond, nil
-		case "m":
-			return time.Minute, nil
-		case "h":
-			return time.Hour, nil
-		}
-		return 0, fmt.Errorf("precision %q: want n, ns, u, us, ms, s, m or h", s)
-	}
-	return 0, fmt.Errorf("precision %q: want ns, us, ms or s", s)
-}
 
 // readingKey is the identity of a reading: its device (an index into
 // mapper.devs) and time.
@@ -296,7 +125,7 @@ type deviceReadings struct {
 type devInfo struct {
 	id      buckets.DeviceID
 	invalid *buckets.ValidationError // why id is not a device ID; nil when it is
-	allowed bool                     // Options.Allow said yes
+	allowed bool                     // linemsg.Options.Allow said yes
 	group   int32                    // index in mapper.devices once a reading merged, else -1
 }
 
@@ -309,8 +138,8 @@ type nameSlot struct {
 
 // mapper holds the state of one Map call.
 type mapper struct {
-	opts     Options
-	res      Result
+	opts     linemsg.Options
+	res      linemsg.Result
 	index    map[readingKey]int32 // reading -> pending index
 	pending  []pending
 	devices  []deviceReadings
@@ -323,7 +152,7 @@ type mapper struct {
 	lo, hi   buckets.Ticks     // the accepted window in ticks, when known
 	window   bool              // lo and hi are set
 	names    map[string]string // interned "<measurement><sep><key>" names
-	sep      byte              // Options.NameSeparator or its default
+	sep      byte              // linemsg.Options.NameSeparator or its default
 	badName  map[string]*buckets.ValidationError
 	values   arena[buckets.Field] // backs the values of readings
 	lineNos  arena[int32]         // backs pending.lines
@@ -349,8 +178,8 @@ type mapper struct {
 	perm     []int
 	permOK   bool
 	sorted   []buckets.Field          // scratch: the values of the current line in name order
-	nowTicks buckets.Ticks            // Options.Now in ticks
-	nowErr   *buckets.ValidationError // why Options.Now has no ticks
+	nowTicks buckets.Ticks            // linemsg.Options.Now in ticks
+	nowErr   *buckets.ValidationError // why linemsg.Options.Now has no ticks
 }
 
 // tagKV is a tag other than the device tag. Its key is in
@@ -362,9 +191,9 @@ type tagKV struct {
 }
 
 // withDefaults fills the zero fields that have a default.
-func (o Options) withDefaults() Options {
+func withDefaults(o linemsg.Options) linemsg.Options {
 	if o.MaxMessageBytes <= 0 {
-		o.MaxMessageBytes = DefaultMaxMessageBytes
+		o.MaxMessageBytes = linemsg.DefaultMaxMessageBytes
 	}
 	if o.Precision <= 0 {
 		o.Precision = time.Nanosecond
@@ -372,9 +201,21 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// Mapper offers Map and MapAll as methods, for a caller that declares
+// them as an interface.
+type Mapper struct{}
+
+// Map is Map.
+func (Mapper) Map(body []byte, opts linemsg.Options) linemsg.Result { return Map(body, opts) }
+
+// MapAll is MapAll.
+func (Mapper) MapAll(body []byte, opts linemsg.Options) (linemsg.Result, bool) {
+	return MapAll(body, opts)
+}
+
 // Map parses body and maps every line (see the package comment).
-func Map(body []byte, opts Options) Result {
-	opts = opts.withDefaults()
+func Map(body []byte, opts linemsg.Options) linemsg.Result {
+	opts = withDefaults(opts)
 	if res, ok := MapAll(body, opts); ok {
 		return res
 	}
@@ -394,18 +235,18 @@ func Map(body []byte, opts Options) Result {
 // costs many times its text). What MapAll holds grows with the size of
 // the body alone, and all of it is one request's: a device's lines
 // merge into few large messages, not a message per part.
-func MapAll(body []byte, opts Options) (Result, bool) {
-	opts = opts.withDefaults()
+func MapAll(body []byte, opts linemsg.Options) (linemsg.Result, bool) {
+	opts = withDefaults(opts)
 	m := newMapper(opts, bytes.Count(body, []byte{'\n'})+1, len(body))
 	if n, ok := m.fast(body); ok {
 		return m.finish(n), true
 	}
 	m.release()
-	return Result{}, false
+	return linemsg.Result{}, false
 }
 
 // mapEach maps every entry with a decoder of its own.
-func mapEach(opts Options, entries []rawLine) *mapper {
+func mapEach(opts linemsg.Options, entries []rawLine) *mapper {
 	size := 0
 	for _, e := range entries {
 		size += len(e.text) + 1
@@ -421,7 +262,7 @@ func mapEach(opts Options, entries []rawLine) *mapper {
 }
 
 // finish encodes the messages, returns the result and releases m.
-func (m *mapper) finish(lines int) Result {
+func (m *mapper) finish(lines int) linemsg.Result {
 	m.res.Lines = lines
 	m.build()
 	res := m.res
@@ -491,10 +332,10 @@ const maxPooledLines = 1 << 16
 
 // newMapper returns a reset mapper for a body of about lines lines and
 // size bytes.
-func newMapper(opts Options, lines, size int) *mapper {
+func newMapper(opts linemsg.Options, lines, size int) *mapper {
 	m := getMapper()
 	m.opts = opts
-	m.sep = cmp.Or(opts.NameSeparator, DefaultNameSeparator)
+	m.sep = cmp.Or(opts.NameSeparator, linemsg.DefaultNameSeparator)
 	m.lastDev = -1
 	// A reading of a few values is about 30 bytes in the binary form;
 	// readings of many values take about 40% of their text (TSBS IoT).
@@ -521,7 +362,7 @@ func (m *mapper) release() {
 	if cap(m.pending) > maxPooledLines || idleFull() {
 		return
 	}
-	m.opts, m.res = Options{}, Result{}
+	m.opts, m.res = linemsg.Options{}, linemsg.Result{}
 	clear(m.index)
 	clear(m.pending)
 	m.pending = m.pending[:0]
@@ -575,16 +416,16 @@ func (m *mapper) fast(body []byte) (int, bool) {
 
 // reject records a bad line and its dead letter.
 func (m *mapper) reject(l rawLine, dev string, ve *buckets.ValidationError) {
-	le := LineError{Line: l.number, Err: ve}
+	le := linemsg.LineError{Line: l.number, Err: ve}
 	m.res.Rejected = append(m.res.Rejected, le)
-	if ve.Code == CodeDeviceNotAllowed {
+	if ve.Code == linemsg.CodeDeviceNotAllowed {
 		return
 	}
 	if buckets.DeviceID(dev).Validate() != nil {
 		dev = ""
 	}
 	data := bytes.Clone(l.text)
-	m.res.DeadLetters = append(m.res.DeadLetters, Message{
+	m.res.DeadLetters = append(m.res.DeadLetters, linemsg.Message{
 		Device:     dev,
 		DeadLetter: true,
 		Code:       ve.Code,
@@ -706,7 +547,7 @@ func (m *mapper) entry(dec *lp.Decoder) (dev string, _ *buckets.ValidationError)
 	if ve != nil {
 		return devOf(), ve
 	}
-	if m.opts.Tags == TagsAsValues {
+	if m.opts.Tags == linemsg.TagsAsValues {
 		for _, t := range m.tags {
 			name, ve := m.nameAt(slot, meas, t.key)
 			slot++
@@ -837,7 +678,7 @@ func (m *mapper) device(devTag int) (int32, *buckets.ValidationError) {
 		return i, &ve
 	}
 	if !d.allowed {
-		return i, invalid(CodeDeviceNotAllowed, "tag "+m.opts.DeviceTags[devTag], "the token may not write for device %q", d.id)
+		return i, invalid(linemsg.CodeDeviceNotAllowed, "tag "+m.opts.DeviceTags[devTag], "the token may not write for device %q", d.id)
 	}
 	return i, nil
 }

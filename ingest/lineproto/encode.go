@@ -10,10 +10,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 	"github.com/telemetryd/telemetryd/buckets/wire"
 )
 
-// maxHeaderValue bounds Message.Reason (it travels as a header).
+// maxHeaderValue bounds linemsg.Message.Reason (it travels as a header).
 const maxHeaderValue = 1024
 
 // build encodes the merged readings: per device (in first-seen order)
@@ -47,7 +48,7 @@ func (m *mapper) build() {
 			start := len(buf)
 			buf = enc.Append(buf)
 			spans = append(spans, span{start, len(buf)})
-			m.res.Messages = append(m.res.Messages, Message{Device: string(d.id), Header: hdr})
+			m.res.Messages = append(m.res.Messages, linemsg.Message{Device: string(d.id), Header: hdr})
 			enc.Reset()
 		}
 		for _, pi := range rs {

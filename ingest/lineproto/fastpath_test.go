@@ -14,11 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/buckets/linemsg"
 )
 
 // readingsOf decodes every message of res into device -> readings in
 // message order.
-func readingsOf(t *testing.T, res Result) map[string][]map[string]any {
+func readingsOf(t *testing.T, res linemsg.Result) map[string][]map[string]any {
 	t.Helper()
 	out := map[string][]map[string]any{}
 	for _, m := range res.Messages {
@@ -84,7 +85,7 @@ func TestValueOrderFollowsNames(t *testing.T) {
 		fmt.Sprintf("n,device=a z=14 %d", at+700),
 	}, "\n")
 	o := opts()
-	o.Tags = TagsAsValues
+	o.Tags = linemsg.TagsAsValues
 	res := Map([]byte(body), o)
 	require.Len(t, res.Rejected, 1)
 	assert.Equal(t, 5, res.Rejected[0].Line)
@@ -115,7 +116,7 @@ func TestMapReusesNothingVisible(t *testing.T) {
 		[]byte("m,device=a,fleet=East v=1 1795309323000000000\nm,device=b,fleet=West,site=x v=2 1795309323000000000\nm,device=a,fleet=North v=3 1795309324000000000\n"),
 		benchBody()[:20000],
 	}
-	var want []Result
+	var want []linemsg.Result
 	for _, b := range bodies {
 		want = append(want, Map(b, opts()))
 	}
@@ -280,7 +281,7 @@ func TestMapAll(t *testing.T) {
 	bad := append(body[:len(body):len(body)], "readings,name=truck_1 velocity= 1\n"...)
 	res, ok := MapAll(bad, o)
 	assert.False(t, ok)
-	assert.Equal(t, Result{}, res)
+	assert.Equal(t, linemsg.Result{}, res)
 	assert.Len(t, Map(bad, o).Rejected, 1)
 }
 
