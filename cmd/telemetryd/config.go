@@ -179,7 +179,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MQTTListen, "mqtt-listen", c.MQTTListen, "MQTT 3.1.1 listener of the embedded NATS server: topic <prefix>/<device>, QoS 0, 1 and 2 (empty: off; ignored with -nats-url)")
 	fs.StringVar(&c.LineDeviceTags, "line-device-tags", c.LineDeviceTags, "line protocol writes: the first of these tags present on a line names its device")
 	fs.StringVar(&c.LineTags, "line-tags", c.LineTags, "line protocol writes: a line's other tags become attributes of its device as of the line's time (attributes), or string values <measurement>_<tag> of its reading (values)")
-	fs.StringVar(&c.LineNameSeparator, "line-name-separator", c.LineNameSeparator, "line protocol writes: joins a line's measurement and field into a value name: _ (climate_temp) or . (climate.temp, as earlier releases named them; PromQL quotes such names: {\"climate.temp\"}); stored names never change")
+	fs.StringVar(&c.LineNameSeparator, "line-name-separator", c.LineNameSeparator, "line protocol writes: joins a line's measurement and field into a value name: _ (climate_temp) or . (climate.temp; PromQL quotes such names: {\"climate.temp\"}); stored names never change")
 	fs.Var(cliflag.Size(&c.MaxWriteBytes), "max-write-bytes", "largest line protocol write body, before and after gunzip (past it: 413)")
 	fs.Var(cliflag.Size(&c.MemoryLimit), "memory-limit", "memory budget of the whole process (512MiB, 2GiB, ...): the Go runtime's soft limit, memtables, caches, the embedded JetStream's memory, consumer buffers and query responses are sized from it")
 	fs.DurationVar(&c.QueryTimeout, "query-timeout", c.QueryTimeout, "longest a query may take, parsing and evaluation alike (past it: 503)")
