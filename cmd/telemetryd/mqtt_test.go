@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,7 +23,6 @@ import (
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/ingest/partition"
-	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // newMQTTClient connects a paho MQTT 3.1.1 client to the service.
@@ -142,59 +139,6 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 	assert.Equal(t, 1, mqttConns, "the MQTT client is in account %s", natsembed.MQTTAccount)
 	ms, err := s.js.Stream(ctx, natsembed.MQTTMsgsStream)
 	assert.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no MQTT stream in the service's account: %v", ms)
-}
-
-// TestMQTTStoreCopiesOfEarlierVersionsAreDropped: a telemetry stream
-// that kept the server's store copies under their own subject (and
-// still holds some) loses them at start, before the ingester would see
-// one, and from then on stores each copy as its reading.
-func TestMQTTStoreCopiesOfEarlierVersionsAreDropped(t *testing.T) {
-	cfg := newTestConfig(t)
-	cfg.StreamPartitions = 0 // the one stream, as then
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: filepath.Join(cfg.DataDir, "nats"), NoSigs: true})
-	require.NoError(t, err)
-	ns.Start()
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*", topology.For("telemetry").MQTTCopies()}, Storage: jetstream.FileStorage})
-	require.NoError(t, err)
-	for i := range 5 {
-		payload := fmt.Sprintf(`{"ts":%q,"n":%d}`, testEpoch.Add(time.Duration(i)*time.Second).Format(time.RFC3339Nano), i)
-		_, err = js.Publish(ctx, "telemetry.old", []byte(payload))
-		require.NoError(t, err)
-		_, err = js.Publish(ctx, "$MQTT.msgs.telemetry.old", []byte(payload))
-		require.NoError(t, err)
-	}
-	nc.Close()
-	ns.Shutdown()
-	ns.WaitForShutdown()
-
-	s := startService(t, cfg)
-	waitStored(t, s, "old", 5)
-	st, err := s.js.Stream(ctx, "TELEMETRY")
-	require.NoError(t, err)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
-	require.NoError(t, err)
-	assert.Equal(t, []string{"telemetry.*", "$MQTT.msgs.telemetry.*"}, info.Config.Subjects)
-	assert.Equal(t, map[string]uint64{"telemetry.old": 5}, info.State.Subjects, "the old copies are purged")
-
-	// The copies of new publishes are stored as readings, once.
-	c := newMQTTClient(t, s, "after-upgrade")
-	payload := fmt.Sprintf(`{"ts":%q,"n":9}`, testEpoch.Add(time.Minute).Format(time.RFC3339Nano))
-	require.True(t, c.Publish("telemetry/old", 1, false, payload).WaitTimeout(10*time.Second))
-	waitStored(t, s, "old", 6)
-	info, err = st.Info(ctx, jetstream.WithSubjectFilter(">"))
-	require.NoError(t, err)
-	assert.Equal(t, map[string]uint64{"telemetry.old": 6}, info.State.Subjects)
-	rej, err := s.js.Stream(ctx, "TELEMETRY_REJECTED")
-	if err == nil {
-		assert.Zero(t, rej.CachedInfo().State.Msgs, "a store copy reached the ingester")
-	}
 }
 
 func TestMQTTBadPayloadGoesToDeadLetters(t *testing.T) {
