@@ -171,16 +171,18 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, log *slog.Logger,
 // logConsuming says the consumer is consuming: at INFO once per
 // service, with a stream per partition by partition 0's ingester for
 // the family (the others at DEBUG).
+// With a stream per partition the service's logger of each ingester
+// carries its stream already.
 func (in *Ingester) logConsuming() {
-	if in.cfg.PartitionStreams && in.cfg.Partition != 0 {
-		in.log.Debug("consuming", "stream", in.cfg.Stream, "consumer", in.cfg.Consumer)
+	if !in.cfg.PartitionStreams {
+		in.log.Info("consuming", "stream", in.cfg.Stream, "consumer", in.cfg.Consumer)
 		return
 	}
-	args := []any{"stream", in.cfg.Stream, "consumer", in.cfg.Consumer}
-	if in.cfg.PartitionStreams {
-		args = append(args, "streams", in.cfg.Partitions, "family", in.cfg.Family())
+	if in.cfg.Partition != 0 {
+		in.log.Debug("consuming", "consumer", in.cfg.Consumer)
+		return
 	}
-	in.log.Info("consuming", args...)
+	in.log.Info("consuming", "consumer", in.cfg.Consumer, "streams", in.cfg.Partitions, "family", in.cfg.Family())
 }
 
 func wrapStreamErr(name, op string, err error) error {
