@@ -190,11 +190,12 @@ func start(nc *nats.Conn, cfg Config, beforeStore func()) (*Intake, error) {
 // returns once every worker has.
 func (in *Intake) Close() {
 	in.once.Do(func() {
+		// The drained subscription becomes invalid once the server has
+		// stopped sending and the last delivered publish's receive has
+		// returned; an empty pending count alone can be seen while a
+		// receive is still queueing, after which no worker would answer it.
 		_ = in.sub.Drain()
 		for in.sub.IsValid() && in.nc.IsConnected() {
-			if n, _, _ := in.sub.Pending(); n == 0 {
-				break
-			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		_ = in.sub.Unsubscribe()
