@@ -33,7 +33,7 @@ import (
 //
 //	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestAbuseRealBinary -v -timeout 20m
 func TestAbuseRealBinary(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	if testing.Short() {
 		t.Skip("builds and floods the real binary")
 	}
@@ -218,6 +218,7 @@ func TestAbuseRealBinary(t *testing.T) {
 	burst := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2, MaxConnsPerHost: 2,
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.5")}}).DialContext}}
 	var rl sync.WaitGroup
+	burstStart := time.Now()
 	for range 2 {
 		rl.Go(func() {
 			for range 800 {
@@ -245,8 +246,18 @@ func TestAbuseRealBinary(t *testing.T) {
 		})
 	}
 	rl.Wait()
-	t.Logf("rate limit: %d of 1600 requests refused (%d failed to connect; statuses %v)", limited.Load(), burstErrs.Load(), statuses)
-	assert.Positive(t, statuses[http.StatusTooManyRequests], "past -http-rate 200 (burst 400) requests get 429")
+	// The token's bucket lets through at most its burst and the rate
+	// over the time the requests took (and a second of slack for the
+	// clocks of client and service): on a slow machine the client may
+	// never outrun -http-rate, and then nothing needs refusing.
+	burstTime := time.Since(burstStart)
+	allowed := 400 + int(200*(burstTime.Seconds()+1))
+	t.Logf("rate limit: %d of 1600 requests refused in %s, at most %d allowed (%d failed to connect; statuses %v)",
+		limited.Load(), burstTime.Round(time.Millisecond), allowed, burstErrs.Load(), statuses)
+	assert.LessOrEqual(t, statuses[http.StatusOK], allowed, "past -http-rate 200 (burst 400) requests get 429")
+	if allowed < 1600 {
+		assert.Positive(t, statuses[http.StatusTooManyRequests], "past -http-rate 200 (burst 400) requests get 429")
+	}
 	assert.Equal(t, limited.Load(), retryAfter.Load(), "every refusal has Retry-After")
 
 	hwm := procStatus(t, cmd.Process.Pid, "VmHWM")

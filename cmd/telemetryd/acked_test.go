@@ -66,6 +66,7 @@ func reading(n int) string {
 // hash of subject and body; firmware: 1, 2, 3); every message of the
 // device is stored.
 func TestNoDeviceSuppressesAnothersMessages(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -125,6 +126,7 @@ func TestNoDeviceSuppressesAnothersMessages(t *testing.T) {
 // connections (the main one, the line protocol writes', the MQTT
 // forwarder's), so QoS 0 readings keep flowing.
 func TestAuthReloadKeepsTheServiceConnections(t *testing.T) {
+	inLane(t, lanes.general)
 	m, f := newAuthService(t)
 	base := "http://" + m.HTTPAddr()
 	c := mqttDevice(t, m.MQTTAddr(), "dev-1", "dev-1", f.devices["dev-1"], nil)
@@ -152,6 +154,7 @@ func TestAuthReloadKeepsTheServiceConnections(t *testing.T) {
 // TestMQTTStreamsAreBounded: every $MQTT_* stream is bounded in bytes
 // and refuses new messages when full.
 func TestMQTTStreamsAreBounded(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.MQTTStreamMaxBytes = 3 << 20
 	s := startService(t, cfg)
@@ -185,6 +188,7 @@ func TestMQTTStreamsAreBounded(t *testing.T) {
 // PUBLISHes and never the PUBREL fills $MQTT_qos2in up to its bound and
 // is then refused (its connection closed); the stream stays bounded.
 func TestMQTTQoS2WithoutPubRelIsBounded(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.MQTTStreamMaxBytes = 2 << 20
 	s := startService(t, cfg)
@@ -259,7 +263,7 @@ func openLoggedService(t *testing.T, cfg Config) (*Main, *bucketstest.SyncBuffer
 // has acknowledged the publish before the close (MQTT 3.1.1 has no
 // refusal; the server acks and drops, as the protocol allows).
 func TestMQTTQoS1OutsideItsTopicClosesTheConnection(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	f := newAuthFixture(t, []string{"dev-1", "dev-2"}, "all:read")
 	for _, tc := range []struct {
 		name, topic string
@@ -307,6 +311,7 @@ func TestMQTTQoS1OutsideItsTopicClosesTheConnection(t *testing.T) {
 // no PUBACK and its connection is closed; every PUBACKed one is still
 // in the stream.
 func TestMQTTFullStreamRefusesAndKeepsWhatItAcked(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.StreamMaxBytes, cfg.DiskReserve = 1<<20, 1<<60
 	m, _ := openLoggedService(t, cfg)

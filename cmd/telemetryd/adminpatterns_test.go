@@ -19,6 +19,7 @@ import (
 // its own, and not one outside its patterns. A token for all devices
 // takes the backup.
 func TestAdminEndpointsRefuseDeviceLimitedTokens(t *testing.T) {
+	inLane(t, lanes.general)
 	f := newAuthFixture(t, []string{"boiler-7", "pump-1"},
 		"boiler:admin,read:boiler-*", "ops:admin,read")
 	cfg := newTestConfig(t)

@@ -121,6 +121,7 @@ func randomFields(rng *rand.Rand) []buckets.Field {
 // intervals from 1s to 7d, every fn, from/to that cut buckets, and
 // pages followed through next.
 func TestAggregatesMatchBruteForce(t *testing.T) {
+	inLane(t, lanes.general)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 42))
@@ -329,6 +330,7 @@ func compareBuckets(t *testing.T, name string, want []expBucket, got []aggBucket
 // TestAggregatesParameters checks every parameter's validation (400
 // naming it) and the limits at their boundaries.
 func TestAggregatesParameters(t *testing.T) {
+	inLane(t, lanes.general)
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	env := newDashEnv(t, now)
 	// 10,001 readings one second apart: 10,001 one-second buckets.

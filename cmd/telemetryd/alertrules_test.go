@@ -31,6 +31,7 @@ import (
 // promtool's clock starts at 0, so the series are given relative to the
 // start of the window (value - start): time() - value is unchanged.
 func TestSilentDevicesAlertRule(t *testing.T) {
+	inLane(t, lanes.general)
 	bin, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("CI") == "true" {

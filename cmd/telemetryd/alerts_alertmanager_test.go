@@ -148,6 +148,7 @@ func amGroups(t *testing.T, base string) []amGroup {
 // webhook once; when the values come back, one resolved notification
 // follows.
 func TestAlertmanager(t *testing.T) {
+	inLane(t, lanes.general)
 	bin := os.Getenv("TELEMETRY_ALERTMANAGER")
 	if bin == "" {
 		t.Skip("set TELEMETRY_ALERTMANAGER to an alertmanager binary to run this test (api/rules/README.md)")

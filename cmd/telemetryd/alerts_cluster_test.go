@@ -165,6 +165,7 @@ func evaluatedAt(t *testing.T, m *Main, alert string) []time.Time {
 // no firing alert again before its resend delay, but for at most one
 // re-send of what the killed node may have sent without saving.
 func TestClusterAlertsTakeover(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const (
 		interval = time.Second
 		forDur   = 10 * time.Second

@@ -15,7 +15,7 @@ import (
 // its original activeAt + for, not `for` after the restart. The clock
 // runs on through the restart, as a real one does.
 func TestAlertRestartDuringFor(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	const forDur = 8 * time.Second
 	path := filepath.Join(t.TempDir(), "hot.yml")
 	writeRulesFile(t, path, `groups:

@@ -158,7 +158,7 @@ func rulesService(t *testing.T, cfg Config, path string, now func() time.Time) *
 // error naming file, line and rule, and a reload of a bad file (POST
 // /-/reload and the SIGHUP path) keeps the old rules.
 func TestAlertRulesService(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "freezers.yml")
 	writeRulesFile(t, path, alertRules)

@@ -54,6 +54,7 @@ type promtoolTests struct {
 // the same readings (and attributes) are stored: the same names,
 // labels and values at every step.
 func TestShippedAlertRules(t *testing.T) {
+	inLane(t, lanes.general)
 	bin := promtoolBin(t)
 	dir, err := filepath.Abs("../../deploy/alerts")
 	require.NoError(t, err)

@@ -126,6 +126,7 @@ func (l *evalLog) of(name string) []time.Time {
 //
 //	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestClusterAlertsSIGKILL -v
 func TestClusterAlertsSIGKILL(t *testing.T) {
+	inLane(t, lanes.cluster)
 	if !longCluster() {
 		t.Skip("set TELEMETRY_LONG=1: builds the binary and runs three processes")
 	}

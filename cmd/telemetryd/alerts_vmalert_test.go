@@ -133,6 +133,7 @@ func activeAts(t *testing.T, base string, into map[string]time.Time) {
 // The readings are published before their timestamps come, so neither
 // evaluator can see a change late because of ingestion.
 func TestVmalertAgrees(t *testing.T) {
+	inLane(t, lanes.general)
 	bin := os.Getenv("TELEMETRY_VMALERT")
 	if bin == "" {
 		t.Skip("set TELEMETRY_VMALERT to a vmalert binary to run this test (api/rules/README.md)")

@@ -50,6 +50,7 @@ func waitAttributes(t *testing.T, s *testService, device string, want map[string
 // later message with an older time does not roll one back, and the same
 // messages delivered again change nothing.
 func TestJSONAttributes(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	t1, t2 := testEpoch.Add(-2*time.Minute), testEpoch.Add(-time.Minute)
 	msg := func(at time.Time, v int, attrs string) string {
@@ -94,6 +95,7 @@ func TestJSONAttributes(t *testing.T) {
 // A message with an invalid attribute is dead-lettered whole with the
 // attribute's code, over NATS and MQTT alike.
 func TestJSONInvalidAttributesAreDeadLettered(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	sub := deadLetters(t, s)
 	ts := testEpoch.Add(-time.Minute).Format(time.RFC3339Nano)
@@ -124,6 +126,7 @@ func TestJSONInvalidAttributesAreDeadLettered(t *testing.T) {
 // refused by the store and dead-lettered whole: none of its readings is
 // written.
 func TestAttributesPastTheLimitAreDeadLettered(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	sub := deadLetters(t, s)
 	ts := func(i int) string { return testEpoch.Add(time.Duration(i-10) * time.Second).Format(time.RFC3339Nano) }
@@ -157,6 +160,7 @@ func TestAttributesPastTheLimitAreDeadLettered(t *testing.T) {
 // values; a tag that cannot be an attribute rejects its line, naming
 // the tag.
 func TestLineProtocolTagsAreAttributes(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute)
 	client := influxdb2.NewClientWithOptions(s.base, "any-token", influxdb2.DefaultOptions().SetPrecision(time.Millisecond))
@@ -196,6 +200,7 @@ func TestLineProtocolTagsAreAttributes(t *testing.T) {
 // -line-tags values keeps the earlier mapping: tags are string values
 // <measurement>_<tag>, and no attribute is set.
 func TestLineTagsValues(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.LineTags = "values"
 	s := startService(t, cfg)
@@ -213,6 +218,7 @@ func TestLineTagsValues(t *testing.T) {
 // delivers every message again, the late one after the newer one as
 // before: no attribute is rolled back and no reading added.
 func TestAttributesSurviveReplay(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	at := func(i int) string { return testEpoch.Add(time.Duration(i-10) * time.Second).Format(time.RFC3339Nano) }
@@ -249,6 +255,7 @@ func TestAttributesSurviveReplay(t *testing.T) {
 // through one node) are applied by the ingesters of both owners (their
 // own stores hold them), and every node answers them.
 func TestClusterIngestAttributes(t *testing.T) {
+	inLane(t, lanes.cluster)
 	nc := startNATSCluster(t, 1)
 	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})
 	js := jsFor(t, nc.url(0))

@@ -30,6 +30,7 @@ func authJSON(t *testing.T, method, url, token, body string) (int, string) {
 // attributes, and learns none of them from device lists, label names
 // or label values.
 func TestAttributesFollowTheTokensPatterns(t *testing.T) {
+	inLane(t, lanes.general)
 	f := newAuthFixture(t, nil, "ops:read,write", "t1:read,write:truck_1*", "t1read:read:truck_1*")
 	cfg := newTestConfig(t)
 	cfg.Security.AuthFile = f.path

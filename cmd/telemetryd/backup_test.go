@@ -172,7 +172,7 @@ func requireEachOnce(t *testing.T, s *testService, device string, want []string)
 // acked reading is stored exactly once, those published after the
 // backup included (the consumer resumes after the backup's positions).
 func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	devices := []string{"bk-a", "bk-b", "bk-c"}
 	b := backupWhilePublishing(t, "nightly", devices)
 	stream, err := b.js.Stream(context.Background(), "TELEMETRY")
@@ -204,6 +204,7 @@ func TestOnlineBackupRestoreKeepsEveryAckedReading(t *testing.T) {
 
 // POST /v1/backup writes only under -backup-dir.
 func TestOnlineBackupStaysUnderTheRoot(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	root := t.TempDir()
 	cfg.BackupDir = root
@@ -231,6 +232,7 @@ func TestOnlineBackupStaysUnderTheRoot(t *testing.T) {
 // The offline command refuses a data dir in use and points to the
 // online way; restore refuses a corrupt backup naming the file.
 func TestBackupCommandOfflineAndRestoreChecks(t *testing.T) {
+	inLane(t, lanes.general)
 	ctx := context.Background()
 	env := func(string) string { return "" }
 	cfg := newTestConfig(t)
@@ -280,6 +282,7 @@ func TestBackupCommandOfflineAndRestoreChecks(t *testing.T) {
 // README's example writes them; -backup-dir off answers 501 naming the
 // flag that turns them on.
 func TestOnlineBackupDefaultDirAndOff(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.DataDir = filepath.Join(t.TempDir(), "data")
 	s := startService(t, cfg)

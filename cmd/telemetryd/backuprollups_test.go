@@ -18,7 +18,7 @@ import (
 // line per rollup database, and the service started on the restored
 // data dir answers the same.
 func TestBackupRestoreKeepsRollupsOfADroppedDay(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	ctx := context.Background()
 	env := func(string) string { return "" }
 	cfg := newTestConfig(t)

@@ -21,7 +21,7 @@ import (
 // name the commit) reports in /api/v1/status/buildinfo the version and
 // commit its -version prints.
 func TestBuildInfoNamesTheLinkedVersion(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	const version, commit = "v9.8.7", "0123456789abcdef0123456789abcdef01234567"
 	work := t.TempDir()
 	bin := filepath.Join(work, "bin")
@@ -73,6 +73,7 @@ func TestBuildInfoNamesTheLinkedVersion(t *testing.T) {
 // into the same variables as deploy/install.sh, from build args, and
 // those are the variables cliflag reads.
 func TestDeployLinksTheVersion(t *testing.T) {
+	inLane(t, lanes.general)
 	const pkg = "github.com/telemetryd/telemetryd/cmd/internal/cliflag"
 	linked := func(text string) []string {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 )
 
 func TestHelpShowsSubcommandsFlagsAndEnvironment(t *testing.T) {
+	inLane(t, lanes.general)
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(context.Background(), []string{"-h"}, envMap(nil), &stdout, &stderr))
 	help := stderr.String()
@@ -40,6 +41,7 @@ func TestHelpShowsSubcommandsFlagsAndEnvironment(t *testing.T) {
 }
 
 func TestRetentionHelpListsOnlyItsFlags(t *testing.T) {
+	inLane(t, lanes.general)
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(context.Background(), []string{"retention", "-h"}, envMap(nil), &stdout, &stderr))
 	help := stderr.String()
@@ -56,6 +58,7 @@ func TestRetentionHelpListsOnlyItsFlags(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	inLane(t, lanes.general)
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(context.Background(), []string{"-version"}, envMap(nil), &stdout, &stderr))
 	assert.True(t, strings.HasPrefix(stdout.String(), "telemetryd "), stdout.String())
@@ -87,6 +90,7 @@ func busyPort(t *testing.T) string {
 // Start errors carry each prefix once, and a busy port fails at once,
 // named by its flag.
 func TestStartErrorsNameEachPartOnce(t *testing.T) {
+	inLane(t, lanes.general)
 	t.Run("data dir in use", func(t *testing.T) {
 		cfg := newTestConfig(t)
 		st, err := store.Open(context.Background(), cfg.DataDir, store.Options{})

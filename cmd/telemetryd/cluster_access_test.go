@@ -131,6 +131,7 @@ func accessCall(t *testing.T, method, url, token, caller, body string) (int, str
 //     answered through every node, while a client past 60 requests gets
 //     429.
 func TestClusterAccess(t *testing.T) {
+	inLane(t, lanes.cluster)
 	af := newAuthFixture(t, nil, "cluster:read,admin", "admin:admin", "reader:read:dev-a*", "fleet:read", "direct:read")
 	nodes := startAccessCluster(t, af)
 	at := fmt.Sprint(testEpoch.Add(-time.Hour + 30*time.Second).Unix())
@@ -242,6 +243,7 @@ func TestClusterAccess(t *testing.T) {
 // through every node, while a client at the same address is limited
 // after its burst.
 func TestClusterCallsFromOneAddress(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const devices = 600
 	nc := startNATSCluster(t, 1)
 	nodes := startConvergedNodes(t, nc, 3, 2, func(cfg *Config) {
@@ -286,6 +288,7 @@ func TestClusterCallsFromOneAddress(t *testing.T) {
 // derived from -cursor-key: the same on every node that shares the key,
 // and not the key), and a short one is refused.
 func TestClusterCredential(t *testing.T) {
+	inLane(t, lanes.cluster)
 	nc := &natsCluster{opts: []*server.Options{{Port: 4222}}}
 	cfg := clusterNodeConfig(t, nc, 0, 6)
 	cfg.Security.AuthFile = newAuthFixture(t, nil, "reader:read").path

@@ -55,6 +55,7 @@ func sendJSON(t *testing.T, method, url, body string) (int, string) {
 // of the device's partition), and attribute filters, label values and
 // PromQL over attribute labels answer the same through every node.
 func TestClusterAttributes(t *testing.T) {
+	inLane(t, lanes.cluster)
 	f := attrFleet{n: 24}
 	nc := startNATSCluster(t, 1)
 	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})

@@ -19,6 +19,7 @@ import (
 // the node-to-node API takes only the cluster credential and applies
 // the rights of the client a call names.
 func TestClusterAuth(t *testing.T) {
+	inLane(t, lanes.cluster)
 	af := newAuthFixture(t, nil, "cluster:read,admin", "reader:read:sim-*", "narrowadmin:read,admin:sim-*", "writer:write")
 	nc := startNATSCluster(t, 1)
 	// One copy: every device on one node, so half the requests are routed.

@@ -11,6 +11,7 @@ import (
 // one stops the others take its partitions over. A node a minute ahead
 // used to see every other lease as dead, and claim every partition.
 func TestClusterClockOffset(t *testing.T) {
+	inLane(t, lanes.cluster)
 	nc := startNATSCluster(t, 3)
 	offsets := []time.Duration{time.Minute, -time.Minute, 0}
 	var nodes []*testNode

@@ -25,6 +25,7 @@ import (
 // after the delete is stored; every other device's answers through
 // every node are byte-for-byte what they were.
 func TestClusterDeleteDevice(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const partitions, devices, perDevice = 4, 8, 10
 	nc := startNATSCluster(t, 1)
 	clock := testClock()

@@ -31,6 +31,7 @@ func tableDays(t *testing.T, m *Main) []string {
 // that joins afterwards and replays the stream does not write the day
 // again; the other day is untouched everywhere.
 func TestClusterDeleteReachesANodeThatWasDown(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const partitions, devices = 4, 8
 	nc := startNATSCluster(t, 1)
 	clock := testClock()

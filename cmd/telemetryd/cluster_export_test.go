@@ -19,6 +19,7 @@ import (
 // each with all its readings, and a cursor made by one node continues
 // on another.
 func TestClusterExport(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const trucks, perTruck = 12, 5
 	nc := startNATSCluster(t, 1)
 	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})

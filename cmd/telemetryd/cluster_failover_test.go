@@ -277,6 +277,7 @@ type failover struct {
 // checker judges the cluster again. TELEMETRY_LONG=1 runs it with 600
 // devices and a longer load.
 func TestClusterFailover(t *testing.T) {
+	inLane(t, lanes.cluster)
 	f := failover{devices: 120, leaseTTL: 3 * time.Second, minRounds: 5, after: 2 * time.Second}
 	if longCluster() {
 		f = failover{devices: 600, leaseTTL: 3 * time.Second, minRounds: 20, after: 15 * time.Second}
@@ -372,6 +373,7 @@ func (f failover) run(t *testing.T) {
 // them: a checker that read one answer found "1000 stored, 1001 acked"
 // once the failover load ran past 1,000 rounds, and a copy seemed short.
 func TestClusterCopyCheckPastOneAnswer(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const partitions = 4
 	nc := startNATSCluster(t, 1)
 	cfg := clusterNodeConfig(t, nc, 0, partitions)

@@ -18,6 +18,7 @@ import (
 // stored on both copies of its partition exactly once and read through
 // every node, judged by the crash loop's checker.
 func TestClusterMQTT(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const partitions, devices, rounds = 12, 30, 20
 	mqttAddrs := make([]string, 3)
 	nc := startNATSCluster(t, 3, func(i int, o *server.Options) {

@@ -78,6 +78,7 @@ func leasesConverged(kv jetstream.KeyValue, names []string, partitions, copies i
 //
 //	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestClusterSIGKILL -v
 func TestClusterSIGKILL(t *testing.T) {
+	inLane(t, lanes.cluster)
 	if os.Getenv("TELEMETRY_LONG") == "" {
 		t.Skip("set TELEMETRY_LONG=1: builds the binary and runs three processes")
 	}

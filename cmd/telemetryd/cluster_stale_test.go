@@ -51,6 +51,7 @@ func latestTS(t *testing.T, base, dev string) (time.Time, int, string) {
 //
 //	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestClusterStaleOwnerStopsAnswering -v
 func TestClusterStaleOwnerStopsAnswering(t *testing.T) {
+	inLane(t, lanes.cluster)
 	if os.Getenv("TELEMETRY_LONG") == "" {
 		t.Skip("set TELEMETRY_LONG=1: stops a NATS server of a three-server cluster and waits for leases to lapse")
 	}

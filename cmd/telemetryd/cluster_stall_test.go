@@ -19,13 +19,14 @@ import (
 
 // visibleWithin is how soon after its publish was acked a reading is
 // answered by every node of a healthy cluster. The long run holds the
-// cluster to it; the short one, which must pass on a busy machine, to
-// stallLimit, a third of the ack wait: a delivered message that is
-// never settled waits out the whole ack wait (30 s) before it is
-// delivered again.
+// cluster to it; the short one, which must pass on a busy machine (at
+// load 14, beside the package's other tests, the slowest reading
+// took 14 s), to stallLimit, two thirds of the ack wait: a delivered
+// message that is never settled waits out the whole ack wait (30 s)
+// before it is delivered again.
 const (
 	visibleWithin = 2 * time.Second
-	stallLimit    = 10 * time.Second
+	stallLimit    = 20 * time.Second
 )
 
 // ackedReading is one reading whose publish JetStream acked, and when
@@ -176,6 +177,7 @@ func (v *visibility) delays() []time.Duration {
 //
 //	go test ./cmd/telemetryd -run TestClusterNoStall -v
 func TestClusterNoStall(t *testing.T) {
+	inLane(t, lanes.cluster)
 	const devices, burst, rate = 1000, 20000, 1500
 	wave := 5 * time.Second
 	reps, limit := 1, stallLimit

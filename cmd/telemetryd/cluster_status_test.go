@@ -20,6 +20,7 @@ import (
 // owners (rendezvous ranking of the live nodes) and the nodes caught up
 // on it.
 func TestClusterStatusAgreesWithTheLeases(t *testing.T) {
+	inLane(t, lanes.cluster)
 	nc := startNATSCluster(t, 1)
 	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})
 	var names []string

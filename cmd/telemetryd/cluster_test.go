@@ -115,6 +115,7 @@ func walk(t *testing.T, bases []string, path string) []string {
 // single node answers on the same data (cursors continued on other
 // nodes included).
 func TestClusterAcceptance(t *testing.T) {
+	inLane(t, lanes.cluster)
 	fx := clusterFixture{devices: 1000, readings: 3, start: testEpoch.Add(-2 * time.Hour)}
 	if longCluster() {
 		fx.readings = 30

@@ -11,6 +11,7 @@ import (
 )
 
 func TestConfigConnectFlags(t *testing.T) {
+	inLane(t, lanes.general)
 	c := DefaultConfig()
 	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(nil), &bytes.Buffer{}))
 	assert.Equal(t, "127.0.0.1:1883", c.MQTTListen)

@@ -18,6 +18,7 @@ import (
 func envMap(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestConfigDefaults(t *testing.T) {
+	inLane(t, lanes.general)
 	c := DefaultConfig()
 	require.NoError(t, c.parseFlags("telemetryd", nil, envMap(nil), &bytes.Buffer{}))
 	assert.Equal(t, "./data", c.DataDir)
@@ -34,6 +35,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigEnvAndFlagPrecedence(t *testing.T) {
+	inLane(t, lanes.general)
 	env := envMap(map[string]string{
 		"TELEMETRY_DATA_DIR":       "/env/data",
 		"TELEMETRY_RETENTION":      "48h",
@@ -51,6 +53,7 @@ func TestConfigEnvAndFlagPrecedence(t *testing.T) {
 }
 
 func TestConfigRejectsBadValues(t *testing.T) {
+	inLane(t, lanes.general)
 	for name, tc := range map[string]struct {
 		args []string
 		env  map[string]string
@@ -87,6 +90,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 // The flags' defaults are the libraries' own, and the prefix rule is
 // the ingester's: what one accepts the other accepts.
 func TestConfigDefaultsAgreeWithLibraries(t *testing.T) {
+	inLane(t, lanes.general)
 	c := DefaultConfig()
 	sopts := store.DefaultOptions()
 	icfg := ingest.DefaultConfig()
@@ -108,6 +112,7 @@ func TestConfigDefaultsAgreeWithLibraries(t *testing.T) {
 }
 
 func TestEnvName(t *testing.T) {
+	inLane(t, lanes.general)
 	assert.Equal(t, "TELEMETRY_MAX_FUTURE_SKEW", envName("max-future-skew"))
 	assert.Equal(t, "TELEMETRY_NATS_URL", envName("nats-url"))
 }

@@ -35,6 +35,7 @@ const (
 )
 
 func TestConfigurationReference(t *testing.T) {
+	inLane(t, lanes.general)
 	b, err := os.ReadFile(configDocFile)
 	require.NoError(t, err)
 	doc := string(b)
@@ -51,6 +52,7 @@ func TestConfigurationReference(t *testing.T) {
 // TestServiceFlags: -h lists at most 30 flags, the fleet's; every
 // flag of the service, listed or tuning, says who needs it.
 func TestServiceFlags(t *testing.T) {
+	inLane(t, lanes.general)
 	fs := serviceFlagSet()
 	fs.VisitAll(func(f *flag.Flag) {
 		assert.True(t, flagdoc.Known(f.Name), "-%s: say in package flagdoc who needs it", f.Name)

@@ -74,6 +74,7 @@ func answer(t *testing.T, s *testService, path string, q url.Values) (int, map[s
 // the service, started again, answers every query with the other
 // blocks' readings and a warning naming the block, and counts it.
 func TestCorruptBlockThroughTheService(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	const dev = "dev-c"
@@ -142,6 +143,7 @@ func TestCorruptBlockThroughTheService(t *testing.T) {
 }
 
 func TestCheckCleanDataDirAndRunningService(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	s.publish(t, "dev-ok", fmt.Sprintf(`{"ts":%q,"values":{"temp":1}}`, testEpoch.Add(-time.Hour).Format(time.RFC3339)))

@@ -55,7 +55,7 @@ func (s *testService) readyz(t *testing.T) (int, string) {
 // says so; once the operator drops the table, every one of them is
 // stored in the new table and none is skipped as day_dropped.
 func TestDamagedTableHoldsAckedReadingsUntilDropped(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	at := testEpoch.Add(-2 * time.Hour)

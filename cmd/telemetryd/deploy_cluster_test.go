@@ -40,6 +40,7 @@ func composeVars(t *testing.T, s string, vars map[string]string) string {
 // start-up checks, agree on the cluster-wide ones and differ in the
 // per-node ones.
 func TestDeployClusterCompose(t *testing.T) {
+	inLane(t, lanes.general)
 	c := yamlFile[composeFile](t, "compose-cluster.yaml")
 	script := string(readDeploy(t, "secrets.sh"))
 	vars := map[string]string{}
@@ -144,6 +145,7 @@ type k8sClusterObject struct {
 // routed to each other and three nodes whose settings, as the pod
 // telemetryd-1 gets them, pass the service's start-up checks.
 func TestDeployClusterKubernetes(t *testing.T) {
+	inLane(t, lanes.general)
 	objs := map[string]k8sClusterObject{}
 	for _, f := range []string{"k8s-cluster/nats.yaml", "k8s-cluster/telemetryd.yaml"} {
 		for _, o := range yamlDocs[k8sClusterObject](t, f) {

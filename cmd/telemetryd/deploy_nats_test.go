@@ -28,6 +28,7 @@ func natsConfMaxPayload(t *testing.T, conf string) int32 {
 // the embedded server allows, as the README says an external server
 // needs.
 func TestDeployNATSMaxPayload(t *testing.T) {
+	inLane(t, lanes.general)
 	t.Run("compose", func(t *testing.T) {
 		c := yamlFile[composeFile](t, "compose-cluster.yaml")
 		for _, name := range []string{"nats-0", "nats-1", "nats-2"} {
@@ -100,6 +101,7 @@ func TestDeployNATSMaxPayload(t *testing.T) {
 // the Go runtime's limit), never GOMEMLIMIT alone, and the cluster's
 // pods take it from their container limit.
 func TestDeployMemoryLimitVariable(t *testing.T) {
+	inLane(t, lanes.general)
 	err := filepath.WalkDir(deployDir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

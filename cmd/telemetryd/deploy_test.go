@@ -116,6 +116,7 @@ func yamlFile[T any](t *testing.T, rel string) T {
 }
 
 func TestDeployFilesParse(t *testing.T) {
+	inLane(t, lanes.general)
 	var yamls, jsons []string
 	err := filepath.WalkDir(deployDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -205,6 +206,7 @@ func (s composeService) mounts(t *testing.T, declared map[string]any) map[string
 }
 
 func TestDeployCompose(t *testing.T) {
+	inLane(t, lanes.general)
 	c := yamlFile[composeFile](t, "compose.yaml")
 	for _, name := range []string{"telemetryd", "simulator", "otel-collector", "prometheus", "grafana"} {
 		require.Contains(t, c.Services, name)
@@ -273,6 +275,7 @@ type collectorConfig struct {
 }
 
 func TestDeployOtelCollector(t *testing.T) {
+	inLane(t, lanes.general)
 	c := yamlFile[collectorConfig](t, "otel-collector.yaml")
 	require.Contains(t, c.Service.Pipelines, "traces")
 	require.Contains(t, c.Service.Pipelines, "metrics")
@@ -314,6 +317,7 @@ type promConfig struct {
 }
 
 func TestDeployPrometheus(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := yamlFile[promConfig](t, "prometheus.yml")
 	targets := map[string]string{}
 	for _, sc := range cfg.ScrapeConfigs {
@@ -373,6 +377,7 @@ func promQLNames() map[string]bool {
 // The exporter setup mirrors the service's: the OpenTelemetry
 // Prometheus exporter with underscore escaping and suffixes.
 func TestDeployMetricNames(t *testing.T) {
+	inLane(t, lanes.general)
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg),
 		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
@@ -464,6 +469,7 @@ func parsePromQL(expr string) (metrics, labels []string) {
 }
 
 func TestDeployGrafanaDashboard(t *testing.T) {
+	inLane(t, lanes.general)
 	ds := yamlFile[struct {
 		Datasources []struct {
 			UID  string `yaml:"uid"`
@@ -506,6 +512,7 @@ func TestDeployGrafanaDashboard(t *testing.T) {
 }
 
 func TestDeployParsePromQL(t *testing.T) {
+	inLane(t, lanes.general)
 	m, l := parsePromQL(`histogram_quantile(0.99, sum by (le, http_route) (rate(http_server_request_duration_seconds_bucket{job="x"}[5m]))) or vector(0)`)
 	assert.Equal(t, []string{"http_server_request_duration_seconds_bucket"}, m)
 	assert.Equal(t, []string{"le", "http_route"}, l)
@@ -610,6 +617,7 @@ func loadK8s(t *testing.T) (map[string]k8sObject, []string) {
 }
 
 func TestDeployKubernetes(t *testing.T) {
+	inLane(t, lanes.general)
 	objs, files := loadK8s(t)
 	kust, ok := objs["Kustomization/telemetryd"]
 	require.True(t, ok, "kustomization.yaml")
@@ -748,6 +756,7 @@ func unitFile(t *testing.T, rel string) map[string]map[string][]string {
 }
 
 func TestDeploySystemdUnit(t *testing.T) {
+	inLane(t, lanes.general)
 	u := unitFile(t, "systemd/telemetryd.service")
 	for _, s := range []string{"[Unit]", "[Service]", "[Install]"} {
 		require.Contains(t, u, s)
@@ -805,6 +814,7 @@ func envFile(t *testing.T, rel string) map[string]string {
 }
 
 func TestDeployEnvSample(t *testing.T) {
+	inLane(t, lanes.general)
 	env := envFile(t, "telemetryd.env.sample")
 	text := string(readDeploy(t, "telemetryd.env.sample"))
 	names := slices.Collect(maps.Keys(serviceFlags))
@@ -845,6 +855,7 @@ func TestDeployEnvSample(t *testing.T) {
 }
 
 func TestDeployDockerfile(t *testing.T) {
+	inLane(t, lanes.general)
 	df := string(readDeploy(t, "Dockerfile"))
 	assert.Regexp(t, `(?m)^ARG GO_VERSION=1\.26$`, df)
 	assert.Regexp(t, `(?m)^FROM golang:\$\{GO_VERSION\} AS build$`, df)

@@ -126,7 +126,7 @@ func readingStreams(t testing.TB, js jetstream.JetStream) []string {
 // of it back; what the device publishes after the delete is stored; and
 // every answer about the other device is byte-for-byte the same.
 func TestDeleteDeviceEndToEnd(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	today := testEpoch.Truncate(24 * time.Hour)

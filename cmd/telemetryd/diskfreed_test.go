@@ -44,7 +44,7 @@ func fillDisk(t *testing.T, dir string) string {
 // (twice over),
 // without a restart, /readyz is 200 and every acked reading is stored.
 func TestFullDiskFreedRecoversWithoutRestart(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	disk := mountSmallFS(t, 300<<20)
 	cfg := newTestConfig(t)
 	cfg.DataDir = filepath.Join(disk, "data")

@@ -44,7 +44,7 @@ func freeBytes(t *testing.T, dir string) int64 {
 // /readyz says why, nothing is lost, and once space returns it resumes
 // by itself and stores every reading exactly once.
 func TestDiskFullPausesAndResumes(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	data := mountSmallFS(t, 160<<20)
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		StoreDir: t.TempDir(), NoLog: true, NoSigs: true}) // the stream keeps the backlog on another disk

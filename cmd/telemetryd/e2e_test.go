@@ -68,7 +68,7 @@ func openMain(t testing.TB, cfg Config, w io.Writer, now func() time.Time) *Main
 	if now != nil {
 		m.now = now
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := untilDeadline(t)
 	defer cancel()
 	err := m.Open(ctx)
 	if err != nil {
@@ -91,7 +91,7 @@ func startService(t testing.TB, cfg Config, opts ...func(*Main)) *testService {
 	for _, o := range opts {
 		o(m)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := untilDeadline(t)
 	defer cancel()
 	err := m.Open(ctx)
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *testService) stop(t testing.TB) {
 	if s.nc != nil {
 		s.nc.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := untilDeadline(t)
 	defer cancel()
 	require.NoError(t, s.Close(ctx))
 }
@@ -131,7 +131,7 @@ func (s *testService) waitReady(t testing.TB) {
 // publish sends payload for device and waits for the JetStream ack.
 func (s *testService) publish(t *testing.T, device, payload string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := untilDeadline(t)
 	defer cancel()
 	_, err := s.js.Publish(ctx, s.cfg.SubjectPrefix+"."+device, []byte(payload))
 	require.NoError(t, err)
@@ -263,7 +263,7 @@ func timestamps(rs []apiReading) []string {
 }
 
 func TestEndToEnd(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	devices := []string{"dev-1", "dev-2", "boiler_7"}
 	fs := threeDays(devices)
@@ -333,6 +333,7 @@ func mapsKeys(m map[string]any) func(func(string) bool) {
 }
 
 func TestContractKeys(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	s.publish(t, "dev-1", `{"ts":"2026-11-22T01:02:03.456Z","temp":21.5,"ok":true}`)
 	var r apiReading
@@ -347,6 +348,7 @@ func TestContractKeys(t *testing.T) {
 }
 
 func TestRangeCursorWhileIngesting(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	fs := threeDays([]string{"dev-1"})
 	publishAll(t, s, fs)
@@ -388,6 +390,7 @@ func TestRangeCursorWhileIngesting(t *testing.T) {
 }
 
 func TestMergeAndRedelivery(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	ts := testEpoch.Add(-time.Hour).Format(time.RFC3339Nano)
 	// Two sensors of one device sampled at the same instant, sent apart.
@@ -411,6 +414,7 @@ func TestMergeAndRedelivery(t *testing.T) {
 }
 
 func TestRejectedMessageGoesToDeadLetterAndIngestContinues(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	sub, err := s.nc.SubscribeSync("rejected.telemetry.>")
 	require.NoError(t, err)
@@ -434,6 +438,7 @@ func TestRejectedMessageGoesToDeadLetterAndIngestContinues(t *testing.T) {
 }
 
 func TestRestartKeepsEveryReading(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	fs := threeDays([]string{"dev-1", "dev-2"})
@@ -472,6 +477,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 }
 
 func TestBadHTTPInputThroughTheService(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	long := strings.Repeat("a", 65)
 	for _, tc := range []struct{ path, param string }{

@@ -62,7 +62,7 @@ func breakingProxy(t *testing.T, upstream string, cut int64, broken ...int) (*ht
 // mid-way (each resumed behind the last reading written, with no
 // duplicate and no gap); a service holding the data dir is named.
 func TestExportCommand(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	day := buckets.DayOf(buckets.MustTicks(testEpoch)) - 1
 	fillStore(t, cfg.DataDir, day, day, 6000, 7)
@@ -151,6 +151,7 @@ func TestExportCommand(t *testing.T) {
 // The token comes from -token or TELEMETRY_TOKEN; a refusal is reported
 // with the service's message and not retried.
 func TestExportCommandToken(t *testing.T) {
+	inLane(t, lanes.general)
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)

@@ -70,6 +70,7 @@ func writeReq(ctx context.Context, base, token string, body io.Reader, size int6
 // the holders are gone, the same gzip body is answered (403: the token
 // may not write its lines).
 func TestWriteBodiesWithinTheMemoryBudget(t *testing.T) {
+	inLane(t, lanes.general)
 	f := newAuthFixture(t, nil, "sim:write:sim-*")
 	cfg := newTestConfig(t)
 	cfg.Security.AuthFile = f.path
@@ -142,6 +143,7 @@ func statusOf(r *http.Response) int {
 // lines past the first chunk are named by their line in the body, in
 // the answer and in their dead letter, and every good line is stored.
 func TestLineProtocolLargeBodyMappedInChunks(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	dl := deadLetters(t, s)
 	at := testEpoch.Add(-time.Hour).Truncate(time.Second)
@@ -363,6 +365,7 @@ func promGet(t *testing.T, ctx context.Context, base, path string, q url.Values)
 // starts: nesting past 256 levels without calling the parser, and a
 // subquery of more than 11,000 points per step.
 func TestPromQLRefusesUnboundedWork(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	for _, depth := range []int{257, 100_000} {
 		qs := strings.Repeat("(", depth) + "1" + strings.Repeat(")", depth)
@@ -397,6 +400,7 @@ func TestPromQLRefusesUnboundedWork(t *testing.T) {
 // until it stops the query keeps the share, so a client cannot pile up
 // work past its deadline).
 func TestPromQLAnswersAtTheQueryTimeout(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.QueryTimeout = 300 * time.Millisecond
 	s := startService(t, cfg)
@@ -430,6 +434,7 @@ func TestPromQLAnswersAtTheQueryTimeout(t *testing.T) {
 // cursor), and the store stops summarising blocks once the request's
 // context ends (its client went away or its timeout passed).
 func TestWideAggregatesStayWithinTheirShareAndStop(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.MemoryLimit = 256 << 20 // responses: 25.6 MiB, a client's share 6.4 MiB
 	s := startService(t, cfg)

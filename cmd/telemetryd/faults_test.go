@@ -29,7 +29,7 @@ func runNATS(t *testing.T, port int, dir string) *server.Server {
 }
 
 func TestExternalNATSOutage(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	natsDir := t.TempDir()
 	ns := runNATS(t, -1, natsDir)
 	port := ns.Addr().(*net.TCPAddr).Port
@@ -76,7 +76,7 @@ func TestExternalNATSOutage(t *testing.T) {
 }
 
 func TestDamagedDayTable(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	fs := threeDays([]string{"dev-1"})

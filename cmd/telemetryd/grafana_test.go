@@ -58,6 +58,7 @@ var labelValuesQuery = regexp.MustCompile(`^label_values\((?:(.+),\s*)?([A-Za-z_
 // panel and variable uses it, every PromQL expression parses with the
 // Prometheus parser and runs against the real query API.
 func TestGrafanaFleetProvisioning(t *testing.T) {
+	inLane(t, lanes.general)
 	ds := yamlFile[struct {
 		APIVersion  int `yaml:"apiVersion"`
 		Datasources []struct {
@@ -164,6 +165,7 @@ type grafanaCall struct {
 //     and SeriesApiClient (series with match[]={__name__!=""} or
 //     {<label>!=""} and limit, for servers without label matchers).
 func TestGrafanaDataSourceCalls(t *testing.T) {
+	inLane(t, lanes.general)
 	f := newPromFixture(t)
 	now := f.now.Unix()
 	sec := func(s int64) string { return strconv.FormatInt(s, 10) }

@@ -15,6 +15,7 @@ import (
 // TestInfluxDBGoClientWrites writes through /api/v2/write with the
 // official InfluxDB 2 Go client, plain and gzip-compressed.
 func TestInfluxDBGoClientWrites(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute)
 	for _, gzip := range []bool{false, true} {

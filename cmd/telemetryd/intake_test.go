@@ -27,6 +27,7 @@ import (
 // published both before and after (a retry across it); the streams then
 // capture the intake's subjects only, so no publish has two responders.
 func TestUpgradeToTheIntakeKeepsEveryReading(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.SyncWrites, cfg.Intake = true, false
 	devices := []string{"in-a", "in-b", "in-c", "in-d", "in-e"}
@@ -64,6 +65,7 @@ func TestUpgradeToTheIntakeKeepsEveryReading(t *testing.T) {
 // QoS 0 is forwarded through the intake and line protocol writes go to
 // the intake's subjects; every reading is stored once.
 func TestIntakeTakesEveryDoor(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.SyncWrites = true
 	s := startService(t, cfg)

@@ -59,6 +59,7 @@ func goList(t *testing.T, args ...string) []string {
 }
 
 func TestAPIDoesNotImportIngest(t *testing.T) {
+	inLane(t, lanes.general)
 	under := func(p, dir string) bool { return p == module+"/"+dir || strings.HasPrefix(p, module+"/"+dir+"/") }
 	deps := goList(t, "-deps", "./api/...")
 	require.Contains(t, deps, module+"/buckets", "go list answered")
@@ -74,6 +75,7 @@ func TestAPIDoesNotImportIngest(t *testing.T) {
 }
 
 func TestBucketsImportsOnlyTheStandardLibrary(t *testing.T) {
+	inLane(t, lanes.general)
 	deps := goList(t, "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./buckets/...")
 	require.Contains(t, deps, module+"/buckets", "go list answered")
 	for _, p := range deps {
@@ -83,6 +85,7 @@ func TestBucketsImportsOnlyTheStandardLibrary(t *testing.T) {
 }
 
 func TestStoreFormatsStayInStore(t *testing.T) {
+	inLane(t, lanes.general)
 	// Every package of the module with what it and its tests import.
 	lines := goList(t, "-f", `{{.ImportPath}}|{{join .Imports ","}},{{join .TestImports ","}},{{join .XTestImports ","}}`, "./...")
 	importers := map[string][]string{} // import path -> importing packages
@@ -132,6 +135,7 @@ func TestStoreFormatsStayInStore(t *testing.T) {
 // TestTelemetrydIsOnlyWiring counts the lines of the non-test Go files
 // of this package.
 func TestTelemetrydIsOnlyWiring(t *testing.T) {
+	inLane(t, lanes.general)
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	total, n := 0, 0

@@ -62,6 +62,7 @@ func names(t *testing.T, api v1.API, at time.Time) []string {
 // plainly, measurement_field, and listed so where Grafana's builder
 // looks.
 func TestLineProtocolNamesForPromQL(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute)
 	writeLine(t, s, "climate,device=boiler-7 temp=21.5", at)
@@ -78,6 +79,7 @@ func TestLineProtocolNamesForPromQL(t *testing.T) {
 // those names keeps them when the service restarts with the default:
 // old readings answer to {"climate.temp"}, new ones to climate_temp.
 func TestLineNameSeparatorDotKeepsEarlierNames(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.LineNameSeparator = "."
 	s := startService(t, cfg)
@@ -114,6 +116,7 @@ func TestLineNameSeparatorDotKeepsEarlierNames(t *testing.T) {
 // -line-name-separator takes _ or . and names itself when given
 // anything else.
 func TestLineNameSeparatorFlag(t *testing.T) {
+	inLane(t, lanes.general)
 	for _, sep := range []string{"_", "."} {
 		cfg := DefaultConfig()
 		cfg.LineNameSeparator = sep

@@ -19,6 +19,7 @@ import (
 // server does (NATS's 1 MiB default), and says nothing when it accepts
 // as much.
 func TestExternalNATSMaxPayloadWarning(t *testing.T) {
+	inLane(t, lanes.general)
 	const warning = "max_payload is below what telemetryd publishes"
 	for _, tc := range []struct {
 		name       string

@@ -61,6 +61,7 @@ func mqttBatch(first time.Time, seq0, n int) string {
 }
 
 func TestMQTTStoresExactlyWhatWasPublished(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	const devices, messages, batch = 12, 10, 5
 	first := testEpoch.Add(-time.Hour)
@@ -102,6 +103,7 @@ func TestMQTTStoresExactlyWhatWasPublished(t *testing.T) {
 // holds it once: the MQTT connection is in the MQTT account, whose store
 // copy is the message the stream keeps.
 func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	c := newMQTTClient(t, s, "ack-order")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -142,6 +144,7 @@ func TestMQTTPubAckFollowsTheStoredMessage(t *testing.T) {
 }
 
 func TestMQTTBadPayloadGoesToDeadLetters(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	sub, err := s.nc.SubscribeSync("rejected.telemetry.>")
 	require.NoError(t, err)
@@ -166,6 +169,7 @@ func TestMQTTBadPayloadGoesToDeadLetters(t *testing.T) {
 // TestMQTTQoS0IsForwarded: a QoS 0 publish has no store copy; the
 // forwarder puts it in the telemetry stream, once.
 func TestMQTTQoS0IsForwarded(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	c := newMQTTClient(t, s, "qos0")
 	const n = 50
@@ -184,6 +188,7 @@ func TestMQTTQoS0IsForwarded(t *testing.T) {
 }
 
 func TestMQTTOff(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.MQTTListen = ""
 	s := startService(t, cfg)
@@ -199,6 +204,7 @@ func TestMQTTOff(t *testing.T) {
 
 // TestMosquittoPub publishes one reading with Debian's mosquitto_pub.
 func TestMosquittoPub(t *testing.T) {
+	inLane(t, lanes.general)
 	bin, err := exec.LookPath("mosquitto_pub")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -223,7 +229,7 @@ func TestMosquittoPub(t *testing.T) {
 // is not stored; with QoS 1 nothing can persist it, so it is never
 // acknowledged and the connection is closed.
 func TestMQTTOtherTopicsStoreNothing(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	c := newMQTTClient(t, s, "stray")
 	tok := c.Publish("elsewhere/dev-1", 1, false, `{"temp":1}`)

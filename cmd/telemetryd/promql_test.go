@@ -107,6 +107,7 @@ func avgOver(ss []promSample, t time.Time, r time.Duration) (float64, bool) {
 }
 
 func TestPromQLWithPrometheusClient(t *testing.T) {
+	inLane(t, lanes.general)
 	f := newPromFixture(t)
 	ctx := context.Background()
 
@@ -365,6 +366,7 @@ func (fixedTokens) Token(secret string) (*auth.Principal, bool) {
 // TestPromQLHidesDevicesOutsideToken: with auth, a token limited to
 // device patterns sees only those devices through the query API.
 func TestPromQLHidesDevicesOutsideToken(t *testing.T) {
+	inLane(t, lanes.general)
 	f := newPromFixture(t)
 	f.env.auth = fixedTokens{}
 	f.env.reopen(t)

@@ -24,6 +24,7 @@ type promtoolMatrix []struct {
 // one here wrote: promtool from Debian's prometheus package (.ci/run
 // installs it). Without promtool the test skips, except under CI.
 func TestPromtoolQueryRange(t *testing.T) {
+	inLane(t, lanes.general)
 	bin, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("CI") == "true" {

@@ -65,7 +65,7 @@ type shellBlock struct {
 // /mnt/backup) under a temporary root, and `go run PKG` at binaries
 // built once.
 func TestReadmeQuickStart(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	for _, tool := range []string{"curl", "mosquitto_pub", "git"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed (.ci/run installs it)", tool)

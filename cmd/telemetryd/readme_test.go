@@ -102,6 +102,7 @@ func retentionFlags() *flag.FlagSet {
 // uses flags that exist (CONFIGURATION.md lists them all: see
 // TestConfigurationReference).
 func TestReadmeFlags(t *testing.T) {
+	inLane(t, lanes.general)
 	doc := readme(t)
 	fs := serviceFlagSet()
 	// Command lines: `telemetryd ...` and `go run ./cmd/telemetryd ...`.
@@ -186,6 +187,7 @@ func matchTemplate(path, tmpl string) bool {
 // routes), every documented path is in the README, every URL of a curl
 // example is a route, and the error codes are the API's.
 func TestReadmeEndpoints(t *testing.T) {
+	inLane(t, lanes.general)
 	doc := readme(t)
 	loader := openapi3.NewLoader()
 	spec, err := loader.LoadFromData(api.OpenAPI())
@@ -340,6 +342,7 @@ func hasLabel(mf *dto.MetricFamily, label string) bool {
 // current report: reference text belongs beside the code it describes,
 // and past runs in the bench's dated history files.
 func TestDocLengths(t *testing.T) {
+	inLane(t, lanes.general)
 	for _, c := range []struct {
 		name string
 		max  int
@@ -365,6 +368,7 @@ var mdLink = regexp.MustCompile(`\]\(([^()\s]+)\)`)
 // TestDocLinks: every relative link of the documentation names a file
 // of the repository, and every #anchor a heading of its page.
 func TestDocLinks(t *testing.T) {
+	inLane(t, lanes.general)
 	checked := 0
 	for _, name := range linkedDocs {
 		doc := docFile(t, name)

@@ -32,7 +32,7 @@ func publishDay(t *testing.T, s *testService, dev string, at time.Time, first, n
 // ever acked: those of the damaged table come back from what is
 // readable of it and from the stream, the held ones are committed.
 func TestDamagedTableRepaired(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	at := testEpoch.Add(-3 * time.Hour)
 	day := buckets.DayOf(buckets.MustTicks(at))
 	damaged := func(t *testing.T) (Config, *testService) {

@@ -32,7 +32,7 @@ type sentMsg struct {
 // before the drop comes back, every other reading is stored, and none
 // is stored twice.
 func TestReplayAfterConsumerLossDoesNotResurrectADroppedDay(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.StreamPartitions = 1 // every device's messages in TELEMETRY_0
 	s := startService(t, cfg)

@@ -60,7 +60,7 @@ func (s *testService) do(t *testing.T, method, path string) (int, string) {
 // readings pour into today and queries sweep every day. Run it with
 // -race too: go test -race -run TestDropDays ./cmd/telemetryd
 func TestDropDaysWhileIngestingAndQuerying(t *testing.T) {
-	t.Parallel()
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	perDay := 1000
 	fillDays(t, s, "dev-r", []int{4, 3, 2, 1}, perDay)
@@ -138,6 +138,7 @@ func TestDropDaysWhileIngestingAndQuerying(t *testing.T) {
 }
 
 func TestTooOldNeverRecreatesADroppedDay(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.Retention = 36 * time.Hour // at 12:00, the day before yesterday ends exactly at the cutoff
 	s := startService(t, cfg)
@@ -179,6 +180,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 }
 
 func TestRetentionCommand(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	fillDays(t, s, "dev-c", []int{2, 1, 0}, 200)
@@ -220,6 +222,7 @@ func TestRetentionCommand(t *testing.T) {
 }
 
 func TestRetentionRunsAtStartAndOnRequest(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	s := startService(t, cfg)
 	fillDays(t, s, "dev-e", []int{2, 1, 0}, 100)
@@ -256,6 +259,7 @@ func TestRetentionRunsAtStartAndOnRequest(t *testing.T) {
 // -retention-max-bytes included: a table the size limit drops at the
 // next run expires now, not at its day end + retention.
 func TestTablesExpiryFollowsTheSizeLimit(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.RetentionMaxBytes = 1 // every table but today's is over the limit
 	s := startService(t, cfg)

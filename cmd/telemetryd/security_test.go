@@ -178,7 +178,6 @@ func deniedCount(t *testing.T, base, token, reason string) int {
 }
 
 func TestNATSDeviceAuth(t *testing.T) {
-	t.Parallel()
 	m, f := newAuthService(t)
 	base := "http://" + m.HTTPAddr()
 	url := m.NATSURL()

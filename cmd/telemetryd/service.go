@@ -151,7 +151,7 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.store, err = store.Open(ctx, m.cfg.DataDir, sopts); err != nil {
 		return err
 	}
-	if err := m.connectNATS(); err != nil {
+	if err := m.connectNATS(ctx); err != nil {
 		return err
 	}
 	if m.cfg.Cluster.Partitions > 0 {
@@ -213,7 +213,7 @@ func (m *Main) durability() ingest.Durability {
 
 // connectNATS starts the embedded server unless -nats-url is set, then
 // connects with unlimited reconnects.
-func (m *Main) connectNATS() error {
+func (m *Main) connectNATS(ctx context.Context) error {
 	link, nc, err := natsembed.OpenLink(natsembed.LinkConfig{URL: m.cfg.NATSURL, Embedded: m.embeddedNATS,
 		Started: m.sec.WatchNATS, External: m.sec.NATSClientOptions, Logger: m.log}, "telemetryd")
 	if err != nil {
@@ -230,7 +230,7 @@ func (m *Main) connectNATS() error {
 		}
 		return nil
 	}
-	return m.nats.StartMQTT(context.Background(), nc, m.ingestConfig())
+	return m.nats.StartMQTT(ctx, nc, m.ingestConfig())
 }
 
 // ingestConfig is the single node's ingest configuration, streams and

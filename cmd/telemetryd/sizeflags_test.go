@@ -43,6 +43,7 @@ func flagOf(t *testing.T, name string) (*Config, *flag.Flag) {
 // and accepts 512MiB, 4GiB and a plain number of bytes, as the
 // environment variable does.
 func TestEverySizeFlagAcceptsTheSameForms(t *testing.T) {
+	inLane(t, lanes.general)
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	c.bind(fs)

@@ -137,6 +137,7 @@ func slogKeys(t *testing.T, root string) map[string]string {
 // TestSlogKeysAreConsistent scans every package's log calls: no key is
 // a synonym of one the others use (err, day, device).
 func TestSlogKeysAreConsistent(t *testing.T) {
+	inLane(t, lanes.general)
 	keys := slogKeys(t, filepath.Join("..", ".."))
 	require.Greater(t, len(keys), 100, "the scan finds the log calls")
 	var seen []string

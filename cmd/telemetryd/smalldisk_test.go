@@ -19,6 +19,7 @@ import (
 // to it and said so; one told to keep a 4 GiB stream there refuses to
 // start, naming the flag and the free space.
 func TestStartOnASmallDisk(t *testing.T) {
+	inLane(t, lanes.general)
 	disk := mountSmallFS(t, 300<<20)
 
 	t.Run("defaults are fitted", func(t *testing.T) {

@@ -35,6 +35,7 @@ func runService(t *testing.T, args ...string) (int, string) {
 // before it has written anything to the data dir; a free port is not
 // named.
 func TestStartNamesEveryPortInUse(t *testing.T) {
+	inLane(t, lanes.general)
 	httpAddr, mqttAddr := busyPort(t), busyPort(t)
 	pprofAddr := freeLoopback(t)
 	dir := t.TempDir()
@@ -71,6 +72,7 @@ func TestStartNamesEveryPortInUse(t *testing.T) {
 // (skipped where mounting is not allowed) and the mode 0500 case runs
 // only for other users.
 func TestStartNamesAnUnusableDataDir(t *testing.T) {
+	inLane(t, lanes.general)
 	const fix = "give the user telemetryd runs as write access to it, or choose another directory with -data-dir"
 	start := func(t *testing.T, dir string) string {
 		t.Helper()
@@ -119,6 +121,7 @@ func TestStartNamesAnUnusableDataDir(t *testing.T) {
 // beginning and says so at info, with no warning; the same mismatch
 // without a restore (the server's store lost) still warns.
 func TestStartAfterRestoreLogsCalmly(t *testing.T) {
+	inLane(t, lanes.general)
 	ctx := context.Background()
 	env := func(string) string { return "" }
 	cfg := newTestConfig(t)

@@ -19,6 +19,7 @@ import (
 // service: every line must be stored. It is skipped without the
 // variable (the build takes minutes).
 func TestTelegraf(t *testing.T) {
+	inLane(t, lanes.general)
 	bin := os.Getenv("TELEMETRY_TELEGRAF")
 	if bin == "" {
 		t.Skip("set TELEMETRY_TELEGRAF to a telegraf binary built with inputs.file, parsers.influx, outputs.influxdb_v2 and outputs.influxdb")

@@ -62,6 +62,7 @@ func testCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 }
 
 func TestTLSEverywhere(t *testing.T) {
+	inLane(t, lanes.general)
 	certFile, keyFile, pool := testCert(t)
 	m, f := newAuthService(t, func(c *Config) {
 		c.Security.TLSCert, c.Security.TLSKey = certFile, keyFile
@@ -147,6 +148,7 @@ func mqttConnect(t *testing.T, addr, user, pass string) (mqtt.Client, error) {
 }
 
 func TestMQTTDeviceAuth(t *testing.T) {
+	inLane(t, lanes.general)
 	m, f := newAuthService(t, func(c *Config) { c.MQTTListen = "127.0.0.1:0" })
 	base := "http://" + m.HTTPAddr()
 	ts := m.now().UTC()

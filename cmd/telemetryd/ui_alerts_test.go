@@ -31,6 +31,7 @@ import (
 // TELEMETRY_UI_SCREENSHOTS=DIR writes alerts.png and device-alerts.png
 // there (the README's screenshots).
 func TestUIAlertsInChromium(t *testing.T) {
+	inLane(t, lanes.chromium)
 	ctx, _ := newBrowser(t)
 	ruleFile := filepath.Join(t.TempDir(), "freezers.yml")
 	require.NoError(t, os.WriteFile(ruleFile, []byte(`groups:

@@ -69,6 +69,7 @@ const sparseJS = `[...document.querySelectorAll('#charts .chart')].map(c => {
 // TELEMETRY_UI_SCREENSHOTS=DIR writes sparse-10s-1h.png, boolean-1h.png
 // and silent-devices.png there (the README's screenshots).
 func TestUISparseDataInChromium(t *testing.T) {
+	inLane(t, lanes.chromium)
 	ctx, _ := newBrowser(t)
 	now := time.Now().UTC().Truncate(time.Second)
 	env := newDashEnv(t, now)

@@ -28,6 +28,7 @@ import (
 // published after the upgrade and one published both before and after
 // (a retry across it), and then deletes the old stream.
 func TestUpgradeFromTheOneStreamKeepsEveryReading(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.StreamPartitions = 0
 	devices := []string{"up-a", "up-b", "up-c", "up-d", "up-e"}
@@ -72,6 +73,7 @@ func TestUpgradeFromTheOneStreamKeepsEveryReading(t *testing.T) {
 // drains it and deletes it, stores what is published after the
 // upgrade, and has every acked reading exactly once.
 func TestBackupRestoreAcrossTheUpgrade(t *testing.T) {
+	inLane(t, lanes.general)
 	devices := []string{"xb-a", "xb-b", "xb-c"}
 	b := backupWhilePublishing(t, "before-upgrade", devices)
 	js := b.js

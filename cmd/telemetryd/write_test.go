@@ -81,6 +81,7 @@ func gz(t *testing.T, b []byte) []byte {
 }
 
 func TestLineProtocolMapping(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute)
 	ns := at.UnixNano()
@@ -124,6 +125,7 @@ my\ meas,device=lp-3 f\ x=1 %d
 }
 
 func TestLineProtocolPrecisions(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	// A time that every precision can express exactly.
 	at := testEpoch.Add(-2 * time.Hour)
@@ -168,6 +170,7 @@ func TestLineProtocolPrecisions(t *testing.T) {
 }
 
 func TestLineProtocolWithoutTimestampTakesArrivalTime(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	before := s.now()
 	code, resp := s.post(t, "/write", []byte("m,device=nots a=1\nm,device=nots b=2\n"), nil)
@@ -183,6 +186,7 @@ func TestLineProtocolWithoutTimestampTakesArrivalTime(t *testing.T) {
 }
 
 func TestLineProtocolGzip(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute)
 	var b strings.Builder
@@ -200,6 +204,7 @@ func TestLineProtocolGzip(t *testing.T) {
 }
 
 func TestLineProtocolPartialWrite(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	sub := deadLetters(t, s)
 	at := testEpoch.Add(-time.Minute).UnixNano()
@@ -233,6 +238,7 @@ func TestLineProtocolPartialWrite(t *testing.T) {
 }
 
 func TestLineProtocolConflicts(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute)
 	ns := at.UnixNano()
@@ -251,6 +257,7 @@ func TestLineProtocolConflicts(t *testing.T) {
 }
 
 func TestLineProtocolFieldTypesAtTheirLimits(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute).UnixNano()
 	long := strings.Repeat("x", 4096)
@@ -284,6 +291,7 @@ func TestLineProtocolFieldTypesAtTheirLimits(t *testing.T) {
 }
 
 func TestLineProtocolBodyLimit(t *testing.T) {
+	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
 	cfg.MaxWriteBytes = 1024
 	s := startService(t, cfg)
@@ -316,6 +324,7 @@ func TestLineProtocolBodyLimit(t *testing.T) {
 }
 
 func TestLineProtocolRetryStoresOnce(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute).UnixNano()
 	var b strings.Builder
@@ -371,6 +380,7 @@ func TestLineProtocolRetryStoresOnce(t *testing.T) {
 }
 
 func TestLineProtocolMessagesSplitAtTheMaxPayload(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Hour)
 	// 12,000 readings of one device: more than one message holds.
@@ -384,6 +394,7 @@ func TestLineProtocolMessagesSplitAtTheMaxPayload(t *testing.T) {
 }
 
 func TestQueryCreateDatabase(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	code, resp := s.post(t, "/query?q="+url.QueryEscape(`CREATE DATABASE "telegraf"`), nil, nil)
 	assert.Equal(t, http.StatusOK, code, resp)
@@ -401,6 +412,7 @@ func TestQueryCreateDatabase(t *testing.T) {
 // with scope write (Token, Bearer or Basic); a token limited to some
 // devices writes only their lines.
 func TestLineProtocolWriteAuth(t *testing.T) {
+	inLane(t, lanes.general)
 	f := newAuthFixture(t, nil, "writer:write", "simwriter:write:sim-*", "reader:read")
 	cfg := newTestConfig(t)
 	cfg.Security.AuthFile = f.path
@@ -439,6 +451,7 @@ func TestLineProtocolWriteAuth(t *testing.T) {
 // the ingester consumes on (their acks would queue behind its
 // deliveries), and that the readings get stored.
 func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute).Truncate(time.Second)
 	code, body := s.post(t, "/api/v2/write?bucket=b&precision=s", fmt.Appendf(nil, "env,device=own-conn v=1 %d\n", at.Unix()), nil)
@@ -464,6 +477,7 @@ func TestLineProtocolPublishesOnItsOwnConnection(t *testing.T) {
 // one message (ingest/lpwire), stored whole or not at all, and with
 // -sync-writes fsynced once per stream; every reading is stored.
 func TestLineWriteIsOneMessagePerPartition(t *testing.T) {
+	inLane(t, lanes.general)
 	for _, sync := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sync-writes=%v", sync), func(t *testing.T) {
 			cfg := newTestConfig(t)
@@ -500,6 +514,7 @@ func TestLineWriteIsOneMessagePerPartition(t *testing.T) {
 // partition) are two messages, and both are stored; only an identical
 // request is suppressed.
 func TestLineWritesOfEqualReadingsForOtherDevicesAreBothStored(t *testing.T) {
+	inLane(t, lanes.general)
 	s := startService(t, newTestConfig(t))
 	at := testEpoch.Add(-time.Minute).UnixNano()
 	var devs []string

@@ -209,7 +209,7 @@ func mqttMsgsStreamConfig() jetstream.StreamConfig {
 // (mqttStreamConfigs). An existing stream keeps its other settings;
 // its subjects are set only for $MQTT_msgs (narrowed).
 func ensureMQTTStreams(ctx context.Context, js jetstream.JetStream, maxBytes int64) error {
-	ctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
+	ctx, cancel := setupContext(ctx)
 	defer cancel()
 	for _, want := range mqttStreamConfigs(maxBytes) {
 		st, err := js.Stream(ctx, want.Name)
@@ -326,7 +326,7 @@ func (s *Server) StartMQTT(ctx context.Context, service *nats.Conn, icfg ingest.
 	if err != nil {
 		return fmt.Errorf("mqtt: jetstream: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, mqttSetupTimeout)
+	cctx, cancel := setupContext(ctx)
 	defer cancel()
 	if err := ingest.CaptureMQTTCopies(cctx, js, icfg, log); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
@@ -381,4 +381,14 @@ func (s *Server) StopMQTT() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.mqtt.admin.Close()
+}
+
+// setupContext bounds a step of the MQTT set-up by the caller's
+// deadline, or by mqttSetupTimeout when the caller sets none: a start
+// that may take its time on a loaded machine says so with a deadline.
+func setupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, mqttSetupTimeout)
 }
