@@ -214,9 +214,11 @@ func TestLineTagsValues(t *testing.T) {
 	assert.Nil(t, deviceAttributes(t, s, "lp-v"))
 }
 
-// Replaying the whole stream (the consumer lost, no saved position)
-// delivers every message again, the late one after the newer one as
-// before: no attribute is rolled back and no reading added.
+// Replaying the whole stream delivers every message again, the late
+// one after the newer one as before: no attribute is rolled back and no
+// reading added. The replay: the store's saved positions are removed,
+// so on start the consumer, which acked past the store, is created
+// again from the beginning of the stream.
 func TestAttributesSurviveReplay(t *testing.T) {
 	inLane(t, lanes.general)
 	cfg := newTestConfig(t)
@@ -231,10 +233,10 @@ func TestAttributesSurviveReplay(t *testing.T) {
 	s.stop(t)
 
 	require.NoError(t, os.Remove(filepath.Join(cfg.DataDir, "POSITIONS")))
+	restarted := time.Now()
 	s = startService(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := untilDeadline(t)
 	defer cancel()
-	require.NoError(t, s.js.DeleteConsumer(ctx, streamOf("replayed"), "ingest"))
 	var info *jetstream.ConsumerInfo
 	waitFor(t, 20*time.Millisecond, func() bool {
 		c, err := s.js.Consumer(ctx, streamOf("replayed"), "ingest")
@@ -244,6 +246,7 @@ func TestAttributesSurviveReplay(t *testing.T) {
 		info, err = c.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream >= 3
 	}, "consumer not recreated or not drained")
+	require.True(t, info.Created.After(restarted), "the consumer was created again (at %s, the restart began at %s)", info.Created, restarted)
 	require.Equal(t, jetstream.DeliverAllPolicy, info.Config.DeliverPolicy, "the stream was replayed from its start")
 	require.Equal(t, uint64(3), info.Delivered.Stream)
 	assert.Equal(t, want, deviceAttributes(t, s, "replayed"))
