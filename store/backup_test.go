@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/backup"
 )
 
 // snapshot is everything a user can read of devs, as JSON, so two
@@ -48,10 +49,10 @@ func snapshot(t *testing.T, s *Store, devs ...string) string {
 	return string(b)
 }
 
-func restoreInto(t *testing.T, from string) (*testStore, BackupManifest) {
+func restoreInto(t *testing.T, from string) (*testStore, backup.Manifest) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "data")
-	m, err := Restore(context.Background(), from, dir, RestoreOptions{})
+	m, err := Restore(context.Background(), from, dir, backup.RestoreOptions{})
 	require.NoError(t, err)
 	return openTestStore(t, dir, newTestClock()), m
 }
@@ -69,8 +70,8 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	require.NoError(t, ts.SavePosition(ctx, pos))
 
 	bdir := t.TempDir()
-	var steps []BackupProgress
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{Progress: func(p BackupProgress) { steps = append(steps, p) }})
+	var steps []backup.Progress
+	m1, err := ts.Backup(ctx, bdir, backup.Options{Progress: func(p backup.Progress) { steps = append(steps, p) }})
 	require.NoError(t, err)
 	assert.Equal(t, 1, m1.ID)
 	require.Len(t, m1.Tables, 2)
@@ -83,14 +84,14 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	assert.Equal(t, m1.CopiedBytes, m1.TotalBytes()+m1.Tables[0].Keys.Size+m1.Tables[1].Keys.Size,
 		"a first backup copies all it holds, and the key lists")
 	require.Len(t, steps, 3)
-	assert.Equal(t, BackupProgress{Name: today.String(), Done: 3, Total: 3, Bytes: m1.Tables[1].Bytes()}, steps[2])
+	assert.Equal(t, backup.Progress{Name: today.String(), Done: 3, Total: 3, Bytes: m1.Tables[1].Bytes()}, steps[2])
 	first := snapshot(t, ts.Store, "a", "b")
 
 	// More writes to today only: the next backup copies only them.
 	ts.write(t, series("b", dayTick(today, 2*time.Hour), time.Second, 200)...)
 	ts.write(t, series("c", dayTick(today, 3*time.Hour), time.Second, 10)...)
 	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: baseTime, Seq: 97}))
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, 2, m2.ID)
 	assert.Equal(t, 1, m2.Skipped, "the old day did not change")
@@ -103,7 +104,7 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrNotExist, "unchanged table not copied")
 
 	// A third backup with nothing new copies nothing but the manifest.
-	m3, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m3, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, 2, m3.Skipped)
 	assert.Equal(t, m2.Tables, m3.Tables, "no table copied")
@@ -133,11 +134,11 @@ func TestBackupIncrementalAfterCompaction(t *testing.T) {
 		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	ts.write(t, series("a", dayTick(today, 3*time.Hour), time.Second, 5)...)
 	ts.compactAll(true)
-	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	_, err = ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	want := snapshot(t, ts.Store, "a")
 	wantKeys := tableKeys(t, ts.Store, today)
@@ -157,14 +158,14 @@ func TestIncrementalBackupLeavesOutDeletionsOfNewBlocks(t *testing.T) {
 		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	bdir := t.TempDir()
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m1, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	since := m1.Tables[0].Version
 	for i := range 30 {
 		ts.write(t, series("a", dayTick(today, 2*time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	ts.compactAll(true)
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m2.Tables[0].Files, 2)
 	inc := m2.Tables[0].Files[1]
@@ -190,6 +191,10 @@ func TestIncrementalBackupLeavesOutDeletionsOfNewBlocks(t *testing.T) {
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today))
 }
+
+// badgerDeleteMeta is the meta bit of a deletion marker in Badger's
+// backup format (bitDelete in Badger).
+const badgerDeleteMeta = 1
 
 // readBackupFile calls f with every entry of a backup file.
 func readBackupFile(t *testing.T, path string, f func(kv *pb.KV)) {
@@ -223,13 +228,13 @@ func TestIncrementalBackupAfterDeletionsWereCompactedAway(t *testing.T) {
 		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	ts.write(t, series("a", dayTick(today, 3*time.Hour), time.Second, 5)...)
 	ts.compactAll(true)
 	ts = ts.reopen(t)
 	ts.write(t, series("a", dayTick(today, 4*time.Hour), time.Second, 5)...)
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m.Tables[0].Files, 2)
 	want := snapshot(t, ts.Store, "a")
@@ -246,18 +251,18 @@ func TestBackupWithADamagedKeyList(t *testing.T) {
 	ts := newTestStore(t)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
 	bdir := t.TempDir()
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m1, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	keys := filepath.Join(bdir, m1.Tables[0].Keys.Path)
 	require.NoError(t, os.WriteFile(keys, []byte("damaged"), 0o644))
 
 	dir := filepath.Join(t.TempDir(), "data")
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
-	require.ErrorIs(t, err, ErrBackupCorrupt)
+	_, err = Restore(ctx, bdir, dir, backup.RestoreOptions{})
+	require.ErrorIs(t, err, backup.ErrCorrupt)
 	assert.Contains(t, err.Error(), keys)
 
 	ts.write(t, series("a", dayTick(today, 2*time.Hour), time.Second, 50)...)
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m2.Tables[0].Files, 1, "a full copy")
 	assert.Zero(t, m2.Tables[0].Files[0].Since)
@@ -296,7 +301,7 @@ func TestBackupOfReadOnlyStore(t *testing.T) {
 	require.NoError(t, ts.Close())
 	ro := openTestStore(t, ts.dir, ts.clock, func(o *Options) { o.ReadOnly = true })
 	bdir := t.TempDir()
-	_, err := ro.Backup(ctx, bdir, BackupOptions{})
+	_, err := ro.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	rs, _ := restoreInto(t, bdir)
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
@@ -307,7 +312,7 @@ func TestRestoreRefusesCorruptFile(t *testing.T) {
 	ts := newTestStore(t)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
 	bdir := t.TempDir()
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	path := filepath.Join(bdir, m.Tables[0].Files[0].Path)
 	b, err := os.ReadFile(path)
@@ -316,15 +321,15 @@ func TestRestoreRefusesCorruptFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, b, 0o644))
 
 	dir := filepath.Join(t.TempDir(), "data")
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
-	require.ErrorIs(t, err, ErrBackupCorrupt)
+	_, err = Restore(ctx, bdir, dir, backup.RestoreOptions{})
+	require.ErrorIs(t, err, backup.ErrCorrupt)
 	assert.Contains(t, err.Error(), path)
 	_, statErr := os.Stat(dir)
 	assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written before the check")
 
 	require.NoError(t, os.Remove(path))
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
-	require.ErrorIs(t, err, ErrBackupCorrupt)
+	_, err = Restore(ctx, bdir, dir, backup.RestoreOptions{})
+	require.ErrorIs(t, err, backup.ErrCorrupt)
 	assert.Contains(t, err.Error(), path)
 }
 
@@ -333,13 +338,13 @@ func TestRestoreRefusesNonEmptyDir(t *testing.T) {
 	ts := newTestStore(t)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
-	_, err = Restore(ctx, bdir, ts.dir, RestoreOptions{})
+	_, err = Restore(ctx, bdir, ts.dir, backup.RestoreOptions{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not empty")
 
-	_, err = Restore(ctx, t.TempDir(), filepath.Join(t.TempDir(), "x"), RestoreOptions{})
+	_, err = Restore(ctx, t.TempDir(), filepath.Join(t.TempDir(), "x"), backup.RestoreOptions{})
 	require.Error(t, err, "a directory without a backup")
 }
 
@@ -352,7 +357,7 @@ func TestBackupKeepsTombstones(t *testing.T) {
 	_, err := ts.DropTable(ctx, old)
 	require.NoError(t, err)
 	bdir := t.TempDir()
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m.Tables, 1)
 	rs, _ := restoreInto(t, bdir)
@@ -367,13 +372,13 @@ func TestBackupAfterAnInterruptedOne(t *testing.T) {
 	ts := newTestStore(t)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
-	leftover := filepath.Join(bdir, BackupID(2), "tables")
+	leftover := filepath.Join(bdir, backup.ID(2), "tables")
 	require.NoError(t, os.MkdirAll(leftover, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(leftover, today.String()+".kv"), []byte("torn"), 0o644))
 	ts.write(t, series("a", dayTick(today, 2*time.Hour), time.Second, 5)...)
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, 2, m.ID)
 	want := snapshot(t, ts.Store, "a")
@@ -391,10 +396,10 @@ func TestBackupMetrics(t *testing.T) {
 	assert.Zero(t, gaugeValue(t, m, "telemetry.store.backup.last_success"))
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
 	bdir := t.TempDir()
-	man, err := ts.Backup(ctx, bdir, BackupOptions{})
+	man, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(bdir, "MANIFEST.json"), []byte("{"), 0o644))
-	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	_, err = ts.Backup(ctx, bdir, backup.Options{})
 	require.Error(t, err, "a damaged manifest stops the next backup")
 
 	m = collectMetrics(t, reader)
@@ -415,11 +420,11 @@ func TestRestoreFailureLeavesNothing(t *testing.T) {
 	ts.write(t, series("a", dayTick(today-1, time.Hour), time.Second, 5)...)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
 	bdir := t.TempDir()
-	_, err := ts.Backup(context.Background(), bdir, BackupOptions{})
+	_, err := ts.Backup(context.Background(), bdir, backup.Options{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{Progress: func(p BackupProgress) {
+	_, err = Restore(ctx, bdir, dir, backup.RestoreOptions{Progress: func(p backup.Progress) {
 		if p.Done == 2 {
 			cancel()
 		}
@@ -428,6 +433,6 @@ func TestRestoreFailureLeavesNothing(t *testing.T) {
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	assert.Empty(t, entries)
-	_, err = Restore(context.Background(), bdir, dir, RestoreOptions{})
+	_, err = Restore(context.Background(), bdir, dir, backup.RestoreOptions{})
 	require.NoError(t, err, "a retry starts over")
 }
