@@ -186,46 +186,52 @@ func (b *backupRun) index(ctx context.Context, total int) error {
 // table copies the table of day at its last completed commit: in full,
 // or the entries above prev's version when prev is the same table.
 func (b *backupRun) table(ctx context.Context, day buckets.Day, prev Table, done, total int) error {
+	var entry Table
+	var f File
+	found := false
 	err := b.src.Table(ctx, day, func(db *badger.DB, dir string, at uint64) error {
+		found = true
 		ino := dirInode(dir)
 		since, prev := b.chain(day.String(), prev, ino, at)
-		entry := Table{Day: day.String(), Version: at, Inode: ino, Files: slices.Clone(prev.Files), Keys: prev.Keys}
-		var f File
-		if since == 0 || at > since {
-			name := filepath.Join(tablesDir, day.String()+".kv")
-			keys := filepath.Join(tablesDir, day.String()+".keys")
-			var err error
-			f, err = b.copyDB(ctx, name, since, func(w io.Writer) (uint64, error) {
-				st := db.NewStreamAt(at)
-				st.LogPrefix = "backup " + day.String()
-				// Two readers: a backup runs beside ingest and queries, and
-				// each reader holds batches of up to 32 MiB.
-				st.NumGo = backupReaders
-				version, err := streamNewest(ctx, st, since, w)
-				if err != nil {
-					return 0, err
-				}
-				txn := db.NewTransactionAt(at, false)
-				defer txn.Discard()
-				entry.Keys, err = b.listKeys(ctx, txn, at, prev.Keys, keys, w, nil)
-				return version, err
-			})
-			if err != nil {
-				return err
-			}
-			b.m.CopiedBytes += entry.Keys.Size
-			b.m.CopiedFiles++
-		} else {
+		entry = Table{Day: day.String(), Version: at, Inode: ino, Files: slices.Clone(prev.Files), Keys: prev.Keys}
+		if since > 0 && at <= since {
 			b.m.Skipped++
+			return nil
 		}
-		b.add(&entry, f)
-		b.m.Tables = append(b.m.Tables, entry)
-		b.report(Progress{Name: day.String(), Done: done, Total: total, Bytes: f.Size, Skipped: f.Path == ""})
+		name := filepath.Join(tablesDir, day.String()+".kv")
+		keys := filepath.Join(tablesDir, day.String()+".keys")
+		var err error
+		f, err = b.copyDB(ctx, name, since, func(w io.Writer) (uint64, error) {
+			st := db.NewStreamAt(at)
+			st.LogPrefix = "backup " + day.String()
+			// Two readers: a backup runs beside ingest and queries, and
+			// each reader holds batches of up to 32 MiB.
+			st.NumGo = backupReaders
+			version, err := streamNewest(ctx, st, since, w)
+			if err != nil {
+				return 0, err
+			}
+			txn := db.NewTransactionAt(at, false)
+			defer txn.Discard()
+			entry.Keys, err = b.listKeys(ctx, txn, at, prev.Keys, keys, w, nil)
+			return version, err
+		})
+		if err != nil {
+			return err
+		}
+		b.m.CopiedBytes += entry.Keys.Size
+		b.m.CopiedFiles++
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("backup table %s: %w", day, err)
 	}
+	if !found { // dropped meanwhile
+		return nil
+	}
+	b.add(&entry, f)
+	b.m.Tables = append(b.m.Tables, entry)
+	b.report(Progress{Name: day.String(), Done: done, Total: total, Bytes: f.Size, Skipped: f.Path == ""})
 	return nil
 }
 
