@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
@@ -120,51 +118,12 @@ func (s *Store) undoom(t *table) {
 	s.mu.Unlock()
 }
 
-// replayFileName lists the days repaired while the service was stopped
-// whose stream readings the service replays at its next start.
-const replayFileName = "REPLAY"
-
 // MarkReplay records that the stream's readings of day are to be
 // replayed (by the service at its next start: PendingReplays).
-func (s *Store) MarkReplay(day buckets.Day) error {
-	days := s.PendingReplays()
-	if !slices.Contains(days, day) {
-		days = append(days, day)
-	}
-	return s.saveReplays(days)
-}
+func (s *Store) MarkReplay(day buckets.Day) error { return repair.Replays{Dir: s.dir}.Mark(day) }
 
 // PendingReplays lists the days MarkReplay recorded.
-func (s *Store) PendingReplays() []buckets.Day {
-	b, err := os.ReadFile(filepath.Join(s.dir, replayFileName))
-	if err != nil {
-		return nil
-	}
-	var days []buckets.Day
-	for _, f := range strings.Fields(string(b)) {
-		if d, err := buckets.ParseDay(f); err == nil {
-			days = append(days, d)
-		}
-	}
-	return days
-}
+func (s *Store) PendingReplays() []buckets.Day { return repair.Replays{Dir: s.dir}.Pending() }
 
 // ClearReplay forgets day's pending replay.
-func (s *Store) ClearReplay(day buckets.Day) error {
-	return s.saveReplays(slices.DeleteFunc(s.PendingReplays(), func(d buckets.Day) bool { return d == day }))
-}
-
-func (s *Store) saveReplays(days []buckets.Day) error {
-	if len(days) == 0 {
-		err := os.Remove(filepath.Join(s.dir, replayFileName))
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
-	}
-	var b strings.Builder
-	for _, d := range days {
-		b.WriteString(d.String() + "\n")
-	}
-	return replaceFile(s.dir, replayFileName, []byte(b.String()))
-}
+func (s *Store) ClearReplay(day buckets.Day) error { return repair.Replays{Dir: s.dir}.Clear(day) }

@@ -19,6 +19,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/atomicfile"
 )
 
 // Source is the store a backup copies, declared here so that the store
@@ -324,14 +325,14 @@ func (b *backupRun) finish() error {
 		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
 			continue // every rollup of a level unchanged
 		}
-		if err := syncDir(d); err != nil {
+		if err := atomicfile.SyncDir(d); err != nil {
 			return fmt.Errorf("backup: %w", err)
 		}
 	}
-	if err := replaceFile(filepath.Join(b.dir, b.sub), "manifest.json", data); err != nil {
+	if err := atomicfile.Replace(filepath.Join(b.dir, b.sub), "manifest.json", data); err != nil {
 		return fmt.Errorf("backup manifest: %w", err)
 	}
-	if err := replaceFile(b.dir, manifestName, data); err != nil {
+	if err := atomicfile.Replace(b.dir, manifestName, data); err != nil {
 		return fmt.Errorf("backup manifest: %w", err)
 	}
 	return nil

@@ -131,16 +131,3 @@ func ReadManifest(dir string) (Manifest, error) {
 	}
 	return m, nil
 }
-
-// lockBackupDir takes an exclusive lock on the backup directory.
-func lockBackupDir(dir string) (*dirLock, error) {
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("backup: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("backup: %s: another backup is writing there: %w", dir, err)
-	}
-	return &dirLock{f: f}, nil
-}
