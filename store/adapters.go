@@ -97,7 +97,8 @@ func (src backupSource) Days() []buckets.Day {
 
 // Table holds the table of day at the version of its last completed
 // commit, which it keeps readable (compaction drops nothing a reader at
-// it sees) while fn copies it.
+// it sees) while fn copies it. A Badger panic in fn (damaged data)
+// becomes an error naming the day (guard).
 func (src backupSource) Table(ctx context.Context, day buckets.Day, fn func(db *badger.DB, dir string, at uint64) error) error {
 	s := src.s
 	t, err := s.acquire(ctx, day, forRead)
