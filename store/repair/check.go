@@ -3,9 +3,10 @@
 // index in goroutines of its own, which would take the process down),
 // and it salvages what can still be read of a damaged table, and the
 // day's copy in a backup, by writing their sound blocks back into the
-// store. The store moves the damaged table aside and blocks the day
-// around it; this package reads and writes only through the small
-// interfaces it declares.
+// store, and it keeps the list of repaired days whose stream readings
+// are to be replayed (Replays). The store moves the damaged table aside
+// and blocks the day around it; this package reads and writes only
+// through the small interfaces it declares.
 package repair
 
 import (
