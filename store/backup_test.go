@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/backup"
 )
 
 // snapshot is everything a user can read of devs, as JSON, so two
@@ -48,80 +49,12 @@ func snapshot(t *testing.T, s *Store, devs ...string) string {
 	return string(b)
 }
 
-func restoreInto(t *testing.T, from string) (*testStore, BackupManifest) {
+func restoreInto(t *testing.T, from string) (*testStore, backup.Manifest) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "data")
-	m, err := Restore(context.Background(), from, dir, RestoreOptions{})
+	m, err := Restore(context.Background(), from, dir, backup.RestoreOptions{})
 	require.NoError(t, err)
 	return openTestStore(t, dir, newTestClock()), m
-}
-
-func TestBackupIncrementalRestore(t *testing.T) {
-	ctx := context.Background()
-	ts := newTestStore(t)
-	old := today - 3
-	ts.write(t, series("a", dayTick(old, time.Hour), time.Second, 500)...)
-	ts.write(t, series("b", dayTick(today, time.Hour), time.Second, 300)...)
-	attrs, verr := buckets.NewAttributes(map[string]string{"fleet": "East"})
-	require.Nil(t, verr)
-	require.NoError(t, ts.Assign(ctx, []buckets.Assignment{{Device: "a", At: at(0), Set: attrs}}))
-	pos := buckets.StreamPosition{Stream: "TELEMETRY", Created: baseTime, Seq: 41}
-	require.NoError(t, ts.SavePosition(ctx, pos))
-
-	bdir := t.TempDir()
-	var steps []BackupProgress
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{Progress: func(p BackupProgress) { steps = append(steps, p) }})
-	require.NoError(t, err)
-	assert.Equal(t, 1, m1.ID)
-	require.Len(t, m1.Tables, 2)
-	assert.Equal(t, 5, m1.CopiedFiles) // index, both tables and their key lists
-	assert.Equal(t, uint64(41), m1.Positions["TELEMETRY"].Seq)
-	assert.Equal(t, map[string]uint64{"TELEMETRY": 41}, m1.Sequences())
-	assert.Equal(t, m1.Index.Bytes()+m1.Tables[0].Bytes()+m1.Tables[1].Bytes(), m1.TotalBytes())
-	require.NotNil(t, m1.Tables[0].Keys)
-	require.NotNil(t, m1.Tables[1].Keys)
-	assert.Equal(t, m1.CopiedBytes, m1.TotalBytes()+m1.Tables[0].Keys.Size+m1.Tables[1].Keys.Size,
-		"a first backup copies all it holds, and the key lists")
-	require.Len(t, steps, 3)
-	assert.Equal(t, BackupProgress{Name: today.String(), Done: 3, Total: 3, Bytes: m1.Tables[1].Bytes()}, steps[2])
-	first := snapshot(t, ts.Store, "a", "b")
-
-	// More writes to today only: the next backup copies only them.
-	ts.write(t, series("b", dayTick(today, 2*time.Hour), time.Second, 200)...)
-	ts.write(t, series("c", dayTick(today, 3*time.Hour), time.Second, 10)...)
-	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: baseTime, Seq: 97}))
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, 2, m2.ID)
-	assert.Equal(t, 1, m2.Skipped, "the old day did not change")
-	assert.Equal(t, m1.Tables[0].Files, m2.Tables[0].Files, "the old day's chain is the first copy")
-	require.Len(t, m2.Tables[1].Files, 2, "today: full copy then incremental")
-	inc := m2.Tables[1].Files[1]
-	assert.Equal(t, m1.Tables[1].Version, inc.Since)
-	assert.Less(t, m2.CopiedBytes, m1.CopiedBytes+m2.Tables[1].Files[1].Size)
-	_, err = os.Stat(filepath.Join(bdir, "000002", "tables", old.String()+".kv"))
-	assert.ErrorIs(t, err, os.ErrNotExist, "unchanged table not copied")
-
-	// A third backup with nothing new copies nothing but the manifest.
-	m3, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, 2, m3.Skipped)
-	assert.Equal(t, m2.Tables, m3.Tables, "no table copied")
-	require.Len(t, m2.Index.Files, 1, "the device index is copied in full")
-	assert.Equal(t, "000002/index.kv", m2.Index.Files[0].Path)
-	assert.Equal(t, m2.Index, m3.Index, "the device index did not change")
-	assert.Zero(t, m3.CopiedFiles)
-
-	want := snapshot(t, ts.Store, "a", "b", "c")
-	require.NotEqual(t, first, want)
-	rs, m := restoreInto(t, bdir)
-	assert.Equal(t, 3, m.ID)
-	assert.Equal(t, want, snapshot(t, rs.Store, "a", "b", "c"))
-	p, ok, err := rs.LoadPosition(ctx, "TELEMETRY")
-	require.NoError(t, err)
-	require.True(t, ok)
-	assert.Equal(t, uint64(97), p.Seq)
-	assert.True(t, p.Created.Equal(baseTime))
 }
 
 // A table compacted between backups (its open blocks deleted and merged)
@@ -133,11 +66,11 @@ func TestBackupIncrementalAfterCompaction(t *testing.T) {
 		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	ts.write(t, series("a", dayTick(today, 3*time.Hour), time.Second, 5)...)
 	ts.compactAll(true)
-	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	_, err = ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	want := snapshot(t, ts.Store, "a")
 	wantKeys := tableKeys(t, ts.Store, today)
@@ -157,14 +90,14 @@ func TestIncrementalBackupLeavesOutDeletionsOfNewBlocks(t *testing.T) {
 		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	bdir := t.TempDir()
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m1, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	since := m1.Tables[0].Version
 	for i := range 30 {
 		ts.write(t, series("a", dayTick(today, 2*time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	ts.compactAll(true)
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m2.Tables[0].Files, 2)
 	inc := m2.Tables[0].Files[1]
@@ -190,6 +123,10 @@ func TestIncrementalBackupLeavesOutDeletionsOfNewBlocks(t *testing.T) {
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today))
 }
+
+// badgerDeleteMeta is the meta bit of a deletion marker in Badger's
+// backup format (bitDelete in Badger).
+const badgerDeleteMeta = 1
 
 // readBackupFile calls f with every entry of a backup file.
 func readBackupFile(t *testing.T, path string, f func(kv *pb.KV)) {
@@ -223,13 +160,13 @@ func TestIncrementalBackupAfterDeletionsWereCompactedAway(t *testing.T) {
 		ts.write(t, series("a", dayTick(today, time.Hour)+buckets.Ticks(i)*buckets.TicksPerSecond*10, time.Second, 3)...)
 	}
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	ts.write(t, series("a", dayTick(today, 3*time.Hour), time.Second, 5)...)
 	ts.compactAll(true)
 	ts = ts.reopen(t)
 	ts.write(t, series("a", dayTick(today, 4*time.Hour), time.Second, 5)...)
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m.Tables[0].Files, 2)
 	want := snapshot(t, ts.Store, "a")
@@ -237,33 +174,6 @@ func TestIncrementalBackupAfterDeletionsWereCompactedAway(t *testing.T) {
 	rs, _ := restoreInto(t, bdir)
 	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 	assert.Equal(t, wantKeys, tableKeys(t, rs.Store, today), "the merged blocks are gone from the restore")
-}
-
-// A key list that does not match its manifest makes the next backup
-// copy the table in full, and a restore refuses it like any other file.
-func TestBackupWithADamagedKeyList(t *testing.T) {
-	ctx := context.Background()
-	ts := newTestStore(t)
-	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
-	bdir := t.TempDir()
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	keys := filepath.Join(bdir, m1.Tables[0].Keys.Path)
-	require.NoError(t, os.WriteFile(keys, []byte("damaged"), 0o644))
-
-	dir := filepath.Join(t.TempDir(), "data")
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
-	require.ErrorIs(t, err, ErrBackupCorrupt)
-	assert.Contains(t, err.Error(), keys)
-
-	ts.write(t, series("a", dayTick(today, 2*time.Hour), time.Second, 50)...)
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	require.Len(t, m2.Tables[0].Files, 1, "a full copy")
-	assert.Zero(t, m2.Tables[0].Files[0].Since)
-	want := snapshot(t, ts.Store, "a")
-	rs, _ := restoreInto(t, bdir)
-	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
 }
 
 // tableKeys lists the live keys of the table of day with their values.
@@ -288,99 +198,6 @@ func tableKeys(t *testing.T, s *Store, day buckets.Day) map[string]string {
 	return out
 }
 
-func TestBackupOfReadOnlyStore(t *testing.T) {
-	ctx := context.Background()
-	ts := newTestStore(t)
-	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
-	want := snapshot(t, ts.Store, "a")
-	require.NoError(t, ts.Close())
-	ro := openTestStore(t, ts.dir, ts.clock, func(o *Options) { o.ReadOnly = true })
-	bdir := t.TempDir()
-	_, err := ro.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	rs, _ := restoreInto(t, bdir)
-	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
-}
-
-func TestRestoreRefusesCorruptFile(t *testing.T) {
-	ctx := context.Background()
-	ts := newTestStore(t)
-	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
-	bdir := t.TempDir()
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	path := filepath.Join(bdir, m.Tables[0].Files[0].Path)
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	b[len(b)/2] ^= 0x40
-	require.NoError(t, os.WriteFile(path, b, 0o644))
-
-	dir := filepath.Join(t.TempDir(), "data")
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
-	require.ErrorIs(t, err, ErrBackupCorrupt)
-	assert.Contains(t, err.Error(), path)
-	_, statErr := os.Stat(dir)
-	assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written before the check")
-
-	require.NoError(t, os.Remove(path))
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
-	require.ErrorIs(t, err, ErrBackupCorrupt)
-	assert.Contains(t, err.Error(), path)
-}
-
-func TestRestoreRefusesNonEmptyDir(t *testing.T) {
-	ctx := context.Background()
-	ts := newTestStore(t)
-	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
-	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	_, err = Restore(ctx, bdir, ts.dir, RestoreOptions{})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "not empty")
-
-	_, err = Restore(ctx, t.TempDir(), filepath.Join(t.TempDir(), "x"), RestoreOptions{})
-	require.Error(t, err, "a directory without a backup")
-}
-
-func TestBackupKeepsTombstones(t *testing.T) {
-	ctx := context.Background()
-	ts := newTestStore(t)
-	old := today - 2
-	ts.write(t, series("a", dayTick(old, time.Hour), time.Second, 5)...)
-	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
-	_, err := ts.DropTable(ctx, old)
-	require.NoError(t, err)
-	bdir := t.TempDir()
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	require.Len(t, m.Tables, 1)
-	rs, _ := restoreInto(t, bdir)
-	_, dropped := rs.DroppedAt(old)
-	assert.True(t, dropped)
-}
-
-// A backup interrupted before its manifest (a killed process) leaves a
-// subdirectory that the next backup replaces.
-func TestBackupAfterAnInterruptedOne(t *testing.T) {
-	ctx := context.Background()
-	ts := newTestStore(t)
-	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
-	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	leftover := filepath.Join(bdir, BackupID(2), "tables")
-	require.NoError(t, os.MkdirAll(leftover, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(leftover, today.String()+".kv"), []byte("torn"), 0o644))
-	ts.write(t, series("a", dayTick(today, 2*time.Hour), time.Second, 5)...)
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, 2, m.ID)
-	want := snapshot(t, ts.Store, "a")
-	rs, _ := restoreInto(t, bdir)
-	assert.Equal(t, want, snapshot(t, rs.Store, "a"))
-}
-
 func TestBackupMetrics(t *testing.T) {
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
@@ -391,10 +208,10 @@ func TestBackupMetrics(t *testing.T) {
 	assert.Zero(t, gaugeValue(t, m, "telemetry.store.backup.last_success"))
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
 	bdir := t.TempDir()
-	man, err := ts.Backup(ctx, bdir, BackupOptions{})
+	man, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(bdir, "MANIFEST.json"), []byte("{"), 0o644))
-	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	_, err = ts.Backup(ctx, bdir, backup.Options{})
 	require.Error(t, err, "a damaged manifest stops the next backup")
 
 	m = collectMetrics(t, reader)
@@ -406,28 +223,4 @@ func TestBackupMetrics(t *testing.T) {
 		byOutcome[v.AsString()] = dp.Value
 	}
 	assert.Equal(t, map[string]int64{"ok": 1, "failed": 1}, byOutcome)
-}
-
-// A restore that fails after it began loading leaves the directory
-// empty, so it can be retried.
-func TestRestoreFailureLeavesNothing(t *testing.T) {
-	ts := newTestStore(t)
-	ts.write(t, series("a", dayTick(today-1, time.Hour), time.Second, 5)...)
-	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 5)...)
-	bdir := t.TempDir()
-	_, err := ts.Backup(context.Background(), bdir, BackupOptions{})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	dir := t.TempDir()
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{Progress: func(p BackupProgress) {
-		if p.Done == 2 {
-			cancel()
-		}
-	}})
-	require.ErrorIs(t, err, context.Canceled)
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	assert.Empty(t, entries)
-	_, err = Restore(context.Background(), bdir, dir, RestoreOptions{})
-	require.NoError(t, err, "a retry starts over")
 }

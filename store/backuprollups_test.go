@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/backup"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -52,10 +53,10 @@ func rollupDump(t *testing.T, s *Store, devs ...buckets.DeviceID) string {
 
 // restoreRollups restores the newest backup in from into a new data
 // directory and opens it with rollups on.
-func restoreRollups(t *testing.T, from string) (*testStore, BackupManifest) {
+func restoreRollups(t *testing.T, from string) (*testStore, backup.Manifest) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "data")
-	m, err := Restore(context.Background(), from, dir, RestoreOptions{})
+	m, err := Restore(context.Background(), from, dir, backup.RestoreOptions{})
 	require.NoError(t, err)
 	return openTestStore(t, dir, newTestClock(), withRollups), m
 }
@@ -89,7 +90,7 @@ func TestBackupRestoresRollups(t *testing.T) {
 
 	bdir := t.TempDir()
 	var steps []string
-	m, err := ts.Backup(ctx, bdir, BackupOptions{Progress: func(p BackupProgress) {
+	m, err := ts.Backup(ctx, bdir, backup.Options{Progress: func(p backup.Progress) {
 		steps = append(steps, p.Name)
 		assert.Equal(t, 5, p.Total)
 		if p.Name == "rollups/1m/2026-11" {
@@ -109,7 +110,7 @@ func TestBackupRestoresRollups(t *testing.T) {
 
 	var loaded []string
 	dir := filepath.Join(t.TempDir(), "data")
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{Progress: func(p BackupProgress) { loaded = append(loaded, p.Name) }})
+	_, err = Restore(ctx, bdir, dir, backup.RestoreOptions{Progress: func(p backup.Progress) { loaded = append(loaded, p.Name) }})
 	require.NoError(t, err)
 	assert.Equal(t, steps, loaded)
 	rs := openTestStore(t, dir, newTestClock(), withRollups)
@@ -127,7 +128,7 @@ func TestRestoreRefusesADamagedRollup(t *testing.T) {
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 2, "a")
 	bdir := t.TempDir()
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.NotEmpty(t, m.Rollups)
 	path := filepath.Join(bdir, m.Rollups[0].Files[0].Path)
@@ -137,8 +138,8 @@ func TestRestoreRefusesADamagedRollup(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, b, 0o644))
 
 	dir := filepath.Join(t.TempDir(), "data")
-	_, err = Restore(ctx, bdir, dir, RestoreOptions{})
-	require.ErrorIs(t, err, ErrBackupCorrupt)
+	_, err = Restore(ctx, bdir, dir, backup.RestoreOptions{})
+	require.ErrorIs(t, err, backup.ErrCorrupt)
 	assert.Contains(t, err.Error(), path)
 	_, statErr := os.Stat(dir)
 	assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written before the check")
@@ -152,13 +153,13 @@ func TestIncrementalBackupCarriesARewrittenRollup(t *testing.T) {
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 3, "a", "b")
 	bdir := t.TempDir()
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m1, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 
 	ts.write(t, reading("a", today.Start()+7*buckets.TicksPerSecond, "temp", 1000.0))
 	ts.compactAll(false)
 	want := rollupDump(t, ts.Store, "a", "b")
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m2.Rollups, len(m1.Rollups))
 	for i, r := range m2.Rollups {
@@ -185,7 +186,7 @@ func TestIncrementalBackupCarriesARewrittenRollup(t *testing.T) {
 	assert.Equal(t, 1, n)
 
 	// Nothing new: the third backup copies no rollup.
-	m3, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m3, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, m2.Rollups, m3.Rollups)
 }
@@ -201,7 +202,7 @@ func TestRestoreLeavesOutADroppedRollupPeriod(t *testing.T) {
 	require.NoError(t, err)
 	writeRollupHours(t, ts, today, 2, "a")
 	bdir := t.TempDir()
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m1, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m1.Rollups, 3)
 
@@ -210,7 +211,7 @@ func TestRestoreLeavesOutADroppedRollupPeriod(t *testing.T) {
 	require.Equal(t, 1, n)
 	want := rollupDump(t, ts.Store, "a")
 	require.Contains(t, want, `"periods":["1m/2026-11","1h/2026-01"]`)
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m2.Rollups, 2)
 
@@ -227,12 +228,12 @@ func TestRestoreLeavesOutADeletedDevicesRollups(t *testing.T) {
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 3, "a", "b")
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	_, err = ts.DeleteDevice(ctx, "a")
 	require.NoError(t, err)
 	want := rollupDump(t, ts.Store, "a", "b")
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	for _, r := range m2.Rollups {
 		require.Len(t, r.Files, 2, "%s: full copy then incremental", r.Rollup)
@@ -261,7 +262,7 @@ func TestBackupOfReadOnlyStoreKeepsRollups(t *testing.T) {
 	require.NoError(t, ts.Close())
 	ro := openTestStore(t, ts.dir, ts.clock, withRollups, func(o *Options) { o.ReadOnly = true })
 	bdir := t.TempDir()
-	m, err := ro.Backup(ctx, bdir, BackupOptions{})
+	m, err := ro.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m.Rollups, 2)
 	rs, _ := restoreRollups(t, bdir)
@@ -275,7 +276,7 @@ func TestBackupWithRollupsOffHasNone(t *testing.T) {
 	ts := newTestStore(t)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
 	bdir := t.TempDir()
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	assert.Empty(t, m.Rollups)
 	assert.Equal(t, 1, m.Format, "as before the rollups")
@@ -297,17 +298,17 @@ func TestIncrementalRollupBackupAfterADeleteAndARestart(t *testing.T) {
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 2, "a", "b")
 	bdir := t.TempDir()
-	_, err := ts.Backup(ctx, bdir, BackupOptions{})
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	_, err = ts.DeleteDevice(ctx, "a")
 	require.NoError(t, err)
-	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	_, err = ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 
 	ts = ts.reopen(t, withRollups) // closing compacts level 0: the deletions go with the records
 	writeRollupHours(t, ts, today, 4, "c")
 	want := rollupDump(t, ts.Store, "a", "b", "c")
-	_, err = ts.Backup(ctx, bdir, BackupOptions{})
+	_, err = ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	rs, _ := restoreRollups(t, bdir)
 	assert.Equal(t, want, rollupDump(t, rs.Store, "a", "b", "c"))
@@ -322,7 +323,7 @@ func TestRestoreRefusesABadRollupName(t *testing.T) {
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 2, "a")
 	bdir := t.TempDir()
-	m, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Equal(t, "1m/2026-11", m.Rollups[0].Rollup)
 	good, err := os.ReadFile(filepath.Join(bdir, "MANIFEST.json"))
@@ -332,14 +333,14 @@ func TestRestoreRefusesABadRollupName(t *testing.T) {
 		require.NotEqual(t, string(good), data)
 		require.NoError(t, os.WriteFile(filepath.Join(bdir, "MANIFEST.json"), []byte(data), 0o644))
 		dir := filepath.Join(t.TempDir(), "data")
-		_, err := Restore(ctx, bdir, dir, RestoreOptions{})
+		_, err := Restore(ctx, bdir, dir, backup.RestoreOptions{})
 		require.Error(t, err, bad)
 		assert.Contains(t, err.Error(), `"`+bad+`"`)
 		_, statErr := os.Stat(dir)
 		assert.ErrorIs(t, statErr, os.ErrNotExist, bad)
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(bdir, "MANIFEST.json"), good, 0o644))
-	_, err = Restore(ctx, bdir, filepath.Join(t.TempDir(), "data"), RestoreOptions{})
+	_, err = Restore(ctx, bdir, filepath.Join(t.TempDir(), "data"), backup.RestoreOptions{})
 	require.NoError(t, err)
 }
 
@@ -360,11 +361,11 @@ func TestIncrementalRollupBackupCopiesTheRewrittenHour(t *testing.T) {
 	require.NoError(t, err)
 	writeRollupHours(t, ts, today, 6, devs...)
 	bdir := t.TempDir()
-	m1, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m1, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	ts.write(t, reading("dev-03", today.Start()+7*buckets.TicksPerSecond, "temp", 1000.0))
 	ts.compactAll(false)
-	m2, err := ts.Backup(ctx, bdir, BackupOptions{})
+	m2, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	require.Len(t, m2.Rollups, 2)
 	for i, r := range m2.Rollups {

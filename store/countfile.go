@@ -29,7 +29,7 @@ import (
 // again.
 //
 // Badger ignores files it does not know (it reads MANIFEST and lists
-// *.sst, *.vlog and *.mem files only), checkTableFiles reads *.sst
+// *.sst, *.vlog and *.mem files only), repair.CheckFiles reads *.sst
 // files only, and discovery looks only at the names of table
 // directories, so the file needs no special handling anywhere else.
 

@@ -378,24 +378,3 @@ func dirSnapshot(t *testing.T, dir string) map[string]string {
 	}))
 	return out
 }
-
-// A table file that a crash interrupted while Badger wrote it is not
-// in the MANIFEST: it must not make the day unavailable (Badger removes
-// it when the table opens).
-func TestTableFileMissingFromManifestIsIgnored(t *testing.T) {
-	ts := newTestStore(t)
-	ctx := context.Background()
-	k := at(-time.Hour)
-	ts.write(t, reading("dev", k, "v", 1))
-	ts = ts.reopen(t)
-	ts.write(t, reading("dev", k+1, "v", 2))
-	require.NoError(t, ts.Close())
-	stray := filepath.Join(ts.dir, "tables", today.String(), "000999.sst")
-	require.NoError(t, os.WriteFile(stray, []byte("half a table"), 0o644))
-	ts = openTestStore(t, ts.dir, ts.clock)
-	got, err := ts.Latest(ctx, "dev", 10)
-	require.NoError(t, err)
-	assert.Equal(t, []buckets.Reading{reading("dev", k+1, "v", 2), reading("dev", k, "v", 1)}, got)
-	_, err = os.Stat(stray)
-	assert.True(t, os.IsNotExist(err), "Badger removed the stray file")
-}

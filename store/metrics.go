@@ -19,7 +19,7 @@ type metrics struct {
 	tableErrors    metric.Int64Counter
 	compactions    metric.Int64Counter
 	corruptBlocks  metric.Int64Counter
-	backups        metric.Int64Counter // by outcome (backup.go)
+	backups        metric.Int64Counter // by outcome (Store.Backup)
 	backupBytes    metric.Int64Counter
 	registration   metric.Registration
 	health         metric.Registration // blocked tables (health.go)

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/backup"
+	"github.com/telemetryd/telemetryd/store/repair"
 )
 
 // RepairTable rebuilds a day from the sound blocks of its table and a
@@ -28,8 +30,8 @@ func TestRepairTableFromBlocksAndBackup(t *testing.T) {
 		}
 		ts.write(t, rs...)
 	}
-	backup := filepath.Join(t.TempDir(), "b")
-	_, err := ts.Backup(ctx, backup, BackupOptions{})
+	bdir := filepath.Join(t.TempDir(), "b")
+	_, err := ts.Backup(ctx, bdir, backup.Options{})
 	require.NoError(t, err)
 	// After the backup: a newer value of a backed-up reading, and a new reading.
 	ts.write(t, reading(dev, at(0), "n", 100), reading(dev, at(3*time.Hour), "n", 30))
@@ -43,7 +45,7 @@ func TestRepairTableFromBlocksAndBackup(t *testing.T) {
 	})
 	ts = ts.reopen(t)
 
-	rep, err := ts.RepairTable(ctx, day, RepairOptions{Backup: backup})
+	rep, err := ts.RepairTable(ctx, day, repair.Options{Backup: bdir})
 	require.NoError(t, err)
 	assert.Equal(t, 1, rep.BadBlocks)
 	assert.Equal(t, int64(30), rep.FromBackup)

@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/repair"
 )
 
 // Table metadata keys. Keys starting with 0x00 are metadata; no device
@@ -146,7 +147,7 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 		opts = opts.WithMemTableSize(s.opts.MemTableSize).WithBlockCacheSize(s.opts.BlockCacheSize).
 			WithValueThreshold(min(valueThreshold, s.opts.MemTableSize/8))
 	}
-	if err := checkTableFiles(t.dir, opts); err != nil {
+	if err := repair.CheckFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
 	}
 	db, err = openView(opts, openTableBadger)

@@ -12,6 +12,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/backupclient"
 	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/backup"
 )
 
 // backupService is the api.Backups of a running service; the API
@@ -49,7 +50,7 @@ func (m *Main) backups() api.Backups {
 
 // Backup implements api.Backups.
 func (b backupService) Backup(ctx context.Context, dir string, full bool) (api.BackupSummary, error) {
-	m, err := b.store.Backup(ctx, dir, store.BackupOptions{Full: full})
+	m, err := b.store.Backup(ctx, dir, backup.Options{Full: full})
 	if err != nil {
 		return api.BackupSummary{}, err
 	}

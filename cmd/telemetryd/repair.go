@@ -9,7 +9,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/ingest"
-	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/repair"
 )
 
 // repairingAdmin is the single node's admin: it also repairs day
@@ -22,7 +22,7 @@ type repairingAdmin struct {
 // RepairTable rebuilds the table of day (store.RepairTable) and writes
 // again what the stream holds of the day (ingest.ReplayDay).
 func (a repairingAdmin) RepairTable(ctx context.Context, day buckets.Day, backup string) (api.TableRepair, error) {
-	rep, err := a.store.RepairTable(ctx, day, store.RepairOptions{Backup: backup})
+	rep, err := a.store.RepairTable(ctx, day, repair.Options{Backup: backup})
 	out := api.TableRepair{Day: day.String(), FromBackup: rep.FromBackup, Salvaged: rep.Salvaged,
 		BadBlocks: rep.BadBlocks, SkippedDevices: rep.SkippedDevices, SalvageError: rep.SalvageErr, DamagedCopy: rep.Damaged}
 	if err != nil {

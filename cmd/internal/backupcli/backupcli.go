@@ -14,6 +14,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/backupclient"
 	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/backup"
 )
 
 // backupUsage heads `telemetryd backup -h`.
@@ -125,7 +126,7 @@ func RunBackup(ctx context.Context, args []string, stdout, stderr io.Writer, sh 
 		return 1
 	}
 	defer st.Close()
-	m, err := st.Backup(ctx, to, store.BackupOptions{Full: full, Progress: backupclient.PrintProgress(stdout, "copied")})
+	m, err := st.Backup(ctx, to, backup.Options{Full: full, Progress: backupclient.PrintProgress(stdout, "copied")})
 	if err != nil {
 		fmt.Fprintln(stderr, "telemetryd backup:", err)
 		return 1
@@ -163,7 +164,7 @@ func RunRestore(ctx context.Context, args []string, stdout, stderr io.Writer, sh
 		return 2
 	}
 	fmt.Fprintf(stdout, "verifying the files of %s ...\n", from)
-	m, err := store.Restore(ctx, from, cfg.DataDir, store.RestoreOptions{
+	m, err := store.Restore(ctx, from, cfg.DataDir, backup.RestoreOptions{
 		Progress: backupclient.PrintProgress(stdout, "loaded"),
 		Logger:   cfg.Logger(stderr).With("component", "restore"),
 		Keep:     []string{embeddedNATSDir},

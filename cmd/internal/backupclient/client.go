@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/backup"
 )
 
 // DefaultTimeout is the default Client.Timeout: a backup request runs
@@ -92,15 +92,15 @@ func (c *Client) Backup(ctx context.Context, dir string, full bool) (api.BackupS
 
 // SummaryOf is the summary of the backup m in dir, as POST /v1/backup
 // answers it.
-func SummaryOf(dir string, m store.BackupManifest) api.BackupSummary {
+func SummaryOf(dir string, m backup.Manifest) api.BackupSummary {
 	return api.BackupSummary{Dir: dir, ID: m.ID, Created: m.Created, Tables: len(m.Tables), Skipped: m.Skipped,
 		CopiedFiles: m.CopiedFiles, CopiedBytes: m.CopiedBytes, TotalBytes: m.TotalBytes(), Positions: m.Sequences()}
 }
 
 // PrintProgress prints one line per database to w; verb says what was
 // done to it ("copied", "loaded").
-func PrintProgress(w io.Writer, verb string) func(store.BackupProgress) {
-	return func(p store.BackupProgress) {
+func PrintProgress(w io.Writer, verb string) func(backup.Progress) {
+	return func(p backup.Progress) {
 		if p.Skipped {
 			fmt.Fprintf(w, "[%d/%d] %s unchanged\n", p.Done, p.Total, p.Name)
 			return

@@ -16,13 +16,14 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/backupclient"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/backup"
 )
 
 // storeBackups backs up a real store, as the service does.
 type storeBackups struct{ st *store.Store }
 
 func (b storeBackups) Backup(ctx context.Context, dir string, full bool) (api.BackupSummary, error) {
-	m, err := b.st.Backup(ctx, dir, store.BackupOptions{Full: full})
+	m, err := b.st.Backup(ctx, dir, backup.Options{Full: full})
 	if err != nil {
 		return api.BackupSummary{}, err
 	}
@@ -120,7 +121,7 @@ func TestTexts(t *testing.T) {
 
 	var out bytes.Buffer
 	progress := backupclient.PrintProgress(&out, "copied")
-	progress(store.BackupProgress{Name: "index", Done: 1, Total: 2, Bytes: 2048})
-	progress(store.BackupProgress{Name: "2026-01-02", Done: 2, Total: 2, Skipped: true})
+	progress(backup.Progress{Name: "index", Done: 1, Total: 2, Bytes: 2048})
+	progress(backup.Progress{Name: "2026-01-02", Done: 2, Total: 2, Skipped: true})
 	assert.Equal(t, "[1/2] index copied 2.0 KiB\n[2/2] 2026-01-02 unchanged\n", out.String())
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/subcmd"
 	"github.com/telemetryd/telemetryd/store"
+	"github.com/telemetryd/telemetryd/store/repair"
 )
 
 // repairUsage heads `telemetryd repair -h`.
@@ -72,7 +73,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd
 		fmt.Fprintln(stderr, "telemetryd repair:", err)
 		return 1
 	}
-	rep, err := st.RepairTable(ctx, day, store.RepairOptions{Backup: *backup})
+	rep, err := st.RepairTable(ctx, day, repair.Options{Backup: *backup})
 	if err == nil {
 		err = st.MarkReplay(day)
 	}

@@ -1,4 +1,13 @@
-package store
+// Package repair deals with damaged day tables: it checks a table's
+// files before Badger opens them (Badger panics on a damaged footer or
+// index in goroutines of its own, which would take the process down),
+// and it salvages what can still be read of a damaged table, and the
+// day's copy in a backup, by writing their sound blocks back into the
+// store, and it keeps the list of repaired days whose stream readings
+// are to be replayed (Replays). The store moves the damaged table aside
+// and blocks the day around it; this package reads and writes only
+// through the small interfaces it declares.
+package repair
 
 import (
 	"fmt"
@@ -12,7 +21,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2/z"
 )
 
-// checkTableFiles opens every SSTable file in dir the way Badger will,
+// CheckFiles opens every SSTable file in dir the way Badger will,
 // but in the calling goroutine and with panics recovered. Badger opens
 // table files in goroutines of its own and panics on a damaged footer
 // or index, which would take the whole process down; checking first
@@ -20,7 +29,7 @@ import (
 //
 // It reads each file's footer, index and last block only, so its cost
 // is a few small reads per file, not a scan of the data.
-func checkTableFiles(dir string, o badger.Options) error {
+func CheckFiles(dir string, o badger.Options) error {
 	ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
 	if err != nil {
 		return err

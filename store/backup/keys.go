@@ -1,4 +1,4 @@
-package store
+package backup
 
 import (
 	"bufio"
@@ -44,7 +44,7 @@ const deletionsPerList = 1024
 // backup's list) is set, the deletion at version at of every key of
 // prev that txn does not see into w, the database's copy; each, if
 // set, is called with every item. prev must have been verified.
-func (b *backupRun) listKeys(ctx context.Context, txn *badger.Txn, at uint64, prev *BackupFile, name string, w io.Writer, each func(*badger.Item) error) (*BackupFile, error) {
+func (b *backupRun) listKeys(ctx context.Context, txn *badger.Txn, at uint64, prev *File, name string, w io.Writer, each func(*badger.Item) error) (*File, error) {
 	var old *keyReader
 	if prev != nil {
 		var err error
@@ -71,7 +71,7 @@ func (b *backupRun) listKeys(ctx context.Context, txn *badger.Txn, at uint64, pr
 	if err = errors.Join(err, out.Close()); err != nil {
 		return nil, fmt.Errorf("key list: %w", err)
 	}
-	return &BackupFile{Path: filepath.ToSlash(rel), Version: at, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return &File{Path: filepath.ToSlash(rel), Version: at, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // diffKeys writes every key txn sees to kw, calls each (if set) with
@@ -129,7 +129,7 @@ type deletions struct {
 }
 
 func (d *deletions) add(key []byte) error {
-	d.list.Kv = append(d.list.Kv, &pb.KV{Key: bytes.Clone(key), Version: d.version, Meta: []byte{badgerDeleteMeta}})
+	d.list.Kv = append(d.list.Kv, &pb.KV{Key: bytes.Clone(key), Version: d.version, Meta: []byte{deleteMeta}})
 	if len(d.list.Kv) < deletionsPerList {
 		return nil
 	}

@@ -1,20 +1,15 @@
-package store
+package backup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/pb"
-
-	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
 // The rollup period databases are backed up after the day tables, each
@@ -34,64 +29,10 @@ import (
 // are put in the rollups, so a day dropped while the backup runs is
 // either in the copied tables or in the copied rollups.
 
-// rollupPeriodsOf lists the rollup periods to back up and views one:
-// through the open rollups, or, in a read-only store (whose rollups are
-// not open), each database opened read-only from the disk.
-func (s *Store) rollupPeriodsOf() (names []string, view func(name string, fn func(dir string, db *badger.DB) error) (bool, error), err error) {
-	if s.rollupsOn() {
-		byName := map[string]rollup.Period{}
-		for _, p := range s.rollups.set.Periods() {
-			n := rollup.PeriodName(p)
-			byName[n] = p
-			names = append(names, n)
-		}
-		return names, func(name string, fn func(string, *badger.DB) error) (bool, error) {
-			return s.rollups.set.View(byName[name], fn)
-		}, nil
-	}
-	if !s.opts.ReadOnly {
-		return nil, nil, nil
-	}
-	root := filepath.Join(s.dir, rollupsDirName)
-	levels, err := os.ReadDir(root)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("rollups: %w", err)
-	}
-	for _, l := range levels {
-		if !l.IsDir() {
-			continue
-		}
-		months, err := os.ReadDir(filepath.Join(root, l.Name()))
-		if err != nil {
-			return nil, nil, fmt.Errorf("rollups: %w", err)
-		}
-		for _, m := range months {
-			n := l.Name() + "/" + m.Name()
-			if _, _, err := rollup.ParsePeriodName(n); err == nil && m.IsDir() {
-				names = append(names, n) // not a period being dropped (.drop-)
-			}
-		}
-	}
-	return names, func(name string, fn func(string, *badger.DB) error) (bool, error) {
-		dir := filepath.Join(root, filepath.FromSlash(name))
-		db, err := openView(rollupBadgerOptions(dir, false, true, s.log), openBadger)
-		if err != nil {
-			return false, fmt.Errorf("open rollup %s: %w", name, err)
-		}
-		err = fn(dir, db)
-		err = errors.Join(err, db.Close())
-		releaseView(db)
-		return true, err
-	}, nil
-}
-
 // rollups copies every rollup period database; done counts the
 // databases copied before them.
 func (b *backupRun) rollups(ctx context.Context, names []string, view func(string, func(string, *badger.DB) error) (bool, error), done, total int) error {
-	prev := map[string]BackupTable{}
+	prev := map[string]Table{}
 	for _, t := range b.prev.Rollups {
 		prev[t.Rollup] = t
 	}
@@ -113,16 +54,16 @@ func (b *backupRun) rollups(ctx context.Context, names []string, view func(strin
 // rollup copies the period database name in dir at its last completed
 // commit: in full, or the records written above prev's version and the
 // deletions since prev's key list when prev is the same database.
-func (b *backupRun) rollup(ctx context.Context, name, dir string, db *badger.DB, prev BackupTable, done, total int) error {
+func (b *backupRun) rollup(ctx context.Context, name, dir string, db *badger.DB, prev Table, done, total int) error {
 	txn := db.NewTransaction(false)
 	defer txn.Discard()
 	at := txn.ReadTs()
 	ino := dirInode(dir)
 	since, prev := b.chain("rollup "+name, prev, ino, at)
-	entry := BackupTable{Rollup: name, Version: at, Inode: ino, Files: slices.Clone(prev.Files), Keys: prev.Keys}
-	var f BackupFile
+	entry := Table{Rollup: name, Version: at, Inode: ino, Files: slices.Clone(prev.Files), Keys: prev.Keys}
+	var f File
 	if since == 0 || at > since {
-		base := filepath.Join(rollupsDirName, filepath.FromSlash(name))
+		base := filepath.Join(rollupsDir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Join(b.dir, b.sub, filepath.Dir(base)), 0o755); err != nil {
 			return err
 		}
@@ -144,7 +85,7 @@ func (b *backupRun) rollup(ctx context.Context, name, dir string, db *badger.DB,
 	}
 	b.add(&entry, f)
 	b.m.Rollups = append(b.m.Rollups, entry)
-	b.report(BackupProgress{Name: rollupsDirName + "/" + name, Done: done, Total: total, Bytes: f.Size, Skipped: f.Path == ""})
+	b.report(Progress{Name: rollupsDir + "/" + name, Done: done, Total: total, Bytes: f.Size, Skipped: f.Path == ""})
 	return nil
 }
 
@@ -182,13 +123,4 @@ func (n *newest) flush() error {
 	err := writeKVList(n.w, &n.list)
 	n.list.Kv, n.size = n.list.Kv[:0], 0
 	return err
-}
-
-// rollupDir is where a restore puts the rollup period name, after
-// checking the name.
-func rollupDir(dataDir, name string) (string, error) {
-	if _, _, err := rollup.ParsePeriodName(name); err != nil || strings.Contains(name, "\\") {
-		return "", fmt.Errorf("manifest lists a rollup %q that is not <level>/YYYY-MM", name)
-	}
-	return filepath.Join(dataDir, rollupsDirName, filepath.FromSlash(name)), nil
 }
