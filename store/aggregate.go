@@ -53,7 +53,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 			return p, err
 		}
 	}
-	first, last, ok := s.index.bounds(q.Device)
+	first, last, ok := s.index.Bounds(q.Device)
 	if ok {
 		from = max(from, buckets.DayOf(first).Start())
 		to = min(to, buckets.DayOf(last).End())

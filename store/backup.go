@@ -334,18 +334,18 @@ func (b *backupRun) positions() error {
 func (b *backupRun) index(ctx context.Context, total int) error {
 	idx := b.s.index
 	if !b.s.opts.ReadOnly {
-		if err := idx.flushDirty(); err != nil {
+		if err := idx.Flush(); err != nil {
 			return fmt.Errorf("backup: save device index: %w", err)
 		}
 	}
-	entry := BackupTable{Version: idx.db.MaxVersion()}
+	entry := BackupTable{Version: idx.DB().MaxVersion()}
 	if prev := b.prev.Index; len(prev.Files) > 0 && prev.Version == entry.Version {
 		b.m.Index = prev // not written since
 		b.report(BackupProgress{Name: "index", Done: 1, Total: total, Skipped: true})
 		return ctx.Err()
 	}
 	f, err := b.copyDB(ctx, backupIndexName, 0, func(w io.Writer) (uint64, error) {
-		st := idx.db.NewStream()
+		st := idx.DB().NewStream()
 		st.LogPrefix = "backup index"
 		st.NumGo = backupReaders
 		return streamNewest(ctx, st, 0, w)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 // A stored block that fails its checksum or does not decode (a flipped
@@ -134,10 +135,10 @@ func (b *badBlocks) start(c metric.Int64Counter) {
 
 // damagedRecords reports the device index records that failed their
 // checksum or decoding when the index was loaded.
-func (b *badBlocks) damagedRecords(recs []damagedRecord) {
+func (b *badBlocks) damagedRecords(recs []devindex.Damaged) {
 	for _, r := range recs {
 		b.counter.Add(context.Background(), 1, kindRecord)
 		b.log.Error("device index record is corrupt; the device is left out of the index until a writable start rebuilds it from the day tables",
-			"device", string(r.dev), "err", r.err)
+			"device", string(r.Device), "err", r.Err)
 	}
 }

@@ -40,6 +40,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/colcache"
+	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
@@ -80,7 +81,7 @@ type Store struct {
 	metrics   *metrics
 	bad       *badBlocks
 	lock      *dirLock
-	index     *deviceIndex
+	index     *devindex.Index
 	replay    replayState                  // stream positions and tombstones (checkpoint.go, tombstone.go)
 	barrier   atomic.Pointer[func() error] // SetPositionBarrier (syncloop.go)
 	health    commitHealth                 // tables that cannot commit (health.go)
@@ -146,7 +147,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	} else {
 		go s.compactor()
 	}
-	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", s.index.len())
+	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", s.index.Len())
 	return s, nil
 }
 
@@ -176,23 +177,23 @@ func (s *Store) openFiles() error {
 	}
 	s.index = idx
 	if err := s.loadDeviceTombs(); err != nil {
-		return errors.Join(err, idx.close(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), lock.unlock())
 	}
 	if err := s.openRollups(); err != nil {
-		return errors.Join(err, idx.close(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), lock.unlock())
 	}
 	if s.opts.ColumnCacheSize > 0 {
 		if s.cols, err = colcache.New[*blockList](s.opts.ColumnCacheSize); err != nil {
-			return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
+			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
 		}
 	}
 	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
 		s.cols.Close()
-		return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
 	}
 	s.bad.start(s.metrics.corruptBlocks)
-	s.bad.damagedRecords(idx.damaged)
-	s.bad.damagedAttrRecords(idx.attrDamaged)
+	s.bad.damagedRecords(idx.Damaged())
+	s.bad.damagedAttrRecords(idx.AttrDamaged())
 	return nil
 }
 
@@ -301,7 +302,7 @@ func (s *Store) close() error {
 	if err := s.metrics.health.Unregister(); err != nil {
 		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
 	}
-	if err := s.index.close(); err != nil {
+	if err := closeIndex(s.index); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.closeRollups(); err != nil {
@@ -322,7 +323,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
-	if closed || s.index.db.IsClosed() {
+	if closed || s.index.DB().IsClosed() {
 		return errClosed
 	}
 	return nil
@@ -348,7 +349,7 @@ func (s *Store) janitor() {
 			if s.diskTight(false) {
 				continue // flushed once there is room (health.go)
 			}
-			if err := s.index.flushDirty(); err != nil {
+			if err := s.index.Flush(); err != nil {
 				s.log.Error("persist device index", "err", err)
 			}
 		}
