@@ -25,10 +25,7 @@ import (
 // lost ones; the compactor leaves the device's blocks as they are.
 // `telemetryd check` (Store.Check) lists every such block.
 //
-// A checksummed block is refused before any of its values is read. A
-// block written before checksums existed is read unchecked: if one
-// turns out undecodable midway, an aggregate reading it column by
-// column may keep the values it had folded in before the error.
+// A block is refused before any of its values is read.
 
 // BadBlock is a stored block that failed its checksum or its decoding.
 type BadBlock struct {
