@@ -39,6 +39,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/aggregate"
 	"github.com/telemetryd/telemetryd/store/colcache"
 	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/diskuse"
@@ -82,16 +83,16 @@ type Store struct {
 	bad       *badBlocks
 	lock      *dirLock
 	index     *devindex.Index
-	replay    replayState                  // stream positions and tombstones (checkpoint.go, tombstone.go)
-	barrier   atomic.Pointer[func() error] // SetPositionBarrier (syncloop.go)
-	health    commitHealth                 // tables that cannot commit (health.go)
-	holes     atomic.Int64                 // what the memtable logs may still claim (health.go)
-	deletes   deviceTombs                  // deleted devices (delete.go)
-	rollups   *rollState                   // rollups (rollups.go); its set is nil when they are off
-	settles   *settleQueue                 // tables the compactor settles before they close (settle.go)
-	queries   queryClock                   // when the last query began (giveway.go)
-	cols      *colcache.Cache[*blockList]  // decoded columns and block lists for aggregates; nil when off
-	watch     watchers                     // told of changes to readings (watch.go)
+	replay    replayState                           // stream positions and tombstones (checkpoint.go, tombstone.go)
+	barrier   atomic.Pointer[func() error]          // SetPositionBarrier (syncloop.go)
+	health    commitHealth                          // tables that cannot commit (health.go)
+	holes     atomic.Int64                          // what the memtable logs may still claim (health.go)
+	deletes   deviceTombs                           // deleted devices (delete.go)
+	rollups   *rollState                            // rollups (rollups.go); its set is nil when they are off
+	settles   *settleQueue                          // tables the compactor settles before they close (settle.go)
+	queries   queryClock                            // when the last query began (giveway.go)
+	cols      *colcache.Cache[*aggregate.BlockList] // decoded columns and block lists for aggregates; nil when off
+	watch     watchers                              // told of changes to readings (watch.go)
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 
@@ -183,7 +184,7 @@ func (s *Store) openFiles() error {
 		return errors.Join(err, closeIndex(idx), lock.unlock())
 	}
 	if s.opts.ColumnCacheSize > 0 {
-		if s.cols, err = colcache.New[*blockList](s.opts.ColumnCacheSize); err != nil {
+		if s.cols, err = colcache.New[*aggregate.BlockList](s.opts.ColumnCacheSize); err != nil {
 			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
 		}
 	}
