@@ -107,7 +107,8 @@ type aggTable struct {
 	dev     buckets.DeviceID
 	txn     *badger.Txn
 	release func()
-	it      *blockIterator
+	it      blockIterator // valid when open
+	open    bool
 }
 
 var _ aggregate.Table = (*aggTable)(nil)
@@ -122,7 +123,7 @@ func (at *aggTable) readTxn() *badger.Txn {
 
 // close closes the iterator and ends the transaction.
 func (at *aggTable) close() {
-	if at.it != nil {
+	if at.open {
 		at.it.Close()
 	}
 	if at.release != nil {
@@ -135,9 +136,8 @@ func (at *aggTable) ReadTs() uint64 { return at.readTxn().ReadTs() }
 
 // Blocks walks the device's blocks with one iterator for every pass.
 func (at *aggTable) Blocks(lo buckets.Ticks, fn func(aggregate.Block) (bool, error)) error {
-	if at.it == nil {
-		it := newBlockIterator(at.readTxn(), at.dev)
-		at.it = &it
+	if !at.open {
+		at.it, at.open = newBlockIterator(at.readTxn(), at.dev), true
 	}
 	return at.it.each(lo, func(bi blockItem) (bool, error) {
 		return fn(aggregate.Block{Ref: aggRef(bi.ref), Distinct: bi.item.UserMeta()&metaDistinctMs != 0, Item: bi.item})

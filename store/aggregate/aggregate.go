@@ -58,6 +58,11 @@ type Aggregator struct {
 	distinct  []bool // per ref: no two of its readings share a millisecond
 	order     []int
 	group     []int
+	p         pass // the Table call in progress
+	// The callbacks of a Table call, made on the first: one each per
+	// aggregator, not one per table or block.
+	first, second func(Block) (bool, error)
+	value         func(v []byte) error
 }
 
 // aggBucket is one bucket being summed: few names, so a slice, which

@@ -77,9 +77,6 @@ var scanners = sync.Pool{New: func() any { return new(block.Scanner) }}
 // place, reads the other blocks that overlap no block column by column
 // and decodes the rest into readings, each group of overlapping blocks
 // resolved together.
-//
-// Long: the two passes walk the same keys and must meet the same blocks
-// in the same order; they read best side by side.
 func (a *Aggregator) Table(ctx context.Context, t Table, lo, hi buckets.Ticks) (done bool, err error) {
 	if a.FinalBefore(a.BucketOf(lo)) > a.q.Limit {
 		return true, nil
@@ -88,94 +85,123 @@ func (a *Aggregator) Table(ctx context.Context, t Table, lo, hi buckets.Ticks) (
 	if caching && a.fromCachedList(t.Gen(), t.ReadTs(), lo, hi) {
 		return false, nil
 	}
-	refs, distinct := a.refs[:0], a.distinct[:0]
-	a.blockKeys, a.versions = a.blockKeys[:0], a.versions[:0]
-	var list *BlockList
-	if caching {
-		list = &BlockList{cover: lo}
+	if a.first == nil {
+		a.first, a.second, a.value = a.firstPass, a.secondPass, a.readBlock
 	}
-	err = t.Blocks(lo, func(bi Block) (bool, error) {
-		if list != nil {
-			list.add(bi)
-		}
-		if bi.Ref.Oldest < hi {
-			refs = append(refs, bi.Ref)
-			distinct = append(distinct, bi.Distinct)
-			if list != nil { // the key the list copied, not a second copy
-				lb := &list.blocks[len(list.blocks)-1]
-				a.blockKeys, a.versions = append(a.blockKeys, lb.key), append(a.versions, lb.version)
-			}
-		}
-		return true, nil
-	})
-	a.refs, a.distinct = refs, distinct
-	if err != nil {
+	p := &a.p
+	*p = pass{ctx: ctx, t: t, lo: lo, hi: hi, caching: caching}
+	defer func() { *p = pass{} }() // holds on to no table
+	a.refs, a.distinct = a.refs[:0], a.distinct[:0]
+	a.blockKeys, a.versions = a.blockKeys[:0], a.versions[:0]
+	if caching {
+		p.list = &BlockList{cover: lo}
+	}
+	if err := t.Blocks(lo, a.first); err != nil {
 		return false, err
 	}
-	if list != nil {
+	if p.list != nil {
 		a.key = colcache.ListKey(a.key[:0], t.Gen(), t.ReadTs(), a.q.Device)
-		a.cols.PutList(a.key, list, list.size())
+		a.cols.PutList(a.key, p.list, p.list.size())
 	}
-	if len(refs) == 0 {
+	if len(a.refs) == 0 {
 		return false, nil
 	}
-	group := a.groups(refs, lo, hi)
-	if caching && a.addAllCached(t.Gen(), group, lo, hi) {
+	p.group = a.groups(a.refs, lo, hi)
+	if caching && a.addAllCached(t.Gen(), p.group, lo, hi) {
 		return false, nil
 	}
-	var res map[int]Resolver
-	next := 0 // the second pass meets the same blocks in the same order
-	err = t.Blocks(lo, func(bi Block) (bool, error) {
-		if err := ctx.Err(); err != nil { // every block: a wide device's block takes long
-			return false, err
-		}
-		if bi.Ref.Oldest >= hi {
-			return true, nil
-		}
-		if next >= len(refs) || refs[next] != bi.Ref {
-			return false, fmt.Errorf("block %s..%s: not seen by the first pass", bi.Ref.Oldest.FormatTime(), bi.Ref.Newest.FormatTime())
-		}
-		g := group[next]
-		next++
-		if (g == alone || g == whole) && a.addCached(t.Gen(), bi, g == whole, lo, hi) {
-			return true, nil
-		}
-		err := t.Value(bi, func(v []byte) error {
-			if g == whole {
-				if err := a.AddHeader(bi.Ref, v); err != nil {
-					return err
-				}
-				if caching {
-					a.cachePending(t.Gen(), bi, true)
-				}
-				return nil
-			}
-			if g == alone {
-				return a.addColumns(t.Gen(), bi, v, lo, hi)
-			}
-			_, rs, err := block.Decode(v, a.q.Device)
-			if err != nil {
-				return err
-			}
-			a.decoded++
-			if res == nil {
-				res = make(map[int]Resolver)
-			}
-			if res[g] == nil {
-				res[g] = t.Resolver()
-			}
-			res[g].Add(rs, bi.Ref.Seq, lo, hi)
-			return nil
-		})
-		if t.Skip(ctx, err) {
-			return true, ctx.Err()
-		}
-		return true, err
-	})
-	for _, r := range res {
+	err = t.Blocks(lo, a.second) // meets the same blocks in the same order
+	for _, r := range p.res {
 		a.addReadings(r.Readings())
 	}
 	return false, err
+}
+
+// pass is the state of one Table call.
+type pass struct {
+	ctx     context.Context
+	t       Table
+	lo, hi  buckets.Ticks
+	caching bool
+	list    *BlockList       // with the cache: the blocks the first pass saw
+	group   []int            // per block of the second pass: its group
+	next    int              // the block of refs the second pass is at
+	res     map[int]Resolver // per group of overlapping blocks
+	g       int              // the group of the block being read
+	bi      Block            // the block being read
+}
+
+// firstPass notes each block of the table that reaches below hi.
+func (a *Aggregator) firstPass(bi Block) (bool, error) {
+	p := &a.p
+	if p.list != nil {
+		p.list.add(bi)
+	}
+	if bi.Ref.Oldest < p.hi {
+		a.refs = append(a.refs, bi.Ref)
+		a.distinct = append(a.distinct, bi.Distinct)
+		if p.list != nil { // the key the list copied, not a second copy
+			lb := &p.list.blocks[len(p.list.blocks)-1]
+			a.blockKeys, a.versions = append(a.blockKeys, lb.key), append(a.versions, lb.version)
+		}
+	}
+	return true, nil
+}
+
+// secondPass reads each block the first pass noted, as its group says.
+func (a *Aggregator) secondPass(bi Block) (bool, error) {
+	p := &a.p
+	if err := p.ctx.Err(); err != nil { // every block: a wide device's block takes long
+		return false, err
+	}
+	if bi.Ref.Oldest >= p.hi {
+		return true, nil
+	}
+	if p.next >= len(a.refs) || a.refs[p.next] != bi.Ref {
+		return false, fmt.Errorf("block %s..%s: not seen by the first pass", bi.Ref.Oldest.FormatTime(), bi.Ref.Newest.FormatTime())
+	}
+	g := p.group[p.next]
+	p.next++
+	if (g == alone || g == whole) && a.addCached(p.t.Gen(), bi, g == whole, p.lo, p.hi) {
+		return true, nil
+	}
+	p.g, p.bi = g, bi
+	err := p.t.Value(bi, a.value)
+	if p.t.Skip(p.ctx, err) {
+		return true, p.ctx.Err()
+	}
+	return true, err
+}
+
+// readBlock adds the bytes v of the block the second pass is at.
+func (a *Aggregator) readBlock(v []byte) error {
+	p := &a.p
+	g, bi := p.g, p.bi
+	if g == whole {
+		if err := a.AddHeader(bi.Ref, v); err != nil {
+			return err
+		}
+		if p.caching {
+			a.cachePending(p.t.Gen(), bi, true)
+		}
+		return nil
+	}
+	if g == alone {
+		return a.addColumns(p.t.Gen(), bi, v, p.lo, p.hi)
+	}
+	_, rs, err := block.Decode(v, a.q.Device)
+	if err != nil {
+		return err
+	}
+	a.decoded++
+	if p.res == nil {
+		p.res = make(map[int]Resolver)
+	}
+	if p.res[g] == nil {
+		p.res[g] = p.t.Resolver()
+	}
+	p.res[g].Add(rs, bi.Ref.Seq, p.lo, p.hi)
+	return nil
 }
 
 // Groups of blocks that overlap no other block.
