@@ -24,8 +24,9 @@ const maxLatestNames = 4 * buckets.MaxValues
 // its own small Badger database, which day drops never touch.
 //
 // Updates that move a device's first or last day (and new devices) are
-// persisted before Write returns, because queries use those bounds to
-// skip tables: after a crash they are never too narrow. Other updates
+// persisted (Persist) before the store's Write returns, because queries
+// use those bounds to skip tables: after a crash they are never too
+// narrow. Other updates
 // (a newer last-seen time or value within the same days) are persisted
 // by Flush, which the store calls on a timer and on Close; after a
 // crash they may lag until the unacknowledged messages are delivered

@@ -68,7 +68,7 @@ func AppendValues(dst []byte, fields []buckets.Field) []byte {
 			dst = binary.AppendUvarint(dst, uint64(len(s)))
 			dst = append(dst, s...)
 		default:
-			panic(fmt.Sprintf("store: encoding unknown value kind %d", v.Kind))
+			panic(fmt.Sprintf("devindex: encoding unknown value kind %d", v.Kind))
 		}
 	}
 	return dst
