@@ -83,11 +83,11 @@ func (src backupSource) Positions() (map[string]backup.Position, error) {
 func (src backupSource) Index() (*badger.DB, error) {
 	idx := src.s.index
 	if !src.s.opts.ReadOnly {
-		if err := idx.flushDirty(); err != nil {
+		if err := idx.Flush(); err != nil {
 			return nil, err
 		}
 	}
-	return idx.db, nil
+	return idx.DB(), nil
 }
 
 // Days lists every day table, oldest first.

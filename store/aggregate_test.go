@@ -11,7 +11,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/aggregate"
 )
+
+// unixEpoch is 1970-01-01T00:00:00Z in ticks: buckets are aligned to
+// multiples of their width since then.
+var unixEpoch = buckets.MustTicks(time.Unix(0, 0))
+
+// aggCounts says how an aggregator read the blocks it added.
+type aggCounts struct{ headers, columns, decoded int }
+
+// aggCountsOf is a's aggCounts.
+func aggCountsOf(a *aggregate.Aggregator) aggCounts {
+	h, c, d := a.Counts()
+	return aggCounts{h, c, d}
+}
 
 // naiveAggregate computes the answer of q from a full range read.
 func naiveAggregate(t *testing.T, ts *testStore, q buckets.AggregateQuery) []buckets.AggregateBucket {
@@ -149,29 +163,29 @@ func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
 	h, err := ts.acquire(context.Background(), today-1, forRead)
 	require.NoError(t, err)
 	defer ts.release(h)
-	agg := newAggregator(queries[0], 0)
-	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	agg := aggregate.New(queries[0], 0)
+	_, err = aggregateTable(context.Background(), agg, h, (today - 1).Start(), (today - 1).End())
 	require.NoError(t, err)
-	assert.Greater(t, agg.headers, 20, "whole blocks are read from their headers")
-	assert.Less(t, agg.decoded, 4, "only overlapping blocks are decoded")
+	assert.Greater(t, aggCountsOf(agg).headers, 20, "whole blocks are read from their headers")
+	assert.Less(t, aggCountsOf(agg).decoded, 4, "only overlapping blocks are decoded")
 
 	// 5-minute buckets over the same sealed blocks read their columns.
-	agg = newAggregator(queries[4], 0)
-	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	agg = aggregate.New(queries[4], 0)
+	_, err = aggregateTable(context.Background(), agg, h, (today - 1).Start(), (today - 1).End())
 	require.NoError(t, err)
-	assert.Zero(t, agg.headers)
-	assert.Greater(t, agg.columns, 20, "blocks that overlap no other are read column by column")
-	assert.Less(t, agg.decoded, 4, "only overlapping blocks are decoded as readings")
+	assert.Zero(t, aggCountsOf(agg).headers)
+	assert.Greater(t, aggCountsOf(agg).columns, 20, "blocks that overlap no other are read column by column")
+	assert.Less(t, aggCountsOf(agg).decoded, 4, "only overlapping blocks are decoded as readings")
 
 	// One value per millisecond: these blocks have no two readings in
 	// one millisecond, and say so, so their headers still serve.
 	q := queries[0]
 	q.PerMillisecond = true
 	assertSameBuckets(t, naiveAggregate(t, ts, q), aggregateAll(t, ts, q))
-	agg = newAggregator(q, 0)
-	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	agg = aggregate.New(q, 0)
+	_, err = aggregateTable(context.Background(), agg, h, (today - 1).Start(), (today - 1).End())
 	require.NoError(t, err)
-	assert.Greater(t, agg.headers, 20, "blocks of distinct milliseconds are read from their headers")
+	assert.Greater(t, aggCountsOf(agg).headers, 20, "blocks of distinct milliseconds are read from their headers")
 }
 
 func TestAggregatePerMillisecondKeepsTheNewestValueOfEachMillisecond(t *testing.T) {
@@ -216,11 +230,11 @@ func TestAggregatePerMillisecondKeepsTheNewestValueOfEachMillisecond(t *testing.
 	h, err := ts.acquire(context.Background(), today-1, forRead)
 	require.NoError(t, err)
 	defer ts.release(h)
-	agg := newAggregator(buckets.AggregateQuery{Device: "dev", Interval: buckets.Ticks(time.Hour / 100), Limit: 1000, PerMillisecond: true}, 0)
-	_, err = agg.table(context.Background(), h, (today - 1).Start(), (today - 1).End())
+	agg := aggregate.New(buckets.AggregateQuery{Device: "dev", Interval: buckets.Ticks(time.Hour / 100), Limit: 1000, PerMillisecond: true}, 0)
+	_, err = aggregateTable(context.Background(), agg, h, (today - 1).Start(), (today - 1).End())
 	require.NoError(t, err)
-	assert.Zero(t, agg.headers)
-	assert.Greater(t, agg.columns, 15)
+	assert.Zero(t, aggCountsOf(agg).headers)
+	assert.Greater(t, aggCountsOf(agg).columns, 15)
 }
 
 func TestAggregateRejectsBadQueries(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 // editIndexDB changes the closed store's index database directly.
@@ -32,7 +33,6 @@ func (ts *testStore) fleetOf(t *testing.T, fleet string) []buckets.DeviceID {
 	require.NoError(t, err)
 	return ids(devs)
 }
-
 func TestCheckComparesEntitiesWithRecordsAndOpenRepairs(t *testing.T) {
 	ts := newTestStore(t)
 	ts.assign(t, set("d1", at(0), "fleet", "East"), set("d2", at(0), "fleet", "East", "model", "F"))
@@ -44,10 +44,10 @@ func TestCheckComparesEntitiesWithRecordsAndOpenRepairs(t *testing.T) {
 	require.NoError(t, ts.Close())
 
 	editIndexDB(t, ts, func(txn *badger.Txn) error {
-		if err := txn.Delete(entityKey("fleet", "East", "d1")); err != nil {
+		if err := txn.Delete(devindex.EntityKey("fleet", "East", "d1")); err != nil {
 			return err
 		}
-		return txn.Set(entityKey("fleet", "West", "d9"), nil)
+		return txn.Set(devindex.EntityKey("fleet", "West", "d9"), nil)
 	})
 
 	ro := openTestStore(t, ts.dir, ts.clock, func(o *Options) { *o = ts.opts; o.ReadOnly = true })
@@ -67,13 +67,12 @@ func TestCheckComparesEntitiesWithRecordsAndOpenRepairs(t *testing.T) {
 	assert.Equal(t, []buckets.DeviceID{"d1", "d2"}, ts.fleetOf(t, "East"))
 	assert.Empty(t, ts.fleetOf(t, "West"))
 }
-
 func TestCorruptAttributeRecordIsRebuiltFromEntities(t *testing.T) {
 	ts := newTestStore(t)
 	ts.assign(t, set("d1", at(time.Hour), "fleet", "East", "model", "F"), set("d2", at(0), "fleet", "West"))
 	require.NoError(t, ts.Close())
 	editIndexDB(t, ts, func(txn *badger.Txn) error {
-		item, err := txn.Get(attrRecordKey("d1"))
+		item, err := txn.Get(devindex.AttrRecordKey("d1"))
 		if err != nil {
 			return err
 		}
@@ -82,7 +81,7 @@ func TestCorruptAttributeRecordIsRebuiltFromEntities(t *testing.T) {
 			return err
 		}
 		v[len(v)/2] ^= 1
-		return txn.Set(attrRecordKey("d1"), v)
+		return txn.Set(devindex.AttrRecordKey("d1"), v)
 	})
 
 	ro := openTestStore(t, ts.dir, ts.clock, func(o *Options) { *o = ts.opts; o.ReadOnly = true })
@@ -108,37 +107,4 @@ func TestCorruptAttributeRecordIsRebuiltFromEntities(t *testing.T) {
 	// The assignment times are lost: any later assignment wins.
 	ts.assign(t, set("d1", at(0), "fleet", "North"))
 	assert.Equal(t, []buckets.DeviceID{"d1"}, ts.fleetOf(t, "North"))
-}
-
-func TestAttrRecordDecodeRefusesDamage(t *testing.T) {
-	r := &attrRecord{floor: 5, set: attrs("fleet", "East", "model", "F"), at: []buckets.Ticks{7, 9},
-		gone: []tombstone{{name: "color", at: 8}}}
-	b := encodeAttrRecord(nil, r)
-	got, err := decodeAttrRecord(b)
-	require.NoError(t, err)
-	assert.Equal(t, r, got)
-	for i := range b {
-		for bit := range 8 {
-			c := append([]byte(nil), b...)
-			c[i] ^= 1 << bit
-			_, err := decodeAttrRecord(c)
-			require.Error(t, err, "byte %d bit %d", i, bit)
-		}
-	}
-	for n := range len(b) {
-		_, err := decodeAttrRecord(b[:n])
-		require.Error(t, err, "truncated to %d bytes", n)
-	}
-}
-
-func TestEntityKeyRoundTrip(t *testing.T) {
-	for _, v := range []string{"East", "a\x00b", "\x00", "x\x00\x00"} {
-		name, value, dev, ok := parseEntityKey(entityKey("fleet", v, "dev-1"))
-		require.True(t, ok)
-		assert.Equal(t, "fleet", name)
-		assert.Equal(t, v, value)
-		assert.Equal(t, buckets.DeviceID("dev-1"), dev)
-	}
-	_, _, _, ok := parseEntityKey([]byte{attrEntityPrefix, 'a'})
-	assert.False(t, ok)
 }

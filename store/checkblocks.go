@@ -76,10 +76,7 @@ func (s *Store) Check(ctx context.Context, found func(BadBlock)) (CheckReport, e
 			rep.TableErrors = append(rep.TableErrors, fmt.Errorf("table %s: %w", d, err))
 		}
 	}
-	if err := s.index.check(&rep); err != nil {
-		return rep, err
-	}
-	return rep, s.index.checkAttributes(&rep)
+	return rep, s.checkIndex(&rep)
 }
 
 // checkTable decodes every block of t into rep.
@@ -121,29 +118,6 @@ func checkTable(ctx context.Context, t *table, rep *CheckReport, found func(BadB
 				found(bb)
 			}
 		}
-	}
-	return nil
-}
-
-// check decodes every record of the index database into rep.
-func (x *deviceIndex) check(rep *CheckReport) error {
-	err := x.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{})
-		defer it.Close()
-		for it.Seek(deviceKeysStart); it.Valid(); it.Next() {
-			rep.RecordsRead++
-			err := it.Item().Value(func(v []byte) error {
-				_, err := decodeEntry(v)
-				return err
-			})
-			if err != nil {
-				rep.Records = append(rep.Records, BadRecord{Device: buckets.DeviceID(it.Item().KeyCopy(nil)), Err: err})
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("check device index: %w", err)
 	}
 	return nil
 }

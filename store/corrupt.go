@@ -12,6 +12,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 // A stored block that fails its checksum or does not decode (a flipped
@@ -24,10 +25,7 @@ import (
 // lost ones; the compactor leaves the device's blocks as they are.
 // `telemetryd check` (Store.Check) lists every such block.
 //
-// A checksummed block is refused before any of its values is read. A
-// block written before checksums existed is read unchecked: if one
-// turns out undecodable midway, an aggregate reading it column by
-// column may keep the values it had folded in before the error.
+// A block is refused before any of its values is read.
 
 // BadBlock is a stored block that failed its checksum or its decoding.
 type BadBlock struct {
@@ -134,10 +132,10 @@ func (b *badBlocks) start(c metric.Int64Counter) {
 
 // damagedRecords reports the device index records that failed their
 // checksum or decoding when the index was loaded.
-func (b *badBlocks) damagedRecords(recs []damagedRecord) {
+func (b *badBlocks) damagedRecords(recs []devindex.Damaged) {
 	for _, r := range recs {
 		b.counter.Add(context.Background(), 1, kindRecord)
 		b.log.Error("device index record is corrupt; the device is left out of the index until a writable start rebuilds it from the day tables",
-			"device", string(r.dev), "err", r.err)
+			"device", string(r.Device), "err", r.Err)
 	}
 }

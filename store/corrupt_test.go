@@ -100,14 +100,13 @@ func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
 	testCorruptBlockIsSkipped(t, func(v []byte) { v[len(v)/2] ^= 0x10 }, "checksum mismatch")
 }
 
-// TestDamagedVersionByteCannotBypassTheChecksum damages a block so
-// that its bytes read as a block of the version without checksum (the
-// version byte, and the checksum so that it does not match as version 5
+// TestDamagedVersionByteCannotBypassTheChecksum damages a block's
+// version byte (and the checksum so that it does not match as version 5
 // either): the entry's flag says it was written with a checksum, so it
-// is still refused, even by the readers that only look at its header.
+// is refused, even by the readers that only look at its header.
 func TestDamagedVersionByteCannotBypassTheChecksum(t *testing.T) {
 	testCorruptBlockIsSkipped(t, func(v []byte) {
-		v[0] = block.LegacyVersion
+		v[0] = 2
 		v[len(v)-1] ^= 1
 	}, "written with a checksum, but its version byte says 2")
 }
@@ -231,53 +230,6 @@ func testCorruptBlockIsSkipped(t *testing.T, damage func([]byte), reason string)
 	assert.Equal(t, badKey, bad.Blocks[0].Key)
 	require.ErrorIs(t, bad.Blocks[0].Err, block.ErrCorrupt)
 	assert.Contains(t, bad.Blocks[0].Err.Error(), reason)
-}
-
-// TestLegacyBlocksWithoutChecksumStillRead rewrites every stored block
-// in the layout written before blocks carried a checksum (version 2:
-// the same bytes without the checksum) and reads them back.
-func TestLegacyBlocksWithoutChecksumStillRead(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	ts := newTestStore(t, func(o *Options) {
-		o.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		o.CompactInterval = time.Hour
-	})
-	rs := series("dev-1", at(0), time.Minute, 500)
-	for i := 0; i < len(rs); i += 100 {
-		ts.write(t, rs[i:i+100]...)
-	}
-	day := buckets.DayOf(at(0))
-	require.NoError(t, ts.Close())
-	legacy := 0
-	editTable(t, ts.tableDir(day), func(_, v []byte, meta byte) ([]byte, byte) {
-		require.True(t, block.Checksummed(v))
-		require.NotZero(t, meta&metaChecksummed)
-		legacy++
-		v = v[:len(v)-4] // the old layout: no checksum
-		v[0] = block.LegacyVersion
-		return v, meta &^ metaChecksummed // nor the flag, which older builds did not write
-	})
-	require.Greater(t, legacy, 5)
-	ts = ts.reopen(t)
-
-	ctx, w := buckets.WithWarnings(context.Background())
-	p, err := ts.Range(ctx, buckets.RangeQuery{Device: "dev-1", From: day.Start(), To: day.End(), Order: buckets.Asc, Limit: 1000})
-	require.NoError(t, err)
-	assert.Equal(t, rs, p.Readings)
-	latest, err := ts.Latest(ctx, "dev-1", 3)
-	require.NoError(t, err)
-	assert.Equal(t, ticksOf(rs[497:]), []buckets.Ticks{latest[2].Ticks, latest[1].Ticks, latest[0].Ticks})
-	agg, err := ts.Aggregate(ctx, buckets.AggregateQuery{Device: "dev-1", From: day.Start(), To: day.End(),
-		Interval: buckets.Ticks(time.Hour / 100), Limit: 10})
-	require.NoError(t, err)
-	n, sum := countOf(agg, "n")
-	assert.Equal(t, int64(500), n)
-	assert.Equal(t, float64(499*500/2), sum)
-	assert.Empty(t, w.List())
-	bad, err := ts.Check(context.Background(), nil)
-	require.NoError(t, err)
-	assert.Empty(t, bad.Blocks)
-	assert.Zero(t, corruptCount(t, collectMetrics(t, reader), "block"))
 }
 
 // TestCorruptDeviceIndexRecordIsRebuilt flips one bit of a device's

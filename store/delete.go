@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -61,7 +60,7 @@ func deviceTombKey(dev buckets.DeviceID) []byte {
 func (s *Store) loadDeviceTombs() error {
 	tombs := map[buckets.DeviceID]time.Time{}
 	var expired [][]byte
-	err := s.index.db.View(func(txn *badger.Txn) error {
+	err := s.index.DB().View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{deviceTombPrefix}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -90,7 +89,7 @@ func (s *Store) loadDeviceTombs() error {
 		return fmt.Errorf("read device tombstones: %w", err)
 	}
 	if len(expired) > 0 && !s.opts.ReadOnly {
-		wb := s.index.db.NewWriteBatch()
+		wb := s.index.DB().NewWriteBatch()
 		defer wb.Cancel()
 		for _, k := range expired {
 			if err := wb.Delete(k); err != nil {
@@ -109,11 +108,11 @@ func (s *Store) loadDeviceTombs() error {
 
 // saveDeviceTomb durably records that dev was deleted at at.
 func (s *Store) saveDeviceTomb(dev buckets.DeviceID, at time.Time) error {
-	err := s.index.db.Update(func(txn *badger.Txn) error {
+	err := s.index.DB().Update(func(txn *badger.Txn) error {
 		return txn.Set(deviceTombKey(dev), binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
 	})
 	if err == nil {
-		err = s.index.db.Sync()
+		err = s.index.DB().Sync()
 	}
 	if err != nil {
 		return err
@@ -174,12 +173,12 @@ func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.
 	if err := s.Ping(ctx); err != nil {
 		return out, err
 	}
-	if _, _, ok := s.index.bounds(dev); !ok && at.IsZero() { // spares the gate
+	if _, _, ok := s.index.Bounds(dev); !ok && at.IsZero() { // spares the gate
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
 	s.replay.gate.Lock()
 	defer s.replay.gate.Unlock()
-	first, last, ok := s.index.bounds(dev)
+	first, last, ok := s.index.Bounds(dev)
 	if !ok && at.IsZero() {
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
@@ -205,7 +204,7 @@ func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.
 	if err := s.deleteDeviceRollups(context.WithoutCancel(ctx), dev); err != nil {
 		return out, classify(fmt.Errorf("delete device %s: %w", dev, err))
 	}
-	if err := s.index.deleteDevice(dev); err != nil {
+	if err := s.index.DeleteDevice(dev); err != nil {
 		return out, classify(fmt.Errorf("delete device %s: %w", dev, err))
 	}
 	out.Readings = removed
@@ -346,49 +345,6 @@ func deleteBlockKeys(t *table, keys [][]byte, removed int64) error {
 	}
 	if removed > 0 && n >= 0 {
 		t.readings.Store(n)
-	}
-	return nil
-}
-
-// deleteDevice removes dev's record, attribute record and index
-// entities from the index database in one transaction, then from
-// memory.
-func (x *deviceIndex) deleteDevice(dev buckets.DeviceID) error {
-	for _, i := range stripes([]buckets.DeviceID{dev}) {
-		x.attrLocks[i].Lock()
-		defer x.attrLocks[i].Unlock()
-	}
-	// No persist may write the record back after it is deleted.
-	x.persistMu.Lock()
-	defer x.persistMu.Unlock()
-	x.mu.RLock()
-	var set buckets.Attributes
-	if e := x.devices[dev]; e != nil {
-		set = e.attributes()
-	}
-	x.mu.RUnlock()
-	_, del := attrChanges(dev, set, nil)
-	del = append(del, attrRecordKey(dev), []byte(dev))
-	err := x.db.Update(func(txn *badger.Txn) error {
-		for _, k := range del {
-			if err := txn.Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("delete the index record and attributes: %w", err)
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if e := x.devices[dev]; e != nil {
-		x.postings.change(dev, e, e.attributes(), nil)
-	}
-	delete(x.devices, dev)
-	delete(x.dirty, dev)
-	if i, ok := slices.BinarySearch(x.sorted, dev); ok {
-		x.sorted = slices.Delete(x.sorted, i, i+1)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
@@ -375,7 +376,7 @@ func setBatch(db *badger.DB, prefix []byte, rs []buckets.Reading) error {
 	wb := db.NewWriteBatch()
 	defer wb.Cancel()
 	for i := range rs {
-		if err := wb.Set(sharedKey(prefix, &rs[i]), appendValues(nil, rs[i].Values)); err != nil {
+		if err := wb.Set(sharedKey(prefix, &rs[i]), devindex.AppendValues(nil, rs[i].Values)); err != nil {
 			return err
 		}
 	}
@@ -387,7 +388,7 @@ func (t *sharedTarget) writeToday(_ context.Context, rs []buckets.Reading) error
 	txn := t.db.NewTransaction(true)
 	defer txn.Discard()
 	for i := range rs {
-		if err := txn.Set(sharedKey(t.now, &rs[i]), appendValues(nil, rs[i].Values)); err != nil {
+		if err := txn.Set(sharedKey(t.now, &rs[i]), devindex.AppendValues(nil, rs[i].Values)); err != nil {
 			return err
 		}
 	}

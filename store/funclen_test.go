@@ -14,16 +14,19 @@ import (
 // saying why in its doc comment, on a line starting "Long:".
 const maxFuncLines = 50
 
-// TestFunctionLength keeps the functions of package store short: a
-// function whose body is longer than maxFuncLines lines must say why in
-// a doc comment line starting with "Long:".
+// TestFunctionLength keeps the functions of package store and of the
+// sub-packages that hold code moved out of it short: a function whose
+// body is longer than maxFuncLines lines must say why in a doc comment
+// line starting with "Long:".
 func TestFunctionLength(t *testing.T) {
-	long, err := longFunctions(".", maxFuncLines)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range long {
-		t.Errorf("%s is %d lines long (limit %d) and its doc comment has no \"Long:\" line saying why", f.name, f.lines, maxFuncLines)
+	for _, dir := range []string{".", "devindex", "aggregate"} {
+		long, err := longFunctions(dir, maxFuncLines)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range long {
+			t.Errorf("%s is %d lines long (limit %d) and its doc comment has no \"Long:\" line saying why", f.name, f.lines, maxFuncLines)
+		}
 	}
 }
 

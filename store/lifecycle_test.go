@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 func TestOpenLocksTheDataDirectory(t *testing.T) {
@@ -281,22 +282,20 @@ func TestIndexDayBoundsArePersistedBeforeWriteReturns(t *testing.T) {
 	ts.write(t, reading("dev", dayTick(today-1, time.Hour), "v", 1))
 	ts.write(t, reading("dev", dayTick(today, time.Hour), "v", 2))
 	// Read the index database directly: no flush has run yet.
-	e := persistedEntry(t, ts, "dev")
-	assert.Equal(t, dayTick(today-1, time.Hour), e.first)
-	assert.Equal(t, dayTick(today, time.Hour), e.last)
+	first, last := persistedBounds(t, ts, "dev")
+	assert.Equal(t, dayTick(today-1, time.Hour), first)
+	assert.Equal(t, dayTick(today, time.Hour), last)
 }
 
-func persistedEntry(t *testing.T, ts *testStore, dev string) *deviceEntry {
+// persistedBounds loads the records of ts's index database as they are
+// on disk and returns dev's first and last reading time.
+func persistedBounds(t *testing.T, ts *testStore, dev string) (first, last buckets.Ticks) {
 	t.Helper()
-	txn := ts.index.db.NewTransaction(false)
-	defer txn.Discard()
-	item, err := txn.Get([]byte(dev))
+	x, err := devindex.Load(ts.index.DB(), true, quietLogger())
 	require.NoError(t, err)
-	v, err := item.ValueCopy(nil)
-	require.NoError(t, err)
-	e, err := decodeEntry(v)
-	require.NoError(t, err)
-	return e
+	first, last, ok := x.Bounds(buckets.DeviceID(dev))
+	require.True(t, ok)
+	return first, last
 }
 
 func TestPing(t *testing.T) {

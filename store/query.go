@@ -73,7 +73,7 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 		return buckets.Reading{}, err
 	}
 	notFound := fmt.Errorf("reading %s at %s: %w", dev, k.FormatTime(), buckets.ErrNotFound)
-	first, last, ok := s.index.bounds(dev)
+	first, last, ok := s.index.Bounds(dev)
 	if !ok || !k.Valid() || buckets.DayOf(k) < buckets.DayOf(first) || buckets.DayOf(k) > buckets.DayOf(last) {
 		if err := s.Ping(ctx); err != nil {
 			return buckets.Reading{}, err
@@ -112,7 +112,7 @@ func (s *Store) collect(ctx context.Context, dev buckets.DeviceID, from, to buck
 	if err := s.Ping(ctx); err != nil {
 		return nil, err
 	}
-	first, last, ok := s.index.bounds(dev)
+	first, last, ok := s.index.Bounds(dev)
 	if !ok {
 		return []buckets.Reading{}, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 // rebuildIndex fills an empty device index from the day tables, for a
@@ -19,11 +20,11 @@ import (
 // are skipped (their failure is logged where they fail to open).
 func (s *Store) rebuildIndex(ctx context.Context) error {
 	days := s.daysBetween(0, math.MaxInt32, buckets.Asc)
-	if len(days) == 0 || (s.index.len() > 0 && len(s.index.damaged) == 0) {
+	if len(days) == 0 || (s.index.Len() > 0 && len(s.index.Damaged()) == 0) {
 		return nil
 	}
 	s.log.Warn("device index is empty or has corrupt records; rebuilding it from the day tables",
-		"tables", len(days), "corrupt_records", len(s.index.damaged))
+		"tables", len(days), "corrupt_records", len(s.index.Damaged()))
 	var readings int
 	for _, d := range days {
 		t, err := s.acquire(ctx, d, forRead)
@@ -47,23 +48,23 @@ func (s *Store) rebuildIndex(ctx context.Context) error {
 		}
 		readings += n
 	}
-	if err := s.index.flushDirty(); err != nil {
+	if err := s.index.Flush(); err != nil {
 		return fmt.Errorf("rebuild device index: %w", err)
 	}
-	s.log.Warn("device index rebuilt", "devices", s.index.len(), "readings", readings)
+	s.log.Warn("device index rebuilt", "devices", s.index.Len(), "readings", readings)
 	return nil
 }
 
 // indexTable feeds every reading of db to the index, one device at a
 // time (the blocks of a device are adjacent and resolved together).
 // Corrupt blocks are skipped.
-func indexTable(t *table, idx *deviceIndex) (int, error) {
+func indexTable(t *table, idx *devindex.Index) (int, error) {
 	n := 0
 	var dev buckets.DeviceID
 	res := newResolver()
 	flush := func() {
 		rs := res.take(buckets.Asc, buckets.MaxTicks+1)
-		idx.observe(rs)
+		idx.Observe(rs)
 		n += len(rs)
 	}
 	err := viewLatest(t.db, func(txn *badger.Txn) error {

@@ -1,10 +1,8 @@
 package store
 
 import (
-	"cmp"
-	"slices"
-
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/aggregate"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -57,65 +55,20 @@ func (h *inHand) covers(lo, hi buckets.Ticks) bool {
 // buckets is the device's buckets of interval in [lo, hi), which covers
 // says the new blocks hold.
 func (h *inHand) buckets(interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
-	a := newAggregator(buckets.AggregateQuery{Device: h.dev, From: lo, To: hi, Interval: interval, Limit: int(sealWindow / buckets.TicksPerSecond)}, 0)
-	a.refs, a.distinct = a.refs[:0], a.distinct[:0]
+	a := aggregate.New(buckets.AggregateQuery{Device: h.dev, From: lo, To: hi, Interval: interval, Limit: int(sealWindow / buckets.TicksPerSecond)}, 0)
 	for i := len(h.entries) - 1; i >= 0; i-- { // newest first, as keys sort
 		e := h.entries[i]
 		if e.ref.oldest >= hi || e.ref.newest < lo {
 			continue
 		}
-		a.refs = append(a.refs, e.ref)
-		a.distinct = append(a.distinct, e.meta&metaDistinctMs != 0)
-		if e.ref.oldest >= lo && e.ref.newest < hi && a.bucketOf(e.ref.oldest) == a.bucketOf(e.ref.newest) {
-			if err := a.addHeader(e.ref, e.value); err != nil {
-				return nil, err
+		a.Note(aggRef(e.ref), e.meta&metaDistinctMs != 0)
+		if e.ref.oldest >= lo && e.ref.newest < hi && a.BucketOf(e.ref.oldest) == a.BucketOf(e.ref.newest) {
+			if err := a.AddHeader(aggRef(e.ref), e.value); err != nil {
+				return nil, &blockError{ref: e.ref, err: err}
 			}
 			continue
 		}
-		a.addChunk(h.chunks[i], lo, hi)
+		a.AddChunk(h.chunks[i], lo, hi)
 	}
-	return a.rollupPage(interval), nil
-}
-
-// addChunk adds the numeric values in [lo, hi) of a block's readings
-// (sorted by time, overlapping no other block) as addColumns adds them
-// from the block's columns: per name, runs of one bucket folded in
-// time order.
-func (a *aggregator) addChunk(rs []buckets.Reading, lo, hi buckets.Ticks) {
-	type column struct {
-		ticks []buckets.Ticks
-		vals  []float64
-	}
-	cols := make(map[string]*column)
-	var names []string
-	for _, r := range rs {
-		if r.Ticks < lo || r.Ticks >= hi {
-			continue
-		}
-		for _, f := range r.Values {
-			x, ok := buckets.Numeric(f.Value)
-			if !ok || !a.wants([]byte(f.Name)) {
-				continue
-			}
-			c := cols[f.Name]
-			if c == nil {
-				c = &column{}
-				cols[f.Name] = c
-				names = append(names, f.Name)
-			}
-			c.ticks, c.vals = append(c.ticks, r.Ticks), append(c.vals, x)
-		}
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		c := cols[name]
-		for i := 0; i < len(c.ticks); {
-			start := a.bucketOf(c.ticks[i])
-			j, _ := slices.BinarySearchFunc(c.ticks[i:], start+a.q.Interval, cmp.Compare[buckets.Ticks])
-			j += i
-			foldRun(a.summary(start, []byte(name)), c.ticks[i:j], c.vals[i:j])
-			i = j
-		}
-	}
-	a.columns++
+	return rollupPage(a, interval), nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/aggregate"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -35,17 +36,17 @@ func (s *Store) aggregateRollups(ctx context.Context, q buckets.AggregateQuery, 
 		r.direct = make([]buckets.AggregateBucket, 0, n)
 		n = min(n, directAggHint)
 	}
-	agg := newAggregator(q, int(min(n, maxBucketsHint)))
-	defer agg.release()
+	agg := aggregate.New(q, int(min(n, aggregate.MaxBucketsHint)))
+	defer agg.Release()
 	r.agg = agg
 	if !any {
-		return agg.page(), true, nil
+		return agg.Page(), true, nil
 	}
 	for d := buckets.DayOf(from); d <= buckets.DayOf(to-1); d++ {
 		if err := r.day(d, max(from, d.Start()), min(to, d.End())); err != nil {
 			return buckets.AggregatePage{}, true, err
 		}
-		if r.done || agg.finalBefore(agg.bucketOf(d.End()))+len(r.direct) > q.Limit {
+		if r.done || agg.FinalBefore(agg.BucketOf(d.End()))+len(r.direct) > q.Limit {
 			break
 		}
 	}
@@ -91,7 +92,7 @@ type rollRead struct {
 	s      *Store
 	ctx    context.Context
 	q      buckets.AggregateQuery
-	agg    *aggregator
+	agg    *aggregate.Aggregator
 	level  int
 	iv     buckets.Ticks
 	pendLo buckets.Ticks // -1: nothing pending
@@ -117,14 +118,14 @@ func (r *rollRead) add(b rollup.Bucket) {
 // page is the answer: the aggregator's buckets and the direct ones
 // (never the same bucket), oldest first, at most Limit of them.
 func (r *rollRead) page() buckets.AggregatePage {
-	if len(r.agg.bs) == 0 && len(r.direct) > 0 { // the answer as the rollups gave it
+	if r.agg.Len() == 0 && len(r.direct) > 0 { // the answer as the rollups gave it
 		p := buckets.AggregatePage{Buckets: r.direct, More: r.done}
 		if len(p.Buckets) > r.q.Limit {
 			p.Buckets, p.More = p.Buckets[:r.q.Limit], true
 		}
 		return p
 	}
-	p := r.agg.page()
+	p := r.agg.Page()
 	if len(r.direct) == 0 {
 		return p
 	}
@@ -223,8 +224,8 @@ func (r *rollRead) flush() error {
 	r.pendLo = -1
 	var fromTable []buckets.Ticks // buckets the day table answers
 	var group []rollup.Bucket     // of one answer bucket and day
-	err := r.s.rollups.set.ScanNames(r.ctx, r.level, r.q.Device, lo, hi, r.agg.fields, func(b rollup.Bucket) error {
-		if len(r.agg.buckets)+len(r.direct) > r.q.Limit && r.agg.finalBefore(b.Start)+len(r.direct) > r.q.Limit {
+	err := r.s.rollups.set.ScanNames(r.ctx, r.level, r.q.Device, lo, hi, r.agg.Fields(), func(b rollup.Bucket) error {
+		if r.agg.Unslotted()+len(r.direct) > r.q.Limit && r.agg.FinalBefore(b.Start)+len(r.direct) > r.q.Limit {
 			return errRollupsDone
 		}
 		if r.q.PerMillisecond && !b.DistinctMs && r.s.hasTable(buckets.DayOf(b.Start)) {
@@ -235,7 +236,7 @@ func (r *rollRead) flush() error {
 			r.add(b)
 			return nil
 		}
-		if len(group) > 0 && (r.agg.bucketOf(b.Start) != r.agg.bucketOf(group[0].Start) || buckets.DayOf(b.Start) != buckets.DayOf(group[0].Start)) {
+		if len(group) > 0 && (r.agg.BucketOf(b.Start) != r.agg.BucketOf(group[0].Start) || buckets.DayOf(b.Start) != buckets.DayOf(group[0].Start)) {
 			r.merge(group)
 			group = group[:0]
 		}
@@ -272,9 +273,9 @@ func ceilTo(k, iv buckets.Ticks) buckets.Ticks {
 func (r *rollRead) merge(group []rollup.Bucket) {
 	for i := len(group) - 1; i >= 0; i-- {
 		b := group[i]
-		start := r.agg.bucketOf(b.Start)
+		start := r.agg.BucketOf(b.Start)
 		for _, v := range b.Values {
-			if s := r.agg.summary(start, []byte(v.Name)); s != nil {
+			if s := r.agg.Summary(start, []byte(v.Name)); s != nil {
 				s.Merge(v.Summary)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/aggregate"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -326,43 +327,21 @@ func levelBuckets(ctx context.Context, t *table, dev buckets.DeviceID, interval,
 // rollupBuckets is dev's buckets of interval in [lo, hi) of t, as an
 // aggregate query of that interval answers them.
 func rollupBuckets(ctx context.Context, t *table, dev buckets.DeviceID, interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
-	a := newAggregator(buckets.AggregateQuery{Device: dev, From: lo, To: hi, Interval: interval, Limit: int(sealWindow * 24 / buckets.TicksPerSecond)}, 0)
-	if _, err := a.table(ctx, t, lo, hi); err != nil {
+	a := aggregate.New(buckets.AggregateQuery{Device: dev, From: lo, To: hi, Interval: interval, Limit: int(sealWindow * 24 / buckets.TicksPerSecond)}, 0)
+	if _, err := aggregateTable(ctx, a, t, lo, hi); err != nil {
 		return nil, fmt.Errorf("rollup of %s in %s: %w", dev, t.day, err)
 	}
-	return a.rollupPage(interval), nil
+	return rollupPage(a, interval), nil
 }
 
 // rollupPage is the buckets a holds as rollup buckets.
-func (a *aggregator) rollupPage(interval buckets.Ticks) []rollup.Bucket {
-	page := a.page()
+func rollupPage(a *aggregate.Aggregator, interval buckets.Ticks) []rollup.Bucket {
+	page := a.Page()
 	out := make([]rollup.Bucket, 0, len(page.Buckets))
 	for _, b := range page.Buckets {
-		out = append(out, rollup.Bucket{Start: b.Start, Values: b.Values, DistinctMs: a.distinctMs(b.Start, b.Start+interval)})
+		out = append(out, rollup.Bucket{Start: b.Start, Values: b.Values, DistinctMs: a.DistinctMs(b.Start, b.Start+interval)})
 	}
 	return out
-}
-
-// distinctMs reports whether no two readings of the blocks that the
-// last table call saw in [lo, hi) share a millisecond: every such block
-// says so of its own readings, and no two of them touch one millisecond.
-func (a *aggregator) distinctMs(lo, hi buckets.Ticks) bool {
-	var in []blockRef
-	for i, r := range a.refs {
-		if r.newest >= lo && r.oldest < hi {
-			if !a.distinct[i] && r.count > 1 {
-				return false
-			}
-			in = append(in, r)
-		}
-	}
-	slices.SortFunc(in, func(x, y blockRef) int { return int(x.oldest - y.oldest) })
-	for i := 1; i < len(in); i++ {
-		if in[i].oldest/ticksPerMs <= in[i-1].newest/ticksPerMs {
-			return false
-		}
-	}
-	return true
 }
 
 // rollBeforeDrop puts, for every device of the table of day, the

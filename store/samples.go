@@ -22,7 +22,7 @@ func (s *Store) Samples(ctx context.Context, dev buckets.DeviceID, from, to buck
 	if err := s.Ping(ctx); err != nil {
 		return err
 	}
-	first, last, ok := s.index.bounds(dev)
+	first, last, ok := s.index.Bounds(dev)
 	if !ok || len(names) == 0 {
 		return nil
 	}

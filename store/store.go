@@ -39,7 +39,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/aggregate"
 	"github.com/telemetryd/telemetryd/store/colcache"
+	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
@@ -80,17 +82,17 @@ type Store struct {
 	metrics   *metrics
 	bad       *badBlocks
 	lock      *dirLock
-	index     *deviceIndex
-	replay    replayState                  // stream positions and tombstones (checkpoint.go, tombstone.go)
-	barrier   atomic.Pointer[func() error] // SetPositionBarrier (syncloop.go)
-	health    commitHealth                 // tables that cannot commit (health.go)
-	holes     atomic.Int64                 // what the memtable logs may still claim (health.go)
-	deletes   deviceTombs                  // deleted devices (delete.go)
-	rollups   *rollState                   // rollups (rollups.go); its set is nil when they are off
-	settles   *settleQueue                 // tables the compactor settles before they close (settle.go)
-	queries   queryClock                   // when the last query began (giveway.go)
-	cols      *colcache.Cache[*blockList]  // decoded columns and block lists for aggregates; nil when off
-	watch     watchers                     // told of changes to readings (watch.go)
+	index     *devindex.Index
+	replay    replayState                           // stream positions and tombstones (checkpoint.go, tombstone.go)
+	barrier   atomic.Pointer[func() error]          // SetPositionBarrier (syncloop.go)
+	health    commitHealth                          // tables that cannot commit (health.go)
+	holes     atomic.Int64                          // what the memtable logs may still claim (health.go)
+	deletes   deviceTombs                           // deleted devices (delete.go)
+	rollups   *rollState                            // rollups (rollups.go); its set is nil when they are off
+	settles   *settleQueue                          // tables the compactor settles before they close (settle.go)
+	queries   queryClock                            // when the last query began (giveway.go)
+	cols      *colcache.Cache[*aggregate.BlockList] // decoded columns and block lists for aggregates; nil when off
+	watch     watchers                              // told of changes to readings (watch.go)
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 
@@ -146,7 +148,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 	} else {
 		go s.compactor()
 	}
-	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", s.index.len())
+	s.log.Info("store open", "dir", dataDir, "tables", len(s.tables), "devices", s.index.Len())
 	return s, nil
 }
 
@@ -176,23 +178,23 @@ func (s *Store) openFiles() error {
 	}
 	s.index = idx
 	if err := s.loadDeviceTombs(); err != nil {
-		return errors.Join(err, idx.close(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), lock.unlock())
 	}
 	if err := s.openRollups(); err != nil {
-		return errors.Join(err, idx.close(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), lock.unlock())
 	}
 	if s.opts.ColumnCacheSize > 0 {
-		if s.cols, err = colcache.New[*blockList](s.opts.ColumnCacheSize); err != nil {
-			return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
+		if s.cols, err = colcache.New[*aggregate.BlockList](s.opts.ColumnCacheSize); err != nil {
+			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
 		}
 	}
 	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
 		s.cols.Close()
-		return errors.Join(err, idx.close(), s.closeRollups(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
 	}
 	s.bad.start(s.metrics.corruptBlocks)
-	s.bad.damagedRecords(idx.damaged)
-	s.bad.damagedAttrRecords(idx.attrDamaged)
+	s.bad.damagedRecords(idx.Damaged())
+	s.bad.damagedAttrRecords(idx.AttrDamaged())
 	return nil
 }
 
@@ -301,7 +303,7 @@ func (s *Store) close() error {
 	if err := s.metrics.health.Unregister(); err != nil {
 		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
 	}
-	if err := s.index.close(); err != nil {
+	if err := closeIndex(s.index); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.closeRollups(); err != nil {
@@ -322,7 +324,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
-	if closed || s.index.db.IsClosed() {
+	if closed || s.index.DB().IsClosed() {
 		return errClosed
 	}
 	return nil
@@ -348,7 +350,7 @@ func (s *Store) janitor() {
 			if s.diskTight(false) {
 				continue // flushed once there is room (health.go)
 			}
-			if err := s.index.flushDirty(); err != nil {
+			if err := s.index.Flush(); err != nil {
 				s.log.Error("persist device index", "err", err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 // benchDevices are 1000 device IDs of 31 characters: with the separator
@@ -61,7 +62,7 @@ func BenchmarkRawBadgerWriteBatch(b *testing.B) {
 		rs := benchBatch(n)
 		wb := db.NewWriteBatch()
 		for _, r := range rs {
-			if err := wb.Set(appendReadingKey(nil, r.Device, r.Ticks), appendValues(nil, r.Values)); err != nil {
+			if err := wb.Set(appendReadingKey(nil, r.Device, r.Ticks), devindex.AppendValues(nil, r.Values)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -77,7 +77,7 @@ func (s *Store) syncAll() {
 		}
 		s.unhold(t)
 	}
-	if err := errors.Join(s.index.db.Sync(), syncLogs(filepath.Join(s.dir, indexDirName))); err != nil {
+	if err := errors.Join(s.index.DB().Sync(), syncLogs(filepath.Join(s.dir, indexDirName))); err != nil {
 		s.log.Warn("sync device index", "err", err)
 		ok = false
 	}

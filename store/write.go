@@ -77,14 +77,14 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 	for _, g := range groups {
 		if err := s.writeDay(ctx, g.day, g.readings); err != nil {
 			// Keep what earlier tables committed visible in the index.
-			if perr := s.index.persist(urgent); perr != nil {
+			if perr := s.index.Persist(urgent); perr != nil {
 				s.log.Error("persist device index", "err", perr)
 			}
 			return err
 		}
-		urgent = append(urgent, s.index.observe(g.readings)...)
+		urgent = append(urgent, s.index.Observe(g.readings)...)
 	}
-	if err := s.index.persist(urgent); err != nil {
+	if err := s.index.Persist(urgent); err != nil {
 		return classify(fmt.Errorf("write: %w", err))
 	}
 	s.fault(AfterCommit)

@@ -30,8 +30,7 @@
 //
 // A CRC-32C of all the bytes before it ends the block, and every reader
 // checks it before it interprets anything else, so a damaged block is
-// reported as ErrChecksum instead of decoding into wrong values. Blocks
-// written before the checksum existed (LegacyVersion) are still read.
+// reported as ErrChecksum instead of decoding into wrong values.
 // FORMAT.md draws the layout byte by byte.
 package block
 
@@ -51,16 +50,10 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 )
 
-// Version is the block format version this package writes: the
-// layout of LegacyVersion followed by a CRC-32C of everything before
-// it (FORMAT.md draws it). It is 5, not 3, so that no flip of one or
-// two bits turns it into LegacyVersion, whose blocks are read
-// unchecked (5 is 0b101, LegacyVersion 0b010).
+// Version is the block format version this package writes and reads:
+// the body followed by a CRC-32C of everything before it (FORMAT.md
+// draws it).
 const Version = 5
-
-// LegacyVersion is the format of blocks written before blocks carried a
-// checksum. They are still read, unchecked.
-const LegacyVersion = 2
 
 // checksumLen is the length of the checksum that ends a block.
 const checksumLen = 4
@@ -135,11 +128,10 @@ type Header struct {
 var (
 	encoderOnce sync.Once
 	encoder     *zstd.Encoder
-	decoder     *zstd.Decoder
-	// trusting decodes the frames of blocks whose CRC-32C matched: those
-	// bytes are the encoder's, so zstd's own checksum of the output is
-	// not computed again.
-	trusting *zstd.Decoder
+	// decoder decodes the frames of blocks, which every reader does only
+	// after the block's CRC-32C matched: those bytes are the encoder's,
+	// so zstd's own checksum of the output is not computed again.
+	decoder *zstd.Decoder
 )
 
 // codecs returns the shared zstd encoder and decoder; both are safe
@@ -153,11 +145,6 @@ func codecs() (*zstd.Encoder, *zstd.Decoder) {
 			panic(fmt.Sprintf("block: zstd encoder: %v", err))
 		}
 		decoder, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(MaxRawBytes), zstd.WithDecoderLowmem(true))
-		if err != nil {
-			panic(fmt.Sprintf("block: zstd decoder: %v", err))
-		}
-		trusting, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
 			zstd.WithDecoderMaxMemory(MaxRawBytes), zstd.WithDecoderLowmem(true), zstd.IgnoreChecksum(true))
 		if err != nil {
 			panic(fmt.Sprintf("block: zstd decoder: %v", err))

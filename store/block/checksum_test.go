@@ -3,8 +3,6 @@ package block_test
 import (
 	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,26 +52,9 @@ func TestEveryFlippedBitIsCaughtBeforeAnyValueIsRead(t *testing.T) {
 	}
 }
 
-func TestVersionByteTurnedLegacyIsCaught(t *testing.T) {
-	for name, rs := range map[string][]buckets.Reading{"raw columns": series(3, 1), "zstd columns": series(300, 2)} {
-		t.Run(name, func(t *testing.T) {
-			b, err := block.Encode(nil, rs)
-			require.NoError(t, err)
-			b[0] = block.LegacyVersion
-			errs, calls := readAll(t, b)
-			for reader, err := range errs {
-				require.ErrorIs(t, err, block.ErrCorrupt, reader)
-				assert.Contains(t, err.Error(), "version byte", reader)
-			}
-			assert.Zero(t, calls)
-			assert.False(t, block.Checksummed(b))
-		})
-	}
-}
-
-// legacyReadings are the readings of the blocks in testdata/legacy_v2_*,
-// which the encoder of block format version 2 (before checksums) wrote.
-func legacyReadings(n int) []buckets.Reading {
+// mixedReadings are n readings of ints, bools, strings and decimal
+// floats, some without every name.
+func mixedReadings(n int) []buckets.Reading {
 	rs := make([]buckets.Reading, n)
 	for i := range rs {
 		vs := []buckets.Field{
@@ -90,56 +71,17 @@ func legacyReadings(n int) []buckets.Reading {
 	return rs
 }
 
-func TestLegacyBlocksWithoutChecksumStillRead(t *testing.T) {
-	for file, n := range map[string]int{"legacy_v2_raw.block": 2, "legacy_v2_zstd.block": 300} {
-		t.Run(file, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join("testdata", file))
-			require.NoError(t, err)
-			require.Equal(t, byte(block.LegacyVersion), b[0])
-			require.False(t, block.Checksummed(b))
-			want := legacyReadings(n)
-			errs, _ := readAll(t, b)
-			for reader, err := range errs {
-				require.NoError(t, err, reader)
-			}
-			h, rs, err := block.Decode(b, "dev-1")
-			require.NoError(t, err)
-			assert.Equal(t, n, h.Count)
-			assert.Equal(t, want, rs)
-			var sc block.Scanner
-			got, err := sc.Readings(b, "dev-1", 0, buckets.MaxTicks+1, 0, true)
-			require.NoError(t, err)
-			assert.Equal(t, want, got)
-			again, err := block.Encode(nil, rs)
-			require.NoError(t, err)
-			assert.Equal(t, b[1:], again[1:len(again)-4], "the checksummed layout is the old one plus a checksum")
-		})
-	}
-}
-
-// TestZstdChecksumCheckedOnlyInLegacyBlocks damages the content
-// checksum at the end of the zstd frame of a block: a legacy block has
-// no other check, so every reader refuses it; in a checksummed block
-// the block's CRC-32C (resealed here) already vouches for the frame's
-// bytes, so zstd's own checksum is not computed again.
-func TestZstdChecksumCheckedOnlyInLegacyBlocks(t *testing.T) {
-	legacy, err := os.ReadFile(filepath.Join("testdata", "legacy_v2_zstd.block"))
+// TestZstdChecksumNotCheckedBehindTheBlockChecksum damages the content
+// checksum at the end of the zstd frame of a block: the block's CRC-32C
+// (resealed here) already vouches for the frame's bytes, so zstd's own
+// checksum is not computed again.
+func TestZstdChecksumNotCheckedBehindTheBlockChecksum(t *testing.T) {
+	sealed, err := block.Encode(nil, mixedReadings(300))
 	require.NoError(t, err)
-	damaged := bytes.Clone(legacy)
-	damaged[len(damaged)-1] ^= 0x01 // the frame's last byte: its content checksum
-	_, _, err = block.Decode(damaged, "dev-1")
-	require.ErrorIs(t, err, block.ErrCorrupt, "legacy: Decode")
-	var sc block.Scanner
-	require.Error(t, sc.Numeric(damaged, func([]byte) bool { return true }, func([]byte, []buckets.Ticks, []float64) {}), "legacy: Numeric")
-	_, err = sc.Readings(damaged, "dev-1", 0, buckets.MaxTicks+1, 0, true)
-	require.Error(t, err, "legacy: Readings")
-
-	sealed, err := block.Encode(nil, legacyReadings(300))
-	require.NoError(t, err)
-	damaged = bytes.Clone(sealed)
+	damaged := bytes.Clone(sealed)
 	damaged[len(damaged)-5] ^= 0x01 // before the block's CRC-32C: the frame's content checksum
 	damaged = block.Reseal(damaged)
 	_, rs, err := block.Decode(damaged, "dev-1")
 	require.NoError(t, err)
-	assert.Equal(t, legacyReadings(300), rs)
+	assert.Equal(t, mixedReadings(300), rs)
 }

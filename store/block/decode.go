@@ -81,38 +81,18 @@ func body(b []byte) ([]byte, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrCorrupt)
 	}
-	switch b[0] {
-	case Version:
-		n := len(b) - checksumLen
-		if n < 2 {
-			return nil, fmt.Errorf("%w: %d bytes is too short for a checksum", ErrCorrupt, len(b))
-		}
-		stored, sum := binary.BigEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli)
-		if stored != sum {
-			return nil, fmt.Errorf("%w (stored %08x, computed %08x)", ErrChecksum, stored, sum)
-		}
-		return b[1:n], nil
-	case LegacyVersion:
-		if looksChecksummed(b) {
-			return nil, fmt.Errorf("%w: version byte %d damaged: the block ends in the checksum of a block of version %d", ErrCorrupt, b[0], Version)
-		}
-		return b[1:], nil
+	if b[0] != Version {
+		return nil, fmt.Errorf("%w %d", ErrVersion, b[0])
 	}
-	return nil, fmt.Errorf("%w %d", ErrVersion, b[0])
-}
-
-// looksChecksummed reports whether the block b, of LegacyVersion, ends
-// in the checksum it would have as a block of Version: a checksummed
-// block whose version byte was damaged into LegacyVersion, which must
-// not be read unchecked. An intact legacy block ends so by chance once
-// in 2^32.
-func looksChecksummed(b []byte) bool {
 	n := len(b) - checksumLen
 	if n < 2 {
-		return false
+		return nil, fmt.Errorf("%w: %d bytes is too short for a checksum", ErrCorrupt, len(b))
 	}
-	h := crc32.Update(0, castagnoli, []byte{Version})
-	return binary.BigEndian.Uint32(b[n:]) == crc32.Update(h, castagnoli, b[1:n])
+	stored, sum := binary.BigEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli)
+	if stored != sum {
+		return nil, fmt.Errorf("%w (stored %08x, computed %08x)", ErrChecksum, stored, sum)
+	}
+	return b[1:n], nil
 }
 
 // Checksummed reports whether the block b is of a version that carries
@@ -200,7 +180,7 @@ func Decode(b []byte, dev buckets.DeviceID) (Header, []buckets.Reading, error) {
 	if err != nil {
 		return h, nil, err
 	}
-	raw, err := uncompress(rest, Checksummed(b))
+	raw, err := uncompress(rest)
 	if err != nil {
 		return h, nil, err
 	}
@@ -257,8 +237,8 @@ func assembleRows(h Header, cols []decodedColumn, rs []buckets.Reading, slab []b
 
 // uncompress returns the raw columns that follow the header, in new
 // storage.
-func uncompress(rest []byte, verified bool) ([]byte, error) {
-	return uncompressInto(nil, rest, verified)
+func uncompress(rest []byte) ([]byte, error) {
+	return uncompressInto(nil, rest)
 }
 
 // decodeTimes fills the ticks of rs from the time column.

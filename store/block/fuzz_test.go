@@ -28,8 +28,8 @@ func mustTime(s string) time.Time {
 // again into a block that decodes to the same readings. The Scanner
 // must accept exactly what Decode accepts and report the same numeric
 // values, and Scanner.Readings must return Decode's rows for every
-// window. The seed corpus is in testdata/fuzz/FuzzDecode (blocks of
-// the legacy version 2 without checksum, and checksummed ones).
+// window. The seed corpus is in testdata/fuzz/FuzzDecode (checksummed
+// blocks, and bodies the fuzzer reseals).
 func FuzzDecode(f *testing.F) {
 	for _, rs := range [][]buckets.Reading{series(1, 1), series(50, 2), {
 		{Ticks: 5, Values: []buckets.Field{{Name: "a", Value: buckets.Float(math.Pi)}, {Name: "b", Value: buckets.String("x")}}},
@@ -60,10 +60,6 @@ func checkDecoders(t *testing.T, sc *block.Scanner, data []byte) {
 	got, scanErr := scanned(t, sc, data, all)
 	_, winErr := sc.Readings(data, "dev-1", 0, buckets.MaxTicks+1, 1, true)
 	if err != nil {
-		if !block.Checksummed(data) { // a legacy block: every column is checked, wanted or not
-			_, someErr := scanned(t, sc, data, func(n string) bool { return len(n)%2 == 0 })
-			require.Error(t, someErr, "the scanner refuses, for some names, the legacy block Decode refuses (%v)", err)
-		}
 		require.Error(t, scanErr, "the scanner refuses what Decode refuses (%v)", err)
 		require.Error(t, winErr, "Readings refuses what Decode refuses (%v)", err)
 		return

@@ -44,18 +44,16 @@ type scanName struct {
 // block, with the ticks and values (ints as float64, bools as 0 or 1;
 // strings left out) of the readings that carry it, oldest first. name,
 // ticks and vals are only valid during the call. Wanted columns are
-// checked as Decode checks them. In a block of the checksummed version
-// (whose checksum matched before any of it was read) the columns of the
-// names want refuses are skipped, only their lengths read; in a legacy block
-// without checksum every column is checked, so there the Scanner
-// accepts exactly the blocks Decode accepts. An error leaves the calls
-// already made standing.
+// checked as Decode checks them. The block's checksum matched before
+// any of it was read, so the columns of the names want refuses are
+// skipped, only their lengths read. An error leaves the calls already
+// made standing.
 func (sc *Scanner) Numeric(b []byte, want func(name []byte) bool, fn func(name []byte, ticks []buckets.Ticks, vals []float64)) error {
 	n, oldest, newest, rest, err := sc.header(b)
 	if err != nil {
 		return err
 	}
-	raw, err := uncompressInto(sc.buf[:0], rest, Checksummed(b))
+	raw, err := uncompressInto(sc.buf[:0], rest)
 	if err != nil {
 		return err
 	}
@@ -67,13 +65,12 @@ func (sc *Scanner) Numeric(b []byte, want func(name []byte) bool, fn func(name [
 		return err
 	}
 	complete := sc.startCover(n)
-	verified := Checksummed(b)
 	for i := range sc.names {
 		in := &sc.names[i]
 		asked := want(in.name)
 		wanted := in.num > 0 && asked
 		var err error
-		if asked || !verified {
+		if asked {
 			err = sc.column(&r, in, n, wanted, !complete)
 		} else {
 			err = sc.skipColumn(&r, in, n, !complete)
@@ -161,9 +158,9 @@ func (sc *Scanner) header(b []byte) (n int, oldest, newest buckets.Ticks, rest [
 }
 
 // uncompressInto returns the raw columns that follow the header, in
-// dst's storage when it is large enough. verified says that the block's
-// checksum matched (zstd's checksum of the output is then skipped).
-func uncompressInto(dst, rest []byte, verified bool) ([]byte, error) {
+// dst's storage when it is large enough. The block's checksum matched
+// before (so zstd's checksum of the output is skipped).
+func uncompressInto(dst, rest []byte) ([]byte, error) {
 	r := reader{b: rest}
 	mode := r.byte("compression")
 	size := r.uvarint("raw size")
@@ -178,9 +175,6 @@ func uncompressInto(dst, rest []byte, verified bool) ([]byte, error) {
 		return r.b, nil
 	case compressZstd:
 		_, dec := codecs()
-		if verified {
-			dec = trusting
-		}
 		if uint64(cap(dst)) < size {
 			dst = make([]byte, 0, size)
 		}

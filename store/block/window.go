@@ -42,7 +42,7 @@ func (sc *Scanner) ReadingsIn(vals []buckets.Field, b []byte, dev buckets.Device
 	if err != nil {
 		return nil, vals, err
 	}
-	raw, err := uncompressInto(sc.buf[:0], rest, Checksummed(b))
+	raw, err := uncompressInto(sc.buf[:0], rest)
 	if err != nil {
 		return nil, vals, err
 	}

@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"bytes"
@@ -51,7 +51,7 @@ func TestIndexValuesRoundTripEachKind(t *testing.T) {
 	for name, v := range valueCases {
 		t.Run(name, func(t *testing.T) {
 			in := []buckets.Field{{Name: "x", Value: v}}
-			out, err := decodeValues(appendValues(nil, in))
+			out, err := decodeValues(AppendValues(nil, in))
 			require.NoError(t, err)
 			require.Len(t, out, 1)
 			assert.Equal(t, in, out)
@@ -73,13 +73,13 @@ func TestIndexValuesRoundTripMany(t *testing.T) {
 	in = append(in, floatFields(200)...)
 	buckets.SortValues(in)
 
-	enc := appendValues([]byte("keep"), in)
+	enc := AppendValues([]byte("keep"), in)
 	require.Equal(t, []byte("keep"), enc[:4], "AppendValues appends")
 	out, err := decodeValues(enc[4:])
 	require.NoError(t, err)
 	assert.Equal(t, in, out)
 
-	empty, err := decodeValues(appendValues(nil, nil))
+	empty, err := decodeValues(AppendValues(nil, nil))
 	require.NoError(t, err)
 	assert.Empty(t, empty)
 }
@@ -107,7 +107,7 @@ func TestIndexValuesFloatEncoding(t *testing.T) {
 		{1e300, tagFloat, 8},
 	}
 	for _, tc := range tests {
-		enc := appendValues(nil, []buckets.Field{{Name: "x", Value: buckets.Float(tc.v)}})
+		enc := AppendValues(nil, []buckets.Field{{Name: "x", Value: buckets.Float(tc.v)}})
 		// version, count, name length, name, tag, payload
 		require.Len(t, enc, 5+tc.payload, "%g", tc.v)
 		assert.Equal(t, []byte{1, 1, 1, 'x'}, enc[:4])
@@ -116,7 +116,7 @@ func TestIndexValuesFloatEncoding(t *testing.T) {
 }
 
 func TestIndexDecodeValuesRejects(t *testing.T) {
-	valid := appendValues(nil, []buckets.Field{
+	valid := AppendValues(nil, []buckets.Field{
 		{Name: "a", Value: buckets.Float(1.5)},
 		{Name: "b", Value: buckets.String("hello")},
 		{Name: "c", Value: buckets.Int(-300)},
@@ -166,7 +166,7 @@ func TestIndexDecodeValuesRejects(t *testing.T) {
 }
 
 func TestIndexAppendValuesPanicsOnUnknownKind(t *testing.T) {
-	assert.Panics(t, func() { appendValues(nil, []buckets.Field{{Name: "x"}}) })
+	assert.Panics(t, func() { AppendValues(nil, []buckets.Field{{Name: "x"}}) })
 }
 
 // TestDecodeValuesFieldCountLimit: the decoder accepts up to 4*MaxValues
@@ -191,7 +191,7 @@ func TestIndexDecodeValuesFieldCountLimit(t *testing.T) {
 func FuzzIndexValueCodec(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1, 0})
-	f.Add(appendValues(nil, []buckets.Field{
+	f.Add(AppendValues(nil, []buckets.Field{
 		{Name: "a", Value: buckets.Float(1.5)},
 		{Name: "b", Value: buckets.String("x\x00y")},
 		{Name: "c", Value: buckets.Int(math.MinInt64)},
@@ -205,7 +205,7 @@ func FuzzIndexValueCodec(f *testing.F) {
 			require.Nil(t, fields)
 			return
 		}
-		enc := appendValues(nil, fields)
+		enc := AppendValues(nil, fields)
 		again, err := decodeValues(enc)
 		require.NoError(t, err)
 		require.Len(t, again, len(fields))
@@ -213,7 +213,7 @@ func FuzzIndexValueCodec(f *testing.F) {
 			// DeepEqual on Value compares float bits: -0 stays -0.
 			assert.Equal(t, fields, again)
 		}
-		require.Equal(t, enc, appendValues(nil, again), "encoding is stable")
+		require.Equal(t, enc, AppendValues(nil, again), "encoding is stable")
 		require.LessOrEqual(t, len(enc), len(data), "the canonical encoding is never longer")
 	})
 }

@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"testing"
@@ -41,7 +41,7 @@ func FuzzParseEntityKey(f *testing.F) {
 		if buckets.ValidateAttributeName(name) != nil || buckets.DeviceID(dev).Validate() != nil {
 			return
 		}
-		n, v, d, ok := parseEntityKey(entityKey(name, value, buckets.DeviceID(dev)))
+		n, v, d, ok := parseEntityKey(EntityKey(name, value, buckets.DeviceID(dev)))
 		require.True(t, ok)
 		require.Equal(t, name, n)
 		require.Equal(t, value, v)

@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 )
 
 // FuzzDecodeEntry feeds arbitrary bytes to the device index record
-// decoder: it never panics, a record of the checksummed version whose
-// checksum does not match is refused, and whatever it accepts encodes
+// decoder: it never panics, a record whose checksum does not match is
+// refused, and whatever it accepts encodes
 // again (checksummed) into a record that decodes to the same entry.
 // The seed corpus is in testdata/fuzz/FuzzDecodeEntry.
 func FuzzDecodeEntry(f *testing.F) {
@@ -21,17 +21,13 @@ func FuzzDecodeEntry(f *testing.F) {
 		latest: []buckets.Field{{Name: "a", Value: buckets.Float(1.5)}, {Name: "b", Value: buckets.String("x")}}}
 	rec := encodeEntry(nil, e)
 	f.Add(rec)
-	legacy := append([]byte{legacyEntryVersion}, rec[1:len(rec)-4]...)
-	f.Add(legacy)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeEntry(b)
 		if err != nil {
 			return
 		}
-		if b[0] == entryVersion {
-			n := len(b) - 4
-			require.Equal(t, crc32.Checksum(b[:n], castagnoli), binary.BigEndian.Uint32(b[n:]), "a checksummed record decodes only when intact")
-		}
+		n := len(b) - 4
+		require.Equal(t, crc32.Checksum(b[:n], castagnoli), binary.BigEndian.Uint32(b[n:]), "a checksummed record decodes only when intact")
 		again, err := decodeEntry(encodeEntry(nil, got))
 		require.NoError(t, err)
 		require.Equal(t, got, again)
@@ -51,8 +47,4 @@ func TestDeviceRecordChecksum(t *testing.T) {
 		_, err := decodeEntry(bad)
 		require.Error(t, err, "bit %d flipped", i)
 	}
-	legacy := append([]byte{legacyEntryVersion}, rec[1:len(rec)-4]...)
-	got, err = decodeEntry(legacy)
-	require.NoError(t, err, "records written before checksums still read")
-	require.Equal(t, e, got)
 }

@@ -1,7 +1,6 @@
-package store
+package devindex
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -44,30 +43,17 @@ type attrChange struct {
 // rolls a newer one back and applying one again changes nothing. At
 // equal At a value beats a removal and the greater value beats the
 // smaller. A device's attribute record and its index entities change in
-// one transaction of the device index database, which day drops never
-// touch. An assignment for a device the index has not seen creates it,
-// with zero FirstSeen and LastSeen until a reading arrives.
+// one transaction of the index database, which day drops never touch.
+// An assignment for a device the index has not seen creates it, with
+// zero FirstSeen and LastSeen until a reading arrives.
 //
-// Invalid assignments (a name, value or device breaking its rule, a
-// name both set and removed, more than buckets.MaxAttributes after
-// applying) are refused with a *buckets.ValidationError and nothing of
-// as is applied.
-func (s *Store) Assign(ctx context.Context, as []buckets.Assignment) error {
-	if len(as) == 0 {
-		return ctx.Err()
-	}
-	if s.opts.ReadOnly {
-		return errReadOnly
-	}
-	for i := range as {
-		if err := validateAssignment(&as[i]); err != nil {
-			return err
-		}
-	}
-	if err := s.Ping(ctx); err != nil {
+// Invalid assignments (see Validate, and more than
+// buckets.MaxAttributes after applying) are refused with a
+// *buckets.ValidationError and nothing of as is applied.
+func (x *Index) Assign(as []buckets.Assignment) error {
+	if err := Validate(as); err != nil {
 		return err
 	}
-	x := s.index
 	byDev := groupAssignments(as)
 	devs := make([]buckets.DeviceID, 0, len(byDev))
 	for d := range byDev {
@@ -88,7 +74,20 @@ func (s *Store) Assign(ctx context.Context, as []buckets.Assignment) error {
 		return err
 	}
 	if err := x.commitAttrs(changes); err != nil {
-		return classify(fmt.Errorf("assign attributes: %w", err))
+		return fmt.Errorf("assign attributes: %w", err)
+	}
+	return nil
+}
+
+// Validate checks each assignment's device, time, names and values: a
+// name, value or device breaking its rule, a name both set and
+// removed, or more than buckets.MaxAttributes set is refused with a
+// *buckets.ValidationError.
+func Validate(as []buckets.Assignment) error {
+	for i := range as {
+		if err := validateAssignment(&as[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -104,7 +103,7 @@ func groupAssignments(as []buckets.Assignment) map[buckets.DeviceID][]*buckets.A
 
 // planAssign computes the new records of devs; the caller holds their
 // locks. Devices whose record does not change are left out.
-func (x *deviceIndex) planAssign(devs []buckets.DeviceID, byDev map[buckets.DeviceID][]*buckets.Assignment) ([]attrChange, error) {
+func (x *Index) planAssign(devs []buckets.DeviceID, byDev map[buckets.DeviceID][]*buckets.Assignment) ([]attrChange, error) {
 	changes := make([]attrChange, 0, len(devs))
 	for _, d := range devs {
 		x.mu.RLock()
@@ -168,7 +167,7 @@ func validateAssignment(a *buckets.Assignment) error {
 // transaction, and then applies them to memory. A batch too big for one
 // transaction is split between devices; what committed is applied
 // even when a later part fails.
-func (x *deviceIndex) commitAttrs(changes []attrChange) error {
+func (x *Index) commitAttrs(changes []attrChange) error {
 	for from := 0; from < len(changes); {
 		n, err := x.commitLeading(changes[from:])
 		if err != nil {
@@ -182,7 +181,7 @@ func (x *deviceIndex) commitAttrs(changes []attrChange) error {
 
 // commitLeading commits as many of the leading changes as one
 // transaction holds and returns how many.
-func (x *deviceIndex) commitLeading(changes []attrChange) (int, error) {
+func (x *Index) commitLeading(changes []attrChange) (int, error) {
 	txn := x.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	n := 0
@@ -224,11 +223,11 @@ func writeAttrChange(txn *badger.Txn, c *attrChange) error {
 			return err
 		}
 	}
-	return txn.Set(attrRecordKey(c.dev), encodeAttrRecord(nil, c.new))
+	return txn.Set(AttrRecordKey(c.dev), encodeAttrRecord(nil, c.new))
 }
 
 // applyAttrs makes committed changes visible.
-func (x *deviceIndex) applyAttrs(changes []attrChange) {
+func (x *Index) applyAttrs(changes []attrChange) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, c := range changes {
@@ -244,7 +243,7 @@ func (x *deviceIndex) applyAttrs(changes []attrChange) {
 
 // entry returns dev's entry, creating one without readings if the
 // index has not seen dev. x.mu must be held for writing.
-func (x *deviceIndex) entry(dev buckets.DeviceID) *deviceEntry {
+func (x *Index) entry(dev buckets.DeviceID) *deviceEntry {
 	e := x.devices[dev]
 	if e == nil {
 		e = &deviceEntry{}
@@ -257,11 +256,7 @@ func (x *deviceIndex) entry(dev buckets.DeviceID) *deviceEntry {
 
 // Device returns what the index knows about dev, with its attributes;
 // buckets.ErrNotFound if it knows nothing.
-func (s *Store) Device(ctx context.Context, dev buckets.DeviceID) (buckets.DeviceInfo, error) {
-	if err := s.Ping(ctx); err != nil {
-		return buckets.DeviceInfo{}, err
-	}
-	x := s.index
+func (x *Index) Device(dev buckets.DeviceID) (buckets.DeviceInfo, error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	e := x.devices[dev]

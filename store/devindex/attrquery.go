@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"container/heap"
@@ -25,14 +25,10 @@ const deviceLabel = "device"
 // every device; the other matchers, SilentBefore and Visible are then
 // checked per candidate. Prefix and After start every list by binary
 // search.
-func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buckets.DeviceInfo, more bool, err error) {
+func (x *Index) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buckets.DeviceInfo, more bool, err error) {
 	if q.Limit <= 0 {
 		return nil, false, fmt.Errorf("%w: limit %d must be positive", buckets.ErrInvalidArgument, q.Limit)
 	}
-	if err := s.Ping(ctx); err != nil {
-		return nil, false, err
-	}
-	x := s.index
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	infos = make([]buckets.DeviceInfo, 0, min(q.Limit, 256))
@@ -54,11 +50,7 @@ func (s *Store) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buc
 // AttributeNames returns the attribute names, sorted, among the devices
 // q selects (Limit is ignored). A name is listed only when some
 // selected device has it.
-func (s *Store) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
-	if err := s.Ping(ctx); err != nil {
-		return nil, err
-	}
-	x := s.index
+func (x *Index) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	names := make([]string, 0, len(x.postings))
@@ -90,11 +82,7 @@ func (s *Store) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]st
 // AttributeValues returns the values of the attribute name, sorted,
 // among the devices q selects (Limit is ignored). A value is listed
 // only when some selected device has it.
-func (s *Store) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
-	if err := s.Ping(ctx); err != nil {
-		return nil, err
-	}
-	x := s.index
+func (x *Index) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	nv := x.postings[name]
@@ -159,7 +147,7 @@ func (w *walk) stopped() bool {
 
 // selectDevices calls fn with each device w's query selects, in ID
 // order, until fn returns false or the walk stops. x.mu must be held.
-func (x *deviceIndex) selectDevices(w *walk, fn func(buckets.DeviceID, *deviceEntry) bool) {
+func (x *Index) selectDevices(w *walk, fn func(buckets.DeviceID, *deviceEntry) bool) {
 	q := w.q
 	start, after := startOf(q)
 	var it deviceIter
@@ -183,7 +171,7 @@ func (x *deviceIndex) selectDevices(w *walk, fn func(buckets.DeviceID, *deviceEn
 }
 
 // anySelected reports whether w's query selects any device of list.
-func (x *deviceIndex) anySelected(list []posting, w *walk) bool {
+func (x *Index) anySelected(list []posting, w *walk) bool {
 	q := w.q
 	start, after := startOf(q)
 	for i := lowerBound(list, start, after); i < len(list) && strings.HasPrefix(string(list[i].id), q.Prefix) && !w.stopped(); i++ {
@@ -243,7 +231,7 @@ type candidates struct {
 // driver returns the smallest candidate set of q's matchers that cannot
 // match the empty string, or nil when every matcher can (then only a
 // walk over every device answers).
-func (x *deviceIndex) driver(q *buckets.DeviceQuery) *candidates {
+func (x *Index) driver(q *buckets.DeviceQuery) *candidates {
 	var best *candidates
 	for _, m := range q.Match {
 		c := x.candidatesOf(m)
@@ -257,7 +245,7 @@ func (x *deviceIndex) driver(q *buckets.DeviceQuery) *candidates {
 // candidatesOf returns the devices m can match, or nil when m matches
 // the empty string (a device without the attribute) or names devices
 // by a pattern that needs a walk.
-func (x *deviceIndex) candidatesOf(m *buckets.Matcher) *candidates {
+func (x *Index) candidatesOf(m *buckets.Matcher) *candidates {
 	if m.Matches("") {
 		return nil
 	}
@@ -296,7 +284,7 @@ func (x *deviceIndex) candidatesOf(m *buckets.Matcher) *candidates {
 
 // deviceCandidates returns the known devices an equality or literal
 // alternation on the device ID names, or nil for other patterns.
-func (x *deviceIndex) deviceCandidates(m *buckets.Matcher) *candidates {
+func (x *Index) deviceCandidates(m *buckets.Matcher) *candidates {
 	var ids []string
 	switch set := m.SetMatches(); {
 	case m.Type == buckets.MatchEqual:

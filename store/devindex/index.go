@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"encoding/binary"
@@ -19,17 +19,19 @@ import (
 // device; past it the name updated longest ago is forgotten.
 const maxLatestNames = 4 * buckets.MaxValues
 
-// deviceIndex knows every device the store has seen: first and last
-// reading time and the newest value of every name. It lives in memory
-// and in its own small Badger database, which day drops never touch.
+// Index knows every device the store has seen: first and last reading
+// time and the newest value of every name. It lives in memory and in
+// its own small Badger database, which day drops never touch.
 //
 // Updates that move a device's first or last day (and new devices) are
-// persisted before Write returns, because queries use those bounds to
-// skip tables: after a crash they are never too narrow. Other updates
+// persisted (Persist) before the store's Write returns, because queries
+// use those bounds to skip tables: after a crash they are never too
+// narrow. Other updates
 // (a newer last-seen time or value within the same days) are persisted
-// within indexFlushInterval and on Close; after a crash they may lag
-// until the unacknowledged messages are delivered again.
-type deviceIndex struct {
+// by Flush, which the store calls on a timer and on Close; after a
+// crash they may lag until the unacknowledged messages are delivered
+// again.
+type Index struct {
 	db *badger.DB
 
 	mu      sync.RWMutex
@@ -41,21 +43,21 @@ type deviceIndex struct {
 
 	// damaged lists the records load left out: the store rebuilds the
 	// index from the day tables when there are any.
-	damaged []damagedRecord
+	damaged []Damaged
 
 	// postings are the devices of every attribute name and value
 	// (attrpostings.go); attrLocks order attribute changes per device;
 	// attrDamaged lists the attribute records load rebuilt.
 	postings    attrPostings
 	attrLocks   attrLocks
-	attrDamaged []damagedRecord
+	attrDamaged []Damaged
 }
 
-// damagedRecord is a device record that failed its checksum or its
-// decoding.
-type damagedRecord struct {
-	dev buckets.DeviceID
-	err error
+// Damaged is a device record or attribute record that failed its
+// checksum or its decoding.
+type Damaged struct {
+	Device buckets.DeviceID
+	Err    error
 }
 
 // deviceEntry is what the index knows about one device.
@@ -66,32 +68,43 @@ type deviceEntry struct {
 	attrs       *attrRecord     // nil: no attribute was ever assigned
 }
 
-// openIndex opens the index database in dir and loads it.
-func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*deviceIndex, error) {
-	db, err := openView(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("db", "index")), openBadger)
-	if err != nil {
-		return nil, fmt.Errorf("open device index: %w", err)
-	}
-	idx := &deviceIndex{
+// Load reads the index held in db, which the caller opened and closes
+// after a last Flush. Device records that fail their checksum are left
+// out and listed by Damaged; damaged attribute records are rebuilt from
+// the device's index entities and listed by AttrDamaged, and when the
+// entities disagree with the records an index not readOnly rewrites
+// them.
+func Load(db *badger.DB, readOnly bool, log *slog.Logger) (*Index, error) {
+	idx := &Index{
 		db:      db,
 		devices: make(map[buckets.DeviceID]*deviceEntry),
 		dirty:   make(map[buckets.DeviceID]struct{}),
 	}
 	if err := idx.load(); err != nil {
-		_ = db.Close()
 		return nil, fmt.Errorf("load device index: %w", err)
 	}
 	if err := idx.loadAttributes(readOnly, log); err != nil {
-		_ = db.Close()
 		return nil, fmt.Errorf("load device attributes: %w", err)
 	}
 	return idx, nil
 }
 
+// DB is the index database, which also holds what the store keeps
+// beside the index (such as its device tombstones, under keys that
+// sort before the device records).
+func (x *Index) DB() *badger.DB { return x.db }
+
+// Damaged lists the device records Load left out.
+func (x *Index) Damaged() []Damaged { return x.damaged }
+
+// AttrDamaged lists the attribute records Load rebuilt (it logged
+// them).
+func (x *Index) AttrDamaged() []Damaged { return x.attrDamaged }
+
 // load reads every device record (the keys from deviceKeysStart on;
 // the attribute data sorts before them). A record that fails its checksum or
 // does not decode is left out and listed in x.damaged.
-func (x *deviceIndex) load() error {
+func (x *Index) load() error {
 	return x.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
@@ -101,7 +114,7 @@ func (x *deviceIndex) load() error {
 			err := item.Value(func(v []byte) error {
 				e, err := decodeEntry(v)
 				if err != nil {
-					x.damaged = append(x.damaged, damagedRecord{dev: dev, err: err})
+					x.damaged = append(x.damaged, Damaged{Device: dev, Err: err})
 					return nil
 				}
 				x.devices[dev] = e
@@ -116,26 +129,16 @@ func (x *deviceIndex) load() error {
 	})
 }
 
-// len is the number of known devices.
-func (x *deviceIndex) len() int {
+// Len is the number of known devices.
+func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return len(x.devices)
 }
 
-// close persists pending updates and closes the database.
-func (x *deviceIndex) close() error {
-	ferr := x.flushDirty()
-	if err := x.db.Close(); err != nil {
-		return errors.Join(ferr, fmt.Errorf("close device index: %w", err))
-	}
-	releaseView(x.db)
-	return ferr
-}
-
-// observe records committed readings. It returns the devices whose
-// record must be persisted before the write is acknowledged.
-func (x *deviceIndex) observe(rs []buckets.Reading) []buckets.DeviceID {
+// Observe records committed readings. It returns the devices whose
+// record must be persisted (Persist) before the write is acknowledged.
+func (x *Index) Observe(rs []buckets.Reading) []buckets.DeviceID {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var urgent []buckets.DeviceID
@@ -228,19 +231,19 @@ func (e *deviceEntry) updateSameNames(r *buckets.Reading) bool {
 	return true
 }
 
-// flushDirty persists every record changed since its last persist.
-func (x *deviceIndex) flushDirty() error {
+// Flush persists every record changed since its last persist.
+func (x *Index) Flush() error {
 	x.mu.RLock()
 	ids := make([]buckets.DeviceID, 0, len(x.dirty))
 	for d := range x.dirty {
 		ids = append(ids, d)
 	}
 	x.mu.RUnlock()
-	return x.persist(ids)
+	return x.Persist(ids)
 }
 
-// persist writes the current records of ids.
-func (x *deviceIndex) persist(ids []buckets.DeviceID) error {
+// Persist writes the current records of ids.
+func (x *Index) Persist(ids []buckets.DeviceID) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -250,7 +253,7 @@ func (x *deviceIndex) persist(ids []buckets.DeviceID) error {
 	keys := make([]buckets.DeviceID, 0, len(ids))
 	recs := make([][]byte, 0, len(ids))
 	for _, d := range ids {
-		if e := x.devices[d]; e != nil { // else deleted (delete.go)
+		if e := x.devices[d]; e != nil { // else deleted (DeleteDevice)
 			keys = append(keys, d)
 			recs = append(recs, encodeEntry(nil, e))
 		}
@@ -279,8 +282,9 @@ func (x *deviceIndex) persist(ids []buckets.DeviceID) error {
 	return nil
 }
 
-// bounds returns the first and last reading time of dev.
-func (x *deviceIndex) bounds(dev buckets.DeviceID) (first, last buckets.Ticks, ok bool) {
+// Bounds returns the first and last reading time of dev; ok is false
+// when the index does not know dev.
+func (x *Index) Bounds(dev buckets.DeviceID) (first, last buckets.Ticks, ok bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	e := x.devices[dev]
@@ -290,22 +294,57 @@ func (x *deviceIndex) bounds(dev buckets.DeviceID) (first, last buckets.Ticks, o
 	return e.first, e.last, true
 }
 
+// DeleteDevice removes dev's record, attribute record and index
+// entities from the index database in one transaction, then from
+// memory.
+func (x *Index) DeleteDevice(dev buckets.DeviceID) error {
+	for _, i := range stripes([]buckets.DeviceID{dev}) {
+		x.attrLocks[i].Lock()
+		defer x.attrLocks[i].Unlock()
+	}
+	// No persist may write the record back after it is deleted.
+	x.persistMu.Lock()
+	defer x.persistMu.Unlock()
+	x.mu.RLock()
+	var set buckets.Attributes
+	if e := x.devices[dev]; e != nil {
+		set = e.attributes()
+	}
+	x.mu.RUnlock()
+	_, del := attrChanges(dev, set, nil)
+	del = append(del, AttrRecordKey(dev), []byte(dev))
+	err := x.db.Update(func(txn *badger.Txn) error {
+		for _, k := range del {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete the index record and attributes: %w", err)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if e := x.devices[dev]; e != nil {
+		x.postings.change(dev, e, e.attributes(), nil)
+	}
+	delete(x.devices, dev)
+	delete(x.dirty, dev)
+	if i, ok := slices.BinarySearch(x.sorted, dev); ok {
+		x.sorted = slices.Delete(x.sorted, i, i+1)
+	}
+	return nil
+}
+
 // Record encoding, version 6:
 //
 //	version byte (6)
 //	uvarint first ticks, uvarint last ticks
 //	uvarint n, then n uvarint times (one per latest value)
-//	the latest values as appendValues writes them (values.go)
+//	the latest values as AppendValues writes them (values.go)
 //	CRC-32C (Castagnoli) of all the bytes before it, 4 bytes big-endian
-//
-// Version 1 records, written before records carried a checksum, are
-// the same without it and are still read. 6 is three bit flips away
-// from 1, and a version 1 record that ends in the checksum it would
-// have as version 6 is refused as a damaged version byte.
-const (
-	entryVersion       = 6
-	legacyEntryVersion = 1
-)
+const entryVersion = 6
 
 func encodeEntry(dst []byte, e *deviceEntry) []byte {
 	start := len(dst)
@@ -316,7 +355,7 @@ func encodeEntry(dst []byte, e *deviceEntry) []byte {
 	for _, k := range e.at {
 		dst = binary.AppendUvarint(dst, uint64(k))
 	}
-	dst = appendValues(dst, e.latest)
+	dst = AppendValues(dst, e.latest)
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
@@ -330,23 +369,17 @@ func entryBody(b []byte) ([]byte, error) {
 	if len(b) == 0 {
 		return nil, errors.New("corrupt device record: empty")
 	}
-	n := len(b) - 4
-	switch b[0] {
-	case entryVersion:
-		if n < 1 {
-			return nil, errors.New("corrupt device record: too short for a checksum")
-		}
-		if stored, sum := binary.BigEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli); stored != sum {
-			return nil, fmt.Errorf("corrupt device record: checksum mismatch (stored %08x, computed %08x)", stored, sum)
-		}
-		return b[1:n], nil
-	case legacyEntryVersion:
-		if n > 1 && binary.BigEndian.Uint32(b[n:]) == crc32.Update(crc32.Update(0, castagnoli, []byte{entryVersion}), castagnoli, b[1:n]) {
-			return nil, errors.New("corrupt device record: version byte damaged")
-		}
-		return b[1:], nil
+	if b[0] != entryVersion {
+		return nil, fmt.Errorf("corrupt device record: unknown version %d", b[0])
 	}
-	return nil, fmt.Errorf("corrupt device record: unknown version %d", b[0])
+	n := len(b) - 4
+	if n < 1 {
+		return nil, errors.New("corrupt device record: too short for a checksum")
+	}
+	if stored, sum := binary.BigEndian.Uint32(b[n:]), crc32.Checksum(b[:n], castagnoli); stored != sum {
+		return nil, fmt.Errorf("corrupt device record: checksum mismatch (stored %08x, computed %08x)", stored, sum)
+	}
+	return b[1:n], nil
 }
 
 func decodeEntry(b []byte) (*deviceEntry, error) {

@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"slices"
@@ -121,12 +121,12 @@ func (p attrPostings) change(dev buckets.DeviceID, e *deviceEntry, old, new buck
 func attrChanges(dev buckets.DeviceID, old, new buckets.Attributes) (set, del [][]byte) {
 	for _, a := range old {
 		if v, ok := new.Get(a.Name); !ok || v != a.Value {
-			del = append(del, entityKey(a.Name, a.Value, dev))
+			del = append(del, EntityKey(a.Name, a.Value, dev))
 		}
 	}
 	for _, a := range new {
 		if v, ok := old.Get(a.Name); !ok || v != a.Value {
-			set = append(set, entityKey(a.Name, a.Value, dev))
+			set = append(set, EntityKey(a.Name, a.Value, dev))
 		}
 	}
 	return set, del

@@ -1,8 +1,6 @@
-package store
+package devindex
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"slices"
 
@@ -75,14 +73,14 @@ func forEachAttrRecord(txn *badger.Txn, fn func(dev buckets.DeviceID, r *attrRec
 // survive, their times are lost (so the next assignment of each name
 // wins). When the entities disagree with the records, a writable index
 // rewrites them from the records.
-func (x *deviceIndex) loadAttributes(readOnly bool, log *slog.Logger) error {
+func (x *Index) loadAttributes(readOnly bool, log *slog.Logger) error {
 	records := make(map[buckets.DeviceID]*attrRecord)
 	recovered := make(map[buckets.DeviceID]*attrRecord)
 	var tally entityTally
 	err := x.db.View(func(txn *badger.Txn) error {
 		err := forEachAttrRecord(txn, func(dev buckets.DeviceID, r *attrRecord, err error) {
 			if err != nil {
-				x.attrDamaged = append(x.attrDamaged, damagedRecord{dev: dev, err: err})
+				x.attrDamaged = append(x.attrDamaged, Damaged{Device: dev, Err: err})
 				recovered[dev] = &attrRecord{}
 				return
 			}
@@ -117,7 +115,7 @@ func (x *deviceIndex) loadAttributes(readOnly bool, log *slog.Logger) error {
 	x.installAttrs(records)
 	for _, d := range x.attrDamaged {
 		log.Error("device attribute record is corrupt; rebuilt from the device's index entities (their assignment times are lost)",
-			"device", string(d.dev), "err", d.err)
+			"device", string(d.Device), "err", d.Err)
 	}
 	if len(tally.stray) == 0 && tally.missing(expected) == 0 && len(recovered) == 0 || readOnly {
 		return nil
@@ -129,7 +127,7 @@ func (x *deviceIndex) loadAttributes(readOnly bool, log *slog.Logger) error {
 
 // installAttrs sets the attribute records of the index and builds the
 // postings, in device order so every list is built by appending.
-func (x *deviceIndex) installAttrs(records map[buckets.DeviceID]*attrRecord) {
+func (x *Index) installAttrs(records map[buckets.DeviceID]*attrRecord) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	added := false
@@ -159,7 +157,7 @@ func (x *deviceIndex) installAttrs(records map[buckets.DeviceID]*attrRecord) {
 
 // rewriteEntities deletes the stray entities, writes every entity the
 // records hold and the recovered records.
-func (x *deviceIndex) rewriteEntities(records, recovered map[buckets.DeviceID]*attrRecord, stray [][]byte) error {
+func (x *Index) rewriteEntities(records, recovered map[buckets.DeviceID]*attrRecord, stray [][]byte) error {
 	wb := x.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, k := range stray {
@@ -169,58 +167,15 @@ func (x *deviceIndex) rewriteEntities(records, recovered map[buckets.DeviceID]*a
 	}
 	for d, r := range records {
 		for _, a := range r.set {
-			if err := wb.Set(entityKey(a.Name, a.Value, d), nil); err != nil {
+			if err := wb.Set(EntityKey(a.Name, a.Value, d), nil); err != nil {
 				return err
 			}
 		}
 	}
 	for d, r := range recovered {
-		if err := wb.Set(attrRecordKey(d), encodeAttrRecord(nil, r)); err != nil {
+		if err := wb.Set(AttrRecordKey(d), encodeAttrRecord(nil, r)); err != nil {
 			return err
 		}
 	}
 	return wb.Flush()
-}
-
-// damagedAttrRecords counts the attribute records load rebuilt (it has
-// logged them).
-func (b *badBlocks) damagedAttrRecords(recs []damagedRecord) {
-	for range recs {
-		b.counter.Add(context.Background(), 1, kindRecord)
-	}
-}
-
-// checkAttributes decodes every attribute record of the database and
-// compares the index entities with them, into rep.
-func (x *deviceIndex) checkAttributes(rep *CheckReport) error {
-	records := make(map[buckets.DeviceID]*attrRecord)
-	damaged := make(map[buckets.DeviceID]bool)
-	err := x.db.View(func(txn *badger.Txn) error {
-		err := forEachAttrRecord(txn, func(dev buckets.DeviceID, r *attrRecord, err error) {
-			rep.AttributeRecordsRead++
-			if err != nil {
-				rep.Records = append(rep.Records, BadRecord{Device: dev, Err: fmt.Errorf("attribute record: %w", err)})
-				damaged[dev] = true
-				return
-			}
-			records[dev] = r
-		})
-		if err != nil {
-			return err
-		}
-		t := tallyEntities(txn, func(d buckets.DeviceID) *attrRecord { return records[d] },
-			func(dev buckets.DeviceID, _, _ string) bool { return damaged[dev] })
-		expected := 0
-		for _, r := range records {
-			expected += len(r.set)
-		}
-		rep.EntitiesRead = t.read
-		rep.MissingEntities = t.missing(expected)
-		rep.StrayEntities = len(t.stray)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("check device attributes: %w", err)
-	}
-	return nil
 }

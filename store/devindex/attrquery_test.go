@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 
 // fleetStore holds trucks t1..t6 with fleets and models, and one
 // device (s1) without attributes.
-func fleetStore(t *testing.T) *testStore {
+func fleetStore(t *testing.T) *testIndex {
 	t.Helper()
-	ts := newTestStore(t)
+	ts := newTestIndex(t)
 	ts.assign(t,
 		set("t1", at(0), "fleet", "East", "model", "F-150"),
 		set("t2", at(0), "fleet", "East", "model", "F-250"),
@@ -106,7 +106,7 @@ func TestDevicesMatchPagingSilenceAndVisibility(t *testing.T) {
 // of them driving the listing, and that only empty-matching matchers
 // fall back to every device.
 func TestPositiveMatcherDrivesFromPostings(t *testing.T) {
-	ts := newTestStore(t)
+	ts := newTestIndex(t)
 	var as []buckets.Assignment
 	for i := range 1000 {
 		fleet := "West"
@@ -116,7 +116,7 @@ func TestPositiveMatcherDrivesFromPostings(t *testing.T) {
 		as = append(as, set(fmt.Sprintf("d%04d", i), at(0), "fleet", fleet, "model", fmt.Sprintf("M%d", i%5)))
 	}
 	ts.assign(t, as...)
-	x := ts.index
+	x := ts.Index
 	for _, tc := range []struct {
 		sel  string
 		size int
@@ -183,7 +183,7 @@ func TestAttributeNamesAndValues(t *testing.T) {
 }
 
 func TestLongWalkStopsWhenItsContextEnds(t *testing.T) {
-	ts := newTestStore(t)
+	ts := newTestIndex(t)
 	var as []buckets.Assignment
 	for i := range 3 * walkCheckEvery {
 		as = append(as, set(fmt.Sprintf("d%05d", i), at(0), "fleet", "East"))

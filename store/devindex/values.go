@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"encoding/binary"
@@ -34,8 +34,9 @@ const (
 // errCorruptValues is returned by decodeValues for bytes it did not write.
 var errCorruptValues = errors.New("corrupt value encoding")
 
-// appendValues appends the encoding of fields to dst.
-func appendValues(dst []byte, fields []buckets.Field) []byte {
+// AppendValues appends the encoding of fields to dst, as a device
+// record holds its newest values.
+func AppendValues(dst []byte, fields []buckets.Field) []byte {
 	dst = append(dst, valuesVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(fields)))
 	for _, f := range fields {
@@ -67,13 +68,13 @@ func appendValues(dst []byte, fields []buckets.Field) []byte {
 			dst = binary.AppendUvarint(dst, uint64(len(s)))
 			dst = append(dst, s...)
 		default:
-			panic(fmt.Sprintf("store: encoding unknown value kind %d", v.Kind))
+			panic(fmt.Sprintf("devindex: encoding unknown value kind %d", v.Kind))
 		}
 	}
 	return dst
 }
 
-// decodeValues decodes what appendValues wrote. It never panics on
+// decodeValues decodes what AppendValues wrote. It never panics on
 // arbitrary input.
 func decodeValues(b []byte) ([]buckets.Field, error) {
 	if len(b) == 0 || b[0] != valuesVersion {

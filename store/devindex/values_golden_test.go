@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"encoding/hex"
@@ -13,7 +13,7 @@ import (
 )
 
 // goldenValues are fields of every kind and edge value with the bytes
-// appendValues writes for each (hex: name length and name, then tag and
+// AppendValues writes for each (hex: name length and name, then tag and
 // payload). They are on disk in every device index record, so they
 // must never change.
 var goldenValues = []struct {
@@ -56,13 +56,13 @@ func TestIndexValuesGolden(t *testing.T) {
 	want := "0119"
 	for _, g := range goldenValues {
 		one := "0101" + g.name + g.payload
-		assert.Equal(t, one, hex.EncodeToString(appendValues(nil, []buckets.Field{g.field})), "%q", g.field.Name)
+		assert.Equal(t, one, hex.EncodeToString(AppendValues(nil, []buckets.Field{g.field})), "%q", g.field.Name)
 		fields = append(fields, g.field)
 		want += g.name + g.payload
 	}
 	require.Len(t, fields, 0x19)
-	assert.Equal(t, want, hex.EncodeToString(appendValues(nil, fields)))
-	assert.Equal(t, "0100", hex.EncodeToString(appendValues(nil, nil)))
+	assert.Equal(t, want, hex.EncodeToString(AppendValues(nil, fields)))
+	assert.Equal(t, "0100", hex.EncodeToString(AppendValues(nil, nil)))
 
 	b, err := hex.DecodeString(want)
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // devices in 10 fleets of 10,000 (each device also has one of 7
 // models).
 func BenchmarkDevicesMatch(b *testing.B) {
-	ts := openTestStore(b, b.TempDir(), newTestClock())
+	ts := newTestIndex(b)
 	fleets := []string{"East", "West", "North", "South", "Alpha", "Beta", "Gamma", "Delta", "Omega", "Zeta"}
 	const devices = 100_000
 	var before, after runtime.MemStats
@@ -25,7 +25,7 @@ func BenchmarkDevicesMatch(b *testing.B) {
 			as = append(as, buckets.Assignment{Device: buckets.DeviceID(fmt.Sprintf("dev-%06d", i)), At: 1,
 				Set: buckets.Attributes{{Name: "fleet", Value: fleets[i%len(fleets)]}, {Name: "model", Value: fmt.Sprintf("M-%d", i%7)}}})
 		}
-		if err := ts.Assign(context.Background(), as); err != nil {
+		if err := ts.Assign(as); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -69,7 +69,7 @@ func BenchmarkDevicesMatch(b *testing.B) {
 // is newer than the last, so every record it touches is rewritten, and
 // most also move a device to another fleet (two index entities).
 func BenchmarkAssign(b *testing.B) {
-	ts := openTestStore(b, b.TempDir(), newTestClock())
+	ts := newTestIndex(b)
 	const batch = 100
 	as := make([]buckets.Assignment, batch)
 	b.ReportAllocs()
@@ -80,7 +80,7 @@ func BenchmarkAssign(b *testing.B) {
 			as[i] = buckets.Assignment{Device: buckets.DeviceID(fmt.Sprintf("dev-%06d", (n*batch+i)%10_000)), At: buckets.Ticks(n),
 				Set: buckets.Attributes{{Name: "fleet", Value: fmt.Sprintf("F%d", n/10%10)}, {Name: "model", Value: "M"}}}
 		}
-		if err := ts.Assign(context.Background(), as); err != nil {
+		if err := ts.Assign(as); err != nil {
 			b.Fatal(err)
 		}
 	}

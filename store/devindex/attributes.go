@@ -1,4 +1,4 @@
-package store
+package devindex
 
 import (
 	"bytes"
@@ -325,15 +325,16 @@ func (r *attrRecord) validate() error {
 	return nil
 }
 
-// attrRecordKey is the key of dev's attribute record.
-func attrRecordKey(dev buckets.DeviceID) []byte {
+// AttrRecordKey is the key of dev's attribute record in the index
+// database.
+func AttrRecordKey(dev buckets.DeviceID) []byte {
 	return append([]byte{attrRecordPrefix}, dev...)
 }
 
-// entityKey is the key of the index entity saying dev has name=value.
+// EntityKey is the key of the index entity saying dev has name=value.
 // A name and a device never hold a zero byte (a value may), so the
 // name ends at the first zero byte and the device starts after the last.
-func entityKey(name, value string, dev buckets.DeviceID) []byte {
+func EntityKey(name, value string, dev buckets.DeviceID) []byte {
 	k := make([]byte, 0, 3+len(name)+len(value)+len(dev))
 	k = append(k, attrEntityPrefix)
 	k = append(k, name...)
