@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -69,7 +70,7 @@ type liveDevice struct {
 }
 
 type liveLabels struct {
-	name  string
+	name  unique.Handle[string]
 	attrs buckets.Attributes
 	lset  labels.Labels
 }
@@ -77,21 +78,21 @@ type liveLabels struct {
 // labelsOf is seriesLabels(name, d), made again only when d's
 // attributes changed since it was last made; w.mu is held. Each kept
 // counts as a sample towards the window's bound.
-func (w *liveWindow) labelsOf(e *liveDevice, name string, d *buckets.DeviceInfo) labels.Labels {
+func (w *liveWindow) labelsOf(e *liveDevice, name unique.Handle[string], d *buckets.DeviceInfo) labels.Labels {
 	for i := range e.labels {
 		l := &e.labels[i]
 		if l.name != name {
 			continue
 		}
 		if !slices.Equal(l.attrs, d.Attributes) {
-			l.attrs, l.lset = d.Attributes, seriesLabels(name, d)
+			l.attrs, l.lset = d.Attributes, seriesLabels(name.Value(), d)
 		}
 		return l.lset
 	}
 	if len(e.labels) >= recentMaxNames {
-		return seriesLabels(name, d)
+		return seriesLabels(name.Value(), d)
 	}
-	l := seriesLabels(name, d)
+	l := seriesLabels(name.Value(), d)
 	e.labels = append(e.labels, liveLabels{name: name, attrs: d.Attributes, lset: l})
 	e.n++
 	w.n++
@@ -100,9 +101,10 @@ func (w *liveWindow) labelsOf(e *liveDevice, name string, d *buckets.DeviceInfo)
 
 // liveCol is one value name's samples, one per reading, ascending. A
 // slice handed out is never changed: a change other than an append
-// copies first.
+// copies first. Names are unique handles: finding a column compares
+// pointers, not the names' bytes.
 type liveCol struct {
-	name string
+	name unique.Handle[string]
 	k    []buckets.Ticks
 	s    []sample // s[i].t is msOf(k[i])
 	dup  bool     // two readings share a millisecond
@@ -167,7 +169,7 @@ func (w *liveWindow) removed(dev buckets.DeviceID) {
 // the caller reads the store (the window is full, or another select is
 // reading the device). The slice is shared: the caller must not modify
 // it.
-func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID, from, to buckets.Ticks, name string) ([]sample, bool, error) {
+func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID, from, to buckets.Ticks, name unique.Handle[string]) ([]sample, bool, error) {
 	w.mu.Lock()
 	nowMs := w.now().UnixMilli()
 	e := w.devs[dev]
@@ -286,11 +288,12 @@ func (e *liveDevice) add(r *buckets.Reading) {
 		e.n++
 	}
 	for _, f := range r.Values {
-		c := e.col(f.Name)
+		name := unique.Make(f.Name)
+		c := e.col(name)
 		v, ok := buckets.Numeric(f.Value)
 		switch {
 		case ok && c == nil:
-			e.cols = append(e.cols, liveCol{name: f.Name})
+			e.cols = append(e.cols, liveCol{name: name})
 			c = &e.cols[len(e.cols)-1]
 			fallthrough
 		case ok:
@@ -359,7 +362,7 @@ func (e *liveDevice) merge(seed *liveDevice) {
 }
 
 // col is the column of name, nil if none.
-func (e *liveDevice) col(name string) *liveCol {
+func (e *liveDevice) col(name unique.Handle[string]) *liveCol {
 	for i := range e.cols {
 		if e.cols[i].name == name {
 			return &e.cols[i]
@@ -386,23 +389,24 @@ func (e *liveDevice) trim(cut buckets.Ticks) {
 	e.cols = slices.DeleteFunc(e.cols, func(c liveCol) bool { return len(c.k) == 0 })
 }
 
-// slice is the samples of name before to (a whole millisecond), one
-// per millisecond: the newest of the readings that share one. They
-// start at or before from (a whole millisecond too) when the device is
-// held from then: the caller keeps those it wants, scanning back from
-// the newest.
-func (e *liveDevice) slice(name string, from, to buckets.Ticks) []sample {
+// slice is the samples of name, one per millisecond: the newest of the
+// readings that share one. They start at or before from (a whole
+// millisecond) when the device is held from then, and may go on past
+// to (a whole millisecond too; the newest are not looked at, so that a
+// select touches a device's samples only when it iterates them): the
+// caller keeps those it wants, scanning back from the newest.
+func (e *liveDevice) slice(name unique.Handle[string], from, to buckets.Ticks) []sample {
 	c := e.col(name)
 	if c == nil {
 		return nil
+	}
+	if !c.dup {
+		return slices.Clip(c.s)
 	}
 	toMs := msOf(to)
 	hi := len(c.s)
 	for hi > 0 && c.s[hi-1].t >= toMs {
 		hi--
-	}
-	if !c.dup {
-		return c.s[:hi:hi]
 	}
 	lo, _ := slices.BinarySearch(c.k, from)
 	hi = max(hi, lo)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -176,6 +177,16 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	if live && recent != nil {
 		lw = qr.q.live
 	}
+	// The handles of the value names the live window is looked up by:
+	// a select mostly matches one name.
+	var lastName string
+	var lastHandle unique.Handle[string]
+	handleOf := func(name string) unique.Handle[string] {
+		if name != lastName || lastHandle == (unique.Handle[string]{}) {
+			lastName, lastHandle = name, unique.Make(name)
+		}
+		return lastHandle
+	}
 	var out []seriesRef
 	if live {
 		if p, _ := refPool.Get().(*[]seriesRef); p != nil {
@@ -201,17 +212,15 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 				e = nil
 			}
 		}
-		ref := func(name string) seriesRef {
+		lsetOf := func(name string) labels.Labels {
 			if e == nil {
-				return seriesRef{lset: lsetOf(name, d), dev: d.Device, name: name, lastSeen: d.LastSeen}
+				return lsetOf(name, d)
 			}
-			return seriesRef{lset: lw.labelsOf(e, name, d), dev: d.Device, name: name, lastSeen: d.LastSeen,
-				live: true, buf: e.slice(name, from, to+10000)}
+			return lw.labelsOf(e, handleOf(name), d)
 		}
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
-			r := ref(LastSeenName)
-			r.live, r.buf, r.lastSeen = false, nil, 0
-			r.seen = &seenBounds{first: d.FirstSeen, last: d.LastSeen}
+			r := seriesRef{lset: lsetOf(LastSeenName), dev: d.Device, name: LastSeenName,
+				seen: &seenBounds{first: d.FirstSeen, last: d.LastSeen}}
 			if err := add(r); err != nil {
 				return err
 			}
@@ -226,7 +235,11 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			if err := add(ref(f.Name)); err != nil {
+			r := seriesRef{lset: lsetOf(f.Name), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}
+			if e != nil {
+				r.live, r.buf = true, e.slice(handleOf(f.Name), from, to+10000)
+			}
+			if err := add(r); err != nil {
 				return err
 			}
 		}
@@ -572,8 +585,13 @@ func (s *series) Iterator(prev chunkenc.Iterator) chunkenc.Iterator {
 		if s.set.maxt < s.set.mint {
 			last = s.set.seenFirst - 1 // labels only
 		}
-		return seenSeekIter[int64]{&seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: *s.ref.seen,
-			first: s.set.seenFirst, step: s.set.seenStep, last: last}}
+		it, ok := prev.(seenSeekIter[int64])
+		if !ok || it.seenIter == nil { // else the engine's previous iterator is used again
+			it = seenSeekIter[int64]{new(seenIter)}
+		}
+		*it.seenIter = seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: *s.ref.seen,
+			first: s.set.seenFirst, step: s.set.seenStep, last: last, loadedSamples: loadedSamples{buf: it.buf[:0]}}
+		return it
 	}
 	if s.set.recent {
 		return s.set.sharedIter(s.ref, prev)

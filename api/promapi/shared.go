@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unique"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -284,7 +285,7 @@ func (s *seriesSet) sharedIter(ref seriesRef, prev chunkenc.Iterator) seekingIte
 	buf, ok := ref.buf, ref.live
 	var err error
 	if !ok && s.q.live != nil {
-		buf, ok, err = s.q.live.take(s.ctx, s.q.src, ref.dev, ticksOf(s.mint), ticksOf(s.maxt)+10000, ref.name)
+		buf, ok, err = s.q.live.take(s.ctx, s.q.src, ref.dev, ticksOf(s.mint), ticksOf(s.maxt)+10000, unique.Make(ref.name))
 	}
 	if !ok && err == nil {
 		sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback - recentMargin), to: ticksOf(s.maxt) + 10000}
@@ -300,10 +301,10 @@ func (s *seriesSet) sharedIter(ref seriesRef, prev chunkenc.Iterator) seekingIte
 		lo--
 	}
 	buf = buf[lo:hi:hi]
-	it := sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}
-	if p, ok := prev.(seekingIter[int64]); ok && p.sampleIter != nil {
-		*p.sampleIter = it
-		return p
+	it, ok := prev.(seekingIter[int64])
+	if !ok || it.sampleIter == nil { // the engine's previous iterator is used again: none allocated per series
+		it = seekingIter[int64]{new(sampleIter)}
 	}
-	return seekingIter[int64]{&it}
+	*it.sampleIter = sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}
+	return it
 }
