@@ -50,6 +50,7 @@ type liveWindow struct {
 
 	mu        sync.Mutex
 	gen       uint64 // counts removals: a read begun before one is not kept
+	epoch     uint64 // counts changes of devs' entries (deviceList.liveAt)
 	devs      map[buckets.DeviceID]*liveDevice
 	n         int // samples and reading times held
 	lastSweep time.Time
@@ -142,6 +143,7 @@ func (w *liveWindow) committed(rs []buckets.Reading) {
 		w.n += e.n - before
 		if w.n > w.max {
 			delete(w.devs, r.Device)
+			w.epoch++
 			w.n -= e.n
 		}
 	}
@@ -154,11 +156,13 @@ func (w *liveWindow) removed(dev buckets.DeviceID) {
 	w.gen++
 	if dev == "" {
 		clear(w.devs)
+		w.epoch++
 		w.n = 0
 		return
 	}
 	if e := w.devs[dev]; e != nil {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 	}
 }
@@ -184,6 +188,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	}
 	if e != nil {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 	}
 	if w.n >= w.max && !w.sweep(nowMs) {
@@ -192,6 +197,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	}
 	e = &liveDevice{from: min(from, w.cut(nowMs)), touched: nowMs, n: 1}
 	w.devs[dev] = e
+	w.epoch++
 	w.n++
 	gen := w.gen
 	w.mu.Unlock()
@@ -206,6 +212,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	}
 	if err != nil || w.gen != gen {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 		return nil, false, err
 	}
@@ -217,6 +224,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	s := e.slice(name, from, to)
 	if w.n > w.max {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 	}
 	return s, true, nil
@@ -251,6 +259,7 @@ func (w *liveWindow) sweep(nowMs int64) bool {
 	for dev, e := range w.devs {
 		if e.touched < nowMs-w.keep {
 			delete(w.devs, dev)
+			w.epoch++
 			w.n -= e.n
 		}
 	}

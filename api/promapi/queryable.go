@@ -203,12 +203,13 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		out = append(out, ref)
 		return nil
 	}
-	err := qr.q.devices(ctx, devMs, attrMs, func(d *buckets.DeviceInfo) error {
+	err := qr.q.devices(ctx, devMs, attrMs, func(l *deviceList, i int) error {
+		d := &l.devs[i]
 		var e *liveDevice
 		if lw != nil {
 			lw.mu.Lock()
 			defer lw.mu.Unlock()
-			if e = lw.devs[d.Device]; e != nil && (!e.ready || e.from > from) {
+			if e = l.liveAt(lw, i); e != nil && (!e.ready || e.from > from) {
 				e = nil
 			}
 		}
@@ -317,16 +318,18 @@ func (q *queryable) deviceQuery(ctx context.Context, attrMs []*labels.Matcher) (
 // attribute matchers accept, reading from the device index only the
 // devices they can match: the store applies the attribute matchers and
 // the visibility.
-func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher, fn func(*buckets.DeviceInfo) error) error {
+//
+// fn gets the list and the index in it of each device.
+func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher, fn func(l *deviceList, i int) error) error {
 	base, err := q.deviceQuery(ctx, attrMs)
 	if err != nil {
 		return err
 	}
-	visit := func(d *buckets.DeviceInfo) error {
-		if !matchAll(devMs, string(d.Device)) {
+	visit := func(l *deviceList, i int) error {
+		if !matchAll(devMs, string(l.devs[i].Device)) {
 			return nil
 		}
-		return fn(d)
+		return fn(l, i)
 	}
 	// Exact names: look each one up.
 	for _, m := range devMs {
@@ -349,12 +352,12 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 			}
 			dq := base
 			dq.Prefix, dq.Limit = n, 1
-			devs, _, err := q.listDevices(ctx, dq)
+			l, err := q.listDevices(ctx, dq)
 			if err != nil {
 				return fmt.Errorf("look up device %s: %w", n, err)
 			}
-			if len(devs) == 1 && devs[0].Device == dev {
-				if err := visit(&devs[0]); err != nil {
+			if len(l.devs) == 1 && l.devs[0].Device == dev {
+				if err := visit(l, 0); err != nil {
 					return err
 				}
 			}
@@ -373,19 +376,19 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 		if err := ctx.Err(); err != nil { // between pages: a long listing stops at its deadline
 			return fmt.Errorf("list devices: %w", err)
 		}
-		devs, more, err := q.listDevices(ctx, dq)
+		l, err := q.listDevices(ctx, dq)
 		if err != nil {
 			return fmt.Errorf("list devices: %w", err)
 		}
-		for i := range devs {
-			if err := visit(&devs[i]); err != nil {
+		for i := range l.devs {
+			if err := visit(l, i); err != nil {
 				return err
 			}
 		}
-		if !more || len(devs) == 0 {
+		if !l.more || len(l.devs) == 0 {
 			return nil
 		}
-		dq.After = devs[len(devs)-1].Device
+		dq.After = l.devs[len(l.devs)-1].Device
 	}
 }
 

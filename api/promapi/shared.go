@@ -26,7 +26,7 @@ import (
 // longer than the lookback delta (a plain selector, or a range function
 // over at most the lookback delta, outside subqueries).
 func SharedReads(ctx context.Context) context.Context {
-	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]deviceList{}})
+	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]*deviceList{}})
 }
 
 type batchKey struct{}
@@ -61,7 +61,7 @@ const (
 // batch is what the queries of one SharedReads context share.
 type batch struct {
 	mu      sync.Mutex
-	lists   map[string]deviceList
+	lists   map[string]*deviceList
 	devices int // devices held in lists
 }
 
@@ -69,6 +69,27 @@ type batch struct {
 type deviceList struct {
 	devs []buckets.DeviceInfo
 	more bool
+	// live is the live window's entry of each device (nil: none), looked
+	// up once for the selects of a batch; valid while the window's
+	// epoch is liveEpoch. Guarded by the window's mu.
+	live      []*liveDevice
+	liveOf    *liveWindow
+	liveEpoch uint64
+}
+
+// liveAt is w's entry of l.devs[i], nil if none; w.mu is held.
+func (l *deviceList) liveAt(w *liveWindow, i int) *liveDevice {
+	if l.liveOf != w || l.liveEpoch != w.epoch || len(l.live) != len(l.devs) {
+		if cap(l.live) < len(l.devs) {
+			l.live = make([]*liveDevice, len(l.devs))
+		}
+		l.live = l.live[:len(l.devs)]
+		for j := range l.devs {
+			l.live[j] = w.devs[l.devs[j].Device]
+		}
+		l.liveOf, l.liveEpoch = w, w.epoch
+	}
+	return l.live[i]
 }
 
 // recentReads keeps, per device, the samples of its last shared read:
@@ -241,29 +262,31 @@ func listKey(q buckets.DeviceQuery) string {
 // listDevices is q.src.Devices, answered from the batch of ctx when one
 // of its queries listed the same page. Queries with a device filter
 // (Visible) are not shared.
-func (q *queryable) listDevices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+func (q *queryable) listDevices(ctx context.Context, dq buckets.DeviceQuery) (*deviceList, error) {
 	b := batchOf(ctx)
 	if b == nil || dq.Visible != nil {
-		return q.src.Devices(ctx, dq)
+		devs, more, err := q.src.Devices(ctx, dq)
+		return &deviceList{devs: devs, more: more}, err
 	}
 	key := listKey(dq)
 	b.mu.Lock()
 	l, ok := b.lists[key]
 	b.mu.Unlock()
 	if ok {
-		return l.devs, l.more, nil
+		return l, nil
 	}
 	devs, more, err := q.src.Devices(ctx, dq)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
+	l = &deviceList{devs: devs, more: more}
 	b.mu.Lock()
 	if b.devices+len(devs) <= batchMaxDevices {
-		b.lists[key] = deviceList{devs: devs, more: more}
+		b.lists[key] = l
 		b.devices += len(devs)
 	}
 	b.mu.Unlock()
-	return devs, more, nil
+	return l, nil
 }
 
 // sharedSelect reports whether a select over [mint, maxt] with hints
