@@ -138,7 +138,8 @@ type seriesRef struct {
 	lastSeen buckets.Ticks
 	// seen is set for the device's LastSeenName series: its first and
 	// last reading times from the index.
-	seen *seenBounds
+	seen    seenBounds
+	hasSeen bool
 	// live is set when buf holds the series' samples of the select,
 	// taken from the live window as the series was matched.
 	live bool
@@ -221,7 +222,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		}
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
 			r := seriesRef{lset: lsetOf(LastSeenName), dev: d.Device, name: LastSeenName,
-				seen: &seenBounds{first: d.FirstSeen, last: d.LastSeen}}
+				seen: seenBounds{first: d.FirstSeen, last: d.LastSeen}, hasSeen: true}
 			if err := add(r); err != nil {
 				return err
 			}
@@ -431,7 +432,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	if qr.samples != nil && mint <= maxt && dense(hints, qr.q.lookback) {
 		set.samples = qr.samples
 		for _, r := range refs {
-			if r.seen == nil {
+			if !r.hasSeen {
 				set.samples.add(set.span(r), r.name)
 			}
 		}
@@ -516,9 +517,11 @@ func (qr *querier) Close() error {
 		qr.samples.wait()
 	}
 	for _, set := range qr.pooled {
+		// Only what was used is cleared: the rest was cleared when it
+		// was given back before, or never used.
+		clear(set.refs)
+		clear(set.all)
 		refs, all := set.refs[:cap(set.refs)], set.all[:cap(set.all)]
-		clear(refs)
-		clear(all)
 		refPool.Put(&refs)
 		if all != nil {
 			seriesPool.Put(&all)
@@ -583,7 +586,7 @@ type series struct {
 func (s *series) Labels() labels.Labels { return s.ref.lset }
 
 func (s *series) Iterator(prev chunkenc.Iterator) chunkenc.Iterator {
-	if s.ref.seen != nil {
+	if s.ref.hasSeen {
 		last := s.set.seenLast
 		if s.set.maxt < s.set.mint {
 			last = s.set.seenFirst - 1 // labels only
@@ -592,7 +595,7 @@ func (s *series) Iterator(prev chunkenc.Iterator) chunkenc.Iterator {
 		if !ok || it.seenIter == nil { // else the engine's previous iterator is used again
 			it = seenSeekIter[int64]{new(seenIter)}
 		}
-		*it.seenIter = seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: *s.ref.seen,
+		*it.seenIter = seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: s.ref.seen,
 			first: s.set.seenFirst, step: s.set.seenStep, last: last, loadedSamples: loadedSamples{buf: it.buf[:0]}}
 		return it
 	}
