@@ -59,10 +59,13 @@ type liveWindow struct {
 // liveDevice is what the window holds of one device: complete for
 // readings at or after from once ready (its store read is merged in).
 type liveDevice struct {
-	from    buckets.Ticks
-	ready   bool
+	from  buckets.Ticks
+	ready bool
+	// cols are few, found by a scan: the first liveInlineCols are held
+	// in the entry itself (colsBuf), beside what a select reads first.
+	cols    []liveCol
+	colsBuf [liveInlineCols]liveCol
 	ticks   []buckets.Ticks // every reading's time, ascending
-	cols    []liveCol       // few: found by a scan
 	n       int             // samples and times held
 	touched int64           // ms of the clock at the last commit or read
 	// labels are the labels of the device's series that selects
@@ -98,6 +101,20 @@ func (w *liveWindow) labelsOf(e *liveDevice, name unique.Handle[string], d *buck
 	e.n++
 	w.n++
 	return l
+}
+
+// liveInlineCols is how many columns a live device holds without an
+// allocation of their own: a select that finds a column then reads no
+// other memory of the device before its samples.
+const liveInlineCols = 3
+
+// addCol appends c to e's columns and returns it.
+func (e *liveDevice) addCol(c liveCol) *liveCol {
+	if e.cols == nil {
+		e.cols = e.colsBuf[:0]
+	}
+	e.cols = append(e.cols, c)
+	return &e.cols[len(e.cols)-1]
 }
 
 // liveCol is one value name's samples, one per reading, ascending. A
@@ -302,8 +319,7 @@ func (e *liveDevice) add(r *buckets.Reading) {
 		v, ok := buckets.Numeric(f.Value)
 		switch {
 		case ok && c == nil:
-			e.cols = append(e.cols, liveCol{name: name})
-			c = &e.cols[len(e.cols)-1]
+			c = e.addCol(liveCol{name: name})
 			fallthrough
 		case ok:
 			e.n += c.put(r.Ticks, v)
@@ -358,7 +374,7 @@ func (e *liveDevice) merge(seed *liveDevice) {
 	for _, sc := range seed.cols {
 		c := e.col(sc.name)
 		if c == nil {
-			e.cols = append(e.cols, sc)
+			e.addCol(sc)
 			e.n += len(sc.k)
 			continue
 		}
