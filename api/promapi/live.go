@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/prometheus/prometheus/model/labels"
 
@@ -49,6 +50,7 @@ type liveWindow struct {
 
 	mu        sync.Mutex
 	gen       uint64 // counts removals: a read begun before one is not kept
+	epoch     uint64 // counts changes of devs' entries (deviceList.liveAt)
 	devs      map[buckets.DeviceID]*liveDevice
 	n         int // samples and reading times held
 	lastSweep time.Time
@@ -57,10 +59,13 @@ type liveWindow struct {
 // liveDevice is what the window holds of one device: complete for
 // readings at or after from once ready (its store read is merged in).
 type liveDevice struct {
-	from    buckets.Ticks
-	ready   bool
+	from  buckets.Ticks
+	ready bool
+	// cols are few, found by a scan: the first liveInlineCols are held
+	// in the entry itself (colsBuf), beside what a select reads first.
+	cols    []liveCol
+	colsBuf [liveInlineCols]liveCol
 	ticks   []buckets.Ticks // every reading's time, ascending
-	cols    []liveCol       // few: found by a scan
 	n       int             // samples and times held
 	touched int64           // ms of the clock at the last commit or read
 	// labels are the labels of the device's series that selects
@@ -69,7 +74,7 @@ type liveDevice struct {
 }
 
 type liveLabels struct {
-	name  string
+	name  unique.Handle[string]
 	attrs buckets.Attributes
 	lset  labels.Labels
 }
@@ -77,32 +82,47 @@ type liveLabels struct {
 // labelsOf is seriesLabels(name, d), made again only when d's
 // attributes changed since it was last made; w.mu is held. Each kept
 // counts as a sample towards the window's bound.
-func (w *liveWindow) labelsOf(e *liveDevice, name string, d *buckets.DeviceInfo) labels.Labels {
+func (w *liveWindow) labelsOf(e *liveDevice, name unique.Handle[string], d *buckets.DeviceInfo) labels.Labels {
 	for i := range e.labels {
 		l := &e.labels[i]
 		if l.name != name {
 			continue
 		}
 		if !slices.Equal(l.attrs, d.Attributes) {
-			l.attrs, l.lset = d.Attributes, seriesLabels(name, d)
+			l.attrs, l.lset = d.Attributes, seriesLabels(name.Value(), d)
 		}
 		return l.lset
 	}
 	if len(e.labels) >= recentMaxNames {
-		return seriesLabels(name, d)
+		return seriesLabels(name.Value(), d)
 	}
-	l := seriesLabels(name, d)
+	l := seriesLabels(name.Value(), d)
 	e.labels = append(e.labels, liveLabels{name: name, attrs: d.Attributes, lset: l})
 	e.n++
 	w.n++
 	return l
 }
 
+// liveInlineCols is how many columns a live device holds without an
+// allocation of their own: a select that finds a column then reads no
+// other memory of the device before its samples.
+const liveInlineCols = 3
+
+// addCol appends c to e's columns and returns it.
+func (e *liveDevice) addCol(c liveCol) *liveCol {
+	if e.cols == nil {
+		e.cols = e.colsBuf[:0]
+	}
+	e.cols = append(e.cols, c)
+	return &e.cols[len(e.cols)-1]
+}
+
 // liveCol is one value name's samples, one per reading, ascending. A
 // slice handed out is never changed: a change other than an append
-// copies first.
+// copies first. Names are unique handles: finding a column compares
+// pointers, not the names' bytes.
 type liveCol struct {
-	name string
+	name unique.Handle[string]
 	k    []buckets.Ticks
 	s    []sample // s[i].t is msOf(k[i])
 	dup  bool     // two readings share a millisecond
@@ -140,6 +160,7 @@ func (w *liveWindow) committed(rs []buckets.Reading) {
 		w.n += e.n - before
 		if w.n > w.max {
 			delete(w.devs, r.Device)
+			w.epoch++
 			w.n -= e.n
 		}
 	}
@@ -152,11 +173,13 @@ func (w *liveWindow) removed(dev buckets.DeviceID) {
 	w.gen++
 	if dev == "" {
 		clear(w.devs)
+		w.epoch++
 		w.n = 0
 		return
 	}
 	if e := w.devs[dev]; e != nil {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 	}
 }
@@ -167,7 +190,7 @@ func (w *liveWindow) removed(dev buckets.DeviceID) {
 // the caller reads the store (the window is full, or another select is
 // reading the device). The slice is shared: the caller must not modify
 // it.
-func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID, from, to buckets.Ticks, name string) ([]sample, bool, error) {
+func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID, from, to buckets.Ticks, name unique.Handle[string]) ([]sample, bool, error) {
 	w.mu.Lock()
 	nowMs := w.now().UnixMilli()
 	e := w.devs[dev]
@@ -182,6 +205,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	}
 	if e != nil {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 	}
 	if w.n >= w.max && !w.sweep(nowMs) {
@@ -190,6 +214,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	}
 	e = &liveDevice{from: min(from, w.cut(nowMs)), touched: nowMs, n: 1}
 	w.devs[dev] = e
+	w.epoch++
 	w.n++
 	gen := w.gen
 	w.mu.Unlock()
@@ -204,6 +229,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	}
 	if err != nil || w.gen != gen {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 		return nil, false, err
 	}
@@ -215,6 +241,7 @@ func (w *liveWindow) take(ctx context.Context, src Source, dev buckets.DeviceID,
 	s := e.slice(name, from, to)
 	if w.n > w.max {
 		delete(w.devs, dev)
+		w.epoch++
 		w.n -= e.n
 	}
 	return s, true, nil
@@ -249,6 +276,7 @@ func (w *liveWindow) sweep(nowMs int64) bool {
 	for dev, e := range w.devs {
 		if e.touched < nowMs-w.keep {
 			delete(w.devs, dev)
+			w.epoch++
 			w.n -= e.n
 		}
 	}
@@ -286,12 +314,12 @@ func (e *liveDevice) add(r *buckets.Reading) {
 		e.n++
 	}
 	for _, f := range r.Values {
-		c := e.col(f.Name)
+		name := unique.Make(f.Name)
+		c := e.col(name)
 		v, ok := buckets.Numeric(f.Value)
 		switch {
 		case ok && c == nil:
-			e.cols = append(e.cols, liveCol{name: f.Name})
-			c = &e.cols[len(e.cols)-1]
+			c = e.addCol(liveCol{name: name})
 			fallthrough
 		case ok:
 			e.n += c.put(r.Ticks, v)
@@ -346,7 +374,7 @@ func (e *liveDevice) merge(seed *liveDevice) {
 	for _, sc := range seed.cols {
 		c := e.col(sc.name)
 		if c == nil {
-			e.cols = append(e.cols, sc)
+			e.addCol(sc)
 			e.n += len(sc.k)
 			continue
 		}
@@ -359,7 +387,7 @@ func (e *liveDevice) merge(seed *liveDevice) {
 }
 
 // col is the column of name, nil if none.
-func (e *liveDevice) col(name string) *liveCol {
+func (e *liveDevice) col(name unique.Handle[string]) *liveCol {
 	for i := range e.cols {
 		if e.cols[i].name == name {
 			return &e.cols[i]
@@ -386,23 +414,24 @@ func (e *liveDevice) trim(cut buckets.Ticks) {
 	e.cols = slices.DeleteFunc(e.cols, func(c liveCol) bool { return len(c.k) == 0 })
 }
 
-// slice is the samples of name before to (a whole millisecond), one
-// per millisecond: the newest of the readings that share one. They
-// start at or before from (a whole millisecond too) when the device is
-// held from then: the caller keeps those it wants, scanning back from
-// the newest.
-func (e *liveDevice) slice(name string, from, to buckets.Ticks) []sample {
+// slice is the samples of name, one per millisecond: the newest of the
+// readings that share one. They start at or before from (a whole
+// millisecond) when the device is held from then, and may go on past
+// to (a whole millisecond too; the newest are not looked at, so that a
+// select touches a device's samples only when it iterates them): the
+// caller keeps those it wants, scanning back from the newest.
+func (e *liveDevice) slice(name unique.Handle[string], from, to buckets.Ticks) []sample {
 	c := e.col(name)
 	if c == nil {
 		return nil
+	}
+	if !c.dup {
+		return slices.Clip(c.s)
 	}
 	toMs := msOf(to)
 	hi := len(c.s)
 	for hi > 0 && c.s[hi-1].t >= toMs {
 		hi--
-	}
-	if !c.dup {
-		return c.s[:hi:hi]
 	}
 	lo, _ := slices.BinarySearch(c.k, from)
 	hi = max(hi, lo)

@@ -189,3 +189,33 @@ func TestLiveWindowBound(t *testing.T) {
 	w.mu.Unlock()
 	f.same(f.t0.Add(10 * time.Minute))
 }
+
+// TestLiveWindowWithinBatch: the selects of one batch look each device
+// up in the window once, and again after the window let devices go: a
+// select after that sees what the store holds, not what the window
+// held before.
+func TestLiveWindowWithinBatch(t *testing.T) {
+	f := newLiveFixture(t, 3)
+	ts := f.t0.Add(9*time.Minute + 50*time.Second)
+	_, err := f.shared.Instant(SharedReads(context.Background()), `temp`, ts) // the window reads them
+	require.NoError(t, err)
+	batch := SharedReads(context.Background())
+	assert.Zero(t, f.reads(func() {
+		for _, q := range []string{`hum > 0`, `temp < 100`} {
+			_, err := f.shared.Instant(batch, q, ts)
+			require.NoError(t, err)
+		}
+	}), "the devices held are read from the window")
+
+	// The window lets go of every device (as when a table is dropped),
+	// then d1 rewrites a reading in the span kept.
+	f.shared.q.live.removed("")
+	f.write(f.reading("d1", f.t0.Add(9*time.Minute+30*time.Second), 1000, 1000))
+	q := `max_over_time(temp[5m])`
+	want, err := f.plain.Instant(context.Background(), q, ts)
+	require.NoError(t, err)
+	got, err := f.shared.Instant(batch, q, ts)
+	require.NoError(t, err)
+	assert.Equal(t, sortedVector(want), sortedVector(got))
+	assert.Contains(t, fmt.Sprint(got), "1000", "the rewritten reading is seen")
+}

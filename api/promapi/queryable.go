@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -137,7 +138,8 @@ type seriesRef struct {
 	lastSeen buckets.Ticks
 	// seen is set for the device's LastSeenName series: its first and
 	// last reading times from the index.
-	seen *seenBounds
+	seen    seenBounds
+	hasSeen bool
 	// live is set when buf holds the series' samples of the select,
 	// taken from the live window as the series was matched.
 	live bool
@@ -176,6 +178,16 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	if live && recent != nil {
 		lw = qr.q.live
 	}
+	// The handles of the value names the live window is looked up by:
+	// a select mostly matches one name.
+	var lastName string
+	var lastHandle unique.Handle[string]
+	handleOf := func(name string) unique.Handle[string] {
+		if name != lastName || lastHandle == (unique.Handle[string]{}) {
+			lastName, lastHandle = name, unique.Make(name)
+		}
+		return lastHandle
+	}
 	var out []seriesRef
 	if live {
 		if p, _ := refPool.Get().(*[]seriesRef); p != nil {
@@ -192,26 +204,25 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		out = append(out, ref)
 		return nil
 	}
-	err := qr.q.devices(ctx, devMs, attrMs, func(d *buckets.DeviceInfo) error {
+	err := qr.q.devices(ctx, devMs, attrMs, func(l *deviceList, i int) error {
+		d := &l.devs[i]
 		var e *liveDevice
 		if lw != nil {
 			lw.mu.Lock()
 			defer lw.mu.Unlock()
-			if e = lw.devs[d.Device]; e != nil && (!e.ready || e.from > from) {
+			if e = l.liveAt(lw, i); e != nil && (!e.ready || e.from > from) {
 				e = nil
 			}
 		}
-		ref := func(name string) seriesRef {
+		lsetOf := func(name string) labels.Labels {
 			if e == nil {
-				return seriesRef{lset: lsetOf(name, d), dev: d.Device, name: name, lastSeen: d.LastSeen}
+				return lsetOf(name, d)
 			}
-			return seriesRef{lset: lw.labelsOf(e, name, d), dev: d.Device, name: name, lastSeen: d.LastSeen,
-				live: true, buf: e.slice(name, from, to+10000)}
+			return lw.labelsOf(e, handleOf(name), d)
 		}
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
-			r := ref(LastSeenName)
-			r.live, r.buf, r.lastSeen = false, nil, 0
-			r.seen = &seenBounds{first: d.FirstSeen, last: d.LastSeen}
+			r := seriesRef{lset: lsetOf(LastSeenName), dev: d.Device, name: LastSeenName,
+				seen: seenBounds{first: d.FirstSeen, last: d.LastSeen}, hasSeen: true}
 			if err := add(r); err != nil {
 				return err
 			}
@@ -226,7 +237,11 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			if err := add(ref(f.Name)); err != nil {
+			r := seriesRef{lset: lsetOf(f.Name), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}
+			if e != nil {
+				r.live, r.buf = true, e.slice(handleOf(f.Name), from, to+10000)
+			}
+			if err := add(r); err != nil {
 				return err
 			}
 		}
@@ -304,16 +319,18 @@ func (q *queryable) deviceQuery(ctx context.Context, attrMs []*labels.Matcher) (
 // attribute matchers accept, reading from the device index only the
 // devices they can match: the store applies the attribute matchers and
 // the visibility.
-func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher, fn func(*buckets.DeviceInfo) error) error {
+//
+// fn gets the list and the index in it of each device.
+func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher, fn func(l *deviceList, i int) error) error {
 	base, err := q.deviceQuery(ctx, attrMs)
 	if err != nil {
 		return err
 	}
-	visit := func(d *buckets.DeviceInfo) error {
-		if !matchAll(devMs, string(d.Device)) {
+	visit := func(l *deviceList, i int) error {
+		if !matchAll(devMs, string(l.devs[i].Device)) {
 			return nil
 		}
-		return fn(d)
+		return fn(l, i)
 	}
 	// Exact names: look each one up.
 	for _, m := range devMs {
@@ -336,12 +353,12 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 			}
 			dq := base
 			dq.Prefix, dq.Limit = n, 1
-			devs, _, err := q.listDevices(ctx, dq)
+			l, err := q.listDevices(ctx, dq)
 			if err != nil {
 				return fmt.Errorf("look up device %s: %w", n, err)
 			}
-			if len(devs) == 1 && devs[0].Device == dev {
-				if err := visit(&devs[0]); err != nil {
+			if len(l.devs) == 1 && l.devs[0].Device == dev {
+				if err := visit(l, 0); err != nil {
 					return err
 				}
 			}
@@ -360,19 +377,19 @@ func (q *queryable) devices(ctx context.Context, devMs, attrMs []*labels.Matcher
 		if err := ctx.Err(); err != nil { // between pages: a long listing stops at its deadline
 			return fmt.Errorf("list devices: %w", err)
 		}
-		devs, more, err := q.listDevices(ctx, dq)
+		l, err := q.listDevices(ctx, dq)
 		if err != nil {
 			return fmt.Errorf("list devices: %w", err)
 		}
-		for i := range devs {
-			if err := visit(&devs[i]); err != nil {
+		for i := range l.devs {
+			if err := visit(l, i); err != nil {
 				return err
 			}
 		}
-		if !more || len(devs) == 0 {
+		if !l.more || len(l.devs) == 0 {
 			return nil
 		}
-		dq.After = devs[len(devs)-1].Device
+		dq.After = l.devs[len(l.devs)-1].Device
 	}
 }
 
@@ -415,7 +432,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	if qr.samples != nil && mint <= maxt && dense(hints, qr.q.lookback) {
 		set.samples = qr.samples
 		for _, r := range refs {
-			if r.seen == nil {
+			if !r.hasSeen {
 				set.samples.add(set.span(r), r.name)
 			}
 		}
@@ -500,9 +517,11 @@ func (qr *querier) Close() error {
 		qr.samples.wait()
 	}
 	for _, set := range qr.pooled {
+		// Only what was used is cleared: the rest was cleared when it
+		// was given back before, or never used.
+		clear(set.refs)
+		clear(set.all)
 		refs, all := set.refs[:cap(set.refs)], set.all[:cap(set.all)]
-		clear(refs)
-		clear(all)
 		refPool.Put(&refs)
 		if all != nil {
 			seriesPool.Put(&all)
@@ -567,13 +586,18 @@ type series struct {
 func (s *series) Labels() labels.Labels { return s.ref.lset }
 
 func (s *series) Iterator(prev chunkenc.Iterator) chunkenc.Iterator {
-	if s.ref.seen != nil {
+	if s.ref.hasSeen {
 		last := s.set.seenLast
 		if s.set.maxt < s.set.mint {
 			last = s.set.seenFirst - 1 // labels only
 		}
-		return seenSeekIter[int64]{&seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: *s.ref.seen,
-			first: s.set.seenFirst, step: s.set.seenStep, last: last}}
+		it, ok := prev.(seenSeekIter[int64])
+		if !ok || it.seenIter == nil { // else the engine's previous iterator is used again
+			it = seenSeekIter[int64]{new(seenIter)}
+		}
+		*it.seenIter = seenIter{ctx: s.set.ctx, q: s.set.q, dev: s.ref.dev, seen: s.ref.seen,
+			first: s.set.seenFirst, step: s.set.seenStep, last: last, loadedSamples: loadedSamples{buf: it.buf[:0]}}
+		return it
 	}
 	if s.set.recent {
 		return s.set.sharedIter(s.ref, prev)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unique"
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -25,7 +26,7 @@ import (
 // longer than the lookback delta (a plain selector, or a range function
 // over at most the lookback delta, outside subqueries).
 func SharedReads(ctx context.Context) context.Context {
-	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]deviceList{}})
+	return context.WithValue(ctx, batchKey{}, &batch{lists: map[string]*deviceList{}})
 }
 
 type batchKey struct{}
@@ -60,7 +61,7 @@ const (
 // batch is what the queries of one SharedReads context share.
 type batch struct {
 	mu      sync.Mutex
-	lists   map[string]deviceList
+	lists   map[string]*deviceList
 	devices int // devices held in lists
 }
 
@@ -68,6 +69,27 @@ type batch struct {
 type deviceList struct {
 	devs []buckets.DeviceInfo
 	more bool
+	// live is the live window's entry of each device (nil: none), looked
+	// up once for the selects of a batch; valid while the window's
+	// epoch is liveEpoch. Guarded by the window's mu.
+	live      []*liveDevice
+	liveOf    *liveWindow
+	liveEpoch uint64
+}
+
+// liveAt is w's entry of l.devs[i], nil if none; w.mu is held.
+func (l *deviceList) liveAt(w *liveWindow, i int) *liveDevice {
+	if l.liveOf != w || l.liveEpoch != w.epoch || len(l.live) != len(l.devs) {
+		if cap(l.live) < len(l.devs) {
+			l.live = make([]*liveDevice, len(l.devs))
+		}
+		l.live = l.live[:len(l.devs)]
+		for j := range l.devs {
+			l.live[j] = w.devs[l.devs[j].Device]
+		}
+		l.liveOf, l.liveEpoch = w, w.epoch
+	}
+	return l.live[i]
 }
 
 // recentReads keeps, per device, the samples of its last shared read:
@@ -240,29 +262,31 @@ func listKey(q buckets.DeviceQuery) string {
 // listDevices is q.src.Devices, answered from the batch of ctx when one
 // of its queries listed the same page. Queries with a device filter
 // (Visible) are not shared.
-func (q *queryable) listDevices(ctx context.Context, dq buckets.DeviceQuery) ([]buckets.DeviceInfo, bool, error) {
+func (q *queryable) listDevices(ctx context.Context, dq buckets.DeviceQuery) (*deviceList, error) {
 	b := batchOf(ctx)
 	if b == nil || dq.Visible != nil {
-		return q.src.Devices(ctx, dq)
+		devs, more, err := q.src.Devices(ctx, dq)
+		return &deviceList{devs: devs, more: more}, err
 	}
 	key := listKey(dq)
 	b.mu.Lock()
 	l, ok := b.lists[key]
 	b.mu.Unlock()
 	if ok {
-		return l.devs, l.more, nil
+		return l, nil
 	}
 	devs, more, err := q.src.Devices(ctx, dq)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
+	l = &deviceList{devs: devs, more: more}
 	b.mu.Lock()
 	if b.devices+len(devs) <= batchMaxDevices {
-		b.lists[key] = deviceList{devs: devs, more: more}
+		b.lists[key] = l
 		b.devices += len(devs)
 	}
 	b.mu.Unlock()
-	return devs, more, nil
+	return l, nil
 }
 
 // sharedSelect reports whether a select over [mint, maxt] with hints
@@ -284,7 +308,7 @@ func (s *seriesSet) sharedIter(ref seriesRef, prev chunkenc.Iterator) seekingIte
 	buf, ok := ref.buf, ref.live
 	var err error
 	if !ok && s.q.live != nil {
-		buf, ok, err = s.q.live.take(s.ctx, s.q.src, ref.dev, ticksOf(s.mint), ticksOf(s.maxt)+10000, ref.name)
+		buf, ok, err = s.q.live.take(s.ctx, s.q.src, ref.dev, ticksOf(s.mint), ticksOf(s.maxt)+10000, unique.Make(ref.name))
 	}
 	if !ok && err == nil {
 		sp := sampleSpan{dev: ref.dev, from: ticksOf(s.maxt - s.q.lookback - recentMargin), to: ticksOf(s.maxt) + 10000}
@@ -300,10 +324,10 @@ func (s *seriesSet) sharedIter(ref seriesRef, prev chunkenc.Iterator) seekingIte
 		lo--
 	}
 	buf = buf[lo:hi:hi]
-	it := sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}
-	if p, ok := prev.(seekingIter[int64]); ok && p.sampleIter != nil {
-		*p.sampleIter = it
-		return p
+	it, ok := prev.(seekingIter[int64])
+	if !ok || it.sampleIter == nil { // the engine's previous iterator is used again: none allocated per series
+		it = seekingIter[int64]{new(sampleIter)}
 	}
-	return seekingIter[int64]{&it}
+	*it.sampleIter = sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}
+	return it
 }

@@ -57,7 +57,7 @@ func (c *windowCache) addSet(refs []seriesRef, w *windows, maxSamples int) bool 
 	}
 	c.samples += int64(len(refs)) * perSeries
 	for _, r := range refs {
-		if r.seen != nil { // LastSeenName is never a summary
+		if r.hasSeen { // LastSeenName is never a summary
 			continue
 		}
 		k := keyOf(r.dev, w)
