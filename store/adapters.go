@@ -18,9 +18,11 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/atomicfile"
 	"github.com/telemetryd/telemetryd/store/backup"
 	"github.com/telemetryd/telemetryd/store/block"
 	"github.com/telemetryd/telemetryd/store/repair"
+	"github.com/telemetryd/telemetryd/store/replay"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -65,9 +67,7 @@ func (src backupSource) Positions() (map[string]backup.Position, error) {
 	if !s.opts.SyncWrites {
 		s.syncAll()
 	}
-	s.replay.posMu.Lock()
-	pos, err := readPositions(s.dir)
-	s.replay.posMu.Unlock()
+	pos, err := s.replay.Written()
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +221,7 @@ func (to restoreTarget) Create(t backup.Table) (*badger.DB, error) {
 // Clean leaves the directory as it was found, so a retry can start
 // over.
 func (to restoreTarget) Clean() {
-	for _, name := range []string{tablesDirName, indexDirName, rollupsDirName, positionsFileName, tombstonesFileName, restoredFileName} {
+	for _, name := range []string{tablesDirName, indexDirName, rollupsDirName, replay.PositionsFileName, replay.TombstonesFileName, restoredFileName} {
 		_ = os.RemoveAll(filepath.Join(to.dir, name))
 	}
 }
@@ -231,37 +231,31 @@ func (to restoreTarget) Clean() {
 // Restored finds.
 func (to restoreTarget) Finish(m backup.Manifest) error {
 	dataDir := to.dir
-	pos := make(map[string]positionRecord, len(m.Positions))
+	pos := make(map[string]replay.Position, len(m.Positions))
 	for name, p := range m.Positions {
-		pos[name] = positionRecord{Created: p.Created.UnixNano(), Seq: p.Seq}
+		pos[name] = replay.Position{Created: p.Created.UnixNano(), Seq: p.Seq}
 	}
-	b, err := json.Marshal(pos)
-	if err != nil {
+	if err := replay.WritePositions(dataDir, pos); err != nil {
 		return err
 	}
-	if err := replaceFile(dataDir, positionsFileName, b); err != nil {
-		return err
-	}
-	recs := make([]tombstoneRecord, 0, len(m.Tombstones))
+	recs := make([]replay.TombstoneRecord, 0, len(m.Tombstones))
 	for _, d := range slices.Sorted(maps.Keys(m.Tombstones)) {
 		if _, err := buckets.ParseDay(d); err != nil {
 			return fmt.Errorf("tombstone: %w", err)
 		}
-		recs = append(recs, tombstoneRecord{Day: d, Dropped: m.Tombstones[d].UTC()})
+		recs = append(recs, replay.TombstoneRecord{Day: d, Dropped: m.Tombstones[d].UTC()})
 	}
-	if b, err = json.Marshal(recs); err != nil {
+	if err := replay.WriteTombstones(dataDir, recs); err != nil {
 		return err
 	}
-	if err := replaceFile(dataDir, tombstonesFileName, b); err != nil {
-		return err
-	}
-	if b, err = json.Marshal(struct {
+	b, err := json.Marshal(struct {
 		ID      int       `json:"backup_id"`
 		Created time.Time `json:"backup_created"`
-	}{m.ID, m.Created}); err != nil {
+	}{m.ID, m.Created})
+	if err != nil {
 		return err
 	}
-	return replaceFile(dataDir, restoredFileName, b)
+	return atomicfile.Replace(dataDir, restoredFileName, b)
 }
 
 // Restored reports whether the data directory was made by Restore and
@@ -280,7 +274,7 @@ func (s *Store) ClearRestored() error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("clear restore marker: %w", err)
 	}
-	return syncDir(s.dir)
+	return atomicfile.SyncDir(s.dir)
 }
 
 // salvager writes the sound blocks of a damaged table into s.

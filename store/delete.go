@@ -11,6 +11,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/replay"
 )
 
 // Deleting a device. DeleteDevice holds the drop gate exclusively for
@@ -34,7 +35,7 @@ import (
 //
 // A failure after step 1 leaves the tombstone and the index record, so
 // repeating the delete finishes it. Tombstones are kept as long as the
-// tombstones of dropped days (tombstoneKeep) and are copied by backups.
+// tombstones of dropped days (replay.TombstoneKeep) and are copied by backups.
 
 // deviceTombPrefix is the key prefix of device tombstones in the index
 // database. Like the attribute prefixes it sorts before every device
@@ -56,7 +57,7 @@ func deviceTombKey(dev buckets.DeviceID) []byte {
 }
 
 // loadDeviceTombs reads the device tombstones of the index database (at
-// Open), removing those older than tombstoneKeep.
+// Open), removing those older than replay.TombstoneKeep.
 func (s *Store) loadDeviceTombs() error {
 	tombs := map[buckets.DeviceID]time.Time{}
 	var expired [][]byte
@@ -72,7 +73,7 @@ func (s *Store) loadDeviceTombs() error {
 					return nil
 				}
 				at := time.Unix(0, int64(binary.BigEndian.Uint64(v)))
-				if time.Since(at) >= tombstoneKeep {
+				if time.Since(at) >= replay.TombstoneKeep {
 					expired = append(expired, item.KeyCopy(nil))
 					return nil
 				}
@@ -176,8 +177,7 @@ func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.
 	if _, _, ok := s.index.Bounds(dev); !ok && at.IsZero() { // spares the gate
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
-	s.replay.gate.Lock()
-	defer s.replay.gate.Unlock()
+	defer s.replay.LockDrops()()
 	first, last, ok := s.index.Bounds(dev)
 	if !ok && at.IsZero() {
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)

@@ -36,7 +36,7 @@ import (
 // The count file is written by the compactor only: when it settles a
 // table, and for an open table that went quiet (saveQuietCounts);
 // Close writes the counts of the tables it closes after closing them.
-// The crash rules of countfile.go are unchanged: a count file is
+// The crash rules of package countfile are unchanged: a count file is
 // written only under writeMu between commits and removed before the
 // next one.
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/countfile"
 )
 
 // readFrames name the store's read calls as they show in a goroutine's
@@ -190,7 +191,7 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	assert.Subset(t, writes.kinds(), []string{"rollup", "count"}, "the settling wrote the rollups and the count file")
 
 	assert.Len(t, blocksOf(t, ts, d, "dev"), 1, "the open blocks were merged before the close")
-	n, ok, err := readCountFile(ts.tableDir(d))
+	n, ok, err := countfile.Read(ts.tableDir(d))
 	require.NoError(t, err)
 	assert.True(t, ok, "the count file was saved")
 	assert.Equal(t, int64(30), n)

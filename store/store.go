@@ -11,7 +11,7 @@
 //
 //	LOCK                 exclusive flock while a Store is open
 //	tables/YYYY-MM-DD/   one Badger database per day table, plus its
-//	                     reading count (READINGS, see countfile.go)
+//	                     reading count (READINGS, package countfile)
 //	index/               the device index (first/last seen, latest values)
 //	rollups/LEVEL/YYYY-MM/ rollups of one level and month, when on (rollups.go)
 //
@@ -41,8 +41,10 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/aggregate"
 	"github.com/telemetryd/telemetryd/store/colcache"
+	"github.com/telemetryd/telemetryd/store/countfile"
 	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/diskuse"
+	"github.com/telemetryd/telemetryd/store/replay"
 )
 
 // Directory names under the data directory.
@@ -83,7 +85,7 @@ type Store struct {
 	bad       *badBlocks
 	lock      *dirLock
 	index     *devindex.Index
-	replay    replayState                           // stream positions and tombstones (checkpoint.go, tombstone.go)
+	replay    *replay.State                         // stream positions and tombstones (package replay)
 	barrier   atomic.Pointer[func() error]          // SetPositionBarrier (syncloop.go)
 	health    commitHealth                          // tables that cannot commit (health.go)
 	holes     atomic.Int64                          // what the memtable logs may still claim (health.go)
@@ -131,6 +133,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		done:        make(chan struct{}),
 		compactDone: make(chan struct{}),
 		settles:     newSettleQueue(),
+		replay:      replay.New(dataDir),
 	}
 	s.bad = &badBlocks{log: s.log, seen: make(map[string]struct{})}
 	if err := s.openFiles(); err != nil {
@@ -166,7 +169,7 @@ func (s *Store) openFiles() error {
 		return err
 	}
 	s.lock = lock
-	if err := s.loadTombstones(); err != nil {
+	if err := s.replay.LoadTombstones(); err != nil {
 		return errors.Join(err, lock.unlock())
 	}
 	if err := s.discover(); err != nil {
@@ -241,12 +244,12 @@ func (s *Store) discover() error {
 // from its count file, if it has a valid one. An invalid one is removed.
 func (s *Store) discoverTable(day buckets.Day, dir string) *table {
 	t := newTable(day, dir, s.bad)
-	n, ok, err := readCountFile(dir)
+	n, ok, err := countfile.Read(dir)
 	switch {
 	case err != nil:
 		s.log.Warn("ignoring day table reading count file", "day", day.String(), "err", err)
 		if !s.opts.ReadOnly {
-			if err := removeCountFile(dir); err != nil {
+			if err := countfile.Remove(dir); err != nil {
 				s.log.Warn("remove day table reading count file", "day", day.String(), "err", err)
 			}
 		}

@@ -61,7 +61,7 @@ func (s *Store) syncer() {
 // commit they vouch for came before them, so the fsyncs cover it. A
 // failed fsync leaves them pending.
 func (s *Store) syncAll() {
-	pending := s.replay.takePending()
+	pending := s.replay.TakePending()
 	ok := true
 	for _, d := range s.daysBetween(0, 1<<31-1, buckets.Desc) {
 		s.mu.Lock()
@@ -82,19 +82,19 @@ func (s *Store) syncAll() {
 		ok = false
 	}
 	if !ok {
-		s.replay.restorePending(pending)
+		s.replay.RestorePending(pending)
 		return
 	}
 	if b := s.barrier.Load(); b != nil && len(pending) > 0 {
 		if err := (*b)(); err != nil {
 			s.log.Warn("sync the streams before saving stream positions", "err", err)
-			s.replay.restorePending(pending)
+			s.replay.RestorePending(pending)
 			return
 		}
 	}
-	if err := s.writePositions(pending); err != nil {
+	if err := s.replay.Write(pending); err != nil {
 		s.log.Warn("save stream positions", "err", err)
-		s.replay.restorePending(pending)
+		s.replay.RestorePending(pending)
 	}
 }
 
@@ -132,39 +132,4 @@ func syncLogs(dir string) error {
 	}
 	errs = append(errs, fsyncFile(dir))
 	return errors.Join(errs...)
-}
-
-// takePending returns the pending positions and forgets them.
-func (r *replayState) takePending() map[string]positionRecord {
-	r.posMu.Lock()
-	defer r.posMu.Unlock()
-	p := r.pending
-	r.pending = nil
-	return p
-}
-
-// restorePending puts back positions whose write failed, unless one
-// saved since is pending for the stream.
-func (r *replayState) restorePending(p map[string]positionRecord) {
-	r.posMu.Lock()
-	defer r.posMu.Unlock()
-	for name, rec := range p {
-		if _, newer := r.pending[name]; newer {
-			continue
-		}
-		if r.pending == nil {
-			r.pending = map[string]positionRecord{}
-		}
-		r.pending[name] = rec
-	}
-}
-
-// setPending makes rec the pending position of stream.
-func (r *replayState) setPending(stream string, rec positionRecord) {
-	r.posMu.Lock()
-	defer r.posMu.Unlock()
-	if r.pending == nil {
-		r.pending = map[string]positionRecord{}
-	}
-	r.pending[stream] = rec
 }

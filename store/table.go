@@ -54,7 +54,7 @@ type table struct {
 
 	// readings is the exact number of readings, or -1 when it is not
 	// known: the table was not opened in this process and has no count
-	// file (see countfile.go). Writers update it under writeMu.
+	// file (package countfile). Writers update it under writeMu.
 	readings atomic.Int64
 	// writeMu serializes writers, which makes read-modify-write (the
 	// merge of readings with the same key) safe without Badger's

@@ -21,7 +21,7 @@ func (s *Store) tableDir(day buckets.Day) string {
 // the disk space of the table's files; Readings is the exact number of
 // distinct readings, or -1 when it is not known. Tables never opens a
 // table: the count of a table that is not open comes from its count
-// file (see countfile.go), so it is -1 for a table that was being
+// file (package countfile), so it is -1 for a table that was being
 // written when the process last stopped without closing it, until the
 // table is opened again; and -1 for a table that cannot be opened.
 func (s *Store) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
