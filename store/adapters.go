@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -308,14 +307,4 @@ func (tableBlocks) Decode(dev buckets.DeviceID, meta byte, v []byte) ([]buckets.
 	}
 	_, rs, err := block.Decode(v, dev)
 	return rs, err
-}
-
-// firstLine trims a panic message to its first non-empty line.
-func firstLine(s string) string {
-	for _, line := range strings.Split(s, "\n") {
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "==") {
-			return line
-		}
-	}
-	return s
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
 )
 
 // tableOpenings numbers the openings of day table databases (table.gen),
@@ -207,15 +208,15 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 		s.detach(h) // not the last reference: the opener holds one
 		s.metrics.tableErrors.Add(context.Background(), 1)
 		if writable {
-			s.block(t.day, blockedDamaged, err)
+			s.block(t.day, blocked.Damaged, err)
 		} else {
-			s.log.Error("day table cannot be opened (damaged?); its queries fail: "+repairAdvice(t.day),
+			s.log.Error("day table cannot be opened (damaged?); its queries fail: "+blocked.RepairAdvice(t.day),
 				"day", t.day.String(), "dir", t.dir, "err", err)
 		}
 		return unavailableTable(t.day, err)
 	}
 	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
-	if !readOnly && s.isBlockedFor(t.day, blockedDamaged) {
+	if !readOnly && s.health.IsFor(t.day, blocked.Damaged) {
 		s.unblock(t.day, "opened")
 	}
 	t.gen = tableOpenings.Add(1)

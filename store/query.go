@@ -10,6 +10,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
 )
 
 // Reads never open a table that cannot hold the device: the device
@@ -323,9 +324,9 @@ func (s *Store) guard(t *table, read func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.metrics.tableErrors.Add(context.Background(), 1)
-			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", firstLine(fmt.Sprint(r)))
+			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", blocked.FirstLine(fmt.Sprint(r)))
 			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
-				Err: errors.New(firstLine(fmt.Sprint(r)))}
+				Err: errors.New(blocked.FirstLine(fmt.Sprint(r)))}
 		}
 	}()
 	return read()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/repair"
 )
 
@@ -47,15 +48,15 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts repair.Op
 	if s.opts.ReadOnly {
 		return rep, fmt.Errorf("repair table %s: %w", day, errReadOnly)
 	}
-	prev := s.blockedState(day)
-	s.block(day, blockedRepairing, errors.New("being repaired"))
+	prev := s.health.Get(day)
+	s.block(day, blocked.Repairing, errors.New("being repaired"))
 	var err error
 	done := false
 	defer func() {
 		switch {
 		case done:
 		case rep.Damaged == "" && prev != nil: // the table is still there, as it was
-			s.restoreBlocked(day, prev)
+			s.health.Restore(day, prev)
 		default:
 			s.unblock(day, "repair failed")
 		}

@@ -40,6 +40,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/aggregate"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/colcache"
 	"github.com/telemetryd/telemetryd/store/countfile"
 	"github.com/telemetryd/telemetryd/store/devindex"
@@ -87,7 +88,7 @@ type Store struct {
 	index     *devindex.Index
 	replay    *replay.State                         // stream positions and tombstones (package replay)
 	barrier   atomic.Pointer[func() error]          // SetPositionBarrier (syncloop.go)
-	health    commitHealth                          // tables that cannot commit (health.go)
+	health    blocked.Set                           // tables that cannot commit (package blocked)
 	holes     atomic.Int64                          // what the memtable logs may still claim (health.go)
 	deletes   deviceTombs                           // deleted devices (delete.go)
 	rollups   *rollState                            // rollups (rollups.go); its set is nil when they are off

@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/repair"
 )
 
@@ -126,7 +127,7 @@ func unavailableTable(day buckets.Day, err error) error {
 	if errors.As(err, &fe) {
 		return &buckets.TableError{Day: day, Reason: fmt.Sprintf("has table format version %s, which this build does not read (it reads version %d); other days are unaffected", fe.version, formatVersion), Err: err}
 	}
-	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected; " + repairAdvice(day), Err: err}
+	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected; " + blocked.RepairAdvice(day), Err: err}
 }
 
 // openTableDB opens the Badger database of t and reads its metadata.

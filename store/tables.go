@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
@@ -96,7 +97,7 @@ func (s *Store) damaged(t *table) bool {
 	s.mu.Lock()
 	failed := t.failErr != nil
 	s.mu.Unlock()
-	return failed || s.isBlockedFor(t.day, blockedDamaged)
+	return failed || s.health.IsFor(t.day, blocked.Damaged)
 }
 
 // doom marks the table of day as being dropped and detaches its
