@@ -42,7 +42,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		from = max(from, *q.After+q.Interval)
 	}
 	if s.rollupsOn() {
-		if p, ok, err := s.aggregateRollups(ctx, q, from, to); ok || err != nil {
+		if p, ok, err := s.rollups.set.Aggregate(ctx, rollTables{s}, q, from, to); ok || err != nil {
 			return p, err
 		}
 	}

@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -411,9 +410,6 @@ func (s *Store) RollupPeriods() []rollup.Period {
 	return s.rollups.set.Periods()
 }
 
-// errRollupsDone stops a rollup scan once the page is complete.
-var errRollupsDone = errors.New("page complete")
-
 // deleteDeviceRollups removes dev's rollups and marks (for a device
 // delete). With rollups off it does nothing.
 func (s *Store) deleteDeviceRollups(ctx context.Context, dev buckets.DeviceID) error {
@@ -430,3 +426,36 @@ func (s *Store) deleteDeviceRollups(ctx context.Context, dev buckets.DeviceID) e
 	}
 	return nil
 }
+
+// rollTables is the store's day tables as an aggregate read partly from
+// the rollups (rollup.Set.Aggregate) uses them.
+type rollTables struct{ s *Store }
+
+var _ rollup.Tables = rollTables{}
+
+// DaySpan is the span of the days that have a table.
+func (rt rollTables) DaySpan() (lo, hi buckets.Ticks) {
+	lo, hi = buckets.MaxTicks+1, buckets.Ticks(-1)
+	rt.s.mu.Lock()
+	defer rt.s.mu.Unlock()
+	for d := range rt.s.tables {
+		lo, hi = min(lo, d.Start()), max(hi, d.End())
+	}
+	return lo, hi
+}
+
+// Has reports whether the table of d exists and is not being dropped.
+func (rt rollTables) Has(d buckets.Day) bool {
+	rt.s.mu.Lock()
+	defer rt.s.mu.Unlock()
+	t := rt.s.tables[d]
+	return t != nil && !t.dropping
+}
+
+// Aggregate adds [lo, hi) of the table of d to agg.
+func (rt rollTables) Aggregate(ctx context.Context, agg *aggregate.Aggregator, d buckets.Day, lo, hi buckets.Ticks) (bool, error) {
+	return rt.s.aggregateDay(ctx, agg, d, lo, hi)
+}
+
+// Classify marks transient storage errors.
+func (rollTables) Classify(err error) error { return classify(err) }
