@@ -19,6 +19,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/atomicfile"
 	"github.com/telemetryd/telemetryd/store/backup"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/block"
 	"github.com/telemetryd/telemetryd/store/repair"
 	"github.com/telemetryd/telemetryd/store/replay"
@@ -158,7 +159,7 @@ func (src backupSource) Rollups() (names []string, view func(name string, fn fun
 	}
 	return names, func(name string, fn func(string, *badger.DB) error) (bool, error) {
 		dir := filepath.Join(root, filepath.FromSlash(name))
-		db, err := openView(rollupBadgerOptions(dir, false, true, s.log), openBadger)
+		db, err := openView(badgeropts.Rollup(dir, false, true, s.log), openBadger)
 		if err != nil {
 			return false, fmt.Errorf("open rollup %s: %w", name, err)
 		}
@@ -210,11 +211,11 @@ func (to restoreTarget) Create(t backup.Table) (*badger.DB, error) {
 	switch {
 	case t.Rollup != "":
 		dir := filepath.Join(to.dir, rollupsDirName, filepath.FromSlash(t.Rollup))
-		return openBadger(rollupBadgerOptions(dir, false, false, to.log))
+		return openBadger(badgeropts.Rollup(dir, false, false, to.log))
 	case t.Day != "":
-		return openTableBadger(badgerOptions(filepath.Join(to.dir, tablesDirName, t.Day), classCold, false, false, to.log))
+		return openTableBadger(badgeropts.For(filepath.Join(to.dir, tablesDirName, t.Day), badgeropts.Cold, false, false, to.log))
 	}
-	return openBadger(badgerOptions(filepath.Join(to.dir, indexDirName), classIndex, false, false, to.log))
+	return openBadger(badgeropts.For(filepath.Join(to.dir, indexDirName), badgeropts.Index, false, false, to.log))
 }
 
 // Clean leaves the directory as it was found, so a retry can start
@@ -282,7 +283,7 @@ func (s *Store) salvager() *repair.Salvager {
 		Store:  s,
 		Blocks: tableBlocks{},
 		Options: func(dir string, readOnly bool) badger.Options {
-			return badgerOptions(dir, classCold, false, readOnly, s.log)
+			return badgeropts.For(dir, badgeropts.Cold, false, readOnly, s.log)
 		},
 		Open: openTableBadger,
 		Log:  s.log,

@@ -7,13 +7,14 @@ import (
 	"log/slog"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 // openIndex opens the device index database in dir and loads the index
 // (store/devindex).
 func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*devindex.Index, error) {
-	db, err := openView(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("db", "index")), openBadger)
+	db, err := openView(badgeropts.For(dir, badgeropts.Index, syncWrites, readOnly, log.With("db", "index")), openBadger)
 	if err != nil {
 		return nil, fmt.Errorf("open device index: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 )
 
 // TestOpenPastEmptyFiles opens a table where a power cut left a
@@ -17,7 +19,7 @@ import (
 // there.
 func TestOpenPastEmptyFiles(t *testing.T) {
 	dir := t.TempDir()
-	opts := badgerOptions(dir, classHot, true, false, slog.New(slog.DiscardHandler))
+	opts := badgeropts.For(dir, badgeropts.Hot, true, false, slog.New(slog.DiscardHandler))
 	db, err := openBadger(opts)
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("k"), []byte("synced")) }))
@@ -50,7 +52,7 @@ func TestOpenPastEmptyFiles(t *testing.T) {
 // opens in managed mode.
 func TestOpenTablePastEmptyFiles(t *testing.T) {
 	dir := t.TempDir()
-	opts := badgerOptions(dir, classHot, true, false, slog.New(slog.DiscardHandler))
+	opts := badgeropts.For(dir, badgeropts.Hot, true, false, slog.New(slog.DiscardHandler))
 	db, err := openTableBadger(opts)
 	require.NoError(t, err)
 	txn := db.NewTransactionAt(1, true)

@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -79,28 +77,6 @@ func newMetrics(mp metric.MeterProvider, s *Store) (*metrics, error) {
 	}
 	return m, nil
 }
-
-// badgerLogger sends Badger's errors and warnings to slog and drops its
-// chatty info and debug lines.
-type badgerLogger struct {
-	log *slog.Logger
-}
-
-// Errorf implements badger.Logger.
-func (l badgerLogger) Errorf(format string, args ...any) {
-	l.log.Error("badger: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
-}
-
-// Warningf implements badger.Logger.
-func (l badgerLogger) Warningf(format string, args ...any) {
-	l.log.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(format, args...)))
-}
-
-// Infof implements badger.Logger; it is dropped.
-func (badgerLogger) Infof(string, ...any) {}
-
-// Debugf implements badger.Logger; it is dropped.
-func (badgerLogger) Debugf(string, ...any) {}
 
 // newCounters creates the histogram and the counters, exported from the
 // start (at 0) so an alert sees the series before the first event.

@@ -4,18 +4,17 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/aggregate"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -34,21 +33,6 @@ import (
 
 // rollupsDirName is the directory of the rollups under the data dir.
 const rollupsDirName = "rollups"
-
-// rollupMemTableSize is the memtable of a rollup database (one at a
-// time while it fills, two while it flushes). A record larger than an
-// eighth of it (an hour of minutes of about 150 values) is kept in the
-// value log, so a wide device's hour still fits one transaction.
-const rollupMemTableSize = 4 << 20
-
-// rollupBlockSize is the SSTable block of a rollup database. A record
-// (a day of hourly buckets of four values is about 5.5 kB) is larger
-// than Badger's default 4 kB block, so each record and each older
-// version of it not yet compacted away took a block of its own, and a
-// long read allocated one block header per record and version; a
-// year-long hourly chart met about 1,700 of them. Uncompressed and
-// without a block cache, a larger block costs a point read nothing.
-const rollupBlockSize = 64 << 10
 
 // rollState is the store's side of its rollups.
 type rollState struct {
@@ -95,7 +79,7 @@ func (s *Store) openRollups() error {
 	set, err := rollup.Open(filepath.Join(s.dir, rollupsDirName), rollup.Options{
 		Levels: s.opts.Rollups,
 		Badger: func(dir string) badger.Options {
-			return rollupBadgerOptions(dir, s.opts.SyncWrites, false, s.log)
+			return badgeropts.Rollup(dir, s.opts.SyncWrites, false, s.log)
 		},
 		Logger: s.log,
 	})
@@ -104,16 +88,6 @@ func (s *Store) openRollups() error {
 	}
 	r.set = set
 	return nil
-}
-
-// rollupBadgerOptions are the options of a rollup period database in
-// dir (as opened, backed up and restored).
-func rollupBadgerOptions(dir string, syncWrites, readOnly bool, log *slog.Logger) badger.Options {
-	// Uncompressed: a long read then needs no block cache to stay fast
-	// (summaries are floats, which compress little).
-	o := badgerOptions(dir, classCold, syncWrites, readOnly, log).WithMemTableSize(rollupMemTableSize).
-		WithCompression(options.None).WithBlockCacheSize(0).WithBlockSize(rollupBlockSize)
-	return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
 }
 
 // rollupsOn reports whether the store keeps rollups.

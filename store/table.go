@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/repair"
 )
@@ -137,16 +138,16 @@ func unavailableTable(day buckets.Day, err error) error {
 // Badger panics on some kinds of damage; that is turned into an error
 // so one damaged day cannot take the process down.
 func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOnly bool, meta tableMeta, err error) {
-	class := classCold
+	class := badgeropts.Cold
 	if hot {
-		class = classHot
+		class = badgeropts.Hot
 	}
 	readOnly = !writable && (s.opts.ReadOnly || closedCleanly(t.dir))
-	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("day", t.day.String())).
+	opts := badgeropts.For(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("day", t.day.String())).
 		WithIndexCacheSize(s.opts.IndexCacheSize)
 	if hot {
 		opts = opts.WithMemTableSize(s.opts.MemTableSize).WithBlockCacheSize(s.opts.BlockCacheSize).
-			WithValueThreshold(min(valueThreshold, s.opts.MemTableSize/8))
+			WithValueThreshold(min(badgeropts.ValueThreshold, s.opts.MemTableSize/8))
 	}
 	if err := repair.CheckFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
