@@ -19,6 +19,8 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/compactplan"
+	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
 // Write stores rs. Readings are grouped by day table and each table
@@ -402,7 +404,7 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 // hi, by ticks, from txn, a transaction of t. A corrupt block is
 // skipped: what it held is lost either way, and the write goes on.
 func storedReadings(t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks) (map[buckets.Ticks][]buckets.Field, error) {
-	res := newResolver()
+	res := resolve.New()
 	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest >= hi {
 			return true, nil
@@ -411,11 +413,11 @@ func storedReadings(t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buck
 		if t.bad.skip(context.Background(), t.day, dev, err) {
 			return true, nil
 		}
-		res.add(rs, bi.ref.seq, lo, hi)
+		res.Add(rs, bi.ref.seq, lo, hi)
 		return true, err
 	})
-	out := make(map[buckets.Ticks][]buckets.Field, len(res.rs))
-	for _, r := range res.rs {
+	out := make(map[buckets.Ticks][]buckets.Field, len(res.Readings()))
+	for _, r := range res.Readings() {
 		out[r.Ticks] = r.Values
 	}
 	return out, err
@@ -470,7 +472,7 @@ func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field
 // (6-14% more line protocol ingest on the TSBS file, BENCHMARKS.md).
 // Larger ones may stay open for an hour and are compressed at once.
 func encodeOpen(rs []buckets.Reading) ([]byte, error) {
-	if tierOf(len(rs)) == 0 {
+	if compactplan.TierOf(len(rs)) == 0 {
 		return block.EncodePlain(nil, rs)
 	}
 	return block.Encode(nil, rs)
