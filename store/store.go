@@ -44,6 +44,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/colcache"
 	"github.com/telemetryd/telemetryd/store/countfile"
 	"github.com/telemetryd/telemetryd/store/devindex"
+	"github.com/telemetryd/telemetryd/store/dirlock"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 	"github.com/telemetryd/telemetryd/store/replay"
 )
@@ -84,7 +85,7 @@ type Store struct {
 	tracer    trace.Tracer
 	metrics   *metrics
 	bad       *badBlocks
-	lock      *dirLock
+	lock      *dirlock.Lock
 	index     *devindex.Index
 	replay    *replay.State                         // stream positions and tombstones (package replay)
 	barrier   atomic.Pointer[func() error]          // SetPositionBarrier (syncloop.go)
@@ -165,36 +166,36 @@ func (s *Store) openFiles() error {
 			return err
 		}
 	}
-	lock, err := lockDir(s.dir, s.opts.ReadOnly)
+	lock, err := dirlock.Dir(s.dir, s.opts.ReadOnly)
 	if err != nil {
 		return err
 	}
 	s.lock = lock
 	if err := s.replay.LoadTombstones(); err != nil {
-		return errors.Join(err, lock.unlock())
+		return errors.Join(err, lock.Unlock())
 	}
 	if err := s.discover(); err != nil {
-		return errors.Join(err, lock.unlock())
+		return errors.Join(err, lock.Unlock())
 	}
 	idx, err := openIndex(filepath.Join(s.dir, indexDirName), s.opts.SyncWrites, s.opts.ReadOnly, s.log)
 	if err != nil {
-		return errors.Join(err, lock.unlock())
+		return errors.Join(err, lock.Unlock())
 	}
 	s.index = idx
 	if err := s.loadDeviceTombs(); err != nil {
-		return errors.Join(err, closeIndex(idx), lock.unlock())
+		return errors.Join(err, closeIndex(idx), lock.Unlock())
 	}
 	if err := s.openRollups(); err != nil {
-		return errors.Join(err, closeIndex(idx), lock.unlock())
+		return errors.Join(err, closeIndex(idx), lock.Unlock())
 	}
 	if s.opts.ColumnCacheSize > 0 {
 		if s.cols, err = colcache.New[*aggregate.BlockList](s.opts.ColumnCacheSize); err != nil {
-			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
+			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.Unlock())
 		}
 	}
 	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
 		s.cols.Close()
-		return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.Unlock())
 	}
 	s.bad.start(s.metrics.corruptBlocks)
 	s.bad.damagedRecords(idx.Damaged())
@@ -314,7 +315,7 @@ func (s *Store) close() error {
 		errs = append(errs, err)
 	}
 	s.cols.Close()
-	if err := s.lock.unlock(); err != nil {
+	if err := s.lock.Unlock(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

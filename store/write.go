@@ -21,6 +21,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/block"
 	"github.com/telemetryd/telemetryd/store/compactplan"
 	"github.com/telemetryd/telemetryd/store/resolve"
+	"github.com/telemetryd/telemetryd/store/spans"
 )
 
 // Write stores rs. Readings are grouped by day table and each table
@@ -196,7 +197,7 @@ type writeTracker struct {
 
 // deviceWrites is what a write tracker knows of one device.
 type deviceWrites struct {
-	spans // every reading written since the table was opened
+	spans.Set // every reading written since the table was opened
 	// last, when not nil, is what the table holds at lastTicks, the
 	// newest reading this process wrote for the device: a write that
 	// merges into that reading alone (the second half of a reading
@@ -265,7 +266,7 @@ func (w *writeTracker) mayExist(dev buckets.DeviceID, k buckets.Ticks) bool {
 		return true
 	}
 	sp, ok := w.written[dev]
-	return ok && sp.overlaps(k, k)
+	return ok && sp.Overlaps(k, k)
 }
 
 // mayOverlap reports whether a block of dev holding readings from
@@ -275,7 +276,7 @@ func (w *writeTracker) mayOverlap(dev buckets.DeviceID, oldest, newest buckets.T
 		return true
 	}
 	sp, ok := w.written[dev]
-	return ok && sp.overlaps(oldest, newest)
+	return ok && sp.Overlaps(oldest, newest)
 }
 
 // stored returns what the table holds of dev at k when the tracker
@@ -304,7 +305,7 @@ func (w *writeTracker) stored(dev buckets.DeviceID, k buckets.Ticks) ([]buckets.
 func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	for _, e := range entries {
 		dw, ok := w.written[e.dev]
-		dw.add(e.ref.oldest, e.ref.newest)
+		dw.Add(e.ref.oldest, e.ref.newest)
 		if e.last != nil && (dw.last == nil || e.ref.newest >= dw.lastTicks) {
 			w.keep(&dw.last, e.last)
 			dw.lastTicks = e.ref.newest
