@@ -325,7 +325,7 @@ func (s *Store) compactor() {
 				continue // no writes into the memtables' holes (health.go)
 			}
 			s.compactAll(false)
-		case <-s.settles.wake:
+		case <-s.settles.Wake():
 			s.settleQueued()
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/blocked"
+	"github.com/telemetryd/telemetryd/store/settlequeue"
 )
 
 // tableOpenings numbers the openings of day table databases (table.gen),
@@ -378,7 +379,7 @@ func (s *Store) touch(t *table) {
 // count against the bound until released. A table it would close that
 // is not settled is handed to the compactor instead (settle.go), which
 // sweeps again once it settled it; it returns those hand-overs.
-func (s *Store) closeIdle() []*settleJob {
+func (s *Store) closeIdle() []*settlequeue.Job {
 	now := s.now()
 	s.mu.Lock()
 	var cold []*table
@@ -409,9 +410,9 @@ func (s *Store) closeIdle() []*settleJob {
 		}
 	}
 	s.mu.Unlock()
-	var jobs []*settleJob
+	var jobs []*settlequeue.Job
 	for _, d := range unsettled {
-		if j := s.settles.add(d); j != nil {
+		if j := s.settles.Add(d); j != nil {
 			jobs = append(jobs, j)
 		}
 	}

@@ -47,6 +47,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/dirlock"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 	"github.com/telemetryd/telemetryd/store/replay"
+	"github.com/telemetryd/telemetryd/store/settlequeue"
 )
 
 // Directory names under the data directory.
@@ -93,7 +94,7 @@ type Store struct {
 	holes     atomic.Int64                          // what the memtable logs may still claim (health.go)
 	deletes   deviceTombs                           // deleted devices (delete.go)
 	rollups   *rollState                            // rollups (rollups.go); its set is nil when they are off
-	settles   *settleQueue                          // tables the compactor settles before they close (settle.go)
+	settles   *settlequeue.Queue                    // tables the compactor settles before they close (settle.go)
 	queries   queryClock                            // when the last query began (giveway.go)
 	cols      *colcache.Cache[*aggregate.BlockList] // decoded columns and block lists for aggregates; nil when off
 	watch     watchers                              // told of changes to readings (watch.go)
@@ -134,7 +135,7 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		compactDone: make(chan struct{}),
-		settles:     newSettleQueue(),
+		settles:     settlequeue.New(maxSettleJobs),
 		replay:      replay.New(dataDir),
 	}
 	s.bad = &badBlocks{log: s.log, seen: make(map[string]struct{})}
