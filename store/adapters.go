@@ -24,6 +24,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/repair"
 	"github.com/telemetryd/telemetryd/store/replay"
 	"github.com/telemetryd/telemetryd/store/rollup"
+	"github.com/telemetryd/telemetryd/store/storemetrics"
 )
 
 // This file is the store's side of the packages that do a job on its
@@ -45,11 +46,11 @@ func (s *Store) Backup(ctx context.Context, dir string, opts backup.Options) (ba
 	}
 	m, err := backup.Run(ctx, backupSource{s}, dir, opts)
 	if err != nil {
-		s.metrics.backups.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(outcomeFailed))
+		s.metrics.Backups.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(storemetrics.OutcomeFailed))
 		return backup.Manifest{}, err
 	}
-	s.metrics.backups.Add(ctx, 1, metric.WithAttributes(outcomeOK))
-	s.metrics.backupBytes.Add(ctx, m.CopiedBytes)
+	s.metrics.Backups.Add(ctx, 1, metric.WithAttributes(storemetrics.OutcomeOK))
+	s.metrics.BackupBytes.Add(ctx, m.CopiedBytes)
 	s.lastBackup.Store(time.Now().Unix())
 	return m, nil
 }

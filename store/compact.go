@@ -523,7 +523,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	}
 	after := afterCompaction(dev, refs, take, entries)
 	t.renote(dev, after, exact, sealed)
-	s.metrics.compactions.Add(context.Background(), 1)
+	s.metrics.Compactions.Add(context.Background(), 1)
 	s.rollCompacted(t, dev, compacted{after: after, full: full, refs: refs, take: take, entries: entries, merged: merged, sealed: sealed})
 	return nil
 }

@@ -207,7 +207,7 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 	if err != nil {
 		t.failErr, t.failedAt = err, s.now()
 		s.detach(h) // not the last reference: the opener holds one
-		s.metrics.tableErrors.Add(context.Background(), 1)
+		s.metrics.TableErrors.Add(context.Background(), 1)
 		if writable {
 			s.block(t.day, blocked.Damaged, err)
 		} else {

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/blocked"
@@ -156,20 +154,4 @@ func (s *Store) diskTight(remeasure bool) bool {
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	return free < diskFloor+s.holes.Load()
-}
-
-// registerHealthGauge exports the blocked tables by reason.
-func (s *Store) registerHealthGauge(meter metric.Meter) (metric.Registration, error) {
-	g, err := meter.Int64ObservableGauge("telemetry.store.blocked_tables",
-		metric.WithDescription("Day tables that cannot commit, by reason (damaged: does not open; commit_failed: its commits fail; repairing). Their readings wait unacked in the stream."),
-		metric.WithUnit("{table}"))
-	if err != nil {
-		return nil, fmt.Errorf("blocked tables gauge: %w", err)
-	}
-	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for reason, n := range s.health.Counts() {
-			o.ObserveInt64(g, n, metric.WithAttributes(attribute.String("reason", reason)))
-		}
-		return nil
-	}, g)
 }

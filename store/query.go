@@ -324,7 +324,7 @@ func getReading(ctx context.Context, t *table, txn *badger.Txn, dev buckets.Devi
 func (s *Store) guard(t *table, read func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.metrics.tableErrors.Add(context.Background(), 1)
+			s.metrics.TableErrors.Add(context.Background(), 1)
 			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", blocked.FirstLine(fmt.Sprint(r)))
 			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
 				Err: errors.New(blocked.FirstLine(fmt.Sprint(r)))}

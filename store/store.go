@@ -48,6 +48,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/diskuse"
 	"github.com/telemetryd/telemetryd/store/replay"
 	"github.com/telemetryd/telemetryd/store/settlequeue"
+	"github.com/telemetryd/telemetryd/store/storemetrics"
 )
 
 // Directory names under the data directory.
@@ -84,7 +85,7 @@ type Store struct {
 	tablesDir string
 	log       *slog.Logger
 	tracer    trace.Tracer
-	metrics   *metrics
+	metrics   *storemetrics.Metrics
 	bad       *badBlocks
 	lock      *dirlock.Lock
 	index     *devindex.Index
@@ -194,11 +195,11 @@ func (s *Store) openFiles() error {
 			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.Unlock())
 		}
 	}
-	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
+	if s.metrics, err = newMetrics(s); err != nil {
 		s.cols.Close()
 		return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.Unlock())
 	}
-	s.bad.start(s.metrics.corruptBlocks)
+	s.bad.start(s.metrics.CorruptBlocks)
 	s.bad.damagedRecords(idx.Damaged())
 	s.bad.damagedAttrRecords(idx.AttrDamaged())
 	return nil
@@ -303,11 +304,8 @@ func (s *Store) close() error {
 		s.saveCount(h.t)
 		h.t.writeMu.Unlock()
 	}
-	if err := s.metrics.registration.Unregister(); err != nil {
-		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
-	}
-	if err := s.metrics.health.Unregister(); err != nil {
-		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
+	if err := s.metrics.Unregister(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := closeIndex(s.index); err != nil {
 		errs = append(errs, err)

@@ -68,7 +68,7 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 		attribute.Int("telemetry.store.tables", len(groups))))
 	start := time.Now()
 	defer func() {
-		s.metrics.commitDuration.Record(ctx, time.Since(start).Seconds())
+		s.metrics.CommitDuration.Record(ctx, time.Since(start).Seconds())
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
