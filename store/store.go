@@ -93,7 +93,7 @@ type Store struct {
 	barrier   atomic.Pointer[func() error]          // SetPositionBarrier (syncloop.go)
 	health    blocked.Set                           // tables that cannot commit (package blocked)
 	holes     atomic.Int64                          // what the memtable logs may still claim (health.go)
-	deletes   deviceTombs                           // deleted devices (delete.go)
+	deletes   replay.DeviceTombs                    // deleted devices (delete.go)
 	rollups   *rollState                            // rollups (rollups.go); its set is nil when they are off
 	settles   *settlequeue.Queue                    // tables the compactor settles before they close (settle.go)
 	queries   queryClock                            // when the last query began (giveway.go)
@@ -184,7 +184,7 @@ func (s *Store) openFiles() error {
 		return errors.Join(err, lock.Unlock())
 	}
 	s.index = idx
-	if err := s.loadDeviceTombs(); err != nil {
+	if err := s.deletes.Load(s.index.DB(), s.opts.ReadOnly, s.log); err != nil {
 		return errors.Join(err, closeIndex(idx), lock.Unlock())
 	}
 	if err := s.openRollups(); err != nil {

@@ -1,9 +1,10 @@
 // Package replay keeps what lets a replay of the stream neither start
 // over nor write dropped days again: per stream the position the store
 // has settled up to (the positions file, and the positions that wait
-// for the fsync of what they vouch for), and the tombstones of the
-// dropped days (the tombstones file, and the gate that orders writes
-// and drops). Both files sit under the data directory and are replaced
+// for the fsync of what they vouch for), the tombstones of the dropped
+// days (the tombstones file, and the gate that orders writes and
+// drops), and the tombstones of deleted devices (in the device index
+// database). Both files sit under the data directory and are replaced
 // whole (package atomicfile).
 package replay
 
