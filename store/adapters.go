@@ -160,7 +160,7 @@ func (src backupSource) Rollups() (names []string, view func(name string, fn fun
 	}
 	return names, func(name string, fn func(string, *badger.DB) error) (bool, error) {
 		dir := filepath.Join(root, filepath.FromSlash(name))
-		db, err := openView(badgeropts.Rollup(dir, false, true, s.log), openBadger)
+		db, err := openView(badgeropts.Rollup(dir, false, true, s.log), badgeropts.Open)
 		if err != nil {
 			return false, fmt.Errorf("open rollup %s: %w", name, err)
 		}
@@ -212,11 +212,11 @@ func (to restoreTarget) Create(t backup.Table) (*badger.DB, error) {
 	switch {
 	case t.Rollup != "":
 		dir := filepath.Join(to.dir, rollupsDirName, filepath.FromSlash(t.Rollup))
-		return openBadger(badgeropts.Rollup(dir, false, false, to.log))
+		return badgeropts.Open(badgeropts.Rollup(dir, false, false, to.log))
 	case t.Day != "":
-		return openTableBadger(badgeropts.For(filepath.Join(to.dir, tablesDirName, t.Day), badgeropts.Cold, false, false, to.log))
+		return badgeropts.OpenManaged(badgeropts.For(filepath.Join(to.dir, tablesDirName, t.Day), badgeropts.Cold, false, false, to.log))
 	}
-	return openBadger(badgeropts.For(filepath.Join(to.dir, indexDirName), badgeropts.Index, false, false, to.log))
+	return badgeropts.Open(badgeropts.For(filepath.Join(to.dir, indexDirName), badgeropts.Index, false, false, to.log))
 }
 
 // Clean leaves the directory as it was found, so a retry can start
@@ -286,7 +286,7 @@ func (s *Store) salvager() *repair.Salvager {
 		Options: func(dir string, readOnly bool) badger.Options {
 			return badgeropts.For(dir, badgeropts.Cold, false, readOnly, s.log)
 		},
-		Open: openTableBadger,
+		Open: badgeropts.OpenManaged,
 		Log:  s.log,
 	}
 }

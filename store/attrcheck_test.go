@@ -21,7 +21,7 @@ import (
 // editIndexDB changes the closed store's index database directly.
 func editIndexDB(t *testing.T, ts *testStore, fn func(txn *badger.Txn) error) {
 	t.Helper()
-	db, err := openBadger(badgeropts.For(filepath.Join(ts.dir, indexDirName), badgeropts.Index, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	db, err := badgeropts.Open(badgeropts.For(filepath.Join(ts.dir, indexDirName), badgeropts.Index, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
 	require.NoError(t, db.Update(fn))
 	require.NoError(t, db.Close())

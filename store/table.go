@@ -15,6 +15,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/repair"
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // Table metadata keys. Keys starting with 0x00 are metadata; no device
@@ -69,7 +70,7 @@ type table struct {
 	// Guarded by writeMu.
 	wt writeTracker
 	// ver numbers commits and tracks readers' versions (versions.go).
-	ver versions
+	ver versions.Versions
 	// countFile says that the count file exists: it must be removed
 	// before the next commit. Guarded by writeMu.
 	countFile bool
@@ -152,13 +153,13 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 	if err := repair.CheckFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
 	}
-	db, err = openView(opts, openTableBadger)
+	db, err = openView(opts, badgeropts.OpenManaged)
 	if err != nil && readOnly && !s.opts.ReadOnly {
 		// Such as a directory whose creation a crash interrupted: a
 		// writable open completes what it can.
 		s.log.Debug("opening day table read-only failed; opening it writable", "day", t.day.String(), "err", err)
 		readOnly = false
-		db, err = openTableBadger(opts.WithReadOnly(false))
+		db, err = badgeropts.OpenManaged(opts.WithReadOnly(false))
 	}
 	if err != nil {
 		return nil, false, meta, err
@@ -176,17 +177,6 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 func closedCleanly(dir string) bool {
 	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
 	return err == nil && len(mems) == 0
-}
-
-// openBadger is badger.Open with panics turned into errors, past the
-// empty files a power cut can leave (openSizingEmptyFiles).
-func openBadger(opts badger.Options) (db *badger.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("badger panicked: %v", r)
-		}
-	}()
-	return openSizingEmptyFiles(opts, badger.Open)
 }
 
 // tableMeta is the metadata of a day table.

@@ -1,7 +1,9 @@
 // Package badgeropts holds the Badger options of the store's databases:
 // day tables while they take writes (hot) and after (cold), the device
 // index, and the rollup period databases, with the logger that passes
-// Badger's warnings and errors to slog.
+// Badger's warnings and errors to slog; and opens them (Open,
+// OpenManaged) with panics turned into errors, past the empty log files
+// a power cut can leave.
 package badgeropts
 
 import (
@@ -177,3 +179,55 @@ func (Logger) Infof(string, ...any) {}
 
 // Debugf implements badger.Logger; it is dropped.
 func (Logger) Debugf(string, ...any) {}
+
+// Open is badger.Open with panics turned into errors, past the
+// empty files a power cut can leave (openSizingEmptyFiles).
+func Open(opts badger.Options) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("badger panicked: %v", r)
+		}
+	}()
+	return openSizingEmptyFiles(opts, badger.Open)
+}
+
+// OpenManaged opens a day table's database in managed mode, with
+// panics turned into errors, past the empty files a power cut can leave
+// (openSizingEmptyFiles).
+func OpenManaged(opts badger.Options) (db *badger.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("badger panicked: %v", r)
+		}
+	}()
+	return openSizingEmptyFiles(opts, badger.OpenManaged)
+}
+
+// badgerNewFile ends the error badger.Open returns for a memtable or
+// value log file it found empty: the text of ristretto's z.NewFile,
+// which Badger formats into its error (errors.Is cannot see it).
+const badgerNewFile = "Create a new file"
+
+// maxEmptyFileReopens bounds the reopens of openSizingEmptyFiles: each
+// one gets past one empty file.
+const maxEmptyFileReopens = 8
+
+// openSizingEmptyFiles opens a Badger database with open, and opens it
+// again while open fails on a write-ahead log (*.mem) or value log
+// (*.vlog) file it found empty. Badger creates those files and sizes
+// them with ftruncate, but nothing makes the size durable before the
+// first synced write into the file; a power cut before that leaves the
+// file empty, and badger.Open then fails after sizing it
+// (dgraph-io/badger#2207). The sized file holds zeros, that is no
+// entries, so the next open goes past it: nothing that was synced is
+// skipped.
+func openSizingEmptyFiles(opts badger.Options, open func(badger.Options) (*badger.DB, error)) (*badger.DB, error) {
+	db, err := open(opts)
+	for i := 0; err != nil && strings.HasSuffix(err.Error(), badgerNewFile) && i < maxEmptyFileReopens; i++ {
+		if opts.Logger != nil {
+			opts.Logger.Warningf("reopening %s: %v", opts.Dir, err)
+		}
+		db, err = open(opts)
+	}
+	return db, err
+}
