@@ -16,6 +16,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
 	"github.com/telemetryd/telemetryd/store/compactplan"
+	"github.com/telemetryd/telemetryd/store/giveway"
 	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
@@ -393,9 +394,9 @@ func (s *Store) compactTable(t *table, full bool) error {
 	devs = slices.Compact(devs)
 	var first error
 	failed := 0
-	gw := s.newGiveWay()
+	gw := giveway.NewRun(&s.queries)
 	for i, dev := range devs {
-		gw.between(monoNow())
+		gw.Between(giveway.Now())
 		if s.stopping() && !full {
 			t.noteUrgent(devs[i:])
 			return errStopping

@@ -46,6 +46,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/dirlock"
 	"github.com/telemetryd/telemetryd/store/diskuse"
+	"github.com/telemetryd/telemetryd/store/giveway"
 	"github.com/telemetryd/telemetryd/store/replay"
 	"github.com/telemetryd/telemetryd/store/settlequeue"
 	"github.com/telemetryd/telemetryd/store/storemetrics"
@@ -96,7 +97,7 @@ type Store struct {
 	deletes   replay.DeviceTombs                    // deleted devices (delete.go)
 	rollups   *rollState                            // rollups (rollups.go); its set is nil when they are off
 	settles   *settlequeue.Queue                    // tables the compactor settles before they close (settle.go)
-	queries   queryClock                            // when the last query began (giveway.go)
+	queries   giveway.Clock                         // when the last query began (giveway.go)
 	cols      *colcache.Cache[*aggregate.BlockList] // decoded columns and block lists for aggregates; nil when off
 	watch     watchers                              // told of changes to readings (watch.go)
 	// lastBackup is the Unix time of the last backup that completed.
