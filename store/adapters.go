@@ -160,13 +160,13 @@ func (src backupSource) Rollups() (names []string, view func(name string, fn fun
 	}
 	return names, func(name string, fn func(string, *badger.DB) error) (bool, error) {
 		dir := filepath.Join(root, filepath.FromSlash(name))
-		db, err := openView(badgeropts.Rollup(dir, false, true, s.log), badgeropts.Open)
+		db, err := badgeropts.OpenView(badgeropts.Rollup(dir, false, true, s.log), badgeropts.Open)
 		if err != nil {
 			return false, fmt.Errorf("open rollup %s: %w", name, err)
 		}
 		err = fn(dir, db)
 		err = errors.Join(err, db.Close())
-		releaseView(db)
+		badgeropts.ReleaseView(db)
 		return true, err
 	}, nil
 }

@@ -14,7 +14,7 @@ import (
 // openIndex opens the device index database in dir and loads the index
 // (store/devindex).
 func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*devindex.Index, error) {
-	db, err := openView(badgeropts.For(dir, badgeropts.Index, syncWrites, readOnly, log.With("db", "index")), badgeropts.Open)
+	db, err := badgeropts.OpenView(badgeropts.For(dir, badgeropts.Index, syncWrites, readOnly, log.With("db", "index")), badgeropts.Open)
 	if err != nil {
 		return nil, fmt.Errorf("open device index: %w", err)
 	}
@@ -33,7 +33,7 @@ func closeIndex(x *devindex.Index) error {
 	if err := x.DB().Close(); err != nil {
 		return errors.Join(ferr, fmt.Errorf("close device index: %w", err))
 	}
-	releaseView(x.DB())
+	badgeropts.ReleaseView(x.DB())
 	return ferr
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/settlequeue"
 )
@@ -354,7 +355,7 @@ func (s *Store) closeDB(t *table) error {
 	if err := db.Close(); err != nil {
 		return err
 	}
-	releaseView(db)
+	badgeropts.ReleaseView(db)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/repair"
 )
@@ -71,7 +72,7 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts repair.Op
 			return rep, fmt.Errorf("repair table %s: from backup %s: %w", day, opts.Backup, err)
 		}
 	}
-	if err := s.salvager().Damaged(ctx, rep.Damaged, closedCleanly(rep.Damaged), &rep); err != nil {
+	if err := s.salvager().Damaged(ctx, rep.Damaged, badgeropts.ClosedCleanly(rep.Damaged), &rep); err != nil {
 		return rep, fmt.Errorf("repair table %s: %w", day, err)
 	}
 	done = true

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,7 +142,7 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 	if hot {
 		class = badgeropts.Hot
 	}
-	readOnly = !writable && (s.opts.ReadOnly || closedCleanly(t.dir))
+	readOnly = !writable && (s.opts.ReadOnly || badgeropts.ClosedCleanly(t.dir))
 	opts := badgeropts.For(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("day", t.day.String())).
 		WithIndexCacheSize(s.opts.IndexCacheSize)
 	if hot {
@@ -153,7 +152,7 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 	if err := repair.CheckFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
 	}
-	db, err = openView(opts, badgeropts.OpenManaged)
+	db, err = badgeropts.OpenView(opts, badgeropts.OpenManaged)
 	if err != nil && readOnly && !s.opts.ReadOnly {
 		// Such as a directory whose creation a crash interrupted: a
 		// writable open completes what it can.
@@ -169,14 +168,6 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 		return nil, false, meta, err
 	}
 	return db, readOnly, meta, nil
-}
-
-// closedCleanly reports whether the Badger database in dir was closed
-// cleanly: it has no write-ahead log (*.mem) files, which Badger
-// removes on Close after flushing them.
-func closedCleanly(dir string) bool {
-	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
-	return err == nil && len(mems) == 0
 }
 
 // tableMeta is the metadata of a day table.

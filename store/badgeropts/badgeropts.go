@@ -3,7 +3,8 @@
 // index, and the rollup period databases, with the logger that passes
 // Badger's warnings and errors to slog; and opens them (Open,
 // OpenManaged) with panics turned into errors, past the empty log files
-// a power cut can leave.
+// a power cut can leave, and read-only through a temporary copy when
+// they were not closed cleanly (OpenView).
 package badgeropts
 
 import (
