@@ -2,12 +2,12 @@ package store
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 )
 
 // A saved stream position vouches that every reading up to it is in
@@ -98,15 +98,9 @@ func (s *Store) syncAll() {
 	}
 }
 
-// Badger's Sync fsyncs the write-ahead log of the memtable being filled
-// and the newest value log only. When a memtable fills, Badger starts a
-// new log and flushes the full one to a table file in the background,
-// without fsyncing what was written to the old log since the last
-// Sync; a position written meanwhile would vouch for readings that only
-// the page cache holds. Likewise a value log that was full. syncLogs
-// closes that gap: it fsyncs every write-ahead log (*.mem) and value
-// log (*.vlog) in a database's directory, and the directory, whose new
-// files Badger does not sync into it.
+// syncLogs fsyncs the logs of the Badger database in dir and dir
+// itself (badgeropts.SyncLogs).
+func syncLogs(dir string) error { return badgeropts.SyncLogs(dir, fsyncFile) }
 
 // fsyncFile fsyncs one file by its path (tests record the calls).
 var fsyncFile = func(path string) error {
@@ -115,21 +109,4 @@ var fsyncFile = func(path string) error {
 		return err
 	}
 	return errors.Join(f.Sync(), f.Close())
-}
-
-// syncLogs fsyncs the logs of the Badger database in dir and dir
-// itself. A log removed meanwhile (flushed) is skipped.
-func syncLogs(dir string) error {
-	var errs []error
-	for _, pattern := range []string{"*.mem", "*.vlog"} {
-		files, err := filepath.Glob(filepath.Join(dir, pattern))
-		errs = append(errs, err)
-		for _, f := range files {
-			if err := fsyncFile(f); !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	errs = append(errs, fsyncFile(dir))
-	return errors.Join(errs...)
 }
