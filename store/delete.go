@@ -100,7 +100,7 @@ func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.
 	if !ok {
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
-	defer s.watchRemoved(dev)
+	defer s.watch.Removed(dev)
 	// From here on the delete finishes even if its caller goes away.
 	tables, removed, err := s.deleteReadings(context.WithoutCancel(ctx), dev, first, last)
 	out.Tables = tables

@@ -9,6 +9,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/devindex"
+	"github.com/telemetryd/telemetryd/store/storemetrics"
 )
 
 // openIndex opens the device index database in dir and loads the index
@@ -56,7 +57,7 @@ func (s *Store) checkIndex(rep *CheckReport) error {
 // logged them).
 func (b *badBlocks) damagedAttrRecords(recs []devindex.Damaged) {
 	for range recs {
-		b.counter.Add(context.Background(), 1, kindRecord)
+		b.counter.Add(context.Background(), 1, storemetrics.KindRecord)
 	}
 }
 

@@ -50,6 +50,7 @@ import (
 	"github.com/telemetryd/telemetryd/store/replay"
 	"github.com/telemetryd/telemetryd/store/settlequeue"
 	"github.com/telemetryd/telemetryd/store/storemetrics"
+	"github.com/telemetryd/telemetryd/store/watch"
 )
 
 // Directory names under the data directory.
@@ -99,7 +100,7 @@ type Store struct {
 	settles   *settlequeue.Queue                    // tables the compactor settles before they close (settle.go)
 	queries   giveway.Clock                         // when the last query began (giveway.go)
 	cols      *colcache.Cache[*aggregate.BlockList] // decoded columns and block lists for aggregates; nil when off
-	watch     watchers                              // told of changes to readings (watch.go)
+	watch     watch.Set                             // told of changes to readings (watch.go)
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 

@@ -80,7 +80,7 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 		return buckets.TableDrop{}, err
 	}
 	defer s.inflight.Done()
-	defer s.watchRemoved("")
+	defer s.watch.Removed("")
 	size := diskuse.Dir(t.dir) // what Tables said; closing changes it
 	if idle != nil {
 		s.endLogged(idle)

@@ -147,10 +147,10 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	}
 	s.noteCommit(day, err)
 	if err != nil {
-		s.watchRemoved("") // a part may have committed
+		s.watch.Removed("") // a part may have committed
 		return classify(fmt.Errorf("write table %s: %w", day, err))
 	}
-	s.watchCommitted(rs)
+	s.watch.Committed(rs)
 	return nil
 }
 

@@ -133,6 +133,12 @@ func (m *Metrics) newCounters(meter metric.Meter) error {
 	return nil
 }
 
+// Values of the kind attribute of telemetry.store.corrupt_blocks.
+var (
+	KindBlock  = metric.WithAttributes(attribute.String("kind", "block"))
+	KindRecord = metric.WithAttributes(attribute.String("kind", "device_index_record"))
+)
+
 // The outcome attributes of telemetry.store.backups.
 var (
 	OutcomeOK     = attribute.String("outcome", "ok")
