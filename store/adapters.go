@@ -11,17 +11,20 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/atomicfile"
 	"github.com/telemetryd/telemetryd/store/backup"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/block"
 	"github.com/telemetryd/telemetryd/store/repair"
+	"github.com/telemetryd/telemetryd/store/replay"
 	"github.com/telemetryd/telemetryd/store/rollup"
+	"github.com/telemetryd/telemetryd/store/storemetrics"
 )
 
 // This file is the store's side of the packages that do a job on its
@@ -43,11 +46,11 @@ func (s *Store) Backup(ctx context.Context, dir string, opts backup.Options) (ba
 	}
 	m, err := backup.Run(ctx, backupSource{s}, dir, opts)
 	if err != nil {
-		s.metrics.backups.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(outcomeFailed))
+		s.metrics.Backups.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(storemetrics.OutcomeFailed))
 		return backup.Manifest{}, err
 	}
-	s.metrics.backups.Add(ctx, 1, metric.WithAttributes(outcomeOK))
-	s.metrics.backupBytes.Add(ctx, m.CopiedBytes)
+	s.metrics.Backups.Add(ctx, 1, metric.WithAttributes(storemetrics.OutcomeOK))
+	s.metrics.BackupBytes.Add(ctx, m.CopiedBytes)
 	s.lastBackup.Store(time.Now().Unix())
 	return m, nil
 }
@@ -65,9 +68,7 @@ func (src backupSource) Positions() (map[string]backup.Position, error) {
 	if !s.opts.SyncWrites {
 		s.syncAll()
 	}
-	s.replay.posMu.Lock()
-	pos, err := readPositions(s.dir)
-	s.replay.posMu.Unlock()
+	pos, err := s.replay.Written()
 	if err != nil {
 		return nil, err
 	}
@@ -159,13 +160,13 @@ func (src backupSource) Rollups() (names []string, view func(name string, fn fun
 	}
 	return names, func(name string, fn func(string, *badger.DB) error) (bool, error) {
 		dir := filepath.Join(root, filepath.FromSlash(name))
-		db, err := openView(rollupBadgerOptions(dir, false, true, s.log), openBadger)
+		db, err := badgeropts.OpenView(badgeropts.Rollup(dir, false, true, s.log), badgeropts.Open)
 		if err != nil {
 			return false, fmt.Errorf("open rollup %s: %w", name, err)
 		}
 		err = fn(dir, db)
 		err = errors.Join(err, db.Close())
-		releaseView(db)
+		badgeropts.ReleaseView(db)
 		return true, err
 	}, nil
 }
@@ -211,17 +212,17 @@ func (to restoreTarget) Create(t backup.Table) (*badger.DB, error) {
 	switch {
 	case t.Rollup != "":
 		dir := filepath.Join(to.dir, rollupsDirName, filepath.FromSlash(t.Rollup))
-		return openBadger(rollupBadgerOptions(dir, false, false, to.log))
+		return badgeropts.Open(badgeropts.Rollup(dir, false, false, to.log))
 	case t.Day != "":
-		return openTableBadger(badgerOptions(filepath.Join(to.dir, tablesDirName, t.Day), classCold, false, false, to.log))
+		return badgeropts.OpenManaged(badgeropts.For(filepath.Join(to.dir, tablesDirName, t.Day), badgeropts.Cold, false, false, to.log))
 	}
-	return openBadger(badgerOptions(filepath.Join(to.dir, indexDirName), classIndex, false, false, to.log))
+	return badgeropts.Open(badgeropts.For(filepath.Join(to.dir, indexDirName), badgeropts.Index, false, false, to.log))
 }
 
 // Clean leaves the directory as it was found, so a retry can start
 // over.
 func (to restoreTarget) Clean() {
-	for _, name := range []string{tablesDirName, indexDirName, rollupsDirName, positionsFileName, tombstonesFileName, restoredFileName} {
+	for _, name := range []string{tablesDirName, indexDirName, rollupsDirName, replay.PositionsFileName, replay.TombstonesFileName, restoredFileName} {
 		_ = os.RemoveAll(filepath.Join(to.dir, name))
 	}
 }
@@ -231,37 +232,31 @@ func (to restoreTarget) Clean() {
 // Restored finds.
 func (to restoreTarget) Finish(m backup.Manifest) error {
 	dataDir := to.dir
-	pos := make(map[string]positionRecord, len(m.Positions))
+	pos := make(map[string]replay.Position, len(m.Positions))
 	for name, p := range m.Positions {
-		pos[name] = positionRecord{Created: p.Created.UnixNano(), Seq: p.Seq}
+		pos[name] = replay.Position{Created: p.Created.UnixNano(), Seq: p.Seq}
 	}
-	b, err := json.Marshal(pos)
-	if err != nil {
+	if err := replay.WritePositions(dataDir, pos); err != nil {
 		return err
 	}
-	if err := replaceFile(dataDir, positionsFileName, b); err != nil {
-		return err
-	}
-	recs := make([]tombstoneRecord, 0, len(m.Tombstones))
+	recs := make([]replay.TombstoneRecord, 0, len(m.Tombstones))
 	for _, d := range slices.Sorted(maps.Keys(m.Tombstones)) {
 		if _, err := buckets.ParseDay(d); err != nil {
 			return fmt.Errorf("tombstone: %w", err)
 		}
-		recs = append(recs, tombstoneRecord{Day: d, Dropped: m.Tombstones[d].UTC()})
+		recs = append(recs, replay.TombstoneRecord{Day: d, Dropped: m.Tombstones[d].UTC()})
 	}
-	if b, err = json.Marshal(recs); err != nil {
+	if err := replay.WriteTombstones(dataDir, recs); err != nil {
 		return err
 	}
-	if err := replaceFile(dataDir, tombstonesFileName, b); err != nil {
-		return err
-	}
-	if b, err = json.Marshal(struct {
+	b, err := json.Marshal(struct {
 		ID      int       `json:"backup_id"`
 		Created time.Time `json:"backup_created"`
-	}{m.ID, m.Created}); err != nil {
+	}{m.ID, m.Created})
+	if err != nil {
 		return err
 	}
-	return replaceFile(dataDir, restoredFileName, b)
+	return atomicfile.Replace(dataDir, restoredFileName, b)
 }
 
 // Restored reports whether the data directory was made by Restore and
@@ -280,7 +275,7 @@ func (s *Store) ClearRestored() error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("clear restore marker: %w", err)
 	}
-	return syncDir(s.dir)
+	return atomicfile.SyncDir(s.dir)
 }
 
 // salvager writes the sound blocks of a damaged table into s.
@@ -289,9 +284,9 @@ func (s *Store) salvager() *repair.Salvager {
 		Store:  s,
 		Blocks: tableBlocks{},
 		Options: func(dir string, readOnly bool) badger.Options {
-			return badgerOptions(dir, classCold, false, readOnly, s.log)
+			return badgeropts.For(dir, badgeropts.Cold, false, readOnly, s.log)
 		},
-		Open: openTableBadger,
+		Open: badgeropts.OpenManaged,
 		Log:  s.log,
 	}
 }
@@ -314,14 +309,4 @@ func (tableBlocks) Decode(dev buckets.DeviceID, meta byte, v []byte) ([]buckets.
 	}
 	_, rs, err := block.Decode(v, dev)
 	return rs, err
-}
-
-// firstLine trims a panic message to its first non-empty line.
-func firstLine(s string) string {
-	for _, line := range strings.Split(s, "\n") {
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "==") {
-			return line
-		}
-	}
-	return s
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/aggregate"
+	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
 // Aggregate summarises the numeric values of q.Device per bucket of
@@ -42,7 +43,7 @@ func (s *Store) Aggregate(ctx context.Context, q buckets.AggregateQuery) (bucket
 		from = max(from, *q.After+q.Interval)
 	}
 	if s.rollupsOn() {
-		if p, ok, err := s.aggregateRollups(ctx, q, from, to); ok || err != nil {
+		if p, ok, err := s.rollups.set.Aggregate(ctx, rollTables{s}, q, from, to); ok || err != nil {
 			return p, err
 		}
 	}
@@ -162,15 +163,7 @@ func (at *aggTable) Skip(ctx context.Context, err error) bool {
 	return at.t.bad.skip(ctx, at.t.day, at.dev, err)
 }
 
-func (at *aggTable) Resolver() aggregate.Resolver { return aggResolver{newResolver()} }
-
-// aggResolver is a resolver as aggregate.Resolver.
-type aggResolver struct{ *resolver }
-
-func (r aggResolver) Add(rs []buckets.Reading, seq uint64, lo, hi buckets.Ticks) {
-	r.add(rs, seq, lo, hi)
-}
-func (r aggResolver) Readings() []buckets.Reading { return r.rs }
+func (at *aggTable) Resolver() aggregate.Resolver { return resolve.New() }
 
 // aggRef is ref as aggregate.Ref, and refOf the way back.
 func aggRef(ref blockRef) aggregate.Ref {

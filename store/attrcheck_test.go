@@ -14,13 +14,14 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
 // editIndexDB changes the closed store's index database directly.
 func editIndexDB(t *testing.T, ts *testStore, fn func(txn *badger.Txn) error) {
 	t.Helper()
-	db, err := openBadger(badgerOptions(filepath.Join(ts.dir, indexDirName), classIndex, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	db, err := badgeropts.Open(badgeropts.For(filepath.Join(ts.dir, indexDirName), badgeropts.Index, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
 	require.NoError(t, db.Update(fn))
 	require.NoError(t, db.Close())

@@ -9,38 +9,15 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/repair"
 )
 
 // CheckReport is what Check found.
-type CheckReport struct {
-	// Tables, BlocksRead and RecordsRead count what was read.
-	Tables, BlocksRead, RecordsRead int
-	// Blocks are the corrupt blocks, by day and key.
-	Blocks []BadBlock
-	// Records are the corrupt device index records, attribute records
-	// included.
-	Records []BadRecord
-	// AttributeRecordsRead and EntitiesRead count the attribute records
-	// and the attribute index entities read. MissingEntities counts the
-	// entities a record holds that were not found, StrayEntities those
-	// found that no record holds.
-	AttributeRecordsRead, EntitiesRead, MissingEntities, StrayEntities int
-	// TableErrors are the day tables that could not be read at all.
-	TableErrors []error
-}
-
-// Clean reports whether nothing corrupt or unreadable was found.
-func (r CheckReport) Clean() bool {
-	return len(r.Blocks) == 0 && len(r.Records) == 0 && len(r.TableErrors) == 0 &&
-		r.MissingEntities == 0 && r.StrayEntities == 0
-}
+type CheckReport = repair.CheckReport
 
 // BadRecord is a device index record that failed its checksum or its
 // decoding.
-type BadRecord struct {
-	Device buckets.DeviceID
-	Err    error
-}
+type BadRecord = repair.BadRecord
 
 // Check reads and decodes every block of every day table and every
 // device index record, checking each checksum, compares the attribute

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,9 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/compactplan"
+	"github.com/telemetryd/telemetryd/store/giveway"
+	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
 // The compactor merges the open blocks of a device, which commits
@@ -70,7 +72,14 @@ import (
 // block of the hour.
 
 // sealWindow is the time span one sealed block covers at most.
-const sealWindow = buckets.Ticks(time.Hour / 100)
+const sealWindow = compactplan.Window
+
+// compactTierBlocks is how many open blocks of one size tier trigger a
+// merge.
+const compactTierBlocks = compactplan.TierBlocks
+
+// windowStart is the start of the seal window holding k.
+func windowStart(k buckets.Ticks) buckets.Ticks { return compactplan.WindowStart(k) }
 
 // testHookCompactCommit, when set (by tests), runs just before a
 // compaction commits.
@@ -86,10 +95,6 @@ var testHookListBlocks func()
 // "count" or "close" (the close of a writable database, which flushes
 // it).
 var testHookTableWrite func(what string)
-
-// compactTierBlocks is how many open blocks of one size tier trigger a
-// merge. It is also the factor between tiers (tierOf).
-const compactTierBlocks = 16
 
 // compactState is what the compactor has to look at in a table.
 // Guarded by the table's writeMu.
@@ -158,7 +163,7 @@ func (n *openNote) due() bool {
 
 // add records an open block.
 func (n *openNote) add(r blockRef) {
-	if tierOf(r.count) == 0 {
+	if compactplan.TierOf(r.count) == 0 {
 		n.small++
 	}
 	n.oldWin = min(n.oldWin, windowStart(r.oldest))
@@ -298,11 +303,6 @@ func (t *table) knownBlocks(dev buckets.DeviceID) ([]keyedRef, buckets.Ticks) {
 	return refs, n.sealedNewest
 }
 
-// windowStart is the start of the seal window holding k.
-func windowStart(k buckets.Ticks) buckets.Ticks {
-	return k - k%sealWindow // the tick epoch is a whole number of days before the Unix one
-}
-
 // compactor runs compactions of the writable tables every
 // Options.CompactInterval, saves the counts of tables gone quiet, and
 // settles the tables that the idle sweep hands over (settle.go), until
@@ -326,7 +326,7 @@ func (s *Store) compactor() {
 				continue // no writes into the memtables' holes (health.go)
 			}
 			s.compactAll(false)
-		case <-s.settles.wake:
+		case <-s.settles.Wake():
 			s.settleQueued()
 		}
 	}
@@ -394,9 +394,9 @@ func (s *Store) compactTable(t *table, full bool) error {
 	devs = slices.Compact(devs)
 	var first error
 	failed := 0
-	gw := s.newGiveWay()
+	gw := giveway.NewRun(&s.queries)
 	for i, dev := range devs {
-		gw.between(monoNow())
+		gw.Between(giveway.Now())
 		if s.stopping() && !full {
 			t.noteUrgent(devs[i:])
 			return errStopping
@@ -524,7 +524,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 	}
 	after := afterCompaction(dev, refs, take, entries)
 	t.renote(dev, after, exact, sealed)
-	s.metrics.compactions.Add(context.Background(), 1)
+	s.metrics.Compactions.Add(context.Background(), 1)
 	s.rollCompacted(t, dev, compacted{after: after, full: full, refs: refs, take: take, entries: entries, merged: merged, sealed: sealed})
 	return nil
 }
@@ -585,15 +585,15 @@ func mergeTaken(txn *badger.Txn, dev buckets.DeviceID, refs []keyedRef, full boo
 	if take = planCompaction(refs, full); len(take) == 0 {
 		return nil, nil, nil
 	}
-	res := newResolver()
+	res := resolve.New()
 	for _, r := range take {
 		rs, err := decodeTaken(txn, r, dev)
 		if err != nil {
 			return nil, nil, err
 		}
-		res.add(rs, r.seq, 0, buckets.MaxTicks+1)
+		res.Add(rs, r.seq, 0, buckets.MaxTicks+1)
 	}
-	return take, res.take(buckets.Asc, buckets.MaxTicks+1), nil
+	return take, res.Take(buckets.Asc, buckets.MaxTicks+1), nil
 }
 
 // decodeTaken decodes a block a compaction takes, from the value read
@@ -614,14 +614,16 @@ func decodeTaken(txn *badger.Txn, r keyedRef, dev buckets.DeviceID) ([]buckets.R
 }
 
 // planCompaction picks the blocks to merge from refs (newest first),
-// or none: the open blocks that trigger a merge (triggered), and every
-// block overlapping one of those (withOverlaps).
+// or none (compactplan.Take).
 func planCompaction(refs []keyedRef, full bool) []keyedRef {
-	take := triggered(refs, full)
+	bs := make([]compactplan.Block, len(refs))
+	for i, r := range refs {
+		bs[i] = r.planned()
+	}
+	take := compactplan.Take(bs, full)
 	if take == nil {
 		return nil
 	}
-	withOverlaps(refs, take)
 	var out []keyedRef
 	for i, r := range refs {
 		if take[i] {
@@ -629,6 +631,11 @@ func planCompaction(refs []keyedRef, full bool) []keyedRef {
 		}
 	}
 	return out
+}
+
+// planned is r as a compaction plan sees it.
+func (r keyedRef) planned() compactplan.Block {
+	return compactplan.Block{Oldest: r.oldest, Newest: r.newest, Count: r.count, Sealed: r.sealed}
 }
 
 // afterCompaction is the blocks of dev once a compaction replaced take
@@ -646,101 +653,6 @@ func afterCompaction(dev buckets.DeviceID, refs, take []keyedRef, entries []entr
 		out = append(out, keyedRef{blockRef: e.ref, key: appendBlockKey(nil, dev, e.ref), value: e.value})
 	}
 	return out
-}
-
-// tierOf is the size tier of a block: a factor of compactTierBlocks
-// (sixteen) per tier, 1-15 readings being tier 0.
-func tierOf(count int) int { return min((bits.Len(uint(max(count, 1)))-1)/4, maxTier) }
-
-// maxTier is the highest size tier.
-const maxTier = 7
-
-// triggered marks the open blocks of refs that must be merged now, or
-// returns nil when none must.
-func triggered(refs []keyedRef, full bool) []bool {
-	var open []int
-	var tiers [maxTier + 1]int
-	for i, r := range refs {
-		if !r.sealed {
-			open = append(open, i)
-			tiers[tierOf(r.count)]++
-		}
-	}
-	if len(open) == 0 {
-		return nil
-	}
-	// top is the highest tier with compactTierBlocks blocks: it and
-	// the tiers below are merged.
-	top := -1
-	for tier, n := range tiers {
-		if n >= compactTierBlocks {
-			top = tier
-		}
-	}
-	current := windowStart(refs[0].newest)
-	ov := overlapping(refs)
-	take := make([]bool, len(refs))
-	any, all := false, false
-	for _, i := range open {
-		r := refs[i]
-		switch {
-		case full && (len(open) > 1 || r.oldest < current || ov[i]):
-			take[i], any = true, true
-		case r.oldest < current:
-			all = true
-		case ov[i]:
-			// Merged with the blocks it overlaps (withOverlaps), not
-			// with every open block: a write that merges into the
-			// newest reading of its device (the two halves of a
-			// reading in two requests) would otherwise rewrite every
-			// open block of the window each time.
-			take[i], any = true, true
-		}
-	}
-	for _, i := range open {
-		if all || tierOf(refs[i].count) <= top {
-			take[i], any = true, true
-		}
-	}
-	if !any {
-		return nil
-	}
-	return take
-}
-
-// overlapping reports for each block of refs whether it overlaps
-// another. Keys sort blocks newest first (by their newest reading), so
-// a block overlaps a later one exactly when the next block's newest
-// reading is not older than its oldest, and an earlier one exactly when
-// the oldest reading of the blocks before it is not newer than its
-// newest.
-func overlapping(refs []keyedRef) []bool {
-	ov := make([]bool, len(refs))
-	before := buckets.MaxTicks + 1 // oldest reading of refs[:i]
-	for i, r := range refs {
-		ov[i] = before <= r.newest || (i+1 < len(refs) && refs[i+1].newest >= r.oldest)
-		before = min(before, r.oldest)
-	}
-	return ov
-}
-
-// withOverlaps adds to take every block that overlaps a taken one,
-// until none is left.
-func withOverlaps(refs []keyedRef, take []bool) {
-	for changed := true; changed; {
-		changed = false
-		for i := range refs {
-			if take[i] {
-				continue
-			}
-			for j := range refs {
-				if take[j] && refs[i].overlaps(refs[j].blockRef) {
-					take[i], changed = true, true
-					break
-				}
-			}
-		}
-	}
 }
 
 // sealedEntries cuts merged (sorted by ticks) into blocks: each within

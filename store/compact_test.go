@@ -9,9 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/compactplan"
 )
 
-// overlapping, which relies on the key order of blocks, agrees with
+// compactplan.Overlapping, which relies on the key order of blocks, agrees with
 // comparing every pair of blocks.
 func TestOverlappingMatchesPairwise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -23,7 +24,11 @@ func TestOverlappingMatchesPairwise(t *testing.T) {
 			refs[i] = keyedRef{blockRef: r, key: appendBlockKey(nil, "dev", r)}
 		}
 		slices.SortFunc(refs, func(a, b keyedRef) int { return bytes.Compare(a.key, b.key) })
-		got := overlapping(refs)
+		bs := make([]compactplan.Block, len(refs))
+		for i, r := range refs {
+			bs[i] = r.planned()
+		}
+		got := compactplan.Overlapping(bs)
 		for i := range refs {
 			want := false
 			for j := range refs {
@@ -35,13 +40,6 @@ func TestOverlappingMatchesPairwise(t *testing.T) {
 				return
 			}
 		}
-	}
-}
-
-// Size tiers are a factor of sixteen: 1-15, 16-255, 256-4095, 4096.
-func TestTierBoundaries(t *testing.T) {
-	for count, want := range map[int]int{1: 0, 15: 0, 16: 1, 255: 1, 256: 2, 4095: 2, 4096: 3} {
-		assert.Equal(t, want, tierOf(count), "tierOf(%d)", count)
 	}
 }
 

@@ -7,12 +7,13 @@ import (
 	"log/slog"
 	"sync"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
 	"github.com/telemetryd/telemetryd/store/devindex"
+	"github.com/telemetryd/telemetryd/store/repair"
+	"github.com/telemetryd/telemetryd/store/storemetrics"
 )
 
 // A stored block that fails its checksum or does not decode (a flipped
@@ -28,21 +29,7 @@ import (
 // A block is refused before any of its values is read.
 
 // BadBlock is a stored block that failed its checksum or its decoding.
-type BadBlock struct {
-	Day    buckets.Day
-	Device buckets.DeviceID
-	// Key is the block's Badger key in the day table.
-	Key []byte
-	// Oldest and Newest are the times its key says it covers.
-	Oldest, Newest buckets.Ticks
-	Err            error
-}
-
-// String names the block: day, device, key and time span.
-func (b BadBlock) String() string {
-	return fmt.Sprintf("day %s device %s key %x (readings %s..%s)", b.Day, b.Device, b.Key,
-		b.Oldest.FormatTime(), b.Newest.FormatTime())
-}
+type BadBlock = repair.BadBlock
 
 // blockError is the error of a stored block that could not be read.
 type blockError struct {
@@ -94,7 +81,7 @@ func (b *badBlocks) skip(ctx context.Context, day buckets.Day, dev buckets.Devic
 		Oldest: e.ref.oldest, Newest: e.ref.newest, Err: e.err}
 	buckets.Warn(ctx, fmt.Sprintf("skipped a corrupt block: %s: %v", bb, e.err))
 	if b.first(bb) {
-		b.counter.Add(context.Background(), 1, kindBlock)
+		b.counter.Add(context.Background(), 1, storemetrics.KindBlock)
 		b.log.Error("stored block is corrupt; queries skip it and warn", "day", day.String(),
 			"device", string(dev), "key", fmt.Sprintf("%x", bb.Key), "err", e.err)
 	}
@@ -116,25 +103,19 @@ func (b *badBlocks) first(bb BadBlock) bool {
 	return true
 }
 
-// Values of the kind attribute of telemetry.store.corrupt_blocks.
-var (
-	kindBlock  = metric.WithAttributes(attribute.String("kind", "block"))
-	kindRecord = metric.WithAttributes(attribute.String("kind", "device_index_record"))
-)
-
 // start sets the counter and exports it at zero, so that dashboards and
 // alerts see the series before the first corrupt block.
 func (b *badBlocks) start(c metric.Int64Counter) {
 	b.counter = c
-	c.Add(context.Background(), 0, kindBlock)
-	c.Add(context.Background(), 0, kindRecord)
+	c.Add(context.Background(), 0, storemetrics.KindBlock)
+	c.Add(context.Background(), 0, storemetrics.KindRecord)
 }
 
 // damagedRecords reports the device index records that failed their
 // checksum or decoding when the index was loaded.
 func (b *badBlocks) damagedRecords(recs []devindex.Damaged) {
 	for _, r := range recs {
-		b.counter.Add(context.Background(), 1, kindRecord)
+		b.counter.Add(context.Background(), 1, storemetrics.KindRecord)
 		b.log.Error("device index record is corrupt; the device is left out of the index until a writable start rebuilds it from the day tables",
 			"device", string(r.Device), "err", r.Err)
 	}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/block"
 )
 
@@ -29,7 +30,7 @@ import (
 // have left them.
 func editTable(t *testing.T, dir string, edit func(key, value []byte, meta byte) ([]byte, byte)) {
 	t.Helper()
-	db, err := openTableBadger(badgerOptions(dir, classCold, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	db, err := badgeropts.OpenManaged(badgeropts.For(dir, badgeropts.Cold, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	type change struct {
@@ -241,7 +242,7 @@ func TestCorruptDeviceIndexRecordIsRebuilt(t *testing.T) {
 	ts.write(t, series("dev-2", at(0), time.Second, 10)...)
 	require.NoError(t, ts.Close())
 
-	db, err := openBadger(badgerOptions(filepath.Join(ts.dir, indexDirName), classIndex, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	db, err := badgeropts.Open(badgeropts.For(filepath.Join(ts.dir, indexDirName), badgeropts.Index, true, false, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(txn *badger.Txn) error {
 		item, err := txn.Get([]byte("dev-1"))

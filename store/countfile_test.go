@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,12 +14,13 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/countfile"
 )
 
 // countFile reads the count file of day's table: -1 when there is none.
 func (ts *testStore) countFile(t *testing.T, day buckets.Day) int64 {
 	t.Helper()
-	n, ok, err := readCountFile(ts.tableDir(day))
+	n, ok, err := countfile.Read(ts.tableDir(day))
 	require.NoError(t, err)
 	if !ok {
 		return -1
@@ -235,49 +235,18 @@ func TestMalformedCountFileIsIgnored(t *testing.T) {
 	d := today - 4
 	ts.write(t, series("a", dayTick(d, time.Hour), time.Second, 12)...)
 	require.NoError(t, ts.Close())
-	require.NoError(t, os.WriteFile(filepath.Join(ts.tableDir(d), countFileName), []byte("12 readings\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(ts.tableDir(d), countfile.FileName), []byte("12 readings\n"), 0o644))
 
 	ts = ts.reopen(t)
 	tables, err := ts.Tables(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, int64(-1), countsOf(tables)[d])
-	assert.NoFileExists(t, filepath.Join(ts.tableDir(d), countFileName), "removed on open")
+	assert.NoFileExists(t, filepath.Join(ts.tableDir(d), countfile.FileName), "removed on open")
 
 	_, err = ts.Latest(ctx, "a", 1)
 	require.NoError(t, err)
 	ts = ts.reopen(t)
 	assert.Equal(t, int64(12), ts.countFile(t, d), "the next clean close writes it again")
-}
-
-func TestParseCount(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"0\n", 0, true},
-		{"1234\n", 1234, true},
-		{"9223372036854775807\n", 1<<63 - 1, true}, // 20 bytes: the limit
-		{"09223372036854775807\n", 0, false},       // 21 bytes
-		{"9223372036854775808\n", 0, false},        // overflows
-		{"", 0, false},
-		{"\n", 0, false},
-		{"12", 0, false},
-		{"-1\n", 0, false},
-		{"+1\n", 0, false},
-		{"1 2\n", 0, false},
-		{"12\n\n", 0, false},
-		{strings.Repeat("\xde\xad\xbe\xef", 4), 0, false},
-	}
-	for _, tt := range tests {
-		n, err := parseCount([]byte(tt.in))
-		if !tt.ok {
-			assert.Error(t, err, "%q", tt.in)
-			continue
-		}
-		require.NoError(t, err, "%q", tt.in)
-		assert.Equal(t, tt.want, n, "%q", tt.in)
-	}
 }
 
 func TestColdTableOpenedForReadIsReadOnly(t *testing.T) {

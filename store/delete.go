@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -18,7 +17,7 @@ import (
 // between its check and its write, and:
 //
 //  1. records a tombstone, the device and the wall-clock time of the
-//     delete, in the device index database (key deviceTombPrefix
+//     delete, in the device index database (key replay.DeviceTombPrefix
 //     <device>, value the Unix nanoseconds, 8 bytes big-endian) and
 //     syncs it. A writer replaying the stream skips the device's
 //     readings and attribute assignments in messages the stream stored
@@ -34,107 +33,15 @@ import (
 //
 // A failure after step 1 leaves the tombstone and the index record, so
 // repeating the delete finishes it. Tombstones are kept as long as the
-// tombstones of dropped days (tombstoneKeep) and are copied by backups.
-
-// deviceTombPrefix is the key prefix of device tombstones in the index
-// database. Like the attribute prefixes it sorts before every device
-// record.
-const deviceTombPrefix = 0x03
+// tombstones of dropped days (replay.TombstoneKeep) and are copied by backups.
 
 // deleteChunkKeys bounds the keys one transaction of a delete removes.
 const deleteChunkKeys = 10_000
 
-// deviceTombs are the deleted devices and when each was deleted.
-type deviceTombs struct {
-	mu sync.RWMutex
-	at map[buckets.DeviceID]time.Time
-}
-
-// deviceTombKey is the key of dev's tombstone.
-func deviceTombKey(dev buckets.DeviceID) []byte {
-	return append([]byte{deviceTombPrefix}, dev...)
-}
-
-// loadDeviceTombs reads the device tombstones of the index database (at
-// Open), removing those older than tombstoneKeep.
-func (s *Store) loadDeviceTombs() error {
-	tombs := map[buckets.DeviceID]time.Time{}
-	var expired [][]byte
-	err := s.index.DB().View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{deviceTombPrefix}})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			dev := buckets.DeviceID(item.Key()[1:])
-			err := item.Value(func(v []byte) error {
-				if len(v) != 8 || dev.Validate() != nil {
-					s.log.Warn("ignoring a malformed device tombstone", "key", fmt.Sprintf("%q", item.Key()))
-					return nil
-				}
-				at := time.Unix(0, int64(binary.BigEndian.Uint64(v)))
-				if time.Since(at) >= tombstoneKeep {
-					expired = append(expired, item.KeyCopy(nil))
-					return nil
-				}
-				tombs[buckets.DeviceID(string(dev))] = at
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("read device tombstones: %w", err)
-	}
-	if len(expired) > 0 && !s.opts.ReadOnly {
-		wb := s.index.DB().NewWriteBatch()
-		defer wb.Cancel()
-		for _, k := range expired {
-			if err := wb.Delete(k); err != nil {
-				return fmt.Errorf("remove expired device tombstones: %w", err)
-			}
-		}
-		if err := wb.Flush(); err != nil {
-			return fmt.Errorf("remove expired device tombstones: %w", err)
-		}
-	}
-	s.deletes.mu.Lock()
-	s.deletes.at = tombs
-	s.deletes.mu.Unlock()
-	return nil
-}
-
-// saveDeviceTomb durably records that dev was deleted at at.
-func (s *Store) saveDeviceTomb(dev buckets.DeviceID, at time.Time) error {
-	err := s.index.DB().Update(func(txn *badger.Txn) error {
-		return txn.Set(deviceTombKey(dev), binary.BigEndian.AppendUint64(nil, uint64(at.UnixNano())))
-	})
-	if err == nil {
-		err = s.index.DB().Sync()
-	}
-	if err != nil {
-		return err
-	}
-	s.deletes.mu.Lock()
-	if s.deletes.at == nil {
-		s.deletes.at = map[buckets.DeviceID]time.Time{}
-	}
-	s.deletes.at[dev] = at
-	s.deletes.mu.Unlock()
-	return nil
-}
-
 // DeletedAt reports when dev was last deleted, if within the time
 // tombstones are kept. A writer skips the device's readings and
 // attribute assignments in messages the stream stored before then.
-func (s *Store) DeletedAt(dev buckets.DeviceID) (time.Time, bool) {
-	s.deletes.mu.RLock()
-	at, ok := s.deletes.at[dev]
-	s.deletes.mu.RUnlock()
-	return at, ok
-}
+func (s *Store) DeletedAt(dev buckets.DeviceID) (time.Time, bool) { return s.deletes.At(dev) }
 
 // DeleteDevice deletes dev: its readings in every day table and its
 // rollups, its device index record (first and last seen, latest
@@ -176,8 +83,7 @@ func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.
 	if _, _, ok := s.index.Bounds(dev); !ok && at.IsZero() { // spares the gate
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
-	s.replay.gate.Lock()
-	defer s.replay.gate.Unlock()
+	defer s.replay.LockDrops()()
 	first, last, ok := s.index.Bounds(dev)
 	if !ok && at.IsZero() {
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
@@ -187,14 +93,14 @@ func (s *Store) deleteDevice(ctx context.Context, dev buckets.DeviceID, at time.
 		// the time the NATS server stored each message.
 		at = time.Now()
 	}
-	if err := s.saveDeviceTomb(dev, at); err != nil {
+	if err := s.deletes.Save(s.index.DB(), dev, at); err != nil {
 		return out, classify(fmt.Errorf("delete device %s: record its tombstone: %w", dev, err))
 	}
 	out.Deleted = at
 	if !ok {
 		return out, fmt.Errorf("device %s: %w", dev, buckets.ErrNotFound)
 	}
-	defer s.watchRemoved(dev)
+	defer s.watch.Removed(dev)
 	// From here on the delete finishes even if its caller goes away.
 	tables, removed, err := s.deleteReadings(context.WithoutCancel(ctx), dev, first, last)
 	out.Tables = tables

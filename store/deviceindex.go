@@ -7,13 +7,15 @@ import (
 	"log/slog"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/devindex"
+	"github.com/telemetryd/telemetryd/store/storemetrics"
 )
 
 // openIndex opens the device index database in dir and loads the index
 // (store/devindex).
 func openIndex(dir string, syncWrites, readOnly bool, log *slog.Logger) (*devindex.Index, error) {
-	db, err := openView(badgerOptions(dir, classIndex, syncWrites, readOnly, log.With("db", "index")), openBadger)
+	db, err := badgeropts.OpenView(badgeropts.For(dir, badgeropts.Index, syncWrites, readOnly, log.With("db", "index")), badgeropts.Open)
 	if err != nil {
 		return nil, fmt.Errorf("open device index: %w", err)
 	}
@@ -32,7 +34,7 @@ func closeIndex(x *devindex.Index) error {
 	if err := x.DB().Close(); err != nil {
 		return errors.Join(ferr, fmt.Errorf("close device index: %w", err))
 	}
-	releaseView(x.DB())
+	badgeropts.ReleaseView(x.DB())
 	return ferr
 }
 
@@ -55,7 +57,7 @@ func (s *Store) checkIndex(rep *CheckReport) error {
 // logged them).
 func (b *badBlocks) damagedAttrRecords(recs []devindex.Damaged) {
 	for range recs {
-		b.counter.Add(context.Background(), 1, kindRecord)
+		b.counter.Add(context.Background(), 1, storemetrics.KindRecord)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
@@ -315,7 +316,7 @@ type sharedTarget struct {
 // Close also compacts level 0, which Flatten leaves alone when it is
 // the only level with data.
 func openShared(dir string, compactL0OnClose bool) (*badger.DB, error) {
-	return badger.Open(badgerOptions(dir, classHot, false, false, quietLogger()).WithCompactL0OnClose(compactL0OnClose))
+	return badger.Open(badgeropts.For(dir, badgeropts.Hot, false, false, quietLogger()).WithCompactL0OnClose(compactL0OnClose))
 }
 
 // compactShared compacts the whole tree of the closed database in dir

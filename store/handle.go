@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
+	"github.com/telemetryd/telemetryd/store/blocked"
+	"github.com/telemetryd/telemetryd/store/settlequeue"
 )
 
 // tableOpenings numbers the openings of day table databases (table.gen),
@@ -205,17 +208,17 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 	if err != nil {
 		t.failErr, t.failedAt = err, s.now()
 		s.detach(h) // not the last reference: the opener holds one
-		s.metrics.tableErrors.Add(context.Background(), 1)
+		s.metrics.TableErrors.Add(context.Background(), 1)
 		if writable {
-			s.block(t.day, blockedDamaged, err)
+			s.block(t.day, blocked.Damaged, err)
 		} else {
-			s.log.Error("day table cannot be opened (damaged?); its queries fail: "+repairAdvice(t.day),
+			s.log.Error("day table cannot be opened (damaged?); its queries fail: "+blocked.RepairAdvice(t.day),
 				"day", t.day.String(), "dir", t.dir, "err", err)
 		}
 		return unavailableTable(t.day, err)
 	}
 	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
-	if !readOnly && s.isBlockedFor(t.day, blockedDamaged) {
+	if !readOnly && s.health.IsFor(t.day, blocked.Damaged) {
 		s.unblock(t.day, "opened")
 	}
 	t.gen = tableOpenings.Add(1)
@@ -352,7 +355,7 @@ func (s *Store) closeDB(t *table) error {
 	if err := db.Close(); err != nil {
 		return err
 	}
-	releaseView(db)
+	badgeropts.ReleaseView(db)
 	return nil
 }
 
@@ -377,7 +380,7 @@ func (s *Store) touch(t *table) {
 // count against the bound until released. A table it would close that
 // is not settled is handed to the compactor instead (settle.go), which
 // sweeps again once it settled it; it returns those hand-overs.
-func (s *Store) closeIdle() []*settleJob {
+func (s *Store) closeIdle() []*settlequeue.Job {
 	now := s.now()
 	s.mu.Lock()
 	var cold []*table
@@ -408,9 +411,9 @@ func (s *Store) closeIdle() []*settleJob {
 		}
 	}
 	s.mu.Unlock()
-	var jobs []*settleJob
+	var jobs []*settlequeue.Job
 	for _, d := range unsettled {
-		if j := s.settles.add(d); j != nil {
+		if j := s.settles.Add(d); j != nil {
 			jobs = append(jobs, j)
 		}
 	}

@@ -4,18 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
@@ -37,51 +32,13 @@ import (
 // probeEvery is how often CommitBlocked tries a blocked table again.
 const probeEvery = 2 * time.Second
 
-// Reasons a table is blocked, the reason attribute of the gauge.
-const (
-	blockedDamaged = "damaged"       // the table does not open
-	blockedCommit  = "commit_failed" // its commits fail
-	// blockedRepairing: RepairTable is rebuilding it; it is not probed.
-	blockedRepairing = "repairing"
-)
-
-// blockedTable is why one table cannot commit.
-type blockedTable struct {
-	reason string
-	err    error
-	since  time.Time
-	probed time.Time
-}
-
-// commitHealth is the set of blocked tables.
-type commitHealth struct {
-	mu      sync.Mutex
-	blocked map[buckets.Day]*blockedTable
-}
-
 // block marks day blocked for reason and logs it when that is news.
 func (s *Store) block(day buckets.Day, reason string, err error) {
-	h := &s.health
-	h.mu.Lock()
-	if h.blocked == nil {
-		h.blocked = make(map[buckets.Day]*blockedTable)
+	if !s.health.Block(day, reason, err, time.Now()) || reason == blocked.Repairing {
+		return // not news, or RepairTable logs
 	}
-	b, was := h.blocked[day]
-	now := time.Now()
-	if !was || b.reason != reason {
-		h.blocked[day] = &blockedTable{reason: reason, err: err, since: now, probed: now}
-	} else {
-		b.err, b.probed = err, now
-	}
-	h.mu.Unlock()
-	if was && b.reason == reason {
-		return
-	}
-	if reason == blockedRepairing {
-		return // RepairTable logs
-	}
-	if reason == blockedDamaged {
-		s.log.Error("day table cannot be opened (damaged?); its readings wait unacked in the stream and queries of the day fail: "+repairAdvice(day),
+	if reason == blocked.Damaged {
+		s.log.Error("day table cannot be opened (damaged?); its readings wait unacked in the stream and queries of the day fail: "+blocked.RepairAdvice(day),
 			"day", day.String(), "err", err)
 		return
 	}
@@ -91,91 +48,24 @@ func (s *Store) block(day buckets.Day, reason string, err error) {
 
 // unblock clears day, logging when it was blocked.
 func (s *Store) unblock(day buckets.Day, why string) {
-	h := &s.health
-	h.mu.Lock()
-	b, was := h.blocked[day]
-	delete(h.blocked, day)
-	h.mu.Unlock()
-	if was {
-		s.log.Info("day table can commit again", "day", day.String(), "was", b.reason, "how", why,
-			"blocked_for", time.Since(b.since).Round(time.Millisecond).String())
+	if b := s.health.Unblock(day); b != nil {
+		s.log.Info("day table can commit again", "day", day.String(), "was", b.Reason, "how", why,
+			"blocked_for", time.Since(b.Since).Round(time.Millisecond).String())
 	}
-}
-
-// blockedTables counts the blocked tables by reason (for the gauge).
-func (s *Store) blockedTables() map[string]int64 {
-	h := &s.health
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := map[string]int64{blockedDamaged: 0, blockedCommit: 0, blockedRepairing: 0}
-	for _, b := range h.blocked {
-		n[b.reason]++
-	}
-	return n
-}
-
-// repairAdvice names the two ways out for a damaged table.
-func repairAdvice(day buckets.Day) string {
-	d := day.String()
-	return "repair it (telemetryd repair -day " + d + ", or POST /v1/tables/" + d + "/repair) or drop it (DELETE /v1/tables/" + d +
-		"; the stream's readings of the day go into the new table)"
 }
 
 // BlockedError says which day tables cannot commit and why.
-type BlockedError struct {
-	Days    []buckets.Day
-	Reasons []string // one per day, client-safe
-}
-
-// Error implements error.
-func (e *BlockedError) Error() string {
-	parts := make([]string, len(e.Days))
-	for i, d := range e.Days {
-		parts[i] = "table " + d.String() + " " + e.Reasons[i]
-	}
-	return "store cannot commit: " + strings.Join(parts, "; ")
-}
-
-// Unwrap makes it match buckets.ErrUnavailable.
-func (e *BlockedError) Unwrap() error { return buckets.ErrUnavailable }
+type BlockedError = blocked.Error
 
 // CommitBlocked returns a *BlockedError naming the day tables that
 // cannot commit, or nil. It first tries again each blocked table not
 // tried within probeEvery, so it unblocks by itself a table whose cause
 // went away.
 func (s *Store) CommitBlocked(ctx context.Context) error {
-	h := &s.health
-	h.mu.Lock()
-	var due []buckets.Day
-	now := time.Now()
-	for d, b := range h.blocked {
-		if b.reason != blockedRepairing && now.Sub(b.probed) >= probeEvery {
-			b.probed = now
-			due = append(due, d)
-		}
-	}
-	h.mu.Unlock()
-	for _, d := range due {
+	for _, d := range s.health.Due(time.Now(), probeEvery) {
 		s.probe(ctx, d)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.blocked) == 0 {
-		return nil
-	}
-	e := &BlockedError{Days: slices.Sorted(maps.Keys(h.blocked))}
-	for _, d := range e.Days {
-		b := h.blocked[d]
-		switch b.reason {
-		case blockedDamaged:
-			e.Reasons = append(e.Reasons, "cannot be opened (damaged?): "+repairAdvice(d))
-		case blockedRepairing:
-			e.Reasons = append(e.Reasons, "is being repaired")
-		default:
-			e.Reasons = append(e.Reasons, "cannot commit: "+firstLine(b.err.Error()))
-		}
-	}
-	return e
+	return s.health.Err()
 }
 
 // probe tries the blocked table of day again: it opens it for writing
@@ -197,7 +87,7 @@ func (s *Store) probe(ctx context.Context, day buckets.Day) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	if err := probeCommit(t); err != nil {
-		s.block(day, blockedCommit, err)
+		s.block(day, blocked.Commit, err)
 		return
 	}
 	s.unblock(day, "tried again")
@@ -224,55 +114,17 @@ func probeCommit(t *table) error {
 func (s *Store) noteCommit(day buckets.Day, err error) {
 	switch {
 	case err == nil:
-		if s.isBlocked(day) && !s.isBlockedFor(day, blockedRepairing) {
+		if s.health.Is(day) && !s.health.IsFor(day, blocked.Repairing) {
 			s.unblock(day, "committed")
 		}
 	case errors.Is(err, badger.ErrBlockedWrites), errors.Is(err, badger.ErrDBClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// the table is being closed or dropped, or the caller gave up
-	case s.isBlockedFor(day, blockedRepairing):
+	case s.health.IsFor(day, blocked.Repairing):
 		// RepairTable reports its own failures
 	default:
-		s.block(day, blockedCommit, err)
+		s.block(day, blocked.Commit, err)
 	}
-}
-
-// isBlocked reports whether day is blocked.
-func (s *Store) isBlocked(day buckets.Day) bool {
-	h := &s.health
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, ok := h.blocked[day]
-	return ok
-}
-
-// blockedState returns a copy of why day is blocked, nil if it is not.
-func (s *Store) blockedState(day buckets.Day) *blockedTable {
-	h := &s.health
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if b, ok := h.blocked[day]; ok {
-		c := *b
-		return &c
-	}
-	return nil
-}
-
-// restoreBlocked puts back the blocked state b of day.
-func (s *Store) restoreBlocked(day buckets.Day, b *blockedTable) {
-	h := &s.health
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.blocked[day] = b
-}
-
-// isBlockedFor reports whether day is blocked for reason.
-func (s *Store) isBlockedFor(day buckets.Day, reason string) bool {
-	h := &s.health
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	b, ok := h.blocked[day]
-	return ok && b.reason == reason
 }
 
 // diskFloor is the free space, beyond what the memtable logs may still
@@ -302,20 +154,4 @@ func (s *Store) diskTight(remeasure bool) bool {
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	return free < diskFloor+s.holes.Load()
-}
-
-// registerHealthGauge exports the blocked tables by reason.
-func (s *Store) registerHealthGauge(meter metric.Meter) (metric.Registration, error) {
-	g, err := meter.Int64ObservableGauge("telemetry.store.blocked_tables",
-		metric.WithDescription("Day tables that cannot commit, by reason (damaged: does not open; commit_failed: its commits fail; repairing). Their readings wait unacked in the stream."),
-		metric.WithUnit("{table}"))
-	if err != nil {
-		return nil, fmt.Errorf("blocked tables gauge: %w", err)
-	}
-	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for reason, n := range s.blockedTables() {
-			o.ObserveInt64(g, n, metric.WithAttributes(attribute.String("reason", reason)))
-		}
-		return nil
-	}, g)
 }

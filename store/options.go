@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -90,8 +90,8 @@ func DefaultOptions() Options {
 		MaxOpenTables:   defaultMaxOpenTables,
 		IdleClose:       defaultIdleClose,
 		CompactInterval: defaultCompact,
-		MemTableSize:    hotMemTableSize,
-		BlockCacheSize:  hotBlockCacheSize,
+		MemTableSize:    badgeropts.HotMemTableSize,
+		BlockCacheSize:  badgeropts.HotBlockCacheSize,
 		ColumnCacheSize: defaultColumnCache,
 	}
 }
@@ -111,10 +111,10 @@ func (o Options) withDefaults() Options {
 		o.CompactInterval = defaultCompact
 	}
 	if o.MemTableSize <= 0 {
-		o.MemTableSize = hotMemTableSize
+		o.MemTableSize = badgeropts.HotMemTableSize
 	}
 	if o.BlockCacheSize <= 0 {
-		o.BlockCacheSize = hotBlockCacheSize
+		o.BlockCacheSize = badgeropts.HotBlockCacheSize
 	}
 	if o.ColumnCacheSize == 0 {
 		o.ColumnCacheSize = defaultColumnCache
@@ -134,77 +134,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Badger tuning. A day table holds small readings (tens to hundreds of
-// bytes), is written while it is hot and then mostly read, and dozens
-// of them live on disk at once, so the per-table footprint matters more
-// than peak write speed of any one of them.
-const (
-	// valueThreshold keeps blocks inside the LSM tree (no value log
-	// GC, a block is read with its key); only blocks of unusually large
-	// readings (long strings) go to the value log. It is Badger's
-	// largest allowed threshold, and at most an eighth of a memtable
-	// (Badger requires it to be below the largest transaction).
-	valueThreshold = 1 << 20
-	// valueLogFileSize bounds each value log file (it is mapped, and
-	// preallocated sparsely, at twice this size while open).
-	valueLogFileSize = 64 << 20
-	// sstBlockSize is the size of a block of an SSTable. Badger's
-	// default, 4 KiB, is smaller than most of the store's values (a
-	// device's block, compressed, is several KiB), so each value took a
-	// block of its own whose buffer Badger doubled, from 4 KiB, until it
-	// fit: while a memtable was flushed its table took several times the
-	// memtable's size in buffers that Badger then keeps pooled. 16 KiB
-	// holds most values at once and a few of them together: a smaller
-	// heap while ingesting the TSBS file and 4% less disk per value
-	// (BENCHMARKS.md, Memory), for reads that decompress a block of
-	// about 16 KiB instead of one value. Tables written with another
-	// block size read as before.
-	sstBlockSize = 16 << 10
-
-	// A hot table takes the whole ingest stream. Every memtable flush
-	// spans all devices, so each level-0 table overlaps all of level 1;
-	// larger memtables, more level-0 tables per compaction and a larger
-	// level 1 mean fewer rewrites of the same readings: about 45% more
-	// sustained writes than 3 x 16 MiB / 4 / 10 MiB (BENCHMARKS.md). Two
-	// memtables (one filling, one flushing) write as fast as three and
-	// keep the memtable memory of a hot table at 64 MiB (was 48).
-	hotMemTableSize    = 32 << 20 // a 10,000-reading message fits one transaction (15% of it)
-	hotLevelZeroTables = 8
-	hotLevelZeroStall  = 24
-	hotBaseLevelSize   = 64 << 20
-	hotBlockCacheSize  = 8 << 20
-
-	coldMemTableSize   = 2 << 20 // late writes to old days are split into several commits
-	coldNumMemtables   = 2
-	coldBlockCacheSize = 1 << 20 // Badger needs a block cache when compression is on
-
-	indexMemTableSize = 4 << 20
-)
-
 // HotMemtables is how many memtables of Options.MemTableSize a hot day
 // table holds at once (one filling, one flushing); a memory budget
 // counts them.
-const HotMemtables = 2
-
-// tableClass selects the Badger options of a DB.
-type tableClass uint8
-
-const (
-	classCold tableClass = iota
-	classHot
-	classIndex
-)
-
-// String names the class for logs.
-func (c tableClass) String() string {
-	switch c {
-	case classHot:
-		return "hot"
-	case classIndex:
-		return "index"
-	}
-	return "cold"
-}
+const HotMemtables = badgeropts.HotMemtables
 
 // TableBadgerOptions returns the Badger options the store gives a hot
 // (write-sized) day table in dir. Tools that measure or inspect a day
@@ -215,56 +148,11 @@ func TableBadgerOptions(dir string, syncWrites, readOnly bool, log *slog.Logger)
 	if log == nil {
 		log = slog.Default()
 	}
-	return badgerOptions(dir, classHot, syncWrites, readOnly, log)
+	return badgeropts.For(dir, badgeropts.Hot, syncWrites, readOnly, log)
 }
 
 // TableDir is the directory of the table of day under the data
 // directory dataDir.
 func TableDir(dataDir string, day buckets.Day) string {
 	return filepath.Join(dataDir, tablesDirName, day.String())
-}
-
-// badgerOptions returns the Badger options of a DB of class c in dir.
-func badgerOptions(dir string, c tableClass, syncWrites, readOnly bool, log *slog.Logger) badger.Options {
-	o := badger.DefaultOptions(dir).
-		WithReadOnly(readOnly).
-		WithLogger(badgerLogger{log: log}).
-		WithSyncWrites(syncWrites).
-		WithNumVersionsToKeep(1).
-		WithCompression(options.ZSTD).
-		WithZSTDCompressionLevel(1).
-		WithValueLogFileSize(valueLogFileSize).
-		WithBlockSize(sstBlockSize).
-		WithDetectConflicts(false). // writers are serialized per table by the store
-		WithMetricsEnabled(false).  // sizes are measured from the directory instead
-		WithIndexCacheSize(0).
-		WithNumCompactors(2). // the minimum that keeps compaction going
-		WithCompactL0OnClose(!readOnly)
-	o = withClass(o, c)
-	return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
-}
-
-// withClass sets the sizes of a DB of class c.
-func withClass(o badger.Options, c tableClass) badger.Options {
-	switch c {
-	case classHot:
-		return o.WithMemTableSize(hotMemTableSize).
-			WithNumMemtables(HotMemtables).
-			WithNumLevelZeroTables(hotLevelZeroTables).
-			WithNumLevelZeroTablesStall(hotLevelZeroStall).
-			WithBaseLevelSize(hotBaseLevelSize).
-			WithBlockCacheSize(hotBlockCacheSize)
-	case classIndex:
-		return o.WithMemTableSize(indexMemTableSize).
-			WithNumMemtables(2).
-			WithNumLevelZeroTables(2).
-			WithNumLevelZeroTablesStall(8).
-			WithBlockCacheSize(coldBlockCacheSize)
-	default:
-		return o.WithMemTableSize(coldMemTableSize).
-			WithNumMemtables(coldNumMemtables).
-			WithNumLevelZeroTables(2).
-			WithNumLevelZeroTablesStall(8).
-			WithBlockCacheSize(coldBlockCacheSize)
-	}
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
+	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
 // Reads never open a table that cannot hold the device: the device
@@ -193,14 +195,14 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 	}
 	txn, done := t.readTxn()
 	defer done()
-	res := newResolver()
+	res := resolve.New()
 	var err error
 	if order == buckets.Desc {
 		err = eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
 			if bi.ref.oldest >= hi {
 				return true, nil
 			}
-			if out = res.appendTake(out, order, bi.ref.newest); len(out) >= limit {
+			if out = res.AppendTake(out, order, bi.ref.newest); len(out) >= limit {
 				return false, nil
 			}
 			// Only the newest limit-len(out) readings of the block can
@@ -213,11 +215,11 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 			if err != nil {
 				return false, err
 			}
-			res.add(rs, bi.ref.seq, lo, hi)
+			res.Add(rs, bi.ref.seq, lo, hi)
 			return true, ctx.Err()
 		})
 		if len(out) < limit {
-			out = res.appendTake(out, order, lo-1)
+			out = res.AppendTake(out, order, lo-1)
 		}
 	} else {
 		out, err = scanAsc(ctx, t, txn, dev, lo, hi, limit, out, res, vals)
@@ -229,7 +231,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 }
 
 // scanAsc is the oldest-first half of scanTable.
-func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, out []buckets.Reading, res *resolver, vals *[]buckets.Field) ([]buckets.Reading, error) {
+func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, out []buckets.Reading, res *resolve.Resolver, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	type found struct {
 		ref   blockRef
 		value []byte
@@ -255,7 +257,7 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 	}
 	out = slices.Grow(out, min(expect, limit-len(out)))
 	for _, b := range blocks {
-		if out = res.appendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
+		if out = res.AppendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
 		}
 		err := checkFlag(b.meta, b.value)
@@ -270,12 +272,12 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 			}
 			continue
 		}
-		res.add(rs, b.ref.seq, lo, hi)
+		res.Add(rs, b.ref.seq, lo, hi)
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
 	}
-	return res.appendTake(out, buckets.Asc, hi), nil
+	return res.AppendTake(out, buckets.Asc, hi), nil
 }
 
 // rowsIn estimates how many readings of the block ref lie in [lo, hi),
@@ -322,10 +324,10 @@ func getReading(ctx context.Context, t *table, txn *badger.Txn, dev buckets.Devi
 func (s *Store) guard(t *table, read func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.metrics.tableErrors.Add(context.Background(), 1)
-			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", firstLine(fmt.Sprint(r)))
+			s.metrics.TableErrors.Add(context.Background(), 1)
+			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", blocked.FirstLine(fmt.Sprint(r)))
 			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
-				Err: errors.New(firstLine(fmt.Sprint(r)))}
+				Err: errors.New(blocked.FirstLine(fmt.Sprint(r)))}
 		}
 	}()
 	return read()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/devindex"
+	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
 // rebuildIndex fills an empty device index from the day tables, for a
@@ -61,9 +62,9 @@ func (s *Store) rebuildIndex(ctx context.Context) error {
 func indexTable(t *table, idx *devindex.Index) (int, error) {
 	n := 0
 	var dev buckets.DeviceID
-	res := newResolver()
+	res := resolve.New()
 	flush := func() {
-		rs := res.take(buckets.Asc, buckets.MaxTicks+1)
+		rs := res.Take(buckets.Asc, buckets.MaxTicks+1)
 		idx.Observe(rs)
 		n += len(rs)
 	}
@@ -90,7 +91,7 @@ func indexTable(t *table, idx *devindex.Index) (int, error) {
 			if err != nil {
 				return fmt.Errorf("%s: %w", dev, err)
 			}
-			res.add(rs, ref.seq, 0, buckets.MaxTicks+1)
+			res.Add(rs, ref.seq, 0, buckets.MaxTicks+1)
 		}
 		return nil
 	})

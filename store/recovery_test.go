@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 )
 
 // After a crash, RecountUnknown makes the count of a table that was
@@ -52,7 +53,7 @@ func TestReadOnlyStoreOpensTableNotClosedCleanly(t *testing.T) {
 	ts.write(t, reading("a", dayTick(today-4, 2*time.Hour), "v", 1))
 	crashed := t.TempDir()
 	copyTree(t, ts.dir, crashed)
-	require.False(t, closedCleanly(filepath.Join(crashed, tablesDirName, (today-4).String())))
+	require.False(t, badgeropts.ClosedCleanly(filepath.Join(crashed, tablesDirName, (today-4).String())))
 	before := treeDigest(t, crashed)
 
 	ro := openTestStore(t, crashed, ts.clock, func(o *Options) { *o = ts.opts; o.ReadOnly = true })

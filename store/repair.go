@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/repair"
 )
 
@@ -47,15 +49,15 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts repair.Op
 	if s.opts.ReadOnly {
 		return rep, fmt.Errorf("repair table %s: %w", day, errReadOnly)
 	}
-	prev := s.blockedState(day)
-	s.block(day, blockedRepairing, errors.New("being repaired"))
+	prev := s.health.Get(day)
+	s.block(day, blocked.Repairing, errors.New("being repaired"))
 	var err error
 	done := false
 	defer func() {
 		switch {
 		case done:
 		case rep.Damaged == "" && prev != nil: // the table is still there, as it was
-			s.restoreBlocked(day, prev)
+			s.health.Restore(day, prev)
 		default:
 			s.unblock(day, "repair failed")
 		}
@@ -70,7 +72,7 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts repair.Op
 			return rep, fmt.Errorf("repair table %s: from backup %s: %w", day, opts.Backup, err)
 		}
 	}
-	if err := s.salvager().Damaged(ctx, rep.Damaged, closedCleanly(rep.Damaged), &rep); err != nil {
+	if err := s.salvager().Damaged(ctx, rep.Damaged, badgeropts.ClosedCleanly(rep.Damaged), &rep); err != nil {
 		return rep, fmt.Errorf("repair table %s: %w", day, err)
 	}
 	done = true

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/replay"
 )
 
 func TestStreamPositionSurvivesReopen(t *testing.T) {
@@ -25,7 +26,7 @@ func TestStreamPositionSurvivesReopen(t *testing.T) {
 	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: created, Seq: 41}))
 	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "OTHER", Created: created, Seq: 7}))
 	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: created, Seq: 42}))
-	_, err = os.Stat(filepath.Join(ts.dir, positionsFileName+".tmp"))
+	_, err = os.Stat(filepath.Join(ts.dir, replay.PositionsFileName+".tmp"))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the temporary file is renamed over the positions file")
 
 	ts = ts.reopen(t)
@@ -40,9 +41,9 @@ func TestStreamPositionSurvivesReopen(t *testing.T) {
 	assert.Equal(t, uint64(7), p.Seq)
 
 	// A damaged file is an error on load and is replaced on save.
-	require.NoError(t, os.WriteFile(filepath.Join(ts.dir, positionsFileName), []byte("{torn"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(ts.dir, replay.PositionsFileName), []byte("{torn"), 0o644))
 	_, _, err = ts.LoadPosition(ctx, "TELEMETRY")
-	assert.ErrorContains(t, err, positionsFileName)
+	assert.ErrorContains(t, err, replay.PositionsFileName)
 	require.NoError(t, ts.SavePosition(ctx, buckets.StreamPosition{Stream: "TELEMETRY", Created: created, Seq: 43}))
 	p, _, err = ts.LoadPosition(ctx, "TELEMETRY")
 	require.NoError(t, err)
@@ -113,8 +114,8 @@ func TestHoldDropsDelaysTheTombstone(t *testing.T) {
 func TestPositionWaitsForTheSyncOfItsReadings(t *testing.T) {
 	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
 	ctx := context.Background()
-	onDisk := func() map[string]positionRecord {
-		all, err := readPositions(ts.dir)
+	onDisk := func() map[string]replay.Position {
+		all, err := replay.ReadPositions(ts.dir)
 		require.NoError(t, err)
 		return all
 	}
@@ -144,14 +145,14 @@ func TestPositionWaitsForTheSyncOfItsReadings(t *testing.T) {
 func TestPositionWaitsForTheStreamBarrier(t *testing.T) {
 	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
 	ctx := context.Background()
-	onDisk := func() map[string]positionRecord {
-		all, err := readPositions(ts.dir)
+	onDisk := func() map[string]replay.Position {
+		all, err := replay.ReadPositions(ts.dir)
 		require.NoError(t, err)
 		return all
 	}
 	var calls int
 	var failing error = errors.New("stream fsync failed")
-	var seenAtBarrier []map[string]positionRecord
+	var seenAtBarrier []map[string]replay.Position
 	ts.SetPositionBarrier(func() error {
 		calls++
 		seenAtBarrier = append(seenAtBarrier, onDisk())

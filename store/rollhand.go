@@ -9,7 +9,7 @@ import (
 // inHand is what a compaction just wrote for a device: its new blocks
 // and their readings. An hour whose every block is among them is rolled
 // up from them, without reading the table again, with exactly the
-// arithmetic of a table read (rollupBuckets): the same blocks, visited
+// arithmetic of a table read (rollSource.Buckets): the same blocks, visited
 // newest first, summarised from their headers where a block lies in one
 // bucket, else value by value in time order.
 type inHand struct {
@@ -38,9 +38,9 @@ func newInHand(dev buckets.DeviceID, refs, take []keyedRef, entries []entry, mer
 	return h
 }
 
-// covers reports whether every block of the device in [lo, hi) is one
+// Covers reports whether every block of the device in [lo, hi) is one
 // of the new blocks.
-func (h *inHand) covers(lo, hi buckets.Ticks) bool {
+func (h *inHand) Covers(lo, hi buckets.Ticks) bool {
 	if h == nil || h.sealed >= lo {
 		return false
 	}
@@ -52,9 +52,9 @@ func (h *inHand) covers(lo, hi buckets.Ticks) bool {
 	return true
 }
 
-// buckets is the device's buckets of interval in [lo, hi), which covers
+// Buckets is the device's buckets of interval in [lo, hi), which covers
 // says the new blocks hold.
-func (h *inHand) buckets(interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
+func (h *inHand) Buckets(interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
 	a := aggregate.New(buckets.AggregateQuery{Device: h.dev, From: lo, To: hi, Interval: interval, Limit: int(sealWindow / buckets.TicksPerSecond)}, 0)
 	for i := len(h.entries) - 1; i >= 0; i-- { // newest first, as keys sort
 		e := h.entries[i]
@@ -70,5 +70,5 @@ func (h *inHand) buckets(interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error
 		}
 		a.AddChunk(h.chunks[i], lo, hi)
 	}
-	return rollupPage(a, interval), nil
+	return rollup.PageOf(a, interval), nil
 }

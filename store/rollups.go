@@ -1,22 +1,17 @@
 package store
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/aggregate"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
@@ -36,59 +31,24 @@ import (
 // rollupsDirName is the directory of the rollups under the data dir.
 const rollupsDirName = "rollups"
 
-// rollupMemTableSize is the memtable of a rollup database (one at a
-// time while it fills, two while it flushes). A record larger than an
-// eighth of it (an hour of minutes of about 150 values) is kept in the
-// value log, so a wide device's hour still fits one transaction.
-const rollupMemTableSize = 4 << 20
-
-// rollupBlockSize is the SSTable block of a rollup database. A record
-// (a day of hourly buckets of four values is about 5.5 kB) is larger
-// than Badger's default 4 kB block, so each record and each older
-// version of it not yet compacted away took a block of its own, and a
-// long read allocated one block header per record and version; a
-// year-long hourly chart met about 1,700 of them. Uncompressed and
-// without a block cache, a larger block costs a point read nothing.
-const rollupBlockSize = 64 << 10
-
 // rollState is the store's side of its rollups.
 type rollState struct {
-	set *rollup.Set // nil: rollups are off
-	// marks caches, per day and device, the lowest mark of the levels
-	// (-1: none), for the hot days.
-	mu    sync.Mutex
-	marks map[buckets.Day]map[buckets.DeviceID]buckets.Ticks
-
-	written metric.Int64Counter // telemetry.store.rollup.buckets
-	failed  metric.Int64Counter // telemetry.store.rollup.failures
-}
-
-// newRollupMetrics creates the rollup counters, exported from the start.
-func (r *rollState) newMetrics(mp metric.MeterProvider) error {
-	meter := mp.Meter(instrumentationName)
-	var err error
-	if r.written, err = meter.Int64Counter("telemetry.store.rollup.buckets",
-		metric.WithDescription("Rollup buckets written (each level counts its own)."),
-		metric.WithUnit("{bucket}")); err != nil {
-		return fmt.Errorf("rollup buckets counter: %w", err)
-	}
-	if r.failed, err = meter.Int64Counter("telemetry.store.rollup.failures",
-		metric.WithDescription("Rollup writes that failed after a compaction; the next compaction of the device writes those windows again."),
-		metric.WithUnit("{failure}")); err != nil {
-		return fmt.Errorf("rollup failures counter: %w", err)
-	}
-	r.written.Add(context.Background(), 0)
-	r.failed.Add(context.Background(), 0)
-	return nil
+	set *rollup.Set    // nil: rollups are off
+	w   *rollup.Writer // puts them after compactions
 }
 
 // openRollups makes the rollup counters and opens the rollups when
 // Options.Rollups asks for them.
 func (s *Store) openRollups() error {
-	r := &rollState{marks: make(map[buckets.Day]map[buckets.DeviceID]buckets.Ticks)}
-	if err := r.newMetrics(s.opts.MeterProvider); err != nil {
+	w, err := rollup.NewWriter(s.opts.MeterProvider.Meter(instrumentationName), s.isHot, func() {
+		if testHookTableWrite != nil {
+			testHookTableWrite("rollup")
+		}
+	})
+	if err != nil {
 		return err
 	}
+	r := &rollState{w: w}
 	s.rollups = r
 	if len(s.opts.Rollups) == 0 || s.opts.ReadOnly {
 		return nil
@@ -96,7 +56,7 @@ func (s *Store) openRollups() error {
 	set, err := rollup.Open(filepath.Join(s.dir, rollupsDirName), rollup.Options{
 		Levels: s.opts.Rollups,
 		Badger: func(dir string) badger.Options {
-			return rollupBadgerOptions(dir, s.opts.SyncWrites, false, s.log)
+			return badgeropts.Rollup(dir, s.opts.SyncWrites, false, s.log)
 		},
 		Logger: s.log,
 	})
@@ -104,17 +64,8 @@ func (s *Store) openRollups() error {
 		return fmt.Errorf("open rollups: %w", err)
 	}
 	r.set = set
+	w.SetOpened(set)
 	return nil
-}
-
-// rollupBadgerOptions are the options of a rollup period database in
-// dir (as opened, backed up and restored).
-func rollupBadgerOptions(dir string, syncWrites, readOnly bool, log *slog.Logger) badger.Options {
-	// Uncompressed: a long read then needs no block cache to stay fast
-	// (summaries are floats, which compress little).
-	o := badgerOptions(dir, classCold, syncWrites, readOnly, log).WithMemTableSize(rollupMemTableSize).
-		WithCompression(options.None).WithBlockCacheSize(0).WithBlockSize(rollupBlockSize)
-	return o.WithValueThreshold(min(valueThreshold, o.MemTableSize/8))
 }
 
 // rollupsOn reports whether the store keeps rollups.
@@ -126,49 +77,6 @@ func (s *Store) closeRollups() error {
 		return nil
 	}
 	return s.rollups.set.Close()
-}
-
-// rollMark returns the lowest mark of the levels for dev and day.
-func (s *Store) rollMark(dev buckets.DeviceID, day buckets.Day) (buckets.Ticks, error) {
-	r := s.rollups
-	r.mu.Lock()
-	m, ok := r.marks[day][dev]
-	r.mu.Unlock()
-	if ok {
-		return m, nil
-	}
-	m = buckets.MaxTicks
-	for i := range r.set.Levels() {
-		lm, err := r.set.Mark(i, dev, day)
-		if err != nil {
-			return -1, err
-		}
-		m = min(m, lm)
-	}
-	s.cacheMark(dev, day, m)
-	return m, nil
-}
-
-// cacheMark remembers m as the mark of dev and day when day is hot,
-// forgetting the marks of days that are not.
-func (s *Store) cacheMark(dev buckets.DeviceID, day buckets.Day, m buckets.Ticks) {
-	if !s.isHot(day) {
-		return
-	}
-	r := s.rollups
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	dm := r.marks[day]
-	if dm == nil {
-		for d := range r.marks {
-			if !s.isHot(d) {
-				delete(r.marks, d)
-			}
-		}
-		dm = make(map[buckets.DeviceID]buckets.Ticks)
-		r.marks[day] = dm
-	}
-	dm[dev] = m
 }
 
 // compacted is what a compaction of a device did, for its rollups:
@@ -198,14 +106,14 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, c compacted) {
 		return
 	}
 	entries := c.entries
-	var hand *inHand
+	var hand rollup.Hand // nil: none
 	if len(entries) > 0 {
 		hand = newInHand(dev, c.refs, c.take, entries, c.merged, c.sealed)
 	}
 	mark := s.newMark(t, c.after, c.full)
-	old, err := s.rollMark(dev, t.day)
+	old, err := s.rollups.w.Mark(dev, t.day)
 	if err != nil {
-		s.rollups.failed.Add(context.Background(), 1)
+		s.rollups.w.Failed(context.Background())
 		s.log.Error("read rollup mark", "device", string(dev), "day", t.day.String(), "err", err)
 		return
 	}
@@ -220,19 +128,19 @@ func (s *Store) rollCompacted(t *table, dev buckets.DeviceID, c compacted) {
 	again = slices.Compact(again)
 	ctx := context.Background()
 	for _, w := range again {
-		if err := s.putRollups(ctx, t, dev, w, w+sealWindow, old, hand); err != nil {
-			s.rollups.failed.Add(ctx, 1)
+		if err := s.rollups.w.Put(ctx, rollSource{t, dev}, dev, t.day, w, w+sealWindow, old, hand); err != nil {
+			s.rollups.w.Failed(ctx)
 			s.log.Error("write rollups", "device", string(dev), "window", w.FormatTime(), "err", err)
 			return
 		}
 	}
 	if mark > old {
-		if err := s.putRollups(ctx, t, dev, old, mark, mark, hand); err != nil {
-			s.rollups.failed.Add(ctx, 1)
+		if err := s.rollups.w.Put(ctx, rollSource{t, dev}, dev, t.day, old, mark, mark, hand); err != nil {
+			s.rollups.w.Failed(ctx)
 			s.log.Error("write rollups", "device", string(dev), "from", old.FormatTime(), "to", mark.FormatTime(), "err", err)
 			return
 		}
-		s.cacheMark(dev, t.day, mark)
+		s.rollups.w.CacheMark(dev, t.day, mark)
 	}
 }
 
@@ -258,90 +166,21 @@ func (s *Store) newMark(t *table, after []keyedRef, full bool) buckets.Ticks {
 	return min(max(mark, t.day.Start()), t.day.End())
 }
 
-// putRollups computes dev's buckets of every level in [lo, hi) (whole
-// windows of t's day) and puts them, window by window (so that a
-// transaction stays small), raising the marks as it goes and to mark
-// at the end. The windows that hand covers are computed from it, the
-// others from t. A window without readings is left alone: compactions
-// never take every reading out of a window that had some.
-func (s *Store) putRollups(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi, mark buckets.Ticks, hand *inHand) error {
-	for i, l := range s.rollups.set.Levels() {
-		bs, err := levelBuckets(ctx, t, dev, buckets.Ticks(l.Interval/100), lo, hi, hand)
-		if err != nil {
-			return err
-		}
-		put := buckets.Ticks(-1) // the mark the last put left
-		for len(bs) > 0 {
-			w := windowStart(bs[0].Start)
-			n, _ := slices.BinarySearchFunc(bs, w+sealWindow, func(b rollup.Bucket, k buckets.Ticks) int { return cmp.Compare(b.Start, k) })
-			put = mark
-			if w+sealWindow < hi {
-				put = min(mark, w+sealWindow)
-			}
-			if testHookTableWrite != nil {
-				testHookTableWrite("rollup")
-			}
-			if err := s.rollups.set.Put(ctx, i, dev, w, w+sealWindow, bs[:n], put); err != nil {
-				return err
-			}
-			s.rollups.written.Add(ctx, int64(n))
-			bs = bs[n:]
-		}
-		if put < mark {
-			if err := s.rollups.set.RaiseMark(ctx, i, dev, t.day, mark); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+// rollSource is dev's day table t as the rollup writer reads it.
+type rollSource struct {
+	t   *table
+	dev buckets.DeviceID
 }
 
-// levelBuckets is dev's buckets of interval in [lo, hi), from hand for
-// the windows it covers and from t for runs of the others.
-func levelBuckets(ctx context.Context, t *table, dev buckets.DeviceID, interval, lo, hi buckets.Ticks, hand *inHand) ([]rollup.Bucket, error) {
-	var out []rollup.Bucket
-	from := lo // start of the run of windows read from t
-	for w := lo; w <= hi; w += sealWindow {
-		if w < hi && !hand.covers(w, w+sealWindow) {
-			continue
-		}
-		if from < w {
-			bs, err := rollupBuckets(ctx, t, dev, interval, from, w)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, bs...)
-		}
-		from = w + sealWindow
-		if w < hi {
-			bs, err := hand.buckets(interval, w, w+sealWindow)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, bs...)
-		}
-	}
-	return out, nil
-}
-
-// rollupBuckets is dev's buckets of interval in [lo, hi) of t, as an
+// Buckets is dev's buckets of interval in [lo, hi) of t, as an
 // aggregate query of that interval answers them.
-func rollupBuckets(ctx context.Context, t *table, dev buckets.DeviceID, interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
+func (rs rollSource) Buckets(ctx context.Context, interval, lo, hi buckets.Ticks) ([]rollup.Bucket, error) {
+	t, dev := rs.t, rs.dev
 	a := aggregate.New(buckets.AggregateQuery{Device: dev, From: lo, To: hi, Interval: interval, Limit: int(sealWindow * 24 / buckets.TicksPerSecond)}, 0)
 	if _, err := aggregateTable(ctx, a, t, lo, hi); err != nil {
 		return nil, fmt.Errorf("rollup of %s in %s: %w", dev, t.day, err)
 	}
-	return rollupPage(a, interval), nil
-}
-
-// rollupPage is the buckets a holds as rollup buckets.
-func rollupPage(a *aggregate.Aggregator, interval buckets.Ticks) []rollup.Bucket {
-	page := a.Page()
-	out := make([]rollup.Bucket, 0, len(page.Buckets))
-	for _, b := range page.Buckets {
-		out = append(out, rollup.Bucket{Start: b.Start, Values: b.Values, DistinctMs: a.DistinctMs(b.Start, b.Start+interval)})
-	}
-	return out
+	return rollup.PageOf(a, interval), nil
 }
 
 // rollBeforeDrop puts, for every device of the table of day, the
@@ -376,12 +215,12 @@ func (s *Store) rollBeforeDrop(ctx context.Context, day buckets.Day) error {
 func (s *Store) rollDevice(ctx context.Context, t *table, dev buckets.DeviceID) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	old, err := s.rollMark(dev, t.day)
+	old, err := s.rollups.w.Mark(dev, t.day)
 	if err != nil || old >= t.day.End() {
 		return err
 	}
 	return s.guard(t, func() error {
-		return s.putRollups(ctx, t, dev, max(old, t.day.Start()), t.day.End(), t.day.End(), nil)
+		return s.rollups.w.Put(ctx, rollSource{t, dev}, dev, t.day, max(old, t.day.Start()), t.day.End(), t.day.End(), nil)
 	})
 }
 
@@ -411,22 +250,48 @@ func (s *Store) RollupPeriods() []rollup.Period {
 	return s.rollups.set.Periods()
 }
 
-// errRollupsDone stops a rollup scan once the page is complete.
-var errRollupsDone = errors.New("page complete")
-
 // deleteDeviceRollups removes dev's rollups and marks (for a device
 // delete). With rollups off it does nothing.
 func (s *Store) deleteDeviceRollups(ctx context.Context, dev buckets.DeviceID) error {
 	if !s.rollupsOn() {
 		return nil
 	}
-	s.rollups.mu.Lock()
-	for _, dm := range s.rollups.marks {
-		delete(dm, dev)
-	}
-	s.rollups.mu.Unlock()
+	s.rollups.w.ForgetDevice(dev)
 	if _, err := s.rollups.set.DeleteDevice(ctx, dev); err != nil {
 		return fmt.Errorf("delete rollups of %s: %w", dev, err)
 	}
 	return nil
 }
+
+// rollTables is the store's day tables as an aggregate read partly from
+// the rollups (rollup.Set.Aggregate) uses them.
+type rollTables struct{ s *Store }
+
+var _ rollup.Tables = rollTables{}
+
+// DaySpan is the span of the days that have a table.
+func (rt rollTables) DaySpan() (lo, hi buckets.Ticks) {
+	lo, hi = buckets.MaxTicks+1, buckets.Ticks(-1)
+	rt.s.mu.Lock()
+	defer rt.s.mu.Unlock()
+	for d := range rt.s.tables {
+		lo, hi = min(lo, d.Start()), max(hi, d.End())
+	}
+	return lo, hi
+}
+
+// Has reports whether the table of d exists and is not being dropped.
+func (rt rollTables) Has(d buckets.Day) bool {
+	rt.s.mu.Lock()
+	defer rt.s.mu.Unlock()
+	t := rt.s.tables[d]
+	return t != nil && !t.dropping
+}
+
+// Aggregate adds [lo, hi) of the table of d to agg.
+func (rt rollTables) Aggregate(ctx context.Context, agg *aggregate.Aggregator, d buckets.Day, lo, hi buckets.Ticks) (bool, error) {
+	return rt.s.aggregateDay(ctx, agg, d, lo, hi)
+}
+
+// Classify marks transient storage errors.
+func (rollTables) Classify(err error) error { return classify(err) }

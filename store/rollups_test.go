@@ -171,7 +171,7 @@ func TestDeleteDeviceRollupsLeavesOtherDevices(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, count("a"))
 	assert.Equal(t, 2, count("b"))
-	m, err := ts.rollMark("a", today)
+	m, err := ts.rollups.w.Mark("a", today)
 	require.NoError(t, err)
 	assert.Equal(t, buckets.Ticks(-1), m, "the mark goes too")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
 // Samples calls fn once for each of names that has numeric values
@@ -158,7 +159,7 @@ func (sr *sampleReader) columns(ctx context.Context, t *table, sc *block.Scanner
 // into readings, for each ticks the reading of the highest sequence.
 // A damaged block is left out.
 func (sr *sampleReader) resolve(ctx context.Context, t *table, blocks []sampleBlock, lo, hi buckets.Ticks) error {
-	res := newResolver()
+	res := resolve.New()
 	for _, b := range blocks {
 		err := checkFlag(b.meta, b.value)
 		var rs []buckets.Reading
@@ -172,9 +173,9 @@ func (sr *sampleReader) resolve(ctx context.Context, t *table, blocks []sampleBl
 			}
 			continue
 		}
-		res.add(rs, b.ref.seq, lo, hi)
+		res.Add(rs, b.ref.seq, lo, hi)
 	}
-	for _, r := range res.take(buckets.Asc, hi) {
+	for _, r := range res.Take(buckets.Asc, hi) {
 		for _, f := range r.Values {
 			i, ok := sr.at[f.Name]
 			if !ok {

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -36,83 +35,24 @@ import (
 // The count file is written by the compactor only: when it settles a
 // table, and for an open table that went quiet (saveQuietCounts);
 // Close writes the counts of the tables it closes after closing them.
-// The crash rules of countfile.go are unchanged: a count file is
+// The crash rules of package countfile are unchanged: a count file is
 // written only under writeMu between commits and removed before the
 // next one.
 
-// maxSettleJobs bounds the days waiting in the compactor's queue. A
-// variable so that tests can reach it.
+// maxSettleJobs bounds the days waiting in the compactor's queue
+// (package settlequeue). A variable so that tests can reach it.
 var maxSettleJobs = 1024
-
-// settleJob is a day waiting to be settled; done is closed once the
-// compactor tried.
-type settleJob struct {
-	day  buckets.Day
-	done chan struct{}
-}
-
-// settleQueue is the compactor's queue of days to settle: bounded, and
-// coalescing a day queued twice into one job.
-type settleQueue struct {
-	mu    sync.Mutex
-	jobs  []*settleJob
-	byDay map[buckets.Day]*settleJob
-	// wake has room for one signal: the compactor looks at the queue.
-	wake chan struct{}
-}
-
-func newSettleQueue() *settleQueue {
-	return &settleQueue{byDay: make(map[buckets.Day]*settleJob), wake: make(chan struct{}, 1)}
-}
-
-// add queues day, or returns the job already queued for it; nil when
-// the queue is full.
-func (q *settleQueue) add(day buckets.Day) *settleJob {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if j := q.byDay[day]; j != nil {
-		return j
-	}
-	if len(q.jobs) >= maxSettleJobs {
-		return nil
-	}
-	j := &settleJob{day: day, done: make(chan struct{})}
-	q.jobs = append(q.jobs, j)
-	q.byDay[day] = j
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-	return j
-}
-
-// take removes and returns every queued job, oldest first.
-func (q *settleQueue) take() []*settleJob {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	jobs := q.jobs
-	q.jobs = nil
-	clear(q.byDay)
-	return jobs
-}
-
-// len is the number of queued jobs.
-func (q *settleQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.jobs)
-}
 
 // settleQueued settles the queued days, then sweeps the idle tables
 // again, which closes those now settled. It runs on the compactor's
 // goroutine; a job left when the store closes is Close's (compactAll).
 func (s *Store) settleQueued() {
-	jobs := s.settles.take()
+	jobs := s.settles.Take()
 	for _, j := range jobs {
 		if !s.stopping() {
-			s.settle(j.day)
+			s.settle(j.Day)
 		}
-		close(j.done)
+		j.Finish()
 	}
 	if len(jobs) > 0 && !s.stopping() {
 		s.closeIdle()
@@ -158,12 +98,12 @@ func (s *Store) settle(day buckets.Day) {
 // it, or ctx or the store ends. A full queue returns at once: the
 // sweep hands the table over again when it is idle.
 func (s *Store) settleNow(ctx context.Context, day buckets.Day) error {
-	j := s.settles.add(day)
+	j := s.settles.Add(day)
 	if j == nil {
 		return nil
 	}
 	select {
-	case <-j.done:
+	case <-j.Done():
 		return nil
 	case <-s.stop:
 		return errClosed

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/countfile"
+	"github.com/telemetryd/telemetryd/store/settlequeue"
 )
 
 // readFrames name the store's read calls as they show in a goroutine's
@@ -73,7 +75,7 @@ func (w *readWrites) kinds() []string {
 // settle the tables it handed over, and sweeps again.
 func (ts *testStore) closeIdleNow() {
 	for _, j := range ts.closeIdle() {
-		<-j.done
+		<-j.Done()
 	}
 	ts.closeIdle()
 }
@@ -144,7 +146,7 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	require.NotContains(t, writes.kinds(), "rollup")
 
 	ts.clock.Advance(2 * time.Minute) // idle
-	swept := make(chan []*settleJob, 1)
+	swept := make(chan []*settlequeue.Job, 1)
 	go func() { swept <- ts.closeIdle() }()
 	waitFor(t, compacting, "the idle close's compaction")
 
@@ -181,7 +183,7 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	opened = true
 	close(gate)
 	for _, j := range <-swept { // the compactor's settling ends
-		waitFor(t, j.done, "the settling")
+		waitFor(t, j.Done(), "the settling")
 	}
 	ts.clock.Advance(2 * time.Minute) // idle again after the read
 	ts.closeIdleNow()
@@ -190,7 +192,7 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	assert.Subset(t, writes.kinds(), []string{"rollup", "count"}, "the settling wrote the rollups and the count file")
 
 	assert.Len(t, blocksOf(t, ts, d, "dev"), 1, "the open blocks were merged before the close")
-	n, ok, err := readCountFile(ts.tableDir(d))
+	n, ok, err := countfile.Read(ts.tableDir(d))
 	require.NoError(t, err)
 	assert.True(t, ok, "the count file was saved")
 	assert.Equal(t, int64(30), n)
@@ -232,24 +234,6 @@ func TestLastReleaseByAReadAfterADropWritesNothing(t *testing.T) {
 	assert.Contains(t, writes.kinds(), "close", "the writable table was closed")
 }
 
-func TestSettleQueueIsBoundedAndCoalesces(t *testing.T) {
-	old := maxSettleJobs
-	maxSettleJobs = 2
-	t.Cleanup(func() { maxSettleJobs = old })
-	q := newSettleQueue()
-	a := q.add(today - 3)
-	require.NotNil(t, a)
-	assert.Same(t, a, q.add(today-3), "a day queued again joins its job")
-	b := q.add(today - 4)
-	require.NotNil(t, b)
-	assert.Nil(t, q.add(today-5), "past the bound a new day is refused")
-	assert.Same(t, b, q.add(today-4), "a queued day is still joined when the queue is full")
-	assert.Equal(t, 2, q.len())
-	jobs := q.take()
-	assert.Equal(t, []*settleJob{a, b}, jobs, "oldest first")
-	assert.NotNil(t, q.add(today-5), "taken, there is room again")
-}
-
 // A full queue leaves an idle table open (the sweep hands it over
 // again later) and never closes it unsettled.
 func TestIdleTableWaitsForRoomInTheSettleQueue(t *testing.T) {
@@ -270,7 +254,7 @@ func TestIdleTableWaitsForRoomInTheSettleQueue(t *testing.T) {
 	jobs := ts.closeIdle()
 	require.Len(t, jobs, 1, "one of the two idle tables fits the queue")
 	open()
-	<-jobs[0].done
+	<-jobs[0].Done()
 	ts.closeIdleNow() // the settled one closes; the other is handed over now
 	assert.False(t, ts.isOpen(a) && ts.isOpen(b), "one closed")
 	ts.closeIdleNow()

@@ -11,7 +11,7 @@
 //
 //	LOCK                 exclusive flock while a Store is open
 //	tables/YYYY-MM-DD/   one Badger database per day table, plus its
-//	                     reading count (READINGS, see countfile.go)
+//	                     reading count (READINGS, package countfile)
 //	index/               the device index (first/last seen, latest values)
 //	rollups/LEVEL/YYYY-MM/ rollups of one level and month, when on (rollups.go)
 //
@@ -40,9 +40,17 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/aggregate"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/colcache"
+	"github.com/telemetryd/telemetryd/store/countfile"
 	"github.com/telemetryd/telemetryd/store/devindex"
+	"github.com/telemetryd/telemetryd/store/dirlock"
 	"github.com/telemetryd/telemetryd/store/diskuse"
+	"github.com/telemetryd/telemetryd/store/giveway"
+	"github.com/telemetryd/telemetryd/store/replay"
+	"github.com/telemetryd/telemetryd/store/settlequeue"
+	"github.com/telemetryd/telemetryd/store/storemetrics"
+	"github.com/telemetryd/telemetryd/store/watch"
 )
 
 // Directory names under the data directory.
@@ -79,20 +87,20 @@ type Store struct {
 	tablesDir string
 	log       *slog.Logger
 	tracer    trace.Tracer
-	metrics   *metrics
+	metrics   *storemetrics.Metrics
 	bad       *badBlocks
-	lock      *dirLock
+	lock      *dirlock.Lock
 	index     *devindex.Index
-	replay    replayState                           // stream positions and tombstones (checkpoint.go, tombstone.go)
+	replay    *replay.State                         // stream positions and tombstones (package replay)
 	barrier   atomic.Pointer[func() error]          // SetPositionBarrier (syncloop.go)
-	health    commitHealth                          // tables that cannot commit (health.go)
+	health    blocked.Set                           // tables that cannot commit (package blocked)
 	holes     atomic.Int64                          // what the memtable logs may still claim (health.go)
-	deletes   deviceTombs                           // deleted devices (delete.go)
+	deletes   replay.DeviceTombs                    // deleted devices (delete.go)
 	rollups   *rollState                            // rollups (rollups.go); its set is nil when they are off
-	settles   *settleQueue                          // tables the compactor settles before they close (settle.go)
-	queries   queryClock                            // when the last query began (giveway.go)
+	settles   *settlequeue.Queue                    // tables the compactor settles before they close (settle.go)
+	queries   giveway.Clock                         // when the last query began (giveway.go)
 	cols      *colcache.Cache[*aggregate.BlockList] // decoded columns and block lists for aggregates; nil when off
-	watch     watchers                              // told of changes to readings (watch.go)
+	watch     watch.Set                             // told of changes to readings (watch.go)
 	// lastBackup is the Unix time of the last backup that completed.
 	lastBackup atomic.Int64
 
@@ -130,7 +138,8 @@ func Open(ctx context.Context, dataDir string, opts Options) (*Store, error) {
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		compactDone: make(chan struct{}),
-		settles:     newSettleQueue(),
+		settles:     settlequeue.New(maxSettleJobs),
+		replay:      replay.New(dataDir),
 	}
 	s.bad = &badBlocks{log: s.log, seen: make(map[string]struct{})}
 	if err := s.openFiles(); err != nil {
@@ -161,38 +170,38 @@ func (s *Store) openFiles() error {
 			return err
 		}
 	}
-	lock, err := lockDir(s.dir, s.opts.ReadOnly)
+	lock, err := dirlock.Dir(s.dir, s.opts.ReadOnly)
 	if err != nil {
 		return err
 	}
 	s.lock = lock
-	if err := s.loadTombstones(); err != nil {
-		return errors.Join(err, lock.unlock())
+	if err := s.replay.LoadTombstones(); err != nil {
+		return errors.Join(err, lock.Unlock())
 	}
 	if err := s.discover(); err != nil {
-		return errors.Join(err, lock.unlock())
+		return errors.Join(err, lock.Unlock())
 	}
 	idx, err := openIndex(filepath.Join(s.dir, indexDirName), s.opts.SyncWrites, s.opts.ReadOnly, s.log)
 	if err != nil {
-		return errors.Join(err, lock.unlock())
+		return errors.Join(err, lock.Unlock())
 	}
 	s.index = idx
-	if err := s.loadDeviceTombs(); err != nil {
-		return errors.Join(err, closeIndex(idx), lock.unlock())
+	if err := s.deletes.Load(s.index.DB(), s.opts.ReadOnly, s.log); err != nil {
+		return errors.Join(err, closeIndex(idx), lock.Unlock())
 	}
 	if err := s.openRollups(); err != nil {
-		return errors.Join(err, closeIndex(idx), lock.unlock())
+		return errors.Join(err, closeIndex(idx), lock.Unlock())
 	}
 	if s.opts.ColumnCacheSize > 0 {
 		if s.cols, err = colcache.New[*aggregate.BlockList](s.opts.ColumnCacheSize); err != nil {
-			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
+			return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.Unlock())
 		}
 	}
-	if s.metrics, err = newMetrics(s.opts.MeterProvider, s); err != nil {
+	if s.metrics, err = newMetrics(s); err != nil {
 		s.cols.Close()
-		return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.unlock())
+		return errors.Join(err, closeIndex(idx), s.closeRollups(), lock.Unlock())
 	}
-	s.bad.start(s.metrics.corruptBlocks)
+	s.bad.start(s.metrics.CorruptBlocks)
 	s.bad.damagedRecords(idx.Damaged())
 	s.bad.damagedAttrRecords(idx.AttrDamaged())
 	return nil
@@ -241,12 +250,12 @@ func (s *Store) discover() error {
 // from its count file, if it has a valid one. An invalid one is removed.
 func (s *Store) discoverTable(day buckets.Day, dir string) *table {
 	t := newTable(day, dir, s.bad)
-	n, ok, err := readCountFile(dir)
+	n, ok, err := countfile.Read(dir)
 	switch {
 	case err != nil:
 		s.log.Warn("ignoring day table reading count file", "day", day.String(), "err", err)
 		if !s.opts.ReadOnly {
-			if err := removeCountFile(dir); err != nil {
+			if err := countfile.Remove(dir); err != nil {
 				s.log.Warn("remove day table reading count file", "day", day.String(), "err", err)
 			}
 		}
@@ -297,11 +306,8 @@ func (s *Store) close() error {
 		s.saveCount(h.t)
 		h.t.writeMu.Unlock()
 	}
-	if err := s.metrics.registration.Unregister(); err != nil {
-		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
-	}
-	if err := s.metrics.health.Unregister(); err != nil {
-		errs = append(errs, fmt.Errorf("unregister metrics: %w", err))
+	if err := s.metrics.Unregister(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := closeIndex(s.index); err != nil {
 		errs = append(errs, err)
@@ -310,7 +316,7 @@ func (s *Store) close() error {
 		errs = append(errs, err)
 	}
 	s.cols.Close()
-	if err := s.lock.unlock(); err != nil {
+	if err := s.lock.Unlock(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

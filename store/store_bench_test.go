@@ -12,6 +12,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/devindex"
 )
 
@@ -46,7 +47,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // writes with a plain Badger WriteBatch on a DB with the options of a
 // hot day table: the floor under BenchmarkStoreWrite.
 func BenchmarkRawBadgerWriteBatch(b *testing.B) {
-	db, err := badger.Open(badgerOptions(b.TempDir(), classHot, false, false, quietLogger()))
+	db, err := badger.Open(badgeropts.For(b.TempDir(), badgeropts.Hot, false, false, quietLogger()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,12 +2,12 @@ package store
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
 )
 
 // A saved stream position vouches that every reading up to it is in
@@ -61,7 +61,7 @@ func (s *Store) syncer() {
 // commit they vouch for came before them, so the fsyncs cover it. A
 // failed fsync leaves them pending.
 func (s *Store) syncAll() {
-	pending := s.replay.takePending()
+	pending := s.replay.TakePending()
 	ok := true
 	for _, d := range s.daysBetween(0, 1<<31-1, buckets.Desc) {
 		s.mu.Lock()
@@ -82,31 +82,25 @@ func (s *Store) syncAll() {
 		ok = false
 	}
 	if !ok {
-		s.replay.restorePending(pending)
+		s.replay.RestorePending(pending)
 		return
 	}
 	if b := s.barrier.Load(); b != nil && len(pending) > 0 {
 		if err := (*b)(); err != nil {
 			s.log.Warn("sync the streams before saving stream positions", "err", err)
-			s.replay.restorePending(pending)
+			s.replay.RestorePending(pending)
 			return
 		}
 	}
-	if err := s.writePositions(pending); err != nil {
+	if err := s.replay.Write(pending); err != nil {
 		s.log.Warn("save stream positions", "err", err)
-		s.replay.restorePending(pending)
+		s.replay.RestorePending(pending)
 	}
 }
 
-// Badger's Sync fsyncs the write-ahead log of the memtable being filled
-// and the newest value log only. When a memtable fills, Badger starts a
-// new log and flushes the full one to a table file in the background,
-// without fsyncing what was written to the old log since the last
-// Sync; a position written meanwhile would vouch for readings that only
-// the page cache holds. Likewise a value log that was full. syncLogs
-// closes that gap: it fsyncs every write-ahead log (*.mem) and value
-// log (*.vlog) in a database's directory, and the directory, whose new
-// files Badger does not sync into it.
+// syncLogs fsyncs the logs of the Badger database in dir and dir
+// itself (badgeropts.SyncLogs).
+func syncLogs(dir string) error { return badgeropts.SyncLogs(dir, fsyncFile) }
 
 // fsyncFile fsyncs one file by its path (tests record the calls).
 var fsyncFile = func(path string) error {
@@ -115,56 +109,4 @@ var fsyncFile = func(path string) error {
 		return err
 	}
 	return errors.Join(f.Sync(), f.Close())
-}
-
-// syncLogs fsyncs the logs of the Badger database in dir and dir
-// itself. A log removed meanwhile (flushed) is skipped.
-func syncLogs(dir string) error {
-	var errs []error
-	for _, pattern := range []string{"*.mem", "*.vlog"} {
-		files, err := filepath.Glob(filepath.Join(dir, pattern))
-		errs = append(errs, err)
-		for _, f := range files {
-			if err := fsyncFile(f); !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	errs = append(errs, fsyncFile(dir))
-	return errors.Join(errs...)
-}
-
-// takePending returns the pending positions and forgets them.
-func (r *replayState) takePending() map[string]positionRecord {
-	r.posMu.Lock()
-	defer r.posMu.Unlock()
-	p := r.pending
-	r.pending = nil
-	return p
-}
-
-// restorePending puts back positions whose write failed, unless one
-// saved since is pending for the stream.
-func (r *replayState) restorePending(p map[string]positionRecord) {
-	r.posMu.Lock()
-	defer r.posMu.Unlock()
-	for name, rec := range p {
-		if _, newer := r.pending[name]; newer {
-			continue
-		}
-		if r.pending == nil {
-			r.pending = map[string]positionRecord{}
-		}
-		r.pending[name] = rec
-	}
-}
-
-// setPending makes rec the pending position of stream.
-func (r *replayState) setPending(stream string, rec positionRecord) {
-	r.posMu.Lock()
-	defer r.posMu.Unlock()
-	if r.pending == nil {
-		r.pending = map[string]positionRecord{}
-	}
-	r.pending[stream] = rec
 }

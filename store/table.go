@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +11,10 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/badgeropts"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/repair"
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // Table metadata keys. Keys starting with 0x00 are metadata; no device
@@ -54,7 +56,7 @@ type table struct {
 
 	// readings is the exact number of readings, or -1 when it is not
 	// known: the table was not opened in this process and has no count
-	// file (see countfile.go). Writers update it under writeMu.
+	// file (package countfile). Writers update it under writeMu.
 	readings atomic.Int64
 	// writeMu serializes writers, which makes read-modify-write (the
 	// merge of readings with the same key) safe without Badger's
@@ -67,7 +69,7 @@ type table struct {
 	// Guarded by writeMu.
 	wt writeTracker
 	// ver numbers commits and tracks readers' versions (versions.go).
-	ver versions
+	ver versions.Versions
 	// countFile says that the count file exists: it must be removed
 	// before the next commit. Guarded by writeMu.
 	countFile bool
@@ -126,7 +128,7 @@ func unavailableTable(day buckets.Day, err error) error {
 	if errors.As(err, &fe) {
 		return &buckets.TableError{Day: day, Reason: fmt.Sprintf("has table format version %s, which this build does not read (it reads version %d); other days are unaffected", fe.version, formatVersion), Err: err}
 	}
-	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected; " + repairAdvice(day), Err: err}
+	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected; " + blocked.RepairAdvice(day), Err: err}
 }
 
 // openTableDB opens the Badger database of t and reads its metadata.
@@ -136,27 +138,27 @@ func unavailableTable(day buckets.Day, err error) error {
 // Badger panics on some kinds of damage; that is turned into an error
 // so one damaged day cannot take the process down.
 func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOnly bool, meta tableMeta, err error) {
-	class := classCold
+	class := badgeropts.Cold
 	if hot {
-		class = classHot
+		class = badgeropts.Hot
 	}
-	readOnly = !writable && (s.opts.ReadOnly || closedCleanly(t.dir))
-	opts := badgerOptions(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("day", t.day.String())).
+	readOnly = !writable && (s.opts.ReadOnly || badgeropts.ClosedCleanly(t.dir))
+	opts := badgeropts.For(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("day", t.day.String())).
 		WithIndexCacheSize(s.opts.IndexCacheSize)
 	if hot {
 		opts = opts.WithMemTableSize(s.opts.MemTableSize).WithBlockCacheSize(s.opts.BlockCacheSize).
-			WithValueThreshold(min(valueThreshold, s.opts.MemTableSize/8))
+			WithValueThreshold(min(badgeropts.ValueThreshold, s.opts.MemTableSize/8))
 	}
 	if err := repair.CheckFiles(t.dir, opts); err != nil {
 		return nil, false, meta, err
 	}
-	db, err = openView(opts, openTableBadger)
+	db, err = badgeropts.OpenView(opts, badgeropts.OpenManaged)
 	if err != nil && readOnly && !s.opts.ReadOnly {
 		// Such as a directory whose creation a crash interrupted: a
 		// writable open completes what it can.
 		s.log.Debug("opening day table read-only failed; opening it writable", "day", t.day.String(), "err", err)
 		readOnly = false
-		db, err = openTableBadger(opts.WithReadOnly(false))
+		db, err = badgeropts.OpenManaged(opts.WithReadOnly(false))
 	}
 	if err != nil {
 		return nil, false, meta, err
@@ -166,25 +168,6 @@ func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOn
 		return nil, false, meta, err
 	}
 	return db, readOnly, meta, nil
-}
-
-// closedCleanly reports whether the Badger database in dir was closed
-// cleanly: it has no write-ahead log (*.mem) files, which Badger
-// removes on Close after flushing them.
-func closedCleanly(dir string) bool {
-	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
-	return err == nil && len(mems) == 0
-}
-
-// openBadger is badger.Open with panics turned into errors, past the
-// empty files a power cut can leave (openSizingEmptyFiles).
-func openBadger(opts badger.Options) (db *badger.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("badger panicked: %v", r)
-		}
-	}()
-	return openSizingEmptyFiles(opts, badger.Open)
 }
 
 // tableMeta is the metadata of a day table.

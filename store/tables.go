@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
@@ -21,7 +22,7 @@ func (s *Store) tableDir(day buckets.Day) string {
 // the disk space of the table's files; Readings is the exact number of
 // distinct readings, or -1 when it is not known. Tables never opens a
 // table: the count of a table that is not open comes from its count
-// file (see countfile.go), so it is -1 for a table that was being
+// file (package countfile), so it is -1 for a table that was being
 // written when the process last stopped without closing it, until the
 // table is opened again; and -1 for a table that cannot be opened.
 func (s *Store) Tables(ctx context.Context) ([]buckets.TableInfo, error) {
@@ -79,7 +80,7 @@ func (s *Store) DropTable(ctx context.Context, day buckets.Day) (buckets.TableDr
 		return buckets.TableDrop{}, err
 	}
 	defer s.inflight.Done()
-	defer s.watchRemoved("")
+	defer s.watch.Removed("")
 	size := diskuse.Dir(t.dir) // what Tables said; closing changes it
 	if idle != nil {
 		s.endLogged(idle)
@@ -96,7 +97,7 @@ func (s *Store) damaged(t *table) bool {
 	s.mu.Lock()
 	failed := t.failErr != nil
 	s.mu.Unlock()
-	return failed || s.isBlockedFor(t.day, blockedDamaged)
+	return failed || s.health.IsFor(t.day, blocked.Damaged)
 }
 
 // doom marks the table of day as being dropped and detaches its

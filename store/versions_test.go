@@ -59,19 +59,6 @@ func TestReaderViewSurvivesCommitsAndCompaction(t *testing.T) {
 	assert.Equal(t, reading("dev", k, "a", 1), getAt(t, old, "dev", k))
 }
 
-// Compaction may drop overwritten versions up to the oldest version a
-// reader uses, or up to the last commit when nobody reads.
-func TestDiscardVersionFollowsReaders(t *testing.T) {
-	v := versions{readers: map[uint64]int{}}
-	assert.Equal(t, uint64(7), v.completedLocked(7), "no readers")
-	assert.Equal(t, uint64(7), v.last)
-	v.readers[7], v.readers[9] = 1, 2
-	assert.Equal(t, uint64(7), v.completedLocked(10), "the oldest reader's version")
-	assert.Equal(t, uint64(10), v.last)
-	delete(v.readers, 7)
-	assert.Equal(t, uint64(9), v.completedLocked(11))
-}
-
 // A commit that only deletes leaves no key at its version once
 // compaction dropped the deletions with what they deleted. The versions
 // of the table must still go on above it after a reopen: an incremental
@@ -99,7 +86,7 @@ func TestVersionsGoOnAboveADeletionOnlyCommit(t *testing.T) {
 		require.NoError(t, wtxn.Delete(k))
 	}
 	require.NoError(t, tb.commitTxn(wtxn))
-	deleted := tb.ver.last
+	deleted := tb.ver.Last()
 	tb.writeMu.Unlock()
 	ts.release(tb)
 

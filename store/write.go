@@ -19,6 +19,9 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/compactplan"
+	"github.com/telemetryd/telemetryd/store/resolve"
+	"github.com/telemetryd/telemetryd/store/spans"
 )
 
 // Write stores rs. Readings are grouped by day table and each table
@@ -65,7 +68,7 @@ func (s *Store) Write(ctx context.Context, rs []buckets.Reading) (err error) {
 		attribute.Int("telemetry.store.tables", len(groups))))
 	start := time.Now()
 	defer func() {
-		s.metrics.commitDuration.Record(ctx, time.Since(start).Seconds())
+		s.metrics.CommitDuration.Record(ctx, time.Since(start).Seconds())
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -144,10 +147,10 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	}
 	s.noteCommit(day, err)
 	if err != nil {
-		s.watchRemoved("") // a part may have committed
+		s.watch.Removed("") // a part may have committed
 		return classify(fmt.Errorf("write table %s: %w", day, err))
 	}
-	s.watchCommitted(rs)
+	s.watch.Committed(rs)
 	return nil
 }
 
@@ -194,7 +197,7 @@ type writeTracker struct {
 
 // deviceWrites is what a write tracker knows of one device.
 type deviceWrites struct {
-	spans // every reading written since the table was opened
+	spans.Set // every reading written since the table was opened
 	// last, when not nil, is what the table holds at lastTicks, the
 	// newest reading this process wrote for the device: a write that
 	// merges into that reading alone (the second half of a reading
@@ -263,7 +266,7 @@ func (w *writeTracker) mayExist(dev buckets.DeviceID, k buckets.Ticks) bool {
 		return true
 	}
 	sp, ok := w.written[dev]
-	return ok && sp.overlaps(k, k)
+	return ok && sp.Overlaps(k, k)
 }
 
 // mayOverlap reports whether a block of dev holding readings from
@@ -273,7 +276,7 @@ func (w *writeTracker) mayOverlap(dev buckets.DeviceID, oldest, newest buckets.T
 		return true
 	}
 	sp, ok := w.written[dev]
-	return ok && sp.overlaps(oldest, newest)
+	return ok && sp.Overlaps(oldest, newest)
 }
 
 // stored returns what the table holds of dev at k when the tracker
@@ -302,7 +305,7 @@ func (w *writeTracker) stored(dev buckets.DeviceID, k buckets.Ticks) ([]buckets.
 func (w *writeTracker) noteWritten(entries []entry, newest buckets.Ticks) {
 	for _, e := range entries {
 		dw, ok := w.written[e.dev]
-		dw.add(e.ref.oldest, e.ref.newest)
+		dw.Add(e.ref.oldest, e.ref.newest)
 		if e.last != nil && (dw.last == nil || e.ref.newest >= dw.lastTicks) {
 			w.keep(&dw.last, e.last)
 			dw.lastTicks = e.ref.newest
@@ -402,7 +405,7 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 // hi, by ticks, from txn, a transaction of t. A corrupt block is
 // skipped: what it held is lost either way, and the write goes on.
 func storedReadings(t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buckets.Ticks) (map[buckets.Ticks][]buckets.Field, error) {
-	res := newResolver()
+	res := resolve.New()
 	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
 		if bi.ref.oldest >= hi {
 			return true, nil
@@ -411,11 +414,11 @@ func storedReadings(t *table, txn *badger.Txn, dev buckets.DeviceID, lo, hi buck
 		if t.bad.skip(context.Background(), t.day, dev, err) {
 			return true, nil
 		}
-		res.add(rs, bi.ref.seq, lo, hi)
+		res.Add(rs, bi.ref.seq, lo, hi)
 		return true, err
 	})
-	out := make(map[buckets.Ticks][]buckets.Field, len(res.rs))
-	for _, r := range res.rs {
+	out := make(map[buckets.Ticks][]buckets.Field, len(res.Readings()))
+	for _, r := range res.Readings() {
 		out[r.Ticks] = r.Values
 	}
 	return out, err
@@ -470,7 +473,7 @@ func deviceEntries(g []buckets.Reading, stored map[buckets.Ticks][]buckets.Field
 // (6-14% more line protocol ingest on the TSBS file, BENCHMARKS.md).
 // Larger ones may stay open for an hour and are compressed at once.
 func encodeOpen(rs []buckets.Reading) ([]byte, error) {
-	if tierOf(len(rs)) == 0 {
+	if compactplan.TierOf(len(rs)) == 0 {
 		return block.EncodePlain(nil, rs)
 	}
 	return block.Encode(nil, rs)

@@ -147,6 +147,8 @@ func (d *decoder) intern(k int, nb []byte) string {
 // decodeRecord decodes a record of the span at spanStart, calling fn
 // for each bucket, oldest first. A bucket's Values are its own (the
 // buckets share slabs of d).
+//
+// Long: it checks every field of the record layout in the order it is written.
 func decodeRecord(v []byte, spanStart, interval, span buckets.Ticks, d *decoder, fn func(Bucket) error) error {
 	if len(v) < 5 || v[0] != recordVersion {
 		return fmt.Errorf("%w: bad version or length", ErrCorrupt)

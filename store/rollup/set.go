@@ -249,6 +249,8 @@ func markKey(dev buckets.DeviceID, day buckets.Day) []byte {
 // range), and raises dev's mark for that day to at least mark. The
 // store sets the mark to a time before which every window of the day
 // has been put as it is.
+//
+// Long: the read, merge and write of each record share one transaction.
 func (s *Set) Put(ctx context.Context, level int, dev buckets.DeviceID, lo, hi buckets.Ticks, bs []Bucket, mark buckets.Ticks) error {
 	if err := ctx.Err(); err != nil {
 		return err

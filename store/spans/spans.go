@@ -1,15 +1,18 @@
-package store
+// Package spans keeps a small set of ranges of ticks that covers every
+// range added to it, in a fixed size: a day table's write tracker keeps
+// one per device for the readings written since the table was opened.
+package spans
 
 import "github.com/telemetryd/telemetryd/buckets"
 
-// maxSpans bounds the ranges of a spans; past it the two closest merge,
-// so a spans covers more than was added, never less.
+// maxSpans bounds the ranges of a Set; past it the two closest merge,
+// so a Set covers more than was added, never less.
 const maxSpans = 4
 
-// spans is a small set of disjoint ranges of ticks, sorted, covering
+// Set is a small set of disjoint ranges of ticks, sorted, covering
 // every range added to it (and, once more than maxSpans were apart,
 // the gaps between some of them). The zero value is empty.
-type spans struct {
+type Set struct {
 	n int
 	r [maxSpans + 1]span
 }
@@ -17,8 +20,8 @@ type spans struct {
 // span is the ticks from lo to hi, both included.
 type span struct{ lo, hi buckets.Ticks }
 
-// overlaps reports whether some tick from lo to hi is covered.
-func (s *spans) overlaps(lo, hi buckets.Ticks) bool {
+// Overlaps reports whether some tick from lo to hi is covered.
+func (s *Set) Overlaps(lo, hi buckets.Ticks) bool {
 	for _, r := range s.r[:s.n] {
 		if r.lo <= hi && lo <= r.hi {
 			return true
@@ -27,8 +30,8 @@ func (s *spans) overlaps(lo, hi buckets.Ticks) bool {
 	return false
 }
 
-// add covers the ticks from lo to hi (lo <= hi).
-func (s *spans) add(lo, hi buckets.Ticks) {
+// Add covers the ticks from lo to hi (lo <= hi).
+func (s *Set) Add(lo, hi buckets.Ticks) {
 	// The ranges i to j-1 overlap [lo, hi] or touch it: they become one.
 	i := 0
 	for i < s.n && s.r[i].hi < lo-1 {

@@ -1,4 +1,4 @@
-package store
+package badgeropts
 
 import (
 	"log/slog"
@@ -9,6 +9,8 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // TestOpenPastEmptyFiles opens a table where a power cut left a
@@ -17,8 +19,8 @@ import (
 // there.
 func TestOpenPastEmptyFiles(t *testing.T) {
 	dir := t.TempDir()
-	opts := badgerOptions(dir, classHot, true, false, slog.New(slog.DiscardHandler))
-	db, err := openBadger(opts)
+	opts := For(dir, Hot, true, false, slog.New(slog.DiscardHandler))
+	db, err := Open(opts)
 	require.NoError(t, err)
 	require.NoError(t, db.Update(func(txn *badger.Txn) error { return txn.Set([]byte("k"), []byte("synced")) }))
 	require.NoError(t, db.Close())
@@ -32,7 +34,7 @@ func TestOpenPastEmptyFiles(t *testing.T) {
 	require.ErrorContains(t, err, badgerNewFile, "Badger itself fails on the empty files")
 
 	cut()
-	db, err = openBadger(opts)
+	db, err = Open(opts)
 	require.NoError(t, err)
 	defer db.Close()
 	require.NoError(t, db.View(func(txn *badger.Txn) error {
@@ -50,8 +52,8 @@ func TestOpenPastEmptyFiles(t *testing.T) {
 // opens in managed mode.
 func TestOpenTablePastEmptyFiles(t *testing.T) {
 	dir := t.TempDir()
-	opts := badgerOptions(dir, classHot, true, false, slog.New(slog.DiscardHandler))
-	db, err := openTableBadger(opts)
+	opts := For(dir, Hot, true, false, slog.New(slog.DiscardHandler))
+	db, err := OpenManaged(opts)
 	require.NoError(t, err)
 	txn := db.NewTransactionAt(1, true)
 	require.NoError(t, txn.Set([]byte("k"), []byte("synced")))
@@ -67,10 +69,10 @@ func TestOpenTablePastEmptyFiles(t *testing.T) {
 	require.ErrorContains(t, err, badgerNewFile, "Badger itself fails on the empty files")
 
 	cut()
-	db, err = openTableBadger(opts)
+	db, err = OpenManaged(opts)
 	require.NoError(t, err)
 	defer db.Close()
-	require.NoError(t, viewLatest(db, func(txn *badger.Txn) error {
+	require.NoError(t, versions.ViewLatest(db, func(txn *badger.Txn) error {
 		item, err := txn.Get([]byte("k"))
 		if err != nil {
 			return err

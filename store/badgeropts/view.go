@@ -1,4 +1,4 @@
-package store
+package badgeropts
 
 import (
 	"errors"
@@ -28,10 +28,10 @@ import (
 // directory.
 var views sync.Map // *badger.DB -> string
 
-// openView opens opts with open; for a read-only open of a database
+// OpenView opens opts with open; for a read-only open of a database
 // that was not closed cleanly it opens a temporary copy instead.
-func openView(opts badger.Options, open func(badger.Options) (*badger.DB, error)) (*badger.DB, error) {
-	if !opts.ReadOnly || closedCleanly(opts.Dir) {
+func OpenView(opts badger.Options, open func(badger.Options) (*badger.DB, error)) (*badger.DB, error) {
+	if !opts.ReadOnly || ClosedCleanly(opts.Dir) {
 		return open(opts)
 	}
 	tmp, err := os.MkdirTemp("", "telemetryd-view-")
@@ -51,9 +51,9 @@ func openView(opts badger.Options, open func(badger.Options) (*badger.DB, error)
 	return db, nil
 }
 
-// releaseView removes the temporary copy db was opened on, if any;
+// ReleaseView removes the temporary copy db was opened on, if any;
 // db must be closed.
-func releaseView(db *badger.DB) {
+func ReleaseView(db *badger.DB) {
 	if dir, ok := views.LoadAndDelete(db); ok {
 		_ = os.RemoveAll(dir.(string))
 	}
@@ -80,6 +80,7 @@ func copyForView(src, dst string) error {
 	return nil
 }
 
+// copyFile copies the file from to the new file to.
 func copyFile(from, to string) (err error) {
 	in, err := os.Open(from)
 	if err != nil {
@@ -92,4 +93,12 @@ func copyFile(from, to string) (err error) {
 	}
 	_, err = io.Copy(out, in)
 	return errors.Join(err, out.Close())
+}
+
+// ClosedCleanly reports whether the Badger database in dir was closed
+// cleanly: it has no write-ahead log (*.mem) files, which Badger
+// removes on Close after flushing them.
+func ClosedCleanly(dir string) bool {
+	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	return err == nil && len(mems) == 0
 }

@@ -1,4 +1,4 @@
-package store
+package countfile
 
 import "testing"
 
@@ -8,13 +8,13 @@ import "testing"
 // removing it (unlink, directory fsync), paid by the first commit after
 // it was saved.
 //
-//	go test ./store -run XXX -bench BenchmarkCountFile
+//	go test ./store/countfile -run XXX -bench BenchmarkCountFile
 func BenchmarkCountFile(b *testing.B) {
 	dir := b.TempDir()
 	b.Run("save", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
-			if err := writeCountFile(dir, int64(i)); err != nil {
+			if err := Write(dir, int64(i)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -22,10 +22,10 @@ func BenchmarkCountFile(b *testing.B) {
 	b.Run("save+remove", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
-			if err := writeCountFile(dir, int64(i)); err != nil {
+			if err := Write(dir, int64(i)); err != nil {
 				b.Fatal(err)
 			}
-			if err := removeCountFile(dir); err != nil {
+			if err := Remove(dir); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package store
+package rollup
 
 import (
 	"context"
@@ -6,10 +6,28 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/aggregate"
-	"github.com/telemetryd/telemetryd/store/rollup"
 )
 
-// aggregateRollups answers q over [from, to) from the rollups where it
+// Tables is what an aggregate read partly from the rollups needs of the
+// day tables, which answer what the rollups do not hold yet.
+type Tables interface {
+	// DaySpan is the span of the days that have a day table:
+	// (buckets.MaxTicks+1, -1) when there is none.
+	DaySpan() (lo, hi buckets.Ticks)
+	// Has reports whether the table of d exists and is not being
+	// dropped.
+	Has(d buckets.Day) bool
+	// Aggregate adds [lo, hi) of the table of d to agg; done says agg
+	// holds a complete page.
+	Aggregate(ctx context.Context, agg *aggregate.Aggregator, d buckets.Day, lo, hi buckets.Ticks) (done bool, err error)
+	// Classify marks transient storage errors, as the store's reads do.
+	Classify(err error) error
+}
+
+// errPageDone stops a rollup scan once the page is complete.
+var errPageDone = errors.New("page complete")
+
+// Aggregate answers q over [from, to) from the rollups where it
 // can: the level with the largest interval that divides q.Interval
 // answers, per day, the whole buckets of that level before the
 // device's mark (all of them once the day table is gone); the day
@@ -20,16 +38,16 @@ import (
 //
 // Without the day table, the parts of the range that are not whole
 // buckets of the level (an unaligned from or to) have no answer.
-func (s *Store) aggregateRollups(ctx context.Context, q buckets.AggregateQuery, from, to buckets.Ticks) (buckets.AggregatePage, bool, error) {
-	levels := s.rollups.set.Levels()
-	lvl, ok := rollup.For(levels, q.Interval)
+func (s *Set) Aggregate(ctx context.Context, tables Tables, q buckets.AggregateQuery, from, to buckets.Ticks) (buckets.AggregatePage, bool, error) {
+	levels := s.Levels()
+	lvl, ok := For(levels, q.Interval)
 	if !ok {
 		return buckets.AggregatePage{}, false, nil
 	}
 	iv := buckets.Ticks(levels[lvl].Interval / 100)
-	from, to, any := s.dataSpan(from, to)
+	from, to, any := s.dataSpan(tables, from, to)
 	n := max(min(int64((to-from)/q.Interval)+1, int64(q.Limit)+1), 0) // the most buckets of the answer
-	r := &rollRead{s: s, ctx: ctx, q: q, level: lvl, iv: iv, pendLo: -1, last: buckets.DayOf(to - 1)}
+	r := &rollRead{s: s, tables: tables, ctx: ctx, q: q, level: lvl, iv: iv, pendLo: -1, last: buckets.DayOf(to - 1)}
 	if q.Interval == iv && any {
 		// The rollups answer as they are (direct) but for the parts of
 		// the day tables past the marks: the answer is sized once.
@@ -62,34 +80,21 @@ const directAggHint = 64
 
 // dataSpan narrows [from, to) to the days of the day tables and the
 // months of the rollups; any is false when nothing is left.
-func (s *Store) dataSpan(from, to buckets.Ticks) (lo, hi buckets.Ticks, any bool) {
-	lo, hi = buckets.MaxTicks+1, buckets.Ticks(-1)
-	s.mu.Lock()
-	for d := range s.tables {
-		lo, hi = min(lo, d.Start()), max(hi, d.End())
-	}
-	s.mu.Unlock()
-	if rlo, rhi, ok := s.rollups.set.Span(); ok {
+func (s *Set) dataSpan(tables Tables, from, to buckets.Ticks) (lo, hi buckets.Ticks, any bool) {
+	lo, hi = tables.DaySpan()
+	if rlo, rhi, ok := s.Span(); ok {
 		lo, hi = min(lo, rlo), max(hi, rhi)
 	}
 	lo, hi = max(lo, from), min(hi, to)
 	return lo, hi, lo < hi
 }
 
-// hasTable reports whether the table of d exists and is not being
-// dropped.
-func (s *Store) hasTable(d buckets.Day) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.tables[d]
-	return t != nil && !t.dropping
-}
-
 // rollRead is one aggregate query read partly from rollups. Contiguous
 // ranges answered by the rollups are gathered (pendLo, pendHi) and read
 // with one scan.
 type rollRead struct {
-	s      *Store
+	s      *Set
+	tables Tables
 	ctx    context.Context
 	q      buckets.AggregateQuery
 	agg    *aggregate.Aggregator
@@ -111,7 +116,7 @@ type rollRead struct {
 
 // add keeps b, which holds only the names the query asks for (the scan
 // left out the others), as an answer bucket.
-func (r *rollRead) add(b rollup.Bucket) {
+func (r *rollRead) add(b Bucket) {
 	r.direct = append(r.direct, buckets.AggregateBucket{Start: b.Start, Values: b.Values})
 }
 
@@ -151,7 +156,7 @@ func (r *rollRead) page() buckets.AggregatePage {
 // the days asked before.
 func (r *rollRead) mark(d buckets.Day) (buckets.Ticks, error) {
 	if r.marks == nil {
-		ms, err := r.s.rollups.set.Marks(r.level, r.q.Device, d, max(d, r.last))
+		ms, err := r.s.Marks(r.level, r.q.Device, d, max(d, r.last))
 		if err != nil {
 			return -1, err
 		}
@@ -163,7 +168,7 @@ func (r *rollRead) mark(d buckets.Day) (buckets.Ticks, error) {
 // day reads [lo, hi) of day d.
 func (r *rollRead) day(d buckets.Day, lo, hi buckets.Ticks) error {
 	a, b := ceilTo(lo, r.iv), hi-hi%r.iv // whole buckets of the level
-	raw := r.s.hasTable(d)
+	raw := r.tables.Has(d)
 	if raw {
 		mark, err := r.mark(d)
 		if err != nil {
@@ -209,7 +214,7 @@ func (r *rollRead) raw(d buckets.Day, lo, hi buckets.Ticks) error {
 	if err := r.flush(); err != nil || r.done {
 		return err
 	}
-	done, err := r.s.aggregateDay(r.ctx, r.agg, d, lo, hi)
+	done, err := r.tables.Aggregate(r.ctx, r.agg, d, lo, hi)
 	r.done = r.done || done
 	return err
 }
@@ -223,12 +228,12 @@ func (r *rollRead) flush() error {
 	lo, hi := r.pendLo, r.pendHi
 	r.pendLo = -1
 	var fromTable []buckets.Ticks // buckets the day table answers
-	var group []rollup.Bucket     // of one answer bucket and day
-	err := r.s.rollups.set.ScanNames(r.ctx, r.level, r.q.Device, lo, hi, r.agg.Fields(), func(b rollup.Bucket) error {
+	var group []Bucket            // of one answer bucket and day
+	err := r.s.ScanNames(r.ctx, r.level, r.q.Device, lo, hi, r.agg.Fields(), func(b Bucket) error {
 		if r.agg.Unslotted()+len(r.direct) > r.q.Limit && r.agg.FinalBefore(b.Start)+len(r.direct) > r.q.Limit {
-			return errRollupsDone
+			return errPageDone
 		}
-		if r.q.PerMillisecond && !b.DistinctMs && r.s.hasTable(buckets.DayOf(b.Start)) {
+		if r.q.PerMillisecond && !b.DistinctMs && r.tables.Has(buckets.DayOf(b.Start)) {
 			fromTable = append(fromTable, b.Start)
 			return nil
 		}
@@ -243,15 +248,15 @@ func (r *rollRead) flush() error {
 		group = append(group, b)
 		return nil
 	})
-	if errors.Is(err, errRollupsDone) {
+	if errors.Is(err, errPageDone) {
 		r.done, err = true, nil
 	}
 	if err != nil {
-		return classify(err)
+		return r.tables.Classify(err)
 	}
 	r.merge(group)
 	for _, k := range fromTable {
-		if _, err := r.s.aggregateDay(r.ctx, r.agg, buckets.DayOf(k), k, k+r.iv); err != nil {
+		if _, err := r.tables.Aggregate(r.ctx, r.agg, buckets.DayOf(k), k, k+r.iv); err != nil {
 			return err
 		}
 	}
@@ -270,7 +275,7 @@ func ceilTo(k, iv buckets.Ticks) buckets.Ticks {
 // day (oldest first), newest first: the order in which a day table
 // read merges the summaries of its blocks, so that a sum over whole
 // hourly blocks adds up in the same order.
-func (r *rollRead) merge(group []rollup.Bucket) {
+func (r *rollRead) merge(group []Bucket) {
 	for i := len(group) - 1; i >= 0; i-- {
 		b := group[i]
 		start := r.agg.BucketOf(b.Start)
