@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/telemetryd/telemetryd/api/limit"
 	"github.com/telemetryd/telemetryd/api/promapi"
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -235,11 +236,11 @@ type Server struct {
 	now          func() time.Time
 	cursors      cursorCodec
 	tokens       Tokens
-	rates        *rateLimiter
+	rates        *limit.Rates
 	maxConns     int
 	maxPerClient int
 	tlsConfig    *tls.Config
-	conns        *connLimiter
+	conns        *limit.Listener
 	inFlight     chan struct{}
 	maxInFlight  int
 	echo         *echo.Echo
@@ -298,7 +299,7 @@ func New(cfg Config) (*Server, error) {
 		cursors:      newCursorCodec(cfg.CursorKey),
 		maxInFlight:  cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight),
 		tokens:       cfg.Auth,
-		rates:        newRateLimiter(cfg.RateLimit, cfg.RateBurst),
+		rates:        limit.NewRates(cfg.RateLimit, cfg.RateBurst),
 		maxConns:     cfg.MaxConns,
 		maxPerClient: cfg.MaxConnsPerClient,
 		tlsConfig:    cfg.TLSConfig,
@@ -359,7 +360,7 @@ func (s *Server) Open() error {
 		return fmt.Errorf("api: listen %s: %w", addr, err)
 	}
 	s.listener = ln
-	s.conns = newConnLimiter(ln, s.maxConns, s.maxPerClient, s.connRates(), s.tlsConfig == nil)
+	s.conns = limit.NewListener(ln, s.maxConns, s.maxPerClient, s.connRates(), s.tlsConfig == nil)
 	ln = s.conns
 	if s.tlsConfig != nil {
 		ln = tls.NewListener(ln, s.tlsConfig)
