@@ -1,0 +1,455 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/api"
+	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
+	"github.com/telemetryd/telemetryd/ingest/partition"
+)
+
+// streamsPartitions is the partition count of the tests of a stream per
+// partition in a cluster: no NATS server may lead more than
+// ceil(6/3)+1 = 3 of their streams.
+const streamsPartitions = 6
+
+// partitionMapping gives server options the account mapping of
+// deploy/nats-cluster.conf for n partitions: telemetry.<device> is
+// published as telemetry.<partition>.<device>.
+func partitionMapping(n int) func(int, *server.Options) {
+	return func(_ int, o *server.Options) { setPartitionMapping(o, n) }
+}
+
+// setPartitionMapping replaces o's global account with one that maps
+// the devices' subjects to n partitions (a fresh account: a restarted
+// server must not reuse the stopped one's).
+func setPartitionMapping(o *server.Options, n int) {
+	g := server.NewAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+	src, dst := partition.Mapping("telemetry", n)
+	if err := g.AddMapping(src, dst); err != nil {
+		panic(err)
+	}
+	o.Accounts = []*server.Account{g}
+}
+
+// streamNodeConfig is node i of a cluster with a stream per partition,
+// connected to every NATS server so that it fails over.
+func streamNodeConfig(t *testing.T, nc *natsCluster, i int, streams bool) Config {
+	t.Helper()
+	cfg := clusterNodeConfig(t, nc, i, streamsPartitions)
+	cfg.NATSURL = nc.urls()
+	cfg.Cluster.PartitionStreams = streams
+	require.NoError(t, cfg.Validate())
+	return cfg
+}
+
+// leaderCounts is how many partition streams each NATS server leads.
+func leaderCounts(t *testing.T, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	var names []string
+	for p := range streamsPartitions {
+		names = append(names, partition.Stream("TELEMETRY", p))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ls, err := ingestcluster.Leaders(ctx, js, names)
+	if err != nil {
+		return nil
+	}
+	for _, l := range ls {
+		if l.Leader == "" {
+			return nil
+		}
+	}
+	return ingestcluster.LeaderCounts(ls)
+}
+
+// spread reports whether no server leads more than ceil(P/3)+1 streams
+// (and every stream has a leader).
+func spread(counts map[string]int) bool {
+	if counts == nil {
+		return false
+	}
+	for _, n := range counts {
+		if n > (streamsPartitions+2)/3+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// ackedAt is an acked reading with the time its ack arrived.
+type ackedAt struct {
+	dev string
+	n   int
+	at  time.Time
+}
+
+// answerProbe asks, for each acked reading it is given, the live nodes
+// in turn until one answers it (a node routes the query to a caught-up
+// owner), and keeps the longest time from the ack to that answer.
+type answerProbe struct {
+	start   time.Time
+	live    atomic.Pointer[[]string] // base URLs of the nodes up
+	in      chan ackedAt
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	max     time.Duration
+	maxOf   ackedAt
+	probed  atomic.Int64
+	dropped atomic.Int64
+}
+
+func startAnswerProbe(start time.Time, bases []string) *answerProbe {
+	p := &answerProbe{start: start, in: make(chan ackedAt, 256)}
+	p.setLive(bases)
+	client := &http.Client{Timeout: 5 * time.Second}
+	for range 4 {
+		p.wg.Go(func() {
+			for a := range p.in {
+				ts := p.start.Add(time.Duration(a.n) * time.Second).UnixMilli()
+				for k := 0; ; k++ {
+					bases := *p.live.Load()
+					url := bases[k%len(bases)] + "/v1/devices/" + a.dev + "/readings/" + strconv.FormatInt(ts, 10)
+					resp, err := client.Get(url)
+					if err == nil {
+						resp.Body.Close()
+						if resp.StatusCode == http.StatusOK {
+							break
+						}
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				d := time.Since(a.at)
+				p.probed.Add(1)
+				p.mu.Lock()
+				if d > p.max {
+					p.max, p.maxOf = d, a
+				}
+				p.mu.Unlock()
+			}
+		})
+	}
+	return p
+}
+
+func (p *answerProbe) setLive(bases []string) { p.live.Store(&bases) }
+
+// offer probes a if a worker is free soon; else it is left out (and
+// counted), so the probe never slows the publisher.
+func (p *answerProbe) offer(a ackedAt) {
+	select {
+	case p.in <- a:
+	default:
+		p.dropped.Add(1)
+	}
+}
+
+func (p *answerProbe) halt() (time.Duration, ackedAt) {
+	close(p.in)
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.max, p.maxOf
+}
+
+// startTimedLoad is startLoad with every acked reading of the first
+// device of each round offered to probe at its ack time.
+func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, probe *answerProbe) *loadPublisher {
+	t.Helper()
+	var conns []jetstream.JetStream
+	for _, u := range urls {
+		nc, err := nats.Connect(u, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		conns = append(conns, js)
+	}
+	p := &loadPublisher{log: &ackedLog{acked: map[string][]int{}}, prefix: "ps", devices: devices, start: start,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for r := 0; ; r++ {
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+			var acks []jetstream.PubAckFuture
+			var devs []string
+			for i := range devices {
+				dev := p.device(i)
+				ts := start.Add(time.Duration(r) * time.Second).UnixMilli()
+				a, err := conns[(r+i)%len(conns)].PublishAsync("telemetry."+dev, fmt.Appendf(nil, `{"ts":%d,"n":%d}`, ts, r))
+				if err != nil {
+					continue // not acked: not promised
+				}
+				acks = append(acks, a)
+				devs = append(devs, dev)
+			}
+			probed := false
+			for k, a := range acks {
+				select {
+				case <-a.Ok():
+					p.log.add(devs[k], r)
+					if !probed {
+						probe.offer(ackedAt{dev: devs[k], n: r, at: time.Now()})
+						probed = true
+					}
+				case <-a.Err():
+				case <-time.After(10 * time.Second):
+				}
+			}
+			p.rounds.Add(1)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return p
+}
+
+// TestClusterPartitionStreams: three NATS servers mapping the devices'
+// subjects to 6 partitions, three nodes with -partition-streams. Each
+// partition has an R3 stream of its own; the leader of the leases
+// spreads their leaders (no server leads more than ceil(6/3)+1 = 3),
+// also after they were all moved to one server and after a server
+// returns; GET /v1/cluster shows them. While devices publish, a node is
+// killed and comes back, then a NATS server is shut down and comes
+// back: every acked reading is stored exactly once on each of its
+// owners and answered through every node; the longest time from an
+// ack to the first answer of its reading is printed.
+func TestClusterPartitionStreams(t *testing.T) {
+	nc := startNATSCluster(t, 3, partitionMapping(streamsPartitions))
+	clock := testClock()
+	var nodes []*testNode
+	var names, bases []string
+	for i := range 3 {
+		cfg := streamNodeConfig(t, nc, i, true)
+		nodes = append(nodes, startNode(t, cfg, clock))
+		names = append(names, cfg.Cluster.NodeName)
+		bases = append(bases, nodes[i].base)
+	}
+	for _, n := range nodes {
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) },
+			"%s never saw %d partitions with two caught-up owners", n.cfg.Cluster.NodeName, streamsPartitions)
+	}
+	js := jsFor(t, nc.url(0))
+	for p := range streamsPartitions {
+		st, err := js.Stream(context.Background(), partition.Stream("TELEMETRY", p))
+		require.NoError(t, err)
+		assert.Equal(t, 3, st.CachedInfo().Config.Replicas)
+		assert.Equal(t, []string{partition.Subjects("telemetry", p)}, st.CachedInfo().Config.Subjects)
+	}
+	_, err := js.Stream(context.Background(), "TELEMETRY")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no one stream beside the partitions' own")
+
+	t.Run("leaders spread", func(t *testing.T) {
+		waitFor(t, 100*time.Millisecond, func() bool { return spread(leaderCounts(t, js)) },
+			"the partition streams' leaders never spread")
+		// All on one server: the balancer spreads them again.
+		ncc, err := nats.Connect(nc.url(0))
+		require.NoError(t, err)
+		defer ncc.Close()
+		for p := range streamsPartitions {
+			name := partition.Stream("TELEMETRY", p)
+			waitFor(t, 50*time.Millisecond, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				st, err := js.Stream(ctx, name)
+				if err == nil && st.CachedInfo().Cluster != nil && st.CachedInfo().Cluster.Leader == "nats-0" {
+					return true
+				}
+				_ = ingestcluster.StepDown(ctx, ncc, name, "nats-0")
+				return false
+			}, "stream %s never moved to nats-0", name)
+		}
+		t.Logf("every stream led by nats-0: %v", leaderCounts(t, js))
+		waitFor(t, 100*time.Millisecond, func() bool { return spread(leaderCounts(t, js)) },
+			"the balancer never spread the leaders of one server")
+		t.Logf("spread again: %v", leaderCounts(t, js))
+		// GET /v1/cluster lists every partition's stream with its leader.
+		for _, n := range nodes {
+			code, body := getBody(t, n.base+"/v1/cluster")
+			require.Equal(t, http.StatusOK, code, body)
+			var st api.ClusterStatus
+			require.NoError(t, json.Unmarshal([]byte(body), &st))
+			require.Len(t, st.Streams, streamsPartitions, body)
+			for p, s := range st.Streams {
+				assert.Equal(t, partition.Stream("TELEMETRY", p), s.Stream)
+				assert.Contains(t, []string{"nats-0", "nats-1", "nats-2"}, s.Leader, body)
+				assert.Len(t, s.Replicas, 2, body)
+			}
+		}
+	})
+
+	t.Run("a node killed and a NATS server shut down while devices publish", func(t *testing.T) {
+		start := testEpoch.Add(-time.Hour).Truncate(time.Second)
+		probe := startAnswerProbe(start, bases)
+		load := startTimedLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, 60, start, probe)
+		rounds := func(n int64) {
+			from := load.rounds.Load()
+			waitFor(t, 20*time.Millisecond, func() bool { return load.rounds.Load() >= from+n })
+		}
+		rounds(10)
+
+		victim := nodes[1]
+		probe.setLive([]string{nodes[0].base, nodes[2].base})
+		victim.crash()
+		killed := time.Now()
+		survivors := []string{names[0], names[2]}
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(nodes[0].main(), 2, survivors) },
+			"the killed node's partitions never got a second owner")
+		t.Logf("two caught-up owners per partition %s after the kill", time.Since(killed).Round(time.Millisecond))
+		rounds(10)
+		victim.open(clock)
+		probe.setLive(bases)
+		for _, n := range nodes {
+			waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) },
+				"the returned node never owned its partitions again")
+		}
+		rounds(10)
+
+		nc.stop(2)
+		stopped := time.Now()
+		// Its streams' leaders move to the other two, and devices go on
+		// publishing through them for a while.
+		waitFor(t, 100*time.Millisecond, func() bool {
+			c := leaderCounts(t, jsFor(t, nc.url(0)))
+			return c != nil && c["nats-2"] == 0
+		}, "the streams nats-2 led never got another leader")
+		rounds(100)
+		setPartitionMapping(nc.opts[2], streamsPartitions)
+		nc.start(2)
+		t.Logf("nats-2 down for %s", time.Since(stopped).Round(time.Millisecond))
+		rounds(20)
+		waitFor(t, 100*time.Millisecond, func() bool {
+			c := leaderCounts(t, js)
+			return spread(c) && c["nats-2"] > 0
+		}, "the leaders never spread to the returned server")
+		t.Logf("leaders after nats-2 returned: %v", leaderCounts(t, js))
+		load.halt()
+		longest, of := probe.halt()
+
+		total := checkCopies(t, nodes, load, streamsPartitions, 5*time.Minute)
+		t.Logf("%d rounds of %d devices; every copy: %s", load.rounds.Load(), load.devices, total)
+		require.Positive(t, probe.probed.Load())
+		t.Logf("ack to first answer through the nodes: longest %s (%s reading %d), over %d acked readings probed (%d left out while the probes were busy)",
+			longest.Round(time.Millisecond), of.dev, of.n, probe.probed.Load(), probe.dropped.Load())
+	})
+}
+
+// TestClusterPartitionStreamsUpgrade: a cluster on the one stream
+// TELEMETRY (partitioned by its subject transform) holds readings its
+// nodes stored and readings published while every node was down. The
+// NATS servers then map the devices' subjects to partitions and the
+// nodes start with -partition-streams: the old stream is drained into
+// every owner's store and deleted, new readings go to the partitions'
+// streams, and every acked reading is on each of its owners exactly
+// once.
+func TestClusterPartitionStreamsUpgrade(t *testing.T) {
+	nc := startNATSCluster(t, 3)
+	clock := testClock()
+	var cfgs []Config
+	var nodes []*testNode
+	var names []string
+	for i := range 3 {
+		cfg := streamNodeConfig(t, nc, i, false)
+		cfgs = append(cfgs, cfg)
+		nodes = append(nodes, startNode(t, cfg, clock))
+		names = append(names, cfg.Cluster.NodeName)
+	}
+	for _, n := range nodes {
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
+	}
+	start := testEpoch.Add(-time.Hour).Truncate(time.Second)
+	load := &loadPublisher{log: &ackedLog{acked: map[string][]int{}}, prefix: "up", devices: 40, start: start}
+	js := jsFor(t, nc.url(0))
+	publish := func(from, to int) {
+		for r := from; r < to; r++ {
+			var acks []jetstream.PubAckFuture
+			for i := range load.devices {
+				ts := start.Add(time.Duration(r) * time.Second).UnixMilli()
+				a, err := js.PublishAsync("telemetry."+load.device(i), fmt.Appendf(nil, `{"ts":%d,"n":%d}`, ts, r))
+				require.NoError(t, err)
+				acks = append(acks, a)
+			}
+			for i, a := range acks {
+				select {
+				case <-a.Ok():
+					load.log.add(load.device(i), r)
+				case err := <-a.Err():
+					t.Fatalf("publish %s %d: %v", load.device(i), r, err)
+				}
+			}
+			load.rounds.Add(1)
+		}
+	}
+	publish(0, 5)
+	old, err := js.Stream(context.Background(), "TELEMETRY")
+	require.NoError(t, err)
+	waitFor(t, 100*time.Millisecond, func() bool {
+		for _, n := range nodes {
+			for p := range streamsPartitions {
+				if !slices.Contains(n.main().cluster.members.Desired(p), n.cfg.Cluster.NodeName) {
+					continue
+				}
+				ci, err := js.Consumer(context.Background(), "TELEMETRY", ingestcluster.ConsumerName(n.cfg.Cluster.NodeName, p))
+				if err != nil || ci.CachedInfo().NumPending+uint64(ci.CachedInfo().NumAckPending) > 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}, "the first readings stored by the one-stream cluster")
+	for _, n := range nodes {
+		n.close()
+	}
+	publish(5, 10) // into the old stream, with no node running
+	info, err := old.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(10*load.devices), info.State.Msgs)
+
+	// The servers map the subjects now; the nodes start on streams per
+	// partition.
+	src, dst := partition.Mapping("telemetry", streamsPartitions)
+	for _, s := range nc.servers {
+		require.NoError(t, s.GlobalAccount().AddMapping(src, dst))
+	}
+	nodes = nodes[:0]
+	for i := range 3 {
+		cfgs[i].Cluster.PartitionStreams = true
+		nodes = append(nodes, startNode(t, cfgs[i], clock))
+	}
+	publish(10, 15) // into the partitions' streams
+	waitFor(t, 100*time.Millisecond, func() bool {
+		_, err := js.Stream(context.Background(), "TELEMETRY")
+		return err != nil
+	}, "the old stream was never deleted")
+	for _, n := range nodes {
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
+	}
+	var inNew uint64
+	for p := range streamsPartitions {
+		st, err := js.Stream(context.Background(), partition.Stream("TELEMETRY", p))
+		require.NoError(t, err)
+		inNew += st.CachedInfo().State.Msgs
+	}
+	assert.Equal(t, uint64(5*load.devices), inNew, "the new readings are in the partitions' streams")
+	total := checkCopies(t, nodes, load, streamsPartitions, 2*time.Minute)
+	t.Logf("%d readings of %d devices across the upgrade; every copy: %s", load.rounds.Load()*int64(load.devices), load.devices, total)
+}
