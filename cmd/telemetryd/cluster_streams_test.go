@@ -329,7 +329,7 @@ func TestClusterPartitionStreams(t *testing.T) {
 		// Its streams' leaders move to the other two, and devices go on
 		// publishing through them for a while.
 		waitFor(t, 100*time.Millisecond, func() bool {
-			c := leaderCounts(t, jsFor(t, nc.url(0)))
+			c := leaderCounts(t, js)
 			return c != nil && c["nats-2"] == 0
 		}, "the streams nats-2 led never got another leader")
 		rounds(100)

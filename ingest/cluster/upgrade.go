@@ -80,9 +80,6 @@ func oldStreamConfig(ctx context.Context, js jetstream.JetStream, icfg ingest.Co
 	c.StreamMaxAge = max(c.StreamMaxAge, have.MaxAge)
 	c.AtomicPublish = have.AllowAtomicPublish
 	c.Replicas = have.Replicas
-	if c.Logger != nil {
-		c.Logger = c.Logger.With("stream", family)
-	}
 	return &c, nil
 }
 
