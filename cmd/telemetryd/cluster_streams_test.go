@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/ingest"
 	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 )
@@ -452,4 +454,69 @@ func TestClusterPartitionStreamsUpgrade(t *testing.T) {
 	assert.Equal(t, uint64(5*load.devices), inNew, "the new readings are in the partitions' streams")
 	total := checkCopies(t, nodes, load, streamsPartitions, 2*time.Minute)
 	t.Logf("%d readings of %d devices across the upgrade; every copy: %s", load.rounds.Load()*int64(load.devices), load.devices, total)
+}
+
+// TestDeployPartitionMapping: the NATS servers of the compose and
+// Kubernetes clusters, started from their shipped configuration, map
+// every partition of the nodes' TELEMETRY_PARTITIONS to its stream (the
+// check a node with -partition-streams runs at start), and the nodes
+// are started with -partition-streams.
+func TestDeployPartitionMapping(t *testing.T) {
+	type configMap struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct {
+			Name string `yaml:"name"`
+		} `yaml:"metadata"`
+		Data map[string]string `yaml:"data"`
+	}
+	var k8sConf string
+	var k8sEnv map[string]string
+	for _, o := range yamlDocs[configMap](t, "k8s-cluster/nats.yaml") {
+		if o.Kind == "ConfigMap" && o.Metadata.Name == "nats-config" {
+			k8sConf = o.Data["nats.conf"]
+		}
+	}
+	for _, o := range yamlDocs[configMap](t, "k8s-cluster/telemetryd.yaml") {
+		if o.Kind == "ConfigMap" && o.Data["TELEMETRY_PARTITIONS"] != "" {
+			k8sEnv = o.Data
+		}
+	}
+	require.NotEmpty(t, k8sConf)
+	require.NotNil(t, k8sEnv)
+	assert.Equal(t, "true", k8sEnv["TELEMETRY_PARTITION_STREAMS"])
+	k8sParts, err := strconv.Atoi(k8sEnv["TELEMETRY_PARTITIONS"])
+	require.NoError(t, err)
+
+	compose := string(readDeploy(t, "compose-cluster.yaml"))
+	m := regexp.MustCompile(`TELEMETRY_PARTITIONS: "(\d+)"`).FindStringSubmatch(compose)
+	require.NotNil(t, m)
+	composeParts, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	assert.Regexp(t, `TELEMETRY_PARTITION_STREAMS: "true"`, compose)
+
+	for _, c := range []struct {
+		name, conf string
+		partitions int
+	}{
+		{"compose", string(readDeploy(t, "nats-cluster.conf")), composeParts},
+		{"kubernetes", k8sConf, k8sParts},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var o server.Options
+			require.NoError(t, o.ProcessConfigString(c.conf))
+			o.Host, o.Port, o.JetStream, o.StoreDir, o.NoSigs = "127.0.0.1", -1, true, t.TempDir(), true
+			ns, err := server.NewServer(&o)
+			require.NoError(t, err)
+			ns.Start()
+			t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+			require.True(t, ns.ReadyForConnections(10*time.Second))
+			js := jsFor(t, ns.ClientURL())
+			icfg := ingest.DefaultConfig()
+			icfg.Partitions, icfg.PartitionStreams = c.partitions, true
+			icfg.StreamMaxBytes = 16 << 20
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, ingest.CheckMapping(ctx, js, icfg))
+		})
+	}
 }
