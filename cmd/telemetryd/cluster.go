@@ -145,6 +145,9 @@ func (m *Main) withCluster(c *api.Config) error {
 	c.Admin = clusterAdmin{node: m.cluster.node, local: admin{store: m.store, ret: m.ret}}
 	c.Internal = r.Handler()
 	c.Cluster = clusterView{m: m.cluster.members, streams: m.cluster.streams}
+	if s := m.cluster.streams; s != nil {
+		c.Streams = s.names // /readyz names the partitions' streams
+	}
 	return c.WithDashboards(r)
 }
 

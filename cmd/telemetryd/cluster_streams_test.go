@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,8 +24,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/cmd/internal/exactlyonce"
 	"github.com/telemetryd/telemetryd/ingest"
 	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
+	"github.com/telemetryd/telemetryd/ingest/ownership"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
@@ -29,13 +35,6 @@ import (
 // partition in a cluster: no NATS server may lead more than
 // ceil(6/3)+1 = 3 of their streams.
 const streamsPartitions = 6
-
-// partitionMapping gives server options the account mapping of
-// deploy/nats-cluster.conf for n partitions: telemetry.<device> is
-// published as telemetry.<partition>.<device>.
-func partitionMapping(n int) func(int, *server.Options) {
-	return func(_ int, o *server.Options) { setPartitionMapping(o, n) }
-}
 
 // setPartitionMapping replaces o's global account with one that maps
 // the devices' subjects to n partitions (a fresh account: a restarted
@@ -225,30 +224,29 @@ func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, p
 	return p
 }
 
-// TestClusterPartitionStreams: three NATS servers mapping the devices'
-// subjects to 6 partitions, three nodes with -partition-streams. Each
-// partition has an R3 stream of its own; the leader of the leases
-// spreads their leaders (no server leads more than ceil(6/3)+1 = 3),
-// also after they were all moved to one server and after a server
-// returns; GET /v1/cluster shows them. While devices publish, a node is
+// TestClusterPartitionStreams: three NATS servers and three nodes with
+// 6 partitions. The cluster starts on the one stream and is upgraded to
+// -partition-streams (see upgradeFromOneStream). Each partition then
+// has an R3 stream of its own; the leader of the leases spreads their
+// leaders (no server leads more than ceil(6/3)+1 = 3), also after they
+// were all moved to one server and after a server returns; GET
+// /v1/cluster and /readyz show them. While devices publish, a node is
 // killed and comes back, then a NATS server is shut down and comes
 // back: every acked reading is stored exactly once on each of its
-// owners and answered through every node; the longest time from an
-// ack to the first answer of its reading is printed.
+// owners and answered through every node; the longest time from an ack
+// to the first answer of its reading is printed.
 func TestClusterPartitionStreams(t *testing.T) {
-	nc := startNATSCluster(t, 3, partitionMapping(streamsPartitions))
+	nc := startNATSCluster(t, 3)
 	clock := testClock()
 	var nodes []*testNode
-	var names, bases []string
-	for i := range 3 {
-		cfg := streamNodeConfig(t, nc, i, true)
-		nodes = append(nodes, startNode(t, cfg, clock))
-		names = append(names, cfg.Cluster.NodeName)
-		bases = append(bases, nodes[i].base)
+	top := t
+	if !t.Run("upgrade from the one stream", func(t *testing.T) { nodes = upgradeFromOneStream(t, top, nc, clock) }) {
+		t.FailNow()
 	}
+	var names, bases []string
 	for _, n := range nodes {
-		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) },
-			"%s never saw %d partitions with two caught-up owners", n.cfg.Cluster.NodeName, streamsPartitions)
+		names = append(names, n.cfg.Cluster.NodeName)
+		bases = append(bases, n.base)
 	}
 	js := jsFor(t, nc.url(0))
 	for p := range streamsPartitions {
@@ -257,8 +255,6 @@ func TestClusterPartitionStreams(t *testing.T) {
 		assert.Equal(t, 3, st.CachedInfo().Config.Replicas)
 		assert.Equal(t, []string{partition.Subjects("telemetry", p)}, st.CachedInfo().Config.Subjects)
 	}
-	_, err := js.Stream(context.Background(), "TELEMETRY")
-	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "no one stream beside the partitions' own")
 
 	t.Run("leaders spread", func(t *testing.T) {
 		waitFor(t, 100*time.Millisecond, func() bool { return spread(leaderCounts(t, js)) },
@@ -284,7 +280,15 @@ func TestClusterPartitionStreams(t *testing.T) {
 		waitFor(t, 100*time.Millisecond, func() bool { return spread(leaderCounts(t, js)) },
 			"the balancer never spread the leaders of one server")
 		t.Logf("spread again: %v", leaderCounts(t, js))
-		// GET /v1/cluster lists every partition's stream with its leader.
+		// GET /v1/cluster lists every partition's stream with its leader,
+		// /readyz names them.
+		for _, n := range nodes {
+			code, body := getBody(t, n.base+"/readyz")
+			require.Equal(t, http.StatusOK, code, body)
+			var ready api.Status
+			require.NoError(t, json.Unmarshal([]byte(body), &ready))
+			assert.Equal(t, []string{"TELEMETRY_0", "TELEMETRY_1", "TELEMETRY_2", "TELEMETRY_3", "TELEMETRY_4", "TELEMETRY_5"}, ready.Streams)
+		}
 		for _, n := range nodes {
 			code, body := getBody(t, n.base+"/v1/cluster")
 			require.Equal(t, http.StatusOK, code, body)
@@ -355,22 +359,20 @@ func TestClusterPartitionStreams(t *testing.T) {
 	})
 }
 
-// TestClusterPartitionStreamsUpgrade: a cluster on the one stream
-// TELEMETRY (partitioned by its subject transform) holds readings its
-// nodes stored and readings published while every node was down. The
-// NATS servers then map the devices' subjects to partitions and the
-// nodes start with -partition-streams: the old stream is drained into
-// every owner's store and deleted, new readings go to the partitions'
+// upgradeFromOneStream: a cluster on the one stream TELEMETRY
+// (partitioned by its subject transform) holds readings its nodes
+// stored and readings published while every node was down. The NATS
+// servers then map the devices' subjects to partitions and the nodes
+// start with -partition-streams: the old stream is drained into every
+// owner's store and deleted, new readings go to the partitions'
 // streams, and every acked reading is on each of its owners exactly
-// once.
-func TestClusterPartitionStreamsUpgrade(t *testing.T) {
-	nc := startNATSCluster(t, 3)
-	clock := testClock()
+// once. It returns the upgraded nodes, which top closes.
+func upgradeFromOneStream(t, top *testing.T, nc *natsCluster, clock func() time.Time) []*testNode {
 	var cfgs []Config
 	var nodes []*testNode
 	var names []string
 	for i := range 3 {
-		cfg := streamNodeConfig(t, nc, i, false)
+		cfg := streamNodeConfig(top, nc, i, false) // its data dir outlives this step
 		cfgs = append(cfgs, cfg)
 		nodes = append(nodes, startNode(t, cfg, clock))
 		names = append(names, cfg.Cluster.NodeName)
@@ -432,15 +434,28 @@ func TestClusterPartitionStreamsUpgrade(t *testing.T) {
 	for _, s := range nc.servers {
 		require.NoError(t, s.GlobalAccount().AddMapping(src, dst))
 	}
-	nodes = nodes[:0]
+	nodes = nil
 	for i := range 3 {
 		cfgs[i].Cluster.PartitionStreams = true
-		nodes = append(nodes, startNode(t, cfgs[i], clock))
+		nodes = append(nodes, startNode(top, cfgs[i], clock)) // they outlive this step
 	}
 	publish(10, 15) // into the partitions' streams
+	var consumers []string // of the old stream, for the failure's message
+	defer func() {
+		if t.Failed() {
+			t.Logf("consumers of the old stream at the last look: %v", consumers)
+		}
+	}()
 	waitFor(t, 100*time.Millisecond, func() bool {
-		_, err := js.Stream(context.Background(), "TELEMETRY")
-		return err != nil
+		st, err := js.Stream(context.Background(), "TELEMETRY")
+		if err != nil {
+			return errors.Is(err, jetstream.ErrStreamNotFound)
+		}
+		consumers = nil
+		for ci := range st.ListConsumers(context.Background()).Info() {
+			consumers = append(consumers, fmt.Sprintf("%s: %d pending, %d unacked", ci.Name, ci.NumPending, ci.NumAckPending))
+		}
+		return false
 	}, "the old stream was never deleted")
 	for _, n := range nodes {
 		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, names) })
@@ -454,6 +469,7 @@ func TestClusterPartitionStreamsUpgrade(t *testing.T) {
 	assert.Equal(t, uint64(5*load.devices), inNew, "the new readings are in the partitions' streams")
 	total := checkCopies(t, nodes, load, streamsPartitions, 2*time.Minute)
 	t.Logf("%d readings of %d devices across the upgrade; every copy: %s", load.rounds.Load()*int64(load.devices), load.devices, total)
+	return nodes
 }
 
 // TestDeployPartitionMapping: the NATS servers of the compose and
@@ -519,4 +535,136 @@ func TestDeployPartitionMapping(t *testing.T) {
 			require.NoError(t, ingest.CheckMapping(ctx, js, icfg))
 		})
 	}
+}
+
+// TestClusterPartitionStreamsSIGKILL is the scenario of
+// TestClusterPartitionStreams with three telemetryd processes, the
+// node SIGKILLed:
+//
+//	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestClusterPartitionStreamsSIGKILL -v
+func TestClusterPartitionStreamsSIGKILL(t *testing.T) {
+	if !longCluster() {
+		t.Skip("set TELEMETRY_LONG=1: builds the binary and runs three processes")
+	}
+	const copies, devices = 2, 120
+	ttl := 2 * time.Second
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "telemetryd")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	nc := startNATSCluster(t, 3, func(_ int, o *server.Options) { setPartitionMapping(o, streamsPartitions) })
+
+	type proc struct {
+		name, base string
+		args       []string
+		cmd        *exec.Cmd
+		exited     chan struct{}
+	}
+	start := func(p *proc) {
+		logf, err := os.OpenFile(filepath.Join(dir, p.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		require.NoError(t, err)
+		p.cmd = exec.Command(bin, p.args...)
+		p.cmd.Stdout, p.cmd.Stderr = logf, logf
+		require.NoError(t, p.cmd.Start())
+		p.exited = make(chan struct{})
+		go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
+		waitFor(t, 50*time.Millisecond, func() bool {
+			resp, err := http.Get(p.base + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200
+		}, "%s never became ready", p.name)
+	}
+	var procs []*proc
+	var names, bases []string
+	for i := range 3 {
+		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+		p := &proc{name: fmt.Sprintf("node-%d", i), base: "http://" + addr}
+		p.args = []string{"-data-dir", filepath.Join(dir, p.name), "-http-addr", addr, "-nats-url", nc.urls(),
+			"-partitions", strconv.Itoa(streamsPartitions), "-partition-streams", "-copies", strconv.Itoa(copies),
+			"-node-name", p.name, "-advertise-url", p.base, "-cursor-key", testCursorKey, "-lease-ttl", ttl.String(),
+			"-mqtt-listen", "", "-log-level", "info"}
+		start(p)
+		t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.exited })
+		procs = append(procs, p)
+		names = append(names, p.name)
+		bases = append(bases, p.base)
+	}
+	js := jsFor(t, nc.url(0))
+	kv, err := js.KeyValue(context.Background(), ownership.DefaultBucket)
+	require.NoError(t, err)
+	waitFor(t, 100*time.Millisecond, func() bool { return leasesConverged(kv, names, streamsPartitions, copies, ttl) })
+	waitFor(t, 100*time.Millisecond, func() bool { return spread(leaderCounts(t, js)) }, "the leaders never spread")
+
+	begin := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	probe := startAnswerProbe(begin, bases)
+	load := startTimedLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, devices, begin, probe)
+	rounds := func(n int64) {
+		from := load.rounds.Load()
+		waitFor(t, 20*time.Millisecond, func() bool { return load.rounds.Load() >= from+n })
+	}
+	rounds(10)
+
+	victim := procs[1]
+	probe.setLive([]string{procs[0].base, procs[2].base})
+	require.NoError(t, victim.cmd.Process.Kill()) // SIGKILL
+	<-victim.exited
+	killed := time.Now()
+	waitFor(t, 100*time.Millisecond, func() bool {
+		return leasesConverged(kv, []string{names[0], names[2]}, streamsPartitions, copies, ttl)
+	})
+	t.Logf("two caught-up owners per partition again %s after SIGKILL (lease TTL %s)", time.Since(killed).Round(time.Millisecond), ttl)
+	start(victim)
+	probe.setLive(bases)
+	waitFor(t, 100*time.Millisecond, func() bool { return leasesConverged(kv, names, streamsPartitions, copies, ttl) })
+	rounds(10)
+
+	nc.stop(2)
+	waitFor(t, 100*time.Millisecond, func() bool {
+		c := leaderCounts(t, js)
+		return c != nil && c["nats-2"] == 0
+	}, "the streams nats-2 led never got another leader")
+	rounds(100)
+	setPartitionMapping(nc.opts[2], streamsPartitions)
+	nc.start(2)
+	waitFor(t, 100*time.Millisecond, func() bool {
+		c := leaderCounts(t, js)
+		return spread(c) && c["nats-2"] > 0
+	}, "the leaders never spread to the returned server")
+	rounds(20)
+	load.halt()
+	longest, of := probe.halt()
+
+	byName := map[string]*proc{}
+	for _, p := range procs {
+		byName[p.name] = p
+	}
+	var total exactlyonce.Tally
+	var problem string
+	run := load.run()
+	waitFor(t, 500*time.Millisecond, func() bool {
+		total, problem = exactlyonce.Tally{}, ""
+		for i := range devices {
+			dev := load.device(i)
+			for _, o := range ownership.Rank(names, partition.Of(streamsPartitions, dev))[:copies] {
+				got, err := internalCopy(byName[o].base, dev)
+				if err != nil {
+					problem = err.Error()
+					return false
+				}
+				tally := run.Check(load.log.get(dev), got)
+				total.Add(tally)
+				if !tally.OK() && problem == "" {
+					problem = fmt.Sprintf("%s on %s: %s", dev, o, tally)
+				}
+			}
+		}
+		return problem == ""
+	}, "both copies hold every acked reading once and nothing never published")
+	require.Empty(t, problem)
+	t.Logf("%d rounds of %d devices; both copies: %s", load.rounds.Load(), devices, total)
+	t.Logf("ack to first answer through the nodes: longest %s (%s reading %d), over %d acked readings probed (%d left out while the probes were busy)",
+		longest.Round(time.Millisecond), of.dev, of.n, probe.probed.Load(), probe.dropped.Load())
 }

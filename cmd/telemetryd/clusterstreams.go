@@ -49,7 +49,13 @@ func openPartitionStreams(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	}
 	ps.balancer = ingestcluster.Balancer{NC: nc, JS: js, Streams: ps.names, Logger: log}
 	ps.old = &ingestcluster.OldStream{JS: js, Family: icfg.Family(), Partitions: icfg.Partitions,
-		Owners: members.Desired, Logger: log}
+		Owners: members.Desired, Live: func() []string {
+			var out []string
+			for _, l := range members.Nodes() {
+				out = append(out, l.Node)
+			}
+			return out
+		}, Logger: log}
 	return ps, nil
 }
 

@@ -84,3 +84,16 @@ func TestPlanMoves(t *testing.T) {
 	assert.Equal(t, 6, Spread(6, 1))
 	assert.Equal(t, 3, Spread(7, 3))
 }
+
+// TestParseConsumerName: a partition consumer's name gives back its
+// node (dashes included) and partition; other names are not one.
+func TestParseConsumerName(t *testing.T) {
+	node, p, ok := parseConsumerName(ConsumerName("node-p-1", 11))
+	assert.True(t, ok)
+	assert.Equal(t, "node-p-1", node)
+	assert.Equal(t, 11, p)
+	for _, name := range []string{"ingest", "ingest-node", "ingest--p1", "ingest-n-p01", "ingest-n-px", "other-n-p1"} {
+		_, _, ok := parseConsumerName(name)
+		assert.False(t, ok, name)
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,9 +185,10 @@ type OldStream struct {
 	// streams).
 	Family     string
 	Partitions int
-	// Owners is the nodes that should store partition p now (the
-	// leases).
+	// Owners is the nodes that should store partition p now, Live the
+	// nodes with a live lease.
 	Owners func(p int) []string
+	Live   func() []string
 	// Quiet is how long the stream must have received nothing before
 	// it is deleted. Default 10s.
 	Quiet  time.Duration
@@ -198,9 +202,10 @@ type OldStream struct {
 
 // Step deletes the old stream when it is settled: it received nothing
 // for Quiet, every owner of every partition has its consumer there with
-// nothing of the partition pending or unacked, and no other consumer
-// (a node that held a partition and is down, or not yet upgraded) has
-// anything pending. It reports whether the stream is gone.
+// nothing of the partition pending or unacked, and no consumer of a
+// node that is down (it may own the partition again when it returns)
+// has anything pending; a live node's consumer of a partition it no
+// longer owns does not count. It reports whether the stream is gone.
 func (o *OldStream) Step(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -249,10 +254,21 @@ func (o *OldStream) unsettled(ctx context.Context, st jetstream.Stream) (string,
 	if err := lister.Err(); err != nil {
 		return "", fmt.Errorf("list consumers of %s: %w", o.Family, err)
 	}
+	live := map[string]bool{}
+	for _, n := range o.Live() {
+		live[n] = true
+	}
 	for name, ci := range infos {
-		if ci.NumPending > 0 || ci.NumAckPending > 0 {
-			return fmt.Sprintf("consumer %s (%d pending, %d unacked)", name, ci.NumPending, ci.NumAckPending), nil
+		if ci.NumPending == 0 && ci.NumAckPending == 0 {
+			continue
 		}
+		// A live node's consumer of a partition it does not own is a
+		// leftover of a hand-over (its copy is not served); a node that
+		// is down may own the partition again when it returns.
+		if node, p, ok := parseConsumerName(name); ok && live[node] && !slices.Contains(o.Owners(p), node) {
+			continue
+		}
+		return fmt.Sprintf("consumer %s (%d pending, %d unacked)", name, ci.NumPending, ci.NumAckPending), nil
 	}
 	for p := range o.Partitions {
 		for _, node := range o.Owners(p) {
@@ -283,4 +299,18 @@ func (o *OldStream) logger() *slog.Logger {
 		return o.Logger
 	}
 	return slog.Default()
+}
+
+// parseConsumerName is the node and partition of a ConsumerName.
+func parseConsumerName(name string) (node string, p int, ok bool) {
+	rest, ok := strings.CutPrefix(name, "ingest-")
+	i := strings.LastIndex(rest, "-p")
+	if !ok || i <= 0 {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(rest[i+2:])
+	if err != nil || ConsumerName(rest[:i], p) != name {
+		return "", 0, false
+	}
+	return rest[:i], p, true
 }
