@@ -60,9 +60,9 @@ func (pc PartitionConsumers) withUpgrade(c *partitionConsumer, icfg ingest.Confi
 }
 
 // oldStreamConfig is the configuration that drains icfg's partition
-// from the old one stream, nil when there is none. Draining never
-// shrinks the old stream's limits (which would remove messages not yet
-// stored).
+// from the old one stream, nil when there is none. The drain only reads
+// the stream (Existing): it never changes its limits, and never creates
+// it again once another node deleted it.
 func oldStreamConfig(ctx context.Context, js jetstream.JetStream, icfg ingest.Config) (*ingest.Config, error) {
 	family := icfg.Family()
 	st, err := js.Stream(ctx, family)
@@ -78,7 +78,7 @@ func oldStreamConfig(ctx context.Context, js jetstream.JetStream, icfg ingest.Co
 		return nil, fmt.Errorf("stream %s of an earlier layout is not partitioned into %d (%v); drain it with -partitions it was made for first", family, icfg.Partitions, err)
 	}
 	c := icfg
-	c.Stream, c.PartitionStreams, c.Intake = family, false, false
+	c.Stream, c.PartitionStreams, c.Intake, c.Existing = family, false, false, true
 	c.StreamMaxBytes = max(c.StreamMaxBytes, have.MaxBytes)
 	c.StreamMaxAge = max(c.StreamMaxAge, have.MaxAge)
 	c.AtomicPublish = have.AllowAtomicPublish
