@@ -290,6 +290,9 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 				cons = c
 				break
 			}
+			if in.cfg.Existing && errors.Is(err, jetstream.ErrStreamNotFound) {
+				return // a stream only read is gone: nothing more to consume
+			}
 			in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
 			in.log.Warn("set up streams and consumer failed; retrying", "err", err, "retry_in", delay)
 		}
