@@ -439,7 +439,7 @@ func upgradeFromOneStream(t, top *testing.T, nc *natsCluster, clock func() time.
 		cfgs[i].Cluster.PartitionStreams = true
 		nodes = append(nodes, startNode(top, cfgs[i], clock)) // they outlive this step
 	}
-	publish(10, 15) // into the partitions' streams
+	publish(10, 15)        // into the partitions' streams
 	var consumers []string // of the old stream, for the failure's message
 	defer func() {
 		if t.Failed() {
