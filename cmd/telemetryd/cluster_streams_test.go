@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -301,6 +302,33 @@ func TestClusterPartitionStreams(t *testing.T) {
 				assert.Len(t, s.Replicas, 2, body)
 			}
 		}
+	})
+
+	t.Run("line protocol writes go to the partitions' streams", func(t *testing.T) {
+		var body strings.Builder
+		ts := testEpoch.Add(-30 * time.Minute).UnixNano()
+		for i := range 30 {
+			fmt.Fprintf(&body, "climate,device=lp-%02d temp=%d %d\n", i, i, ts)
+		}
+		resp, err := http.Post(nodes[1].base+"/api/v2/write?bucket=b&org=o", "text/plain", strings.NewReader(body.String()))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		byName := map[string]*testNode{}
+		for _, n := range nodes {
+			byName[n.cfg.Cluster.NodeName] = n
+		}
+		waitFor(t, 50*time.Millisecond, func() bool {
+			for i := range 30 {
+				dev := fmt.Sprintf("lp-%02d", i)
+				for _, o := range nodes[0].main().cluster.members.Desired(partition.Of(streamsPartitions, dev)) {
+					if storedOn(t, byName[o].main(), dev) != 1 {
+						return false
+					}
+				}
+			}
+			return true
+		}, "every written line stored once on both owners of its device")
 	})
 
 	t.Run("a node killed and a NATS server shut down while devices publish", func(t *testing.T) {
