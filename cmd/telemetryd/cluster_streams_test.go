@@ -170,8 +170,8 @@ func (p *answerProbe) halt() (time.Duration, ackedAt) {
 	return p.max, p.maxOf
 }
 
-// startTimedLoad is startLoad with every acked reading of the first
-// device of each round offered to probe at its ack time.
+// startTimedLoad is startLoad with one acked reading of each round
+// (of each device in turn) offered to probe at its ack time.
 func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, probe *answerProbe) *loadPublisher {
 	t.Helper()
 	var conns []jetstream.JetStream
@@ -205,14 +205,13 @@ func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, p
 				acks = append(acks, a)
 				devs = append(devs, dev)
 			}
-			probed := false
+			probe1 := p.device(r % devices) // a device of each partition in turn
 			for k, a := range acks {
 				select {
 				case <-a.Ok():
 					p.log.add(devs[k], r)
-					if !probed {
+					if devs[k] == probe1 {
 						probe.offer(ackedAt{dev: devs[k], n: r, at: time.Now()})
-						probed = true
 					}
 				case <-a.Err():
 				case <-time.After(10 * time.Second):
