@@ -387,12 +387,6 @@ func (in *Ingester) onConsumeError(_ jetstream.ConsumeContext, err error) {
 		}
 	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrBadRequest):
-	case errors.Is(err, jetstream.ErrConsumerLeadershipChanged) && in.cfg.Exclusive:
-		// Deliveries or acks on their way to the leader that stepped
-		// down (its server shut down) would wait out AckWait; setting
-		// the consumer up again resets it to its ack floor (see
-		// resetPending), so they are delivered again at once.
-		in.log.Warn("consume error; setting the consumer up again", "err", err)
 	default:
 		in.log.Warn("consume error", "err", err)
 		return
