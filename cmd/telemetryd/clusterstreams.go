@@ -28,7 +28,7 @@ type partitionStreams struct {
 	js       jetstream.JetStream
 	members  *ownership.Membership
 	names    []string
-	balancer ingestcluster.Balancer
+	balancer *ingestcluster.Balancer
 	old      *ingestcluster.OldStream // nil once gone
 	log      *slog.Logger
 }
@@ -47,7 +47,7 @@ func openPartitionStreams(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	if err := ingest.CheckMapping(ctx, js, icfg); err != nil {
 		return nil, fmt.Errorf("cluster: -partition-streams: %w", err)
 	}
-	ps.balancer = ingestcluster.Balancer{NC: nc, JS: js, Streams: ps.names, Logger: log}
+	ps.balancer = &ingestcluster.Balancer{NC: nc, JS: js, Streams: ps.names, Logger: log}
 	ps.old = &ingestcluster.OldStream{JS: js, Family: icfg.Family(), Partitions: icfg.Partitions,
 		Owners: members.Desired, Live: func() []string {
 			var out []string

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -166,24 +167,42 @@ func StepDown(ctx context.Context, nc *nats.Conn, stream, to string) error {
 }
 
 // Balancer evens out the leaders of the partition streams (see above).
-// One node (the leader of the leases) runs Step now and then.
+// One node (the leader of the leases) runs Step now and then. A server
+// gets leaders only once it has been a current replica of every stream
+// it holds for Settle (a server that just returned is still catching
+// up, and a leader there would keep the stream's readers waiting), and
+// each Step moves at most MaxMoves leaders, so the streams' writes move
+// a few at a time.
 type Balancer struct {
 	NC      *nats.Conn
 	JS      jetstream.JetStream
 	Streams []string
 	Logger  *slog.Logger
+	// Settle defaults to 30s, MaxMoves to 2.
+	Settle   time.Duration
+	MaxMoves int
+	Now      func() time.Time
+
+	currentSince map[string]time.Time
 }
 
 // Step reads the leaders and asks for the stepdowns that spread them.
 // It returns the stepdowns asked for that the servers accepted.
-func (b Balancer) Step(ctx context.Context) (int, error) {
+func (b *Balancer) Step(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	ls, err := Leaders(ctx, b.JS, b.Streams)
 	if err != nil {
 		return 0, err
 	}
+	settled := b.settled(ls)
+	for i := range ls {
+		ls[i].Current = slices.DeleteFunc(slices.Clone(ls[i].Current), func(s string) bool { return !settled[s] })
+	}
 	moves := PlanMoves(ls)
+	if max := cmp.Or(b.MaxMoves, 2); len(moves) > max {
+		moves = moves[:max]
+	}
 	done := 0
 	var errs []error
 	for _, m := range moves {
@@ -196,6 +215,46 @@ func (b Balancer) Step(ctx context.Context) (int, error) {
 			"stream", m.Stream, "from", m.From, "to", m.To)
 	}
 	return done, errors.Join(errs...)
+}
+
+// settled is the servers that have led or been a current replica of
+// every stream they hold for at least Settle, as far as the Steps saw.
+func (b *Balancer) settled(ls []StreamLeader) map[string]bool {
+	now := time.Now
+	if b.Now != nil {
+		now = b.Now
+	}
+	t := now()
+	current := map[string]bool{} // false once behind in any stream
+	mark := func(s string, ok bool) {
+		if was, seen := current[s]; !seen || was {
+			current[s] = ok
+		}
+	}
+	for _, l := range ls {
+		if l.Leader != "" {
+			mark(l.Leader, true)
+		}
+		for _, r := range l.Replicas {
+			mark(r, slices.Contains(l.Current, r))
+		}
+	}
+	if b.currentSince == nil {
+		b.currentSince = map[string]time.Time{}
+	}
+	out := map[string]bool{}
+	for s, ok := range current {
+		if !ok {
+			delete(b.currentSince, s)
+			continue
+		}
+		since, seen := b.currentSince[s]
+		if !seen {
+			b.currentSince[s], since = t, t
+		}
+		out[s] = t.Sub(since) >= cmp.Or(b.Settle, 30*time.Second)
+	}
+	return out
 }
 
 // LeaderCounts is how many of ls each server leads (servers holding a

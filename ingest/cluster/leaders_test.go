@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -96,4 +97,23 @@ func TestParseConsumerName(t *testing.T) {
 		_, _, ok := parseConsumerName(name)
 		assert.False(t, ok, name)
 	}
+}
+
+// TestBalancerSettled: a server gets leaders only once it has been
+// current in every stream it holds for Settle; being behind in one
+// stream starts its time again.
+func TestBalancerSettled(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := &Balancer{Settle: 30 * time.Second, Now: func() time.Time { return now }}
+	ls := leadersOn(2, "nats-0", "nats-0", "nats-1", "nats-2")
+	assert.Equal(t, map[string]bool{"nats-0": false, "nats-1": false, "nats-2": false}, b.settled(ls))
+	now = now.Add(30 * time.Second)
+	assert.Equal(t, map[string]bool{"nats-0": true, "nats-1": true, "nats-2": true}, b.settled(ls))
+	ls[1].Current = []string{"nats-1"} // nats-2 behind in one stream
+	assert.False(t, b.settled(ls)["nats-2"])
+	ls[1].Current = []string{"nats-1", "nats-2"}
+	now = now.Add(10 * time.Second)
+	assert.False(t, b.settled(ls)["nats-2"], "caught up again 0 s ago")
+	now = now.Add(30 * time.Second)
+	assert.True(t, b.settled(ls)["nats-2"])
 }
