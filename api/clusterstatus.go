@@ -25,6 +25,20 @@ type ClusterStatus struct {
 	Nodes []ClusterNode `json:"nodes"`
 	// Layout is every partition, in order.
 	Layout []PartitionOwners `json:"layout"`
+	// Streams is, with a stream per partition, every partition's
+	// stream in order with the NATS server leading it (absent with the
+	// one stream).
+	Streams []ClusterStream `json:"streams,omitempty"`
+}
+
+// ClusterStream is one partition's stream and its NATS servers.
+type ClusterStream struct {
+	Stream string `json:"stream"`
+	// Leader is the NATS server that takes the stream's writes (""
+	// while none does, or when the servers did not answer).
+	Leader string `json:"leader"`
+	// Replicas are the other NATS servers holding the stream.
+	Replicas []string `json:"replicas"`
 }
 
 // ClusterNode is one node's lease.

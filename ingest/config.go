@@ -155,6 +155,11 @@ type Config struct {
 	// family is Stream's family name once withDefaults resolved Stream
 	// to the partition's own stream (PartitionStreams).
 	family string
+	// Existing says that Stream is only read, never created or
+	// changed (a stream of an earlier layout being drained, which
+	// another node may delete): once it is gone, Run returns an error
+	// instead of creating it anew.
+	Existing bool
 	// Replicas is the replica count of the streams this Ingester
 	// creates (an existing stream keeps its own). Default 1.
 	Replicas int

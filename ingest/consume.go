@@ -51,7 +51,7 @@ type item struct {
 func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
-	st, err := EnsureStream(ctx, in.js, in.cfg, in.log)
+	st, err := in.readingsStream(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +192,22 @@ func wrapStreamErr(name, op string, err error) error {
 	return fmt.Errorf("%s stream %s: %w", op, name, err)
 }
 
+// readingsStream creates or updates the readings stream, or with
+// Config.Existing only looks it up: a missing one is then refused.
+func (in *Ingester) readingsStream(ctx context.Context) (jetstream.Stream, error) {
+	if !in.cfg.Existing {
+		return EnsureStream(ctx, in.js, in.cfg, in.log)
+	}
+	st, err := in.js.Stream(ctx, in.cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: stream %s: %w", errPermanent, in.cfg.Stream, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", in.cfg.Stream, err)
+	}
+	return st, nil
+}
+
 // setupUntilDone retries setup until it succeeds, ctx is done (nil, nil)
 // or the server refuses the configuration (the error).
 func (in *Ingester) setupUntilDone(ctx context.Context) (jetstream.Consumer, error) {
@@ -273,6 +289,9 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 			if err == nil {
 				cons = c
 				break
+			}
+			if in.cfg.Existing && errors.Is(err, jetstream.ErrStreamNotFound) {
+				return // a stream only read is gone: nothing more to consume
 			}
 			in.setState(fmt.Errorf("ingest: set up streams and consumer: %w", err))
 			in.log.Warn("set up streams and consumer failed; retrying", "err", err, "retry_in", delay)

@@ -17,42 +17,62 @@ import (
 // that the server maps a publish on <prefix>.<device> to the stream of
 // the device's partition (partition.Mapping): an external server needs
 // the mapping in its configuration, and without it no stream would
-// take the devices' publishes. It creates partition 0's stream if
-// missing and publishes to a device of that partition expecting a last
-// sequence no stream has, so nothing is stored: the stream's refusal
-// says the mapping is in place, no answer that it is missing.
+// take the devices' publishes. It creates the partitions' streams that
+// are missing and, for each partition, publishes to a device of that
+// partition expecting that partition's stream and a last sequence no
+// stream has, so nothing is stored: the stream's refusal of the
+// sequence says the mapping sends the partition there. A mapping into
+// another partition count sends some probe to another stream, or to
+// none, and is refused too.
 func CheckMapping(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if !c.PartitionStreams || c.Intake { // the intake routes by partition itself
 		return nil
 	}
-	c0 := c.ForPartition(0)
-	if _, err := EnsureStream(ctx, js, c0, c0.Logger); err != nil {
+	for p := range c.Partitions {
+		if err := checkMapping(ctx, js, c, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkMapping is CheckMapping of partition p.
+func checkMapping(ctx context.Context, js jetstream.JetStream, c Config, p int) error {
+	cp := c.ForPartition(p)
+	if _, err := EnsureStream(ctx, js, cp, cp.Logger); err != nil {
 		return err
 	}
-	dev := mappingProbe(c.Partitions)
+	dev := mappingProbe(c.Partitions, p)
 	msg := nats.NewMsg(c.Subjects().Device(dev))
-	_, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(c0.Stream), jetstream.WithExpectLastSequence(math.MaxUint64),
+	_, err := js.PublishMsg(ctx, msg, jetstream.WithExpectStream(cp.Stream), jetstream.WithExpectLastSequence(math.MaxUint64),
 		jetstream.WithRetryAttempts(0))
 	var apiErr *jetstream.APIError
+	src, dst := partition.Mapping(c.Subjects().Prefix, c.Partitions)
 	switch {
 	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 		return nil
 	case err == nil:
-		return fmt.Errorf("check the partition mapping: stream %s stored a message expecting last sequence %d", c0.Stream, uint64(math.MaxUint64))
+		return fmt.Errorf("check the partition mapping: stream %s stored a message expecting last sequence %d", cp.Stream, uint64(math.MaxUint64))
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
-		src, dst := partition.Mapping(c.Subjects().Prefix, c.Partitions)
-		return fmt.Errorf("%w: no stream takes a publish on %s: the NATS server must map %q to %q (mappings in the account's configuration) for %d streams per partition",
-			errPermanent, msg.Subject, src, dst, c.Partitions)
+		return fmt.Errorf("%w: no stream takes a publish on %s (partition %d): the NATS server must map %q to %q (mappings in the account's configuration) for %d streams per partition",
+			errPermanent, msg.Subject, p, src, dst, c.Partitions)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStreamNotMatch:
+		return fmt.Errorf("%w: a publish on %s (partition %d) went to another stream than %s: the NATS server must map %q to %q, for %d partitions",
+			errPermanent, msg.Subject, p, cp.Stream, src, dst, c.Partitions)
 	}
-	return fmt.Errorf("check the partition mapping: publish on %s to stream %s: %w", msg.Subject, c0.Stream, err)
+	return fmt.Errorf("check the partition mapping: publish on %s to stream %s: %w", msg.Subject, cp.Stream, err)
 }
 
-// mappingProbe is a device ID of partition 0 among n.
-func mappingProbe(n int) string {
+// mappingProbe is a device ID of partition p among n.
+func mappingProbe(n, p int) string {
 	for i := 0; ; i++ {
-		if dev := "mapping-check-" + strconv.Itoa(i); partition.Of(n, dev) == 0 {
+		if dev := "mapping-check-" + strconv.Itoa(i); partition.Of(n, dev) == p {
 			return dev
 		}
 	}
 }
+
+// errCodeStreamNotMatch is the server's answer to a publish stored by
+// another stream than the one expected (JSStreamNotMatchErr).
+const errCodeStreamNotMatch jetstream.ErrorCode = 10060

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -38,4 +39,30 @@ func TestCheckMapping(t *testing.T) {
 	st, err := js.Stream(ctx, "TELEMETRY_0")
 	require.NoError(t, err)
 	assert.Zero(t, st.CachedInfo().State.Msgs, "the check stores nothing")
+}
+
+// TestCheckMappingOtherCount: a server mapping into another partition
+// count is refused, naming the mapping wanted, whether its count is a
+// multiple of the streams' (some partitions' devices would go to no
+// stream) or not (some would go to another partition's stream).
+func TestCheckMappingOtherCount(t *testing.T) {
+	for _, mapped := range []int{8, 3} {
+		t.Run(strconv.Itoa(mapped), func(t *testing.T) {
+			ns := runServer(t, t.TempDir(), -1)
+			nc, err := nats.Connect(ns.ClientURL())
+			require.NoError(t, err)
+			t.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			src, dst := partition.Mapping("telemetry", mapped)
+			require.NoError(t, ns.GlobalAccount().AddMapping(src, dst))
+			c := DefaultConfig()
+			c.Partitions, c.PartitionStreams = 4, true
+			err = CheckMapping(ctx, js, c)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), `must map "telemetry.*" to "telemetry.{{partition(4,1)}}.{{wildcard(1)}}"`)
+		})
+	}
 }

@@ -208,7 +208,9 @@ func (in *Ingester) rejectedStreamConfig() jetstream.StreamConfig {
 // trimLoop runs trimSettled every PaceEvery until ctx is done.
 func (in *Ingester) trimLoop(ctx context.Context) {
 	every(ctx, in.cfg.PaceEvery, func() {
-		if err := in.trimSettled(ctx); err != nil && ctx.Err() == nil {
+		// A stream deleted (an earlier layout's, once drained) is not
+		// this loop's to report.
+		if err := in.trimSettled(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			in.log.Warn("trim settled messages from the stream", "stream", in.cfg.Stream, "err", err)
 		}
 	})

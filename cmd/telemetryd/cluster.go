@@ -35,6 +35,8 @@ type clusterNode struct {
 	node    *ingestcluster.Node
 	router  *cluster.Router
 
+	streams *partitionStreams // nil with the one stream
+
 	cancel context.CancelFunc // stops the lease's renewals
 	wg     sync.WaitGroup
 }
@@ -109,6 +111,15 @@ func (m *Main) openCluster(ctx context.Context) error {
 	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(k.Partitions), minPullBytes))
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
+	var streams *partitionStreams
+	if k.PartitionStreams {
+		icfg.PartitionStreams = true
+		// The family shares -stream-max-bytes, in equal parts.
+		icfg.StreamMaxBytes = max(icfg.StreamMaxBytes/int64(k.Partitions), 1<<20)
+		if streams, err = openPartitionStreams(octx, m.nc, js, members, icfg, m.log.With("component", "cluster")); err != nil {
+			return err
+		}
+	}
 	node, err := ingestcluster.New(ingestcluster.Config{
 		Members: members,
 		Consumers: ingestcluster.PartitionConsumers{
@@ -122,7 +133,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.cluster = &clusterNode{members: members, node: node, router: router}
+	m.cluster = &clusterNode{members: members, node: node, router: router, streams: streams}
 	return nil
 }
 
@@ -133,7 +144,10 @@ func (m *Main) withCluster(c *api.Config) error {
 	c.Attributes = r
 	c.Admin = clusterAdmin{node: m.cluster.node, local: admin{store: m.store, ret: m.ret}}
 	c.Internal = r.Handler()
-	c.Cluster = clusterView{m.cluster.members}
+	c.Cluster = clusterView{m: m.cluster.members, streams: m.cluster.streams}
+	if s := m.cluster.streams; s != nil {
+		c.Streams = s.names // /readyz names the partitions' streams
+	}
 	return c.WithDashboards(r)
 }
 
@@ -167,6 +181,9 @@ func (m *Main) runCluster() {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.wg.Go(func() { c.members.Run(ctx) })
+	if c.streams != nil {
+		c.wg.Go(func() { c.streams.run(ctx) })
+	}
 	c.node.Start()
 }
 

@@ -9,9 +9,12 @@ import (
 )
 
 // clusterView answers GET /v1/cluster from the leases.
-type clusterView struct{ m *ownership.Membership }
+type clusterView struct {
+	m       *ownership.Membership
+	streams *partitionStreams // nil with the one stream
+}
 
-func (v clusterView) ClusterStatus(context.Context) (api.ClusterStatus, error) {
+func (v clusterView) ClusterStatus(ctx context.Context) (api.ClusterStatus, error) {
 	st := api.ClusterStatus{Node: v.m.Node(), Partitions: v.m.Partitions(), Copies: v.m.Copies(),
 		Nodes: []api.ClusterNode{}, Layout: make([]api.PartitionOwners, v.m.Partitions())}
 	for _, l := range v.m.Nodes() {
@@ -25,6 +28,9 @@ func (v clusterView) ClusterStatus(context.Context) (api.ClusterStatus, error) {
 		}
 		slices.Sort(po.CaughtUp)
 		st.Layout[p] = po
+	}
+	if v.streams != nil {
+		st.Streams = v.streams.status(ctx)
 	}
 	return st, nil
 }

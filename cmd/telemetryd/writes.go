@@ -23,6 +23,9 @@ func (m *Main) withWrites(acfg *api.Config) error {
 		// several devices, which the token of its subject would place in
 		// one partition.
 		icfg.Partitions = k.Partitions
+		// Streams per partition take a write as one message per
+		// partition, on the partition's own subjects.
+		icfg.PartitionStreams = k.PartitionStreams
 	}
 	pub, err := ingest.NewPublisher(nc, icfg)
 	if err != nil {

@@ -73,8 +73,9 @@ func (pc PartitionConsumers) Consumer(p int) (Consumer, error) {
 	c := &partitionConsumer{Ingester: in, js: js, stream: resolved.Stream, consumer: icfg.Consumer}
 	if !resolved.PartitionStreams {
 		c.filter = partition.Filter(resolved.SubjectPrefix, p)
+		return c, nil
 	}
-	return c, nil
+	return pc.withUpgrade(c, icfg, js)
 }
 
 // partitionConsumer is a partition's ingester with its position in the
@@ -141,13 +142,16 @@ func (pc PartitionConsumers) Remove(ctx context.Context, p int) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	stream := pc.Template.Stream
-	if stream == "" {
-		stream = ingest.DefaultConfig().Stream
+	streams := []string{pc.Template.Family()} // the one stream, or the upgrade's old one
+	if pc.Template.PartitionStreams {
+		streams = append(streams, partition.Stream(pc.Template.Family(), p))
 	}
 	name := ConsumerName(pc.Node, p)
-	if err := js.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("delete consumer %s: %w", name, err)
+	for _, stream := range streams {
+		err := js.DeleteConsumer(ctx, stream, name)
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete consumer %s of %s: %w", name, stream, err)
+		}
 	}
 	return nil
 }

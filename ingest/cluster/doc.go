@@ -28,6 +28,12 @@
 // (Ready), the cluster's status and shutdown never wait for a slow
 // NATS server.
 //
+// With a stream per partition (ingest.Config.PartitionStreams) each
+// partition consumer reads its partition's own stream; Balancer
+// (leaders.go) spreads those streams' leaders over the NATS servers,
+// and OldStream (upgrade.go) retires the one stream of the earlier
+// layout once every owner has drained its partitions from it.
+//
 // The edges are small interfaces declared here (Members, Consumers,
 // Consumer, Store), met by ingest/ownership, the ingester and the store;
 // the clock is a parameter. Tombstones and Positions adapt the store to
