@@ -243,6 +243,7 @@ func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, p
 // owners and answered through every node; the longest time from an ack
 // to the first answer of its reading is printed.
 func TestClusterPartitionStreams(t *testing.T) {
+	inLane(t, lanes.cluster)
 	nc := startNATSCluster(t, 3)
 	clock := testClock()
 	var nodes []*testNode
@@ -520,6 +521,7 @@ func upgradeFromOneStream(t, top *testing.T, nc *natsCluster, clock func() time.
 // check a node with -partition-streams runs at start), and the nodes
 // are started with -partition-streams.
 func TestDeployPartitionMapping(t *testing.T) {
+	inLane(t, lanes.general)
 	type configMap struct {
 		Kind     string `yaml:"kind"`
 		Metadata struct {
@@ -585,6 +587,7 @@ func TestDeployPartitionMapping(t *testing.T) {
 //
 //	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestClusterPartitionStreamsSIGKILL -v
 func TestClusterPartitionStreamsSIGKILL(t *testing.T) {
+	inLane(t, lanes.cluster)
 	if !longCluster() {
 		t.Skip("set TELEMETRY_LONG=1: builds the binary and runs three processes")
 	}

@@ -10,7 +10,7 @@ import (
 // calls inLane runs in parallel with the others, in its lane:
 //   - general: the service tests, most of which wait (for a restart, a
 //     lease to lapse, a built binary) more than they compute;
-//   - cluster: the tests of a three-server cluster, one at a time, each
+//   - cluster: the tests of a three-server cluster, two at a time, each
 //     starting six processes' worth of servers;
 //   - chromium: the tests that drive a headless browser, one at a time.
 //
@@ -23,7 +23,7 @@ var lanes = struct {
 	general, cluster, chromium chan struct{}
 }{
 	general:  make(chan struct{}, 2),
-	cluster:  make(chan struct{}, 1),
+	cluster:  make(chan struct{}, 2),
 	chromium: make(chan struct{}, 1),
 }
 
