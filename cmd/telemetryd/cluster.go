@@ -11,6 +11,7 @@ import (
 	"github.com/telemetryd/telemetryd/api"
 	"github.com/telemetryd/telemetryd/api/cluster"
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/cmd/internal/clusterstreams"
 	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
 	"github.com/telemetryd/telemetryd/ingest/partition"
@@ -35,7 +36,7 @@ type clusterNode struct {
 	node    *ingestcluster.Node
 	router  *cluster.Router
 
-	streams *partitionStreams // nil with the one stream
+	streams *clusterstreams.Streams // nil with the one stream
 
 	cancel context.CancelFunc // stops the lease's renewals
 	wg     sync.WaitGroup
@@ -111,12 +112,12 @@ func (m *Main) openCluster(ctx context.Context) error {
 	icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(k.Partitions), minPullBytes))
 	icfg.Logger = m.log.With("component", "ingest")
 	icfg.TracerProvider, icfg.MeterProvider, icfg.Now = m.tel.Tracer, m.tel.Meter, m.now
-	var streams *partitionStreams
+	var streams *clusterstreams.Streams
 	if k.PartitionStreams {
 		icfg.PartitionStreams = true
 		// The family shares -stream-max-bytes, in equal parts.
 		icfg.StreamMaxBytes = max(icfg.StreamMaxBytes/int64(k.Partitions), 1<<20)
-		if streams, err = openPartitionStreams(octx, m.nc, js, members, icfg, m.log.With("component", "cluster")); err != nil {
+		if streams, err = clusterstreams.Open(octx, m.nc, js, members, icfg, m.log.With("component", "cluster")); err != nil {
 			return err
 		}
 	}
@@ -146,7 +147,7 @@ func (m *Main) withCluster(c *api.Config) error {
 	c.Internal = r.Handler()
 	c.Cluster = clusterView{m: m.cluster.members, streams: m.cluster.streams}
 	if s := m.cluster.streams; s != nil {
-		c.Streams = s.names // /readyz names the partitions' streams
+		c.Streams = s.Names() // /readyz names the partitions' streams
 	}
 	return c.WithDashboards(r)
 }
@@ -182,7 +183,7 @@ func (m *Main) runCluster() {
 	c.cancel = cancel
 	c.wg.Go(func() { c.members.Run(ctx) })
 	if c.streams != nil {
-		c.wg.Go(func() { c.streams.run(ctx) })
+		c.wg.Go(func() { c.streams.Run(ctx) })
 	}
 	c.node.Start()
 }

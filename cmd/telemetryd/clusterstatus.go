@@ -5,13 +5,14 @@ import (
 	"slices"
 
 	"github.com/telemetryd/telemetryd/api"
+	"github.com/telemetryd/telemetryd/cmd/internal/clusterstreams"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
 )
 
 // clusterView answers GET /v1/cluster from the leases.
 type clusterView struct {
 	m       *ownership.Membership
-	streams *partitionStreams // nil with the one stream
+	streams *clusterstreams.Streams // nil with the one stream
 }
 
 func (v clusterView) ClusterStatus(ctx context.Context) (api.ClusterStatus, error) {
@@ -30,7 +31,7 @@ func (v clusterView) ClusterStatus(ctx context.Context) (api.ClusterStatus, erro
 		st.Layout[p] = po
 	}
 	if v.streams != nil {
-		st.Streams = v.streams.status(ctx)
+		st.Streams = v.streams.Status(ctx)
 	}
 	return st, nil
 }

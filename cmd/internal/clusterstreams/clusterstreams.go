@@ -1,4 +1,9 @@
-package main
+// Package clusterstreams looks after a cluster's streams per partition
+// (telemetryd -partition-streams) on the node that leads the leases:
+// it spreads the streams' leaders over the NATS servers and retires
+// the one stream of the earlier layout once every owner drained it
+// (the steps are package ingest/cluster's).
+package clusterstreams
 
 import (
 	"context"
@@ -20,11 +25,11 @@ import (
 // partition streams' leaders and at the old one stream.
 const streamsEvery = 5 * time.Second
 
-// partitionStreams looks after a cluster's streams per partition
+// Streams looks after a cluster's streams per partition
 // (-partition-streams): the node leading the leases spreads their
 // leaders over the NATS servers and retires the one stream of the
 // earlier layout once every owner drained it (package ingest/cluster).
-type partitionStreams struct {
+type Streams struct {
 	js       jetstream.JetStream
 	members  *ownership.Membership
 	names    []string
@@ -33,12 +38,12 @@ type partitionStreams struct {
 	log      *slog.Logger
 }
 
-// openPartitionStreams creates every partition's stream that is
+// Open creates every partition's stream that is
 // missing (so devices' publishes are taken before their owners run)
 // and checks that the NATS server maps the devices' subjects to them.
-func openPartitionStreams(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, members *ownership.Membership,
-	icfg ingest.Config, log *slog.Logger) (*partitionStreams, error) {
-	ps := &partitionStreams{js: js, members: members, names: icfg.Streams(), log: log}
+func Open(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, members *ownership.Membership,
+	icfg ingest.Config, log *slog.Logger) (*Streams, error) {
+	ps := &Streams{js: js, members: members, names: icfg.Streams(), log: log}
 	for _, c := range icfg.PerStream() {
 		if _, err := ingest.EnsureStream(ctx, js, c, log); err != nil {
 			return nil, err
@@ -59,9 +64,9 @@ func openPartitionStreams(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	return ps, nil
 }
 
-// run balances the leaders and retires the old stream, on the node
+// Run balances the leaders and retires the old stream, on the node
 // leading the leases, until ctx ends.
-func (ps *partitionStreams) run(ctx context.Context) {
+func (ps *Streams) Run(ctx context.Context) {
 	t := time.NewTicker(streamsEvery)
 	defer t.Stop()
 	var lastErr string
@@ -96,7 +101,7 @@ func (ps *partitionStreams) run(ctx context.Context) {
 
 // leading reports whether this node's name is the first among the live
 // leases: that one node balances, the others stand by.
-func (ps *partitionStreams) leading() bool {
+func (ps *Streams) leading() bool {
 	var names []string
 	for _, l := range ps.members.Nodes() {
 		names = append(names, l.Node)
@@ -104,9 +109,9 @@ func (ps *partitionStreams) leading() bool {
 	return len(names) > 0 && slices.Min(names) == ps.members.Node()
 }
 
-// status is every partition's stream with its leader and replicas, as
+// Status is every partition's stream with its leader and replicas, as
 // the NATS servers answer now.
-func (ps *partitionStreams) status(ctx context.Context) []api.ClusterStream {
+func (ps *Streams) Status(ctx context.Context) []api.ClusterStream {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ls, _ := ingestcluster.Leaders(ctx, ps.js, ps.names) // a stream not answering shows no leader
@@ -121,3 +126,6 @@ func (ps *partitionStreams) status(ctx context.Context) []api.ClusterStream {
 	}
 	return out
 }
+
+// Names are the partitions' streams, in partition order.
+func (ps *Streams) Names() []string { return ps.names }
