@@ -34,6 +34,7 @@ func TestExpensiveRuleCannotStarveQueries(t *testing.T) {
 	cfg.Alerting.EvalSlots = 1
 	s := rulesService(t, cfg, path, nil)
 	s.publish(t, "d1", tempReading(s.now(), 21))
+	waitStored(t, s, "d1", 1) // acked is stored, and queryable once the ingester committed it
 	m := s.Main.alerts.Manager
 
 	t0 := time.Now()
