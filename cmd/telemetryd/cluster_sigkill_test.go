@@ -187,33 +187,11 @@ func TestClusterSIGKILL(t *testing.T) {
 	// Each copy (asked directly through its node-to-node API) holds
 	// every acked reading exactly once, and nothing unacked beyond what
 	// was published.
-	byName := map[string]*proc{}
+	nodeURLs := map[string]string{}
 	for _, p := range procs {
-		byName[p.name] = p
+		nodeURLs[p.name] = p.base
 	}
-	var total exactlyonce.Tally
-	var problem string
-	run := load.run()
-	waitFor(t, 500*time.Millisecond, func() bool {
-		total, problem = exactlyonce.Tally{}, ""
-		for i := range devices {
-			dev := load.device(i)
-			for _, o := range ownership.Rank(names, partition.Of(partitions, dev))[:copies] {
-				got, err := internalCopy(byName[o].base, dev)
-				if err != nil {
-					problem = err.Error()
-					return false
-				}
-				tally := run.Check(load.log.get(dev), got)
-				total.Add(tally)
-				if !tally.OK() && problem == "" {
-					problem = fmt.Sprintf("%s on %s: %s", dev, o, tally)
-				}
-			}
-		}
-		return problem == ""
-	}, "both copies hold every acked reading once and nothing never published")
-	require.Empty(t, problem)
+	total := copiesHoldEveryAck(t, nodeURLs, names, partitions, copies, devices, load)
 	t.Logf("both copies: %s", total)
 	t.Logf("%d rounds of %d devices: 0 acked readings lost, 0 duplicated, on both copies", load.rounds.Load(), devices)
 }
@@ -264,4 +242,36 @@ func internalCopy(base, dev string) ([]exactlyonce.Reading, error) {
 		out = append(out, checkerReading(buckets.Ticks(r.K), vs))
 	}
 	return out, nil
+}
+
+// copiesHoldEveryAck waits until each copy of every device of load,
+// asked through the node-to-node API of its node (bases: name to base
+// URL), holds every acked reading exactly once and nothing never
+// published, and returns the tally.
+func copiesHoldEveryAck(t *testing.T, bases map[string]string, names []string, partitions, copies, devices int, load *loadPublisher) exactlyonce.Tally {
+	t.Helper()
+	var total exactlyonce.Tally
+	var problem string
+	run := load.run()
+	waitFor(t, 500*time.Millisecond, func() bool {
+		total, problem = exactlyonce.Tally{}, ""
+		for i := range devices {
+			dev := load.device(i)
+			for _, o := range ownership.Rank(names, partition.Of(partitions, dev))[:copies] {
+				got, err := internalCopy(bases[o], dev)
+				if err != nil {
+					problem = err.Error()
+					return false
+				}
+				tally := run.Check(load.log.get(dev), got)
+				total.Add(tally)
+				if !tally.OK() && problem == "" {
+					problem = fmt.Sprintf("%s on %s: %s", dev, o, tally)
+				}
+			}
+		}
+		return problem == ""
+	}, "both copies hold every acked reading once and nothing never published")
+	require.Empty(t, problem)
+	return total
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/api"
-	"github.com/telemetryd/telemetryd/cmd/internal/exactlyonce"
 	"github.com/telemetryd/telemetryd/ingest"
 	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
@@ -688,33 +687,11 @@ func TestClusterPartitionStreamsSIGKILL(t *testing.T) {
 	load.halt()
 	longest, of := probe.halt()
 
-	byName := map[string]*proc{}
+	nodeURLs := map[string]string{}
 	for _, p := range procs {
-		byName[p.name] = p
+		nodeURLs[p.name] = p.base
 	}
-	var total exactlyonce.Tally
-	var problem string
-	run := load.run()
-	waitFor(t, 500*time.Millisecond, func() bool {
-		total, problem = exactlyonce.Tally{}, ""
-		for i := range devices {
-			dev := load.device(i)
-			for _, o := range ownership.Rank(names, partition.Of(streamsPartitions, dev))[:copies] {
-				got, err := internalCopy(byName[o].base, dev)
-				if err != nil {
-					problem = err.Error()
-					return false
-				}
-				tally := run.Check(load.log.get(dev), got)
-				total.Add(tally)
-				if !tally.OK() && problem == "" {
-					problem = fmt.Sprintf("%s on %s: %s", dev, o, tally)
-				}
-			}
-		}
-		return problem == ""
-	}, "both copies hold every acked reading once and nothing never published")
-	require.Empty(t, problem)
+	total := copiesHoldEveryAck(t, nodeURLs, names, streamsPartitions, copies, devices, load)
 	t.Logf("%d rounds of %d devices; both copies: %s", load.rounds.Load(), devices, total)
 	t.Logf("ack to first answer through the nodes: longest %s (%s reading %d), over %d acked readings probed (%d left out while the probes were busy)",
 		longest.Round(time.Millisecond), of.dev, of.n, probe.probed.Load(), probe.dropped.Load())
