@@ -90,29 +90,7 @@ func TestClusterSIGKILL(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	nc := startNATSCluster(t, 3)
 
-	type proc struct {
-		name, base string
-		args       []string
-		cmd        *exec.Cmd
-		exited     chan struct{}
-	}
-	start := func(p *proc) {
-		logf, err := os.OpenFile(filepath.Join(dir, p.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		require.NoError(t, err)
-		p.cmd = exec.Command(bin, p.args...)
-		p.cmd.Stdout, p.cmd.Stderr = logf, logf
-		require.NoError(t, p.cmd.Start())
-		p.exited = make(chan struct{})
-		go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
-		waitFor(t, 50*time.Millisecond, func() bool {
-			resp, err := http.Get(p.base + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 200
-		}, "%s never became ready", p.name)
-	}
+	start := func(p *proc) { p.start(t, dir, bin) }
 	var procs []*proc
 	var names []string
 	for i := range 3 {
@@ -187,11 +165,7 @@ func TestClusterSIGKILL(t *testing.T) {
 	// Each copy (asked directly through its node-to-node API) holds
 	// every acked reading exactly once, and nothing unacked beyond what
 	// was published.
-	nodeURLs := map[string]string{}
-	for _, p := range procs {
-		nodeURLs[p.name] = p.base
-	}
-	total := copiesHoldEveryAck(t, nodeURLs, names, partitions, copies, devices, load)
+	total := copiesHoldEveryAck(t, procs, names, partitions, copies, devices, load)
 	t.Logf("both copies: %s", total)
 	t.Logf("%d rounds of %d devices: 0 acked readings lost, 0 duplicated, on both copies", load.rounds.Load(), devices)
 }
@@ -245,11 +219,15 @@ func internalCopy(base, dev string) ([]exactlyonce.Reading, error) {
 }
 
 // copiesHoldEveryAck waits until each copy of every device of load,
-// asked through the node-to-node API of its node (bases: name to base
-// URL), holds every acked reading exactly once and nothing never
-// published, and returns the tally.
-func copiesHoldEveryAck(t *testing.T, bases map[string]string, names []string, partitions, copies, devices int, load *loadPublisher) exactlyonce.Tally {
+// asked through the node-to-node API of its node, holds every acked
+// reading exactly once and nothing never published, and returns the
+// tally.
+func copiesHoldEveryAck(t *testing.T, procs []*proc, names []string, partitions, copies, devices int, load *loadPublisher) exactlyonce.Tally {
 	t.Helper()
+	bases := map[string]string{}
+	for _, p := range procs {
+		bases[p.name] = p.base
+	}
 	var total exactlyonce.Tally
 	var problem string
 	run := load.run()
@@ -274,4 +252,33 @@ func copiesHoldEveryAck(t *testing.T, bases map[string]string, names []string, p
 	}, "both copies hold every acked reading once and nothing never published")
 	require.Empty(t, problem)
 	return total
+}
+
+// proc is a telemetryd process of a cluster test, logging to
+// <dir>/<name>.log.
+type proc struct {
+	name, base string
+	args       []string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+}
+
+// start runs bin with p's arguments and waits until it is ready.
+func (p *proc) start(t *testing.T, dir, bin string) {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(dir, p.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	require.NoError(t, err)
+	p.cmd = exec.Command(bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	require.NoError(t, p.cmd.Start())
+	p.exited = make(chan struct{})
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
+	waitFor(t, 50*time.Millisecond, func() bool {
+		resp, err := http.Get(p.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, "%s never became ready", p.name)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -604,29 +603,7 @@ func TestClusterPartitionStreamsSIGKILL(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	nc := startNATSCluster(t, 3, func(_ int, o *server.Options) { setPartitionMapping(o, streamsPartitions) })
 
-	type proc struct {
-		name, base string
-		args       []string
-		cmd        *exec.Cmd
-		exited     chan struct{}
-	}
-	start := func(p *proc) {
-		logf, err := os.OpenFile(filepath.Join(dir, p.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		require.NoError(t, err)
-		p.cmd = exec.Command(bin, p.args...)
-		p.cmd.Stdout, p.cmd.Stderr = logf, logf
-		require.NoError(t, p.cmd.Start())
-		p.exited = make(chan struct{})
-		go func() { _ = p.cmd.Wait(); logf.Close(); close(p.exited) }()
-		waitFor(t, 50*time.Millisecond, func() bool {
-			resp, err := http.Get(p.base + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 200
-		}, "%s never became ready", p.name)
-	}
+	start := func(p *proc) { p.start(t, dir, bin) }
 	var procs []*proc
 	var names, bases []string
 	for i := range 3 {
@@ -687,11 +664,7 @@ func TestClusterPartitionStreamsSIGKILL(t *testing.T) {
 	load.halt()
 	longest, of := probe.halt()
 
-	nodeURLs := map[string]string{}
-	for _, p := range procs {
-		nodeURLs[p.name] = p.base
-	}
-	total := copiesHoldEveryAck(t, nodeURLs, names, streamsPartitions, copies, devices, load)
+	total := copiesHoldEveryAck(t, procs, names, streamsPartitions, copies, devices, load)
 	t.Logf("%d rounds of %d devices; both copies: %s", load.rounds.Load(), devices, total)
 	t.Logf("ack to first answer through the nodes: longest %s (%s reading %d), over %d acked readings probed (%d left out while the probes were busy)",
 		longest.Round(time.Millisecond), of.dev, of.n, probe.probed.Load(), probe.dropped.Load())
