@@ -19,9 +19,10 @@
 //     sorted answers; PromQL reads its series through the same calls,
 //     and the Prometheus engine evaluates on the merged series. The
 //     answering node applies the caller's device patterns itself;
-//   - an attribute write goes to every caught-up owner of the device's
-//     partition (each keeps its own index), and succeeds when all of
-//     them applied it;
+//   - an attribute write goes to every node holding the device's
+//     partition, caught up or not (each keeps its own index, and any
+//     of them may answer a later read), and succeeds when all of them
+//     applied it (Router.Assign);
 //   - the table list and DELETE /v1/tables/{day} go to every live node.
 //
 // Cursors hold only query parameters and positions in the data, which
@@ -84,6 +85,11 @@ type Membership interface {
 	// Owners lists the nodes caught up on partition p, in the order
 	// to ask them (this node first when it is one).
 	Owners(p int) []Peer
+	// Holders lists the nodes consuming partition p, caught up or
+	// not: the caught-up owners, those still catching up on it and
+	// those trailing its stream (withdrawn from Owners until they are
+	// back within their bound). This node first when it is one.
+	Holders(p int) []Peer
 	// Nodes lists every live node.
 	Nodes() []Peer
 }
@@ -319,13 +325,21 @@ func (r *Router) Device(ctx context.Context, dev buckets.DeviceID) (d buckets.De
 	return d, err
 }
 
-// Assign implements api.Attributes: every assignment goes to every
-// caught-up owner of its device's partition, since each owner keeps
-// the index of the partition's devices. It succeeds when all of them
-// applied it; a refusal (an invalid attribute) is returned as the
-// owner gave it. When an owner cannot be reached the error names it
-// and wraps buckets.ErrUnavailable: applying the same assignments again
-// is harmless (the newest by At wins), so the client may retry.
+// Assign implements api.Attributes. Every assignment goes to every
+// node holding its device's partition (Membership.Holders, and any
+// caught-up owner besides), whether or not that node has caught up on
+// the partition's stream: each keeps the index of the partition's
+// devices, and each may answer reads of the device later. A node
+// skipped while it trails its stream would, once back, answer reads
+// and later writes' answers without this write, and never get it.
+// (A node that starts consuming the partition after the write, to take
+// it over, does not have it: deploy/CLUSTER.md.)
+//
+// It succeeds when all of them applied it; a refusal (an invalid
+// attribute) is returned as the node gave it. When a node cannot be
+// reached the error names it and wraps buckets.ErrUnavailable:
+// applying the same assignments again is harmless (the newest by At
+// wins), so the client may retry.
 func (r *Router) Assign(ctx context.Context, as []buckets.Assignment) error {
 	byPart := map[int][]buckets.Assignment{}
 	for _, a := range as {
@@ -338,32 +352,53 @@ func (r *Router) Assign(ctx context.Context, as []buckets.Assignment) error {
 	}
 	slices.Sort(parts)
 	for _, p := range parts {
-		owners := r.members.Owners(p)
-		if len(owners) == 0 {
-			return unavailable(p, nil)
-		}
-		var errs []error
-		for _, o := range owners {
-			var err error
-			if o.Self {
-				err = r.local.Assign(ctx, byPart[p])
-			} else {
-				err = r.c.call(ctx, o.URL, pathAssign, assignRequest{Assignments: toWireAssignments(byPart[p])}, &struct{}{})
-			}
-			switch {
-			case err == nil:
-			case errors.Is(err, errTransport):
-				r.log.WarnContext(ctx, "owner did not take an attribute assignment", "partition", p, "node", o.Node, "err", err)
-				errs = append(errs, fmt.Errorf("node %s: %w", o.Node, err))
-			default:
-				return err
-			}
-		}
-		if len(errs) > 0 {
-			return fmt.Errorf("partition %d: assignment not applied by every owner: %w: %w", p, errors.Join(errs...), buckets.ErrUnavailable)
+		if err := r.assignOn(ctx, p, byPart[p]); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// assignOn applies the assignments of partition p on every node
+// holding it (Assign).
+func (r *Router) assignOn(ctx context.Context, p int, as []buckets.Assignment) error {
+	targets := assignTargets(r.members.Holders(p), r.members.Owners(p))
+	if len(targets) == 0 {
+		return unavailable(p, nil)
+	}
+	var errs []error
+	for _, o := range targets {
+		var err error
+		if o.Self {
+			err = r.local.Assign(ctx, as)
+		} else {
+			err = r.c.call(ctx, o.URL, pathAssign, assignRequest{Assignments: toWireAssignments(as)}, &struct{}{})
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, errTransport):
+			r.log.WarnContext(ctx, "node did not take an attribute assignment", "partition", p, "node", o.Node, "err", err)
+			errs = append(errs, fmt.Errorf("node %s: %w", o.Node, err))
+		default:
+			return err
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("partition %d: assignment not applied by every node holding it: %w: %w", p, errors.Join(errs...), buckets.ErrUnavailable)
+	}
+	return nil
+}
+
+// assignTargets is every node of holders and owners once, by node name,
+// in the order given.
+func assignTargets(holders, owners []Peer) []Peer {
+	out := make([]Peer, 0, len(holders)+len(owners))
+	for _, o := range slices.Concat(holders, owners) {
+		if !slices.ContainsFunc(out, func(x Peer) bool { return x.Node == o.Node }) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // perPartition runs ask once for every partition, on one of its owners,

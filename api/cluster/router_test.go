@@ -198,8 +198,9 @@ func (m *memLocal) DeleteDevice(_ context.Context, dev buckets.DeviceID) (bucket
 // view is a fixed membership: partition = last digit of the device ID
 // mod 2; owners listed per partition.
 type view struct {
-	owners map[int][]Peer
-	nodes  []Peer
+	owners  map[int][]Peer
+	holders map[int][]Peer // nil: the owners
+	nodes   []Peer
 }
 
 func (v view) Partitions() int { return 2 }
@@ -208,6 +209,12 @@ func (v view) PartitionOf(dev buckets.DeviceID) int {
 }
 func (v view) Owners(p int) []Peer { return v.owners[p] }
 func (v view) Nodes() []Peer       { return v.nodes }
+func (v view) Holders(p int) []Peer {
+	if v.holders == nil {
+		return v.owners[p]
+	}
+	return v.holders[p]
+}
 
 func reading(dev string, k int64, v float64) buckets.Reading {
 	return buckets.Reading{Device: buckets.DeviceID(dev), Ticks: buckets.Ticks(k), Values: []buckets.Field{{Name: "t", Value: buckets.Float(v)}}}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,24 @@ func (v membershipView) Owners(p int) []cluster.Peer {
 	var out []cluster.Peer
 	for _, o := range v.m.Owners(p) {
 		out = append(out, cluster.Peer(o))
+	}
+	return out
+}
+
+// Holders is every live node whose lease holds p or is caught up on
+// it, this node first.
+func (v membershipView) Holders(p int) []cluster.Peer {
+	var out []cluster.Peer
+	for _, l := range v.m.Nodes() {
+		if !slices.Contains(l.Holding, p) && !slices.Contains(l.Ready, p) {
+			continue
+		}
+		peer := cluster.Peer{Node: l.Node, URL: l.URL, Self: l.Node == v.m.Node()}
+		if peer.Self {
+			out = slices.Insert(out, 0, peer)
+		} else {
+			out = append(out, peer)
+		}
 	}
 	return out
 }
