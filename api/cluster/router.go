@@ -88,7 +88,7 @@ type Membership interface {
 	// Holders lists the nodes consuming partition p, caught up or
 	// not: the caught-up owners, those still catching up on it and
 	// those trailing its stream (withdrawn from Owners until they are
-	// back within their bound). This node first when it is one.
+	// back within their bound), in no particular order.
 	Holders(p int) []Peer
 	// Nodes lists every live node.
 	Nodes() []Peer

@@ -58,23 +58,17 @@ func (v membershipView) Owners(p int) []cluster.Peer {
 	return out
 }
 
-// Holders is every live node whose lease holds p or is caught up on
-// it, this node first.
+// Holders is every live node whose lease holds p or is caught up on it.
 func (v membershipView) Holders(p int) []cluster.Peer {
 	var out []cluster.Peer
 	for _, l := range v.m.Nodes() {
-		if !slices.Contains(l.Holding, p) && !slices.Contains(l.Ready, p) {
-			continue
-		}
-		peer := cluster.Peer{Node: l.Node, URL: l.URL, Self: l.Node == v.m.Node()}
-		if peer.Self {
-			out = slices.Insert(out, 0, peer)
-		} else {
-			out = append(out, peer)
+		if slices.Contains(l.Holding, p) || slices.Contains(l.Ready, p) {
+			out = append(out, cluster.Peer{Node: l.Node, URL: l.URL, Self: l.Node == v.m.Node()})
 		}
 	}
 	return out
 }
+
 func (v membershipView) Nodes() []cluster.Peer {
 	var out []cluster.Peer
 	for _, l := range v.m.Nodes() {
