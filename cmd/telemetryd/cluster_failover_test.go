@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -209,13 +210,17 @@ func checkCopies(t *testing.T, nodes []*testNode, p *loadPublisher, partitions i
 // and measures the longest time without an answer.
 type queryWatch struct {
 	failed, answered atomic.Int64
-	stop             chan struct{}
-	done             chan struct{}
-	maxGap           time.Duration // valid after halt
+	// unavailable counts 503s naming the device's partition: the answer
+	// while no copy of it is caught up (a copy trailing its stream by
+	// more than the read-lag bound withdraws until it is back).
+	unavailable atomic.Int64
+	stop        chan struct{}
+	done        chan struct{}
+	maxGap      time.Duration // valid after halt
 }
 
 // watchQueries starts asking; the first gap runs from since.
-func watchQueries(t *testing.T, survivors []*testNode, devs []string, since time.Time) *queryWatch {
+func watchQueries(t *testing.T, survivors []*testNode, devs []string, partitions int, since time.Time) *queryWatch {
 	w := &queryWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	client := &http.Client{Timeout: 10 * time.Second}
 	go func() {
@@ -229,13 +234,19 @@ func watchQueries(t *testing.T, survivors []*testNode, devs []string, since time
 			default:
 			}
 			n := survivors[k%len(survivors)]
-			resp, err := client.Get(n.base + "/v1/devices/" + devs[k%len(devs)] + "/readings/latest?limit=1")
+			dev := devs[k%len(devs)]
+			resp, err := client.Get(n.base + "/v1/devices/" + dev + "/readings/latest?limit=1")
 			if err != nil || resp.StatusCode != http.StatusOK {
-				if w.failed.Add(1) < 5 {
-					var b []byte
-					if resp != nil {
-						b, _ = io.ReadAll(resp.Body)
-					}
+				var b []byte
+				if resp != nil {
+					b, _ = io.ReadAll(resp.Body)
+				}
+				c := &w.failed
+				if resp != nil && resp.StatusCode == http.StatusServiceUnavailable &&
+					strings.Contains(string(b), fmt.Sprintf("partition %d ", partition.Of(partitions, dev))) {
+					c = &w.unavailable
+				}
+				if c.Add(1) < 5 {
 					t.Logf("query via %s failed: %v %s", n.cfg.Cluster.NodeName, err, b)
 				}
 			} else {
@@ -265,11 +276,32 @@ type failover struct {
 	leaseTTL  time.Duration
 	minRounds int64 // rounds of load before the kill
 	after     time.Duration
+	// strict also fails the run on a 503 naming the partition and on a
+	// gap without answers longer than the lease TTL. Both are how fast
+	// the second copy keeps up, so only the long run, made on a quiet
+	// machine, judges them; a loaded machine can put a copy past its
+	// read-lag bound, and then the 503 is the right answer.
+	strict bool
+}
+
+// judge asserts what a watch of queries saw during a fault: every
+// failure was a 503 naming the device's partition (in a strict run,
+// none at all, and no gap past the lease TTL), and some answered.
+func (f failover) judge(t *testing.T, w *queryWatch, during string) {
+	t.Helper()
+	assert.Zero(t, w.failed.Load(), "queries failed %s", during)
+	assert.Positive(t, w.answered.Load(), "queries answered %s", during)
+	if f.strict {
+		assert.Zero(t, w.unavailable.Load(), "queries answered 503 %s", during)
+		assert.Less(t, w.maxGap, f.leaseTTL, "longest time without an answer %s", during)
+	}
 }
 
 // TestClusterFailover: a telemetryd node is killed mid-ingest. Queries
 // for its devices keep answering through the other nodes (the other
-// copy) with no failed request and no gap longer than the lease TTL;
+// copy): a request fails only with a 503 naming its partition, and
+// with TELEMETRY_LONG=1 (a quiet machine) none fails and no gap is
+// longer than the lease TTL;
 // its partitions get a second owner; when it returns it catches up and
 // the partitions go back to it; every copy holds every acked reading
 // exactly once (the crash loop's checker). Then a NATS server is
@@ -280,7 +312,7 @@ func TestClusterFailover(t *testing.T) {
 	inLane(t, lanes.cluster)
 	f := failover{devices: 120, leaseTTL: 3 * time.Second, minRounds: 5, after: 2 * time.Second}
 	if longCluster() {
-		f = failover{devices: 600, leaseTTL: 3 * time.Second, minRounds: 20, after: 15 * time.Second}
+		f = failover{devices: 600, leaseTTL: 3 * time.Second, minRounds: 20, after: 15 * time.Second, strict: true}
 	}
 	f.run(t)
 }
@@ -318,7 +350,7 @@ func (f failover) run(t *testing.T) {
 	victim.crash()
 	killed := time.Now()
 	survivors := []*testNode{nodes[0], nodes[2]}
-	watch := watchQueries(t, survivors, victimDevs, killed)
+	watch := watchQueries(t, survivors, victimDevs, partitions, killed)
 	for _, n := range survivors {
 		waitFor(t, 50*time.Millisecond, func() bool {
 			return converged(n.main(), 2, []string{names[0], names[2]})
@@ -326,11 +358,9 @@ func (f failover) run(t *testing.T) {
 	}
 	takeover := time.Since(killed)
 	watch.halt()
-	t.Logf("partitions had two caught-up owners again %s after the kill (lease TTL %s); %d queries for its devices answered, %d failed, longest gap %s",
-		takeover.Round(time.Millisecond), f.leaseTTL, watch.answered.Load(), watch.failed.Load(), watch.maxGap.Round(time.Millisecond))
-	assert.Zero(t, watch.failed.Load(), "queries for the victim's devices failed while it was gone")
-	assert.Positive(t, watch.answered.Load())
-	assert.Less(t, watch.maxGap, f.leaseTTL, "longest time without an answer for the victim's devices")
+	t.Logf("partitions had two caught-up owners again %s after the kill (lease TTL %s); %d queries for its devices answered, %d failed, %d answered 503 for their partition, longest gap %s",
+		takeover.Round(time.Millisecond), f.leaseTTL, watch.answered.Load(), watch.failed.Load(), watch.unavailable.Load(), watch.maxGap.Round(time.Millisecond))
+	f.judge(t, watch, "while the victim was gone")
 
 	// The victim returns with its data dir and name, and catches up.
 	victim.open(clock)
@@ -352,14 +382,18 @@ func (f failover) run(t *testing.T) {
 	}
 	natsKilled := time.Now()
 	nc.stop(2)
-	watch = watchQueries(t, nodes, all, natsKilled)
+	watch = watchQueries(t, nodes, all, partitions, natsKilled)
 	load2 := startLoad(t, []string{nc.url(0), nc.url(1)}, "more", f.devices, testEpoch.Add(-30*time.Minute))
 	waitFor(t, 20*time.Millisecond, func() bool { return load2.rounds.Load() >= f.minRounds })
 	time.Sleep(f.after)
 	load2.halt()
 	watch.halt()
-	t.Logf("NATS server kill: %d queries answered, %d failed, longest gap %s", watch.answered.Load(), watch.failed.Load(), watch.maxGap.Round(time.Millisecond))
+	t.Logf("NATS server kill: %d queries answered, %d failed, %d answered 503 for their partition, longest gap %s",
+		watch.answered.Load(), watch.failed.Load(), watch.unavailable.Load(), watch.maxGap.Round(time.Millisecond))
 	assert.Zero(t, watch.failed.Load(), "queries failed after a NATS server was killed")
+	if f.strict {
+		assert.Zero(t, watch.unavailable.Load(), "queries answered 503 after a NATS server was killed")
+	}
 	tally = checkCopies(t, nodes, load2, partitions, 60*time.Second)
 	t.Logf("NATS server kill: %d rounds of %d devices; both copies: %s", load2.rounds.Load(), f.devices, tally)
 	// The first load's readings are still all there, on every copy.
