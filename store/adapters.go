@@ -303,10 +303,7 @@ func (tableBlocks) ParseKey(key []byte) (buckets.DeviceID, uint64, bool) {
 }
 
 // Decode checks and decodes a block, as a read does.
-func (tableBlocks) Decode(dev buckets.DeviceID, meta byte, v []byte) ([]buckets.Reading, error) {
-	if err := checkFlag(meta, v); err != nil {
-		return nil, err
-	}
+func (tableBlocks) Decode(dev buckets.DeviceID, v []byte) ([]buckets.Reading, error) {
 	_, rs, err := block.Decode(v, dev)
 	return rs, err
 }

@@ -75,9 +75,6 @@ func checkTable(ctx context.Context, t *table, rep *CheckReport, found func(BadB
 		if ok {
 			rep.BlocksRead++
 			err = item.Value(func(v []byte) error {
-				if err := checkFlag(item.UserMeta(), v); err != nil {
-					return err
-				}
 				_, _, err := block.Decode(v, dev)
 				return err
 			})

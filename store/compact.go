@@ -569,9 +569,6 @@ func listBlocks(txn *badger.Txn, dev buckets.DeviceID) ([]keyedRef, error) {
 			if kr.value, err = bi.item.ValueCopy(nil); err != nil {
 				return false, err
 			}
-			if err := checkFlag(bi.item.UserMeta(), kr.value); err != nil {
-				return false, &blockError{ref: bi.ref, err: err}
-			}
 		}
 		refs = append(refs, kr)
 		return true, nil

@@ -101,17 +101,6 @@ func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
 	testCorruptBlockIsSkipped(t, func(v []byte) { v[len(v)/2] ^= 0x10 }, "checksum mismatch")
 }
 
-// TestDamagedVersionByteCannotBypassTheChecksum damages a block's
-// version byte (and the checksum so that it does not match as version 5
-// either): the entry's flag says it was written with a checksum, so it
-// is refused, even by the readers that only look at its header.
-func TestDamagedVersionByteCannotBypassTheChecksum(t *testing.T) {
-	testCorruptBlockIsSkipped(t, func(v []byte) {
-		v[0] = 2
-		v[len(v)-1] ^= 1
-	}, "written with a checksum, but its version byte says 2")
-}
-
 // testCorruptBlockIsSkipped is the test of one corruption: damage
 // changes the middle block's value in place, and the warning names it
 // and contains reason.

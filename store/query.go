@@ -235,7 +235,6 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 	type found struct {
 		ref   blockRef
 		value []byte
-		meta  byte
 	}
 	var blocks []found
 	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
@@ -243,7 +242,7 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 			return true, nil
 		}
 		v, err := bi.item.ValueCopy(nil)
-		blocks = append(blocks, found{bi.ref, v, bi.item.UserMeta()})
+		blocks = append(blocks, found{bi.ref, v})
 		return true, err
 	})
 	if err != nil {
@@ -260,11 +259,7 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 		if out = res.AppendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
 		}
-		err := checkFlag(b.meta, b.value)
-		var rs []buckets.Reading
-		if err == nil {
-			rs, err = readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
-		}
+		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
 		if err != nil {
 			err = &blockError{ref: b.ref, err: err}
 			if !t.bad.skip(ctx, t.day, dev, err) {

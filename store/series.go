@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"fmt"
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
@@ -31,42 +30,26 @@ import (
 // holds the answer. Readers resolve overlaps that way; the compactor
 // (compact.go) merges a device's open blocks into sealed ones.
 
-// A block's Badger entry carries flags in its user meta byte, which
-// builds that do not know them ignore; blocks written before a flag
-// existed lack it (unknown, never a promise):
+// A block's Badger entry carries flags in its user meta byte; a flag
+// that is not set is unknown, never a promise:
 //
 //   - metaDistinctMs: no two readings of the block share a millisecond,
 //     so its header summarises one value per millisecond too.
-//   - metaChecksummed: the block was written with a checksum. Readers
-//     refuse such a block whose bytes say otherwise (a damaged version
-//     byte), so damage to the value alone can never get a block read
-//     unchecked: the meta byte is kept apart from the value.
-const (
-	metaDistinctMs  byte = 1
-	metaChecksummed byte = 2
-)
+//
+// Every block ends with a CRC-32C that every reader checks, and a
+// block of any other version than block.Version is refused (package
+// block), so a damaged block is never read unchecked.
+const metaDistinctMs byte = 1
 
 // blockMeta returns the user meta byte of the block of rs (sorted by
-// ticks), written by this build: checksummed.
+// ticks).
 func blockMeta(rs []buckets.Reading) byte {
 	for i := 1; i < len(rs); i++ {
 		if rs[i].Ticks/ticksPerMs == rs[i-1].Ticks/ticksPerMs {
-			return metaChecksummed
+			return 0
 		}
 	}
-	return metaDistinctMs | metaChecksummed
-}
-
-// checkFlag refuses the value v of a block whose user meta says it was
-// written with a checksum when v is not of the checksummed version.
-func checkFlag(meta byte, v []byte) error {
-	if meta&metaChecksummed != 0 && !block.Checksummed(v) {
-		if len(v) == 0 {
-			return fmt.Errorf("%w: empty", block.ErrCorrupt)
-		}
-		return fmt.Errorf("%w: written with a checksum, but its version byte says %d", block.ErrCorrupt, v[0])
-	}
-	return nil
+	return metaDistinctMs
 }
 
 // blockKeyLen is the length of a block key after the device prefix.
@@ -191,9 +174,6 @@ func (it blockIterator) each(lo buckets.Ticks, fn func(blockItem) (bool, error))
 func decodeItem(bi blockItem, dev buckets.DeviceID) ([]buckets.Reading, error) {
 	var rs []buckets.Reading
 	err := bi.item.Value(func(v []byte) error {
-		if err := checkFlag(bi.item.UserMeta(), v); err != nil {
-			return err
-		}
 		var err error
 		_, rs, err = block.Decode(v, dev)
 		return err
@@ -215,9 +195,6 @@ var scanners = sync.Pool{New: func() any { return new(block.Scanner) }}
 func readItem(bi blockItem, dev buckets.DeviceID, lo, hi buckets.Ticks, limit int, newest bool, vals *[]buckets.Field) ([]buckets.Reading, error) {
 	var rs []buckets.Reading
 	err := bi.item.Value(func(v []byte) error {
-		if err := checkFlag(bi.item.UserMeta(), v); err != nil {
-			return err
-		}
 		var err error
 		rs, err = readBlock(v, dev, lo, hi, limit, newest, vals)
 		return err
