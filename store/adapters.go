@@ -110,7 +110,7 @@ func (src backupSource) Table(ctx context.Context, day buckets.Day, fn func(db *
 		return nil
 	}
 	defer s.release(t)
-	txn, unpin := t.readTxn()
+	txn, unpin := t.ver.ReadTxn(t.db)
 	defer unpin()
 	at := txn.ReadTs()
 	return s.guard(t, func() error { return fn(t.db, t.dir, at) })

@@ -117,7 +117,7 @@ var _ aggregate.Table = (*aggTable)(nil)
 // readTxn is the table's read transaction.
 func (at *aggTable) readTxn() *badger.Txn {
 	if at.txn == nil {
-		at.txn, at.release = at.t.readTxn()
+		at.txn, at.release = at.t.ver.ReadTxn(at.t.db)
 	}
 	return at.txn
 }

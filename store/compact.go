@@ -457,7 +457,7 @@ func devicesWithOpenBlocks(t *table) ([]buckets.DeviceID, error) { return device
 // devicesIn lists the devices with blocks in t (only those with open
 // blocks when openOnly), reading keys only.
 func devicesIn(t *table, openOnly bool) ([]buckets.DeviceID, error) {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	it := txn.NewIterator(badger.IteratorOptions{})
 	defer it.Close()
@@ -539,7 +539,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 // left out), else from its keys (sealed is -1); a block the note lists
 // but the table lacks sends it to the keys too.
 func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs []keyedRef, sealed buckets.Ticks, take []keyedRef, merged []buckets.Reading, err error) {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	if refs, sealed = t.knownBlocks(dev); refs != nil {
 		take, merged, err = mergeTaken(txn, dev, refs, full)

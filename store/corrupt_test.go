@@ -21,6 +21,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // editTable opens the Badger database of the day table in dir (the
@@ -38,7 +39,7 @@ func editTable(t *testing.T, dir string, edit func(key, value []byte, meta byte)
 		meta  byte
 	}
 	changed := map[string]change{}
-	require.NoError(t, viewLatest(db, func(txn *badger.Txn) error {
+	require.NoError(t, versions.ViewLatest(db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {

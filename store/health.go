@@ -96,8 +96,8 @@ func (s *Store) probe(ctx context.Context, day buckets.Day) {
 // probeCommit commits the table's format key, unchanged: a commit that
 // writes to the table's files. It runs under writeMu.
 func probeCommit(t *table) error {
-	version := t.reserveVersion()
-	txn := t.writeTxn()
+	version := t.ver.Reserve(t.db)
+	txn := t.ver.WriteTxn(t.db)
 	defer txn.Discard()
 	if err := txn.Set(metaFormatKey, []byte{formatVersion}); err != nil {
 		return err

@@ -93,7 +93,7 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 	var r buckets.Reading
 	var found bool
 	err = s.guard(t, func() error {
-		txn, done := t.readTxn()
+		txn, done := t.ver.ReadTxn(t.db)
 		defer done()
 		r, found, err = getReading(ctx, t, txn, dev, k)
 		return err
@@ -193,7 +193,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 	if lo >= hi || len(out) >= limit {
 		return out, nil
 	}
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	res := resolve.New()
 	var err error

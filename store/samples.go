@@ -86,7 +86,7 @@ type sampleBlock struct {
 // by column, a run of overlapping blocks is decoded and resolved as
 // Range resolves it.
 func (sr *sampleReader) table(ctx context.Context, t *table, sc *block.Scanner, lo, hi buckets.Ticks) error {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	var blocks []sampleBlock
 	err := eachBlock(txn, sr.dev, lo, func(bi blockItem) (bool, error) {

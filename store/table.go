@@ -68,7 +68,10 @@ type table struct {
 	// wt is what this process wrote since db was opened (write.go).
 	// Guarded by writeMu.
 	wt writeTracker
-	// ver numbers commits and tracks readers' versions (versions.go).
+	// ver numbers commits and tracks readers' versions (package
+	// versions: the database is opened in managed mode, so queries
+	// never wait for writers). Readers call ver.ReadTxn, writers
+	// ver.Reserve and ver.WriteTxn, then commitTxnAt (write.go).
 	ver versions.Versions
 	// countFile says that the count file exists: it must be removed
 	// before the next commit. Guarded by writeMu.
@@ -181,7 +184,7 @@ type tableMeta struct {
 // key but with readings gets MaxTicks: every write reads first.
 func readMeta(db *badger.DB) (tableMeta, error) {
 	var m tableMeta
-	err := viewLatest(db, func(txn *badger.Txn) error {
+	err := versions.ViewLatest(db, func(txn *badger.Txn) error {
 		readings, err := readUint64(txn, metaReadingsKey)
 		if err != nil {
 			return err

@@ -385,7 +385,7 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 				testHookReadBeforeWrite()
 			}
 			if txn == nil {
-				txn, done = t.readTxn()
+				txn, done = t.ver.ReadTxn(t.db)
 			}
 			var err error
 			if stored, err = storedReadings(t, txn, g[0].Device, lo, hi+1); err != nil {
@@ -568,8 +568,8 @@ func entrySize(e entry, threshold int64) int64 {
 // updated table metadata in one transaction, as the next version of
 // the table, which is also the sequence of the blocks written.
 func commitChunk(t *table, entries []entry, drop [][]byte) error {
-	version := t.reserveVersion()
-	txn := t.writeTxn()
+	version := t.ver.Reserve(t.db)
+	txn := t.ver.WriteTxn(t.db)
 	defer txn.Discard()
 	added, newest := int64(0), t.newest
 	for _, k := range drop {
@@ -632,4 +632,20 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", buckets.ErrUnavailable, err)
 	}
 	return err
+}
+
+// commitTxn commits txn, a write transaction of t, as the next version
+// and publishes it to readers once it completed. It must run under
+// t.writeMu. A failed commit uses up its version.
+func (t *table) commitTxn(txn *badger.Txn) error {
+	return t.commitTxnAt(txn, t.ver.Reserve(t.db))
+}
+
+// commitTxnAt commits txn as version, from t.ver.Reserve, and
+// publishes it to readers once it completed.
+func (t *table) commitTxnAt(txn *badger.Txn, version uint64) error {
+	if testHookTableWrite != nil {
+		testHookTableWrite("commit")
+	}
+	return t.ver.CommitAt(t.db, txn, version)
 }
