@@ -13,11 +13,6 @@ import (
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
-// tableDir is the directory of the table of day.
-func (s *Store) tableDir(day buckets.Day) string {
-	return TableDir(s.dir, day)
-}
-
 // Tables lists the day tables on disk, ascending by day. SizeBytes is
 // the disk space of the table's files; Readings is the exact number of
 // distinct readings, or -1 when it is not known. Tables never opens a
