@@ -229,7 +229,7 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 		s.detach(h) // not the last reference: the opener holds one
 		s.metrics.TableErrors.Add(context.Background(), 1)
 		if writable {
-			s.block(t.day, blocked.Damaged, err)
+			s.health.Mark(s.log, t.day, blocked.Damaged, err)
 		} else {
 			s.log.Error("day table cannot be opened (damaged?); its queries fail: "+blocked.RepairAdvice(t.day),
 				"day", t.day.String(), "dir", t.dir, "err", err)
@@ -238,7 +238,7 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 	}
 	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
 	if !readOnly && s.health.IsFor(t.day, blocked.Damaged) {
-		s.unblock(t.day, "opened")
+		s.health.Clear(s.log, t.day, "opened")
 	}
 	t.gen = tableOpenings.Add(1)
 	h.writable = !readOnly

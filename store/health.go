@@ -32,28 +32,6 @@ import (
 // probeEvery is how often CommitBlocked tries a blocked table again.
 const probeEvery = 2 * time.Second
 
-// block marks day blocked for reason and logs it when that is news.
-func (s *Store) block(day buckets.Day, reason string, err error) {
-	if !s.health.Block(day, reason, err, time.Now()) || reason == blocked.Repairing {
-		return // not news, or RepairTable logs
-	}
-	if reason == blocked.Damaged {
-		s.log.Error("day table cannot be opened (damaged?); its readings wait unacked in the stream and queries of the day fail: "+blocked.RepairAdvice(day),
-			"day", day.String(), "err", err)
-		return
-	}
-	s.log.Error("day table cannot commit; its readings wait unacked in the stream and are committed once it can",
-		"day", day.String(), "err", err)
-}
-
-// unblock clears day, logging when it was blocked.
-func (s *Store) unblock(day buckets.Day, why string) {
-	if b := s.health.Unblock(day); b != nil {
-		s.log.Info("day table can commit again", "day", day.String(), "was", b.Reason, "how", why,
-			"blocked_for", time.Since(b.Since).Round(time.Millisecond).String())
-	}
-}
-
 // BlockedError says which day tables cannot commit and why.
 type BlockedError = blocked.Error
 
@@ -87,10 +65,10 @@ func (s *Store) probe(ctx context.Context, day buckets.Day) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	if err := probeCommit(t); err != nil {
-		s.block(day, blocked.Commit, err)
+		s.health.Mark(s.log, day, blocked.Commit, err)
 		return
 	}
-	s.unblock(day, "tried again")
+	s.health.Clear(s.log, day, "tried again")
 }
 
 // probeCommit commits the table's format key, unchanged: a commit that
@@ -115,7 +93,7 @@ func (s *Store) noteCommit(day buckets.Day, err error) {
 	switch {
 	case err == nil:
 		if s.health.Is(day) && !s.health.IsFor(day, blocked.Repairing) {
-			s.unblock(day, "committed")
+			s.health.Clear(s.log, day, "committed")
 		}
 	case errors.Is(err, badger.ErrBlockedWrites), errors.Is(err, badger.ErrDBClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -123,7 +101,7 @@ func (s *Store) noteCommit(day buckets.Day, err error) {
 	case s.health.IsFor(day, blocked.Repairing):
 		// RepairTable reports its own failures
 	default:
-		s.block(day, blocked.Commit, err)
+		s.health.Mark(s.log, day, blocked.Commit, err)
 	}
 }
 

@@ -195,7 +195,7 @@ func (s *Store) removeTable(t *table, size int64, damaged bool) (buckets.TableDr
 		s.log.Warn("damaged day table dropped without a tombstone: the stream's readings of the day go into a new table",
 			"day", day.String())
 	}
-	s.unblock(day, "dropped")
+	s.health.Clear(s.log, day, "dropped")
 	if err == nil {
 		if err := os.RemoveAll(trash); err != nil {
 			// The table is gone from the store; the next Open finishes.

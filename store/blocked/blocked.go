@@ -6,6 +6,7 @@
 package blocked
 
 import (
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -54,6 +55,31 @@ func (h *Set) Block(day buckets.Day, reason string, err error, now time.Time) bo
 	}
 	h.blocked[day] = &Table{Reason: reason, Err: err, Since: now, Probed: now}
 	return true
+}
+
+// Mark blocks day for reason, at the wall clock's now, and logs that to
+// log when it is news: one line when a table becomes blocked, none for
+// Repairing (the repair logs its own).
+func (h *Set) Mark(log *slog.Logger, day buckets.Day, reason string, err error) {
+	if !h.Block(day, reason, err, time.Now()) || reason == Repairing {
+		return
+	}
+	if reason == Damaged {
+		log.Error("day table cannot be opened (damaged?); its readings wait unacked in the stream and queries of the day fail: "+RepairAdvice(day),
+			"day", day.String(), "err", err)
+		return
+	}
+	log.Error("day table cannot commit; its readings wait unacked in the stream and are committed once it can",
+		"day", day.String(), "err", err)
+}
+
+// Clear unblocks day and logs that to log when it was blocked; why says
+// how it came free.
+func (h *Set) Clear(log *slog.Logger, day buckets.Day, why string) {
+	if b := h.Unblock(day); b != nil {
+		log.Info("day table can commit again", "day", day.String(), "was", b.Reason, "how", why,
+			"blocked_for", time.Since(b.Since).Round(time.Millisecond).String())
+	}
 }
 
 // Unblock clears day and returns why it was blocked, nil if it was not.
