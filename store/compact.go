@@ -236,18 +236,17 @@ func (t *table) doubt(entries []entry) {
 }
 
 // noteBlocks records the open blocks of a commit. A block that may
-// overlap another one (a late or repeated reading: writeTracker's
-// mayOverlap) makes the device urgent. It runs before the write tracker
-// records the commit.
+// overlap another one (a late or repeated reading: entry.overlaps,
+// which commitChunk asks the write tracker before the commit) makes the
+// device urgent.
 func (t *table) noteBlocks(entries []entry) {
-	w := t.tracker()
 	for _, e := range entries {
 		if e.ref.sealed {
 			continue
 		}
 		n := t.note(e.dev)
 		t.noteOpen(n, e.ref, e.value)
-		if w.mayOverlap(e.dev, e.ref.oldest, e.ref.newest) {
+		if e.overlaps {
 			n.urgent = true
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/diskuse"
@@ -85,24 +83,6 @@ func probeCommit(t *table) error {
 	}
 	t.formatSaved = true
 	return nil
-}
-
-// noteCommit records the outcome of a commit to the table of day: a
-// failure of the files blocks it, a success unblocks it.
-func (s *Store) noteCommit(day buckets.Day, err error) {
-	switch {
-	case err == nil:
-		if s.health.Is(day) && !s.health.IsFor(day, blocked.Repairing) {
-			s.health.Clear(s.log, day, "committed")
-		}
-	case errors.Is(err, badger.ErrBlockedWrites), errors.Is(err, badger.ErrDBClosed),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// the table is being closed or dropped, or the caller gave up
-	case s.health.IsFor(day, blocked.Repairing):
-		// RepairTable reports its own failures
-	default:
-		s.health.Mark(s.log, day, blocked.Commit, err)
-	}
 }
 
 // diskFloor is the free space, beyond what the memtable logs may still

@@ -145,7 +145,7 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	if err == nil {
 		err = commitEntries(t, entries)
 	}
-	s.noteCommit(day, err)
+	s.health.NoteCommit(s.log, day, err)
 	if err != nil {
 		s.watch.Removed("") // a part may have committed
 		return classify(fmt.Errorf("write table %s: %w", day, err))
@@ -165,6 +165,9 @@ type entry struct {
 	// first and last are the values of the block's oldest and newest
 	// readings, for a block a write made (nil for a compaction's).
 	first, last []buckets.Field
+	// overlaps says that an open block a write made may overlap a
+	// block already stored (writeTracker.mayOverlap before the commit).
+	overlaps bool
 }
 
 // readingKey is the identity of a reading.
@@ -568,6 +571,7 @@ func entrySize(e entry, threshold int64) int64 {
 // updated table metadata in one transaction, as the next version of
 // the table, which is also the sequence of the blocks written.
 func commitChunk(t *table, entries []entry, drop [][]byte) error {
+	w := t.tracker()
 	version := t.ver.Reserve(t.db)
 	txn := t.ver.WriteTxn(t.db)
 	defer txn.Discard()
@@ -580,6 +584,7 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	for i := range entries {
 		e := &entries[i]
 		e.ref.seq = version
+		e.overlaps = drop == nil && !e.ref.sealed && w.mayOverlap(e.dev, e.ref.oldest, e.ref.newest)
 		if err := txn.SetEntry(badger.NewEntry(appendBlockKey(nil, e.dev, e.ref), e.value).WithMeta(e.meta)); err != nil {
 			return err
 		}
@@ -610,10 +615,10 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	t.newest = newest
 	t.formatSaved = true
 	t.comp.doubtful = false
+	w.noteWritten(entries, newest)
 	if drop == nil {
 		t.noteBlocks(entries) // a compaction (drop) renotes its device itself
 	}
-	t.tracker().noteWritten(entries, newest)
 	return nil
 }
 
