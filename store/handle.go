@@ -378,6 +378,21 @@ func (s *Store) closeDB(t *table) error {
 	return nil
 }
 
+// guard runs a read of t, turning a Badger panic (it panics on some
+// kinds of damaged data) into an error wrapping buckets.ErrUnavailable
+// that names the day, logged once here.
+func (s *Store) guard(t *table, read func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.metrics.TableErrors.Add(context.Background(), 1)
+			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", blocked.FirstLine(fmt.Sprint(r)))
+			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
+				Err: errors.New(blocked.FirstLine(fmt.Sprint(r)))}
+		}
+	}()
+	return read()
+}
+
 // staysOpen reports whether t has an open database that nothing has
 // asked to close. s.mu is held.
 func (t *table) staysOpen() bool {

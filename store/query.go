@@ -3,14 +3,12 @@ package store
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
@@ -311,19 +309,4 @@ func getReading(ctx context.Context, t *table, txn *badger.Txn, dev buckets.Devi
 		return true, nil
 	})
 	return r, ok, err
-}
-
-// guard runs a read of t, turning a Badger panic (it panics on some
-// kinds of damaged data) into an error wrapping buckets.ErrUnavailable
-// that names the day, logged once here.
-func (s *Store) guard(t *table, read func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.metrics.TableErrors.Add(context.Background(), 1)
-			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", blocked.FirstLine(fmt.Sprint(r)))
-			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
-				Err: errors.New(blocked.FirstLine(fmt.Sprint(r)))}
-		}
-	}()
-	return read()
 }

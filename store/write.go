@@ -282,6 +282,15 @@ func (w *writeTracker) mayOverlap(dev buckets.DeviceID, oldest, newest buckets.T
 	return ok && sp.Overlaps(oldest, newest)
 }
 
+// markOverlaps sets entry.overlaps of the open blocks of a write that
+// may overlap a block already stored, before the tracker notes them.
+func (w *writeTracker) markOverlaps(entries []entry) {
+	for i := range entries {
+		e := &entries[i]
+		e.overlaps = !e.ref.sealed && w.mayOverlap(e.dev, e.ref.oldest, e.ref.newest)
+	}
+}
+
 // stored returns what the table holds of dev at k when the tracker
 // keeps it: k is the newest reading this process wrote for dev, or
 // the oldest of its latest write.
@@ -572,6 +581,9 @@ func entrySize(e entry, threshold int64) int64 {
 // the table, which is also the sequence of the blocks written.
 func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	w := t.tracker()
+	if drop == nil {
+		w.markOverlaps(entries)
+	}
 	version := t.ver.Reserve(t.db)
 	txn := t.ver.WriteTxn(t.db)
 	defer txn.Discard()
@@ -584,7 +596,6 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 	for i := range entries {
 		e := &entries[i]
 		e.ref.seq = version
-		e.overlaps = drop == nil && !e.ref.sealed && w.mayOverlap(e.dev, e.ref.oldest, e.ref.newest)
 		if err := txn.SetEntry(badger.NewEntry(appendBlockKey(nil, e.dev, e.ref), e.value).WithMeta(e.meta)); err != nil {
 			return err
 		}
@@ -607,19 +618,30 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 			return err
 		}
 	}
-	if err := t.commitTxnAt(txn, version); err != nil {
+	if testHookTableWrite != nil { // as commitTxnAt
+		testHookTableWrite("commit")
+	}
+	if err := t.ver.CommitAt(t.db, txn, version); err != nil {
 		t.doubt(entries)
 		return fmt.Errorf("commit: %w", err)
 	}
+	t.committed(entries, n, newest, drop == nil)
+	return nil
+}
+
+// committed records a commit of entries that left n readings and the
+// newest reading newest in t: in t's metadata, the write tracker, and,
+// for a write, the compactor's notes (a compaction renotes its device
+// itself). It must run under t.writeMu.
+func (t *table) committed(entries []entry, n int64, newest buckets.Ticks, write bool) {
 	t.readings.Store(n)
 	t.newest = newest
 	t.formatSaved = true
 	t.comp.doubtful = false
-	w.noteWritten(entries, newest)
-	if drop == nil {
-		t.noteBlocks(entries) // a compaction (drop) renotes its device itself
+	t.tracker().noteWritten(entries, newest)
+	if write {
+		t.noteBlocks(entries)
 	}
-	return nil
 }
 
 // classify marks transient storage errors with buckets.ErrUnavailable
