@@ -46,7 +46,7 @@ const formatVersion = 2
 type table struct {
 	day buckets.Day
 	dir string
-	bad *badBlocks // where readers report blocks they skip (corrupt.go)
+	bad *badBlocks // where readers report blocks they skip (series.go)
 
 	// readings is the exact number of readings, or -1 when it is not
 	// known: the table was not opened in this process and has no count
