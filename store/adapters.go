@@ -110,7 +110,7 @@ func (src backupSource) Table(ctx context.Context, day buckets.Day, fn func(db *
 		return nil
 	}
 	defer s.release(t)
-	txn, unpin := t.readTxn()
+	txn, unpin := t.ver.ReadTxn(t.db)
 	defer unpin()
 	at := txn.ReadTs()
 	return s.guard(t, func() error { return fn(t.db, t.dir, at) })
@@ -303,10 +303,7 @@ func (tableBlocks) ParseKey(key []byte) (buckets.DeviceID, uint64, bool) {
 }
 
 // Decode checks and decodes a block, as a read does.
-func (tableBlocks) Decode(dev buckets.DeviceID, meta byte, v []byte) ([]buckets.Reading, error) {
-	if err := checkFlag(meta, v); err != nil {
-		return nil, err
-	}
+func (tableBlocks) Decode(dev buckets.DeviceID, v []byte) ([]buckets.Reading, error) {
 	_, rs, err := block.Decode(v, dev)
 	return rs, err
 }

@@ -117,7 +117,7 @@ var _ aggregate.Table = (*aggTable)(nil)
 // readTxn is the table's read transaction.
 func (at *aggTable) readTxn() *badger.Txn {
 	if at.txn == nil {
-		at.txn, at.release = at.t.readTxn()
+		at.txn, at.release = at.t.ver.ReadTxn(at.t.db)
 	}
 	return at.txn
 }
@@ -145,14 +145,10 @@ func (at *aggTable) Blocks(lo buckets.Ticks, fn func(aggregate.Block) (bool, err
 	})
 }
 
-// Value checks the block's flag and reports what fails as a blockError.
+// Value reads the block's bytes and reports what fails as a blockError.
 func (at *aggTable) Value(b aggregate.Block, fn func(v []byte) error) error {
 	return b.Item.Value(func(v []byte) error {
-		err := checkFlag(b.Item.UserMeta(), v)
-		if err == nil {
-			err = fn(v)
-		}
-		if err != nil {
+		if err := fn(v); err != nil {
 			return &blockError{ref: refOf(b.Ref), err: err}
 		}
 		return nil

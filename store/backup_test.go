@@ -19,6 +19,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/backup"
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // snapshot is everything a user can read of devs, as JSON, so two
@@ -183,7 +184,7 @@ func tableKeys(t *testing.T, s *Store, day buckets.Day) map[string]string {
 	require.NoError(t, err)
 	defer s.release(tb)
 	out := map[string]string{}
-	require.NoError(t, viewLatest(tb.db, func(txn *badger.Txn) error {
+	require.NoError(t, versions.ViewLatest(tb.db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.DefaultIteratorOptions)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {

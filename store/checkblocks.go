@@ -58,7 +58,7 @@ func (s *Store) Check(ctx context.Context, found func(BadBlock)) (CheckReport, e
 
 // checkTable decodes every block of t into rep.
 func checkTable(ctx context.Context, t *table, rep *CheckReport, found func(BadBlock)) error {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	it := txn.NewIterator(badger.IteratorOptions{})
 	defer it.Close()
@@ -75,9 +75,6 @@ func checkTable(ctx context.Context, t *table, rep *CheckReport, found func(BadB
 		if ok {
 			rep.BlocksRead++
 			err = item.Value(func(v []byte) error {
-				if err := checkFlag(item.UserMeta(), v); err != nil {
-					return err
-				}
 				_, _, err := block.Decode(v, dev)
 				return err
 			})

@@ -236,18 +236,17 @@ func (t *table) doubt(entries []entry) {
 }
 
 // noteBlocks records the open blocks of a commit. A block that may
-// overlap another one (a late or repeated reading: writeTracker's
-// mayOverlap) makes the device urgent. It runs before the write tracker
-// records the commit.
+// overlap another one (a late or repeated reading: entry.overlaps,
+// which commitChunk asks the write tracker before the commit) makes the
+// device urgent.
 func (t *table) noteBlocks(entries []entry) {
-	w := t.tracker()
 	for _, e := range entries {
 		if e.ref.sealed {
 			continue
 		}
 		n := t.note(e.dev)
 		t.noteOpen(n, e.ref, e.value)
-		if w.mayOverlap(e.dev, e.ref.oldest, e.ref.newest) {
+		if e.overlaps {
 			n.urgent = true
 		}
 	}
@@ -457,7 +456,7 @@ func devicesWithOpenBlocks(t *table) ([]buckets.DeviceID, error) { return device
 // devicesIn lists the devices with blocks in t (only those with open
 // blocks when openOnly), reading keys only.
 func devicesIn(t *table, openOnly bool) ([]buckets.DeviceID, error) {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	it := txn.NewIterator(badger.IteratorOptions{})
 	defer it.Close()
@@ -539,7 +538,7 @@ func (s *Store) compactDevice(t *table, dev buckets.DeviceID, full bool) error {
 // left out), else from its keys (sealed is -1); a block the note lists
 // but the table lacks sends it to the keys too.
 func readCompaction(t *table, dev buckets.DeviceID, full bool) (refs []keyedRef, sealed buckets.Ticks, take []keyedRef, merged []buckets.Reading, err error) {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	if refs, sealed = t.knownBlocks(dev); refs != nil {
 		take, merged, err = mergeTaken(txn, dev, refs, full)
@@ -568,9 +567,6 @@ func listBlocks(txn *badger.Txn, dev buckets.DeviceID) ([]keyedRef, error) {
 			var err error
 			if kr.value, err = bi.item.ValueCopy(nil); err != nil {
 				return false, err
-			}
-			if err := checkFlag(bi.item.UserMeta(), kr.value); err != nil {
-				return false, &blockError{ref: bi.ref, err: err}
 			}
 		}
 		refs = append(refs, kr)

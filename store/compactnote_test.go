@@ -347,7 +347,7 @@ func TestCompactionGoesOnPastAFailingDevice(t *testing.T) {
 	ts.mu.Unlock()
 	bad := openBlocksOf(t, ts, "a")[3]
 	tb.writeMu.Lock()
-	txn := tb.writeTxn()
+	txn := tb.ver.WriteTxn(tb.db)
 	require.NoError(t, txn.Set(appendBlockKey(nil, "a", bad), []byte("not a block")))
 	require.NoError(t, tb.commitTxn(txn))
 	tb.doubt([]entry{{dev: "a"}}) // the blocks are read from the table, not from the note

@@ -21,6 +21,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/block"
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // editTable opens the Badger database of the day table in dir (the
@@ -38,7 +39,7 @@ func editTable(t *testing.T, dir string, edit func(key, value []byte, meta byte)
 		meta  byte
 	}
 	changed := map[string]change{}
-	require.NoError(t, viewLatest(db, func(txn *badger.Txn) error {
+	require.NoError(t, versions.ViewLatest(db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -99,17 +100,6 @@ func countOf(p buckets.AggregatePage, name string) (n int64, sum float64) {
 // and writes go on.
 func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
 	testCorruptBlockIsSkipped(t, func(v []byte) { v[len(v)/2] ^= 0x10 }, "checksum mismatch")
-}
-
-// TestDamagedVersionByteCannotBypassTheChecksum damages a block's
-// version byte (and the checksum so that it does not match as version 5
-// either): the entry's flag says it was written with a checksum, so it
-// is refused, even by the readers that only look at its header.
-func TestDamagedVersionByteCannotBypassTheChecksum(t *testing.T) {
-	testCorruptBlockIsSkipped(t, func(v []byte) {
-		v[0] = 2
-		v[len(v)-1] ^= 1
-	}, "written with a checksum, but its version byte says 2")
 }
 
 // testCorruptBlockIsSkipped is the test of one corruption: damage

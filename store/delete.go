@@ -188,7 +188,7 @@ func (t *table) forgetDevice(dev buckets.DeviceID) {
 // deviceKeys lists every key under dev's prefix in t and counts the
 // distinct readings of its blocks. writeMu is held.
 func deviceKeys(t *table, dev buckets.DeviceID) ([][]byte, int64, error) {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	prefix := devicePrefix(dev)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
@@ -232,7 +232,7 @@ func deviceKeys(t *table, dev buckets.DeviceID) ([][]byte, int64, error) {
 // deleteBlockKeys deletes keys from t in one transaction, lowering its
 // reading count by removed. writeMu is held.
 func deleteBlockKeys(t *table, keys [][]byte, removed int64) error {
-	txn := t.writeTxn()
+	txn := t.ver.WriteTxn(t.db)
 	defer txn.Discard()
 	for _, k := range keys {
 		if err := txn.Delete(k); err != nil {

@@ -54,7 +54,7 @@ func keysUnder(t *testing.T, ts *testStore, day buckets.Day, prefix string) int 
 	require.NoError(t, err)
 	require.NotNil(t, tb)
 	defer ts.release(tb)
-	txn, done := tb.readTxn()
+	txn, done := tb.ver.ReadTxn(tb.db)
 	defer done()
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 	defer it.Close()

@@ -3,14 +3,22 @@ package store
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/blocked"
+	"github.com/telemetryd/telemetryd/store/repair"
 	"github.com/telemetryd/telemetryd/store/settlequeue"
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // tableOpenings numbers the openings of day table databases (table.gen),
@@ -145,6 +153,17 @@ func (s *Store) route(day buckets.Day, a access) (*table, error) {
 	return t, nil
 }
 
+// tableDir is the directory of the table of day.
+func (s *Store) tableDir(day buckets.Day) string {
+	return TableDir(s.dir, day)
+}
+
+// TableDir is the directory of the table of day under the data
+// directory dataDir.
+func TableDir(dataDir string, day buckets.Day) string {
+	return filepath.Join(dataDir, tablesDirName, day.String())
+}
+
 // tableDropping is the error of a write to a table being dropped.
 func tableDropping(day buckets.Day) error {
 	return &buckets.TableError{Day: day, Reason: "is being dropped", Err: errDropping}
@@ -210,7 +229,7 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 		s.detach(h) // not the last reference: the opener holds one
 		s.metrics.TableErrors.Add(context.Background(), 1)
 		if writable {
-			s.block(t.day, blocked.Damaged, err)
+			s.health.Mark(s.log, t.day, blocked.Damaged, err)
 		} else {
 			s.log.Error("day table cannot be opened (damaged?); its queries fail: "+blocked.RepairAdvice(t.day),
 				"day", t.day.String(), "dir", t.dir, "err", err)
@@ -219,7 +238,7 @@ func (s *Store) openHandle(h *handle, hot, writable bool) error {
 	}
 	t.db, t.hot, t.readOnly, t.live, t.failErr = db, hot, readOnly, h, nil
 	if !readOnly && s.health.IsFor(t.day, blocked.Damaged) {
-		s.unblock(t.day, "opened")
+		s.health.Clear(s.log, t.day, "opened")
 	}
 	t.gen = tableOpenings.Add(1)
 	h.writable = !readOnly
@@ -359,6 +378,21 @@ func (s *Store) closeDB(t *table) error {
 	return nil
 }
 
+// guard runs a read of t, turning a Badger panic (it panics on some
+// kinds of damaged data) into an error wrapping buckets.ErrUnavailable
+// that names the day, logged once here.
+func (s *Store) guard(t *table, read func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.metrics.TableErrors.Add(context.Background(), 1)
+			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", blocked.FirstLine(fmt.Sprint(r)))
+			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
+				Err: errors.New(blocked.FirstLine(fmt.Sprint(r)))}
+		}
+	}()
+	return read()
+}
+
 // staysOpen reports whether t has an open database that nothing has
 // asked to close. s.mu is held.
 func (t *table) staysOpen() bool {
@@ -369,6 +403,18 @@ func (t *table) staysOpen() bool {
 func (s *Store) touch(t *table) {
 	s.useSeq++
 	t.lastUsed, t.useSeq = s.now(), s.useSeq
+}
+
+// now is the injected clock.
+func (s *Store) now() time.Time { return s.opts.Now() }
+
+// today is the UTC day of the injected clock.
+func (s *Store) today() buckets.Day { return buckets.DayOfTime(s.now()) }
+
+// isHot reports whether day is one of the HotDays newest days (days
+// after today, which the future skew allows, are hot too).
+func (s *Store) isHot(day buckets.Day) bool {
+	return day > s.today()-buckets.Day(s.opts.HotDays)
 }
 
 // closeIdle closes open cold tables (days that are not hot) that nobody
@@ -421,4 +467,152 @@ func (s *Store) closeIdle() []*settlequeue.Job {
 		s.endLogged(h)
 	}
 	return jobs
+}
+
+func newTable(day buckets.Day, dir string, bad *badBlocks) *table {
+	t := &table{day: day, dir: dir, bad: bad}
+	t.readings.Store(-1)
+	return t
+}
+
+// unavailableTable is the error of a table that cannot be opened.
+func unavailableTable(day buckets.Day, err error) error {
+	var fe *formatError
+	if errors.As(err, &fe) {
+		return &buckets.TableError{Day: day, Reason: fmt.Sprintf("has table format version %s, which this build does not read (it reads version %d); other days are unaffected", fe.version, formatVersion), Err: err}
+	}
+	return &buckets.TableError{Day: day, Reason: "cannot be opened (damaged?); other days are unaffected; " + blocked.RepairAdvice(day), Err: err}
+}
+
+// openTableDB opens the Badger database of t and reads its metadata.
+// Unless writable, it is opened read-only if it was closed cleanly
+// (else Badger must replay and truncate its write-ahead log, which
+// needs write access); a read-only store opens it read-only always.
+// Badger panics on some kinds of damage; that is turned into an error
+// so one damaged day cannot take the process down.
+func (s *Store) openTableDB(t *table, hot, writable bool) (db *badger.DB, readOnly bool, meta tableMeta, err error) {
+	class := badgeropts.Cold
+	if hot {
+		class = badgeropts.Hot
+	}
+	readOnly = !writable && (s.opts.ReadOnly || badgeropts.ClosedCleanly(t.dir))
+	opts := badgeropts.For(t.dir, class, s.opts.SyncWrites, readOnly, s.log.With("day", t.day.String())).
+		WithIndexCacheSize(s.opts.IndexCacheSize)
+	if hot {
+		opts = opts.WithMemTableSize(s.opts.MemTableSize).WithBlockCacheSize(s.opts.BlockCacheSize).
+			WithValueThreshold(min(badgeropts.ValueThreshold, s.opts.MemTableSize/8))
+	}
+	if err := repair.CheckFiles(t.dir, opts); err != nil {
+		return nil, false, meta, err
+	}
+	db, err = badgeropts.OpenView(opts, badgeropts.OpenManaged)
+	if err != nil && readOnly && !s.opts.ReadOnly {
+		// Such as a directory whose creation a crash interrupted: a
+		// writable open completes what it can.
+		s.log.Debug("opening day table read-only failed; opening it writable", "day", t.day.String(), "err", err)
+		readOnly = false
+		db, err = badgeropts.OpenManaged(opts.WithReadOnly(false))
+	}
+	if err != nil {
+		return nil, false, meta, err
+	}
+	if meta, err = readMeta(db); err != nil {
+		_ = db.Close()
+		return nil, false, meta, err
+	}
+	return db, readOnly, meta, nil
+}
+
+// tableMeta is the metadata of a day table.
+type tableMeta struct {
+	readings int64
+	newest   buckets.Ticks
+	format   byte // 0: not recorded yet (a new table)
+}
+
+// readMeta reads the metadata of a day table. A table without a newest
+// key but with readings gets MaxTicks: every write reads first.
+func readMeta(db *badger.DB) (tableMeta, error) {
+	var m tableMeta
+	err := versions.ViewLatest(db, func(txn *badger.Txn) error {
+		readings, err := readUint64(txn, metaReadingsKey)
+		if err != nil {
+			return err
+		}
+		newest, err := readUint64(txn, metaNewestKey)
+		if err != nil {
+			return err
+		}
+		if m.format, err = readFormat(txn, readings > 0); err != nil {
+			return err
+		}
+		m.readings = int64(max(readings, 0))
+		switch {
+		case newest >= 0:
+			m.newest = buckets.Ticks(newest)
+		case readings > 0:
+			m.newest = buckets.MaxTicks
+		default:
+			m.newest = -1
+		}
+		return nil
+	})
+	if err != nil {
+		return m, fmt.Errorf("read table metadata: %w", err)
+	}
+	return m, nil
+}
+
+// readFormat reads the format version of a table and refuses any but
+// formatVersion. A table with readings but no version is version 1.
+func readFormat(txn *badger.Txn, hasReadings bool) (byte, error) {
+	item, err := txn.Get(metaFormatKey)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		if hasReadings {
+			return 0, &formatError{version: "1 (one entry per reading)"}
+		}
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1 || v[0] != formatVersion {
+		version := fmt.Sprintf("%x", v)
+		if len(v) == 1 {
+			version = fmt.Sprint(v[0])
+		}
+		return 0, &formatError{version: version}
+	}
+	return v[0], nil
+}
+
+// formatError is the cause of a table of an unknown format version.
+type formatError struct{ version string }
+
+func (e *formatError) Error() string {
+	return fmt.Sprintf("table format version %s is unknown; this build reads version %d", e.version, formatVersion)
+}
+
+// readUint64 reads an 8-byte big-endian metadata value; -1 if absent.
+func readUint64(txn *badger.Txn, key []byte) (int64, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("%q has %d bytes, want 8", key, len(v))
+		}
+		n = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	return n, err
 }

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/diskuse"
@@ -31,28 +29,6 @@ import (
 
 // probeEvery is how often CommitBlocked tries a blocked table again.
 const probeEvery = 2 * time.Second
-
-// block marks day blocked for reason and logs it when that is news.
-func (s *Store) block(day buckets.Day, reason string, err error) {
-	if !s.health.Block(day, reason, err, time.Now()) || reason == blocked.Repairing {
-		return // not news, or RepairTable logs
-	}
-	if reason == blocked.Damaged {
-		s.log.Error("day table cannot be opened (damaged?); its readings wait unacked in the stream and queries of the day fail: "+blocked.RepairAdvice(day),
-			"day", day.String(), "err", err)
-		return
-	}
-	s.log.Error("day table cannot commit; its readings wait unacked in the stream and are committed once it can",
-		"day", day.String(), "err", err)
-}
-
-// unblock clears day, logging when it was blocked.
-func (s *Store) unblock(day buckets.Day, why string) {
-	if b := s.health.Unblock(day); b != nil {
-		s.log.Info("day table can commit again", "day", day.String(), "was", b.Reason, "how", why,
-			"blocked_for", time.Since(b.Since).Round(time.Millisecond).String())
-	}
-}
 
 // BlockedError says which day tables cannot commit and why.
 type BlockedError = blocked.Error
@@ -87,17 +63,17 @@ func (s *Store) probe(ctx context.Context, day buckets.Day) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	if err := probeCommit(t); err != nil {
-		s.block(day, blocked.Commit, err)
+		s.health.Mark(s.log, day, blocked.Commit, err)
 		return
 	}
-	s.unblock(day, "tried again")
+	s.health.Clear(s.log, day, "tried again")
 }
 
 // probeCommit commits the table's format key, unchanged: a commit that
 // writes to the table's files. It runs under writeMu.
 func probeCommit(t *table) error {
-	version := t.reserveVersion()
-	txn := t.writeTxn()
+	version := t.ver.Reserve(t.db)
+	txn := t.ver.WriteTxn(t.db)
 	defer txn.Discard()
 	if err := txn.Set(metaFormatKey, []byte{formatVersion}); err != nil {
 		return err
@@ -107,24 +83,6 @@ func probeCommit(t *table) error {
 	}
 	t.formatSaved = true
 	return nil
-}
-
-// noteCommit records the outcome of a commit to the table of day: a
-// failure of the files blocks it, a success unblocks it.
-func (s *Store) noteCommit(day buckets.Day, err error) {
-	switch {
-	case err == nil:
-		if s.health.Is(day) && !s.health.IsFor(day, blocked.Repairing) {
-			s.unblock(day, "committed")
-		}
-	case errors.Is(err, badger.ErrBlockedWrites), errors.Is(err, badger.ErrDBClosed),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// the table is being closed or dropped, or the caller gave up
-	case s.health.IsFor(day, blocked.Repairing):
-		// RepairTable reports its own failures
-	default:
-		s.block(day, blocked.Commit, err)
-	}
 }
 
 // diskFloor is the free space, beyond what the memtable logs may still

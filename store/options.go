@@ -2,7 +2,6 @@ package store
 
 import (
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -10,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/badgeropts"
 	"github.com/telemetryd/telemetryd/store/rollup"
 )
@@ -149,10 +147,4 @@ func TableBadgerOptions(dir string, syncWrites, readOnly bool, log *slog.Logger)
 		log = slog.Default()
 	}
 	return badgeropts.For(dir, badgeropts.Hot, syncWrites, readOnly, log)
-}
-
-// TableDir is the directory of the table of day under the data
-// directory dataDir.
-func TableDir(dataDir string, day buckets.Day) string {
-	return filepath.Join(dataDir, tablesDirName, day.String())
 }

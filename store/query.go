@@ -3,14 +3,12 @@ package store
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
-	"github.com/telemetryd/telemetryd/store/blocked"
 	"github.com/telemetryd/telemetryd/store/resolve"
 )
 
@@ -93,7 +91,7 @@ func (s *Store) Get(ctx context.Context, dev buckets.DeviceID, k buckets.Ticks) 
 	var r buckets.Reading
 	var found bool
 	err = s.guard(t, func() error {
-		txn, done := t.readTxn()
+		txn, done := t.ver.ReadTxn(t.db)
 		defer done()
 		r, found, err = getReading(ctx, t, txn, dev, k)
 		return err
@@ -193,7 +191,7 @@ func scanTable(ctx context.Context, t *table, dev buckets.DeviceID, lo, hi bucke
 	if lo >= hi || len(out) >= limit {
 		return out, nil
 	}
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	res := resolve.New()
 	var err error
@@ -235,7 +233,6 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 	type found struct {
 		ref   blockRef
 		value []byte
-		meta  byte
 	}
 	var blocks []found
 	err := eachBlock(txn, dev, lo, func(bi blockItem) (bool, error) {
@@ -243,7 +240,7 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 			return true, nil
 		}
 		v, err := bi.item.ValueCopy(nil)
-		blocks = append(blocks, found{bi.ref, v, bi.item.UserMeta()})
+		blocks = append(blocks, found{bi.ref, v})
 		return true, err
 	})
 	if err != nil {
@@ -260,11 +257,7 @@ func scanAsc(ctx context.Context, t *table, txn *badger.Txn, dev buckets.DeviceI
 		if out = res.AppendTake(out, buckets.Asc, b.ref.oldest); len(out) >= limit {
 			return out, nil
 		}
-		err := checkFlag(b.meta, b.value)
-		var rs []buckets.Reading
-		if err == nil {
-			rs, err = readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
-		}
+		rs, err := readBlock(b.value, dev, lo, hi, limit-len(out), false, vals)
 		if err != nil {
 			err = &blockError{ref: b.ref, err: err}
 			if !t.bad.skip(ctx, t.day, dev, err) {
@@ -316,19 +309,4 @@ func getReading(ctx context.Context, t *table, txn *badger.Txn, dev buckets.Devi
 		return true, nil
 	})
 	return r, ok, err
-}
-
-// guard runs a read of t, turning a Badger panic (it panics on some
-// kinds of damaged data) into an error wrapping buckets.ErrUnavailable
-// that names the day, logged once here.
-func (s *Store) guard(t *table, read func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.metrics.TableErrors.Add(context.Background(), 1)
-			s.log.Error("reading a day table failed; it may be damaged", "day", t.day.String(), "panic", blocked.FirstLine(fmt.Sprint(r)))
-			err = &buckets.TableError{Day: t.day, Reason: "read failed (damaged?); other days are unaffected",
-				Err: errors.New(blocked.FirstLine(fmt.Sprint(r)))}
-		}
-	}()
-	return read()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/devindex"
 	"github.com/telemetryd/telemetryd/store/resolve"
+	"github.com/telemetryd/telemetryd/store/versions"
 )
 
 // rebuildIndex fills an empty device index from the day tables, for a
@@ -68,7 +69,7 @@ func indexTable(t *table, idx *devindex.Index) (int, error) {
 		idx.Observe(rs)
 		n += len(rs)
 	}
-	err := viewLatest(t.db, func(txn *badger.Txn) error {
+	err := versions.ViewLatest(t.db, func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {

@@ -50,7 +50,7 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts repair.Op
 		return rep, fmt.Errorf("repair table %s: %w", day, errReadOnly)
 	}
 	prev := s.health.Get(day)
-	s.block(day, blocked.Repairing, errors.New("being repaired"))
+	s.health.Mark(s.log, day, blocked.Repairing, errors.New("being repaired"))
 	var err error
 	done := false
 	defer func() {
@@ -59,7 +59,7 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts repair.Op
 		case rep.Damaged == "" && prev != nil: // the table is still there, as it was
 			s.health.Restore(day, prev)
 		default:
-			s.unblock(day, "repair failed")
+			s.health.Clear(s.log, day, "repair failed")
 		}
 	}()
 	if rep.Damaged, err = s.moveAside(ctx, day); err != nil {
@@ -76,7 +76,7 @@ func (s *Store) RepairTable(ctx context.Context, day buckets.Day, opts repair.Op
 		return rep, fmt.Errorf("repair table %s: %w", day, err)
 	}
 	done = true
-	s.unblock(day, "repaired")
+	s.health.Clear(s.log, day, "repaired")
 	s.log.Warn("day table repaired", "day", day.String(), "from_backup", rep.FromBackup, "salvaged", rep.Salvaged,
 		"bad_blocks", rep.BadBlocks, "skipped_devices", rep.SkippedDevices, "skipped_files", rep.SkippedFiles, "salvage_error", rep.SalvageErr,
 		"damaged_copy", rep.Damaged)

@@ -79,7 +79,6 @@ type sampleColumn struct {
 type sampleBlock struct {
 	ref   blockRef
 	value []byte
-	meta  byte
 }
 
 // table adds the samples of t in [lo, hi): the blocks are taken by
@@ -87,7 +86,7 @@ type sampleBlock struct {
 // by column, a run of overlapping blocks is decoded and resolved as
 // Range resolves it.
 func (sr *sampleReader) table(ctx context.Context, t *table, sc *block.Scanner, lo, hi buckets.Ticks) error {
-	txn, done := t.readTxn()
+	txn, done := t.ver.ReadTxn(t.db)
 	defer done()
 	var blocks []sampleBlock
 	err := eachBlock(txn, sr.dev, lo, func(bi blockItem) (bool, error) {
@@ -95,7 +94,7 @@ func (sr *sampleReader) table(ctx context.Context, t *table, sc *block.Scanner, 
 			return true, nil
 		}
 		v, err := bi.item.ValueCopy(nil)
-		blocks = append(blocks, sampleBlock{bi.ref, v, bi.item.UserMeta()})
+		blocks = append(blocks, sampleBlock{bi.ref, v})
 		return true, err
 	})
 	if err != nil {
@@ -131,17 +130,14 @@ func (sr *sampleReader) columns(ctx context.Context, t *table, sc *block.Scanner
 	for i := range sr.cols {
 		lens = append(lens, len(sr.cols[i].ticks))
 	}
-	err := checkFlag(b.meta, b.value)
-	if err == nil {
-		err = sc.Numeric(b.value, func(name []byte) bool { _, ok := sr.at[string(name)]; return ok },
-			func(name []byte, ticks []buckets.Ticks, vals []float64) {
-				i0, _ := slices.BinarySearch(ticks, lo)
-				i1, _ := slices.BinarySearch(ticks, hi)
-				c := &sr.cols[sr.at[string(name)]]
-				c.ticks = append(c.ticks, ticks[i0:i1]...)
-				c.vals = append(c.vals, vals[i0:i1]...)
-			})
-	}
+	err := sc.Numeric(b.value, func(name []byte) bool { _, ok := sr.at[string(name)]; return ok },
+		func(name []byte, ticks []buckets.Ticks, vals []float64) {
+			i0, _ := slices.BinarySearch(ticks, lo)
+			i1, _ := slices.BinarySearch(ticks, hi)
+			c := &sr.cols[sr.at[string(name)]]
+			c.ticks = append(c.ticks, ticks[i0:i1]...)
+			c.vals = append(c.vals, vals[i0:i1]...)
+		})
 	if err != nil {
 		for i, n := range lens {
 			sr.cols[i].ticks, sr.cols[i].vals = sr.cols[i].ticks[:n], sr.cols[i].vals[:n]
@@ -161,11 +157,7 @@ func (sr *sampleReader) columns(ctx context.Context, t *table, sc *block.Scanner
 func (sr *sampleReader) resolve(ctx context.Context, t *table, blocks []sampleBlock, lo, hi buckets.Ticks) error {
 	res := resolve.New()
 	for _, b := range blocks {
-		err := checkFlag(b.meta, b.value)
-		var rs []buckets.Reading
-		if err == nil {
-			rs, err = readBlock(b.value, sr.dev, lo, hi, 0, false, nil)
-		}
+		rs, err := readBlock(b.value, sr.dev, lo, hi, 0, false, nil)
 		if err != nil {
 			err = &blockError{ref: b.ref, err: err}
 			if !t.bad.skip(ctx, t.day, sr.dev, err) {

@@ -363,18 +363,6 @@ func (s *Store) janitor() {
 	}
 }
 
-// now is the injected clock.
-func (s *Store) now() time.Time { return s.opts.Now() }
-
-// today is the UTC day of the injected clock.
-func (s *Store) today() buckets.Day { return buckets.DayOfTime(s.now()) }
-
-// isHot reports whether day is one of the HotDays newest days (days
-// after today, which the future skew allows, are hot too).
-func (s *Store) isHot(day buckets.Day) bool {
-	return day > s.today()-buckets.Day(s.opts.HotDays)
-}
-
 // storeStats is what the gauges report.
 type storeStats struct {
 	tables, open int

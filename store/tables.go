@@ -13,11 +13,6 @@ import (
 	"github.com/telemetryd/telemetryd/store/diskuse"
 )
 
-// tableDir is the directory of the table of day.
-func (s *Store) tableDir(day buckets.Day) string {
-	return TableDir(s.dir, day)
-}
-
 // Tables lists the day tables on disk, ascending by day. SizeBytes is
 // the disk space of the table's files; Readings is the exact number of
 // distinct readings, or -1 when it is not known. Tables never opens a
@@ -200,7 +195,7 @@ func (s *Store) removeTable(t *table, size int64, damaged bool) (buckets.TableDr
 		s.log.Warn("damaged day table dropped without a tombstone: the stream's readings of the day go into a new table",
 			"day", day.String())
 	}
-	s.unblock(day, "dropped")
+	s.health.Clear(s.log, day, "dropped")
 	if err == nil {
 		if err := os.RemoveAll(trash); err != nil {
 			// The table is gone from the store; the next Open finishes.

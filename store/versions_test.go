@@ -31,10 +31,10 @@ func TestReadersSeeCompletedCommits(t *testing.T) {
 	require.NoError(t, err)
 	defer ts.release(h)
 
-	before, doneBefore := h.readTxn()
+	before, doneBefore := h.ver.ReadTxn(h.db)
 	defer doneBefore()
 	ts.write(t, reading("dev", k, "b", 2))
-	after, doneAfter := h.readTxn()
+	after, doneAfter := h.ver.ReadTxn(h.db)
 	defer doneAfter()
 
 	assert.Equal(t, reading("dev", k, "a", 1), getAt(t, before, "dev", k))
@@ -51,7 +51,7 @@ func TestReaderViewSurvivesCommitsAndCompaction(t *testing.T) {
 	require.NoError(t, err)
 	defer ts.release(h)
 
-	old, done := h.readTxn()
+	old, done := h.ver.ReadTxn(h.db)
 	defer done()
 	ts.write(t, reading("dev", k, "b", 2))
 	ts.write(t, reading("other", k, "x", 1))
@@ -73,7 +73,7 @@ func TestVersionsGoOnAboveADeletionOnlyCommit(t *testing.T) {
 	require.NoError(t, err)
 	tb.writeMu.Lock()
 	var keys [][]byte
-	txn, done := tb.readTxn()
+	txn, done := tb.ver.ReadTxn(tb.db)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: devicePrefix("b")})
 	for it.Rewind(); it.Valid(); it.Next() {
 		keys = append(keys, it.Item().KeyCopy(nil))
@@ -81,7 +81,7 @@ func TestVersionsGoOnAboveADeletionOnlyCommit(t *testing.T) {
 	it.Close()
 	done()
 	require.NotEmpty(t, keys)
-	wtxn := tb.writeTxn()
+	wtxn := tb.ver.WriteTxn(tb.db)
 	for _, k := range keys {
 		require.NoError(t, wtxn.Delete(k))
 	}
@@ -96,5 +96,5 @@ func TestVersionsGoOnAboveADeletionOnlyCommit(t *testing.T) {
 	defer ts.release(tb)
 	tb.writeMu.Lock()
 	defer tb.writeMu.Unlock()
-	assert.Greater(t, tb.reserveVersion(), deleted)
+	assert.Greater(t, tb.ver.Reserve(tb.db), deleted)
 }

@@ -145,7 +145,7 @@ func (s *Store) writeDay(ctx context.Context, day buckets.Day, rs []buckets.Read
 	if err == nil {
 		err = commitEntries(t, entries)
 	}
-	s.noteCommit(day, err)
+	s.health.NoteCommit(s.log, day, err)
 	if err != nil {
 		s.watch.Removed("") // a part may have committed
 		return classify(fmt.Errorf("write table %s: %w", day, err))
@@ -165,6 +165,9 @@ type entry struct {
 	// first and last are the values of the block's oldest and newest
 	// readings, for a block a write made (nil for a compaction's).
 	first, last []buckets.Field
+	// overlaps says that an open block a write made may overlap a
+	// block already stored (writeTracker.mayOverlap before the commit).
+	overlaps bool
 }
 
 // readingKey is the identity of a reading.
@@ -279,6 +282,15 @@ func (w *writeTracker) mayOverlap(dev buckets.DeviceID, oldest, newest buckets.T
 	return ok && sp.Overlaps(oldest, newest)
 }
 
+// markOverlaps sets entry.overlaps of the open blocks of a write that
+// may overlap a block already stored, before the tracker notes them.
+func (w *writeTracker) markOverlaps(entries []entry) {
+	for i := range entries {
+		e := &entries[i]
+		e.overlaps = !e.ref.sealed && w.mayOverlap(e.dev, e.ref.oldest, e.ref.newest)
+	}
+}
+
 // stored returns what the table holds of dev at k when the tracker
 // keeps it: k is the newest reading this process wrote for dev, or
 // the oldest of its latest write.
@@ -385,7 +397,7 @@ func planWrites(t *table, rs []buckets.Reading) ([]entry, error) {
 				testHookReadBeforeWrite()
 			}
 			if txn == nil {
-				txn, done = t.readTxn()
+				txn, done = t.ver.ReadTxn(t.db)
 			}
 			var err error
 			if stored, err = storedReadings(t, txn, g[0].Device, lo, hi+1); err != nil {
@@ -568,8 +580,12 @@ func entrySize(e entry, threshold int64) int64 {
 // updated table metadata in one transaction, as the next version of
 // the table, which is also the sequence of the blocks written.
 func commitChunk(t *table, entries []entry, drop [][]byte) error {
-	version := t.reserveVersion()
-	txn := t.writeTxn()
+	w := t.tracker()
+	if drop == nil {
+		w.markOverlaps(entries)
+	}
+	version := t.ver.Reserve(t.db)
+	txn := t.ver.WriteTxn(t.db)
 	defer txn.Discard()
 	added, newest := int64(0), t.newest
 	for _, k := range drop {
@@ -602,19 +618,30 @@ func commitChunk(t *table, entries []entry, drop [][]byte) error {
 			return err
 		}
 	}
-	if err := t.commitTxnAt(txn, version); err != nil {
+	if testHookTableWrite != nil { // as commitTxnAt
+		testHookTableWrite("commit")
+	}
+	if err := t.ver.CommitAt(t.db, txn, version); err != nil {
 		t.doubt(entries)
 		return fmt.Errorf("commit: %w", err)
 	}
+	t.committed(entries, n, newest, drop == nil)
+	return nil
+}
+
+// committed records a commit of entries that left n readings and the
+// newest reading newest in t: in t's metadata, the write tracker, and,
+// for a write, the compactor's notes (a compaction renotes its device
+// itself). It must run under t.writeMu.
+func (t *table) committed(entries []entry, n int64, newest buckets.Ticks, write bool) {
 	t.readings.Store(n)
 	t.newest = newest
 	t.formatSaved = true
 	t.comp.doubtful = false
-	if drop == nil {
-		t.noteBlocks(entries) // a compaction (drop) renotes its device itself
-	}
 	t.tracker().noteWritten(entries, newest)
-	return nil
+	if write {
+		t.noteBlocks(entries)
+	}
 }
 
 // classify marks transient storage errors with buckets.ErrUnavailable
@@ -632,4 +659,20 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", buckets.ErrUnavailable, err)
 	}
 	return err
+}
+
+// commitTxn commits txn, a write transaction of t, as the next version
+// and publishes it to readers once it completed. It must run under
+// t.writeMu. A failed commit uses up its version.
+func (t *table) commitTxn(txn *badger.Txn) error {
+	return t.commitTxnAt(txn, t.ver.Reserve(t.db))
+}
+
+// commitTxnAt commits txn as version, from t.ver.Reserve, and
+// publishes it to readers once it completed.
+func (t *table) commitTxnAt(txn *badger.Txn, version uint64) error {
+	if testHookTableWrite != nil {
+		testHookTableWrite("commit")
+	}
+	return t.ver.CommitAt(t.db, txn, version)
 }

@@ -121,7 +121,7 @@ func rawTable(t *testing.T, ts *testStore, day buckets.Day) []rawItem {
 	require.NotNil(t, h)
 	defer ts.release(h)
 	var out []rawItem
-	txn, done := h.readTxn()
+	txn, done := h.ver.ReadTxn(h.db)
 	defer done()
 	require.NoError(t, func() error {
 		it := txn.NewIterator(badger.IteratorOptions{})
@@ -223,7 +223,7 @@ func TestWriteMergesWithOlderAndReopenedReadings(t *testing.T) {
 	h, err := ts.acquire(ctx, today, forWrite)
 	require.NoError(t, err)
 	h.writeMu.Lock()
-	txn := h.writeTxn()
+	txn := h.ver.WriteTxn(h.db)
 	require.NoError(t, txn.Delete(metaNewestKey))
 	require.NoError(t, h.commitTxn(txn))
 	h.writeMu.Unlock()

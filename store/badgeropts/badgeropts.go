@@ -10,6 +10,7 @@ package badgeropts
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
@@ -231,4 +232,12 @@ func openSizingEmptyFiles(opts badger.Options, open func(badger.Options) (*badge
 		db, err = open(opts)
 	}
 	return db, err
+}
+
+// ClosedCleanly reports whether the Badger database in dir was closed
+// cleanly: it has no write-ahead log (*.mem) files, which Badger
+// removes on Close after flushing them.
+func ClosedCleanly(dir string) bool {
+	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
+	return err == nil && len(mems) == 0
 }

@@ -94,11 +94,3 @@ func copyFile(from, to string) (err error) {
 	_, err = io.Copy(out, in)
 	return errors.Join(err, out.Close())
 }
-
-// ClosedCleanly reports whether the Badger database in dir was closed
-// cleanly: it has no write-ahead log (*.mem) files, which Badger
-// removes on Close after flushing them.
-func ClosedCleanly(dir string) bool {
-	mems, err := filepath.Glob(filepath.Join(dir, "*.mem"))
-	return err == nil && len(mems) == 0
-}

@@ -43,9 +43,6 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
-	"sync"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -123,34 +120,6 @@ type Header struct {
 	Count          int
 	Oldest, Newest buckets.Ticks
 	Names          []NameInfo // sorted by name
-}
-
-var (
-	encoderOnce sync.Once
-	encoder     *zstd.Encoder
-	// decoder decodes the frames of blocks, which every reader does only
-	// after the block's CRC-32C matched: those bytes are the encoder's,
-	// so zstd's own checksum of the output is not computed again.
-	decoder *zstd.Decoder
-)
-
-// codecs returns the shared zstd encoder and decoder; both are safe
-// for concurrent EncodeAll and DecodeAll calls.
-func codecs() (*zstd.Encoder, *zstd.Decoder) {
-	encoderOnce.Do(func() {
-		var err error
-		encoder, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault),
-			zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
-		if err != nil {
-			panic(fmt.Sprintf("block: zstd encoder: %v", err))
-		}
-		decoder, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(MaxRawBytes), zstd.WithDecoderLowmem(true), zstd.IgnoreChecksum(true))
-		if err != nil {
-			panic(fmt.Sprintf("block: zstd decoder: %v", err))
-		}
-	})
-	return encoder, decoder
 }
 
 // Encode appends the block of rs to dst. The readings must be of one

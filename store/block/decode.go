@@ -7,6 +7,9 @@ import (
 	"math"
 	"math/bits"
 	"strings"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -235,10 +238,88 @@ func assembleRows(h Header, cols []decodedColumn, rs []buckets.Reading, slab []b
 	return nil
 }
 
+var (
+	encoderOnce sync.Once
+	encoder     *zstd.Encoder
+	// decoder decodes the frames of blocks, which every reader does only
+	// after the block's CRC-32C matched: those bytes are the encoder's,
+	// so zstd's own checksum of the output is not computed again.
+	decoder *zstd.Decoder
+)
+
+// codecs returns the shared zstd encoder and decoder; both are safe
+// for concurrent EncodeAll and DecodeAll calls.
+func codecs() (*zstd.Encoder, *zstd.Decoder) {
+	encoderOnce.Do(func() {
+		var err error
+		encoder, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedDefault),
+			zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			panic(fmt.Sprintf("block: zstd encoder: %v", err))
+		}
+		decoder, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
+			zstd.WithDecoderMaxMemory(MaxRawBytes), zstd.WithDecoderLowmem(true), zstd.IgnoreChecksum(true))
+		if err != nil {
+			panic(fmt.Sprintf("block: zstd decoder: %v", err))
+		}
+	})
+	return encoder, decoder
+}
+
 // uncompress returns the raw columns that follow the header, in new
 // storage.
 func uncompress(rest []byte) ([]byte, error) {
 	return uncompressInto(nil, rest)
+}
+
+// uncompressInto returns the raw columns that follow the header, in
+// dst's storage when it is large enough. The block's checksum matched
+// before (so zstd's checksum of the output is skipped).
+func uncompressInto(dst, rest []byte) ([]byte, error) {
+	r := reader{b: rest}
+	mode := r.byte("compression")
+	size := r.uvarint("raw size")
+	if r.err != nil || size > MaxRawBytes {
+		return nil, fmt.Errorf("%w: bad compression header", ErrCorrupt)
+	}
+	switch mode {
+	case compressNone:
+		if uint64(len(r.b)) != size {
+			return nil, fmt.Errorf("%w: raw size", ErrCorrupt)
+		}
+		return r.b, nil
+	case compressZstd:
+		_, dec := codecs()
+		if uint64(cap(dst)) < size {
+			dst = make([]byte, 0, size)
+		}
+		raw, err := dec.DecodeAll(r.b, dst[:0])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if uint64(len(raw)) != size {
+			return nil, fmt.Errorf("%w: raw size", ErrCorrupt)
+		}
+		return raw, nil
+	}
+	return nil, fmt.Errorf("%w: compression %d", ErrCorrupt, mode)
+}
+
+// fastVarint is varint with the one- and two-byte cases (steady
+// times, decimals that change by less than 8,192 steps) done in place;
+// they decode as binary.Varint decodes them.
+func (r *reader) fastVarint(what string) int64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 {
+		u := int64(r.b[0])
+		r.b = r.b[1:]
+		return u>>1 ^ -(u & 1)
+	}
+	if len(r.b) > 1 && r.b[1] < 0x80 {
+		u := int64(r.b[0]&0x7f) | int64(r.b[1])<<7
+		r.b = r.b[2:]
+		return u>>1 ^ -(u & 1)
+	}
+	return r.varint(what)
 }
 
 // decodeTimes fills the ticks of rs from the time column.

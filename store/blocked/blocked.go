@@ -6,11 +6,16 @@
 package blocked
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/telemetryd/telemetryd/buckets"
 )
@@ -54,6 +59,52 @@ func (h *Set) Block(day buckets.Day, reason string, err error, now time.Time) bo
 	}
 	h.blocked[day] = &Table{Reason: reason, Err: err, Since: now, Probed: now}
 	return true
+}
+
+// Mark blocks day for reason, at the wall clock's now, and logs that to
+// log when it is news: one line when a table becomes blocked, none for
+// Repairing (the repair logs its own).
+func (h *Set) Mark(log *slog.Logger, day buckets.Day, reason string, err error) {
+	if !h.Block(day, reason, err, time.Now()) || reason == Repairing {
+		return
+	}
+	if reason == Damaged {
+		log.Error("day table cannot be opened (damaged?); its readings wait unacked in the stream and queries of the day fail: "+RepairAdvice(day),
+			"day", day.String(), "err", err)
+		return
+	}
+	log.Error("day table cannot commit; its readings wait unacked in the stream and are committed once it can",
+		"day", day.String(), "err", err)
+}
+
+// Clear unblocks day and logs that to log when it was blocked; why says
+// how it came free.
+func (h *Set) Clear(log *slog.Logger, day buckets.Day, why string) {
+	if b := h.Unblock(day); b != nil {
+		log.Info("day table can commit again", "day", day.String(), "was", b.Reason, "how", why,
+			"blocked_for", time.Since(b.Since).Round(time.Millisecond).String())
+	}
+}
+
+// NoteCommit records the outcome err of a commit to the table of day,
+// logging to log what changes: a failure of the files blocks it, a
+// success unblocks it. A table being closed or dropped, a caller that
+// gave up, and a table being repaired (whose repair reports its own
+// failures) change nothing.
+func (h *Set) NoteCommit(log *slog.Logger, day buckets.Day, err error) {
+	switch {
+	case err == nil:
+		if h.Is(day) && !h.IsFor(day, Repairing) {
+			h.Clear(log, day, "committed")
+		}
+	case errors.Is(err, badger.ErrBlockedWrites), errors.Is(err, badger.ErrDBClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// the table is being closed or dropped, or the caller gave up
+	case h.IsFor(day, Repairing):
+		// the repair reports its own failures
+	default:
+		h.Mark(log, day, Commit, err)
+	}
 }
 
 // Unblock clears day and returns why it was blocked, nil if it was not.

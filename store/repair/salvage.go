@@ -35,9 +35,9 @@ type Blocks interface {
 	// block's sequence (the table version that wrote it); ok is false
 	// for a key of another shape.
 	ParseKey(key []byte) (dev buckets.DeviceID, seq uint64, ok bool)
-	// Decode returns the readings of dev's block v, stored with the
-	// user meta byte meta, after checking its checksum.
-	Decode(dev buckets.DeviceID, meta byte, v []byte) ([]buckets.Reading, error)
+	// Decode returns the readings of dev's block v after checking its
+	// checksum.
+	Decode(dev buckets.DeviceID, v []byte) ([]buckets.Reading, error)
 }
 
 // Salvager writes the sound blocks of a damaged table, or of a backup's
@@ -186,7 +186,7 @@ func (s *Salvager) copyFrom(ctx context.Context, db *badger.DB, from []byte, rep
 		var rs []buckets.Reading
 		err := it.Item().Value(func(v []byte) error {
 			var err error
-			rs, err = s.Blocks.Decode(d, it.Item().UserMeta(), v)
+			rs, err = s.Blocks.Decode(d, v)
 			return err
 		})
 		if err != nil {
@@ -336,7 +336,7 @@ func (s *Salvager) readTableFile(path string, o badger.Options) (blocks map[buck
 		if !ok || vs.Meta&(badgerBitDelete|badgerBitValuePointer) != 0 {
 			continue
 		}
-		rs, err := s.Blocks.Decode(dev, vs.UserMeta, vs.Value)
+		rs, err := s.Blocks.Decode(dev, vs.Value)
 		if err != nil {
 			bad++
 			continue
