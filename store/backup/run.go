@@ -163,7 +163,7 @@ func (b *backupRun) index(ctx context.Context, total int) error {
 	if err != nil {
 		return fmt.Errorf("backup: save device index: %w", err)
 	}
-	entry := Table{Version: db.MaxVersion()}
+	entry := Table{Version: lastCommit(db)}
 	if prev := b.prev.Index; len(prev.Files) > 0 && prev.Version == entry.Version {
 		b.m.Index = prev // not written since
 		b.report(Progress{Name: "index", Done: 1, Total: total, Skipped: true})
@@ -336,4 +336,14 @@ func (b *backupRun) finish() error {
 		return fmt.Errorf("backup manifest: %w", err)
 	}
 	return nil
+}
+
+// lastCommit is the version of db's newest commit (a database not in
+// managed mode numbers its commits). It asks a read transaction, which
+// waits for the commits before it: db.MaxVersion reads the memtable's
+// newest version while a commit may be writing it.
+func lastCommit(db *badger.DB) uint64 {
+	txn := db.NewTransaction(false)
+	defer txn.Discard()
+	return txn.ReadTs()
 }
