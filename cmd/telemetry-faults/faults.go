@@ -79,10 +79,19 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if err := c.diskCrashes(ctx, res); err != nil {
+			return err
+		}
 		hold := 2*c.cfg.LeaseTTL + time.Duration(rng.Int64N(int64(3*c.cfg.LeaseTTL)))
 		f := fault{Kind: kind, At: time.Now()}
 		err := c.inject(ctx, rng, &f, hold)
 		f.Healed = time.Now()
+		if err != nil && len(c.crashedDisks()) > 0 {
+			// The disk of a process the fault restarted died under it:
+			// the machine loses its power (diskCrashes, next).
+			f.What += "; cut short by a LazyFS exit: " + lastLine(err.Error())
+			err = nil
+		}
 		if err != nil {
 			f.Err = err.Error()
 		}
@@ -90,6 +99,57 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 		c.log.Info("fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
 		if err != nil {
 			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
+		}
+		if err := c.diskCrashes(ctx, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// faultDiskExit is not a kind of the schedule: a LazyFS process that
+// exited by itself (it has crashed under heavy writes, a segfault in its
+// cache) takes its disk away from under its process, as a dead disk
+// does; the harness then cuts the power of that machine, which drops
+// nothing more (LazyFS's unsynced writes died with it), and starts it
+// again. The checks hold it to the same promises as a planned cut.
+const faultDiskExit = "disk-exit"
+
+// crashedDisks are the members whose LazyFS process has exited.
+func (c *cluster) crashedDisks() []int {
+	var out []int
+	for m, l := range c.lfs {
+		if l != nil && l.crashed() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// diskCrashes cuts the power of every machine one of whose LazyFS
+// processes exited by itself, and records it as a fault.
+func (c *cluster) diskCrashes(ctx context.Context, res *Result) error {
+	machines := map[int]bool{}
+	var names []string
+	for _, m := range c.crashedDisks() {
+		machines[m%servers] = true
+		names = append(names, c.net.members[m])
+	}
+	for k := range servers {
+		if !machines[k] {
+			continue
+		}
+		f := fault{Kind: faultDiskExit, At: time.Now(),
+			What: fmt.Sprintf("LazyFS of %s exited by itself (its lazyfs.out, dmesg); power cut of nats-%d and node-%d", strings.Join(names, ","), k, k)}
+		err := c.powerCut(ctx, []int{k}, &f)
+		f.Healed = time.Now()
+		if err != nil {
+			f.Err = err.Error()
+		}
+		res.Faults = append(res.Faults, f)
+		c.log.Warn("fault", "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
+		if err != nil {
+			return fmt.Errorf("after a LazyFS exit: %w", err)
 		}
 	}
 	return nil

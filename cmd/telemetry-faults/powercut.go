@@ -32,6 +32,17 @@ type lazyMount struct {
 
 func (m *lazyMount) close() error { return m.Close() }
 
+// crashed reports whether the LazyFS process has exited (it is
+// mounted again by a cut).
+func (m *lazyMount) crashed() bool {
+	select {
+	case <-m.Exited():
+		return true
+	default:
+		return false
+	}
+}
+
 // mountAll mounts one LazyFS per process under work: NATS server k's
 // at index k, node k's at servers+k (their members).
 func (c *cluster) mountAll(ctx context.Context, work string) error {
