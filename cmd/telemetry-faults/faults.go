@@ -359,10 +359,7 @@ func (c *cluster) restart(ctx context.Context, p *proc, f *fault) error {
 	if err := os.MkdirAll(p.dataDir, 0o755); err != nil {
 		return err
 	}
-	if err := p.start(); err != nil {
-		return err
-	}
-	if err := waitReady(ctx, p, c.urls[j], 2*time.Minute); err != nil {
+	if err := c.startSupervised(ctx, j, f); err != nil {
 		return errors.Join(errors.New("did not start on an empty data dir either"), err)
 	}
 	return nil
@@ -391,25 +388,12 @@ func (c *cluster) clockOffset(ctx context.Context, rng *rand.Rand, f *fault, hol
 		off = -off
 	}
 	f.What = fmt.Sprintf("%s restarted with its clock %s off", p.name, off)
-	// Started up to three times, as a supervisor would: a NATS server
+	// Started again until ready, as a supervisor would: a NATS server
 	// damaged by an earlier fault may still be electing its leaders.
 	restart := func(env []string) error {
 		p.stop(30 * time.Second)
 		p.env = env
-		var err error
-		for attempt := range 3 {
-			if err = p.start(); err != nil {
-				return err
-			}
-			if err = waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
-				return nil
-			}
-			f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))
-			if kerr := p.kill(); kerr != nil {
-				return kerr
-			}
-		}
-		return err
+		return c.startSupervised(ctx, j, f)
 	}
 	if err := restart([]string{clockOffsetEnv + "=" + off.String()}); err != nil {
 		return err

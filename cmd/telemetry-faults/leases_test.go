@@ -25,11 +25,15 @@ import (
 // its own, hold the lease bucket with three replicas while a node renews
 // its lease; then the power of all three is cut (SIGKILL, every write
 // not fsynced dropped) and they start again after longer than the lease
-// TTL. The bucket must take the node's lease again. When the bucket's
-// stream dropped entries older than the TTL (its MaxAge), each replica
-// restarted with every entry expired while its log still held them,
-// waited for a leader to catch it up ("catchup aborted, no leader") and
-// none became one: no node could open the bucket again.
+// TTL. The bucket must take the node's lease again.
+//
+// In a fault run (cmd/telemetry-faults on LazyFS, seed 4040) the
+// bucket, then with the lease TTL as its MaxAge, did not: each replica
+// restored no message, asked for a catch-up, found no leader and
+// replayed its snapshot, for minutes. This test alone has not brought
+// that about (it passed with the MaxAge too): there the three servers
+// and three nodes were loaded, and the servers had been cut, paused and
+// partitioned before.
 //
 // It needs LazyFS (TELEMETRY_LAZYFS) and root (FUSE mounts), and takes
 // about three minutes: the servers snapshot their logs every two.

@@ -114,25 +114,47 @@ func (c *cluster) powerCut(ctx context.Context, ks []int, f *fault) error {
 	return nil
 }
 
-// startAfterCut starts node k after a power cut, up to three times, as a
-// supervisor would: after a cut of every machine the NATS servers answer
-// before their streams have leaders again, and a node whose start times
-// out waiting for them exits. f notes every refusal; a node that
-// refuses three times fails the run.
+// startAfterCut starts node k after a power cut and waits until it is
+// ready, starting it again each time it exits, for up to restartPatience,
+// as a supervisor would: after a cut the NATS servers answer before
+// their streams have leaders again, and a node whose start times out
+// waiting for them exits. f notes how many starts were refused and the
+// first refusal; a node not ready after restartPatience fails the run.
 func (c *cluster) startAfterCut(ctx context.Context, k int, f *fault) error {
-	p := c.nodes[k]
+	return c.startSupervised(ctx, k, f)
+}
+
+// restartPatience is how long the harness, as a supervisor, starts a
+// node again and again before it gives up.
+const restartPatience = 10 * time.Minute
+
+// startSupervised starts node j until it is ready (see startAfterCut).
+func (c *cluster) startSupervised(ctx context.Context, j int, f *fault) error {
+	p := c.nodes[j]
+	began := time.Now()
 	var err error
-	for attempt := range 3 {
+	refused := 0
+	for {
 		if err = p.start(); err != nil {
 			return err
 		}
-		if err = waitReady(ctx, p, c.urls[k], 3*time.Minute); err == nil {
-			return nil
+		if err = waitReady(ctx, p, c.urls[j], 3*time.Minute); err == nil {
+			break
 		}
-		f.What += fmt.Sprintf("; %s start %d refused (%s)", p.name, attempt+1, lastLine(p.lastLines(1)))
+		refused++
+		if refused == 1 {
+			f.What += fmt.Sprintf("; %s start refused (%s)", p.name, lastLine(p.lastLines(1)))
+		}
 		if kerr := p.kill(); kerr != nil {
 			return kerr
 		}
+		if time.Since(began) > restartPatience || ctx.Err() != nil {
+			return fmt.Errorf("%s not ready %s after the fault, %d starts refused: %w", p.name, time.Since(began).Round(time.Second), refused, err)
+		}
+		sleepCtx(ctx, time.Second)
 	}
-	return fmt.Errorf("after the power cut: %w", err)
+	if refused > 0 {
+		f.What += fmt.Sprintf("; %s ready after %d refused starts, %s", p.name, refused, time.Since(began).Round(time.Second))
+	}
+	return nil
 }
