@@ -129,6 +129,20 @@ func (c *cluster) crashedDisks() []int {
 // diskCrashes cuts the power of every machine one of whose LazyFS
 // processes exited by itself, and records it as a fault.
 func (c *cluster) diskCrashes(ctx context.Context, res *Result) error {
+	// Another LazyFS may exit while a machine comes back: a few rounds.
+	for round := 0; len(c.crashedDisks()) > 0; round++ {
+		if round == 3 {
+			return fmt.Errorf("LazyFS of %v keeps exiting", c.crashedDisks())
+		}
+		if err := c.diskCrashRound(ctx, res); err != nil && len(c.crashedDisks()) == 0 {
+			return err
+		}
+	}
+	return nil
+}
+
+// diskCrashRound cuts the power of each machine with a crashed disk once.
+func (c *cluster) diskCrashRound(ctx context.Context, res *Result) error {
 	machines := map[int]bool{}
 	var names []string
 	for _, m := range c.crashedDisks() {

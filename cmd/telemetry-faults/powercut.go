@@ -148,6 +148,11 @@ func (c *cluster) startSupervised(ctx context.Context, j int, f *fault) error {
 		if kerr := p.kill(); kerr != nil {
 			return kerr
 		}
+		if d := c.crashedDisks(); len(d) > 0 {
+			// Waiting is in vain while a disk is gone: the fault loop
+			// cuts that machine's power first (diskCrashes).
+			return fmt.Errorf("%s not ready: the LazyFS of %s exited: %w", p.name, c.net.members[d[0]], err)
+		}
 		if time.Since(began) > restartPatience || ctx.Err() != nil {
 			return fmt.Errorf("%s not ready %s after the fault, %d starts refused: %w", p.name, time.Since(began).Round(time.Second), refused, err)
 		}
