@@ -16,8 +16,9 @@
 // a truncated or bit-flipped data file of one process before it
 // restarts, a node restarted with its clock a minute ahead or behind
 // (TELEMETRY_CLOCK_OFFSET, telemetryd's test hook), and with -lazyfs a power cut of one machine (its NATS
-// server and node) and of all machines at once: each machine's disk is a
+// server and node) and of all machines at once: each process's disk is a
 // LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs).
+// By default the cluster has a stream per partition (-partition-streams).
 // Then it heals everything and checks:
 //
 //   - every acked reading is stored on each owner of its partition, once,
@@ -32,7 +33,7 @@
 // non-zero on any violation. It needs root (namespaces, iptables, tc).
 //
 //	go run ./cmd/telemetry-faults -faults 52 -duration 30m -seed 4040
-//	go run ./cmd/telemetry-faults -faults 60 -duration 35m -seed 4040 -lazyfs /opt/tools/bin/lazyfs -lazyfs-cache 4gb
+//	go run ./cmd/telemetry-faults -faults 52 -duration 20m -seed 4040 -lazyfs /opt/tools/bin/lazyfs -rate 32
 //
 // It tears down its namespaces, bridge and processes on every exit,
 // ctrl-C and SIGTERM included (README.md); its network names carry a random run ID, so runs side
