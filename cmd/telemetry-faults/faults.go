@@ -79,10 +79,19 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if err := c.diskCrashes(ctx, res); err != nil {
+			return err
+		}
 		hold := 2*c.cfg.LeaseTTL + time.Duration(rng.Int64N(int64(3*c.cfg.LeaseTTL)))
 		f := fault{Kind: kind, At: time.Now()}
 		err := c.inject(ctx, rng, &f, hold)
 		f.Healed = time.Now()
+		if err != nil && len(c.crashedDisks()) > 0 {
+			// The disk of a process the fault restarted died under it:
+			// the machine loses its power (diskCrashes, next).
+			f.What += "; cut short by a LazyFS exit: " + lastLine(err.Error())
+			err = nil
+		}
 		if err != nil {
 			f.Err = err.Error()
 		}
@@ -90,6 +99,71 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 		c.log.Info("fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
 		if err != nil {
 			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
+		}
+		if err := c.diskCrashes(ctx, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// faultDiskExit is not a kind of the schedule: a LazyFS process that
+// exited by itself (it has crashed under heavy writes, a segfault in its
+// cache) takes its disk away from under its process, as a dead disk
+// does; the harness then cuts the power of that machine, which drops
+// nothing more (LazyFS's unsynced writes died with it), and starts it
+// again. The checks hold it to the same promises as a planned cut.
+const faultDiskExit = "disk-exit"
+
+// crashedDisks are the members whose LazyFS process has exited.
+func (c *cluster) crashedDisks() []int {
+	var out []int
+	for m, l := range c.lfs {
+		if l != nil && l.crashed() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// diskCrashes cuts the power of every machine one of whose LazyFS
+// processes exited by itself, and records it as a fault.
+func (c *cluster) diskCrashes(ctx context.Context, res *Result) error {
+	// Another LazyFS may exit while a machine comes back: a few rounds.
+	for round := 0; len(c.crashedDisks()) > 0; round++ {
+		if round == 3 {
+			return fmt.Errorf("LazyFS of %v keeps exiting", c.crashedDisks())
+		}
+		if err := c.diskCrashRound(ctx, res); err != nil && len(c.crashedDisks()) == 0 {
+			return err
+		}
+	}
+	return nil
+}
+
+// diskCrashRound cuts the power of each machine with a crashed disk once.
+func (c *cluster) diskCrashRound(ctx context.Context, res *Result) error {
+	machines := map[int]bool{}
+	var names []string
+	for _, m := range c.crashedDisks() {
+		machines[m%servers] = true
+		names = append(names, c.net.members[m])
+	}
+	for k := range servers {
+		if !machines[k] {
+			continue
+		}
+		f := fault{Kind: faultDiskExit, At: time.Now(),
+			What: fmt.Sprintf("LazyFS of %s exited by itself (its lazyfs.out, dmesg); power cut of nats-%d and node-%d", strings.Join(names, ","), k, k)}
+		err := c.powerCut(ctx, []int{k}, &f)
+		f.Healed = time.Now()
+		if err != nil {
+			f.Err = err.Error()
+		}
+		res.Faults = append(res.Faults, f)
+		c.log.Warn("fault", "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
+		if err != nil {
+			return fmt.Errorf("after a LazyFS exit: %w", err)
 		}
 	}
 	return nil
@@ -299,10 +373,7 @@ func (c *cluster) restart(ctx context.Context, p *proc, f *fault) error {
 	if err := os.MkdirAll(p.dataDir, 0o755); err != nil {
 		return err
 	}
-	if err := p.start(); err != nil {
-		return err
-	}
-	if err := waitReady(ctx, p, c.urls[j], 2*time.Minute); err != nil {
+	if err := c.startSupervised(ctx, j, f); err != nil {
 		return errors.Join(errors.New("did not start on an empty data dir either"), err)
 	}
 	return nil
@@ -331,25 +402,12 @@ func (c *cluster) clockOffset(ctx context.Context, rng *rand.Rand, f *fault, hol
 		off = -off
 	}
 	f.What = fmt.Sprintf("%s restarted with its clock %s off", p.name, off)
-	// Started up to three times, as a supervisor would: a NATS server
+	// Started again until ready, as a supervisor would: a NATS server
 	// damaged by an earlier fault may still be electing its leaders.
 	restart := func(env []string) error {
 		p.stop(30 * time.Second)
 		p.env = env
-		var err error
-		for attempt := range 3 {
-			if err = p.start(); err != nil {
-				return err
-			}
-			if err = waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
-				return nil
-			}
-			f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))
-			if kerr := p.kill(); kerr != nil {
-				return kerr
-			}
-		}
-		return err
+		return c.startSupervised(ctx, j, f)
 	}
 	if err := restart([]string{clockOffsetEnv + "=" + off.String()}); err != nil {
 		return err
@@ -363,7 +421,10 @@ func (c *cluster) clockOffset(ctx context.Context, rng *rand.Rand, f *fault, hol
 		f.What += fmt.Sprintf("; its view unreadable (%v)", err)
 	default:
 		f.What += fmt.Sprintf("; it saw %d of %d nodes", len(v.Nodes), len(c.nodes))
-		if len(v.Nodes) != len(c.nodes) {
+		if d := c.crashedDisks(); len(d) > 0 && len(v.Nodes) != len(c.nodes) {
+			// A node on a dead disk cannot renew: no finding about clocks.
+			f.What += fmt.Sprintf(" (the LazyFS of %s had exited)", c.net.members[d[0]])
+		} else if len(v.Nodes) != len(c.nodes) {
 			f.Violation = fmt.Sprintf("%s, its clock %s off, saw %d of %d nodes", p.name, off, len(v.Nodes), len(c.nodes))
 		}
 	}

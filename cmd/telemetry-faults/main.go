@@ -16,8 +16,9 @@
 // a truncated or bit-flipped data file of one process before it
 // restarts, a node restarted with its clock a minute ahead or behind
 // (TELEMETRY_CLOCK_OFFSET, telemetryd's test hook), and with -lazyfs a power cut of one machine (its NATS
-// server and node) and of all machines at once: each machine's disk is a
+// server and node) and of all machines at once: each process's disk is a
 // LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs).
+// By default the cluster has a stream per partition (-partition-streams).
 // Then it heals everything and checks:
 //
 //   - every acked reading is stored on each owner of its partition, once,
@@ -32,7 +33,7 @@
 // non-zero on any violation. It needs root (namespaces, iptables, tc).
 //
 //	go run ./cmd/telemetry-faults -faults 52 -duration 30m -seed 4040
-//	go run ./cmd/telemetry-faults -faults 60 -duration 35m -seed 4040 -lazyfs /opt/tools/bin/lazyfs -lazyfs-cache 4gb
+//	go run ./cmd/telemetry-faults -faults 52 -duration 20m -seed 4040 -lazyfs /opt/tools/bin/lazyfs -rate 32
 //
 // It tears down its namespaces, bridge and processes on every exit,
 // ctrl-C and SIGTERM included (README.md); its network names carry a random run ID, so runs side
@@ -70,17 +71,30 @@ type Config struct {
 	Settle      time.Duration // publishing goes on this long after the last heal
 	StoreWait   time.Duration // how long the final check waits for acked readings to be stored
 	Progress    time.Duration
-	LazyFS      string   // the lazyfs binary: each machine's disk on LazyFS, and power cuts of one and of all machines
-	LazyFSCache string   // LazyFS's cache per machine: must hold all a machine writes between two cuts
-	NodeArgs    []string // extra telemetryd flags
+	LazyFS      string // the lazyfs binary: each machine's disk on LazyFS, and power cuts of one and of all machines
+	LazyFSCache string // LazyFS's cache of a node's disk: must hold all the node writes between two cuts
+	NATSCache   string // LazyFS's cache of a NATS server's disk, likewise
+	// PartitionStreams runs the cluster with a stream per partition
+	// (telemetryd -partition-streams and the NATS servers' mapping of
+	// telemetry.* to telemetry.<partition>.*, as deploy/ sets it up).
+	PartitionStreams bool
+	NodeArgs         []string // extra telemetryd flags
 }
+
+// lazyFSRate is the rate (readings per second over all clients) the
+// runs on LazyFS use: with every disk on LazyFS on a machine of two busy
+// cores, 80 a second (each reading a message fsynced by the stream and
+// the raft logs of three servers, through LazyFS's daemon) kept the
+// servers so busy that their route connections missed their write
+// deadline.
+const lazyFSRate = 32
 
 // DefaultConfig is a short run.
 func DefaultConfig() Config {
 	return Config{Seed: time.Now().UnixNano(), Faults: 7, Gap: 6 * time.Second, Partitions: 6, Copies: 2,
 		LeaseTTL: 3 * time.Second, Devices: 24, Rate: 80, QueryEvery: 300 * time.Millisecond,
 		StaleBound: 30 * time.Second, Settle: 5 * time.Second, StoreWait: 2 * time.Minute, Progress: 10 * time.Second,
-		LazyFSCache: "1gb"}
+		LazyFSCache: "1gb", NATSCache: "256mb", PartitionStreams: true}
 }
 
 // Result is what a run did and found.
@@ -144,8 +158,10 @@ func main() {
 	flag.DurationVar(&cfg.StaleBound, "stale-bound", cfg.StaleBound, "an answer may miss readings acked less than this before the query")
 	flag.DurationVar(&cfg.StoreWait, "store-wait", cfg.StoreWait, "how long the final check waits for every acked reading to be stored")
 	flag.DurationVar(&cfg.Progress, "progress", cfg.Progress, "progress line interval")
-	flag.StringVar(&cfg.LazyFSCache, "lazyfs-cache", cfg.LazyFSCache, "LazyFS's cache per machine (it keeps synced writes too, never evicts, and hangs when full): more than a machine writes between two power cuts")
+	flag.StringVar(&cfg.LazyFSCache, "lazyfs-cache", cfg.LazyFSCache, "LazyFS's cache of each node's disk (it keeps synced writes too, never evicts, and hangs when full): more than a node writes between two power cuts")
+	flag.StringVar(&cfg.NATSCache, "lazyfs-nats-cache", cfg.NATSCache, "LazyFS's cache of each NATS server's disk, likewise")
 	flag.StringVar(&cfg.LazyFS, "lazyfs", os.Getenv("TELEMETRY_LAZYFS"), "the lazyfs binary (default $TELEMETRY_LAZYFS): put each machine's disk on LazyFS and add power cuts of one machine and of all machines (see cmd/telemetry-crashloop/README.md)")
+	flag.BoolVar(&cfg.PartitionStreams, "partition-streams", cfg.PartitionStreams, "a stream per partition (telemetryd -partition-streams, the NATS servers mapping the subjects), as deploy/ runs a cluster; false: the one stream TELEMETRY")
 	flag.Parse()
 	cfg.NodeArgs = flag.Args()
 	if dur > 0 && cfg.Faults > 0 {
@@ -168,7 +184,7 @@ func main() {
 
 // printResult prints the faults, the checks and the verdict.
 func printResult(w io.Writer, cfg Config, r Result) {
-	fmt.Fprintf(w, "seed=%d faults=%d partitions=%d copies=%d lease_ttl=%s elapsed=%s\n", r.Seed, len(r.Faults), cfg.Partitions, cfg.Copies, cfg.LeaseTTL, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "seed=%d faults=%d partitions=%d partition_streams=%t copies=%d lease_ttl=%s lazyfs=%t elapsed=%s\n", r.Seed, len(r.Faults), cfg.Partitions, cfg.PartitionStreams, cfg.Copies, cfg.LeaseTTL, cfg.LazyFS != "", r.Elapsed.Round(time.Second))
 	fmt.Fprintln(w, "faults:")
 	kinds := map[string]int{}
 	for _, f := range r.Faults {

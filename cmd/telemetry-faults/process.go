@@ -164,15 +164,22 @@ func (p *proc) lastLines(n int) string {
 
 // natsConfig is the configuration of NATS server i of n on the network:
 // JetStream clustered over routes, fsync before every ack (the durable
-// mode), 8 MiB payloads (deploy/CLUSTER.md).
-func natsConfig(net *network, i, n int, storeDir string) string {
+// mode), 8 MiB payloads, and with partitions > 0 the mapping of a
+// device's subject to its partition's stream (deploy/CLUSTER.md).
+func natsConfig(net *network, i, n int, storeDir string, partitions int) string {
 	var routes []string
 	for j := range n {
 		routes = append(routes, fmt.Sprintf("%q", "nats://"+net.memberAddr(j)+":6222"))
 	}
-	return fmt.Sprintf(`server_name: nats-%d
+	mapping := ""
+	if partitions > 0 {
+		// A stream per partition (deploy/nats-cluster.conf).
+		mapping = fmt.Sprintf("mappings: { \"telemetry.*\": \"telemetry.{{partition(%d,1)}}.{{wildcard(1)}}\" }\n", partitions)
+	}
+	return mapping + fmt.Sprintf(`server_name: nats-%d
 listen: "%s:4222"
 max_payload: 8MB
+prof_port: %d
 jetstream {
   store_dir: %q
   sync_interval: always
@@ -182,12 +189,16 @@ cluster {
   listen: "%s:6222"
   routes: [%s]
 }
-`, i, net.memberAddr(i), storeDir, net.memberAddr(i), strings.Join(routes, ", "))
+`, i, net.memberAddr(i), natsProfPort, storeDir, net.memberAddr(i), strings.Join(routes, ", "))
 }
+
+// natsProfPort is where each NATS server serves Go's pprof (goroutine
+// dumps of a server that stalls: http://<its address>:6060/debug/pprof/).
+const natsProfPort = 6060
 
 // newNATSProc prepares NATS server i (namespace i), its configuration
 // and log under work, its store under disk.
-func newNATSProc(net *network, self string, i, n int, work, disk string) (*proc, error) {
+func newNATSProc(net *network, self string, i, n int, work, disk string, partitions int) (*proc, error) {
 	d := filepath.Join(work, fmt.Sprintf("nats-%d", i))
 	store := filepath.Join(disk, fmt.Sprintf("nats-%d", i), "store")
 	if err := os.MkdirAll(store, 0o755); err != nil {
@@ -197,7 +208,7 @@ func newNATSProc(net *network, self string, i, n int, work, disk string) (*proc,
 		return nil, err
 	}
 	cfgPath := filepath.Join(d, "nats.conf")
-	if err := os.WriteFile(cfgPath, []byte(natsConfig(net, i, n, store)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(natsConfig(net, i, n, store, partitions)), 0o644); err != nil {
 		return nil, err
 	}
 	return &proc{name: fmt.Sprintf("nats-%d", i), member: i, net: net, bin: self,
@@ -223,6 +234,9 @@ func newNodeProc(net *network, cfg Config, j, member int, natsURLs, work, disk s
 		"-node-name", fmt.Sprintf("node-%d", j), "-advertise-url", nodeURL(net, member),
 		"-lease-ttl", cfg.LeaseTTL.String(), "-stream-replicas", "3", "-cursor-key", cursorKey,
 		"-sync-writes", "-insecure", "-log-format", "json", "-log-level", "warn"}
+	if cfg.PartitionStreams {
+		args = append(args, "-partition-streams")
+	}
 	return &proc{name: fmt.Sprintf("node-%d", j), member: member, net: net, bin: cfg.Binary,
 		args: append(args, cfg.NodeArgs...), logPath: filepath.Join(d, "log"), dataDir: data}, nil
 }

@@ -32,7 +32,7 @@ type cluster struct {
 	natsU  []string // the NATS servers' client URLs
 	client *http.Client
 	log    *slog.Logger
-	lfs    []*lazyMount // per node, with power cuts: node j's data dir and NATS server j's store
+	lfs    []*lazyMount // per member, with power cuts: NATS server k's store, then node k's data dir (member servers+k)
 	netem  bool         // the kernel has netem
 }
 
@@ -149,7 +149,11 @@ func (c *cluster) setUp(ctx context.Context, self, work string) error {
 		}
 	}
 	for i := range servers {
-		p, err := newNATSProc(c.net, self, i, servers, work, c.disk(work, i))
+		mapped := 0
+		if c.cfg.PartitionStreams {
+			mapped = c.cfg.Partitions
+		}
+		p, err := newNATSProc(c.net, self, i, servers, work, c.disk(work, i), mapped)
 		if err != nil {
 			return err
 		}
@@ -162,7 +166,7 @@ func (c *cluster) setUp(ctx context.Context, self, work string) error {
 		return err
 	}
 	for j := range servers {
-		p, err := newNodeProc(c.net, c.cfg, j, servers+j, joinURLs(c.natsU), work, c.disk(work, j))
+		p, err := newNodeProc(c.net, c.cfg, j, servers+j, joinURLs(c.natsU), work, c.disk(work, servers+j))
 		if err != nil {
 			return err
 		}
@@ -179,11 +183,12 @@ func (c *cluster) setUp(ctx context.Context, self, work string) error {
 	return c.waitConverged(ctx, 3*time.Minute)
 }
 
-// disk is where machine k's processes keep their data: under work, or
-// on its LazyFS mount with power cuts.
-func (c *cluster) disk(work string, k int) string {
+// disk is where member m (NATS server k is member k, node k member
+// servers+k) keeps its data: under work, or on its LazyFS mount with
+// power cuts.
+func (c *cluster) disk(work string, m int) string {
 	if c.cfg.LazyFS != "" {
-		return c.lfs[k].mnt
+		return c.lfs[m].mnt
 	}
 	return work
 }
@@ -345,6 +350,9 @@ func (c *cluster) close() {
 		p.stop(20 * time.Second)
 	}
 	for _, m := range c.lfs {
+		if m == nil { // a mount that was never made
+			continue
+		}
 		if err := m.close(); err != nil {
 			c.log.Error("lazyfs unmount", "err", err)
 		}

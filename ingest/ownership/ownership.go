@@ -5,9 +5,8 @@
 // Every node holds a lease: the key nodes.<name> of the bucket, whose
 // value (Lease, JSON) names the node's advertised URL, the partitions
 // it consumes and those it has caught up on, and how far behind the
-// stream it is. The bucket's TTL is the lease TTL; a node renews its
-// lease every third of it, and a lease older than the TTL is dead
-// (whether or not the server has removed it yet); its age is taken on
+// stream it is. A node renews its lease every third of the lease TTL,
+// and a lease older than the TTL is dead; its age is taken on
 // the server's clock, which a node reckons from the timestamps of its
 // own renewals, so a node whose clock is off agrees with the others. A node that stops
 // cleanly deletes its lease, so the others take over at once.
@@ -234,10 +233,18 @@ const bucketMaxBytes = 64 << 20
 // theirs.
 func (m *Membership) Open(ctx context.Context) error {
 	if m.js != nil {
+		// No TTL (the stream's MaxAge): a dead lease is told by its
+		// age, and the server need not remove it. With one, every
+		// entry of a bucket whose servers were all down for longer than
+		// the TTL (a power cut of every machine) is expired when they
+		// start again, while the replicated log still holds them: each
+		// replica waited for a leader to catch it up, none became one,
+		// and no node could open the bucket again (the fault harness,
+		// cmd/telemetry-faults, on LazyFS). A bucket made with a TTL
+		// loses it here.
 		kv, err := m.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      m.cfg.Bucket,
 			Description: "telemetryd node leases: advertised URL and caught-up partitions",
-			TTL:         m.cfg.LeaseTTL,
 			History:     1,
 			MaxBytes:    bucketMaxBytes,
 			Storage:     jetstream.FileStorage,
