@@ -711,6 +711,10 @@ func (it *sampleIter) fill() bool {
 			it.done = true
 			break
 		}
+		if err := it.ctx.Err(); err != nil { // between pages: a long series stops at its deadline
+			it.err = fmt.Errorf("read %s of %s: %w", it.name, it.dev, err)
+			break
+		}
 		page, err := it.q.src.Range(it.ctx, buckets.RangeQuery{Device: it.dev, From: it.from, To: it.to,
 			Order: buckets.Asc, Limit: it.q.pageSize, After: it.after})
 		if err != nil {
