@@ -64,9 +64,10 @@ func isCanceled(err error) bool {
 
 // TestQueryStopsAtItsContext: a query whose context ends while it reads
 // stops reading: within the series it is reading (a range function over
-// a long range, a subquery over a selector, a range query) and between
-// pages of a long device listing, and it answers with the cancellation,
-// not a result. Before, the engine looked at its context only between
+// a long range, a subquery over a selector, a range query, a short
+// select of more than one page), between series and between pages of a
+// long device listing, and it answers with the cancellation, not a
+// result. Before, the engine looked at its context only between
 // series and between steps of the outer query, so an instant query
 // read every page of the series and returned its result after its
 // deadline (a rule past its timeout reported no error).
@@ -95,6 +96,12 @@ func TestQueryStopsAtItsContext(t *testing.T) {
 		"subquery over a selector":         {`max_over_time(temp{device="d1"}[6h:2s])`, true, false},
 		"range query":                      {`temp{device="d1"}`, true, true},
 		"a listing of many devices":        {`sum(temp)`, false, false},
+		// Short reads: the lean engine, which looks at the context
+		// between series only (TestShortReads).
+		"a short range function":                 {`avg_over_time(temp{device="d1"}[5m])`, true, false},
+		"a selector of one device":               {`temp{device="d1"}`, true, false},
+		"a short range function of many devices": {`avg_over_time(temp[5m])`, true, false},
+		"a selector of many devices":             {`temp`, true, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			a, err := New(Config{Source: src, Now: func() time.Time { return end }})
@@ -124,5 +131,26 @@ func TestQueryStopsAtItsContext(t *testing.T) {
 			assert.Zero(t, cs.readsAfter, "pages of readings read after the context ended")
 			assert.Zero(t, cs.devicesAfter, "pages of devices listed after the context ended")
 		})
+	}
+}
+
+// TestShortReads: the instant queries that read at most a lookback
+// delta of each series, outside subqueries, go to the lean engine.
+func TestShortReads(t *testing.T) {
+	a, err := New(Config{Source: newMemSource()})
+	require.NoError(t, err)
+	for q, want := range map[string]bool{
+		`temp`:                      true,
+		`avg by (fleet) (temp) > 3`: true,
+		`avg_over_time(temp[5m])`:   true,
+		`time() - telemetry_device_last_seen_timestamp_seconds > 600`: true,
+		`avg_over_time(temp[5m1s])`:                                   false,
+		`max_over_time(temp[1d])`:                                     false,
+		`max_over_time(temp[1m:10s])`:                                 false,
+		`temp > on(device) max_over_time(x[2h])`:                      false,
+	} {
+		expr, err := a.parser.ParseExpr(q)
+		require.NoError(t, err)
+		assert.Equal(t, want, a.shortReads(expr), q)
 	}
 }

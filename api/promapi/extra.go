@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
 )
@@ -40,13 +41,24 @@ func (a *API) Instant(ctx context.Context, qs string, ts time.Time) (promql.Vect
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	qry, err := a.newInstantQuery(ctx, qs, ts)
+	e := a.engine
+	if a.shortReads(expr) {
+		e = a.lean
+	}
+	qry, err := a.newInstantQueryOn(ctx, e, qs, ts)
 	if err != nil {
 		return nil, err
 	}
 	defer qry.Close()
 	res := qry.Exec(ctx)
-	if res.Err != nil {
+	// An answer completed past the deadline is no answer, as the
+	// engine with its checks per sample has it.
+	switch err := ctx.Err(); {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, promql.ErrQueryTimeout("expression evaluation")
+	case err != nil:
+		return nil, promql.ErrQueryCanceled("expression evaluation")
+	case res.Err != nil:
 		return nil, res.Err
 	}
 	switch v := res.Value.(type) {
@@ -56,6 +68,26 @@ func (a *API) Instant(ctx context.Context, qs string, ts time.Time) (promql.Vect
 		return promql.Vector{promql.Sample{T: v.T, F: v.V}}, nil
 	}
 	return nil, fmt.Errorf("rule result is a %s, not a vector or scalar", res.Value.Type())
+}
+
+// shortReads reports whether expr reads short series only: it has no
+// subquery, and no range longer than the lookback delta. Each of its
+// series holds at most the samples of a lookback delta, so the lean
+// engine, which looks at the deadline before each series, stops such a
+// query within one short series of its deadline: the checks per sample
+// would cost more than they cut.
+func (a *API) shortReads(expr parser.Expr) bool {
+	short := true
+	parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.SubqueryExpr:
+			short = false
+		case *parser.MatrixSelector:
+			short = short && n.Range.Milliseconds() <= a.q.lookback
+		}
+		return nil
+	})
+	return short
 }
 
 // withExtra is the queryable of one query: the store's, merged with

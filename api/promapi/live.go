@@ -61,6 +61,11 @@ type liveWindow struct {
 type liveDevice struct {
 	from  buckets.Ticks
 	ready bool
+	// newest is, for the first liveInlineCols columns, the name and the
+	// newest sample, beside from and ready: a select of the newest
+	// sample of a device (an instant selector) reads the first two
+	// cache lines of its entry and no other memory of the device.
+	newest [liveInlineCols]liveColNewest
 	// cols are few, found by a scan: the first liveInlineCols are held
 	// in the entry itself (colsBuf), beside what a select reads first.
 	cols    []liveCol
@@ -71,6 +76,42 @@ type liveDevice struct {
 	// labels are the labels of the device's series that selects
 	// matched, with the attributes they were made of.
 	labels []liveLabels
+}
+
+// liveColNewest is a column's name and newest sample; ok is false when
+// the column holds none, or two readings share one of its milliseconds
+// (its samples are then made by slice).
+type liveColNewest struct {
+	name unique.Handle[string]
+	s    sample
+	ok   bool
+}
+
+// syncNewest sets e.newest from e's first columns, after they changed.
+func (e *liveDevice) syncNewest() {
+	for i := range e.newest {
+		if i >= len(e.cols) {
+			e.newest[i] = liveColNewest{}
+			continue
+		}
+		c := &e.cols[i]
+		n := liveColNewest{name: c.name, ok: !c.dup && len(c.s) > 0}
+		if n.ok {
+			n.s = c.s[len(c.s)-1]
+		}
+		e.newest[i] = n
+	}
+}
+
+// newestOf returns the newest sample of name, when the entry holds it
+// among newest (ok).
+func (e *liveDevice) newestOf(name unique.Handle[string]) (sample, bool) {
+	for i := range e.newest {
+		if e.newest[i].name == name {
+			return e.newest[i].s, e.newest[i].ok
+		}
+	}
+	return sample{}, false
 }
 
 type liveLabels struct {
@@ -327,6 +368,7 @@ func (e *liveDevice) add(r *buckets.Reading) {
 			e.n -= c.drop(r.Ticks)
 		}
 	}
+	e.syncNewest()
 }
 
 // put sets the value at k and returns how many samples it added.
@@ -384,6 +426,7 @@ func (e *liveDevice) merge(seed *liveDevice) {
 			}
 		}
 	}
+	e.syncNewest()
 }
 
 // col is the column of name, nil if none.
@@ -412,6 +455,7 @@ func (e *liveDevice) trim(cut buckets.Ticks) {
 		e.n -= j
 	}
 	e.cols = slices.DeleteFunc(e.cols, func(c liveCol) bool { return len(c.k) == 0 })
+	e.syncNewest()
 }
 
 // slice is the samples of name, one per millisecond: the newest of the

@@ -85,6 +85,7 @@ type Config struct {
 // /api/v1/.
 type API struct {
 	engine  *promql.Engine
+	lean    *promql.Engine // without the checks per sample (Instant)
 	parser  parser.Parser
 	q       *queryable
 	timeout time.Duration
@@ -126,7 +127,7 @@ func New(cfg Config) (*API, error) {
 		a.q.live = newLiveWindow(a.now, a.q.lookback)
 		w.Watch(a.q.live.committed, a.q.live.removed)
 	}
-	a.engine = promql.NewEngine(promql.EngineOpts{
+	opts := promql.EngineOpts{
 		Logger:                   a.log,
 		MaxSamples:               orDefault(cfg.MaxSamples, DefaultMaxSamples),
 		Timeout:                  a.timeout,
@@ -135,14 +136,19 @@ func New(cfg Config) (*API, error) {
 		EnableAtModifier:         true,
 		EnableNegativeOffset:     true,
 		EnableDelayedNameRemoval: true,
-		// The engine then looks at the query's deadline at every step
-		// of a range function and at every sample it reads, not only
-		// between series and steps of the outer query, and once more
-		// before an instant query's answer: a rule or a request past
-		// its timeout stops within one step (cancel_test.go).
-		EnableQueryCost: true,
-		Parser:          a.parser,
-	})
+		Parser:                   a.parser,
+	}
+	// The lean engine looks at the deadline between series and steps
+	// only. Instant answers it evaluates queries that read short
+	// series (shortReads), which stop within one series as soon.
+	a.lean = promql.NewEngine(opts)
+	// The engine looks at the query's deadline at every step of a range
+	// function and at every sample it reads, not only between series and
+	// steps of the outer query, and once more before an instant query's
+	// answer: a rule or a request past its timeout stops within one step
+	// (cancel_test.go).
+	opts.EnableQueryCost = true
+	a.engine = promql.NewEngine(opts)
 	a.mux = http.NewServeMux()
 	a.mux.HandleFunc("GET /api/v1/query", a.handleQuery)
 	a.mux.HandleFunc("POST /api/v1/query", a.handleQuery)
@@ -382,7 +388,7 @@ func (a *API) handleSeries(w http.ResponseWriter, r *http.Request) {
 	out := []labels.Labels{}
 	var warnings []string
 	for _, ms := range sets {
-		refs, err := qr.match(r.Context(), qr.mint, qr.maxt, ms, false)
+		refs, err := qr.match(r.Context(), qr.mint, qr.maxt, ms, notLive)
 		if err != nil {
 			writeError(w, a.execError(r, err))
 			return

@@ -140,11 +140,24 @@ type seriesRef struct {
 	// last reading times from the index.
 	seen    seenBounds
 	hasSeen bool
-	// live is set when buf holds the series' samples of the select,
-	// taken from the live window as the series was matched.
-	live bool
-	buf  []sample
+	// live is set when buf, or newest when hasNewest is set, holds the
+	// series' samples of the select, taken from the live window as the
+	// series was matched.
+	live      bool
+	buf       []sample
+	newest    sample
+	hasNewest bool
 }
+
+// matchLive is what a select takes from the live window as it matches
+// series (querier.match).
+type matchLive uint8
+
+const (
+	notLive    matchLive = iota
+	liveSpan             // the samples of the select's span
+	liveNewest           // the newest sample in the span only (an instant selector)
+)
 
 // seenBounds are a device's first and last reading times.
 type seenBounds struct{ first, last buckets.Ticks }
@@ -159,7 +172,7 @@ type seenBounds struct{ first, last buckets.Ticks }
 // With live set (a shared select of a batch), the series of a device the
 // live window holds take their labels and samples from it as they are
 // matched.
-func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, live bool) ([]seriesRef, error) {
+func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, live matchLive) ([]seriesRef, error) {
 	devMs, nameMs, attrMs, none := splitMatchers(ms)
 	if none {
 		return nil, nil
@@ -175,7 +188,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		lsetOf = recent.seriesLabels
 	}
 	var lw *liveWindow
-	if live && recent != nil {
+	if live != notLive && recent != nil {
 		lw = qr.q.live
 	}
 	// The handles of the value names the live window is looked up by:
@@ -189,7 +202,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 		return lastHandle
 	}
 	var out []seriesRef
-	if live {
+	if live != notLive {
 		if p, _ := refPool.Get().(*[]seriesRef); p != nil {
 			out = (*p)[:0]
 		}
@@ -239,7 +252,12 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 			}
 			r := seriesRef{lset: lsetOf(f.Name), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}
 			if e != nil {
-				r.live, r.buf = true, e.slice(handleOf(f.Name), from, to+10000)
+				h := handleOf(f.Name)
+				if n, ok := e.newestOf(h); live == liveNewest && ok && n.t >= mint && n.t <= maxt {
+					r.live, r.newest, r.hasNewest = true, n, true
+				} else {
+					r.live, r.buf = true, e.slice(h, from, to+10000)
+				}
 			}
 			if err := add(r); err != nil {
 				return err
@@ -400,7 +418,14 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 		mint, maxt = max(mint, hints.Start), min(maxt, hints.End)
 	}
 	shared := batchOf(ctx) != nil && qr.samples != nil && qr.q.sharedSelect(hints, mint, maxt)
-	refs, err := qr.match(ctx, mint, maxt, ms, shared)
+	live := notLive
+	switch {
+	case shared && hints.Range == 0:
+		live = liveNewest
+	case shared:
+		live = liveSpan
+	}
+	refs, err := qr.match(ctx, mint, maxt, ms, live)
 	if err != nil {
 		return storage.ErrSeriesSet(err)
 	}
@@ -452,7 +477,7 @@ func (qr *querier) LabelValues(ctx context.Context, name string, _ *storage.Labe
 		vals, err := idx.AttributeValues(ctx, name, dq)
 		return vals, nil, err
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, false)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, notLive)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -499,7 +524,7 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 		}
 		return sortedUnique(append(names, model.MetricNameLabel, labelDevice)), nil, nil
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, false)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, notLive)
 	if err != nil || len(refs) == 0 {
 		return []string{}, nil, err
 	}
@@ -702,6 +727,7 @@ type sampleIter struct {
 	held     *sample // the last sample of a page, until the next page
 	i        int
 	err      error
+	one      [1]sample // buf of a series of one sample (seriesRef.newest)
 }
 
 // fill loads the next page that has samples; false at the end.
@@ -709,6 +735,10 @@ func (it *sampleIter) fill() bool {
 	for !it.done && it.err == nil {
 		if it.from >= it.to {
 			it.done = true
+			break
+		}
+		if err := it.ctx.Err(); err != nil { // between pages: a long series stops at its deadline
+			it.err = fmt.Errorf("read %s of %s: %w", it.name, it.dev, err)
 			break
 		}
 		page, err := it.q.src.Range(it.ctx, buckets.RangeQuery{Device: it.dev, From: it.from, To: it.to,

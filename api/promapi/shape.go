@@ -59,8 +59,13 @@ func (s *queryShape) inSubquery(h *storage.SelectHints) bool {
 // newInstantQuery is the engine's instant query over a queryable that
 // knows the query's shape.
 func (a *API) newInstantQuery(ctx context.Context, qs string, ts time.Time) (promql.Query, error) {
+	return a.newInstantQueryOn(ctx, a.engine, qs, ts)
+}
+
+// newInstantQueryOn is newInstantQuery on engine e.
+func (a *API) newInstantQueryOn(ctx context.Context, e *promql.Engine, qs string, ts time.Time) (promql.Query, error) {
 	q := *a.q
-	qry, err := a.engine.NewInstantQuery(ctx, a.withExtra(&q), nil, qs, ts)
+	qry, err := e.NewInstantQuery(ctx, a.withExtra(&q), nil, qs, ts)
 	if err == nil {
 		q.shape = shapeOf(qry)
 	}

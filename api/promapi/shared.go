@@ -305,6 +305,15 @@ func (q *queryable) sharedSelect(h *storage.SelectHints, mint, maxt int64) bool 
 //
 // prev is the engine's iterator to use again, when it is one of these.
 func (s *seriesSet) sharedIter(ref seriesRef, prev chunkenc.Iterator) seekingIter[int64] {
+	it, ok := prev.(seekingIter[int64])
+	if !ok || it.sampleIter == nil { // the engine's previous iterator is used again: none allocated per series
+		it = seekingIter[int64]{new(sampleIter)}
+	}
+	if ref.hasNewest { // the newest sample, taken as the series was matched
+		*it.sampleIter = sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, i: -1, one: [1]sample{ref.newest}}
+		it.buf = it.one[:]
+		return it
+	}
 	buf, ok := ref.buf, ref.live
 	var err error
 	if !ok && s.q.live != nil {
@@ -324,10 +333,6 @@ func (s *seriesSet) sharedIter(ref seriesRef, prev chunkenc.Iterator) seekingIte
 		lo--
 	}
 	buf = buf[lo:hi:hi]
-	it, ok := prev.(seekingIter[int64])
-	if !ok || it.sampleIter == nil { // the engine's previous iterator is used again: none allocated per series
-		it = seekingIter[int64]{new(sampleIter)}
-	}
 	*it.sampleIter = sampleIter{ctx: s.ctx, dev: ref.dev, name: ref.name, done: true, buf: buf, i: -1, err: err}
 	return it
 }
