@@ -47,7 +47,6 @@ const maxRequestBytes = 64 << 10
 type Handler struct {
 	local      Local
 	part       func(buckets.DeviceID) int
-	serves     func(partition int) bool // Config.Serves; nil: every partition
 	credential [sha256.Size]byte
 	callers    Callers
 	log        *slog.Logger
@@ -78,20 +77,6 @@ func NewHandler(local Local, part func(buckets.DeviceID) int, credential string,
 	h.mux.HandleFunc("POST "+pathAttrs, h.attributes)
 	h.mux.HandleFunc("POST "+pathAssign, h.assign)
 	return h
-}
-
-// serving answers 503 not_serving, and reports false, when this node
-// does not serve dev's partition now: it stopped consuming it, or its
-// consumer trails the stream. The calling node's view of the leases
-// may be older than that; it then asks the partition's next owner
-// (any status but 200, 400 and 404 is a transport error to it), where
-// this node's copy could miss what came since.
-func (h *Handler) serving(w http.ResponseWriter, dev buckets.DeviceID) bool {
-	if h.serves == nil || h.serves(h.part(dev)) {
-		return true
-	}
-	writeError(w, http.StatusServiceUnavailable, "not_serving", fmt.Sprintf("partition %d: this node does not serve it now", h.part(dev)))
-	return false
 }
 
 // Authorize reports whether r carries the cluster credential and, if
@@ -161,9 +146,6 @@ func (h *Handler) latest(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
-	if !h.serving(w, q.Device) {
-		return
-	}
 	rs, err := h.local.Latest(r.Context(), q.Device, q.N)
 	h.reply(w, r, err, func() any { return readingsResponse{Readings: toWire(rs)} })
 }
@@ -171,9 +153,6 @@ func (h *Handler) latest(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) rangeQ(w http.ResponseWriter, r *http.Request) {
 	var q buckets.RangeQuery
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
-		return
-	}
-	if !h.serving(w, q.Device) {
 		return
 	}
 	p, err := h.local.Range(r.Context(), q)
@@ -185,9 +164,6 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
-	if !h.serving(w, q.Device) {
-		return
-	}
 	rd, err := h.local.Get(r.Context(), q.Device, q.Ticks)
 	h.reply(w, r, err, func() any { return readingsResponse{Readings: toWire([]buckets.Reading{rd})} })
 }
@@ -195,9 +171,6 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) {
 	var q buckets.AggregateQuery
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
-		return
-	}
-	if !h.serving(w, q.Device) {
 		return
 	}
 	p, err := h.local.Aggregate(r.Context(), q)
@@ -222,9 +195,6 @@ func (h *Handler) devices(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) device(w http.ResponseWriter, r *http.Request) {
 	var q deviceRequest
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
-		return
-	}
-	if !h.serving(w, q.Device) {
 		return
 	}
 	d, err := h.local.Device(r.Context(), q.Device)

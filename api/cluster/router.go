@@ -110,14 +110,7 @@ type Config struct {
 	// Dropped is told of each day this node's store dropped for a
 	// cluster-wide drop (for metrics); optional.
 	Dropped func(ctx context.Context, d buckets.TableDrop)
-	// Serves reports whether this node serves a partition's reads now:
-	// it consumes the partition and has caught up on it, by its own
-	// state rather than the leases others read. A device's readings and
-	// record are answered from this node's copy only then, asked by
-	// this node or another; otherwise the partition's next owner is
-	// asked. Nil: every partition.
-	Serves func(partition int) bool
-	Logger *slog.Logger
+	Logger  *slog.Logger
 }
 
 // ConnsPerNode bounds the connections one node keeps to another. They
@@ -158,7 +151,6 @@ type Router struct {
 	members Membership
 	c       client
 	callers Callers
-	serves  func(partition int) bool // Config.Serves; nil: every partition
 	log     *slog.Logger
 }
 
@@ -183,14 +175,12 @@ func New(cfg Config) (*Router, error) {
 		local = countingLocal{Local: local, dropped: cfg.Dropped}
 	}
 	return &Router{local: local, members: cfg.Membership, c: client{http: hc, credential: cfg.Credential},
-		callers: cfg.Callers, serves: cfg.Serves, log: log}, nil
+		callers: cfg.Callers, log: log}, nil
 }
 
 // Handler returns the node-to-node API of this node's store.
 func (r *Router) Handler() *Handler {
-	h := NewHandler(r.local, r.members.PartitionOf, r.c.credential, r.callers, r.log)
-	h.serves = r.serves
-	return h
+	return NewHandler(r.local, r.members.PartitionOf, r.c.credential, r.callers, r.log)
 }
 
 // UnavailableError is a request for a partition that no owner
@@ -232,10 +222,6 @@ func (r *Router) onOwner(ctx context.Context, dev buckets.DeviceID, local func()
 	var errs []error
 	for _, o := range r.members.Owners(p) {
 		if o.Self {
-			if r.serves != nil && !r.serves(p) { // the leases are older than this node's own state
-				errs = append(errs, fmt.Errorf("this node does not serve partition %d now: %w", p, buckets.ErrUnavailable))
-				continue
-			}
 			// This node's copy may be unavailable (a table being
 			// repaired, a store refusing while its disk is full); the
 			// next owner's may not.

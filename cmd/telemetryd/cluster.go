@@ -106,9 +106,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 	if m.sec.Creds != nil {
 		callers = m.sec.Creds.TokenNamed
 	}
-	var node *ingestcluster.Node // made below: it drops through the router
 	router, err := cluster.New(cluster.Config{
-		Serves:     func(p int) bool { return node != nil && node.Serves(p) },
 		Local:      m.store,
 		Dropped:    m.countManualDrop,
 		Membership: membershipView{members},
@@ -136,7 +134,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 			return err
 		}
 	}
-	node, err = ingestcluster.New(ingestcluster.Config{
+	node, err := ingestcluster.New(ingestcluster.Config{
 		Members: members,
 		Consumers: ingestcluster.PartitionConsumers{
 			NC: m.nc, Store: m.store, Drops: members, Node: k.NodeName, Template: icfg},

@@ -434,16 +434,6 @@ func (n *Node) Holding() (holding, ready []int) {
 	return holding, ready
 }
 
-// Serves reports whether this node answers queries for partition p
-// now: it consumes p and has caught up on it, not withdrawn as stale
-// (what Holding lists as ready, without the lists).
-func (n *Node) Serves(p int) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	r, ok := n.parts[p]
-	return ok && r.ready && !r.stale
-}
-
 // Consumers returns the running consumers by partition.
 func (n *Node) Consumers() map[int]Consumer {
 	n.mu.Lock()
