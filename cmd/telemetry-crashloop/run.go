@@ -222,6 +222,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err := v.check(ctx, &res); err != nil {
 		return res, err
 	}
+	if lfs != nil && res.Lost > 0 && cmp.Or(cfg.Protocol, "nats") == "nats" && creds == nil {
+		res.Streams = lostInStreams(ctx, js, pub, &res)
+	}
+	if lfs != nil {
+		res.LazyFS = lazyFSHealth(lfs)
+	}
 	if df != nil {
 		if err := df.checkCold(ctx); err != nil {
 			return res, err
@@ -289,10 +295,16 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight), AtPoint: atPoint})
 		if lfs != nil {
 			acked := pub.acked.Load()
+			usage, uerr := lfs.CacheUsage(ctx)
+			if uerr != nil {
+				usage = -1
+				log.Warn("lazyfs cache usage unknown", "cut", res.Kills, "err", uerr)
+			}
+			res.Cuts[len(res.Cuts)-1].CacheUsage = usage
 			if err := lfs.Cut(ctx); err != nil {
 				return fmt.Errorf("power cut %d: %w", res.Kills, err)
 			}
-			log.Info("power cut", "cut", res.Kills, "acked_before", acked)
+			log.Info("power cut", "cut", res.Kills, "acked_before", acked, "lazyfs_cache_pct", usage)
 		}
 		if err := restart(ctx, svc, lfs != nil, log, res); err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)

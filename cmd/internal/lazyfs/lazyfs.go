@@ -48,6 +48,7 @@ type FS struct {
 	ackf   *os.File
 	lines  chan string // lines read from acks
 	torn   string      // the last torn write (LastTorn)
+	pids   []int       // every LazyFS process started (Pids)
 }
 
 // lazyFSCacheSize is LazyFS's cache: the unsynced writes it can hold
@@ -138,6 +139,7 @@ func (l *FS) Mount(ctx context.Context) error {
 	if err := l.cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", l.bin, err)
 	}
+	l.pids = append(l.pids, l.cmd.Process.Pid)
 	l.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) {
 		_ = cmd.Wait()
