@@ -27,6 +27,10 @@ import (
 // active exception": the thread is never joined).
 var outputOK = regexp.MustCompile(`\[info\]|pre-allocating|Pre-allocation finished|\[lazyfs\.cmds\]|^>> FTRUNCATE$|BEHAVE AS|Ignoring invalid max threads|^terminate called without an active exception$|^\s*$`)
 
+// outputBad matches lines that report a failure whatever their level
+// (LazyFS logs a failed ftruncate of its fsync at info level).
+var outputBad = regexp.MustCompile(`(?i)fail|error|what\(\)|deadlock|terminate called after`)
+
 // OutputFaults returns the lines of LazyFS's output (all its processes
 // of this FS) that a healthy run does not write, at most max of them,
 // and how many there were.
@@ -42,7 +46,7 @@ func (l *FS) OutputFaults(max int) ([]string, int) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if outputOK.MatchString(line) {
+		if outputOK.MatchString(line) && !outputBad.MatchString(line) {
 			continue
 		}
 		n++
