@@ -165,12 +165,15 @@ type Result struct {
 	Streams *LostInStreams
 	// LazyFS, with -power-cut, is what LazyFS and the kernel reported
 	// about it.
-	LazyFS  *LazyFSHealth
-	Hostile *HostileCounts   // what the hostile client did (-hostile)
-	Backups []backupTaken    // the backups taken (-backup)
-	Probe   *ProbeCounts     // what the QoS 0 probe found (-hostile)
-	Disk    *DiskFaultCounts // what the disk faults did (-disk-faults)
-	Elapsed time.Duration
+	LazyFS *LazyFSHealth
+	// StreamShortfalls are the streams that, after a cut, ended below
+	// a sequence they had acked before it (with -power-cut, NATS).
+	StreamShortfalls []StreamShortfall
+	Hostile          *HostileCounts   // what the hostile client did (-hostile)
+	Backups          []backupTaken    // the backups taken (-backup)
+	Probe            *ProbeCounts     // what the QoS 0 probe found (-hostile)
+	Disk             *DiskFaultCounts // what the disk faults did (-disk-faults)
+	Elapsed          time.Duration
 }
 
 // OK reports whether the run upheld the guarantee and every reading
@@ -347,6 +350,12 @@ func printResult(w io.Writer, cfg Config, r Result) {
 	}
 	if r.Streams != nil {
 		fmt.Fprintln(w, r.Streams)
+	}
+	if cfg.PowerCut && cmp.Or(cfg.Protocol, "nats") == "nats" {
+		fmt.Fprintf(w, "streams below their acks after a cut: %d\n", len(r.StreamShortfalls))
+		for _, s := range r.StreamShortfalls {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
 	}
 	if r.LazyFS != nil {
 		fmt.Fprintln(w, r.LazyFS.String(r.Cuts))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -187,4 +188,67 @@ func (h *LazyFSHealth) String(cuts []cut) string {
 		fmt.Fprintf(&b, "\n  kernel: %s", l)
 	}
 	return b.String()
+}
+
+// streamSeqs keeps the highest sequence acked per stream.
+type streamSeqs struct {
+	mu  sync.Mutex
+	max map[string]uint64
+}
+
+func (s *streamSeqs) note(stream string, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.max == nil {
+		s.max = map[string]uint64{}
+	}
+	s.max[stream] = max(s.max[stream], seq)
+}
+
+func (s *streamSeqs) snapshot() map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.max)
+}
+
+// StreamShortfall is a stream that, after a cut, ended below a
+// sequence it had acked before it: it lost acked messages.
+type StreamShortfall struct {
+	Cut    int
+	Stream string
+	Acked  uint64 // the highest sequence acked before the cut
+	Last   uint64 // the stream's last sequence after the restart
+}
+
+func (s StreamShortfall) String() string {
+	return fmt.Sprintf("cut %d: %s acked up to seq %d, holds up to %d after the restart (%d acked messages gone)",
+		s.Cut, s.Stream, s.Acked, s.Last, s.Acked-s.Last)
+}
+
+// checkStreams compares, after the restart that followed cut n, each
+// stream's last sequence with the highest one acked before the cut
+// (acked): a stream that ends below it lost messages it had acked,
+// whatever the store did.
+func checkStreams(ctx context.Context, js jetstream.JetStream, n int, acked map[string]uint64) ([]StreamShortfall, error) {
+	var out []StreamShortfall
+	for _, name := range slices.Sorted(maps.Keys(acked)) {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := js.Stream(ictx, name)
+		var info *jetstream.StreamInfo
+		if err == nil {
+			info, err = s.Info(ictx)
+		}
+		cancel()
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			out = append(out, StreamShortfall{Cut: n, Stream: name, Acked: acked[name]})
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("stream %s: %w", name, err)
+		}
+		if last := info.State.LastSeq; last < acked[name] {
+			out = append(out, StreamShortfall{Cut: n, Stream: name, Acked: acked[name], Last: last})
+		}
+	}
+	return out, nil
 }
