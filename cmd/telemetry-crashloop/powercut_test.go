@@ -217,4 +217,7 @@ func TestLazyFSHealth(t *testing.T) {
 	lines, n := l.OutputFaults(5)
 	assert.Zero(t, n, "unexpected lines: %q", lines)
 	assert.Len(t, l.Pids(), 2, "two mounts")
+	for _, e := range l.Exits() {
+		assert.NotEmpty(t, e, "both ended")
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -159,10 +160,11 @@ func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen fun
 // LazyFSHealth is what LazyFS wrote and the kernel logged about it
 // during a power-cut run.
 type LazyFSHealth struct {
-	Mounts       int      // LazyFS processes started
-	OutputFaults int      // lines of its output a healthy run does not write
-	FirstFaults  []string // the first of them
-	KernelFaults []string // dmesg lines about its processes
+	Mounts       int            // LazyFS processes started
+	OutputFaults int            // lines of its output a healthy run does not write
+	FirstFaults  []string       // the first of them
+	KernelFaults []string       // dmesg lines about a lazyfs process while one of the run's ran
+	Exits        map[string]int // how its processes ended, counted by exit status
 }
 
 // lazyFSHealth reads lfs's output and the kernel's log.
@@ -170,14 +172,21 @@ func lazyFSHealth(lfs *lazyfs.FS) *LazyFSHealth {
 	h := &LazyFSHealth{Mounts: len(lfs.Pids())}
 	h.FirstFaults, h.OutputFaults = lfs.OutputFaults(5)
 	h.KernelFaults = lfs.KernelFaults()
+	h.Exits = map[string]int{}
+	for _, e := range lfs.Exits() {
+		h.Exits[cmp.Or(e, "running")]++
+	}
 	return h
 }
 
 // String reports the health and the cache usage before each cut.
 func (h *LazyFSHealth) String(cuts []cut) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "lazyfs: %d mounts, %d unexpected lines in its output, %d kernel faults of its processes; cache usage before each cut (%%):",
-		h.Mounts, h.OutputFaults, len(h.KernelFaults))
+	fmt.Fprintf(&b, "lazyfs: %d mounts, %d unexpected lines in its output, %d kernel faults while it ran; exits:", h.Mounts, h.OutputFaults, len(h.KernelFaults))
+	for _, e := range slices.Sorted(maps.Keys(h.Exits)) {
+		fmt.Fprintf(&b, " %s x%d,", e, h.Exits[e])
+	}
+	fmt.Fprint(&b, " (an unmount ends it with SIGABRT); cache usage before each cut (%):")
 	for _, c := range cuts {
 		fmt.Fprintf(&b, " %.0f", c.CacheUsage)
 	}

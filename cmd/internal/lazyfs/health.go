@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,27 +61,90 @@ func (l *FS) OutputFaults(max int) ([]string, int) {
 // Pids are the process IDs of every LazyFS this FS started, in order.
 func (l *FS) Pids() []int { return l.pids }
 
-// KernelFaults returns the kernel's log lines about this FS's LazyFS
-// processes (segfaults, general protection faults), read with dmesg
-// (needs root; nil when it cannot be read).
+// life is one LazyFS process: when it ran and how it ended.
+type life struct {
+	started, ended time.Time
+	state          string // its exit status ("signal: segmentation fault")
+}
+
+// KernelFaults returns the kernel's log lines about a lazyfs process
+// (segfaults, general protection faults) logged while one of this FS's
+// processes ran, read with dmesg (needs root; nil when it cannot be
+// read). The kernel names the faulting thread, not the process, so the
+// lines are matched by time: another LazyFS running meanwhile on the
+// machine can show up too.
 func (l *FS) KernelFaults() []string {
-	if len(l.pids) == 0 {
+	l.livesMu.Lock()
+	lives := slices.Clone(l.lives)
+	l.livesMu.Unlock()
+	if len(lives) == 0 {
 		return nil
 	}
 	b, err := exec.Command("dmesg").Output()
 	if err != nil {
 		return nil
 	}
+	boot := bootTime()
 	var out []string
 	for line := range strings.SplitSeq(string(b), "\n") {
-		for _, p := range l.pids {
-			if strings.Contains(line, "lazyfs["+strconv.Itoa(p)+"]") {
-				out = append(out, strings.TrimSpace(line))
+		if !strings.Contains(line, "lazyfs[") {
+			continue
+		}
+		at, ok := dmesgTime(line, boot)
+		if !ok {
+			continue
+		}
+		for _, lf := range lives {
+			end := lf.ended
+			if end.IsZero() {
+				end = time.Now()
+			}
+			if !at.Before(lf.started.Add(-time.Second)) && !at.After(end.Add(time.Second)) {
+				out = append(out, at.UTC().Format("15:04:05 ")+strings.TrimSpace(line[strings.Index(line, "]")+1:]))
 				break
 			}
 		}
 	}
 	return out
+}
+
+// Exits returns how each LazyFS process of this FS ended, in order
+// ("" while it runs). Every unmount ends one with SIGABRT (its fault
+// thread is never joined); a segfault is LazyFS failing.
+func (l *FS) Exits() []string {
+	l.livesMu.Lock()
+	defer l.livesMu.Unlock()
+	out := make([]string, len(l.lives))
+	for i, lf := range l.lives {
+		out[i] = lf.state
+	}
+	return out
+}
+
+// bootTime is when the machine booted (btime in /proc/stat).
+func bootTime() time.Time {
+	b, _ := os.ReadFile("/proc/stat")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			if s, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+				return time.Unix(s, 0)
+			}
+		}
+	}
+	return time.Time{}
+}
+
+// dmesgTime is the time of a dmesg line ("[seconds since boot] ...").
+func dmesgTime(line string, boot time.Time) (time.Time, bool) {
+	open, end := strings.IndexByte(line, '['), strings.IndexByte(line, ']')
+	if boot.IsZero() || open != 0 || end < 0 {
+		return time.Time{}, false
+	}
+	s, err := strconv.ParseFloat(strings.TrimSpace(line[1:end]), 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return boot.Add(time.Duration(s * float64(time.Second))), true
 }
 
 // usageLine is LazyFS's answer to lazyfs::display-cache-usage.
