@@ -298,20 +298,22 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 			usage, uerr := lfs.CacheUsage(ctx)
 			if uerr != nil {
 				usage = -1
-				log.Warn("lazyfs cache usage unknown", "cut", res.Kills, "err", uerr)
+				log.Warn("lazyfs cache usage unknown", "cut", len(res.Cuts), "err", uerr)
 			}
 			res.Cuts[len(res.Cuts)-1].CacheUsage = usage
 			if err := lfs.Cut(ctx); err != nil {
 				return fmt.Errorf("power cut %d: %w", res.Kills, err)
 			}
-			log.Info("power cut", "cut", res.Kills, "acked_before", acked, "lazyfs_cache_pct", usage)
+			// Numbered as Result.Cuts (unplanned cuts count too), as the
+			// lost readings' cuts are.
+			log.Info("power cut", "cut", len(res.Cuts), "acked_before", acked, "lazyfs_cache_pct", usage)
 		}
 		seqs := pub.ackedSeqs.snapshot() // the service is dead: no ack comes after
 		if err := restart(ctx, svc, lfs != nil, log, res); err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 		}
 		if lfs != nil {
-			noteShortfalls(ctx, pub, res.Kills, seqs, log, res)
+			noteShortfalls(ctx, pub, len(res.Cuts), seqs, log, res)
 		}
 	}
 	return nil
