@@ -158,11 +158,22 @@ type Result struct {
 	// LostCuts is, for every lost reading (as LostAges), the number of
 	// that cut, from 1 (0: no cut came after its ack).
 	LostCuts []int
-	Hostile  *HostileCounts   // what the hostile client did (-hostile)
-	Backups  []backupTaken    // the backups taken (-backup)
-	Probe    *ProbeCounts     // what the QoS 0 probe found (-hostile)
-	Disk     *DiskFaultCounts // what the disk faults did (-disk-faults)
-	Elapsed  time.Duration
+	// LostSeqs is, for every lost reading (as LostAges), its number.
+	LostSeqs []int
+	// Streams, with -power-cut, says where the messages of the lost
+	// readings still were at the end (nil: not looked at).
+	Streams *LostInStreams
+	// LazyFS, with -power-cut, is what LazyFS and the kernel reported
+	// about it.
+	LazyFS *LazyFSHealth
+	// StreamShortfalls are the streams that, after a cut, ended below
+	// a sequence they had acked before it (with -power-cut, NATS).
+	StreamShortfalls []StreamShortfall
+	Hostile          *HostileCounts   // what the hostile client did (-hostile)
+	Backups          []backupTaken    // the backups taken (-backup)
+	Probe            *ProbeCounts     // what the QoS 0 probe found (-hostile)
+	Disk             *DiskFaultCounts // what the disk faults did (-disk-faults)
+	Elapsed          time.Duration
 }
 
 // OK reports whether the run upheld the guarantee and every reading
@@ -248,6 +259,9 @@ type cut struct {
 	// Unplanned: LazyFS exited on its own while the service ran, which
 	// drops what it held unsynced as a cut does.
 	Unplanned bool
+	// CacheUsage is how full LazyFS's cache was just before the cut, in
+	// percent (-1: unknown; 0 without -power-cut).
+	CacheUsage float64
 }
 
 // cutsAtPoint counts the cuts at the service's fault point (-cut-at).
@@ -333,6 +347,18 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		for _, c := range r.lossByCut() {
 			fmt.Fprintf(w, "  cut %d: lost %d, the oldest %s\n", c.cut, c.lost, c.oldest.Round(time.Millisecond))
 		}
+	}
+	if r.Streams != nil {
+		fmt.Fprintln(w, r.Streams)
+	}
+	if cfg.PowerCut && cmp.Or(cfg.Protocol, "nats") == "nats" {
+		fmt.Fprintf(w, "streams below their acks after a cut: %d\n", len(r.StreamShortfalls))
+		for _, s := range r.StreamShortfalls {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
+	}
+	if r.LazyFS != nil {
+		fmt.Fprintln(w, r.LazyFS.String(r.Cuts))
 	}
 	if r.Hostile != nil {
 		fmt.Fprintf(w, "hostile: %s\n", r.Hostile)

@@ -197,3 +197,27 @@ func mountLazyFS(t *testing.T) (l *lazyfs.FS, ctx context.Context) {
 	t.Cleanup(func() { l.Close() })
 	return l, ctx
 }
+
+// TestLazyFSHealth checks what the loop reads of LazyFS: its cache
+// fills with unsynced writes and empties at a cut, and a healthy mount,
+// cut and unmount leave no unexpected line in its output.
+func TestLazyFSHealth(t *testing.T) {
+	l, ctx := mountLazyFS(t)
+	require.NoError(t, os.WriteFile(filepath.Join(l.Mnt, "unsynced"), make([]byte, 8<<20), 0o644))
+	before, err := l.CacheUsage(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, before, 0.0, "8 MiB written and not synced are in the cache")
+
+	require.NoError(t, l.Cut(ctx))
+	after, err := l.CacheUsage(ctx)
+	require.NoError(t, err)
+	assert.Less(t, after, before, "the cut emptied the cache")
+
+	require.NoError(t, l.Close())
+	lines, n := l.OutputFaults(5)
+	assert.Zero(t, n, "unexpected lines: %q", lines)
+	assert.Len(t, l.Pids(), 2, "two mounts")
+	for _, e := range l.Exits() {
+		assert.NotEmpty(t, e, "both ended")
+	}
+}

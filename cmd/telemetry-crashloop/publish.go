@@ -41,6 +41,9 @@ type publisher struct {
 	inFlight atomic.Int64
 	// dupAcked[m] is whether message m's ack said duplicate.
 	dupAcked []atomic.Bool
+	// ackedSeqs is, per stream, the highest sequence a JetStream ack
+	// named (checkStreams).
+	ackedSeqs streamSeqs
 }
 
 // readingsBase is the time of reading 0 of a run that starts at now
@@ -230,6 +233,7 @@ func (p *publisher) publish(m int) (<-chan error, error) {
 	go func() {
 		select {
 		case ack := <-fut.Ok():
+			p.ackedSeqs.note(ack.Stream, ack.Sequence)
 			if ack.Duplicate {
 				p.duplicates.Add(1)
 				p.dupAcked[m].Store(true)

@@ -222,6 +222,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if err := v.check(ctx, &res); err != nil {
 		return res, err
 	}
+	if lfs != nil && res.Lost > 0 && cmp.Or(cfg.Protocol, "nats") == "nats" && creds == nil {
+		res.Streams = lostInStreams(ctx, js, pub, &res)
+	}
+	if lfs != nil {
+		res.LazyFS = lazyFSHealth(lfs)
+	}
 	if df != nil {
 		if err := df.checkCold(ctx); err != nil {
 			return res, err
@@ -289,16 +295,44 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight), AtPoint: atPoint})
 		if lfs != nil {
 			acked := pub.acked.Load()
+			usage, uerr := lfs.CacheUsage(ctx)
+			if uerr != nil {
+				usage = -1
+				log.Warn("lazyfs cache usage unknown", "cut", len(res.Cuts), "err", uerr)
+			}
+			res.Cuts[len(res.Cuts)-1].CacheUsage = usage
 			if err := lfs.Cut(ctx); err != nil {
 				return fmt.Errorf("power cut %d: %w", res.Kills, err)
 			}
-			log.Info("power cut", "cut", res.Kills, "acked_before", acked)
+			// Numbered as Result.Cuts (unplanned cuts count too), as the
+			// lost readings' cuts are.
+			log.Info("power cut", "cut", len(res.Cuts), "acked_before", acked, "lazyfs_cache_pct", usage)
 		}
+		seqs := pub.ackedSeqs.snapshot() // the service is dead: no ack comes after
 		if err := restart(ctx, svc, lfs != nil, log, res); err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 		}
+		if lfs != nil {
+			noteShortfalls(ctx, pub, len(res.Cuts), seqs, log, res)
+		}
 	}
 	return nil
+}
+
+// noteShortfalls records the streams that, after the restart that
+// followed cut n, hold less than they had acked before it.
+func noteShortfalls(ctx context.Context, pub *publisher, n int, acked map[string]uint64, log *slog.Logger, res *Result) {
+	if pub.js == nil || len(acked) == 0 {
+		return
+	}
+	short, err := checkStreams(ctx, pub.js, n, acked)
+	if err != nil {
+		log.Warn("could not compare the streams with their acks", "cut", n, "err", err)
+	}
+	for _, s := range short {
+		log.Warn("a stream lost messages it had acked", "cut", n, "stream", s.Stream, "acked_seq", s.Acked, "last_seq", s.Last)
+	}
+	res.StreamShortfalls = append(res.StreamShortfalls, short...)
 }
 
 // lazyFSExited is closed when lfs's LazyFS exits; nil (never ready)
@@ -327,9 +361,11 @@ func lazyFSCrashCut(ctx context.Context, svc *service, lfs *lazyfs.FS, pub *publ
 	if err := lfs.Cut(ctx); err != nil {
 		return fmt.Errorf("mount after lazyfs exited: %w", err)
 	}
+	seqs := pub.ackedSeqs.snapshot()
 	if err := restart(ctx, svc, true, log, res); err != nil {
 		return fmt.Errorf("restart after lazyfs exited: %w", err)
 	}
+	noteShortfalls(ctx, pub, len(res.Cuts), seqs, log, res)
 	return nil
 }
 

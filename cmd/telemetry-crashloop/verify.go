@@ -107,9 +107,10 @@ func (v verifier) check(ctx context.Context, res *Result) error {
 		}
 		total.Add(run.Check(acked, got))
 		dup.Add(run.Check(ackedDup, got))
-		ages, cuts := v.lostAges(run, acked, got, res.Cuts)
+		ages, cuts, seqs := v.lostAges(run, acked, got, res.Cuts)
 		res.LostAges = append(res.LostAges, ages...)
 		res.LostCuts = append(res.LostCuts, cuts...)
+		res.LostSeqs = append(res.LostSeqs, seqs...)
 	}
 	res.Stored, res.Lost, res.Duplicated, res.Unexpected = total.Stored, total.Lost, total.Duplicated, total.Unexpected
 	res.LostAckedDuplicate = dup.Lost
@@ -118,9 +119,9 @@ func (v verifier) check(ctx context.Context, res *Result) error {
 
 // lostAges returns, for every acked reading not read back, its age at
 // the first cut after its ack (how long it had been acked when the power
-// went), and that cut's number (from 1); a reading lost without a cut
-// after its ack counts with age -1 and cut 0.
-func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.Reading, cuts []cut) ([]time.Duration, []int) {
+// went), that cut's number (from 1) and the reading's number; a reading
+// lost without a cut after its ack counts with age -1 and cut 0.
+func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.Reading, cuts []cut) ([]time.Duration, []int, []int) {
 	seen := make(map[int]bool, len(got))
 	for _, r := range got {
 		if n, ok := run.Ident(r); ok {
@@ -128,7 +129,7 @@ func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.R
 		}
 	}
 	var out []time.Duration
-	var which []int
+	var which, seqs []int
 	for _, seq := range acked {
 		if seen[seq] {
 			continue
@@ -143,8 +144,9 @@ func (v verifier) lostAges(run exactlyonce.Run, acked []int, got []exactlyonce.R
 		}
 		out = append(out, age)
 		which = append(which, n)
+		seqs = append(seqs, seq)
 	}
-	return out, which
+	return out, which, seqs
 }
 
 func getJSON(ctx context.Context, u string, header http.Header, out any) error {

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -43,11 +44,14 @@ type FS struct {
 	faults string // fifo LazyFS reads commands from
 	acks   string // fifo LazyFS reports finished commands on
 
-	cmd    *exec.Cmd
-	exited chan struct{}
-	ackf   *os.File
-	lines  chan string // lines read from acks
-	torn   string      // the last torn write (LastTorn)
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	ackf    *os.File
+	lines   chan string // lines read from acks
+	torn    string      // the last torn write (LastTorn)
+	pids    []int       // every LazyFS process started (Pids)
+	lives   []life      // when each ran and how it ended (KernelFaults)
+	livesMu sync.Mutex
 }
 
 // lazyFSCacheSize is LazyFS's cache: the unsynced writes it can hold
@@ -138,9 +142,17 @@ func (l *FS) Mount(ctx context.Context) error {
 	if err := l.cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", l.bin, err)
 	}
+	l.pids = append(l.pids, l.cmd.Process.Pid)
+	l.livesMu.Lock()
+	l.lives = append(l.lives, life{started: time.Now()})
+	n := len(l.lives) - 1
+	l.livesMu.Unlock()
 	l.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) {
 		_ = cmd.Wait()
+		l.livesMu.Lock()
+		l.lives[n].ended, l.lives[n].state = time.Now(), cmd.ProcessState.String()
+		l.livesMu.Unlock()
 		close(done)
 	}(l.cmd, l.exited)
 	deadline := time.Now().Add(mountWait)
