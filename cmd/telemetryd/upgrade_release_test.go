@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,14 +44,7 @@ func TestUpgradeFromAnEarlierBuild(t *testing.T) {
 			s.publish(t, d, fmt.Sprintf(`{"ts":%q,"v":%d}`, at(i), i))
 		}
 	}
-	for _, d := range devices {
-		waitStored(t, s, d, 60)
-		got := pageAll(t, s, d, "asc", 1000, url.Values{})
-		require.Len(t, got, 60, "device %s: every reading once", d)
-		for i, r := range got {
-			assert.Equal(t, float64(i), r.Values["v"], "device %s reading %d", d, i)
-		}
-	}
+	requireValuesInOrder(t, s, devices, 60)
 	assert.Equal(t, fleetEast, deviceAttributes(t, s, "rf-a"))
 	waitFor(t, 50*time.Millisecond, func() bool {
 		_, err := s.js.Stream(context.Background(), "TELEMETRY")

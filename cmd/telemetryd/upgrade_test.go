@@ -180,13 +180,20 @@ func upgradeRun(t *testing.T, cfg Config, devices []string, step upgradeStep) *t
 			s.publish(t, d, payload(i))
 		}
 	}
+	requireValuesInOrder(t, s, devices, 60)
+	return s
+}
+
+// requireValuesInOrder waits until s holds n readings of each device,
+// then asserts they are the values 0 to n-1 in time order, each once.
+func requireValuesInOrder(t *testing.T, s *testService, devices []string, n int) {
+	t.Helper()
 	for _, d := range devices {
-		waitStored(t, s, d, 60)
+		waitStored(t, s, d, n)
 		got := pageAll(t, s, d, "asc", 1000, url.Values{})
-		require.Len(t, got, 60, "device %s: every reading once", d)
+		require.Len(t, got, n, "device %s: every reading once", d)
 		for i, r := range got {
 			assert.Equal(t, float64(i), r.Values["v"], "device %s reading %d", d, i)
 		}
 	}
-	return s
 }
