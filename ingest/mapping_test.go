@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -18,18 +19,13 @@ import (
 // publishes to them are refused with the mapping to add; once it maps,
 // the check passes and has stored nothing.
 func TestCheckMapping(t *testing.T) {
-	ns := runServer(t, t.TempDir(), -1)
-	nc, err := nats.Connect(ns.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	ns, js := mappingServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := DefaultConfig()
 	c.Partitions, c.PartitionStreams = 4, true
 
-	err = CheckMapping(ctx, js, c)
+	err := CheckMapping(ctx, js, c)
 	require.Error(t, err, "no mapping: no stream takes the devices' publishes")
 	assert.Contains(t, err.Error(), `must map "telemetry.*" to "telemetry.{{partition(4,1)}}.{{wildcard(1)}}"`)
 
@@ -48,21 +44,28 @@ func TestCheckMapping(t *testing.T) {
 func TestCheckMappingOtherCount(t *testing.T) {
 	for _, mapped := range []int{8, 3} {
 		t.Run(strconv.Itoa(mapped), func(t *testing.T) {
-			ns := runServer(t, t.TempDir(), -1)
-			nc, err := nats.Connect(ns.ClientURL())
-			require.NoError(t, err)
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			require.NoError(t, err)
+			ns, js := mappingServer(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			src, dst := partition.Mapping("telemetry", mapped)
 			require.NoError(t, ns.GlobalAccount().AddMapping(src, dst))
 			c := DefaultConfig()
 			c.Partitions, c.PartitionStreams = 4, true
-			err = CheckMapping(ctx, js, c)
+			err := CheckMapping(ctx, js, c)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), `must map "telemetry.*" to "telemetry.{{partition(4,1)}}.{{wildcard(1)}}"`)
 		})
 	}
+}
+
+// mappingServer runs a bare server and connects JetStream to it.
+func mappingServer(t *testing.T) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	ns := runServer(t, t.TempDir(), -1)
+	nc, err := nats.Connect(ns.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return ns, js
 }
