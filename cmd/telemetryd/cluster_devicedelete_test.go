@@ -63,7 +63,7 @@ func TestClusterDeleteDevice(t *testing.T) {
 	}
 	for i := range devices {
 		waitFor(t, 50*time.Millisecond, func() bool { return stored(device(i)) == 2*perDevice },
-			"%s stored on its two owners", device(i))
+			"%s stored on its two owners:%s", device(i), copiesOf{t, nodes, device(i)})
 	}
 	var others []string
 	for i := range devices {

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
 // longCluster makes the cluster tests run their long variants.
@@ -286,7 +287,6 @@ func (n *testNode) main() *Main {
 	return n.m
 }
 
-// get returns the status and body of a GET.
 // startConvergedNodes starts count nodes of 6 partitions, with one
 // stream replica, on nc and one clock, each config changed by edit,
 // and waits until every node agrees on copies owners per partition.
@@ -341,6 +341,36 @@ func converged(m *Main, copies int, nodes []string) bool {
 		}
 	}
 	return true
+}
+
+// copiesOf says, for a failure message, how many readings of dev each
+// node stores and whether its own view makes it an owner of dev's
+// partition. It is a fmt.Stringer, so it is worked out when the
+// message is printed, not when the wait starts.
+type copiesOf struct {
+	t     *testing.T
+	nodes []*testNode
+	dev   string
+}
+
+func (c copiesOf) String() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		m := n.main()
+		if m == nil {
+			fmt.Fprintf(&b, " %s: down;", n.cfg.Cluster.NodeName)
+			continue
+		}
+		mem := m.cluster.members
+		p := partition.Of(mem.Partitions(), c.dev)
+		var owners []string
+		for _, o := range mem.Owners(p) {
+			owners = append(owners, o.Node)
+		}
+		fmt.Fprintf(&b, " %s: %d stored, partition %d owned by %v, wanted here %v;",
+			n.cfg.Cluster.NodeName, storedOn(c.t, m, c.dev), p, owners, slices.Contains(mem.Wanted(), p))
+	}
+	return b.String()
 }
 
 // storedOn counts the readings of dev in node m's own store.
