@@ -206,9 +206,9 @@ func TestHotAndColdTables(t *testing.T) {
 	// Two days later yesterday is cold: it is closed when idle and
 	// reopened with cold options.
 	ts.clock.Advance(2 * 24 * time.Hour)
-	ts.closeIdleNow()
+	ts.closeIdleNow(t)
 	ts.clock.Advance(ts.opts.IdleClose)
-	ts.closeIdleNow()
+	ts.closeIdleNow(t)
 	assert.False(t, ts.isOpen(today-1))
 	_, err := ts.Get(ctx, "dev", dayTick(today-1, 0))
 	require.NoError(t, err)

@@ -73,11 +73,31 @@ func (w *readWrites) kinds() []string {
 
 // closeIdleNow runs the idle sweep, waits until the compactor tried to
 // settle the tables it handed over, and sweeps again.
-func (ts *testStore) closeIdleNow() {
+func (ts *testStore) closeIdleNow(t *testing.T) {
 	for _, j := range ts.closeIdle() {
 		<-j.Done()
 	}
+	ts.settlesDone(t)
 	ts.closeIdle()
+}
+
+// settlesDone waits until the compactor has tried every table handed
+// over so far. The store sweeps by itself too (the janitor's ticker,
+// and once after a table opens), so a sweep the test makes may find a
+// table already being settled and hand nothing over: the test's own
+// jobs do not say that the settling ended. The compactor takes its
+// queue in order, so a job for a day that has no table, queued now,
+// is done only after every earlier one (a full queue is tried again).
+func (ts *testStore) settlesDone(t *testing.T) {
+	t.Helper()
+	const noTable = buckets.Day(1) // 1970-01-02: never written by a test
+	for {
+		if j := ts.settles.Add(noTable); j != nil {
+			waitFor(t, j.Done(), "the compactor's settling")
+			return
+		}
+		time.Sleep(time.Millisecond) // full (a test's small bound): the compactor takes it soon
+	}
 }
 
 // stallCtx is a context whose stall-th call of Err blocks until resume
@@ -185,8 +205,9 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	for _, j := range <-swept { // the compactor's settling ends
 		waitFor(t, j.Done(), "the settling")
 	}
+	ts.settlesDone(t) // when a sweep of the store's own handed the table over first
 	ts.clock.Advance(2 * time.Minute) // idle again after the read
-	ts.closeIdleNow()
+	ts.closeIdleNow(t)
 	assert.False(t, ts.isOpen(d), "settled, the idle table is closed")
 	assert.Empty(t, writes.onReads(), "no table write on a read's goroutine")
 	assert.Subset(t, writes.kinds(), []string{"rollup", "count"}, "the settling wrote the rollups and the count file")
@@ -255,9 +276,9 @@ func TestIdleTableWaitsForRoomInTheSettleQueue(t *testing.T) {
 	require.Len(t, jobs, 1, "one of the two idle tables fits the queue")
 	open()
 	<-jobs[0].Done()
-	ts.closeIdleNow() // the settled one closes; the other is handed over now
+	ts.closeIdleNow(t) // the settled one closes; the other is handed over now
 	assert.False(t, ts.isOpen(a) && ts.isOpen(b), "one closed")
-	ts.closeIdleNow()
+	ts.closeIdleNow(t)
 	assert.False(t, ts.isOpen(a))
 	assert.False(t, ts.isOpen(b))
 	for _, d := range []buckets.Day{a, b} {
