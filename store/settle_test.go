@@ -205,7 +205,7 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	for _, j := range <-swept { // the compactor's settling ends
 		waitFor(t, j.Done(), "the settling")
 	}
-	ts.settlesDone(t) // when a sweep of the store's own handed the table over first
+	ts.settlesDone(t)                 // when a sweep of the store's own handed the table over first
 	ts.clock.Advance(2 * time.Minute) // idle again after the read
 	ts.closeIdleNow(t)
 	assert.False(t, ts.isOpen(d), "settled, the idle table is closed")
