@@ -205,7 +205,8 @@ func TestReadDuringIdleCloseDoesNotWaitForItsCompaction(t *testing.T) {
 	for _, j := range <-swept { // the compactor's settling ends
 		waitFor(t, j.Done(), "the settling")
 	}
-	ts.settlesDone(t)                 // when a sweep of the store's own handed the table over first
+	// A sweep of the store's own may have handed the table over first.
+	ts.settlesDone(t)
 	ts.clock.Advance(2 * time.Minute) // idle again after the read
 	ts.closeIdleNow(t)
 	assert.False(t, ts.isOpen(d), "settled, the idle table is closed")
