@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,6 +66,7 @@ func runFaults(t *testing.T, cfg Config) Result {
 // left.
 func TestFaultsClusterUp(t *testing.T) {
 	cfg := faultTestConfig(t)
+	before := harnessNamespaces()
 	cfg.Faults = 0
 	cfg.Settle = 10 * time.Second
 	res := runFaults(t, cfg)
@@ -73,7 +75,7 @@ func TestFaultsClusterUp(t *testing.T) {
 	assert.Equal(t, cfg.Devices*cfg.Copies, res.Checked, "every device read from each owner")
 	assert.Empty(t, res.badQueries())
 	assert.NotEmpty(t, res.Queries)
-	leftNamespaces(t)
+	leftNamespaces(t, before)
 }
 
 // TestFaultsShort is the short run: about four minutes of faults, every
@@ -86,6 +88,7 @@ func TestFaultsClusterUp(t *testing.T) {
 // repeatedly; it needs root.
 func TestFaultsShort(t *testing.T) {
 	cfg := faultTestConfig(t)
+	before := harnessNamespaces()
 	cfg.Faults = 2 * len(faultKinds(cfg))
 	if cfg.LazyFS != "" {
 		cfg.Faults, cfg.Rate = len(faultKinds(cfg)), lazyFSRate
@@ -105,13 +108,21 @@ func TestFaultsShort(t *testing.T) {
 	for _, k := range faultKinds(cfg) {
 		assert.True(t, seen[k], "fault kind %s injected", k)
 	}
-	leftNamespaces(t)
+	leftNamespaces(t, before)
 }
 
-// leftNamespaces fails when a namespace of a finished run is still
-// there.
-func leftNamespaces(t *testing.T) {
+// leftNamespaces fails when a namespace of the run that just ended is
+// still there: one not among before, the harness's namespaces when the
+// test started (a run killed earlier may have left its own).
+func leftNamespaces(t *testing.T, before []string) {
 	t.Helper()
+	now := harnessNamespaces()
+	assert.Empty(t, slices.DeleteFunc(now, func(ns string) bool { return slices.Contains(before, ns) }),
+		"namespaces left behind")
+}
+
+// harnessNamespaces lists the network namespaces of the harness's runs.
+func harnessNamespaces() []string {
 	ns, _ := filepath.Glob("/run/netns/tf-*")
-	assert.Empty(t, ns, "namespaces left behind")
+	return ns
 }
