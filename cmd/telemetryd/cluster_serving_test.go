@@ -137,4 +137,49 @@ func TestClusterHandedBackCopyIsNotRead(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, body)
 		assert.Equal(t, want, strings.Count(body, `{"device":"hb-`), "export through %s", n.cfg.Cluster.NodeName)
 	}
+
+	// The old copy does not come back. A DELETE of a handed-back device
+	// removes node-0's copy too; when node-0 takes the partition again
+	// (an owner leaves), it resumes after what it had stored and gets
+	// the rest of the other devices, and nothing of the deleted one.
+	gone := handedBack[0]
+	p := partition.Of(partitions, gone)
+	req, err := http.NewRequest(http.MethodDelete, nodes[1].base+"/v1/devices/"+gone, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for _, n := range nodes {
+		assert.Zero(t, storedOn(t, n.main(), gone), "%s keeps a copy of the deleted device", n.cfg.Cluster.NodeName)
+	}
+	leaving := byName[view.Desired(p)[0]]
+	leaving.close()
+	var rest []*testNode
+	var restNames []string
+	for _, n := range nodes {
+		if n != leaving {
+			rest = append(rest, n)
+			restNames = append(restNames, n.cfg.Cluster.NodeName)
+		}
+	}
+	for _, n := range rest {
+		waitFor(t, 50*time.Millisecond, func() bool { return converged(n.main(), 2, restNames) })
+	}
+	require.True(t, first.main().cluster.node.Serves(p), "node-0 serves partition %d again", p)
+	for _, dev := range handedBack {
+		switch {
+		case dev == gone:
+			assert.Zero(t, storedOn(t, first.main(), dev), "the deleted device came back on node-0")
+		case partition.Of(partitions, dev) == p:
+			assert.Equal(t, 2*perPhase, storedOn(t, first.main(), dev), "node-0's copy of %s, taken again", dev)
+		}
+	}
+	for _, n := range rest {
+		code, body := getBody(t, n.base+"/v1/devices/"+gone+"/readings/latest?limit=100")
+		require.Equal(t, http.StatusOK, code, body)
+		var l apiList
+		require.NoError(t, json.Unmarshal([]byte(body), &l))
+		assert.Empty(t, l.Readings, "%s through %s", gone, n.cfg.Cluster.NodeName)
+	}
 }
