@@ -47,6 +47,7 @@ func TestClusterHandedBackCopyIsNotRead(t *testing.T) {
 	start := func(i int) *testNode {
 		cfg := clusterNodeConfig(t, nc, i, partitions)
 		cfg.Cluster.StreamReplicas = 1
+		cfg.Cluster.LeaseTTL = 5 * time.Second // views refresh every 1.7 s
 		return startNode(t, cfg, clock)
 	}
 	first := start(0)
