@@ -22,6 +22,20 @@ const maxResponseBytes = 256 << 20
 // caller tries another owner.
 var errTransport = errors.New("node unreachable")
 
+// codeNotServing is a node's refusal to answer for partitions it does
+// not serve now (503): the caller asks their next owners.
+const codeNotServing = "not_serving"
+
+// notServingError is a node's refusal (codeNotServing) of some
+// partitions; it wraps errTransport, so the caller moves on.
+type notServingError struct {
+	Partitions []int
+	msg        string
+}
+
+func (e *notServingError) Error() string { return e.msg }
+func (e *notServingError) Unwrap() error { return errTransport }
+
 // client calls other nodes' internal API.
 type client struct {
 	http       *http.Client
@@ -34,7 +48,8 @@ type client struct {
 // buckets.ErrNotFound, a 400 buckets.ErrInvalidArgument (or the
 // *buckets.ValidationError of a refused assignment); anything else
 // failing (a 401 or 403 of a node with another credential or auth file
-// included) wraps errTransport.
+// included) wraps errTransport; a node's refusal of partitions it does
+// not serve is a *notServingError naming them.
 func (c *client) call(ctx context.Context, base, path string, in, out any) error {
 	method, body := http.MethodGet, io.Reader(nil)
 	if in != nil {
@@ -72,6 +87,10 @@ func (c *client) call(ctx context.Context, base, path string, in, out any) error
 				return buckets.Invalid(buckets.Code(e.Code), -1, e.Field, "%s", e.Message)
 			}
 			return fmt.Errorf("%s: %w", e.Message, buckets.ErrInvalidArgument)
+		case http.StatusServiceUnavailable:
+			if e.Code == codeNotServing {
+				return &notServingError{Partitions: e.Partitions, msg: msg}
+			}
 		}
 		return fmt.Errorf("%w: %s", errTransport, msg)
 	}

@@ -44,9 +44,17 @@ const maxRequestBytes = 64 << 10
 // scope admin for a drop, and only the devices of its patterns (another
 // device is not found, and no list, attribute name or value tells of
 // it).
+//
+// It reads only the partitions this node serves now (Config.Serves of
+// its Router): a read of a device of another partition, or a list
+// asked for partitions among which some are not served, is refused
+// with 503, code not_serving and the partitions refused, after the
+// checks of the caller's rights. The calling node's view of the leases
+// may be older than this node's state; it asks the next owner.
 type Handler struct {
 	local      Local
 	part       func(buckets.DeviceID) int
+	serves     func(partition int) bool // nil: every partition
 	credential [sha256.Size]byte
 	callers    Callers
 	log        *slog.Logger
@@ -77,6 +85,37 @@ func NewHandler(local Local, part func(buckets.DeviceID) int, credential string,
 	h.mux.HandleFunc("POST "+pathAttrs, h.attributes)
 	h.mux.HandleFunc("POST "+pathAssign, h.assign)
 	return h
+}
+
+// serving reports whether this node serves dev's partition now; if not
+// it answers 503 not_serving naming the partition.
+func (h *Handler) serving(w http.ResponseWriter, dev buckets.DeviceID) bool {
+	return h.servingAll(w, []int{h.part(dev)})
+}
+
+// servingAll reports whether this node serves every partition of ps
+// now; if not it answers 503 not_serving naming those it does not.
+func (h *Handler) servingAll(w http.ResponseWriter, ps []int) bool {
+	if h.serves == nil {
+		return true
+	}
+	var refused []int
+	for _, p := range ps {
+		if !h.serves(p) && !slices.Contains(refused, p) {
+			refused = append(refused, p)
+		}
+	}
+	if len(refused) == 0 {
+		return true
+	}
+	slices.Sort(refused)
+	what := fmt.Sprintf("partitions %v", refused)
+	if len(refused) == 1 {
+		what = fmt.Sprintf("partition %d", refused[0])
+	}
+	writeJSONError(w, http.StatusServiceUnavailable, errorResponse{Code: codeNotServing, Partitions: refused,
+		Message: what + ": not served by this node now (handed over, or trailing its stream); ask another owner"})
+	return false
 }
 
 // Authorize reports whether r carries the cluster credential and, if
@@ -146,6 +185,9 @@ func (h *Handler) latest(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
+	if !h.serving(w, q.Device) {
+		return
+	}
 	rs, err := h.local.Latest(r.Context(), q.Device, q.N)
 	h.reply(w, r, err, func() any { return readingsResponse{Readings: toWire(rs)} })
 }
@@ -153,6 +195,9 @@ func (h *Handler) latest(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) rangeQ(w http.ResponseWriter, r *http.Request) {
 	var q buckets.RangeQuery
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
+		return
+	}
+	if !h.serving(w, q.Device) {
 		return
 	}
 	p, err := h.local.Range(r.Context(), q)
@@ -164,6 +209,9 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
+	if !h.serving(w, q.Device) {
+		return
+	}
 	rd, err := h.local.Get(r.Context(), q.Device, q.Ticks)
 	h.reply(w, r, err, func() any { return readingsResponse{Readings: toWire([]buckets.Reading{rd})} })
 }
@@ -173,6 +221,9 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
+	if !h.serving(w, q.Device) {
+		return
+	}
 	p, err := h.local.Aggregate(r.Context(), q)
 	h.reply(w, r, err, func() any { return p })
 }
@@ -180,6 +231,9 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) devices(w http.ResponseWriter, r *http.Request) {
 	var q devicesRequest
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, "") {
+		return
+	}
+	if !h.servingAll(w, q.Partitions) {
 		return
 	}
 	devs, more, err := localDevices(r.Context(), h.local, h.part, q)
@@ -197,6 +251,9 @@ func (h *Handler) device(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, q.Device) {
 		return
 	}
+	if !h.serving(w, q.Device) {
+		return
+	}
 	d, err := h.local.Device(r.Context(), q.Device)
 	h.reply(w, r, err, func() any { return toWireDevice(&d) })
 }
@@ -204,6 +261,9 @@ func (h *Handler) device(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) attributes(w http.ResponseWriter, r *http.Request) {
 	var q attributesRequest
 	if !decode(w, r, &q) || !allowed(w, r, auth.ScopeRead, "") {
+		return
+	}
+	if !h.servingAll(w, q.Partitions) {
 		return
 	}
 	vals, err := localAttributes(r.Context(), h.local, h.part, q)

@@ -10,7 +10,7 @@
 //   - a single-device call (latest, range, point, aggregates) is
 //     answered from the local store when this node has caught up on the
 //     device's partition, otherwise by an owner over the node-to-node
-//     API, trying the next owner when one fails;
+//     API, trying the next owner when one fails or refuses;
 //   - a device's record (with its attributes) comes from an owner of
 //     its partition, like a single-device call;
 //   - the device list (filtered by attributes and silence too) and the
@@ -29,6 +29,15 @@
 // are the same on every copy; with the same cursor key on every node
 // (-cursor-key, the same on every node) a cursor made by one
 // node continues on any other.
+//
+// A node answers for a partition only while it serves it by its own
+// state (Config.Serves): the leases another node read may still list it
+// as an owner after it handed the partition back or withdrew it as
+// trailing its stream, and its copy then misses what came since. Such
+// a node refuses (503, code not_serving, naming the partitions), and
+// the asking node asks the partition's next owner; this node skips its
+// own copy the same way. When no owner serves a partition the answer
+// is an *UnavailableError naming it, never a partial answer.
 //
 // Handler serves the node-to-node API from the local store. Every call
 // carries the cluster credential, which clients do not have, and the
@@ -110,7 +119,14 @@ type Config struct {
 	// Dropped is told of each day this node's store dropped for a
 	// cluster-wide drop (for metrics); optional.
 	Dropped func(ctx context.Context, d buckets.TableDrop)
-	Logger  *slog.Logger
+	// Serves reports whether this node serves a partition's reads now,
+	// by its own state: it consumes the partition, has caught up on it
+	// and does not trail its stream (ingest/cluster Node.Serves). A
+	// read of the partition, asked by this node or by another, is
+	// answered from this node's copy only then; otherwise the next
+	// owner is asked. Nil: every partition.
+	Serves func(partition int) bool
+	Logger *slog.Logger
 }
 
 // ConnsPerNode bounds the connections one node keeps to another. They
@@ -151,6 +167,7 @@ type Router struct {
 	members Membership
 	c       client
 	callers Callers
+	serves  func(partition int) bool // Config.Serves; nil: every partition
 	log     *slog.Logger
 }
 
@@ -175,12 +192,24 @@ func New(cfg Config) (*Router, error) {
 		local = countingLocal{Local: local, dropped: cfg.Dropped}
 	}
 	return &Router{local: local, members: cfg.Membership, c: client{http: hc, credential: cfg.Credential},
-		callers: cfg.Callers, log: log}, nil
+		callers: cfg.Callers, serves: cfg.Serves, log: log}, nil
 }
 
-// Handler returns the node-to-node API of this node's store.
+// Handler returns the node-to-node API of this node's store; it
+// answers only for the partitions Config.Serves says this node serves.
 func (r *Router) Handler() *Handler {
-	return NewHandler(r.local, r.members.PartitionOf, r.c.credential, r.callers, r.log)
+	h := NewHandler(r.local, r.members.PartitionOf, r.c.credential, r.callers, r.log)
+	h.serves = r.serves
+	return h
+}
+
+// servesHere reports whether this node serves partition p now.
+func (r *Router) servesHere(p int) bool { return r.serves == nil || r.serves(p) }
+
+// errNotServing is this node's refusal to read a partition from its own
+// copy: it does not serve it now, whatever the leases say.
+func errNotServing(p int) error {
+	return fmt.Errorf("this node does not serve partition %d now (handed over, or trailing its stream): %w", p, buckets.ErrUnavailable)
 }
 
 // UnavailableError is a request for a partition that no owner
@@ -222,6 +251,10 @@ func (r *Router) onOwner(ctx context.Context, dev buckets.DeviceID, local func()
 	var errs []error
 	for _, o := range r.members.Owners(p) {
 		if o.Self {
+			if !r.servesHere(p) { // the leases are older than this node's own state
+				errs = append(errs, errNotServing(p))
+				continue
+			}
 			// This node's copy may be unavailable (a table being
 			// repaired, a store refusing while its disk is full); the
 			// next owner's may not.
@@ -404,31 +437,44 @@ func assignTargets(holders, owners []Peer) []Peer {
 // perPartition runs ask once for every partition, on one of its owners,
 // grouping the partitions each owner was chosen for (base "" is this
 // node). A group whose owner did not answer (errTransport) is asked of
-// the partitions' next owners; any other error ends the walk.
+// the partitions' next owners; when the owner refused only some of the
+// partitions (it does not serve them now: *notServingError), only
+// those move on to their next owners and the rest are asked of it
+// again. This node's own group holds only the partitions it serves
+// now. Any other error ends the walk; a partition no owner answered
+// for is an *UnavailableError naming it.
 func (r *Router) perPartition(ctx context.Context, what string, ask func(base string, parts []int) error) error {
 	n := r.members.Partitions()
 	pending := make([]int, n)
 	for p := range n {
 		pending[p] = p
 	}
-	tried := map[int]int{} // partition -> owners tried
+	tried := map[int]int{}      // partition -> owners tried
+	failed := map[int][]error{} // partition -> what its owners answered
 	for len(pending) > 0 {
 		groups := map[string][]int{} // owner URL ("" = self) -> partitions
 		peers := map[string]Peer{}
+		var next []int // partitions to ask of their next owner
 		for _, p := range pending {
 			owners := r.members.Owners(p)
 			if tried[p] >= len(owners) {
-				return unavailable(p, nil)
+				return unavailable(p, failed[p])
 			}
 			o := owners[tried[p]]
 			key := o.URL
 			if o.Self {
 				key = ""
+				if !r.servesHere(p) {
+					tried[p]++
+					failed[p] = append(failed[p], errNotServing(p))
+					next = append(next, p)
+					continue
+				}
 			}
 			groups[key] = append(groups[key], p)
 			peers[key] = o
 		}
-		pending = nil
+		pending = next
 		keys := make([]string, 0, len(groups))
 		for k := range groups {
 			keys = append(keys, k)
@@ -438,9 +484,12 @@ func (r *Router) perPartition(ctx context.Context, what string, ask func(base st
 			ps := groups[key]
 			err := ask(key, ps)
 			if errors.Is(err, errTransport) {
-				r.log.WarnContext(ctx, "owner did not answer; trying the next", "what", what, "node", peers[key].Node, "err", err)
-				for _, p := range ps {
+				refused := refusedOf(err, ps)
+				r.log.WarnContext(ctx, "owner did not answer; trying the next", "what", what, "node", peers[key].Node,
+					"partitions", refused, "err", err)
+				for _, p := range refused {
 					tried[p]++
+					failed[p] = append(failed[p], err)
 				}
 				pending = append(pending, ps...)
 				continue
@@ -451,6 +500,22 @@ func (r *Router) perPartition(ctx context.Context, what string, ask func(base st
 		}
 	}
 	return nil
+}
+
+// refusedOf is the partitions of ps a failed call leaves to their next
+// owners: those the owner said it does not serve, when it said so of
+// some of ps, else all of ps.
+func refusedOf(err error, ps []int) []int {
+	var ns *notServingError
+	if !errors.As(err, &ns) || len(ns.Partitions) == 0 {
+		return ps
+	}
+	for _, p := range ns.Partitions {
+		if !slices.Contains(ps, p) {
+			return ps
+		}
+	}
+	return ns.Partitions
 }
 
 // Devices implements api.Reader and promapi.Source: one owner per

@@ -242,4 +242,6 @@ type errorResponse struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Partitions are those a refusal with code not_serving is about.
+	Partitions []int `json:"partitions,omitempty"`
 }

@@ -106,7 +106,11 @@ func (m *Main) openCluster(ctx context.Context) error {
 	if m.sec.Creds != nil {
 		callers = m.sec.Creds.TokenNamed
 	}
+	var node *ingestcluster.Node // made below, with the router as its Everywhere
 	router, err := cluster.New(cluster.Config{
+		// Reads of a partition come from this node's copy only while it
+		// serves the partition, whatever the leases others read say.
+		Serves:     func(p int) bool { return node != nil && node.Serves(p) },
 		Local:      m.store,
 		Dropped:    m.countManualDrop,
 		Membership: membershipView{members},
@@ -134,7 +138,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 			return err
 		}
 	}
-	node, err := ingestcluster.New(ingestcluster.Config{
+	node, err = ingestcluster.New(ingestcluster.Config{
 		Members: members,
 		Consumers: ingestcluster.PartitionConsumers{
 			NC: m.nc, Store: m.store, Drops: members, Node: k.NodeName, Template: icfg},

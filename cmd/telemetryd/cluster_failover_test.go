@@ -242,8 +242,9 @@ func watchQueries(t *testing.T, survivors []*testNode, devs []string, partitions
 					b, _ = io.ReadAll(resp.Body)
 				}
 				c := &w.failed
+				p := partition.Of(partitions, dev)
 				if resp != nil && resp.StatusCode == http.StatusServiceUnavailable &&
-					strings.Contains(string(b), fmt.Sprintf("partition %d ", partition.Of(partitions, dev))) {
+					(strings.Contains(string(b), fmt.Sprintf("partition %d ", p)) || strings.Contains(string(b), fmt.Sprintf("partition %d:", p))) {
 					c = &w.unavailable
 				}
 				if c.Add(1) < 5 {

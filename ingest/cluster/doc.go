@@ -21,6 +21,10 @@
 //     long) is withdrawn from the published ones until it is back
 //     within it: a node never answers from a copy missing readings the
 //     stream acked long before;
+//   - Serves says, from this state and at once, whether the node
+//     answers reads of a partition now: the other nodes' view of the
+//     leases trails a hand-over or a withdrawal by up to a refresh, and
+//     the node refuses the reads they still send it meanwhile;
 //   - the days dropped cluster-wide that this node still holds are
 //     dropped (see Node.DropTable for the protocol).
 //

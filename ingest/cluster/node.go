@@ -434,6 +434,19 @@ func (n *Node) Holding() (holding, ready []int) {
 	return holding, ready
 }
 
+// Serves reports whether this node answers reads of partition p now,
+// by its own state: it consumes p, has caught up on it and does not
+// trail its stream past MaxReadLag (what Holding lists as ready). The
+// leases the other nodes read say the same, but later: a node that
+// handed p back, or withdrew it, is still listed there until they read
+// its next renewal, and it refuses their reads meanwhile.
+func (n *Node) Serves(p int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, ok := n.parts[p]
+	return ok && r.ready && !r.stale
+}
+
 // Consumers returns the running consumers by partition.
 func (n *Node) Consumers() map[int]Consumer {
 	n.mu.Lock()

@@ -545,3 +545,72 @@ func TestClockOffsetDoesNotMoveOwnership(t *testing.T) {
 	assert.Len(t, b.members.Nodes(), 2, "node-b still counts the dead node")
 	requireLayout(t, c)
 }
+
+// Serves answers from the node's own state at once, while the leases
+// another node read still list it: a node that hands a partition over
+// stops serving it in the step that stops its consumer, and one that
+// trails its stream in the step that withdraws it, before any other
+// node reads its next lease. The router asks Serves, not the leases,
+// before it answers from this node's copy.
+func TestServesFollowsTheNodesOwnState(t *testing.T) {
+	t.Run("hand-over", func(t *testing.T) {
+		c := newTestCluster(t, 12, 2)
+		for _, name := range []string{"node-a", "node-b", "node-c"} {
+			c.add(name, 0)
+		}
+		c.settle()
+		before := map[int][]string{}
+		for p := range c.partitions {
+			before[p] = c.desired(p)
+			for _, name := range before[p] {
+				assert.True(t, c.nodes[name].node.Serves(p), "%s serves partition %d", name, p)
+			}
+		}
+		d := c.add("node-d", 1000)
+		c.settle()
+		d.consumers.catchUpAll()
+		seen := 0
+		for range 4 {
+			c.round()
+			for p := range c.partitions {
+				for _, old := range before[p] {
+					if slices.Contains(c.desired(p), old) || c.nodes[old].node.Serves(p) {
+						continue
+					}
+					if slices.Contains(c.owners("node-d", p), old) {
+						seen++ // node-d's view is a lease behind
+					}
+				}
+			}
+		}
+		assert.Positive(t, seen, "a node that handed a partition over is still an owner in another's view for a while")
+		requireLayout(t, c)
+		for p := range c.partitions {
+			for name, n := range c.nodes {
+				assert.Equal(t, slices.Contains(c.desired(p), name), n.node.Serves(p), "%s serves partition %d", name, p)
+			}
+		}
+	})
+	t.Run("trailing its stream", func(t *testing.T) {
+		c := newTestCluster(t, 1, 2)
+		a := c.add("node-a", 0)
+		b := c.add("node-b", 0)
+		c.settle()
+		ca, cb := a.consumers.last(0), b.consumers.last(0)
+		ca.setPosition(100, 100, nil)
+		cb.setPosition(100, 100, nil)
+		c.round()
+		require.True(t, a.node.Serves(0))
+		for head := uint64(110); a.node.Serves(0); head += 10 {
+			require.Less(t, head, uint64(1000), "node-a never stops serving")
+			ca.setPosition(100, head, nil) // stuck at 100
+			cb.setPosition(head, head, nil)
+			c.clock.Advance(time.Second)
+			c.round()
+		}
+		assert.Contains(t, c.owners("node-b", 0), "node-a", "node-b read node-a's lease before node-a withdrew")
+		assert.True(t, b.node.Serves(0))
+		c.round()
+		assert.NotContains(t, c.owners("node-b", 0), "node-a")
+	})
+}

@@ -23,7 +23,10 @@
 // than before: a node keeps consuming a partition it no longer owns
 // until that many of its desired owners have published it as caught
 // up. Queries go only to nodes that have published a partition as
-// caught up (Owners).
+// caught up (Owners). A view is as old as its last read of the leases:
+// a node that has since handed a partition over or withdrawn it is
+// still listed, and refuses the query itself (api/cluster), so the
+// next owner is asked.
 //
 // The days dropped cluster-wide are recorded beside the leases (see
 // drops.go), so that a node that missed a DELETE applies it later.
