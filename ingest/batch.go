@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -193,7 +195,6 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 		}
 		acked++
 		if it.delivered > 1 {
-			in.lastErrs.take(it.seq)
 		}
 	}
 	if ackErr != nil {
@@ -223,8 +224,12 @@ func (in *Ingester) ack(ctx context.Context, it item) error {
 }
 
 // writeFailed settles a message whose own write failed: a permanent
-// error or the last allowed delivery sends it to the dead letter
-// subject; anything else is nak'ed with the back-off of its delivery.
+// error, or a failure of the write itself at the last allowed delivery,
+// sends it to the dead letter subject; anything else is nak'ed with the
+// back-off of its delivery. A failure of the store rather than of the
+// message (storeDown) never dead-letters: the message waits in the
+// stream, however many deliveries that takes, and is stored once the
+// store writes again.
 func (in *Ingester) writeFailed(ctx context.Context, it item, err error) {
 	var ve *buckets.ValidationError
 	switch {
@@ -232,13 +237,24 @@ func (in *Ingester) writeFailed(ctx context.Context, it item, err error) {
 		in.deadLetter(ctx, it, ve)
 	case errors.Is(err, buckets.ErrInvalidReading):
 		in.deadLetter(ctx, it, buckets.Invalid(buckets.CodeInvalidPayload, -1, "", "%v", err))
-	case it.delivered >= uint64(in.cfg.MaxDeliver):
+	case it.delivered >= uint64(in.cfg.MaxDeliver) && !storeDown(err):
 		in.deadLetter(ctx, it, buckets.Invalid(buckets.CodeMaxDeliveries, -1, "",
 			"not committed after %d deliveries; last store error: %v", it.delivered, err))
 	default:
-		in.lastErrs.put(it.seq, err)
 		in.nak(ctx, it)
 	}
+}
+
+// storeDown reports whether err is a failure of the store rather than
+// of the message written: the store refusing writes for now (a full
+// disk, a damaged, dropping or closing table: buckets.ErrUnavailable),
+// a call of the operating system that failed (its disk gone, its file
+// system torn down under it), or the write's context ending.
+func storeDown(err error) bool {
+	var pathErr *fs.PathError
+	var errno syscall.Errno
+	return errors.Is(err, buckets.ErrUnavailable) || errors.As(err, &pathErr) || errors.As(err, &errno) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // nak asks for a redelivery after the back-off of the delivery count.

@@ -73,9 +73,11 @@ type Config struct {
 	// AckWait is how long the server waits for an ack before it
 	// redelivers. Default 30s.
 	AckWait time.Duration
-	// MaxDeliver bounds the deliveries of one message; after the last
-	// one fails it goes to the dead letter subject (max_deliveries).
-	// Default 10.
+	// MaxDeliver bounds the failed writes of one message: when its
+	// write fails at this delivery or a later one, it goes to the dead
+	// letter subject (max_deliveries). A failure of the store rather
+	// than of the message (writeFailed, storeDown) never counts, and the
+	// server delivers without a bound. Default 10.
 	MaxDeliver int
 	// BackOff is the delay before a message whose store write failed is
 	// redelivered, indexed by delivery count (the last entry repeats).

@@ -62,11 +62,16 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, err
 	}
 	ccfg := jetstream.ConsumerConfig{
-		Durable:       in.cfg.Consumer,
-		Description:   "Commits readings to storage",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       in.cfg.AckWait,
-		MaxDeliver:    in.cfg.MaxDeliver,
+		Durable:     in.cfg.Consumer,
+		Description: "Commits readings to storage",
+		AckPolicy:   jetstream.AckExplicitPolicy,
+		AckWait:     in.cfg.AckWait,
+		// Unbounded on the server: a delivery that is never settled (a
+		// restart, a power cut, a write that outlived its ack wait) is
+		// not the message's fault, and a message the server stops
+		// delivering would be skipped. The ingester bounds the failures
+		// of a message's own write (writeFailed).
+		MaxDeliver:    -1,
 		BackOff:       in.cfg.serverBackOff(),
 		MaxAckPending: int(in.window.Load()), // paced from here on (backpressure.go)
 		// No filter: see "The consumer has no filter" below.

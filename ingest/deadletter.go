@@ -20,12 +20,6 @@ import (
 // publishTimeout bounds one dead-letter publish or message lookup.
 const publishTimeout = 5 * time.Second
 
-// maxDeliveriesSubject is the server's advisory subject for messages of
-// consumer that reached MaxDeliver.
-func maxDeliveriesSubject(stream, consumer string) string {
-	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + stream + "." + consumer
-}
-
 // deadLetterSubject is rejected.<prefix>.<device> for the original
 // subject, or rejected.<prefix>._invalid when its device token cannot
 // be used as a subject token.
@@ -54,7 +48,6 @@ func (in *Ingester) deadLetter(ctx context.Context, it item, ve *buckets.Validat
 		// rejected stream.
 		in.log.Warn("terminate after dead letter failed", "subject", subject, "stream_seq", it.seq, "err", err)
 	}
-	in.lastErrs.take(it.seq)
 	if !dup {
 		in.rejected(ctx, subject, it.seq, it.msg.Headers(), it.msg.Data(), ve)
 	}
@@ -83,8 +76,8 @@ func (in *Ingester) rejected(ctx context.Context, subject string, seq uint64, hd
 // server's Nats-* headers) with the error headers, through JetStream so
 // it is stored. The message ID (stream, its creation time, sequence)
 // makes the rejected stream drop a second dead letter for the same
-// message within its duplicate window (a retried terminate, or the
-// advisory racing the last delivery); dup reports that case.
+// message within its duplicate window (a retried terminate, or a
+// redelivery dead-lettered again); dup reports that case.
 func (in *Ingester) publishDeadLetter(ctx context.Context, subject string, seq uint64, hdr nats.Header,
 	data []byte, ve *buckets.ValidationError) (dup bool, err error) {
 	m := nats.NewMsg(in.deadLetterSubject(subject))
@@ -128,60 +121,4 @@ func countReadings(hdr nats.Header, data []byte) int64 {
 		return int64(len(batch))
 	}
 	return 1
-}
-
-// watchAdvisories dead-letters the messages the server reports as
-// having reached MaxDeliver without an ack, until ctx is done.
-func (in *Ingester) watchAdvisories(ctx context.Context, ch <-chan *nats.Msg) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m := <-ch:
-			in.onMaxDeliveries(context.WithoutCancel(ctx), m.Data)
-		}
-	}
-}
-
-// maxDeliveriesAdvisory is the part of the server's advisory we use.
-type maxDeliveriesAdvisory struct {
-	Stream     string `json:"stream"`
-	Consumer   string `json:"consumer"`
-	StreamSeq  uint64 `json:"stream_seq"`
-	Deliveries uint64 `json:"deliveries"`
-}
-
-// onMaxDeliveries fetches the original message by stream sequence and
-// publishes it to the dead letter subject with code max_deliveries.
-func (in *Ingester) onMaxDeliveries(ctx context.Context, data []byte) {
-	var adv maxDeliveriesAdvisory
-	if err := json.Unmarshal(data, &adv); err != nil || adv.StreamSeq == 0 {
-		in.log.Warn("unreadable max deliveries advisory", "err", err)
-		return
-	}
-	in.mu.Lock()
-	st := in.stream
-	in.mu.Unlock()
-	gctx, cancel := context.WithTimeout(ctx, publishTimeout)
-	raw, err := st.GetMsg(gctx, adv.StreamSeq)
-	cancel()
-	if err != nil {
-		in.log.Error("message that reached max deliveries not found; nothing dead-lettered",
-			"code", buckets.CodeMaxDeliveries, "stream_seq", adv.StreamSeq, "err", err)
-		return
-	}
-	detail := fmt.Sprintf("not acknowledged after %d deliveries (max deliveries advisory)", adv.Deliveries)
-	if last, ok := in.lastErrs.take(adv.StreamSeq); ok {
-		detail += "; last store error: " + last
-	}
-	ve := buckets.Invalid(buckets.CodeMaxDeliveries, -1, "", "%s", detail)
-	dup, err := in.publishDeadLetter(ctx, raw.Subject, adv.StreamSeq, raw.Header, raw.Data, ve)
-	if err != nil {
-		in.log.Error("dead letter for max deliveries not published", "subject", raw.Subject,
-			"code", ve.Code, "stream_seq", adv.StreamSeq, "err", err)
-		return
-	}
-	if !dup {
-		in.rejected(ctx, raw.Subject, adv.StreamSeq, raw.Header, raw.Data, ve)
-	}
 }

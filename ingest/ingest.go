@@ -16,13 +16,14 @@
 // original is terminated. A failed write is not acked: the batch is
 // retried message by message (so one poison message cannot hold back
 // other devices), and what still fails is nak'ed with the back-off of
-// its delivery count. A message whose last allowed delivery fails goes
-// to the dead letter subject with code max_deliveries, as does one the
-// server reports through the MAX_DELIVERIES advisory (its last delivery
-// was never settled, e.g. a write outlived the ack wait); the original
-// is then read back from the stream by sequence. Both paths publish
-// with the same message ID, so the rejected stream keeps one dead letter
-// per message even when they race.
+// its delivery count. A message whose own write still fails at its last
+// allowed delivery goes to the dead letter subject with code
+// max_deliveries. A failure of the store rather than of the message (a
+// full disk, a damaged table, its file system gone) never does: the
+// message waits in the stream until the store writes again, and the
+// server delivers it as often as that takes (the consumer's MaxDeliver
+// is unbounded), so restarts, power cuts and writes that outlived
+// their ack wait never turn an acked reading into a dead letter.
 //
 // Validation errors carry the reading's index in its message: 0 for a
 // payload that is a single object, -1 for errors about the message as a
@@ -84,7 +85,6 @@ type Ingester struct {
 	freed     chan struct{}         // signals the handler that queued went down
 	broken    chan error            // asks the consume loop to rebuild the consumer
 	missedHB  atomic.Int32          // consecutive missed heartbeats while connected
-	lastErrs  *lastErrors           // last store error of messages waiting for redelivery
 	rejectLog LogSampler            // samples the "message rejected" line
 	started   atomic.Bool           // Run was called
 	state     atomic.Pointer[error] // why not ready; nil when consuming
@@ -143,7 +143,6 @@ func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
 		items:     make(chan item, 1024),
 		freed:     make(chan struct{}, 1),
 		broken:    make(chan error, 1),
-		lastErrs:  newLastErrors(4096),
 		rejectLog: LogSampler{Burst: rejectLogBurst, Interval: rejectLogInterval},
 	}
 	in.window.Store(int64(min(minAckPending, cfg.MaxAckPending))) // slow start, see backpressure.go
@@ -172,14 +171,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if cons == nil { // ctx done before the consumer existed
 		return nil
 	}
-	advisories := make(chan *nats.Msg, 256)
-	sub, err := in.nc.ChanSubscribe(maxDeliveriesSubject(in.cfg.Stream, in.cfg.Consumer), advisories)
-	if err != nil {
-		return fmt.Errorf("ingest: subscribe to max deliveries advisories: %w", err)
-	}
-
 	var wg sync.WaitGroup
-	wg.Go(func() { in.watchAdvisories(ctx, advisories) })
 	wg.Go(func() { in.savePositions(ctx) })
 	wg.Go(func() { in.pace(ctx) })
 	wg.Go(func() { in.trimLoop(ctx) })
@@ -190,9 +182,6 @@ func (in *Ingester) Run(ctx context.Context) error {
 	})
 	in.batchLoop(ctx, intakeDone)
 
-	if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		in.log.Warn("unsubscribe from advisories", "err", err)
-	}
 	wg.Wait()
 	// Acks are buffered publishes: put them on the wire before returning.
 	// (While disconnected they wait in the reconnect buffer instead.)
@@ -237,31 +226,3 @@ func (in *Ingester) setState(err error) {
 
 // now returns the injected clock's time.
 func (in *Ingester) now() time.Time { return in.cfg.Now() }
-
-// lastErrors remembers the last store error of messages that were
-// nak'ed, by stream sequence, so a max_deliveries dead letter can say
-// what went wrong. It is bounded; beyond the bound errors are not kept.
-type lastErrors struct {
-	mu  sync.Mutex
-	max int
-	m   map[uint64]string
-}
-
-func newLastErrors(n int) *lastErrors { return &lastErrors{max: n, m: make(map[uint64]string)} }
-
-func (l *lastErrors) put(seq uint64, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.m[seq]; ok || len(l.m) < l.max {
-		l.m[seq] = err.Error()
-	}
-}
-
-// take returns and forgets the error of seq.
-func (l *lastErrors) take(seq uint64) (string, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s, ok := l.m[seq]
-	delete(l.m, seq)
-	return s, ok
-}

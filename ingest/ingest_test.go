@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,7 +79,7 @@ func TestRunCreatesStreamsAndConsumer(t *testing.T) {
 	cc := e.consumerInfo().Config
 	assert.Equal(t, "ingest", cc.Durable)
 	assert.Equal(t, jetstream.AckExplicitPolicy, cc.AckPolicy)
-	assert.Equal(t, 4, cc.MaxDeliver)
+	assert.Equal(t, -1, cc.MaxDeliver, "unbounded on the server: the ingester bounds a message's failed writes")
 	assert.Equal(t, []time.Duration{3 * time.Second, 10 * time.Second}, cc.BackOff, "steps never below AckWait")
 	assert.Equal(t, 3*time.Second, cc.AckWait)
 	assert.Equal(t, minAckPending, cc.MaxAckPending, "slow start; paced up to 10000 by the commit rate")
@@ -405,45 +407,59 @@ func TestIngestPoisonMessage(t *testing.T) {
 	assert.Contains(t, e.logs.String(), "code=max_deliveries")
 }
 
-// When the last delivery is not settled within the ack wait, the server
-// announces it with an advisory; the ingester dead-letters the message
-// from the stream, exactly once even when its own write fails later.
-func TestIngestMaxDeliveriesAdvisory(t *testing.T) {
+// A store that fails for longer than MaxDeliver deliveries (refusing
+// writes, or its file system gone under it) never turns a message into
+// a dead letter: it waits in the stream and is stored once the store
+// writes again.
+func TestIngestStoreDownNeverDeadLetters(t *testing.T) {
 	e := newTestEnv(t, func(c *Config) {
 		c.MaxDeliver = 2
-		c.AckWait = 300 * time.Millisecond
+		c.BackOff = []time.Duration{10 * time.Millisecond}
 	})
 	var calls atomic.Int32
-	slowDone := make(chan struct{})
-	e.w.setFail(func(rs []buckets.Reading) error {
-		if calls.Add(1) == 2 {
-			time.Sleep(1500 * time.Millisecond) // the last delivery outlives its ack wait
-			defer close(slowDone)
+	e.w.setFail(func([]buckets.Reading) error {
+		switch n := calls.Add(1); {
+		case n <= 3:
+			return fmt.Errorf("table 2026-12-06: %w", buckets.ErrUnavailable)
+		case n <= 6: // a FUSE disk whose daemon died
+			return fmt.Errorf("commit: %w", &fs.PathError{Op: "truncate", Path: "00006.mem", Err: syscall.ECONNABORTED})
 		}
-		return errors.New("store stuck")
+		return nil
 	})
 	e.start()
-	payload := flat(nowMillis(), 1)
-	e.publish("telemetry.stuck", payload)
+	seq := e.publish("telemetry.dev-1", flat(nowMillis(), 1))
 
-	dl := e.waitDeadLetters(1)
-	assert.Equal(t, "rejected.telemetry.stuck", dl[0].Subject)
-	assert.Equal(t, payload, string(dl[0].Data))
-	assert.Equal(t, "max_deliveries", dl[0].Header.Get(topology.HeaderErrorCode))
-	assert.Contains(t, dl[0].Header.Get(topology.HeaderError),
-		"not acknowledged after 2 deliveries (max deliveries advisory); last store error: store stuck")
+	e.waitAcked(seq)
+	assert.GreaterOrEqual(t, calls.Load(), int32(7), "failed six times, past MaxDeliver, then stored")
+	assert.Len(t, e.w.stored("dev-1"), 1)
+	assert.Empty(t, e.deadLetters())
+}
 
-	// The slow write fails after the advisory; the ingester dead-letters
-	// the message itself, and the rejected stream drops the duplicate.
-	select {
-	case <-slowDone:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the slow write never returned")
-	}
-	time.Sleep(300 * time.Millisecond)
-	assert.Len(t, e.deadLetters(), 1)
-	assert.Equal(t, int64(2), int64(calls.Load()), "no delivery after the last one")
-	assert.Equal(t, int64(1), e.counter("telemetry.ingest.messages", outcome("rejected")))
+// Deliveries that were never settled (here writes that outlived their
+// ack wait; after a restart or a power cut, deliveries the process did
+// not live to settle) do not count towards MaxDeliver: the server keeps
+// delivering and the message is stored, not dead-lettered.
+func TestIngestUnsettledDeliveriesDoNotCount(t *testing.T) {
+	e := newTestEnv(t, func(c *Config) {
+		c.MaxDeliver = 2
+		c.AckWait = 200 * time.Millisecond
+		c.BackOff = []time.Duration{10 * time.Millisecond}
+	})
+	var calls atomic.Int32
+	e.w.setFail(func([]buckets.Reading) error {
+		if calls.Add(1) <= 3 {
+			time.Sleep(600 * time.Millisecond) // past the ack wait: redelivered meanwhile
+		}
+		return nil
+	})
+	e.start()
+	seq := e.publish("telemetry.slow", flat(nowMillis(), 1))
+
+	e.waitAcked(seq)
+	assert.Positive(t, e.counter("telemetry.ingest.redeliveries"), "delivered again while the first write ran")
+	assert.NotEmpty(t, e.w.stored("slow"))
+	assert.Empty(t, e.deadLetters(), "no dead letter for a message that was stored")
+	assert.Zero(t, e.counter("telemetry.ingest.messages", outcome("rejected")))
 }
 
 // Every message the stream keeps is delivered: one published on a
