@@ -221,3 +221,38 @@ func TestLazyFSHealth(t *testing.T) {
 		assert.NotEmpty(t, e, "both ended")
 	}
 }
+
+// TestRestartAfterLazyFSExitsDuringStart: a LazyFS that exits while
+// the service starts (it segfaulted so in a 20-cut run) is an unplanned
+// cut: the loop mounts again and starts the service, and counts no
+// failed start. Before, the start waited out its minute and the next
+// tries failed on the ports the hung instance still held.
+func TestRestartAfterLazyFSExitsDuringStart(t *testing.T) {
+	l, ctx := mountLazyFS(t)
+	work := t.TempDir()
+	bin, err := buildService(ctx, work)
+	require.NoError(t, err)
+	cfg := Config{Binary: bin, DataDir: filepath.Join(l.Mnt, "data"), Args: []string{"-sync-writes"}}
+	svc, err := newService(cfg, work, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	require.NoError(t, err)
+	svc.fsExited = l.Exited
+	require.NoError(t, svc.start(ctx))
+	require.NoError(t, svc.kill())
+	require.NoError(t, l.Cut(ctx))
+
+	// LazyFS dies as the service starts on it.
+	pids := l.Pids()
+	require.NoError(t, unix.Kill(pids[len(pids)-1], unix.SIGKILL))
+	var res Result
+	start := time.Now()
+	err = restart(ctx, svc, l, &publisher{}, slog.New(slog.NewTextHandler(testWriter{t}, nil)), &res)
+	require.NoError(t, err)
+	defer svc.stop(15 * time.Second)
+	assert.Equal(t, 1, res.LazyFSCrashes, "one unplanned cut")
+	require.Len(t, res.Cuts, 1)
+	assert.True(t, res.Cuts[0].Unplanned)
+	assert.Zero(t, res.FailedStarts)
+	assert.Len(t, l.Pids(), 3, "mounted again")
+	assert.Less(t, time.Since(start), time.Minute, "the start did not wait out its timeout")
+	assert.Equal(t, "synced", svc.durability)
+}
