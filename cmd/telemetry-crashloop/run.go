@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/lazyfs"
+	"github.com/telemetryd/telemetryd/store/replay"
 )
 
 // Run performs one crash loop and checks the result.
@@ -226,7 +227,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, err
 	}
 	if lfs != nil && res.Lost > 0 && cmp.Or(cfg.Protocol, "nats") == "nats" && creds == nil {
-		res.Streams = lostInStreams(ctx, js, pub, &res)
+		res.Streams = lostInStreams(ctx, js, pub, &res, func() (map[string]uint64, error) {
+			all, err := replay.ReadPositions(cfg.DataDir)
+			out := map[string]uint64{}
+			for name, p := range all {
+				out[name] = p.Seq
+			}
+			return out, err
+		})
 	}
 	if lfs != nil {
 		res.LazyFS = lazyFSHealth(lfs)

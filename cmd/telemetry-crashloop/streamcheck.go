@@ -38,8 +38,42 @@ type LostInStreams struct {
 	ByStream map[string]int
 	// Devices counts the devices of the lost messages in no stream.
 	Devices int
-	Err     error // the streams could not be read
+	// AtAckedSeq counts the lost messages in no stream by what their
+	// stream holds now at the sequence their ack named (seqFate).
+	AtAckedSeq map[seqFate]int
+	// Examples are the first few of them, with what is there.
+	Examples []string
+	// Positions are the stream positions the store had saved at the
+	// end (its positions file), and PastPosition counts the lost
+	// messages still in a stream at or below their stream's position:
+	// the store vouched for them and does not have them.
+	Positions    map[string]uint64
+	PastPosition int
+	PositionsErr error
+	Err          error // the streams could not be read
 }
+
+// seqFate is what a stream holds at the sequence a lost message's ack
+// named.
+type seqFate string
+
+const (
+	// fateReused: another message has the sequence. The stream lost
+	// the acked message (and what followed it) at a cut, and the
+	// messages published after the restart took its sequences, so the
+	// stream's last sequence was back above the acked one by the time
+	// the loop compared them.
+	fateReused seqFate = "another message has its sequence (the stream lost it and gave its sequence again)"
+	// fateGone: the sequence is within the stream and holds nothing.
+	fateGone seqFate = "its sequence holds nothing (a gap in the stream)"
+	// fatePastEnd: the stream ends before the sequence.
+	fatePastEnd seqFate = "the stream ends before its sequence"
+	// fateNoStream: the stream named by the ack is gone.
+	fateNoStream seqFate = "the stream its ack named is gone"
+	// fateUnknown: no ack position was recorded (MQTT, line protocol,
+	// a duplicate ack), or the stream could not be asked.
+	fateUnknown seqFate = "unknown (no ack position recorded, or the stream could not be asked)"
+)
 
 func (l *LostInStreams) String() string {
 	if l.Err != nil {
@@ -54,19 +88,41 @@ func (l *LostInStreams) String() string {
 	for _, s := range slices.Sorted(maps.Keys(l.ByStream)) {
 		fmt.Fprintf(&b, "\n  %s holds %d", s, l.ByStream[s])
 	}
+	if len(l.AtAckedSeq) > 0 {
+		fmt.Fprint(&b, "\n  in no stream, at the sequence its ack named:")
+		for _, f := range slices.Sorted(maps.Keys(l.AtAckedSeq)) {
+			fmt.Fprintf(&b, "\n    %s: %d", f, l.AtAckedSeq[f])
+		}
+		for _, e := range l.Examples {
+			fmt.Fprintf(&b, "\n    e.g. %s", e)
+		}
+	}
+	if l.InStream > 0 {
+		if l.PositionsErr != nil {
+			fmt.Fprintf(&b, "\n  the store's positions not read: %v", l.PositionsErr)
+		} else {
+			fmt.Fprintf(&b, "\n  still in a stream and at or below the position the store saved for it (the store vouched for them): %d; positions:", l.PastPosition)
+			for _, s := range slices.Sorted(maps.Keys(l.Positions)) {
+				fmt.Fprintf(&b, " %s=%d", s, l.Positions[s])
+			}
+		}
+	}
 	return b.String()
 }
 
 // lostInStreams looks for the messages of res's lost readings (NATS
 // messages of one device each) in every stream of the service.
-func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, res *Result) *LostInStreams {
-	out := &LostInStreams{ByCut: map[int][2]int{}, ByStream: map[string]int{}}
+//
+// positions reads the store's saved stream positions (nil: not read).
+func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, res *Result, positions func() (map[string]uint64, error)) *LostInStreams {
+	out := &LostInStreams{ByCut: map[int][2]int{}, ByStream: map[string]int{}, AtAckedSeq: map[seqFate]int{}}
 	cutOf := map[int]int{} // message -> cut
 	for i, seq := range res.LostSeqs {
 		cutOf[seq/pub.cfg.Batch] = res.LostCuts[i]
 	}
 	out.Messages = len(cutOf)
 	found := map[int]string{}
+	foundSeq := map[int]uint64{}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	names := js.StreamNames(ctx)
@@ -81,7 +137,7 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 		return out
 	}
 	for _, st := range streams {
-		if err := scanStream(ctx, js, st, func(id string) {
+		if err := scanStream(ctx, js, st, func(id string, seq uint64) {
 			m, err := strconv.Atoi(strings.TrimPrefix(id, "crash-"))
 			if err != nil || !strings.HasPrefix(id, "crash-") {
 				return
@@ -89,6 +145,7 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 			if _, lost := cutOf[m]; lost {
 				if _, dup := found[m]; !dup {
 					found[m] = st
+					foundSeq[m] = seq
 					out.ByStream[st]++
 				}
 			}
@@ -110,12 +167,63 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 		out.ByCut[c] = n
 	}
 	out.Devices = len(devices)
+	for _, m := range slices.Sorted(maps.Keys(cutOf)) {
+		if _, ok := found[m]; ok {
+			continue
+		}
+		fate, example := atAckedSeq(ctx, js, pub, m)
+		out.AtAckedSeq[fate]++
+		if example != "" && len(out.Examples) < 5 {
+			out.Examples = append(out.Examples, example)
+		}
+	}
+	if out.InStream > 0 && positions != nil {
+		out.Positions, out.PositionsErr = positions()
+		for m, st := range found {
+			if pos, ok := out.Positions[st]; ok && foundSeq[m] <= pos {
+				out.PastPosition++
+			}
+		}
+	}
 	return out
 }
 
-// scanStream calls seen with the Nats-Msg-Id of every message of
-// stream st, reading headers only.
-func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen func(id string)) error {
+// atAckedSeq says what the stream holds now at the sequence message
+// m's ack named, with an example line for the report.
+func atAckedSeq(ctx context.Context, js jetstream.JetStream, pub *publisher, m int) (seqFate, string) {
+	at, ok := pub.ackedSeqs.msgAt(m)
+	if !ok {
+		return fateUnknown, ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, at.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fateNoStream, fmt.Sprintf("%s: %s seq %d", msgID(m), at.stream, at.seq)
+	}
+	if err != nil {
+		return fateUnknown, ""
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fateUnknown, ""
+	}
+	if at.seq > info.State.LastSeq {
+		return fatePastEnd, fmt.Sprintf("%s: %s seq %d, the stream ends at %d", msgID(m), at.stream, at.seq, info.State.LastSeq)
+	}
+	raw, err := s.GetMsg(ctx, at.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fateGone, fmt.Sprintf("%s: %s seq %d, none there (the stream holds %d-%d)", msgID(m), at.stream, at.seq, info.State.FirstSeq, info.State.LastSeq)
+	}
+	if err != nil {
+		return fateUnknown, ""
+	}
+	return fateReused, fmt.Sprintf("%s: %s seq %d holds %q", msgID(m), at.stream, at.seq, raw.Header.Get(jetstream.MsgIDHeader))
+}
+
+// scanStream calls seen with the Nats-Msg-Id and the sequence of every
+// message of stream st, reading headers only.
+func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen func(id string, seq uint64)) error {
 	s, err := js.Stream(ctx, st)
 	if err != nil {
 		return err
@@ -141,11 +249,12 @@ func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen fun
 		var seq uint64
 		for m := range batch.Messages() {
 			n++
-			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
-				seen(id)
-			}
-			if md, err := m.Metadata(); err == nil {
+			md, merr := m.Metadata()
+			if merr == nil {
 				seq = md.Sequence.Stream
+			}
+			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" && merr == nil {
+				seen(id, md.Sequence.Stream)
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
@@ -199,10 +308,37 @@ func (h *LazyFSHealth) String(cuts []cut) string {
 	return b.String()
 }
 
-// streamSeqs keeps the highest sequence acked per stream.
+// streamSeqs keeps the highest sequence acked per stream, and where
+// each message's (first, not duplicate) ack said it was stored.
 type streamSeqs struct {
 	mu  sync.Mutex
 	max map[string]uint64
+	at  map[int]ackedAt
+}
+
+// ackedAt is the stream and sequence a message's ack named.
+type ackedAt struct {
+	stream string
+	seq    uint64
+}
+
+func (s *streamSeqs) noteMsg(m int, stream string, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[int]ackedAt{}
+	}
+	if _, ok := s.at[m]; !ok {
+		s.at[m] = ackedAt{stream, seq}
+	}
+}
+
+// msgAt returns where message m's ack said it was stored.
+func (s *streamSeqs) msgAt(m int) (ackedAt, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.at[m]
+	return a, ok
 }
 
 func (s *streamSeqs) note(stream string, seq uint64) {
