@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/lazyfs"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // After a power-cut run that lost readings, the loop looks for the
@@ -50,6 +51,11 @@ type LostInStreams struct {
 	Positions    map[string]uint64
 	PastPosition int
 	PositionsErr error
+	// DeadLetters counts the dead letters in the streams by error code,
+	// and DeadLettered those of them that carry a lost message (the
+	// ingester gave up on it: its readings were never stored).
+	DeadLetters  map[string]int
+	DeadLettered map[string]int
 	Err          error // the streams could not be read
 }
 
@@ -97,6 +103,12 @@ func (l *LostInStreams) String() string {
 			fmt.Fprintf(&b, "\n    e.g. %s", e)
 		}
 	}
+	if len(l.DeadLetters) > 0 {
+		fmt.Fprint(&b, "\n  dead letters by code (with a lost message):")
+		for _, c := range slices.Sorted(maps.Keys(l.DeadLetters)) {
+			fmt.Fprintf(&b, " %s %d (%d)", c, l.DeadLetters[c], l.DeadLettered[c])
+		}
+	}
 	if l.InStream > 0 {
 		if l.PositionsErr != nil {
 			fmt.Fprintf(&b, "\n  the store's positions not read: %v", l.PositionsErr)
@@ -115,7 +127,8 @@ func (l *LostInStreams) String() string {
 //
 // positions reads the store's saved stream positions (nil: not read).
 func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, res *Result, positions func() (map[string]uint64, error)) *LostInStreams {
-	out := &LostInStreams{ByCut: map[int][2]int{}, ByStream: map[string]int{}, AtAckedSeq: map[seqFate]int{}}
+	out := &LostInStreams{ByCut: map[int][2]int{}, ByStream: map[string]int{}, AtAckedSeq: map[seqFate]int{},
+		DeadLetters: map[string]int{}, DeadLettered: map[string]int{}}
 	cutOf := map[int]int{} // message -> cut
 	for i, seq := range res.LostSeqs {
 		cutOf[seq/pub.cfg.Batch] = res.LostCuts[i]
@@ -123,6 +136,8 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 	out.Messages = len(cutOf)
 	found := map[int]string{}
 	foundSeq := map[int]uint64{}
+	// dead letters by device token and stream sequence of their original
+	dead := map[string]string{}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	names := js.StreamNames(ctx)
@@ -137,15 +152,21 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 		return out
 	}
 	for _, st := range streams {
-		if err := scanStream(ctx, js, st, func(id string, seq uint64) {
-			m, err := strconv.Atoi(strings.TrimPrefix(id, "crash-"))
+		if err := scanStream(ctx, js, st, func(m jetstream.Msg, seq uint64) {
+			if code := m.Headers().Get(topology.HeaderErrorCode); code != "" && topology.IsRejected(m.Subject()) {
+				out.DeadLetters[code]++
+				dead[m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]+"/"+m.Headers().Get(topology.HeaderStreamSeq)] = code
+				return
+			}
+			id := m.Headers().Get(jetstream.MsgIDHeader)
+			n, err := strconv.Atoi(strings.TrimPrefix(id, "crash-"))
 			if err != nil || !strings.HasPrefix(id, "crash-") {
 				return
 			}
-			if _, lost := cutOf[m]; lost {
-				if _, dup := found[m]; !dup {
-					found[m] = st
-					foundSeq[m] = seq
+			if _, lost := cutOf[n]; lost {
+				if _, dup := found[n]; !dup {
+					found[n] = st
+					foundSeq[n] = seq
 					out.ByStream[st]++
 				}
 			}
@@ -175,6 +196,11 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 		out.AtAckedSeq[fate]++
 		if example != "" && len(out.Examples) < 5 {
 			out.Examples = append(out.Examples, example)
+		}
+	}
+	for m := range found {
+		if code, ok := dead[pub.device(m)+"/"+strconv.FormatUint(foundSeq[m], 10)]; ok {
+			out.DeadLettered[code]++
 		}
 	}
 	if out.InStream > 0 && positions != nil {
@@ -221,9 +247,9 @@ func atAckedSeq(ctx context.Context, js jetstream.JetStream, pub *publisher, m i
 	return fateReused, fmt.Sprintf("%s: %s seq %d holds %q", msgID(m), at.stream, at.seq, raw.Header.Get(jetstream.MsgIDHeader))
 }
 
-// scanStream calls seen with the Nats-Msg-Id and the sequence of every
-// message of stream st, reading headers only.
-func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen func(id string, seq uint64)) error {
+// scanStream calls seen with every message of stream st (headers
+// only) and its sequence.
+func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen func(m jetstream.Msg, seq uint64)) error {
 	s, err := js.Stream(ctx, st)
 	if err != nil {
 		return err
@@ -249,12 +275,9 @@ func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen fun
 		var seq uint64
 		for m := range batch.Messages() {
 			n++
-			md, merr := m.Metadata()
-			if merr == nil {
+			if md, err := m.Metadata(); err == nil {
 				seq = md.Sequence.Stream
-			}
-			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" && merr == nil {
-				seen(id, md.Sequence.Stream)
+				seen(m, seq)
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {

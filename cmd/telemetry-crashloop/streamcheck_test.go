@@ -10,13 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/ingest/ingesttest"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // TestLostInStreams checks where the report places the messages of
 // lost readings: one still in the stream below the store's saved
 // position (the store's loss), and, for those in no stream, what sits
 // at the sequence their ack named: another message (the stream lost
-// it and gave its sequence again), nothing, or the stream's end.
+// it and gave its sequence again), nothing, or the stream's end; and
+// the dead letters, one of them a lost message's.
 func TestLostInStreams(t *testing.T) {
 	srv := ingesttest.RunNATS(t)
 	nc, err := nats.Connect(srv.ClientURL())
@@ -35,6 +37,14 @@ func TestLostInStreams(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.DeleteMsg(ctx, 3))
+	// crash-3 (device 3, seq 4) was dead-lettered, as was another one.
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY_REJECTED", Subjects: []string{"rejected.>"}})
+	require.NoError(t, err)
+	for _, dl := range [][2]string{{deviceName(3), "4"}, {deviceName(5), "9"}} {
+		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: "rejected.telemetry." + dl[0], Data: []byte("x"),
+			Header: nats.Header{topology.HeaderErrorCode: {"max_deliveries"}, topology.HeaderStreamSeq: {dl[1]}}})
+		require.NoError(t, err)
+	}
 
 	pub := &publisher{cfg: Config{Batch: 1, Devices: 10}}
 	for m, seq := range map[int]uint64{1: 2, 2: 3, 3: 4, 4: 6} {
@@ -51,5 +61,7 @@ func TestLostInStreams(t *testing.T) {
 	assert.Equal(t, 1, out.PastPosition, "crash-3 at seq 4, the store's position 4")
 	assert.Equal(t, map[seqFate]int{fateReused: 1, fateGone: 1, fatePastEnd: 1}, out.AtAckedSeq)
 	assert.Equal(t, map[int][2]int{1: {0, 2}, 2: {1, 1}}, out.ByCut)
+	assert.Equal(t, map[string]int{"max_deliveries": 2}, out.DeadLetters)
+	assert.Equal(t, map[string]int{"max_deliveries": 1}, out.DeadLettered, "crash-3")
 	assert.Contains(t, out.String(), strconv.Quote(msgID(9)), "the message that took crash-1's sequence is named")
 }
