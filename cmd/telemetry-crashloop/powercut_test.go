@@ -256,3 +256,31 @@ func TestRestartAfterLazyFSExitsDuringStart(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Minute, "the start did not wait out its timeout")
 	assert.Equal(t, "synced", svc.durability)
 }
+
+// TestLazyFSKeepsOSyncWrites: a write through a file opened with O_SYNC
+// (how nats-server writes a consumer's state and a stream's metadata
+// when every write is synced: a temporary file, renamed over the old
+// one) is on disk when the write returns, so a cut keeps it.
+func TestLazyFSKeepsOSyncWrites(t *testing.T) {
+	l, ctx := mountLazyFS(t)
+	dir := filepath.Join(l.Mnt, "obs")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	for i := range 3 {
+		tmp := filepath.Join(dir, "o.dat.tmp")
+		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_SYNC, 0o644)
+		require.NoError(t, err)
+		_, err = f.WriteString("state " + string(rune('0'+i)))
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, "o.dat")))
+	}
+	d, err := os.Open(dir)
+	require.NoError(t, err)
+	require.NoError(t, d.Sync())
+	require.NoError(t, d.Close())
+
+	require.NoError(t, l.Cut(ctx))
+	got, err := os.ReadFile(filepath.Join(dir, "o.dat"))
+	require.NoError(t, err)
+	assert.Equal(t, "state 2", string(got), "the last O_SYNC write survives the cut")
+}
