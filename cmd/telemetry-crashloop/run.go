@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -344,6 +346,15 @@ func noteShortfalls(ctx context.Context, pub *publisher, n int, acked map[string
 		log.Warn("a stream lost messages it had acked", "cut", n, "stream", s.Stream, "acked_seq", s.Acked, "last_seq", s.Last)
 	}
 	res.StreamShortfalls = append(res.StreamShortfalls, short...)
+	floors, err := consumerFloors(ctx, pub.js, slices.Sorted(maps.Keys(acked)))
+	if err != nil {
+		log.Warn("could not read the consumers' ack floors", "cut", n, "err", err)
+	}
+	for _, r := range regressed(n, res.floors, floors) {
+		log.Warn("a consumer's ack floor went back over a cut", "cut", n, "consumer", r.Stream, "before", r.Before, "after", r.After, "redelivered", r.Redelivs)
+		res.ConsumerRegressions = append(res.ConsumerRegressions, r)
+	}
+	res.floors = floors
 }
 
 // lazyFSExited is closed when lfs's LazyFS exits; nil (never ready)

@@ -420,3 +420,57 @@ func checkStreams(ctx context.Context, js jetstream.JetStream, n int, acked map[
 	}
 	return out, nil
 }
+
+// ConsumerRegress is a consumer whose ack floor, read after the restart
+// that followed a cut, is below the one read after the start before:
+// the consumer's progress was lost (its state file lost or read wrong)
+// and the stream is delivered again from there, every message of it
+// counting a delivery once more.
+type ConsumerRegress struct {
+	Cut      int
+	Stream   string
+	Before   uint64 // the ack floor read after the start before the cut
+	After    uint64 // the ack floor read after the restart
+	Redelivs int    // messages the consumer redelivered (NumRedelivered) after the restart
+}
+
+func (c ConsumerRegress) String() string {
+	return fmt.Sprintf("cut %d: %s's consumer ack floor %d after the start before, %d after the restart (%d messages redelivered)",
+		c.Cut, c.Stream, c.Before, c.After, c.Redelivs)
+}
+
+// consumerFloors reads the ack floor and redelivery count of every
+// consumer of the streams named in acked.
+func consumerFloors(ctx context.Context, js jetstream.JetStream, streams []string) (map[string][2]uint64, error) {
+	out := map[string][2]uint64{}
+	for _, name := range streams {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := js.Stream(ictx, name)
+		if err != nil {
+			cancel()
+			return out, fmt.Errorf("stream %s: %w", name, err)
+		}
+		lister := s.ListConsumers(ictx)
+		for info := range lister.Info() {
+			out[name+"/"+info.Name] = [2]uint64{info.AckFloor.Stream, uint64(info.NumRedelivered)}
+		}
+		err = lister.Err()
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("consumers of %s: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
+// regressed compares the consumers' ack floors after the restart that
+// followed cut n with those after the start before.
+func regressed(n int, before, after map[string][2]uint64) []ConsumerRegress {
+	var out []ConsumerRegress
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if b, ok := before[k]; ok && after[k][0] < b[0] {
+			out = append(out, ConsumerRegress{Cut: n, Stream: k, Before: b[0], After: after[k][0], Redelivs: int(after[k][1])})
+		}
+	}
+	return out
+}

@@ -65,3 +65,15 @@ func TestLostInStreams(t *testing.T) {
 	assert.Equal(t, map[string]int{"max_deliveries": 1}, out.DeadLettered, "crash-3")
 	assert.Contains(t, out.String(), strconv.Quote(msgID(9)), "the message that took crash-1's sequence is named")
 }
+
+// TestRegressed: a consumer whose ack floor after a restart is below
+// the one after the start before is reported; one that held or moved
+// on, or was not there before, is not.
+func TestRegressed(t *testing.T) {
+	before := map[string][2]uint64{"TELEMETRY_0/ingest": {700, 0}, "TELEMETRY_1/ingest": {650, 0}}
+	after := map[string][2]uint64{"TELEMETRY_0/ingest": {0, 700}, "TELEMETRY_1/ingest": {650, 0}, "TELEMETRY_2/ingest": {3, 0}}
+	got := regressed(7, before, after)
+	require.Len(t, got, 1)
+	assert.Equal(t, ConsumerRegress{Cut: 7, Stream: "TELEMETRY_0/ingest", Before: 700, After: 0, Redelivs: 700}, got[0])
+	assert.Contains(t, got[0].String(), "ack floor 700 after the start before, 0 after the restart")
+}
