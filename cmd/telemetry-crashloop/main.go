@@ -169,11 +169,16 @@ type Result struct {
 	// StreamShortfalls are the streams that, after a cut, ended below
 	// a sequence they had acked before it (with -power-cut, NATS).
 	StreamShortfalls []StreamShortfall
-	Hostile          *HostileCounts   // what the hostile client did (-hostile)
-	Backups          []backupTaken    // the backups taken (-backup)
-	Probe            *ProbeCounts     // what the QoS 0 probe found (-hostile)
-	Disk             *DiskFaultCounts // what the disk faults did (-disk-faults)
-	Elapsed          time.Duration
+	// ConsumerRegressions are the consumers whose ack floor, after a
+	// cut, was below the one after the start before (with -power-cut,
+	// NATS); floors is the last reading of them.
+	ConsumerRegressions []ConsumerRegress
+	floors              map[string][2]uint64
+	Hostile             *HostileCounts   // what the hostile client did (-hostile)
+	Backups             []backupTaken    // the backups taken (-backup)
+	Probe               *ProbeCounts     // what the QoS 0 probe found (-hostile)
+	Disk                *DiskFaultCounts // what the disk faults did (-disk-faults)
+	Elapsed             time.Duration
 }
 
 // OK reports whether the run upheld the guarantee and every reading
@@ -355,6 +360,10 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		fmt.Fprintf(w, "streams below their acks after a cut: %d\n", len(r.StreamShortfalls))
 		for _, s := range r.StreamShortfalls {
 			fmt.Fprintf(w, "  %s\n", s)
+		}
+		fmt.Fprintf(w, "consumers whose ack floor went back over a cut: %d\n", len(r.ConsumerRegressions))
+		for _, c := range r.ConsumerRegressions {
+			fmt.Fprintf(w, "  %s\n", c)
 		}
 	}
 	if r.LazyFS != nil {

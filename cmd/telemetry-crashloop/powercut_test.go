@@ -221,3 +221,66 @@ func TestLazyFSHealth(t *testing.T) {
 		assert.NotEmpty(t, e, "both ended")
 	}
 }
+
+// TestRestartAfterLazyFSExitsDuringStart: a LazyFS that exits while
+// the service starts (it segfaulted so in a 20-cut run) is an unplanned
+// cut: the loop mounts again and starts the service, and counts no
+// failed start. Before, the start waited out its minute and the next
+// tries failed on the ports the hung instance still held.
+func TestRestartAfterLazyFSExitsDuringStart(t *testing.T) {
+	l, ctx := mountLazyFS(t)
+	work := t.TempDir()
+	bin, err := buildService(ctx, work)
+	require.NoError(t, err)
+	cfg := Config{Binary: bin, DataDir: filepath.Join(l.Mnt, "data"), Args: []string{"-sync-writes"}}
+	svc, err := newService(cfg, work, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	require.NoError(t, err)
+	svc.fsExited = l.Exited
+	require.NoError(t, svc.start(ctx))
+	require.NoError(t, svc.kill())
+	require.NoError(t, l.Cut(ctx))
+
+	// LazyFS dies as the service starts on it.
+	pids := l.Pids()
+	require.NoError(t, unix.Kill(pids[len(pids)-1], unix.SIGKILL))
+	var res Result
+	start := time.Now()
+	err = restart(ctx, svc, l, &publisher{}, slog.New(slog.NewTextHandler(testWriter{t}, nil)), &res)
+	require.NoError(t, err)
+	defer svc.stop(15 * time.Second)
+	assert.Equal(t, 1, res.LazyFSCrashes, "one unplanned cut")
+	require.Len(t, res.Cuts, 1)
+	assert.True(t, res.Cuts[0].Unplanned)
+	assert.Zero(t, res.FailedStarts)
+	assert.Len(t, l.Pids(), 3, "mounted again")
+	assert.Less(t, time.Since(start), time.Minute, "the start did not wait out its timeout")
+	assert.Equal(t, "synced", svc.durability)
+}
+
+// TestLazyFSKeepsOSyncWrites: a write through a file opened with O_SYNC
+// (how nats-server writes a consumer's state and a stream's metadata
+// when every write is synced: a temporary file, renamed over the old
+// one) is on disk when the write returns, so a cut keeps it.
+func TestLazyFSKeepsOSyncWrites(t *testing.T) {
+	l, ctx := mountLazyFS(t)
+	dir := filepath.Join(l.Mnt, "obs")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	for i := range 3 {
+		tmp := filepath.Join(dir, "o.dat.tmp")
+		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_SYNC, 0o644)
+		require.NoError(t, err)
+		_, err = f.WriteString("state " + string(rune('0'+i)))
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, "o.dat")))
+	}
+	d, err := os.Open(dir)
+	require.NoError(t, err)
+	require.NoError(t, d.Sync())
+	require.NoError(t, d.Close())
+
+	require.NoError(t, l.Cut(ctx))
+	got, err := os.ReadFile(filepath.Join(dir, "o.dat"))
+	require.NoError(t, err)
+	assert.Equal(t, "state 2", string(got), "the last O_SYNC write survives the cut")
+}

@@ -31,6 +31,10 @@ type service struct {
 	env      []string // added to the loop's environment
 	armFile  string   // -cut-at: the file whose existence arms the fault point
 	log      *slog.Logger
+	// fsExited, when set, is closed when the file system under the data
+	// dir went away (LazyFS exited): a start then ends at once with
+	// errFSGone instead of waiting out its timeout.
+	fsExited func() <-chan struct{}
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -99,9 +103,13 @@ func (s *service) start(ctx context.Context) error {
 		close(done)
 	}(s.cmd, s.exited)
 	if err := s.waitReady(ctx, 60*time.Second); err != nil {
+		// A start that hangs holds the service's ports: the next try
+		// would fail on them, not on what hung this one.
+		_ = s.kill()
 		return err
 	}
 	if want := s.wantDurability(); s.durability != want {
+		_ = s.kill()
 		return fmt.Errorf("telemetryd reports the durability mode %q, not %q: the loop would test another mode than it says", s.durability, want)
 	}
 	s.mu.Lock()
@@ -126,13 +134,23 @@ func (s *service) notRunning() {
 	s.mu.Unlock()
 }
 
+// errFSGone: the file system under the data dir went away during a
+// start (LazyFS exited).
+var errFSGone = errors.New("the data dir's file system went away during the start (lazyfs exited)")
+
 func (s *service) waitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	client := http.Client{Timeout: time.Second}
+	var fsExited <-chan struct{}
+	if s.fsExited != nil {
+		fsExited = s.fsExited()
+	}
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exited:
 			return fmt.Errorf("telemetryd exited during start; see %s", s.logPath)
+		case <-fsExited:
+			return errFSGone
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):

@@ -234,6 +234,9 @@ func (p *publisher) publish(m int) (<-chan error, error) {
 		select {
 		case ack := <-fut.Ok():
 			p.ackedSeqs.note(ack.Stream, ack.Sequence)
+			if !ack.Duplicate {
+				p.ackedSeqs.noteMsg(m, ack.Stream, ack.Sequence)
+			}
 			if ack.Duplicate {
 				p.duplicates.Add(1)
 				p.dupAcked[m].Store(true)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/lazyfs"
+	"github.com/telemetryd/telemetryd/store/replay"
 )
 
 // Run performs one crash loop and checks the result.
@@ -88,6 +91,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	svc, err := newService(cfg, work, log)
 	if err != nil {
 		return res, err
+	}
+	if lfs != nil {
+		svc.fsExited = lfs.Exited
 	}
 	log.Info("crash loop", "protocol", cfg.Protocol, "hostile", cfg.Hostile, "power_cut", cfg.PowerCut, "seed", cfg.Seed, "kills", cfg.Kills, "readings", cfg.Readings, "data_dir", cfg.DataDir, "log", svc.logPath)
 	if err := svc.start(ctx); err != nil {
@@ -223,7 +229,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, err
 	}
 	if lfs != nil && res.Lost > 0 && cmp.Or(cfg.Protocol, "nats") == "nats" && creds == nil {
-		res.Streams = lostInStreams(ctx, js, pub, &res)
+		res.Streams = lostInStreams(ctx, js, pub, &res, func() (map[string]uint64, error) {
+			all, err := replay.ReadPositions(cfg.DataDir)
+			out := map[string]uint64{}
+			for name, p := range all {
+				out[name] = p.Seq
+			}
+			return out, err
+		})
 	}
 	if lfs != nil {
 		res.LazyFS = lazyFSHealth(lfs)
@@ -269,7 +282,7 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 				return fmt.Errorf("torn write cut %d: %w", res.Kills+1, err)
 			}
 			if done {
-				if err := restart(ctx, svc, true, log, res); err != nil {
+				if err := restart(ctx, svc, lfs, pub, log, res); err != nil {
 					return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 				}
 				continue
@@ -309,7 +322,7 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 			log.Info("power cut", "cut", len(res.Cuts), "acked_before", acked, "lazyfs_cache_pct", usage)
 		}
 		seqs := pub.ackedSeqs.snapshot() // the service is dead: no ack comes after
-		if err := restart(ctx, svc, lfs != nil, log, res); err != nil {
+		if err := restart(ctx, svc, lfs, pub, log, res); err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 		}
 		if lfs != nil {
@@ -333,6 +346,15 @@ func noteShortfalls(ctx context.Context, pub *publisher, n int, acked map[string
 		log.Warn("a stream lost messages it had acked", "cut", n, "stream", s.Stream, "acked_seq", s.Acked, "last_seq", s.Last)
 	}
 	res.StreamShortfalls = append(res.StreamShortfalls, short...)
+	floors, err := consumerFloors(ctx, pub.js, slices.Sorted(maps.Keys(acked)))
+	if err != nil {
+		log.Warn("could not read the consumers' ack floors", "cut", n, "err", err)
+	}
+	for _, r := range regressed(n, res.floors, floors) {
+		log.Warn("a consumer's ack floor went back over a cut", "cut", n, "consumer", r.Stream, "before", r.Before, "after", r.After, "redelivered", r.Redelivs)
+		res.ConsumerRegressions = append(res.ConsumerRegressions, r)
+	}
+	res.floors = floors
 }
 
 // lazyFSExited is closed when lfs's LazyFS exits; nil (never ready)
@@ -350,6 +372,20 @@ func lazyFSExited(lfs *lazyfs.FS) <-chan struct{} {
 // loop finishes the cut (kills the service, which lost its file
 // system, mounts again, starts it) and records it as an unplanned cut.
 func lazyFSCrashCut(ctx context.Context, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result) error {
+	seqs := pub.ackedSeqs.snapshot()
+	if err := unplannedCut(ctx, svc, lfs, pub, log, res, "lazyfs exited on its own while the service ran: an unplanned power cut"); err != nil {
+		return err
+	}
+	if err := restart(ctx, svc, lfs, pub, log, res); err != nil {
+		return fmt.Errorf("restart after lazyfs exited: %w", err)
+	}
+	noteShortfalls(ctx, pub, len(res.Cuts), seqs, log, res)
+	return nil
+}
+
+// unplannedCut records a cut LazyFS made by exiting, kills the service
+// (which lost its file system) and mounts again.
+func unplannedCut(ctx context.Context, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result, msg string) error {
 	inFlight := pub.inFlight.Load()
 	at := time.Now()
 	if err := svc.kill(); err != nil {
@@ -357,15 +393,10 @@ func lazyFSCrashCut(ctx context.Context, svc *service, lfs *lazyfs.FS, pub *publ
 	}
 	res.LazyFSCrashes++
 	res.Cuts = append(res.Cuts, cut{At: at.Add(cutAckGrace), InFlight: int(inFlight), Unplanned: true})
-	log.Warn("lazyfs exited on its own while the service ran: an unplanned power cut", "cut", len(res.Cuts), "acked_before", pub.acked.Load())
+	log.Warn(msg, "cut", len(res.Cuts), "acked_before", pub.acked.Load())
 	if err := lfs.Cut(ctx); err != nil {
 		return fmt.Errorf("mount after lazyfs exited: %w", err)
 	}
-	seqs := pub.ackedSeqs.snapshot()
-	if err := restart(ctx, svc, true, log, res); err != nil {
-		return fmt.Errorf("restart after lazyfs exited: %w", err)
-	}
-	noteShortfalls(ctx, pub, len(res.Cuts), seqs, log, res)
 	return nil
 }
 
@@ -505,11 +536,27 @@ const startAttempts = 5
 
 // restart starts the service again. After a power cut a start that
 // fails is counted in res.FailedStarts, logged with the service's
-// reason, and tried again.
-func restart(ctx context.Context, svc *service, powerCut bool, log *slog.Logger, res *Result) error {
+// reason, and tried again. A LazyFS that exits during a start is an
+// unplanned cut, not a failed start: the loop mounts again and starts
+// the service once more (at most startAttempts times in a row).
+func restart(ctx context.Context, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result) error {
+	crashes := 0
 	for attempt := 1; ; attempt++ {
 		err := svc.start(ctx)
-		if err == nil || !powerCut || attempt == startAttempts || ctx.Err() != nil {
+		if err == nil || lfs == nil || ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, errFSGone) || lfs.Crashed() {
+			if crashes++; crashes > startAttempts {
+				return fmt.Errorf("lazyfs exited during %d starts in a row: %w", crashes, err)
+			}
+			if err := unplannedCut(ctx, svc, lfs, pub, log, res, "lazyfs exited on its own while the service started: an unplanned power cut"); err != nil {
+				return err
+			}
+			attempt--
+			continue
+		}
+		if attempt == startAttempts {
 			return err
 		}
 		res.FailedStarts++

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/telemetryd/telemetryd/cmd/internal/lazyfs"
+	"github.com/telemetryd/telemetryd/ingest/topology"
 )
 
 // After a power-cut run that lost readings, the loop looks for the
@@ -38,8 +39,47 @@ type LostInStreams struct {
 	ByStream map[string]int
 	// Devices counts the devices of the lost messages in no stream.
 	Devices int
-	Err     error // the streams could not be read
+	// AtAckedSeq counts the lost messages in no stream by what their
+	// stream holds now at the sequence their ack named (seqFate).
+	AtAckedSeq map[seqFate]int
+	// Examples are the first few of them, with what is there.
+	Examples []string
+	// Positions are the stream positions the store had saved at the
+	// end (its positions file), and PastPosition counts the lost
+	// messages still in a stream at or below their stream's position:
+	// the store vouched for them and does not have them.
+	Positions    map[string]uint64
+	PastPosition int
+	PositionsErr error
+	// DeadLetters counts the dead letters in the streams by error code,
+	// and DeadLettered those of them that carry a lost message (the
+	// ingester gave up on it: its readings were never stored).
+	DeadLetters  map[string]int
+	DeadLettered map[string]int
+	Err          error // the streams could not be read
 }
+
+// seqFate is what a stream holds at the sequence a lost message's ack
+// named.
+type seqFate string
+
+const (
+	// fateReused: another message has the sequence. The stream lost
+	// the acked message (and what followed it) at a cut, and the
+	// messages published after the restart took its sequences, so the
+	// stream's last sequence was back above the acked one by the time
+	// the loop compared them.
+	fateReused seqFate = "another message has its sequence (the stream lost it and gave its sequence again)"
+	// fateGone: the sequence is within the stream and holds nothing.
+	fateGone seqFate = "its sequence holds nothing (a gap in the stream)"
+	// fatePastEnd: the stream ends before the sequence.
+	fatePastEnd seqFate = "the stream ends before its sequence"
+	// fateNoStream: the stream named by the ack is gone.
+	fateNoStream seqFate = "the stream its ack named is gone"
+	// fateUnknown: no ack position was recorded (MQTT, line protocol,
+	// a duplicate ack), or the stream could not be asked.
+	fateUnknown seqFate = "unknown (no ack position recorded, or the stream could not be asked)"
+)
 
 func (l *LostInStreams) String() string {
 	if l.Err != nil {
@@ -54,19 +94,50 @@ func (l *LostInStreams) String() string {
 	for _, s := range slices.Sorted(maps.Keys(l.ByStream)) {
 		fmt.Fprintf(&b, "\n  %s holds %d", s, l.ByStream[s])
 	}
+	if len(l.AtAckedSeq) > 0 {
+		fmt.Fprint(&b, "\n  in no stream, at the sequence its ack named:")
+		for _, f := range slices.Sorted(maps.Keys(l.AtAckedSeq)) {
+			fmt.Fprintf(&b, "\n    %s: %d", f, l.AtAckedSeq[f])
+		}
+		for _, e := range l.Examples {
+			fmt.Fprintf(&b, "\n    e.g. %s", e)
+		}
+	}
+	if len(l.DeadLetters) > 0 {
+		fmt.Fprint(&b, "\n  dead letters by code (with a lost message):")
+		for _, c := range slices.Sorted(maps.Keys(l.DeadLetters)) {
+			fmt.Fprintf(&b, " %s %d (%d)", c, l.DeadLetters[c], l.DeadLettered[c])
+		}
+	}
+	if l.InStream > 0 {
+		if l.PositionsErr != nil {
+			fmt.Fprintf(&b, "\n  the store's positions not read: %v", l.PositionsErr)
+		} else {
+			fmt.Fprintf(&b, "\n  still in a stream and at or below the position the store saved for it (the store vouched for them): %d; positions:", l.PastPosition)
+			for _, s := range slices.Sorted(maps.Keys(l.Positions)) {
+				fmt.Fprintf(&b, " %s=%d", s, l.Positions[s])
+			}
+		}
+	}
 	return b.String()
 }
 
 // lostInStreams looks for the messages of res's lost readings (NATS
 // messages of one device each) in every stream of the service.
-func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, res *Result) *LostInStreams {
-	out := &LostInStreams{ByCut: map[int][2]int{}, ByStream: map[string]int{}}
+//
+// positions reads the store's saved stream positions (nil: not read).
+func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, res *Result, positions func() (map[string]uint64, error)) *LostInStreams {
+	out := &LostInStreams{ByCut: map[int][2]int{}, ByStream: map[string]int{}, AtAckedSeq: map[seqFate]int{},
+		DeadLetters: map[string]int{}, DeadLettered: map[string]int{}}
 	cutOf := map[int]int{} // message -> cut
 	for i, seq := range res.LostSeqs {
 		cutOf[seq/pub.cfg.Batch] = res.LostCuts[i]
 	}
 	out.Messages = len(cutOf)
 	found := map[int]string{}
+	foundSeq := map[int]uint64{}
+	// dead letters by device token and stream sequence of their original
+	dead := map[string]string{}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	names := js.StreamNames(ctx)
@@ -81,14 +152,21 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 		return out
 	}
 	for _, st := range streams {
-		if err := scanStream(ctx, js, st, func(id string) {
-			m, err := strconv.Atoi(strings.TrimPrefix(id, "crash-"))
+		if err := scanStream(ctx, js, st, func(m jetstream.Msg, seq uint64) {
+			if code := m.Headers().Get(topology.HeaderErrorCode); code != "" && topology.IsRejected(m.Subject()) {
+				out.DeadLetters[code]++
+				dead[m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]+"/"+m.Headers().Get(topology.HeaderStreamSeq)] = code
+				return
+			}
+			id := m.Headers().Get(jetstream.MsgIDHeader)
+			n, err := strconv.Atoi(strings.TrimPrefix(id, "crash-"))
 			if err != nil || !strings.HasPrefix(id, "crash-") {
 				return
 			}
-			if _, lost := cutOf[m]; lost {
-				if _, dup := found[m]; !dup {
-					found[m] = st
+			if _, lost := cutOf[n]; lost {
+				if _, dup := found[n]; !dup {
+					found[n] = st
+					foundSeq[n] = seq
 					out.ByStream[st]++
 				}
 			}
@@ -110,12 +188,68 @@ func lostInStreams(ctx context.Context, js jetstream.JetStream, pub *publisher, 
 		out.ByCut[c] = n
 	}
 	out.Devices = len(devices)
+	for _, m := range slices.Sorted(maps.Keys(cutOf)) {
+		if _, ok := found[m]; ok {
+			continue
+		}
+		fate, example := atAckedSeq(ctx, js, pub, m)
+		out.AtAckedSeq[fate]++
+		if example != "" && len(out.Examples) < 5 {
+			out.Examples = append(out.Examples, example)
+		}
+	}
+	for m := range found {
+		if code, ok := dead[pub.device(m)+"/"+strconv.FormatUint(foundSeq[m], 10)]; ok {
+			out.DeadLettered[code]++
+		}
+	}
+	if out.InStream > 0 && positions != nil {
+		out.Positions, out.PositionsErr = positions()
+		for m, st := range found {
+			if pos, ok := out.Positions[st]; ok && foundSeq[m] <= pos {
+				out.PastPosition++
+			}
+		}
+	}
 	return out
 }
 
-// scanStream calls seen with the Nats-Msg-Id of every message of
-// stream st, reading headers only.
-func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen func(id string)) error {
+// atAckedSeq says what the stream holds now at the sequence message
+// m's ack named, with an example line for the report.
+func atAckedSeq(ctx context.Context, js jetstream.JetStream, pub *publisher, m int) (seqFate, string) {
+	at, ok := pub.ackedSeqs.msgAt(m)
+	if !ok {
+		return fateUnknown, ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, at.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fateNoStream, fmt.Sprintf("%s: %s seq %d", msgID(m), at.stream, at.seq)
+	}
+	if err != nil {
+		return fateUnknown, ""
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return fateUnknown, ""
+	}
+	if at.seq > info.State.LastSeq {
+		return fatePastEnd, fmt.Sprintf("%s: %s seq %d, the stream ends at %d", msgID(m), at.stream, at.seq, info.State.LastSeq)
+	}
+	raw, err := s.GetMsg(ctx, at.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fateGone, fmt.Sprintf("%s: %s seq %d, none there (the stream holds %d-%d)", msgID(m), at.stream, at.seq, info.State.FirstSeq, info.State.LastSeq)
+	}
+	if err != nil {
+		return fateUnknown, ""
+	}
+	return fateReused, fmt.Sprintf("%s: %s seq %d holds %q", msgID(m), at.stream, at.seq, raw.Header.Get(jetstream.MsgIDHeader))
+}
+
+// scanStream calls seen with every message of stream st (headers
+// only) and its sequence.
+func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen func(m jetstream.Msg, seq uint64)) error {
 	s, err := js.Stream(ctx, st)
 	if err != nil {
 		return err
@@ -141,11 +275,9 @@ func scanStream(ctx context.Context, js jetstream.JetStream, st string, seen fun
 		var seq uint64
 		for m := range batch.Messages() {
 			n++
-			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
-				seen(id)
-			}
 			if md, err := m.Metadata(); err == nil {
 				seq = md.Sequence.Stream
+				seen(m, seq)
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
@@ -199,10 +331,37 @@ func (h *LazyFSHealth) String(cuts []cut) string {
 	return b.String()
 }
 
-// streamSeqs keeps the highest sequence acked per stream.
+// streamSeqs keeps the highest sequence acked per stream, and where
+// each message's (first, not duplicate) ack said it was stored.
 type streamSeqs struct {
 	mu  sync.Mutex
 	max map[string]uint64
+	at  map[int]ackedAt
+}
+
+// ackedAt is the stream and sequence a message's ack named.
+type ackedAt struct {
+	stream string
+	seq    uint64
+}
+
+func (s *streamSeqs) noteMsg(m int, stream string, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[int]ackedAt{}
+	}
+	if _, ok := s.at[m]; !ok {
+		s.at[m] = ackedAt{stream, seq}
+	}
+}
+
+// msgAt returns where message m's ack said it was stored.
+func (s *streamSeqs) msgAt(m int) (ackedAt, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.at[m]
+	return a, ok
 }
 
 func (s *streamSeqs) note(stream string, seq uint64) {
@@ -260,4 +419,58 @@ func checkStreams(ctx context.Context, js jetstream.JetStream, n int, acked map[
 		}
 	}
 	return out, nil
+}
+
+// ConsumerRegress is a consumer whose ack floor, read after the restart
+// that followed a cut, is below the one read after the start before:
+// the consumer's progress was lost (its state file lost or read wrong)
+// and the stream is delivered again from there, every message of it
+// counting a delivery once more.
+type ConsumerRegress struct {
+	Cut      int
+	Stream   string
+	Before   uint64 // the ack floor read after the start before the cut
+	After    uint64 // the ack floor read after the restart
+	Redelivs int    // messages the consumer redelivered (NumRedelivered) after the restart
+}
+
+func (c ConsumerRegress) String() string {
+	return fmt.Sprintf("cut %d: %s's consumer ack floor %d after the start before, %d after the restart (%d messages redelivered)",
+		c.Cut, c.Stream, c.Before, c.After, c.Redelivs)
+}
+
+// consumerFloors reads the ack floor and redelivery count of every
+// consumer of the streams named in acked.
+func consumerFloors(ctx context.Context, js jetstream.JetStream, streams []string) (map[string][2]uint64, error) {
+	out := map[string][2]uint64{}
+	for _, name := range streams {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := js.Stream(ictx, name)
+		if err != nil {
+			cancel()
+			return out, fmt.Errorf("stream %s: %w", name, err)
+		}
+		lister := s.ListConsumers(ictx)
+		for info := range lister.Info() {
+			out[name+"/"+info.Name] = [2]uint64{info.AckFloor.Stream, uint64(info.NumRedelivered)}
+		}
+		err = lister.Err()
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("consumers of %s: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
+// regressed compares the consumers' ack floors after the restart that
+// followed cut n with those after the start before.
+func regressed(n int, before, after map[string][2]uint64) []ConsumerRegress {
+	var out []ConsumerRegress
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if b, ok := before[k]; ok && after[k][0] < b[0] {
+			out = append(out, ConsumerRegress{Cut: n, Stream: k, Before: b[0], After: after[k][0], Redelivs: int(after[k][1])})
+		}
+	}
+	return out
 }

@@ -232,6 +232,10 @@ func (l *FS) Cut(ctx context.Context) error {
 // Exited is closed when the LazyFS process exits (nil before Mount).
 func (l *FS) Exited() <-chan struct{} { return l.exited }
 
+// Crashed reports whether the LazyFS process has exited (false before
+// Mount).
+func (l *FS) Crashed() bool { return l.crashed() }
+
 // crashed reports whether the LazyFS process has exited.
 func (l *FS) crashed() bool {
 	if l.exited == nil {
