@@ -61,12 +61,21 @@ type ruleState struct {
 
 func newGroup(m *Manager, spec *Group) *group {
 	g := &group{m: m, spec: spec}
+	byOperand := map[string][]*threshold{}
 	for _, r := range spec.Rules {
 		rs := &ruleState{rule: r, health: healthUnknown}
 		if r.Alert != "" {
 			rs.thr = thresholdOf(r.Expr)
 		}
+		if rs.thr != nil {
+			byOperand[rs.thr.operand] = append(byOperand[rs.thr.operand], rs.thr)
+		}
 		g.rules = append(g.rules, rs)
+	}
+	for _, ts := range byOperand {
+		for _, t := range ts {
+			t.anyKeeps = ts
+		}
 	}
 	return g
 }
@@ -249,7 +258,7 @@ func (g *group) evalWithSlot(ctx context.Context, ops operands, r *ruleState, ts
 	var err error
 	ok := false
 	if r.thr != nil {
-		res, ok, err = ops.query(ctx, g.m.cfg.Query, r.thr, ts)
+		res, ok, err = ops.query(ctx, g.m.cfg.Query, g.m.cfg.Keep, r.thr, ts)
 	}
 	if !ok {
 		res, err = g.m.cfg.Query(ctx, r.rule.Expr, ts)

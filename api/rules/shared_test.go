@@ -95,7 +95,7 @@ func TestThresholdsAnswerAsTheEngine(t *testing.T) {
 		for _, expr := range exprs {
 			thr := thresholdOf(expr)
 			require.NotNil(t, thr, expr)
-			got, ok, err := ops.query(t.Context(), counting, thr, ts)
+			got, ok, err := ops.query(t.Context(), counting, nil, thr, ts)
 			require.NoError(t, err, expr)
 			require.True(t, ok)
 			want, err := query(t.Context(), expr, ts)
