@@ -61,22 +61,17 @@ type ruleState struct {
 
 func newGroup(m *Manager, spec *Group) *group {
 	g := &group{m: m, spec: spec}
-	byOperand := map[string][]*threshold{}
+	var thrs []*threshold
 	for _, r := range spec.Rules {
 		rs := &ruleState{rule: r, health: healthUnknown}
 		if r.Alert != "" {
-			rs.thr = thresholdOf(r.Expr)
-		}
-		if rs.thr != nil {
-			byOperand[rs.thr.operand] = append(byOperand[rs.thr.operand], rs.thr)
+			if rs.thr = thresholdOf(r.Expr); rs.thr != nil {
+				thrs = append(thrs, rs.thr)
+			}
 		}
 		g.rules = append(g.rules, rs)
 	}
-	for _, ts := range byOperand {
-		for _, t := range ts {
-			t.anyKeeps = ts
-		}
-	}
+	shareOperands(thrs)
 	return g
 }
 

@@ -26,6 +26,17 @@ type threshold struct {
 	anyKeeps []*threshold
 }
 
+// shareOperands sets anyKeeps of each of a group's thresholds.
+func shareOperands(thrs []*threshold) {
+	byOperand := map[string][]*threshold{}
+	for _, t := range thrs {
+		byOperand[t.operand] = append(byOperand[t.operand], t)
+	}
+	for _, t := range thrs {
+		t.anyKeeps = byOperand[t.operand]
+	}
+}
+
 // keepsAny reports whether any threshold on t's operand keeps v.
 func (t *threshold) keepsAny(v float64) bool {
 	for _, o := range t.anyKeeps {
