@@ -39,6 +39,7 @@ func (a *API) Instant(ctx context.Context, qs string, ts time.Time) (promql.Vect
 	if err := checkSubqueries(expr); err != nil {
 		return nil, err
 	}
+	ctx = withSampleFilter(ctx, expr, ts)
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	e := a.engine

@@ -388,7 +388,7 @@ func (a *API) handleSeries(w http.ResponseWriter, r *http.Request) {
 	out := []labels.Labels{}
 	var warnings []string
 	for _, ms := range sets {
-		refs, err := qr.match(r.Context(), qr.mint, qr.maxt, ms, notLive)
+		refs, err := qr.match(r.Context(), qr.mint, qr.maxt, ms, notLive, nil)
 		if err != nil {
 			writeError(w, a.execError(r, err))
 			return

@@ -172,7 +172,11 @@ type seenBounds struct{ first, last buckets.Ticks }
 // With live set (a shared select of a batch), the series of a device the
 // live window holds take their labels and samples from it as they are
 // matched.
-func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, live matchLive) ([]seriesRef, error) {
+//
+// With filter set (an instant query's only selector, KeepValues), a
+// series whose value is known as it is matched and that filter rejects
+// is left out; it still counts towards the bound on series.
+func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Matcher, live matchLive, filter *sampleFilter) ([]seriesRef, error) {
 	devMs, nameMs, attrMs, none := splitMatchers(ms)
 	if none {
 		return nil, nil
@@ -207,13 +211,30 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 			out = (*p)[:0]
 		}
 	}
-	add := func(ref seriesRef) error {
-		if len(out) >= qr.q.maxSeries {
+	matched := 0
+	count := func() error {
+		if matched >= qr.q.maxSeries {
 			return fmt.Errorf("%w: the selector matches more than %d series; narrow it", errTooManySeries, qr.q.maxSeries)
+		}
+		matched++
+		return nil
+	}
+	// ordered stays set while the series come in the order of their
+	// labels: one name, devices ascending, and no attribute name sorting
+	// before "device" (the labels then compare by the device first).
+	ordered := true
+	add := func(ref seriesRef, d *buckets.DeviceInfo) error {
+		if err := count(); err != nil {
+			return err
 		}
 		if len(out) == cap(out) { // doubles: the default growth copies large sets many times
 			out = slices.Grow(out, max(len(out), 64))
 		}
+		if ordered && len(out) > 0 {
+			p := &out[len(out)-1]
+			ordered = p.name == ref.name && p.dev < ref.dev
+		}
+		ordered = ordered && (len(d.Attributes) == 0 || d.Attributes[0].Name > labelDevice)
 		out = append(out, ref)
 		return nil
 	}
@@ -234,10 +255,16 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 			return lw.labelsOf(e, handleOf(name), d)
 		}
 		if qr.q.lastSeenIn(d, from, to) && matchAll(nameMs, LastSeenName) {
-			r := seriesRef{lset: lsetOf(LastSeenName), dev: d.Device, name: LastSeenName,
-				seen: seenBounds{first: d.FirstSeen, last: d.LastSeen}, hasSeen: true}
-			if err := add(r); err != nil {
-				return err
+			if v, known := filter.lastSeenValue(d); known && !filter.keeps(v) {
+				if err := count(); err != nil {
+					return err
+				}
+			} else {
+				r := seriesRef{lset: lsetOf(LastSeenName), dev: d.Device, name: LastSeenName,
+					seen: seenBounds{first: d.FirstSeen, last: d.LastSeen}, hasSeen: true}
+				if err := add(r, d); err != nil {
+					return err
+				}
 			}
 		}
 		if d.LastSeen < from || d.FirstSeen > to {
@@ -250,7 +277,7 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 			if _, ok := buckets.Numeric(f.Value); !ok || f.Name == LastSeenName || !matchAll(nameMs, f.Name) {
 				continue
 			}
-			r := seriesRef{lset: lsetOf(f.Name), dev: d.Device, name: f.Name, lastSeen: d.LastSeen}
+			r := seriesRef{dev: d.Device, name: f.Name, lastSeen: d.LastSeen}
 			if e != nil {
 				h := handleOf(f.Name)
 				if n, ok := e.newestOf(h); live == liveNewest && ok && n.t >= mint && n.t <= maxt {
@@ -259,7 +286,14 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 					r.live, r.buf = true, e.slice(h, from, to+10000)
 				}
 			}
-			if err := add(r); err != nil {
+			if filter != nil && r.hasNewest && !filter.keeps(r.newest.f) {
+				if err := count(); err != nil {
+					return err
+				}
+				continue
+			}
+			r.lset = lsetOf(f.Name)
+			if err := add(r, d); err != nil {
 				return err
 			}
 		}
@@ -268,7 +302,9 @@ func (qr *querier) match(ctx context.Context, mint, maxt int64, ms []*labels.Mat
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b seriesRef) int { return labels.Compare(a.lset, b.lset) })
+	if !ordered {
+		slices.SortFunc(out, func(a, b seriesRef) int { return labels.Compare(a.lset, b.lset) })
+	}
 	return out, nil
 }
 
@@ -425,7 +461,12 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	case shared:
 		live = liveSpan
 	}
-	refs, err := qr.match(ctx, mint, maxt, ms, live)
+	seenFirst, seenStep, seenLast := qr.q.seenTimes(hints, mint, maxt)
+	var filter *sampleFilter
+	if f := sampleFilterOf(ctx); f != nil && live == liveNewest {
+		filter = &sampleFilter{of: f.of, keep: f.keep, seenAt: seenLast, seenOne: seenFirst == seenLast, retention: qr.q.retention}
+	}
+	refs, err := qr.match(ctx, mint, maxt, ms, live, filter)
 	if err != nil {
 		return storage.ErrSeriesSet(err)
 	}
@@ -436,7 +477,7 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	if shared {
 		qr.pooled = append(qr.pooled, set)
 	}
-	set.seenFirst, set.seenStep, set.seenLast = qr.q.seenTimes(hints, mint, maxt)
+	set.seenFirst, set.seenStep, set.seenLast = seenFirst, seenStep, seenLast
 	if shared {
 		// Before the summaries: the recent reads cover the window.
 		set.recent, set.newestOnly = true, hints.Range == 0
@@ -477,7 +518,7 @@ func (qr *querier) LabelValues(ctx context.Context, name string, _ *storage.Labe
 		vals, err := idx.AttributeValues(ctx, name, dq)
 		return vals, nil, err
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, notLive)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, notLive, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -524,7 +565,7 @@ func (qr *querier) LabelNames(ctx context.Context, _ *storage.LabelHints, ms ...
 		}
 		return sortedUnique(append(names, model.MetricNameLabel, labelDevice)), nil, nil
 	}
-	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, notLive)
+	refs, err := qr.match(ctx, qr.mint, qr.maxt, ms, notLive, nil)
 	if err != nil || len(refs) == 0 {
 		return []string{}, nil, err
 	}

@@ -61,13 +61,17 @@ type ruleState struct {
 
 func newGroup(m *Manager, spec *Group) *group {
 	g := &group{m: m, spec: spec}
+	var thrs []*threshold
 	for _, r := range spec.Rules {
 		rs := &ruleState{rule: r, health: healthUnknown}
 		if r.Alert != "" {
-			rs.thr = thresholdOf(r.Expr)
+			if rs.thr = thresholdOf(r.Expr); rs.thr != nil {
+				thrs = append(thrs, rs.thr)
+			}
 		}
 		g.rules = append(g.rules, rs)
 	}
+	shareOperands(thrs)
 	return g
 }
 
@@ -249,7 +253,7 @@ func (g *group) evalWithSlot(ctx context.Context, ops operands, r *ruleState, ts
 	var err error
 	ok := false
 	if r.thr != nil {
-		res, ok, err = ops.query(ctx, g.m.cfg.Query, r.thr, ts)
+		res, ok, err = ops.query(ctx, g.m.cfg.Query, g.m.cfg.Keep, r.thr, ts)
 	}
 	if !ok {
 		res, err = g.m.cfg.Query(ctx, r.rule.Expr, ts)

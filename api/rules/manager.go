@@ -55,6 +55,11 @@ type Config struct {
 	// the next call are made with the context it returns, so that they
 	// can share their reads (promapi.SharedReads).
 	Batch func(ctx context.Context) context.Context
+	// Keep, when set, gives the query of a threshold's operand (see
+	// threshold) a context that lets the engine leave out the series
+	// every threshold of the group on that operand rejects
+	// (promapi.KeepValues). The answer is filtered here all the same.
+	Keep func(ctx context.Context, keep func(float64) bool) context.Context
 	// Recorder stores recording rules' results; nil makes them fail.
 	Recorder Recorder
 	// States keeps alert state across restarts and nodes; nil: none.

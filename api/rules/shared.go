@@ -20,6 +20,31 @@ type threshold struct {
 	op      parser.ItemType
 	n       float64
 	swapped bool // the number is on the left
+	// anyKeeps are the thresholds of the group on the same operand,
+	// this one among them: a sample none of them keeps is in no
+	// rule's answer.
+	anyKeeps []*threshold
+}
+
+// shareOperands sets anyKeeps of each of a group's thresholds.
+func shareOperands(thrs []*threshold) {
+	byOperand := map[string][]*threshold{}
+	for _, t := range thrs {
+		byOperand[t.operand] = append(byOperand[t.operand], t)
+	}
+	for _, t := range thrs {
+		t.anyKeeps = byOperand[t.operand]
+	}
+}
+
+// keepsAny reports whether any threshold on t's operand keeps v.
+func (t *threshold) keepsAny(v float64) bool {
+	for _, o := range t.anyKeeps {
+		if o.keeps(v) {
+			return true
+		}
+	}
+	return len(t.anyKeeps) == 0 && t.keeps(v)
 }
 
 // thresholdOf returns expr's threshold, or nil when it is not one.
@@ -83,11 +108,18 @@ type operands map[string]promql.Vector
 // query answers a threshold rule from the operand's vector, querying
 // it the first time; ok is false when the vector holds a histogram (the
 // rule is then queried whole).
-func (o operands) query(ctx context.Context, q QueryFunc, t *threshold, ts time.Time) (promql.Vector, bool, error) {
+//
+// With keep set (Config.Keep), the operand is queried with a context
+// that lets the engine leave out the samples no threshold on it keeps.
+func (o operands) query(ctx context.Context, q QueryFunc, keep func(context.Context, func(float64) bool) context.Context, t *threshold, ts time.Time) (promql.Vector, bool, error) {
 	vec, seen := o[t.operand]
 	if !seen {
+		qctx := ctx
+		if keep != nil {
+			qctx = keep(ctx, t.keepsAny)
+		}
 		var err error
-		if vec, err = q(ctx, t.operand, ts); err != nil {
+		if vec, err = q(qctx, t.operand, ts); err != nil {
 			return nil, true, err
 		}
 		o[t.operand] = vec

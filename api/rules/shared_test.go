@@ -46,7 +46,8 @@ func TestThresholdOf(t *testing.T) {
 // real store, a threshold answered from its shared operand is exactly
 // what the whole expression answers (values, labels, the metric name
 // kept), and each operand is queried once for every rule that compares
-// it.
+// it; the same in a batch with Config.Keep, where the operand's answer
+// holds only the series some threshold on it keeps.
 func TestThresholdsAnswerAsTheEngine(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	o := store.DefaultOptions()
@@ -81,31 +82,54 @@ func TestThresholdsAnswerAsTheEngine(t *testing.T) {
 	exprs := []string{
 		`temp > 30`, `temp > 35`, `temp < 35`, `temp >= 35`, `30 < temp`, `35 > temp`, `35 == temp`, `temp != 35`, `temp <= -5`,
 		`avg_over_time(temp[1m]) > 20`, `-temp < -30`, `(temp) > 0`, `avg by (fleet) (temp) > 10`,
-		`time() - timestamp(temp) > 10`, `humidity > 82`, `absent(nothing) >= 1`,
+		`time() - timestamp(temp) > 10`, `humidity > 82`, `absent(nothing) >= 1`, `humidity * 2 < 100`,
 	}
 	queried := map[string]int{}
 	counting := func(ctx context.Context, expr string, ts time.Time) (promql.Vector, error) {
 		queried[expr]++
 		return query(ctx, expr, ts)
 	}
-	for _, at := range []time.Duration{0, 30 * time.Second, 45 * time.Second, time.Minute, 75 * time.Second, 10 * time.Minute} {
-		ts := t0.Add(at)
-		ops := operands{}
-		clear(queried)
-		for _, expr := range exprs {
-			thr := thresholdOf(expr)
-			require.NotNil(t, thr, expr)
-			got, ok, err := ops.query(t.Context(), counting, thr, ts)
-			require.NoError(t, err, expr)
-			require.True(t, ok)
-			want, err := query(t.Context(), expr, ts)
-			require.NoError(t, err, expr)
-			assert.Equal(t, sortSamples(want), sortSamples(got), "%s at %s", expr, at)
+	thrs := make([]*threshold, len(exprs))
+	for i, expr := range exprs {
+		thrs[i] = thresholdOf(expr)
+		require.NotNil(t, thrs[i], expr)
+	}
+	shareOperands(thrs)
+	// Alone, and as a group evaluation does: in a batch, each operand
+	// queried with the group's thresholds on it (Config.Keep).
+	for _, batched := range []bool{false, true} {
+		var keep func(context.Context, func(float64) bool) context.Context
+		if batched {
+			keep = promapi.KeepValues
 		}
-		for op, n := range queried {
-			assert.Equal(t, 1, n, "%s queried once at %s", op, at)
+		for _, at := range []time.Duration{0, 30 * time.Second, 45 * time.Second, time.Minute, 75 * time.Second, 10 * time.Minute} {
+			ts := t0.Add(at)
+			ctx := t.Context()
+			if batched {
+				ctx = promapi.SharedReads(ctx)
+			}
+			ops := operands{}
+			clear(queried)
+			for i, expr := range exprs {
+				got, ok, err := ops.query(ctx, counting, keep, thrs[i], ts)
+				require.NoError(t, err, expr)
+				require.True(t, ok)
+				want, err := query(t.Context(), expr, ts)
+				require.NoError(t, err, expr)
+				assert.Equal(t, sortSamples(want), sortSamples(got), "%s at %s", expr, at)
+			}
+			for op, n := range queried {
+				assert.Equal(t, 1, n, "%s queried once at %s", op, at)
+			}
+			assert.Len(t, queried, 8, "temp, avg_over_time, -temp, avg by, time() - timestamp, humidity, absent, humidity * 2")
+			if at == 75*time.Second { // a's humidity 85 (170 < 100 is false), its newest reading
+				if batched {
+					assert.Empty(t, ops["humidity * 2"], "the engine was handed only what the thresholds keep")
+				} else {
+					assert.Len(t, ops["humidity * 2"], 1)
+				}
+			}
 		}
-		assert.Len(t, queried, 7, "temp, avg_over_time, -temp, avg by, time() - timestamp, humidity, absent")
 	}
 }
 

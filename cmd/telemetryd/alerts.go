@@ -33,7 +33,7 @@ func (m *Main) openAlerting(ctx context.Context, acfg *api.Config) error {
 			}
 			return p.Instant(ctx, expr, ts)
 		},
-		Batch: promapi.SharedReads}
+		Batch: promapi.SharedReads, Keep: promapi.KeepValues}
 	if acfg.Writes != nil {
 		d.Publisher = acfg.Writes.Publisher
 	}

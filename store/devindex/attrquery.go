@@ -31,7 +31,7 @@ func (x *Index) Devices(ctx context.Context, q buckets.DeviceQuery) (infos []buc
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	infos = make([]buckets.DeviceInfo, 0, min(q.Limit, 256))
+	infos = make([]buckets.DeviceInfo, 0, min(q.Limit, len(x.devices), 1024)) // a page of 1000 without growing
 	w := &walk{ctx: ctx, q: &q}
 	x.selectDevices(w, func(d buckets.DeviceID, e *deviceEntry) bool {
 		if len(infos) == q.Limit {

@@ -124,7 +124,10 @@ type Deps struct {
 	Query rules.QueryFunc
 	// Batch gives the queries of one group evaluation a common context
 	// (rules.Config.Batch); nil: none.
-	Batch     func(ctx context.Context) context.Context
+	Batch func(ctx context.Context) context.Context
+	// Keep lets a threshold's operand leave out the series no threshold
+	// keeps (rules.Config.Keep); nil: none.
+	Keep      func(ctx context.Context, keep func(float64) bool) context.Context
 	JetStream jetstream.JetStream
 	// Replicas of the state bucket when it is created.
 	Replicas  int
@@ -194,7 +197,7 @@ func Open(ctx context.Context, c Config, d Deps) (*Alerting, error) {
 		leases = newGroupLeases(kv, *d.Cluster, now, d.Logger)
 		lease = leases.Held
 	}
-	m, err := rules.NewManager(rules.Config{Query: d.Query, Batch: d.Batch, Recorder: recorder{d.Publisher}, States: kvStates{kv},
+	m, err := rules.NewManager(rules.Config{Query: d.Query, Batch: d.Batch, Keep: d.Keep, Recorder: recorder{d.Publisher}, States: kvStates{kv},
 		Sender: n, Lease: lease, ExternalLabels: ext, ExternalURL: extURL, EvalSlots: c.EvalSlots,
 		Logger: d.Logger, Now: d.Now})
 	if err != nil {
