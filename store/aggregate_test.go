@@ -127,6 +127,7 @@ func aggregateAll(t *testing.T, ts *testStore, q buckets.AggregateQuery) []bucke
 }
 
 func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	step := 10 * time.Second
 	k0 := dayTick(today-1, 0)
@@ -189,6 +190,7 @@ func TestAggregateMatchesReadingsAcrossBlockKinds(t *testing.T) {
 }
 
 func TestAggregatePerMillisecondKeepsTheNewestValueOfEachMillisecond(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k0 := dayTick(today-1, 0)
 	ms := buckets.Ticks(10000)
@@ -238,6 +240,7 @@ func TestAggregatePerMillisecondKeepsTheNewestValueOfEachMillisecond(t *testing.
 }
 
 func TestAggregateRejectsBadQueries(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	_, err := ts.Aggregate(ctx, buckets.AggregateQuery{Device: "d", To: 10, Interval: buckets.TicksPerSecond - 1, Limit: 1})

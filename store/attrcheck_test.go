@@ -35,6 +35,7 @@ func (ts *testStore) fleetOf(t *testing.T, fleet string) []buckets.DeviceID {
 	return ids(devs)
 }
 func TestCheckComparesEntitiesWithRecordsAndOpenRepairs(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ts.assign(t, set("d1", at(0), "fleet", "East"), set("d2", at(0), "fleet", "East", "model", "F"))
 	rep, err := ts.Check(context.Background(), nil)
@@ -69,6 +70,7 @@ func TestCheckComparesEntitiesWithRecordsAndOpenRepairs(t *testing.T) {
 	assert.Empty(t, ts.fleetOf(t, "West"))
 }
 func TestCorruptAttributeRecordIsRebuiltFromEntities(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ts.assign(t, set("d1", at(time.Hour), "fleet", "East", "model", "F"), set("d2", at(0), "fleet", "West"))
 	require.NoError(t, ts.Close())

@@ -42,6 +42,7 @@ func set(dev string, at buckets.Ticks, kv ...string) buckets.Assignment {
 	return buckets.Assignment{Device: buckets.DeviceID(dev), At: at, Set: attrs(kv...)}
 }
 func TestAssignDeviceWithoutReadingsSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ts.assign(t, set("parked", at(0), "fleet", "West"))
 	ts = ts.reopen(t)
@@ -63,6 +64,7 @@ func TestAssignDeviceWithoutReadingsSurvivesRestart(t *testing.T) {
 	assert.Len(t, rs, 1, "queries find the day of the first reading")
 }
 func TestAttributesSurviveDroppingEveryDay(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, reading("d", dayTick(today-2, time.Hour), "v", 1), reading("d", dayTick(today-1, time.Hour), "v", 2))
@@ -85,6 +87,7 @@ func TestAttributesSurviveDroppingEveryDay(t *testing.T) {
 	require.Len(t, devs, 1)
 }
 func TestAssignOnReadOnlyStore(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ts.assign(t, set("d", at(0), "fleet", "East"))
 	require.NoError(t, ts.Close())

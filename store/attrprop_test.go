@@ -288,6 +288,7 @@ func checkModel(t *testing.T, ts *testStore, m *attrModel, step string) {
 // every step checks each device's attributes against the model and
 // random queries against a filter over every device.
 func TestAttributeIndexMatchesBruteForce(t *testing.T) {
+	t.Parallel()
 	seeds := 12
 	if testing.Short() {
 		seeds = 3
@@ -369,6 +370,7 @@ func (ts *testStore) checkAttrIndex() error {
 // others query; the outcome does not depend on the order, so it must
 // equal the model of every assignment. Run it with -race.
 func TestConcurrentAssignConverges(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var batches [][]buckets.Assignment

@@ -61,6 +61,7 @@ func restoreInto(t *testing.T, from string) (*testStore, backup.Manifest) {
 // A table compacted between backups (its open blocks deleted and merged)
 // restores to the same answers: the incremental copy carries deletions.
 func TestBackupIncrementalAfterCompaction(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t)
 	for i := range 20 {
@@ -85,6 +86,7 @@ func TestBackupIncrementalAfterCompaction(t *testing.T) {
 // leaves their deletions out, and carries the deletions of the blocks
 // the earlier backup holds.
 func TestIncrementalBackupLeavesOutDeletionsOfNewBlocks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t)
 	for i := range 10 {
@@ -152,6 +154,7 @@ func readBackupFile(t *testing.T, path string, f func(kv *pb.KV)) {
 // table closes): the blocks merged after a backup must still be gone
 // from a restore of the next one.
 func TestIncrementalBackupAfterDeletionsWereCompactedAway(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// No background compaction: the blocks of 3h and 4h are due for a
 	// merge, which between the backup and the key listing below would
@@ -200,6 +203,7 @@ func tableKeys(t *testing.T, s *Store, day buckets.Day) map[string]string {
 }
 
 func TestBackupMetrics(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	ts := newTestStore(t, func(o *Options) {

@@ -78,6 +78,7 @@ func writeRollupHours(t *testing.T, ts *testStore, day buckets.Day, hours int, d
 // gone, are in a backup and a restore brings them back as they were,
 // with progress for each period database.
 func TestBackupRestoresRollups(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	old := today - 40 // another month
@@ -124,6 +125,7 @@ func TestBackupRestoresRollups(t *testing.T) {
 // TestRestoreRefusesADamagedRollup names the rollup file that does not
 // match the manifest, and writes nothing.
 func TestRestoreRefusesADamagedRollup(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 2, "a")
@@ -149,6 +151,7 @@ func TestRestoreRefusesADamagedRollup(t *testing.T) {
 // merges a rolled-up window again rewrites its rollup record; the next
 // backup copies only what changed, and a restore holds the new value.
 func TestIncrementalBackupCarriesARewrittenRollup(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 3, "a", "b")
@@ -194,6 +197,7 @@ func TestIncrementalBackupCarriesARewrittenRollup(t *testing.T) {
 // TestRestoreLeavesOutADroppedRollupPeriod: a period retention dropped
 // between two backups is not in the restore of the second.
 func TestRestoreLeavesOutADroppedRollupPeriod(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	old := today - 130 // its 1m month is past the 90 days
@@ -224,6 +228,7 @@ func TestRestoreLeavesOutADroppedRollupPeriod(t *testing.T) {
 // TestRestoreLeavesOutADeletedDevicesRollups: the incremental backup
 // after a device delete deletes its rollups and marks in the restore.
 func TestRestoreLeavesOutADeletedDevicesRollups(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 3, "a", "b")
@@ -255,6 +260,7 @@ func TestRestoreLeavesOutADeletedDevicesRollups(t *testing.T) {
 // TestBackupOfReadOnlyStoreKeepsRollups: a backup of a stopped data
 // directory (a read-only store, whose rollups are not open) holds them.
 func TestBackupOfReadOnlyStoreKeepsRollups(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 2, "a")
@@ -272,6 +278,7 @@ func TestBackupOfReadOnlyStoreKeepsRollups(t *testing.T) {
 // TestBackupWithRollupsOffHasNone: with rollups off the manifest lists
 // no rollup, as before.
 func TestBackupWithRollupsOffHasNone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 50)...)
@@ -294,6 +301,7 @@ func TestBackupWithRollupsOffHasNone(t *testing.T) {
 // version) would miss the records written at the versions given out
 // again.
 func TestIncrementalRollupBackupAfterADeleteAndARestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 2, "a", "b")
@@ -319,6 +327,7 @@ func TestIncrementalRollupBackupAfterADeleteAndARestart(t *testing.T) {
 // not an interval, a day for a month) is refused, naming it, before
 // anything is written.
 func TestRestoreRefusesABadRollupName(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	writeRollupHours(t, ts, today, 2, "a")
@@ -350,6 +359,7 @@ func TestRestoreRefusesABadRollupName(t *testing.T) {
 // whose table was dropped; then one late reading. The incremental copy
 // holds the rewritten hour's records, not the period again.
 func TestIncrementalRollupBackupCopiesTheRewrittenHour(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	devs := make([]string, 10)

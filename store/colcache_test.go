@@ -18,6 +18,7 @@ import (
 // the readings, and a question asked again over unchanged blocks is
 // answered from the column cache without a miss.
 func TestColumnCacheAnswersAsTheBlocksDo(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	require.NotNil(t, ts.cols, "the column cache is on by default")
 	k0 := dayTick(today-1, 0)
@@ -104,6 +105,7 @@ func TestColumnCacheAnswersAsTheBlocksDo(t *testing.T) {
 
 // TestColumnCacheOff answers as the cache does with the cache off.
 func TestColumnCacheOff(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.ColumnCacheSize = -1 })
 	require.Nil(t, ts.cols)
 	k0 := dayTick(today-1, 0)
@@ -124,6 +126,7 @@ func TestColumnCacheOff(t *testing.T) {
 // may have the keys and versions of the dropped table's; the cache must
 // not answer with the dropped table's columns.
 func TestColumnCacheAfterADayIsDroppedAndWrittenAgain(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k0 := dayTick(today-1, 0)
 	write := func(scale float64) {

@@ -15,6 +15,7 @@ import (
 // compactplan.Overlapping, which relies on the key order of blocks, agrees with
 // comparing every pair of blocks.
 func TestOverlappingMatchesPairwise(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 2000 {
 		refs := make([]keyedRef, 1+rng.IntN(12))
@@ -46,6 +47,7 @@ func TestOverlappingMatchesPairwise(t *testing.T) {
 // A device gets looked at once sixteen small open blocks were noted, or
 // once its open blocks span two seal windows, or after a late block.
 func TestOpenNoteDue(t *testing.T) {
+	t.Parallel()
 	n := &openNote{oldWin: buckets.MaxTicks, newWin: -1}
 	for i := range compactTierBlocks - 1 {
 		n.add(blockRef{oldest: buckets.Ticks(i), newest: buckets.Ticks(i), count: 1})

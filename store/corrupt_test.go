@@ -99,6 +99,7 @@ func countOf(p buckets.AggregatePage, name string) (n int64, sum float64) {
 // a warning naming the corrupt block, the metric counts the block once,
 // and writes go on.
 func TestCorruptBlockIsSkippedWithAWarningAndCounted(t *testing.T) {
+	t.Parallel()
 	testCorruptBlockIsSkipped(t, func(v []byte) { v[len(v)/2] ^= 0x10 }, "checksum mismatch")
 }
 
@@ -227,6 +228,7 @@ func testCorruptBlockIsSkipped(t *testing.T, damage func([]byte), reason string)
 // record in the device index: the store still opens, counts it and
 // rebuilds the record from the day tables.
 func TestCorruptDeviceIndexRecordIsRebuilt(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ts.write(t, series("dev-1", at(0), time.Second, 10)...)
 	ts.write(t, series("dev-2", at(0), time.Second, 10)...)

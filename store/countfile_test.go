@@ -41,6 +41,7 @@ func withMeter() (func(*Options), *sdkmetric.ManualReader) {
 }
 
 func TestTablesAfterCleanRestartOpenNoTable(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, series("a", dayTick(today-20, time.Hour), time.Second, 300)...)
@@ -74,6 +75,7 @@ func TestTablesAfterCleanRestartOpenNoTable(t *testing.T) {
 }
 
 func TestTablesAfterUncleanStopReportUnknownAndOpenNothing(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, series("a", dayTick(today-5, time.Hour), time.Second, 50)...)
@@ -166,6 +168,7 @@ func copySparse(src, dst string) error {
 }
 
 func TestCountsStayExactAcrossMergesRedeliveriesAndDrops(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	old := today - 6
@@ -212,6 +215,7 @@ func TestCountsStayExactAcrossMergesRedeliveriesAndDrops(t *testing.T) {
 }
 
 func TestQuietTableSavesItsCountUntilTheNextWrite(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.IdleClose = 40 * time.Millisecond })
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 25)...)
 	require.Equal(t, int64(-1), ts.countFile(t, today))
@@ -230,6 +234,7 @@ func TestQuietTableSavesItsCountUntilTheNextWrite(t *testing.T) {
 }
 
 func TestMalformedCountFileIsIgnored(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	d := today - 4
@@ -250,6 +255,7 @@ func TestMalformedCountFileIsIgnored(t *testing.T) {
 }
 
 func TestColdTableOpenedForReadIsReadOnly(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	cold := today - 5
@@ -275,6 +281,7 @@ func TestColdTableOpenedForReadIsReadOnly(t *testing.T) {
 }
 
 func TestWriteToReadOnlyTableReopensItAfterReaders(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	cold := today - 5
@@ -330,6 +337,7 @@ func TestWriteToReadOnlyTableReopensItAfterReaders(t *testing.T) {
 }
 
 func TestColdTableThatCannotOpenReadOnlyOpensWritable(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	d := today - 5

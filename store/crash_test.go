@@ -3,6 +3,7 @@ package store
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,11 +50,31 @@ func crashBatch(b int) []buckets.Reading {
 	return rs
 }
 
-// TestMain runs the crash child when asked to.
+// parallelTests is -parallel when the command line does not set it.
+// The parallel tests wait on the disk (fsyncs, Badger's opening and
+// closing of tables) far more than they compute, so more of them run
+// at once than the machine has cores. The tests that set the package's
+// test hooks or bounds (compactnote_test.go, crash_test.go,
+// overlap_test.go, settle_test.go, TestWriteBoundsDevicesTracked,
+// TestSyncAllFsyncsEveryLog) or measure memory are not parallel: Go
+// runs them alone, before every parallel test.
+const parallelTests = "4"
+
+// TestMain runs the crash child when asked to, and otherwise the
+// package's tests, with -parallel at parallelTests unless the command
+// line sets it.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashEnv); dir != "" {
 		crashChild(dir)
 		return
+	}
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", parallelTests); err != nil {
+			panic(err)
+		}
 	}
 	os.Exit(m.Run())
 }

@@ -72,6 +72,7 @@ func keysUnder(t *testing.T, ts *testStore, day buckets.Day, prefix string) int 
 // another device's answers unchanged, also after a restart and a full
 // compaction.
 func TestDeleteDevice(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	days := []buckets.Day{buckets.DayOfTime(baseTime) - 2, buckets.DayOfTime(baseTime) - 1, buckets.DayOfTime(baseTime)}
@@ -167,6 +168,7 @@ func TestDeleteDevice(t *testing.T) {
 // TestDeleteDeviceWithOnlyAttributes deletes a device that has
 // attributes but no readings.
 func TestDeleteDeviceWithOnlyAttributes(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ts.assign(t, set("a1", at(0), "fleet", "East"))
 	del, err := ts.DeleteDevice(context.Background(), "a1")
@@ -185,6 +187,7 @@ func TestDeleteDeviceWithOnlyAttributes(t *testing.T) {
 // recorded at the given time, known device or not, and survives a
 // restart.
 func TestDeleteDeviceAt(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	when := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
@@ -216,6 +219,7 @@ func TestDeleteDeviceAt(t *testing.T) {
 // stamped before the delete is gone, every one stamped after it is
 // stored, and the other device keeps all of its. Run it with -race.
 func TestDeleteDeviceWhileWriting(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Millisecond })
 	ctx := context.Background()
 	type written struct {

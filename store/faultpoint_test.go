@@ -11,6 +11,7 @@ import (
 // The fault points sit where their names say: at BeforeCommit the
 // readings are not in the store yet, at AfterCommit they are.
 func TestFaultPointsBracketTheCommit(t *testing.T) {
+	t.Parallel()
 	var ts *testStore
 	var seen []FaultPoint
 	var stored []int

@@ -19,6 +19,7 @@ const maxFuncLines = 50
 // body is longer than maxFuncLines lines must say why in a doc comment
 // line starting with "Long:".
 func TestFunctionLength(t *testing.T) {
+	t.Parallel()
 	for _, dir := range []string{".", "devindex", "aggregate", "replay", "countfile", "blocked", "rollup", "badgeropts", "resolve", "compactplan", "dirlock", "spans", "settlequeue", "storemetrics", "versions", "giveway", "watch", "repair"} {
 		long, err := longFunctions(dir, maxFuncLines)
 		if err != nil {
@@ -31,6 +32,7 @@ func TestFunctionLength(t *testing.T) {
 }
 
 func TestFunctionLengthCheckFindsLongFunctions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	body := strings.Repeat("\tx++\n", maxFuncLines-1)
 	src := "package p\n\nfunc short() {\n\tx := 0\n" + body + "}\n\n" +

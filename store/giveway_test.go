@@ -12,6 +12,7 @@ import (
 // The store's reads record queries, which the compactor gives way to;
 // its writes do not.
 func TestQueriesRecordedByTheStoresReads(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	d := today
 	ts.write(t, series("dev", dayTick(d, time.Hour), time.Second, 3)...)

@@ -34,6 +34,7 @@ func (ts *testStore) dropping(day buckets.Day) bool {
 }
 
 func TestLastReleaseOfDoomedTableDropsIt(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	d := today - 5
@@ -72,6 +73,7 @@ func TestLastReleaseOfDoomedTableDropsIt(t *testing.T) {
 }
 
 func TestDropCalledOffByContextKeepsTable(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	d := today - 5
@@ -112,6 +114,7 @@ func TestDropCalledOffByContextKeepsTable(t *testing.T) {
 }
 
 func TestReaderKeepsTableOpenThroughLRUClose(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.MaxOpenTables = 1; o.IdleClose = time.Minute })
 	ctx := context.Background()
 	held, a, b := today-6, today-5, today-4
@@ -156,6 +159,7 @@ func TestReaderKeepsTableOpenThroughLRUClose(t *testing.T) {
 // error from a call or an error in the log; afterwards no reference
 // may be left behind and every day must still work.
 func TestHandleChurn(t *testing.T) {
+	t.Parallel()
 	logs := &syncBuffer{}
 	ts := newTestStore(t, func(o *Options) {
 		o.MaxOpenTables = 2

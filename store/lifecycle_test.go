@@ -18,6 +18,7 @@ import (
 )
 
 func TestOpenLocksTheDataDirectory(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	_, err := Open(context.Background(), ts.dir, ts.opts)
 	require.ErrorIs(t, err, ErrLocked)
@@ -30,6 +31,7 @@ func TestOpenLocksTheDataDirectory(t *testing.T) {
 }
 
 func TestReopenKeepsEverything(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	all := threeDays(t, ts)
@@ -100,6 +102,7 @@ var tableDamages = map[string]func(t *testing.T, dir string){
 }
 
 func TestDamagedTableFailsOnlyItsDay(t *testing.T) {
+	t.Parallel()
 	for name, breakIt := range tableDamages {
 		t.Run(name, func(t *testing.T) {
 			ts := newTestStore(t)
@@ -142,6 +145,7 @@ func TestDamagedTableFailsOnlyItsDay(t *testing.T) {
 }
 
 func TestColdTablesStayBounded(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.MaxOpenTables = 2; o.IdleClose = time.Hour })
 	ctx := context.Background()
 	for d := today - 6; d <= today; d++ {
@@ -172,6 +176,7 @@ func TestColdTablesStayBounded(t *testing.T) {
 }
 
 func TestIdleColdTablesAreClosed(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.IdleClose = 40 * time.Millisecond })
 	ctx := context.Background()
 	ts.write(t, reading("dev", dayTick(today-4, time.Hour), "v", 1))
@@ -188,6 +193,7 @@ func TestIdleColdTablesAreClosed(t *testing.T) {
 }
 
 func TestHotAndColdTables(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	for _, d := range []buckets.Day{today - 2, today - 1, today, today + 1} {
@@ -216,6 +222,7 @@ func TestHotAndColdTables(t *testing.T) {
 }
 
 func TestDevicesPaging(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ids := []string{"a", "b-1", "b-2", "b-3", "b2", "c"}
@@ -256,6 +263,7 @@ func TestDevicesPaging(t *testing.T) {
 }
 
 func TestDevicesTrackSeenTimesAndLatestValues(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, reading("dev", at(-time.Hour), "temp", 20.0, "hum", 50))
@@ -278,6 +286,7 @@ func TestDevicesTrackSeenTimesAndLatestValues(t *testing.T) {
 }
 
 func TestIndexDayBoundsArePersistedBeforeWriteReturns(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ts.write(t, reading("dev", dayTick(today-1, time.Hour), "v", 1))
 	ts.write(t, reading("dev", dayTick(today, time.Hour), "v", 2))
@@ -299,6 +308,7 @@ func persistedBounds(t *testing.T, ts *testStore, dev string) (first, last bucke
 }
 
 func TestPing(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	require.NoError(t, ts.Ping(context.Background()))
 	require.NoError(t, ts.Close())
@@ -308,6 +318,7 @@ func TestPing(t *testing.T) {
 }
 
 func TestLostIndexIsRebuiltFromTables(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	all := threeDays(t, ts)
@@ -326,6 +337,7 @@ func TestLostIndexIsRebuiltFromTables(t *testing.T) {
 }
 
 func TestReadOnlyChangesNothingOnDisk(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s, err := Open(context.Background(), dir, DefaultOptions())
 	require.NoError(t, err)

@@ -53,6 +53,7 @@ func counterValue(m map[string]metricdata.Aggregation, name string) int64 {
 }
 
 func TestMetricsAndCommitSpan(t *testing.T) {
+	t.Parallel()
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewSpanRecorder()
 	ts := newTestStore(t, func(o *Options) {
@@ -111,6 +112,7 @@ func (s *syncBuffer) String() string {
 }
 
 func TestDamagedTableIsLoggedOnceAndCounted(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	bad := today - 2

@@ -35,6 +35,7 @@ func reversed(rs []buckets.Reading) []buckets.Reading {
 }
 
 func TestLatestAcrossDaysNewestFirstAndStopsEarly(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	all := threeDays(t, ts)
@@ -58,6 +59,7 @@ func TestLatestAcrossDaysNewestFirstAndStopsEarly(t *testing.T) {
 }
 
 func TestLatestSkipsTablesOutsideDeviceBounds(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, reading("old", dayTick(today-3, time.Hour), "v", 1))
@@ -81,12 +83,14 @@ func TestLatestSkipsTablesOutsideDeviceBounds(t *testing.T) {
 }
 
 func TestLatestRejectsNonPositiveN(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	_, err := ts.Latest(context.Background(), "dev", 0)
 	assert.ErrorIs(t, err, buckets.ErrInvalidArgument)
 }
 
 func TestRangePagingReturnsEveryReadingOnce(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	all := threeDays(t, ts)
@@ -121,6 +125,7 @@ func TestRangePagingReturnsEveryReadingOnce(t *testing.T) {
 }
 
 func TestRangeBoundsAreFromInclusiveToExclusive(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	d := today - 1
@@ -165,6 +170,7 @@ func nilIfEmpty(ks []buckets.Ticks) []buckets.Ticks {
 }
 
 func TestRangeLimitBoundary(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	rs := series("dev", at(-time.Hour), time.Second, 5)
@@ -189,6 +195,7 @@ func TestRangeLimitBoundary(t *testing.T) {
 }
 
 func TestRangeAfterBounds(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	rs := series("dev", at(0), 100*time.Nanosecond, 3) // consecutive ticks
@@ -208,6 +215,7 @@ func TestRangeAfterBounds(t *testing.T) {
 }
 
 func TestGet(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	r := reading("dev", dayTick(today-1, 5*time.Hour), "v", 1)

@@ -16,6 +16,7 @@ import (
 // blocks that overlap them, two days, both orders, cursors), and the
 // buffer's memory is what they are built in.
 func TestReadBufferAnswersAreTheAnswers(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, t.TempDir(), newTestClock())
 	ctx := context.Background()
 	first := dayTick(today-1, 23*time.Hour)

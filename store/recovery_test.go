@@ -19,6 +19,7 @@ import (
 // After a crash, RecountUnknown makes the count of a table that was
 // being written known again (and saved) without a query opening it.
 func TestRecountUnknownAfterUncleanStop(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, series("a", dayTick(today-5, time.Hour), time.Second, 50)...)
@@ -46,6 +47,7 @@ func TestRecountUnknownAfterUncleanStop(t *testing.T) {
 // A read-only store (a retention dry run beside a stopped service)
 // reads a table that was not closed cleanly, without changing it.
 func TestReadOnlyStoreOpensTableNotClosedCleanly(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, series("a", dayTick(today-4, time.Hour), time.Second, 60)...)

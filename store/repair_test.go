@@ -20,6 +20,7 @@ import (
 // readings written after the backup from the table, a newer value wins
 // over the backup's, and the damaged directory is kept aside.
 func TestRepairTableFromBlocksAndBackup(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	const dev = "dev-1"

@@ -16,6 +16,7 @@ import (
 )
 
 func TestStreamPositionSurvivesReopen(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	_, ok, err := ts.LoadPosition(ctx, "TELEMETRY")
@@ -54,6 +55,7 @@ func TestStreamPositionSurvivesReopen(t *testing.T) {
 }
 
 func TestDropRecordsATombstoneThatSurvivesReopen(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	day := buckets.DayOfTime(baseTime)
@@ -88,6 +90,7 @@ func TestDropRecordsATombstoneThatSurvivesReopen(t *testing.T) {
 // A drop waits for a writer that holds the drop gate before it records
 // its tombstone.
 func TestHoldDropsDelaysTheTombstone(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	day := buckets.DayOfTime(baseTime)
@@ -112,6 +115,7 @@ func TestHoldDropsDelaysTheTombstone(t *testing.T) {
 // power cut could keep the position and lose the readings, and the
 // replay after it would start past them.
 func TestPositionWaitsForTheSyncOfItsReadings(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
 	ctx := context.Background()
 	onDisk := func() map[string]replay.Position {
@@ -143,6 +147,7 @@ func TestPositionWaitsForTheSyncOfItsReadings(t *testing.T) {
 // server's fsync of its message blocks) runs before the position is
 // written, and while it fails the position stays pending.
 func TestPositionWaitsForTheStreamBarrier(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
 	ctx := context.Background()
 	onDisk := func() map[string]replay.Position {
@@ -184,7 +189,7 @@ func TestPositionWaitsForTheStreamBarrier(t *testing.T) {
 // value log) unsynced until its flush; the sync loop fsyncs every log
 // of each writable table and of the index, and their directories,
 // before it writes a position.
-func TestSyncAllFsyncsEveryLog(t *testing.T) {
+func TestSyncAllFsyncsEveryLog(t *testing.T) { // not parallel: replaces fsyncFile
 	ts := newTestStore(t, func(o *Options) { o.SyncWrites, o.SyncEvery = false, time.Hour })
 	ctx := context.Background()
 	r := reading("dev-1", at(0), "v", 1.0)

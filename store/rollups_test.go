@@ -51,6 +51,7 @@ func rollupQueries(dev buckets.DeviceID, from, to buckets.Ticks) map[string]buck
 // there and after retention dropped them: every answer is the same, bit
 // for bit.
 func TestRollupsAnswerAsTheRawDaysDidAfterTheyAreDropped(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("writes 259,200 readings")
 	}
@@ -109,6 +110,7 @@ func TestRollupsAnswerAsTheRawDaysDidAfterTheyAreDropped(t *testing.T) {
 // arrives after its hour was rolled up is merged by the next compaction,
 // which writes that hour's rollups again.
 func TestRollupsFollowALateReadingIntoAClosedWindow(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	h := buckets.Ticks(time.Hour / 100)
@@ -151,6 +153,7 @@ func TestRollupsFollowALateReadingIntoAClosedWindow(t *testing.T) {
 // TestDeleteDeviceRollupsLeavesOtherDevices: a device's rollups go
 // with it when it is deleted; another device's stay.
 func TestDeleteDeviceRollupsLeavesOtherDevices(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	h := buckets.Ticks(time.Hour / 100)
@@ -181,6 +184,7 @@ func TestDeleteDeviceRollupsLeavesOtherDevices(t *testing.T) {
 // which Badger keeps in its value log) is rolled up whole before its
 // day is dropped.
 func TestAWideDeviceIsRolledUpWhole(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t, withRollups)
 	day := today - 3

@@ -53,6 +53,7 @@ func rangeSamples(t *testing.T, ts *testStore, dev buckets.DeviceID, from, to bu
 }
 
 func TestSamplesEqualRangeAcrossOverlappingLateAndDuplicateBlocks(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	rng := rand.New(rand.NewPCG(7, 11))
 	step := buckets.Ticks(10 * buckets.TicksPerSecond)
@@ -117,6 +118,7 @@ func TestSamplesEqualRangeAcrossOverlappingLateAndDuplicateBlocks(t *testing.T) 
 }
 
 func TestSamplesLeavesOutNamesWithoutNumbers(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k := at(-time.Hour)
 	ts.write(t, reading("dev", k, "a", 1.5, "s", "x"), reading("dev", k+1, "a", 2, "b", true))

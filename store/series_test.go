@@ -83,6 +83,7 @@ func answers(t *testing.T, ts *testStore, dev buckets.DeviceID) string {
 }
 
 func TestSameKeyMergesAcrossOpenAndSealedBlocks(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	k := at(-3 * time.Hour)
@@ -127,6 +128,7 @@ func TestSameKeyMergesAcrossOpenAndSealedBlocks(t *testing.T) {
 }
 
 func TestRedeliveryBeforeAndAfterCompactionGivesIdenticalAnswers(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k := at(-2 * time.Hour)
 	msg := series("dev", k, 10*time.Second, 100)
@@ -152,6 +154,7 @@ func TestRedeliveryBeforeAndAfterCompactionGivesIdenticalAnswers(t *testing.T) {
 }
 
 func TestOutOfOrderAndLateReadings(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	step := buckets.Ticks(10 * buckets.TicksPerSecond)
@@ -188,6 +191,7 @@ func TestOutOfOrderAndLateReadings(t *testing.T) {
 // Cursors page through every reading exactly once while compactions
 // and merging writes run.
 func TestCursorsExactlyOnceWhileCompacting(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Millisecond })
 	ctx := context.Background()
 	step := buckets.Ticks(buckets.TicksPerSecond)
@@ -247,6 +251,7 @@ func TestCursorsExactlyOnceWhileCompacting(t *testing.T) {
 }
 
 func TestUnknownTableFormatFailsThatDayOnly(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	old := today - 3
@@ -275,6 +280,7 @@ func TestUnknownTableFormatFailsThatDayOnly(t *testing.T) {
 }
 
 func TestTableOfOneEntryPerReadingIsRefusedByName(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	old := today - 2
@@ -295,6 +301,7 @@ func TestTableOfOneEntryPerReadingIsRefusedByName(t *testing.T) {
 }
 
 func TestCompactionCountsAndKeysAfterCleanClose(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k0 := dayTick(today, 0)
 	for i := 0; i < 8640; i += 100 { // a day at 10 s, 100 readings per commit
@@ -323,6 +330,7 @@ func TestCompactionCountsAndKeysAfterCleanClose(t *testing.T) {
 // commit writes without zstd: those of the lowest size tier, which the
 // compactor merges again soon, and no larger one.
 func TestSmallOpenBlocksAreWrittenUncompressed(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{8, compactTierBlocks - 1, compactTierBlocks, 100} {
 		rs := series("dev-1", at(0), 10*time.Second, n)
 		for i := range rs {

@@ -18,6 +18,7 @@ import (
 )
 
 func TestTablesSizesAndExactCounts(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, series("a", dayTick(today-3, time.Hour), time.Second, 100)...)
@@ -48,6 +49,7 @@ func TestTablesSizesAndExactCounts(t *testing.T) {
 }
 
 func TestTablesSizeGrowsWithData(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	ts.write(t, reading("a", dayTick(today-5, time.Hour), "v", 1))
@@ -65,6 +67,7 @@ func TestTablesSizeGrowsWithData(t *testing.T) {
 }
 
 func TestDropTable(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	all := threeDays(t, ts)
@@ -118,6 +121,7 @@ func daysOf(tables []buckets.TableInfo) []buckets.Day {
 }
 
 func TestDropTableWaitsForHolders(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	d := today - 1
@@ -157,6 +161,7 @@ func TestDropTableWaitsForHolders(t *testing.T) {
 }
 
 func TestDropTableWithConcurrentReadersAndWriters(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	for d := today - 3; d <= today; d++ {
@@ -231,6 +236,7 @@ func TestDropTableWithConcurrentReadersAndWriters(t *testing.T) {
 }
 
 func TestDroppedDirectoryLeftoverIsRemovedOnOpen(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	leftover := filepath.Join(ts.dir, "tables", dropPrefix+"2026-01-01-1")
 	require.NoError(t, os.MkdirAll(leftover, 0o755))

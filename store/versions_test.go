@@ -24,6 +24,7 @@ func getAt(t *testing.T, txn *badger.Txn, dev buckets.DeviceID, k buckets.Ticks)
 // A reader reads at the last completed commit: what commits after it
 // started stays invisible to it, and the next reader sees it.
 func TestReadersSeeCompletedCommits(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k := at(-time.Minute)
 	ts.write(t, reading("dev", k, "a", 1))
@@ -43,6 +44,7 @@ func TestReadersSeeCompletedCommits(t *testing.T) {
 
 // A reader's view stays the same while commits and compactions go on.
 func TestReaderViewSurvivesCommitsAndCompaction(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k := at(-time.Minute)
 	ts.write(t, reading("dev", k, "a", 1))
@@ -65,6 +67,7 @@ func TestReaderViewSurvivesCommitsAndCompaction(t *testing.T) {
 // backup taken at that commit copies the entries above its version, and
 // would miss commits that were given it again.
 func TestVersionsGoOnAboveADeletionOnlyCommit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ts := newTestStore(t)
 	ts.write(t, series("a", dayTick(today, time.Hour), time.Second, 3)...)

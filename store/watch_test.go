@@ -32,6 +32,7 @@ func (w *recordingWatcher) Removed(dev buckets.DeviceID) {
 }
 
 func TestWatchTellsCommitsAndRemovals(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	w := &recordingWatcher{}

@@ -19,6 +19,7 @@ import (
 // their edges and between them: the reads that decode only the rows
 // they return must give what decoding whole blocks gave.
 func TestReadsCutInsideOverlappingBlocks(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	base := dayTick(today, time.Hour)

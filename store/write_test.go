@@ -15,6 +15,7 @@ import (
 )
 
 func TestWriteReadRoundTripAllKinds(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	k := at(-time.Hour) + 1234567 // sub-millisecond ticks survive
@@ -48,6 +49,7 @@ func mustValue(t *testing.T, r buckets.Reading, name string) buckets.Value {
 }
 
 func TestWriteMergesSameKey(t *testing.T) {
+	t.Parallel()
 	k := at(-time.Minute)
 	tests := []struct {
 		name   string
@@ -80,6 +82,7 @@ func TestWriteMergesSameKey(t *testing.T) {
 }
 
 func TestWriteMergeOrderInsideOneWrite(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	k := at(0)
 	ts.write(t, reading("dev", k, "v", 1), reading("dev", k, "v", 2), reading("dev", k, "v", 3))
@@ -89,6 +92,7 @@ func TestWriteMergeOrderInsideOneWrite(t *testing.T) {
 }
 
 func TestWriteIdempotentRedelivery(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	msg := []buckets.Reading{
@@ -139,6 +143,7 @@ func rawTable(t *testing.T, ts *testStore, day buckets.Day) []rawItem {
 }
 
 func TestWriteSplitsTooBigTransactions(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	old := today - 5 // a cold table: small memtable, small transactions
@@ -167,6 +172,7 @@ func TestWriteSplitsTooBigTransactions(t *testing.T) {
 }
 
 func TestWriteRejectsInvalidReadings(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	good := reading("dev", at(0), "v", 1)
@@ -191,6 +197,7 @@ func TestWriteRejectsInvalidReadings(t *testing.T) {
 }
 
 func TestWriteEmptyIsNoop(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	require.NoError(t, ts.Write(context.Background(), nil))
 	tables, err := ts.Tables(context.Background())
@@ -199,6 +206,7 @@ func TestWriteEmptyIsNoop(t *testing.T) {
 }
 
 func TestWriteAfterCloseIsUnavailable(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	require.NoError(t, ts.Close())
 	err := ts.Write(context.Background(), []buckets.Reading{reading("dev", at(0), "v", 1)})
@@ -208,6 +216,7 @@ func TestWriteAfterCloseIsUnavailable(t *testing.T) {
 }
 
 func TestWriteMergesWithOlderAndReopenedReadings(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	k1, k2 := at(-time.Hour), at(-time.Minute)
@@ -247,6 +256,7 @@ func TestWriteMergesWithOlderAndReopenedReadings(t *testing.T) {
 // writing only when their own device may already hold them. Merges must
 // keep working either way.
 func TestWriteMergesWhenDevicesShareInstants(t *testing.T) {
+	t.Parallel()
 	ts := newTestStore(t)
 	ctx := context.Background()
 	k := at(-time.Hour)
@@ -273,7 +283,7 @@ func TestWriteMergesWhenDevicesShareInstants(t *testing.T) {
 // The per-device record of what a table wrote is bounded: at the bound
 // it is kept, one device past it the table falls back to its newest
 // reading for every device, and merges still work.
-func TestWriteBoundsDevicesTracked(t *testing.T) {
+func TestWriteBoundsDevicesTracked(t *testing.T) { // not parallel: sets maxWrittenDevices
 	old := maxWrittenDevices
 	maxWrittenDevices = 2
 	t.Cleanup(func() { maxWrittenDevices = old })

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,12 +48,13 @@ func TestTinyRun(t *testing.T) {
 // TestRunMeasuresEveryPart checks the figures behind the report.
 func TestRunMeasuresEveryPart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds telemetryd and starts it")
+		t.Skip("starts telemetryd")
 	}
 	ctx := testContext(t)
 	cfg := DefaultConfig()
 	cfg.Readings, cfg.Devices, cfg.QueryReadings, cfg.Queries = 2000, 10, 40000, 10
 	cfg.Phases, cfg.WorkDir, cfg.Progress, cfg.PacedRates = []string{"raw", "store", "query"}, t.TempDir(), 0, []int{5000}
+	cfg.Binary = serviceBinary(t)
 	res, err := Run(ctx, cfg, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Len(t, res.RawBadgerVariants, 2)
@@ -216,4 +218,35 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithDeadline(t.Context(), d.Add(-time.Minute))
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// built is telemetryd, built once for the tests that run the binary.
+var built struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// serviceBinary builds telemetryd with buildService, the first time
+// it is called, and returns the binary. TestTinyRun builds its own, as
+// the command does when -binary is not given.
+func serviceBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "telemetry-bench-test")
+		if built.err == nil {
+			built.path, built.err = buildService(context.Background(), built.dir)
+		}
+	})
+	require.NoError(t, built.err)
+	return built.path
+}
+
+// TestMain runs the tests and removes the binary serviceBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }

@@ -15,11 +15,10 @@ import (
 // gives one line per round with positive latencies and ratios.
 func TestCompareSideBySide(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds telemetryd and starts it twice")
+		t.Skip("starts telemetryd twice")
 	}
 	ctx := testContext(t)
-	bin, err := buildService(ctx, t.TempDir())
-	require.NoError(t, err)
+	bin := serviceBinary(t)
 	assert.True(t, hasFlag(bin, "mqtt-listen"))
 	assert.False(t, hasFlag(bin, "no-such-flag"))
 	var stdout, stderr bytes.Buffer

@@ -141,13 +141,12 @@ func TestTSBSLoadRejectsBadFiles(t *testing.T) {
 // distinct readings.
 func TestTSBSPhase(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds telemetryd and starts it twice")
+		t.Skip("starts telemetryd twice")
 	}
 	ctx := testContext(t)
 	late := fmt.Sprintf("diagnostics,name=truck_1 status=9i %d", tsbsT0.Add(20*time.Second).UnixNano())
 	file := writeTSBSFile(t, 3, 250, late)
-	bin, err := buildService(ctx, t.TempDir())
-	require.NoError(t, err)
+	bin := serviceBinary(t)
 	cfg := DefaultConfig()
 	cfg.Phases, cfg.TSBSFile, cfg.Binary, cfg.Compare = []string{"tsbs"}, file, bin, bin
 	cfg.Repeat, cfg.WorkDir, cfg.Progress = 1, t.TempDir(), 0

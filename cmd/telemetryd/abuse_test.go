@@ -22,9 +22,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAbuseRealBinary runs the built telemetryd with ingest running and
-// throws at it far more HTTP connections than its cap (idle ones, and
-// slow readers of large ranges, all from one address) and a flood of
+// TestAbuseRealBinary runs telemetryd in a process of its own (this
+// test binary running telemetryd's main: runsTelemetryd) with ingest
+// running and throws at it far more HTTP connections than its cap (idle
+// ones, and slow readers of large ranges, all from one address) and a flood of
 // invalid messages, while a well-behaved client on another address
 // queries and a device publishes. Every acked reading must be stored,
 // the well-behaved client answered, the process alive and within its
@@ -35,16 +36,15 @@ import (
 func TestAbuseRealBinary(t *testing.T) {
 	inLane(t, lanes.general)
 	if testing.Short() {
-		t.Skip("builds and floods the real binary")
+		t.Skip("floods telemetryd in a process of its own")
 	}
 	idle, slow, readings := 3000, 100, 20000
 	if os.Getenv("TELEMETRY_LONG") == "1" {
 		idle, slow, readings = 15000, 400, 100000
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "telemetryd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin, err := os.Executable()
+	require.NoError(t, err)
 	f := newAuthFixture(t, []string{"dev-1"}, "all:read", "metrics:metrics")
 	httpAddr, natsAddr := freeLoopback(t), freeLoopback(t)
 	logPath := filepath.Join(dir, "telemetryd.log")
@@ -58,6 +58,7 @@ func TestAbuseRealBinary(t *testing.T) {
 		"-mqtt-listen", "", "-auth-file", f.path, "-http-max-conns", "256", "-http-max-conns-per-client", "64",
 		"-http-rate", "200", "-http-burst", "400", "-memory-limit", "1GiB", "-log-level", "info")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), runsTelemetryd+"=1")
 	require.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

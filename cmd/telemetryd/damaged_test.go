@@ -60,20 +60,24 @@ func TestDamagedTableHoldsAckedReadingsUntilDropped(t *testing.T) {
 	s := startService(t, cfg)
 	at := testEpoch.Add(-2 * time.Hour)
 	day := buckets.DayOf(buckets.MustTicks(at))
+	var payloads []string
 	for i := range 200 {
-		s.publish(t, "dev-d", fmt.Sprintf(`{"ts":%q,"values":{"temp":%d,"pad":"%0200d"}}`,
+		payloads = append(payloads, fmt.Sprintf(`{"ts":%q,"values":{"temp":%d,"pad":"%0200d"}}`,
 			at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i, i))
 	}
+	s.publishEach(t, "dev-d", payloads)
 	waitStored(t, s, "dev-d", 200)
 	s.stop(t)
 	damageTable(t, cfg.DataDir, day)
 
 	s = startService(t, cfg)
 	const n = 300
+	payloads = payloads[:0]
 	for i := range n {
-		s.publish(t, "dev-e", fmt.Sprintf(`{"ts":%q,"values":{"temp":%d}}`,
+		payloads = append(payloads, fmt.Sprintf(`{"ts":%q,"values":{"temp":%d}}`,
 			at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i))
 	}
+	s.publishEach(t, "dev-e", payloads)
 	var body string
 	waitFor(t, 50*time.Millisecond, func() bool {
 		var code int

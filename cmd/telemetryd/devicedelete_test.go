@@ -61,19 +61,27 @@ func deviceAttrs(t *testing.T, base, dev string) (int, map[string]string) {
 	return code, d.Attributes
 }
 
-// replayFromStart replaces the service's durable consumer with one that
-// delivers the whole stream again, as a consumer lost with the server's
-// state and created anew would, and waits until the service settled
-// every message.
+// replayFromStart replaces the service's durable consumer of every
+// readings stream with one that delivers the whole stream again, as a
+// consumer lost with the server's state and created anew would, and
+// waits until the service settled every message. The streams replay
+// at once, each on its own consumer, as after a restart of the server.
 func replayFromStart(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	for _, name := range readingStreams(t, js) {
-		replayStreamFromStart(t, js, name)
+	streams := readingStreams(t, js)
+	last := make([]uint64, len(streams))
+	for i, name := range streams {
+		last[i] = replaceForReplay(t, js, name)
+	}
+	for i, name := range streams {
+		waitReplayed(t, js, name, last[i])
 	}
 }
 
-// replayStreamFromStart is replayFromStart of one readings stream.
-func replayStreamFromStart(t *testing.T, js jetstream.JetStream, stream string) {
+// replaceForReplay replaces the service's consumer of stream with one
+// that delivers it from its start, and returns the stream's last
+// sequence then.
+func replaceForReplay(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 	t.Helper()
 	ctx := context.Background()
 	c, err := js.Consumer(ctx, stream, "ingest")
@@ -89,7 +97,14 @@ func replayStreamFromStart(t *testing.T, js jetstream.JetStream, stream string) 
 	}, "consumer not replaced")
 	st, err := js.Stream(ctx, stream)
 	require.NoError(t, err)
-	last := st.CachedInfo().State.LastSeq
+	return st.CachedInfo().State.LastSeq
+}
+
+// waitReplayed waits until the service's consumer of stream, replaced
+// by replaceForReplay, acked every message up to last.
+func waitReplayed(t *testing.T, js jetstream.JetStream, stream string, last uint64) {
+	t.Helper()
+	ctx := context.Background()
 	waitFor(t, 20*time.Millisecond, func() bool {
 		c, err := js.Consumer(ctx, stream, "ingest")
 		if err != nil {
@@ -98,7 +113,7 @@ func replayStreamFromStart(t *testing.T, js jetstream.JetStream, stream string) 
 		info, err := c.Info(ctx)
 		return err == nil && info.Config.DeliverPolicy == jetstream.DeliverAllPolicy &&
 			info.AckFloor.Stream >= last && info.NumAckPending == 0 && info.NumPending == 0
-	}, "the replay from the start of the stream did not settle")
+	}, "the replay from the start of stream %s did not settle", stream)
 }
 
 // readingStreams names the readings streams there are: TELEMETRY, or

@@ -137,6 +137,32 @@ func (s *testService) publish(t *testing.T, device, payload string) {
 	require.NoError(t, err)
 }
 
+// publishEach sends each payload for device as a message of its own
+// and waits for every JetStream ack. The messages are in flight
+// together, as a busy device's are, so the service stores and acks
+// them in batches, where publish in a loop waits for a commit (and,
+// synced, an fsync) per message.
+func (s *testService) publishEach(t *testing.T, device string, payloads []string) {
+	t.Helper()
+	acks := make([]jetstream.PubAckFuture, 0, len(payloads))
+	for _, p := range payloads {
+		a, err := s.js.PublishAsync(s.cfg.SubjectPrefix+"."+device, []byte(p))
+		require.NoError(t, err)
+		acks = append(acks, a)
+	}
+	ctx, cancel := untilDeadline(t)
+	defer cancel()
+	for i, a := range acks {
+		select {
+		case <-a.Ok():
+		case err := <-a.Err():
+			require.NoError(t, err, "message %d of %s", i, device)
+		case <-ctx.Done():
+			require.Fail(t, "no ack", "message %d of %s", i, device)
+		}
+	}
+}
+
 // get fetches path and decodes JSON into out (when not nil).
 func (s *testService) get(t testing.TB, path string, out any) (int, string) {
 	t.Helper()

@@ -20,9 +20,11 @@ import (
 // number first on.
 func publishDay(t *testing.T, s *testService, dev string, at time.Time, first, n int) {
 	t.Helper()
+	var payloads []string
 	for i := first; i < first+n; i++ {
-		s.publish(t, dev, fmt.Sprintf(`{"ts":%q,"values":{"temp":%d}}`, at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i))
+		payloads = append(payloads, fmt.Sprintf(`{"ts":%q,"values":{"temp":%d}}`, at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i))
 	}
+	s.publishEach(t, dev, payloads)
 }
 
 // TestDamagedTableRepaired: a day table damaged while the service was

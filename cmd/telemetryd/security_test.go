@@ -178,6 +178,7 @@ func deniedCount(t *testing.T, base, token, reason string) int {
 }
 
 func TestNATSDeviceAuth(t *testing.T) {
+	inLane(t, lanes.general)
 	m, f := newAuthService(t)
 	base := "http://" + m.HTTPAddr()
 	url := m.NATSURL()
