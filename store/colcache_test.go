@@ -98,9 +98,13 @@ func TestColumnCacheAnswersAsTheBlocksDo(t *testing.T) {
 
 	ts = ts.reopen(t)
 	check("reopened")
-	h, m := ts.cols.Stats()
-	require.Positive(t, h)
+	_, m := ts.cols.Stats()
 	require.Positive(t, m, "a reopened table's blocks are read again")
+	// Columns enter the cache after the read that missed them (check
+	// waits for that at its end), so the hits come from the next ask.
+	check("reopened, asked again")
+	h, _ := ts.cols.Stats()
+	require.Positive(t, h)
 }
 
 // TestColumnCacheOff answers as the cache does with the cache off.
