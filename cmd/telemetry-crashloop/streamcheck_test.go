@@ -20,12 +20,7 @@ import (
 // it and gave its sequence again), nothing, or the stream's end; and
 // the dead letters, one of them a lost message's.
 func TestLostInStreams(t *testing.T) {
-	srv := ingesttest.RunNATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := ingesttest.JetStream(t)
 	ctx := t.Context()
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY_0", Subjects: []string{"t.>"}})
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,12 +16,7 @@ import (
 // consumer, named after the node, is deleted; the other node's and
 // partition's stay, and removing one already gone is no error.
 func TestPartitionConsumersRemove(t *testing.T) {
-	srv := ingesttest.RunNATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := ingesttest.JetStream(t)
 	ctx := context.Background()
 	stream := ingest.DefaultConfig().Stream
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"telemetry.>"}})

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -22,12 +21,7 @@ import (
 // leftover consumer of a partition it does not own does not hold it.
 // Then it is deleted, and a later step finds it gone.
 func TestOldStreamStep(t *testing.T) {
-	srv := ingesttest.RunNATS(t)
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := ingesttest.JetStream(t)
 	ctx := context.Background()
 	tr := partition.Transform("telemetry", 2)
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*"}, SubjectTransform: &tr})

@@ -48,6 +48,23 @@ func RunNATS(t testing.TB, edit ...func(*server.Options)) *server.Server {
 	return srv
 }
 
+// JetStream starts RunNATS and returns a client connection to it,
+// closed when the test ends, and its JetStream context.
+func JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv := RunNATS(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatalf("connect to %s: %v", srv.ClientURL(), err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
+}
+
 // RunMQTT starts RunNATS (server name name) with its MQTT listener on a
 // free loopback port and a stream TELEMETRY capturing telemetry.*, and
 // returns the server, the stream and the MQTT listener's address
