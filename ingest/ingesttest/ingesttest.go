@@ -52,7 +52,13 @@ func RunNATS(t testing.TB, edit ...func(*server.Options)) *server.Server {
 // closed when the test ends, and its JetStream context.
 func JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	srv := RunNATS(t)
+	return connect(t, RunNATS(t))
+}
+
+// connect returns a client connection to srv, closed when the test
+// ends, and its JetStream context.
+func connect(t testing.TB, srv *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatalf("connect to %s: %v", srv.ClientURL(), err)
@@ -77,15 +83,7 @@ func RunMQTT(t testing.TB, name string) (*server.Server, jetstream.Stream, strin
 		o.MQTT.Host, o.MQTT.Port = "127.0.0.1", -1
 		opts = o
 	})
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatalf("connect to %s: %v", srv.ClientURL(), err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
+	_, js := connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "TELEMETRY", Subjects: []string{"telemetry.*"}})
