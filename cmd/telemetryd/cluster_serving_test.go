@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -101,16 +100,7 @@ func TestClusterHandedBackCopyIsNotRead(t *testing.T) {
 	credential, err := first.cfg.clusterCredential()
 	require.NoError(t, err)
 	internal := func(path, body string) (int, string) {
-		req, err := http.NewRequest(http.MethodPost, first.base+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+credential)
-		req.Header.Set("Telemetry-Caller", "open")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
+		return accessCall(t, http.MethodPost, first.base+path, credential, "open", body)
 	}
 	for _, dev := range handedBack {
 		p := partition.Of(partitions, dev)
