@@ -20,7 +20,7 @@ type promDialect struct {
 }
 
 var (
-	telemetrydDialect = promDialect{truck: "device", dot: true}
+	telemetrydDialect = promDialect{truck: "device"} // line protocol names as -line-name-separator _ (the default) makes them
 	peerDialect       = promDialect{truck: "name"}
 )
 
