@@ -44,6 +44,11 @@ type publisher struct {
 	// ackedSeqs is, per stream, the highest sequence a JetStream ack
 	// named (checkStreams).
 	ackedSeqs streamSeqs
+	// pacer says when each new message is due (nil: as fast as acks
+	// allow); run makes it from Config.Rate unless set, the kill loop
+	// plans it again after each cut.
+	pacer *pacer
+	start time.Time // when publishing started (set with pacer)
 }
 
 // readingsBase is the time of reading 0 of a run that starts at now
@@ -127,6 +132,9 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 	var retry []int
 	next, done, inflight := 0, 0, 0
 	started := time.Now()
+	if p.pacer == nil {
+		p.pacer = newPacer(started, p.cfg.Rate, p.cfg.Batch)
+	}
 	lastAck := started
 	var backoffUntil time.Time // a refused publish (a full stream, a server going down) is not sent again at once
 	handle := func(r pubResult) {
@@ -164,7 +172,7 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 				m, retry = retry[0], retry[1:]
 			} else {
 				m, next = next, next+1
-				p.pace(ctx, started, m)
+				p.pace(ctx, m)
 				p.next.Store(int64(next))
 			}
 			p.inFlight.Add(1)
@@ -205,18 +213,41 @@ func (p *publisher) run(ctx context.Context, log *slog.Logger) error {
 const retryBackoff = 20 * time.Millisecond
 
 // pace waits until message m is due when Config.Rate limits readings
-// per second, so that publishing spans the whole kill schedule.
-func (p *publisher) pace(ctx context.Context, started time.Time, m int) {
-	if p.cfg.Rate <= 0 {
+// per second; the kill loop may plan again meanwhile (pacer), so the
+// wait looks again at least every paceRecheck.
+func (p *publisher) pace(ctx context.Context, m int) {
+	if p.pacer == nil {
 		return
 	}
-	due := started.Add(time.Duration(float64(m*p.cfg.Batch) / float64(p.cfg.Rate) * float64(time.Second)))
-	if d := time.Until(due); d > 0 {
+	for {
+		d := time.Until(p.pacer.due(m))
+		if d <= 0 {
+			return
+		}
 		select {
-		case <-time.After(d):
+		case <-time.After(min(d, paceRecheck)):
 		case <-ctx.Done():
+			return
 		}
 	}
+}
+
+// paceRecheck bounds a wait for a message's due time.
+const paceRecheck = 100 * time.Millisecond
+
+// replanAfterCut plans the rest of the run after the kill loop's done-th
+// cut and the restart after it (cutInterval): publishing started at
+// started, the previous cut's restart ended at prev. It returns the
+// new rate in readings per second (0: not paced).
+func (p *publisher) replanAfterCut(now, started, prev time.Time, done, kills int) float64 {
+	if p.pacer == nil {
+		return 0
+	}
+	next := int(p.next.Load())
+	base := rateInterval(p.cfg.Rate, p.cfg.Batch)
+	every := cutInterval(p.messages()-next, done, kills, now.Sub(started), now.Sub(prev), base)
+	p.pacer.replan(now, next, every)
+	return float64(p.cfg.Batch) / every.Seconds()
 }
 
 // publish sends message m through p.send, or JetStream when it is

@@ -143,6 +143,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	}
 	pubCtx, cancelPub := context.WithCancel(ctx)
 	defer cancelPub()
+	pub.start = time.Now()
+	pub.pacer = newPacer(pub.start, cfg.Rate, cfg.Batch)
 	pubErr := make(chan error, 1)
 	go func() { pubErr <- pub.run(pubCtx, log) }()
 	stopTraffic, stopHostile := func() {}, func() {}
@@ -261,6 +263,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 // every write the service had not fsynced is lost before the restart.
 func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub *publisher, log *slog.Logger, res *Result) error {
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
+	prev := pub.start // the last restart's end
 	for res.Kills < cfg.Kills {
 		up := cfg.MinUp + time.Duration(rng.Int64N(int64(cfg.MaxUp-cfg.MinUp)+1))
 		select {
@@ -285,6 +288,7 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 				if err := restart(ctx, svc, lfs, pub, log, res); err != nil {
 					return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 				}
+				prev = replan(pub, prev, res.Kills, cfg.Kills, log)
 				continue
 			}
 		}
@@ -325,11 +329,23 @@ func killLoop(ctx context.Context, cfg Config, svc *service, lfs *lazyfs.FS, pub
 		if err := restart(ctx, svc, lfs, pub, log, res); err != nil {
 			return fmt.Errorf("restart after kill %d: %w", res.Kills, err)
 		}
+		prev = replan(pub, prev, res.Kills, cfg.Kills, log)
 		if lfs != nil {
 			noteShortfalls(ctx, pub, len(res.Cuts), seqs, log, res)
 		}
 	}
 	return nil
+}
+
+// replan plans the publisher's rest after the done-th of kills cuts,
+// whose restart just ended, the one before at prev (pacer); it returns
+// now, the prev of the next cut.
+func replan(pub *publisher, prev time.Time, done, kills int, log *slog.Logger) time.Time {
+	now := time.Now()
+	if rate := pub.replanAfterCut(now, pub.start, prev, done, kills); rate > 0 {
+		log.Info("publishing planned again", "cut", done, "readings_per_s", int(rate), "cycle", now.Sub(prev).Round(time.Millisecond))
+	}
+	return now
 }
 
 // noteShortfalls records the streams that, after the restart that

@@ -66,7 +66,13 @@ func (f fault) String() string {
 func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) error {
 	kinds := faultKinds(c.cfg)
 	var order []string
+	began := time.Now()
 	for i := range c.cfg.Faults {
+		if c.cfg.FaultsFor > 0 && time.Since(began) > c.cfg.FaultsFor {
+			res.StoppedEarly = fmt.Sprintf("faults stopped after %s (-faults-for): %d of %d injected", time.Since(began).Round(time.Second), i, c.cfg.Faults)
+			c.log.Info("fault schedule ends at its time bound", "injected", i, "of", c.cfg.Faults, "faults_for", c.cfg.FaultsFor)
+			return nil
+		}
 		if len(order) == 0 {
 			order = slices.Clone(kinds)
 			if i > 0 {

@@ -61,6 +61,7 @@ type Config struct {
 	Seed        int64         // seeds the schedule, the clients and the queries
 	Faults      int           // faults to inject
 	Gap         time.Duration // mean pause between faults
+	FaultsFor   time.Duration // no new fault after the faults have gone on this long (0: no bound)
 	Partitions  int
 	Copies      int
 	LeaseTTL    time.Duration
@@ -114,7 +115,10 @@ type Result struct {
 	Writes        []answer
 	DoubleServed  []overServed
 	Findings      []string
-	Elapsed       time.Duration
+	// StoppedEarly says that Config.FaultsFor ended the schedule before
+	// Config.Faults faults (empty: it did not).
+	StoppedEarly string
+	Elapsed      time.Duration
 }
 
 // badQueries are the queries whose answer broke the rules.
@@ -150,6 +154,7 @@ func main() {
 	flag.IntVar(&cfg.Faults, "faults", cfg.Faults, "faults to inject, one at a time, the kinds in turn")
 	flag.DurationVar(&dur, "duration", 0, "spread the faults over about this long (sets -gap); 0: use -gap")
 	flag.DurationVar(&cfg.Gap, "gap", cfg.Gap, "mean pause between a heal and the next fault")
+	flag.DurationVar(&cfg.FaultsFor, "faults-for", 0, "inject no new fault once the faults have gone on this long, then heal and check as after the last (0: no bound); for a run that must end in time")
 	flag.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "telemetryd -partitions")
 	flag.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "telemetryd -lease-ttl; faults are held 2 to 5 times as long")
 	flag.IntVar(&cfg.Devices, "devices", cfg.Devices, "devices the readings go to")
@@ -192,6 +197,9 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		fmt.Fprintln(w, "  "+f.String())
 	}
 	fmt.Fprintf(w, "fault kinds: %v\n", kinds)
+	if r.StoppedEarly != "" {
+		fmt.Fprintln(w, r.StoppedEarly)
+	}
 	fmt.Fprintf(w, "readings: sent=%d acked=%d publish_retries=%d write_refusals=%d\n", r.Sent, r.Acked, r.PublishErrors, r.WriteErrors)
 	fmt.Fprintf(w, "check stored: owner_copies_read=%d lost=%d duplicated=%d misattributed=%d unexpected=%d\n", r.Checked, r.Lost, r.Duplicated, r.Misattributed, r.Unexpected)
 	verdicts := map[string]int{}
