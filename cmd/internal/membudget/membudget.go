@@ -86,6 +86,7 @@ type Budget struct {
 	Limit       int64 // -memory-limit
 	GoSoftLimit int64 // debug.SetMemoryLimit
 	GCPercent   int   // debug.SetGCPercent; 0 leaves it to GOGC
+	Headroom    int64 // the heap's growth past what is live, at most (Pace); 0: GCPercent alone
 	HotTables   int   // -hot-days
 	OpenTables  int   // hot tables plus -max-open-tables cold ones
 	MemTable    int64 // each memtable of a hot table (two per table)
@@ -111,6 +112,7 @@ func Plan(limit int64, hotDays, maxOpen int, maxWrite int64) (Budget, error) {
 		Limit:       limit,
 		GoSoftLimit: share(goSoftLimitShare),
 		GCPercent:   GCPercent,
+		Headroom:    max(share(shareHeadroom), minHeadroom),
 		HotTables:   hotDays,
 		OpenTables:  hotDays + maxOpen,
 		Consumer:    share(shareConsumer),
@@ -152,6 +154,7 @@ func (b Budget) Log(l *slog.Logger) {
 		how       string
 	}{
 		{"go_soft_limit", "go runtime soft limit", b.GoSoftLimit, fmt.Sprintf("debug.SetMemoryLimit, with GOGC %s; the rest is memory the runtime does not see", gogc(b.GCPercent))},
+		{"gc_headroom", "heap growth between collections", b.Headroom, fmt.Sprintf("GOGC lowered (to %d at least) once the live heap is larger than 100/GOGC times this", MinGCPercent)},
 		{"memtables", "hot table memtables", int64(memtableCost*store.HotMemtables*b.HotTables) * b.MemTable,
 			fmt.Sprintf("%d hot tables x %d memtables x %s, plus their write-ahead log pages and flush buffers (%d times the memtables in all)",
 				b.HotTables, store.HotMemtables, ib(b.MemTable), memtableCost)},
