@@ -2,7 +2,9 @@
 // among the parts of the service that a knob sizes: the Go runtime's
 // soft limit, the hot tables' memtables and caches, the embedded
 // JetStream's memory, the consumer's pull buffers and the bytes of
-// query responses and write bodies in flight.
+// query responses and write bodies in flight; and paces the Go
+// collector so that garbage between collections stays within a share
+// of it (Budget.Pace).
 package membudget
 
 import (
@@ -31,7 +33,8 @@ const MinLimit = 256 << 20
 // day tables (-max-open-tables of them, about 2.4 MiB each), the
 // embedded NATS server's file store caches, the HTTP server, stacks and
 // the binary itself, and the garbage the Go runtime lets pile up
-// between collections.
+// between collections (at most shareHeadroom of the limit once the
+// live heap is large; see gcpace.go).
 const (
 	shareMemtables  = 25 // hot tables' memtables, their write-ahead log pages and flush buffers
 	shareBlockCache = 4  // hot tables' Badger block caches
