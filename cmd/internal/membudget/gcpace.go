@@ -67,11 +67,11 @@ func (b Budget) Pace(stop <-chan struct{}) {
 		if samples[0].Value.Kind() != metrics.KindUint64 || samples[1].Value.Kind() != metrics.KindUint64 {
 			return // not this runtime's metrics: leave GOGC as Apply set it
 		}
-		if c := samples[0].Value.Uint64(); c == cycles {
-			continue
-		} else {
-			cycles = c
+		c := samples[0].Value.Uint64()
+		if c == cycles {
+			continue // no collection since the last look
 		}
+		cycles = c
 		if p := PacedGCPercent(int64(samples[1].Value.Uint64()), b.Headroom, b.GCPercent); p != set {
 			debug.SetGCPercent(p)
 			set = p
