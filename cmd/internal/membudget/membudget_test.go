@@ -84,9 +84,9 @@ func TestPacedGCPercentAtItsBoundaries(t *testing.T) {
 		{"nothing live yet", 0, 100 * mib, 100},
 		{"headroom is exactly the live heap", 100 * mib, 100 * mib, 100},
 		{"one byte more live", 100*mib + 1, 100 * mib, 95},
-		{"live twice the headroom", 200 * mib, 100 * mib, 50},
-		{"rounded down to a step", 300 * mib, 100 * mib, 30},
-		{"live exactly at the floor", 400 * mib, 100 * mib, MinGCPercent},
+		{"live a quarter above the headroom", 125 * mib, 100 * mib, 80},
+		{"rounded down to a step", 150 * mib, 100 * mib, 65},
+		{"live exactly at the floor", 200 * mib, 100 * mib, MinGCPercent},
 		{"live past the floor", 4000 * mib, 100 * mib, MinGCPercent},
 	} {
 		t.Run(c.name, func(t *testing.T) {
