@@ -55,6 +55,9 @@ type Main struct {
 	pprof  *pprofserve.Server
 	sec    *security.State
 	budget membudget.Budget
+	// stopPace ends the GC pacer (membudget.Budget.Pace); nil before
+	// it runs.
+	stopPace chan struct{}
 
 	// writesNC publishes the line protocol door's messages, so their
 	// acks do not queue behind the ingester's deliveries on nc.
@@ -119,6 +122,8 @@ func (m *Main) Open(ctx context.Context) error {
 	}
 	m.budget.Apply()
 	m.budget.Log(m.log)
+	m.stopPace = make(chan struct{})
+	m.wg.Go(func() { m.budget.Pace(m.stopPace) })
 
 	sopts := store.DefaultOptions()
 	sopts.MemTableSize, sopts.BlockCacheSize = m.budget.MemTable, m.budget.BlockCache
@@ -513,6 +518,9 @@ func (m *Main) close(ctx context.Context) error {
 	}
 	if m.pprof != nil {
 		errs = append(errs, m.pprof.Shutdown(ctx))
+	}
+	if m.stopPace != nil {
+		close(m.stopPace)
 	}
 	m.wg.Wait()
 	if m.writesNC != nil {

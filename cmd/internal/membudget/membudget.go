@@ -2,7 +2,9 @@
 // among the parts of the service that a knob sizes: the Go runtime's
 // soft limit, the hot tables' memtables and caches, the embedded
 // JetStream's memory, the consumer's pull buffers and the bytes of
-// query responses and write bodies in flight.
+// query responses and write bodies in flight; and paces the Go
+// collector so that garbage between collections stays within a share
+// of it (Budget.Pace).
 package membudget
 
 import (
@@ -31,7 +33,8 @@ const MinLimit = 256 << 20
 // day tables (-max-open-tables of them, about 2.4 MiB each), the
 // embedded NATS server's file store caches, the HTTP server, stacks and
 // the binary itself, and the garbage the Go runtime lets pile up
-// between collections.
+// between collections (at most shareHeadroom of the limit once the
+// live heap is large; see gcpace.go).
 const (
 	shareMemtables  = 25 // hot tables' memtables, their write-ahead log pages and flush buffers
 	shareBlockCache = 4  // hot tables' Badger block caches
@@ -86,6 +89,7 @@ type Budget struct {
 	Limit       int64 // -memory-limit
 	GoSoftLimit int64 // debug.SetMemoryLimit
 	GCPercent   int   // debug.SetGCPercent; 0 leaves it to GOGC
+	Headroom    int64 // the heap's growth past what is live, at most (Pace); 0: GCPercent alone
 	HotTables   int   // -hot-days
 	OpenTables  int   // hot tables plus -max-open-tables cold ones
 	MemTable    int64 // each memtable of a hot table (two per table)
@@ -111,6 +115,7 @@ func Plan(limit int64, hotDays, maxOpen int, maxWrite int64) (Budget, error) {
 		Limit:       limit,
 		GoSoftLimit: share(goSoftLimitShare),
 		GCPercent:   GCPercent,
+		Headroom:    max(share(shareHeadroom), minHeadroom),
 		HotTables:   hotDays,
 		OpenTables:  hotDays + maxOpen,
 		Consumer:    share(shareConsumer),
@@ -152,6 +157,7 @@ func (b Budget) Log(l *slog.Logger) {
 		how       string
 	}{
 		{"go_soft_limit", "go runtime soft limit", b.GoSoftLimit, fmt.Sprintf("debug.SetMemoryLimit, with GOGC %s; the rest is memory the runtime does not see", gogc(b.GCPercent))},
+		{"gc_headroom", "heap growth between collections", b.Headroom, fmt.Sprintf("GOGC lowered (to %d at least) once the live heap is larger than 100/GOGC times this", MinGCPercent)},
 		{"memtables", "hot table memtables", int64(memtableCost*store.HotMemtables*b.HotTables) * b.MemTable,
 			fmt.Sprintf("%d hot tables x %d memtables x %s, plus their write-ahead log pages and flush buffers (%d times the memtables in all)",
 				b.HotTables, store.HotMemtables, ib(b.MemTable), memtableCost)},

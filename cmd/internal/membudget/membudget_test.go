@@ -1,8 +1,11 @@
 package membudget
 
 import (
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,4 +69,59 @@ func TestApplySetsGOGC(t *testing.T) {
 	b.GCPercent = 0
 	b.Apply()
 	assert.Equal(t, 120, debug.SetGCPercent(100), "GCPercent 0 keeps the runtime's GOGC")
+}
+
+// The pacer's GOGC: the budget's GOGC while headroom is at least that
+// share of the live heap, headroom's share past it, never below
+// MinGCPercent.
+func TestPacedGCPercentAtItsBoundaries(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name           string
+		live, headroom int64
+		want           int
+	}{
+		{"nothing live yet", 0, 100 * mib, 100},
+		{"headroom is exactly the live heap", 100 * mib, 100 * mib, 100},
+		{"one byte more live", 100*mib + 1, 100 * mib, 95},
+		{"live a quarter above the headroom", 125 * mib, 100 * mib, 80},
+		{"rounded down to a step", 150 * mib, 100 * mib, 65},
+		{"live exactly at the floor", 200 * mib, 100 * mib, MinGCPercent},
+		{"live past the floor", 4000 * mib, 100 * mib, MinGCPercent},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Equal(t, c.want, PacedGCPercent(c.live, c.headroom, 100))
+		})
+	}
+	assert.Equal(t, 20, PacedGCPercent(4000*mib, 100*mib, 20), "a budget's GOGC below the floor stays the ceiling")
+}
+
+// Pace lowers GOGC once the live heap outgrows the headroom, and puts
+// it back once the heap is small again.
+func TestPaceFollowsTheLiveHeap(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	b, err := Plan(1<<30, 2, 8, api.DefaultMaxWriteBytes)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1<<30)*shareHeadroom/100, b.Headroom)
+	b.Headroom = 8 << 20
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { defer close(done); b.Pace(stop) }()
+	defer func() { close(stop); <-done }()
+
+	gogc := func() int {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return int(s[0].Value.Uint64())
+	}
+	big := make([][]byte, 64) // 64 MiB live: eight times the headroom
+	for i := range big {
+		big[i] = make([]byte, 1<<20)
+	}
+	require.Eventually(t, func() bool { runtime.GC(); return gogc() == MinGCPercent }, 10*time.Second, 20*time.Millisecond,
+		"64 MiB live against 8 MiB of headroom: GOGC %d", gogc())
+	runtime.KeepAlive(big)
+	big = nil
+	require.Eventually(t, func() bool { runtime.GC(); return gogc() == GCPercent }, 10*time.Second, 20*time.Millisecond,
+		"the heap small again: GOGC %d", gogc())
 }
