@@ -49,15 +49,13 @@ type Main struct {
 	store *store.Store
 	// ingest consumes the readings streams: one ingester per partition
 	// stream, or one for the single stream.
-	ingest []*ingest.Ingester
-	api    *api.Server
-	ret    *retention.Worker
-	pprof  *pprofserve.Server
-	sec    *security.State
-	budget membudget.Budget
-	// stopPace ends the GC pacer (membudget.Budget.Pace); nil before
-	// it runs.
-	stopPace chan struct{}
+	ingest   []*ingest.Ingester
+	api      *api.Server
+	ret      *retention.Worker
+	pprof    *pprofserve.Server
+	sec      *security.State
+	budget   membudget.Budget
+	stopPace func() // ends the GC pacer (membudget.Budget.Start)
 
 	// writesNC publishes the line protocol door's messages, so their
 	// acks do not queue behind the ingester's deliveries on nc.
@@ -83,7 +81,7 @@ const minPullBytes = membudget.MinPullBytes
 
 // NewMain returns a service for cfg; Open starts it.
 func NewMain(cfg Config, log *slog.Logger, getenv func(string) string) *Main {
-	return &Main{cfg: cfg, log: log, getenv: getenv, now: time.Now}
+	return &Main{cfg: cfg, log: log, getenv: getenv, now: time.Now, stopPace: func() {}}
 }
 
 // Open starts, in order: telemetry, store, NATS (embedded or external),
@@ -120,10 +118,7 @@ func (m *Main) Open(ctx context.Context) error {
 	if m.getenv("GOGC") != "" {
 		m.budget.GCPercent = 0 // the operator's GOGC, which the runtime read at start, stays
 	}
-	m.budget.Apply()
-	m.budget.Log(m.log)
-	m.stopPace = make(chan struct{})
-	m.wg.Go(func() { m.budget.Pace(m.stopPace) })
+	m.stopPace = m.budget.Start(m.log)
 
 	sopts := store.DefaultOptions()
 	sopts.MemTableSize, sopts.BlockCacheSize = m.budget.MemTable, m.budget.BlockCache
@@ -519,9 +514,7 @@ func (m *Main) close(ctx context.Context) error {
 	if m.pprof != nil {
 		errs = append(errs, m.pprof.Shutdown(ctx))
 	}
-	if m.stopPace != nil {
-		close(m.stopPace)
-	}
+	m.stopPace()
 	m.wg.Wait()
 	if m.writesNC != nil {
 		m.writesNC.Close()

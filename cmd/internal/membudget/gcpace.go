@@ -1,8 +1,10 @@
 package membudget
 
 import (
+	"log/slog"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"time"
 )
 
@@ -46,6 +48,17 @@ func PacedGCPercent(live, headroom int64, ceiling int) int {
 	}
 	p := int(headroom*100/live) / gcPercentStep * gcPercentStep
 	return max(p, min(MinGCPercent, ceiling))
+}
+
+// Start applies the budget (Apply), logs it (Log) and runs the pacer
+// (Pace) on a goroutine of its own. stop ends the pacer and waits for
+// it; calling it again does nothing.
+func (b Budget) Start(l *slog.Logger) (stop func()) {
+	b.Apply()
+	b.Log(l)
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() { defer close(ended); b.Pace(done) }()
+	return sync.OnceFunc(func() { close(done); <-ended })
 }
 
 // Pace runs the pacer until stop is closed: after each collection it
