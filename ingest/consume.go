@@ -380,8 +380,20 @@ func (in *Ingester) waitHold(ctx context.Context) bool {
 // onConsumeError is called by the consume machinery. Errors that mean
 // the consumer is gone ask consume to set it up again; heartbeats missed
 // during a connection outage are left to the reconnect logic.
+//
+// A new leader of an exclusive consumer (its NATS server went away or
+// stepped down) is set up again too: the deliveries and acks that were
+// on their way to the old leader are lost, and the new one would
+// deliver those messages again only after the ack wait, while the ack
+// floor, and with it the partition's position, stands still. The
+// set-up redelivers them at once (resetPending).
 func (in *Ingester) onConsumeError(_ jetstream.ConsumeContext, err error) {
 	switch {
+	case errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
+		if !in.cfg.Exclusive {
+			in.log.Info("the consumer has a new leader", "consumer", in.cfg.Consumer)
+			return
+		}
 	case errors.Is(err, jetstream.ErrNoHeartbeat):
 		if in.nc.Status() != nats.CONNECTED {
 			return
