@@ -166,12 +166,22 @@ func TestClusterServerLossKeepsAnOwnerAnswering(t *testing.T) {
 	}
 	time.Sleep(3 * time.Second)
 
-	st, err := js.Stream(context.Background(), partition.Stream("TELEMETRY", p))
-	require.NoError(t, err)
-	mark := st.CachedInfo().State.LastSeq
 	nc.stop(2)
 	stopped := time.Now()
-	t.Logf("nats-2 shut down at stream sequence %d; consumers: %s", mark, consumerLeaders())
+	// The stream's last message once it answers again: every message
+	// the lost consumer leaders delivered is at or before it.
+	var mark uint64
+	waitFor(t, 50*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, partition.Stream("TELEMETRY", p))
+		if err != nil {
+			return false
+		}
+		mark = st.CachedInfo().State.LastSeq
+		return true
+	}, "the stream never answered after the shutdown")
+	t.Logf("nats-2 shut down; stream sequence %d %s later; consumers: %s", mark, time.Since(stopped).Round(time.Millisecond), consumerLeaders())
 	// For 25 s, less than the ack wait (30 s): both owners' ack floors
 	// must pass the mark before the new consumer leader could redeliver
 	// what the old one lost by the ack wait, and an owner must serve
