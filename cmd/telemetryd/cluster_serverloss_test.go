@@ -27,9 +27,11 @@ import (
 // flight to that server are lost on both owners at once, so both
 // consumers' ack floors stand still until the lost deliveries come
 // again. The partition must keep an owner answering throughout (both
-// owners must never withdraw it at once), and every reading acked after
-// the shutdown must reach both owners' stores without waiting out the
-// ack wait.
+// owners must never withdraw it at once), and both consumers' ack
+// floors must pass what the stream held at the shutdown without waiting
+// out the ack wait. Whether acks are on their way at the shutdown is up
+// to timing: before the fix, 2 of 3 runs had both owners withdraw the
+// partition (15.8 s without an answer) and the ack floors stand still.
 //
 //	TELEMETRY_LONG=1 go test ./cmd/telemetryd -run TestClusterServerLossKeepsAnOwnerAnswering -v
 func TestClusterServerLossKeepsAnOwnerAnswering(t *testing.T) {
@@ -160,7 +162,7 @@ func TestClusterServerLossKeepsAnOwnerAnswering(t *testing.T) {
 					case <-late:
 					}
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond)
 			}
 		})
 	}
