@@ -106,6 +106,12 @@ type Config struct {
 	// Dropped is told of each day this node dropped because it was
 	// dropped cluster-wide (for metrics); optional.
 	Dropped func(ctx context.Context, d buckets.TableDrop)
+	// Seed, when set, runs once a partition's consumer has caught up
+	// and before the node answers for the partition: it brings what the
+	// stream does not hold (the attributes set over HTTP) from an owner
+	// that answers for it. While it fails the partition is not
+	// answered, and it runs again at the next step.
+	Seed func(ctx context.Context, p int) error
 	// FollowEvery is how often Run steps without a change of the view.
 	FollowEvery time.Duration
 	// CallTimeout bounds each call to the server; default
@@ -354,12 +360,24 @@ func (n *Node) checkBacklog(ctx context.Context, p int, r *running) {
 	}
 	applied, head, perr := r.c.Position(cctx)
 	n.mu.Lock()
+	caughtUp := !r.ready && (pending == 0 || passed)
+	n.mu.Unlock()
+	if caughtUp && n.cfg.Seed != nil {
+		if err := n.cfg.Seed(ctx, p); err != nil {
+			if ctx.Err() == nil {
+				n.log.Warn("partition caught up, but what the stream does not hold could not be copied from another owner; it answers once it is",
+					"partition", p, "err", err)
+			}
+			caughtUp = false
+		}
+	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.parts[p] != r { // stopped meanwhile
 		return
 	}
 	r.lag = pending
-	if !r.ready && (pending == 0 || passed) {
+	if caughtUp && !r.ready {
 		r.ready = true
 		r.fresh, r.marks = at, nil
 		n.log.Info("partition caught up", "partition", p)
