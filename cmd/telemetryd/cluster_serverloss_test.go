@@ -150,7 +150,8 @@ func TestClusterServerLossKeepsAnOwnerAnswering(t *testing.T) {
 					fs = append(fs, f)
 					sent = append(sent, acked{dev: d, ts: ts})
 				}
-				late := time.After(10 * time.Second)
+				late := make(chan struct{}) // closed: every ack still waited for is given up
+				timer := time.AfterFunc(10*time.Second, func() { close(late) })
 				for i, f := range fs {
 					select {
 					case <-f.Ok():
@@ -162,6 +163,7 @@ func TestClusterServerLossKeepsAnOwnerAnswering(t *testing.T) {
 					case <-late:
 					}
 				}
+				timer.Stop()
 				time.Sleep(5 * time.Millisecond)
 			}
 		})

@@ -210,7 +210,10 @@ func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, p
 				devs = append(devs, dev)
 			}
 			probe1 := p.device(r % devices) // a device of each partition in turn
-			late := time.After(10 * time.Second)
+			// Closed, not sent once: every ack still waited for after
+			// 10 s is given up (one lost with a server never comes).
+			late := make(chan struct{})
+			timer := time.AfterFunc(10*time.Second, func() { close(late) })
 			for k, a := range acks {
 				select {
 				case <-a.Ok():
@@ -222,6 +225,7 @@ func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, p
 				case <-late: // not acked within 10 s: not promised
 				}
 			}
+			timer.Stop()
 			p.rounds.Add(1)
 			time.Sleep(20 * time.Millisecond)
 		}
