@@ -117,7 +117,7 @@ func TestClusterServerLossKeepsAnOwnerAnswering(t *testing.T) {
 
 	// Devices publish through nats-0 and nats-1 throughout; each ack is
 	// recorded with its time.
-	start := testEpoch.Add(-time.Hour).Truncate(time.Second)
+	start := testEpoch.Add(-24 * time.Hour).Truncate(time.Second) // a round a second later: room for a day of rounds
 	type acked struct {
 		dev string
 		ts  int64

@@ -347,7 +347,10 @@ func TestClusterPartitionStreams(t *testing.T) {
 	})
 
 	t.Run("a node killed and a NATS server shut down while devices publish", func(t *testing.T) {
-		start := testEpoch.Add(-time.Hour).Truncate(time.Second)
+		// A round's readings are a second after the last round's, and a
+		// quiet machine runs 40 rounds a second: a day of room, so that
+		// no reading goes past the accepted future skew.
+		start := testEpoch.Add(-24 * time.Hour).Truncate(time.Second)
 		probe := startAnswerProbe(start, bases)
 		load := startTimedLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, 60, start, probe)
 		rounds := func(n int64) {
@@ -629,7 +632,7 @@ func TestClusterPartitionStreamsSIGKILL(t *testing.T) {
 	waitFor(t, 100*time.Millisecond, func() bool { return leasesConverged(kv, names, streamsPartitions, copies, ttl) })
 	waitFor(t, 100*time.Millisecond, func() bool { return spread(leaderCounts(t, js)) }, "the leaders never spread")
 
-	begin := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	begin := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second) // a day of rounds (see above)
 	probe := startAnswerProbe(begin, bases)
 	load := startTimedLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, devices, begin, probe)
 	rounds := func(n int64) {
