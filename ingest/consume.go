@@ -380,8 +380,24 @@ func (in *Ingester) waitHold(ctx context.Context) bool {
 // onConsumeError is called by the consume machinery. Errors that mean
 // the consumer is gone ask consume to set it up again; heartbeats missed
 // during a connection outage are left to the reconnect logic.
+//
+// A new leader of an exclusive consumer (its NATS server went away or
+// stepped down) is asked to redeliver at once what is not acked
+// (resetLoop), while consuming goes on: the deliveries and acks that
+// were on their way to the old leader are lost, and the new one would
+// deliver those messages again only after the ack wait, while the ack
+// floor, and with it the partition's position, stands still.
 func (in *Ingester) onConsumeError(_ jetstream.ConsumeContext, err error) {
 	switch {
+	case errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
+		in.log.Info("the consumer has a new leader", "consumer", in.cfg.Consumer)
+		if in.cfg.Exclusive {
+			select {
+			case in.reset <- struct{}{}:
+			default:
+			}
+		}
+		return
 	case errors.Is(err, jetstream.ErrNoHeartbeat):
 		if in.nc.Status() != nats.CONNECTED {
 			return
@@ -558,5 +574,30 @@ func (in *Ingester) ofPartition(subject string) func(buckets.DeviceID) error {
 				"%s belongs to partition %d of %d, not to %d, whose subject the message came on", dev, q, n, p)
 		}
 		return nil
+	}
+}
+
+// resetLoop resets the consumer to its ack floor when asked (a new
+// leader, see onConsumeError), until ctx is done. The server then
+// redelivers at once everything past the floor to the pulls waiting;
+// what was stored already is stored again unchanged. A reset that
+// fails leaves the redelivery to the ack wait.
+func (in *Ingester) resetLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-in.reset:
+		}
+		rctx, cancel := context.WithTimeout(ctx, setupTimeout)
+		_, err := in.js.ResetConsumer(rctx, in.cfg.Stream, in.cfg.Consumer)
+		cancel()
+		switch {
+		case err == nil:
+			in.log.Info("redelivering at once what the consumer's previous leader held", "consumer", in.cfg.Consumer)
+		case ctx.Err() == nil:
+			in.log.Warn("could not reset the consumer after a change of its leader; what it lost is redelivered after the ack wait",
+				"consumer", in.cfg.Consumer, "ack_wait", in.cfg.AckWait, "err", err)
+		}
 	}
 }

@@ -84,6 +84,7 @@ type Ingester struct {
 	queued    atomic.Int64          // readings sent on items and not yet settled
 	freed     chan struct{}         // signals the handler that queued went down
 	broken    chan error            // asks the consume loop to rebuild the consumer
+	reset     chan struct{}         // asks resetLoop to redeliver what a lost consumer leader held
 	missedHB  atomic.Int32          // consecutive missed heartbeats while connected
 	rejectLog LogSampler            // samples the "message rejected" line
 	started   atomic.Bool           // Run was called
@@ -143,6 +144,7 @@ func New(nc *nats.Conn, w Writer, cfg Config) (*Ingester, error) {
 		items:     make(chan item, 1024),
 		freed:     make(chan struct{}, 1),
 		broken:    make(chan error, 1),
+		reset:     make(chan struct{}, 1),
 		rejectLog: LogSampler{Burst: rejectLogBurst, Interval: rejectLogInterval},
 	}
 	in.window.Store(int64(min(minAckPending, cfg.MaxAckPending))) // slow start, see backpressure.go
@@ -175,6 +177,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	wg.Go(func() { in.savePositions(ctx) })
 	wg.Go(func() { in.pace(ctx) })
 	wg.Go(func() { in.trimLoop(ctx) })
+	wg.Go(func() { in.resetLoop(ctx) })
 	intakeDone := make(chan struct{})
 	wg.Go(func() {
 		defer close(intakeDone)

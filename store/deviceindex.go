@@ -120,3 +120,14 @@ func (s *Store) AttributeValues(ctx context.Context, name string, q buckets.Devi
 	}
 	return s.index.AttributeValues(ctx, name, q)
 }
+
+// AttributeState returns assignments that rebuild the attribute state
+// of the devices keep selects, from the first device after after, at
+// most limit devices (devindex.Index.AttributeState).
+func (s *Store) AttributeState(ctx context.Context, after buckets.DeviceID, limit int, keep func(buckets.DeviceID) bool) ([]buckets.Assignment, buckets.DeviceID, bool, error) {
+	if err := s.Ping(ctx); err != nil {
+		return nil, "", false, err
+	}
+	as, next, more := s.index.AttributeState(after, limit, keep)
+	return as, next, more, nil
+}

@@ -65,7 +65,11 @@ func (c *client) call(ctx context.Context, base, path string, in, out any) error
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.credential)
-	req.Header.Set(HeaderCaller, callerOf(auth.FromContext(ctx)))
+	if isNodeCall(ctx) {
+		req.Header.Set(HeaderCaller, callerNode)
+	} else {
+		req.Header.Set(HeaderCaller, callerOf(auth.FromContext(ctx)))
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errTransport, err)

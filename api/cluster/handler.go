@@ -84,6 +84,7 @@ func NewHandler(local Local, part func(buckets.DeviceID) int, credential string,
 	h.mux.HandleFunc("POST "+pathDevice, h.device)
 	h.mux.HandleFunc("POST "+pathAttrs, h.attributes)
 	h.mux.HandleFunc("POST "+pathAssign, h.assign)
+	h.mux.HandleFunc("POST "+pathAttrState, h.attrState)
 	return h
 }
 
@@ -134,6 +135,11 @@ func (h *Handler) Authorize(r *http.Request) (caller *auth.Principal, credential
 	}
 	name, open, err := parseCaller(r.Header.Get(HeaderCaller))
 	switch {
+	case name == "" && !open && err == nil: // callerNode: this cluster's own call
+		if r.URL.Path != pathAttrState {
+			return nil, true, fmt.Errorf("a node's own call may only ask %s", pathAttrState)
+		}
+		return nil, true, nil
 	case err != nil:
 		return nil, true, err
 	case h.callers == nil:

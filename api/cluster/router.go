@@ -22,7 +22,10 @@
 //   - an attribute write goes to every node holding the device's
 //     partition, caught up or not (each keeps its own index, and any
 //     of them may answer a later read), and succeeds when all of them
-//     applied it (Router.Assign);
+//     applied it (Router.Assign); a node that starts holding a
+//     partition copies its attribute state from an owner before it
+//     answers for it (Router.CopyAttributes), since the stream does
+//     not carry these writes;
 //   - the table list and DELETE /v1/tables/{day} go to every live node.
 //
 // Cursors hold only query parameters and positions in the data, which
@@ -45,7 +48,10 @@
 // token the rights the public endpoints give it (scopes and device
 // patterns), so a node-to-node call can do nothing its client could
 // not. The API does not count such calls against any client's rate
-// limit: the client's own request was counted where it arrived.
+// limit: the client's own request was counted where it arrived. The one
+// call a node makes on its own behalf, serving no client, copies a
+// partition's attribute state (attrstate.go); it needs the credential
+// and can ask nothing else.
 package cluster
 
 import (
@@ -76,6 +82,9 @@ type Local interface {
 	Assign(ctx context.Context, as []buckets.Assignment) error
 	AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]string, error)
 	AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error)
+	// AttributeState lists assignments that rebuild the attribute state
+	// of the devices keep selects, from after on, at most limit devices.
+	AttributeState(ctx context.Context, after buckets.DeviceID, limit int, keep func(buckets.DeviceID) bool) ([]buckets.Assignment, buckets.DeviceID, bool, error)
 }
 
 // Peer is a node that answers for a partition.

@@ -118,6 +118,20 @@ func (m *memLocal) Device(_ context.Context, dev buckets.DeviceID) (buckets.Devi
 // Assign sets (or, with Replace, replaces) attributes; it refuses a set
 // of more than one attribute named "bad" as the store refuses invalid
 // ones.
+// AttributeState lists the assignments this store was given, of the
+// devices keep selects, all in one page.
+func (m *memLocal) AttributeState(_ context.Context, _ buckets.DeviceID, _ int, keep func(buckets.DeviceID) bool) ([]buckets.Assignment, buckets.DeviceID, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []buckets.Assignment
+	for _, a := range m.assigned {
+		if keep(a.Device) {
+			out = append(out, a)
+		}
+	}
+	return out, "", false, nil
+}
+
 func (m *memLocal) Assign(_ context.Context, as []buckets.Assignment) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -372,6 +386,22 @@ func TestHandlerAppliesTheCallersRights(t *testing.T) {
 	assert.Contains(t, body, `token \"nobody\" is not in this node's auth file`)
 	code, _ = call(testCredential, "open", pathLatest, latest("a1"))
 	assert.Equal(t, http.StatusForbidden, code, "a node without authentication cannot speak for a client here")
+	// A node's own call reads only a partition's attribute state, and
+	// only with the credential.
+	code, body = call(testCredential, callerNode, pathLatest, latest("b2"))
+	assert.Equal(t, http.StatusForbidden, code, "a node's own call read a device: %s", body)
+	code, _ = call(testCredential, callerNode, pathAssign, `{"assignments":[{"device":"b2","at":1,"set":{"fleet":"x"}}]}`)
+	assert.Equal(t, http.StatusForbidden, code, "a node's own call wrote attributes")
+	code, _ = call("", callerNode, pathAttrState, `{"partitions":[0,1,2,3],"limit":10}`)
+	assert.Equal(t, http.StatusUnauthorized, code, "no credential")
+	code, body = call(testCredential, callerNode, pathAttrState, `{"partitions":[0,1,2,3],"limit":10}`)
+	assert.Equal(t, http.StatusOK, code, body)
+	for _, limit := range []int{0, attrStatePage + 1} {
+		code, body = call(testCredential, callerNode, pathAttrState, fmt.Sprintf(`{"partitions":[0],"limit":%d}`, limit))
+		assert.Equal(t, http.StatusBadRequest, code, "limit %d: %s", limit, body)
+	}
+	code, body = call(testCredential, callerNode, pathAttrState, fmt.Sprintf(`{"partitions":[0],"limit":%d}`, attrStatePage))
+	assert.Equal(t, http.StatusOK, code, body)
 
 	code, _ = call(testCredential, "token reader", pathLatest, latest("a1"))
 	assert.Equal(t, http.StatusOK, code)

@@ -115,6 +115,7 @@ const HeaderCaller = "Telemetry-Caller"
 
 const (
 	callerOpen  = "open"
+	callerNode  = "node" // the calling node's own call, serving no client (pathAttrState)
 	callerToken = "token "
 )
 
@@ -132,6 +133,8 @@ func parseCaller(v string) (name string, open bool, err error) {
 	switch {
 	case v == callerOpen:
 		return "", true, nil
+	case v == callerNode:
+		return "", false, nil
 	case strings.HasPrefix(v, callerToken) && len(v) > len(callerToken):
 		return v[len(callerToken):], false, nil
 	case v == "":

@@ -159,7 +159,7 @@ func TestClusterAlertsSIGKILL(t *testing.T) {
 		base := "http://" + addr
 		procs = append(procs, startAlertProc(t, bin, dir, name, base, []string{
 			"-data-dir", filepath.Join(dir, name), "-http-addr", addr, "-nats-url", nc.urls(),
-			"-partitions", strconv.Itoa(partitions), "-copies", strconv.Itoa(copies), "-node-name", name,
+			"-partitions", strconv.Itoa(partitions), "-partition-streams=false", "-copies", strconv.Itoa(copies), "-node-name", name,
 			"-advertise-url", base, "-cursor-key", testCursorKey, "-lease-ttl", ttl.String(),
 			"-mqtt-listen", "", "-log-level", "info", "-rules", ruleFile, "-alert-webhook-url", hookURL}))
 		names = append(names, name)

@@ -145,8 +145,11 @@ func (m *Main) openCluster(ctx context.Context) error {
 		Store:      m.store,
 		Everywhere: router,
 		Dropped:    m.countManualDrop,
-		Logger:     m.log.With("component", "cluster"),
-		Now:        m.now,
+		// Attributes set over HTTP are not in the stream: a node taking
+		// a partition over copies them from an owner first.
+		Seed:   router.CopyAttributes,
+		Logger: m.log.With("component", "cluster"),
+		Now:    m.now,
 	})
 	if err != nil {
 		return err

@@ -212,6 +212,10 @@ func clusterNodeConfig(t *testing.T, nc *natsCluster, i, partitions int) Config 
 	// (which would move partitions); the failover tests shorten it.
 	cfg.Cluster.LeaseTTL = 10 * time.Second
 	cfg.Cluster.StreamReplicas = len(nc.opts)
+	// The one stream TELEMETRY, not the default stream per partition:
+	// these servers map no partitions (streamNodeConfig and
+	// startNATSCluster's setPartitionMapping set up the default).
+	cfg.Cluster.PartitionStreams = false
 	// A query across nodes on a loaded machine answers late, not wrong:
 	// the tests check answers, not the query timeout.
 	cfg.QueryTimeout = time.Minute

@@ -97,7 +97,7 @@ func TestClusterSIGKILL(t *testing.T) {
 		addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 		p := &proc{name: fmt.Sprintf("node-%d", i), base: "http://" + addr}
 		p.args = []string{"-data-dir", filepath.Join(dir, p.name), "-http-addr", addr, "-nats-url", nc.urls(),
-			"-partitions", strconv.Itoa(partitions), "-copies", strconv.Itoa(copies), "-node-name", p.name,
+			"-partitions", strconv.Itoa(partitions), "-partition-streams=false", "-copies", strconv.Itoa(copies), "-node-name", p.name,
 			"-advertise-url", p.base, "-cursor-key", testCursorKey, "-lease-ttl", ttl.String(),
 			"-mqtt-listen", "", "-log-level", "info"}
 		start(p)

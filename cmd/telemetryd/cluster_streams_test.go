@@ -210,7 +210,10 @@ func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, p
 				devs = append(devs, dev)
 			}
 			probe1 := p.device(r % devices) // a device of each partition in turn
-			late := time.After(10 * time.Second)
+			// Closed, not sent once: every ack still waited for after
+			// 10 s is given up (one lost with a server never comes).
+			late := make(chan struct{})
+			timer := time.AfterFunc(10*time.Second, func() { close(late) })
 			for k, a := range acks {
 				select {
 				case <-a.Ok():
@@ -222,6 +225,7 @@ func startTimedLoad(t *testing.T, urls []string, devices int, start time.Time, p
 				case <-late: // not acked within 10 s: not promised
 				}
 			}
+			timer.Stop()
 			p.rounds.Add(1)
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -343,7 +347,10 @@ func TestClusterPartitionStreams(t *testing.T) {
 	})
 
 	t.Run("a node killed and a NATS server shut down while devices publish", func(t *testing.T) {
-		start := testEpoch.Add(-time.Hour).Truncate(time.Second)
+		// A round's readings are a second after the last round's, and a
+		// quiet machine runs 40 rounds a second: a day of room, so that
+		// no reading goes past the accepted future skew.
+		start := testEpoch.Add(-24 * time.Hour).Truncate(time.Second)
 		probe := startAnswerProbe(start, bases)
 		load := startTimedLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, 60, start, probe)
 		rounds := func(n int64) {
@@ -625,7 +632,7 @@ func TestClusterPartitionStreamsSIGKILL(t *testing.T) {
 	waitFor(t, 100*time.Millisecond, func() bool { return leasesConverged(kv, names, streamsPartitions, copies, ttl) })
 	waitFor(t, 100*time.Millisecond, func() bool { return spread(leaderCounts(t, js)) }, "the leaders never spread")
 
-	begin := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	begin := time.Now().UTC().Add(-24 * time.Hour).Truncate(time.Second) // a day of rounds (see above)
 	probe := startAnswerProbe(begin, bases)
 	load := startTimedLoad(t, []string{nc.url(0), nc.url(1), nc.url(2)}, devices, begin, probe)
 	rounds := func(n int64) {

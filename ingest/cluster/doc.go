@@ -18,9 +18,14 @@
 //   - a caught-up partition whose consumer trails the stream by more
 //     than MaxReadLag (the messages the stream held at some moment
 //     not all settled since, or the server not answering for that
-//     long) is withdrawn from the published ones until it is back
-//     within it: a node never answers from a copy missing readings the
-//     stream acked long before;
+//     long) is published as trailing, and withdrawn from the published
+//     ones once another owner answers it without trailing (or this
+//     node's lease lapsed), until it is back within the bound: a node
+//     does not answer from a copy missing readings the stream acked
+//     long before while a fresher copy answers. When every owner
+//     trails at once (a NATS server's loss holds up all their
+//     consumers), they keep answering what they have rather than
+//     leave the partition without an answer;
 //   - Serves says, from this state and at once, whether the node
 //     answers reads of a partition now: the other nodes' view of the
 //     leases trails a hand-over or a withdrawal by up to a refresh, and

@@ -20,9 +20,13 @@ type Members interface {
 	// Changes signals (coalesced) when Wanted may have changed.
 	Changes() <-chan struct{}
 	// SetHolding records the partitions consumed and their messages not
-	// yet settled; SetReady publishes the partitions caught up on.
+	// yet settled; SetReady publishes the partitions answered and, of
+	// those, the ones trailing their stream.
 	SetHolding(ps []int, lag uint64)
-	SetReady(ctx context.Context, ready []int) error
+	SetReady(ctx context.Context, ready, trailing []int) error
+	// FreshElsewhere reports whether another node answers for p
+	// without trailing its stream, by a lease written after since.
+	FreshElsewhere(p int, since time.Time) bool
 	// LeaseErr is nil while this node's lease is held.
 	LeaseErr() error
 	// Drops is the days dropped cluster-wide that a node should apply,
@@ -102,6 +106,12 @@ type Config struct {
 	// Dropped is told of each day this node dropped because it was
 	// dropped cluster-wide (for metrics); optional.
 	Dropped func(ctx context.Context, d buckets.TableDrop)
+	// Seed, when set, runs once a partition's consumer has caught up
+	// and before the node answers for the partition: it brings what the
+	// stream does not hold (the attributes set over HTTP) from an owner
+	// that answers for it. While it fails the partition is not
+	// answered, and it runs again at the next step.
+	Seed func(ctx context.Context, p int) error
 	// FollowEvery is how often Run steps without a change of the view.
 	FollowEvery time.Duration
 	// CallTimeout bounds each call to the server; default
@@ -110,10 +120,15 @@ type Config struct {
 	// MaxReadLag bounds how stale a partition this node answers for may
 	// be: when the consumer has not settled, for longer than this, the
 	// messages the stream held at some moment (or the server could not
-	// be asked for that long), the partition is withdrawn from the
-	// caught-up partitions the node publishes, so queries go to another
-	// owner (or fail with a 503 naming it) until the consumer is back
-	// within the bound. Default DefaultMaxReadLag.
+	// be asked for that long), the partition trails its stream. It is
+	// then published as trailing, and withdrawn from the partitions the
+	// node answers for as soon as another owner is seen answering it
+	// without trailing, or this node's lease lapses, so queries go to
+	// that owner (or fail with a 503 naming it) until the consumer is
+	// back within the bound. When no owner answers it without trailing
+	// (a NATS server's loss holds up every owner's consumer at once),
+	// the trailing owners keep answering with what they have, asked
+	// after any that does not trail. Default DefaultMaxReadLag.
 	MaxReadLag time.Duration
 	// Logger defaults to slog.Default(); Now to time.Now.
 	Logger *slog.Logger
@@ -145,7 +160,9 @@ type running struct {
 	// message the stream held then is applied.
 	marks []mark
 	fresh time.Time
-	stale bool // withdrawn from the published caught-up partitions
+	stale bool      // trails its stream past MaxReadLag
+	since time.Time // when it last began to trail
+	out   bool      // withdrawn from the partitions answered (stale, and answered fresh elsewhere)
 }
 
 // mark is the partition's last stream sequence at a time.
@@ -257,10 +274,26 @@ func (n *Node) Step(ctx context.Context) {
 	n.checkBacklogs(ctx)
 	n.applyDrops(ctx)
 
+	holding, ready, trailing, lag := n.answering()
+	n.cfg.Members.SetHolding(holding, lag)
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
+	defer cancel()
+	if err := n.cfg.Members.SetReady(rctx, ready, trailing); err != nil && ctx.Err() == nil {
+		n.log.Warn("publish caught-up partitions", "err", err)
+	}
+}
+
+// answering works out, for Step, the partitions held, those answered
+// (caught up, and not withdrawn) and of those the ones trailing their
+// stream, and the unsettled messages of all held. A partition trailing
+// its stream past MaxReadLag stays answered until another owner is seen
+// answering it without trailing, by a lease written after this one
+// began to trail, or until this node's lease lapses (Config.MaxReadLag).
+func (n *Node) answering() (holding, ready, trailing []int, lag uint64) {
+	leaseErr := n.cfg.Members.LeaseErr()
 	n.mu.Lock()
-	holding := slices.Sorted(maps.Keys(n.parts))
-	var ready []int
-	var lag uint64
+	defer n.mu.Unlock()
+	holding = slices.Sorted(maps.Keys(n.parts))
 	now := n.cfg.Now()
 	for _, p := range holding {
 		r := n.parts[p]
@@ -272,23 +305,32 @@ func (n *Node) Step(ctx context.Context) {
 		if stale != r.stale {
 			r.stale = stale
 			if stale {
-				n.log.Warn("partition withdrawn from queries: its consumer trails the stream", "partition", p,
+				r.since = now
+				n.log.Warn("partition trails its stream", "partition", p,
 					"behind_since", r.fresh.UTC().Format(time.RFC3339Nano), "max_read_lag", n.cfg.MaxReadLag)
 			} else {
-				n.log.Info("partition answers queries again: its consumer is back within the bound", "partition", p)
+				n.log.Info("partition is back within the bound of its stream", "partition", p)
 			}
 		}
-		if !stale {
-			ready = append(ready, p)
+		out := stale && (leaseErr != nil || n.cfg.Members.FreshElsewhere(p, r.since))
+		if out != r.out {
+			r.out = out
+			if out {
+				n.log.Warn("partition withdrawn from queries: its consumer trails the stream, and another owner answers it without trailing (or this node's lease lapsed)",
+					"partition", p, "behind_since", r.fresh.UTC().Format(time.RFC3339Nano))
+			} else {
+				n.log.Info("partition answers queries again", "partition", p, "trailing", stale)
+			}
+		}
+		if out {
+			continue
+		}
+		ready = append(ready, p)
+		if stale {
+			trailing = append(trailing, p)
 		}
 	}
-	n.mu.Unlock()
-	n.cfg.Members.SetHolding(holding, lag)
-	rctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
-	defer cancel()
-	if err := n.cfg.Members.SetReady(rctx, ready); err != nil && ctx.Err() == nil {
-		n.log.Warn("publish caught-up partitions", "err", err)
-	}
+	return holding, ready, trailing, lag
 }
 
 // checkBacklogs asks each consumer how far behind it is, all at once
@@ -318,12 +360,24 @@ func (n *Node) checkBacklog(ctx context.Context, p int, r *running) {
 	}
 	applied, head, perr := r.c.Position(cctx)
 	n.mu.Lock()
+	caughtUp := !r.ready && (pending == 0 || passed)
+	n.mu.Unlock()
+	if caughtUp && n.cfg.Seed != nil {
+		if err := n.cfg.Seed(ctx, p); err != nil {
+			if ctx.Err() == nil {
+				n.log.Warn("partition caught up, but what the stream does not hold could not be copied from another owner; it answers once it is",
+					"partition", p, "err", err)
+			}
+			caughtUp = false
+		}
+	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.parts[p] != r { // stopped meanwhile
 		return
 	}
 	r.lag = pending
-	if !r.ready && (pending == 0 || passed) {
+	if caughtUp && !r.ready {
 		r.ready = true
 		r.fresh, r.marks = at, nil
 		n.log.Info("partition caught up", "partition", p)
@@ -420,14 +474,14 @@ func (n *Node) Ready() error {
 }
 
 // Holding returns the partitions this node consumes and, of those, the
-// ones it has caught up on and answers queries for (not withdrawn as
-// stale, see Config.MaxReadLag).
+// ones it has caught up on and answers queries for (not withdrawn, see
+// Config.MaxReadLag).
 func (n *Node) Holding() (holding, ready []int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	holding = slices.Sorted(maps.Keys(n.parts))
 	for _, p := range holding {
-		if r := n.parts[p]; r.ready && !r.stale {
+		if r := n.parts[p]; r.ready && !r.out {
 			ready = append(ready, p)
 		}
 	}
@@ -435,8 +489,9 @@ func (n *Node) Holding() (holding, ready []int) {
 }
 
 // Serves reports whether this node answers reads of partition p now,
-// by its own state: it consumes p, has caught up on it and does not
-// trail its stream past MaxReadLag (what Holding lists as ready). The
+// by its own state: it consumes p, has caught up on it and has not
+// withdrawn it as trailing its stream (what Holding lists as ready;
+// see Config.MaxReadLag). The
 // leases the other nodes read say the same, but later: a node that
 // handed p back, or withdrew it, is still listed there until they read
 // its next renewal, and it refuses their reads meanwhile.
@@ -444,7 +499,7 @@ func (n *Node) Serves(p int) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, ok := n.parts[p]
-	return ok && r.ready && !r.stale
+	return ok && r.ready && !r.out
 }
 
 // Consumers returns the running consumers by partition.

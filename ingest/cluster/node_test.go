@@ -452,8 +452,9 @@ func (s *positionStore) SavePosition(_ context.Context, p buckets.StreamPosition
 // A caught-up owner whose consumer stops settling what the stream holds
 // (its deliveries lost on the way, its NATS server cut off or paused)
 // stops answering for the partition once it trails the stream by more
-// than MaxReadLag, and answers again once it is back: a query never
-// gets a copy missing readings the stream acked long before it.
+// than MaxReadLag and another owner answers it without trailing, and
+// answers again once it is back: a query never gets a copy missing
+// readings the stream acked long before it while a fresher one answers.
 func TestStaleOwnerWithdrawsFromQueries(t *testing.T) {
 	c := newTestCluster(t, 1, 2)
 	a := c.add("node-a", 0)
@@ -476,8 +477,12 @@ func TestStaleOwnerWithdrawsFromQueries(t *testing.T) {
 		}
 	}
 	c.clock.Advance(2 * time.Second)
-	c.round()
-	c.round() // node-b reads node-a's lease before node-a steps
+	c.round() // node-a trails; node-b's lease it read was written before that
+	assert.Equal(t, []string{"node-a", "node-b"}, c.owners("node-a", 0), "withdrawn before a lease of node-b written after it began to trail")
+	c.clock.Advance(time.Second)
+	c.round() // node-b writes its next lease
+	c.round() // node-a reads it: it withdraws
+	c.round() // node-b reads node-a's lease
 	assert.Equal(t, []string{"node-b"}, c.owners("node-b", 0), "stale owner still asked, as node-b sees it")
 	assert.Equal(t, []string{"node-b"}, c.owners("node-a", 0), "stale owner still asked, as node-a sees it")
 	holding, ready := a.node.Holding()
@@ -492,20 +497,84 @@ func TestStaleOwnerWithdrawsFromQueries(t *testing.T) {
 
 	// A server that cannot be asked for longer than the bound: stale too.
 	ca.setPosition(0, 0, errFakeServer)
-	for range 12 {
+	for range 13 {
 		c.clock.Advance(time.Second)
 		c.round()
 	}
 	assert.Equal(t, []string{"node-b"}, c.owners("node-a", 0))
 
-	// Both stale: no owner answers (the router's 503 names the partition).
+	// Both stale: no owner answers without trailing, so both answer
+	// with what they have, as trailing.
 	cb.setPosition(200, 300, nil)
 	for range 12 {
 		c.clock.Advance(time.Second)
 		c.round()
 	}
-	assert.Empty(t, c.owners("node-a", 0))
-	assert.Empty(t, c.owners("node-b", 0))
+	c.round()
+	assert.Equal(t, []string{"node-a", "node-b"}, c.owners("node-a", 0))
+	assert.Equal(t, []string{"node-a", "node-b"}, c.owners("node-b", 0))
+	for _, l := range a.members.Nodes() {
+		assert.Equal(t, []int{0}, l.Trailing, "%s publishes partition 0 as trailing", l.Node)
+	}
+}
+
+// When a NATS server goes away, every owner's consumer of a partition
+// may stand still at once (the deliveries and acks on their way to it
+// lost): both owners trail the stream past MaxReadLag in the same
+// moment. Neither may withdraw the partition then, or no node answers
+// for it at all; each answers what it has, as trailing. Once one is
+// back within the bound, the other, still trailing, withdraws; an owner
+// whose own lease lapsed withdraws whatever the others publish.
+func TestOwnersTrailingTogetherKeepAnswering(t *testing.T) {
+	c := newTestCluster(t, 1, 2)
+	a := c.add("node-a", 0)
+	b := c.add("node-b", 0)
+	c.settle()
+	ca, cb := a.consumers.last(0), b.consumers.last(0)
+	ca.setPosition(100, 100, nil)
+	cb.setPosition(100, 100, nil)
+	c.round()
+	for head := uint64(110); head <= 300; head += 10 {
+		ca.setPosition(100, head, nil)
+		cb.setPosition(100, head, nil)
+		c.clock.Advance(time.Second)
+		c.round()
+		for _, from := range []string{"node-a", "node-b"} {
+			require.NotEmpty(t, c.owners(from, 0), "no owner answers for partition 0 as %s sees it (%d s stuck)", from, (head-100)/10)
+		}
+		require.True(t, a.node.Serves(0) || b.node.Serves(0), "neither owner serves partition 0 (%d s stuck)", (head-100)/10)
+	}
+	assert.True(t, a.node.Serves(0))
+	assert.True(t, b.node.Serves(0))
+	for _, l := range a.members.Nodes() {
+		assert.Equal(t, []int{0}, l.Trailing, "%s publishes partition 0 as trailing", l.Node)
+	}
+	// The router asks an owner that does not trail first.
+	ca.setPosition(300, 300, nil)
+	c.round()
+	c.clock.Advance(time.Second)
+	c.round()
+	c.round()
+	assert.False(t, b.node.Serves(0), "node-b still serves while node-a answers without trailing")
+	assert.Equal(t, []string{"node-a"}, c.owners("node-b", 0))
+	assert.Equal(t, []string{"node-a"}, c.owners("node-a", 0))
+
+	// node-a trails again, alone, and its lease lapses (its server
+	// cut off): it withdraws although nobody else answers.
+	cb.setPosition(300, 300, nil)
+	c.round()
+	c.clock.Advance(time.Second)
+	c.round()
+	require.True(t, b.node.Serves(0))
+	c.leases.failPuts("nodes.node-a", errFakeServer)
+	for head := uint64(310); head <= 450; head += 10 {
+		ca.setPosition(300, head, errFakeServer)
+		cb.setPosition(head, head, nil)
+		c.clock.Advance(time.Second)
+		c.round()
+	}
+	assert.Error(t, a.members.LeaseErr())
+	assert.False(t, a.node.Serves(0), "a node whose lease lapsed serves a partition it trails")
 }
 
 // Nodes whose clocks are a minute ahead of or behind the servers' see

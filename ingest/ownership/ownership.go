@@ -104,13 +104,18 @@ type Config struct {
 // (JSON):
 //
 //	{"node":"node-0","url":"http://node-0:8080","ready":[0,3,7],
-//	 "holding":[0,3,7,9],"lag":120,"renewed":"2026-11-22T12:00:00Z"}
+//	 "trailing":[7],"holding":[0,3,7,9],"lag":120,"renewed":"2026-11-22T12:00:00Z"}
 type Lease struct {
 	Node string `json:"node"`
 	URL  string `json:"url"`
 	// Ready lists the partitions the node has caught up on, ascending:
 	// the ones it answers queries for.
 	Ready []int `json:"ready"`
+	// Trailing lists the partitions of Ready whose consumer trails the
+	// stream past the node's bound, ascending: the node answers them
+	// only while no other node answers them without trailing (see
+	// FreshElsewhere), and is asked after the owners that do not trail.
+	Trailing []int `json:"trailing,omitempty"`
 	// Holding lists the partitions the node consumes, ascending: Ready
 	// and those it is catching up on.
 	Holding []int `json:"holding,omitempty"`
@@ -154,6 +159,7 @@ type Membership struct {
 	kv       KV
 	live     map[string]Lease // by node, this node included once it holds its lease
 	ready    []int            // this node's caught-up partitions
+	trailing []int            // those of ready that trail their stream
 	holding  map[int]bool     // partitions this node consumes now
 	lag      uint64           // this node's unsettled messages
 	renewed  time.Time        // when this node's lease was last written
@@ -413,7 +419,7 @@ func (m *Membership) serverNow() time.Time {
 
 // ownLease is this node's lease as it stands (m.mu held), Renewed unset.
 func (m *Membership) ownLease() Lease {
-	return Lease{Node: m.cfg.Node, URL: m.cfg.URL, Ready: slices.Clone(m.ready),
+	return Lease{Node: m.cfg.Node, URL: m.cfg.URL, Ready: slices.Clone(m.ready), Trailing: slices.Clone(m.trailing),
 		Holding: slices.Sorted(maps.Keys(m.holding)), Lag: m.lag}
 }
 
@@ -471,15 +477,17 @@ func (m *Membership) refresh(ctx context.Context) error {
 	return nil
 }
 
-// SetReady records the partitions this node has caught up on and
-// publishes them with a lease renewal.
-func (m *Membership) SetReady(ctx context.Context, ready []int) error {
+// SetReady records the partitions this node answers queries for and,
+// of those, the ones whose consumer trails the stream, and publishes
+// them with a lease renewal when they changed.
+func (m *Membership) SetReady(ctx context.Context, ready, trailing []int) error {
 	ready = slices.Sorted(slices.Values(ready))
+	trailing = slices.Sorted(slices.Values(trailing))
 	m.mu.Lock()
-	same := slices.Equal(ready, m.ready)
-	m.ready = ready
+	same := slices.Equal(ready, m.ready) && slices.Equal(trailing, m.trailing)
+	m.ready, m.trailing = ready, trailing
 	if l, ok := m.live[m.cfg.Node]; ok {
-		l.Ready = slices.Clone(ready)
+		l.Ready, l.Trailing = slices.Clone(ready), slices.Clone(trailing)
 		m.live[m.cfg.Node] = l
 	}
 	m.mu.Unlock()
@@ -551,14 +559,19 @@ func (m *Membership) readyCount(p int, nodes []string) int {
 }
 
 // Owners returns the live nodes that have caught up on p, in the order
-// to ask them: this node first, then the desired owners by rank, then
-// any other (a node still handing p over). Empty when no node answers
-// for p yet.
+// to ask them: those that do not trail its stream before those that do,
+// and within each this node first, then the desired owners by rank,
+// then any other (a node still handing p over). Empty when no node
+// answers for p yet.
 func (m *Membership) Owners(p int) []Peer {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	names := Rank(slices.Collect(maps.Keys(m.live)), p)
 	slices.SortStableFunc(names, func(a, b string) int {
+		ta, tb := slices.Contains(m.live[a].Trailing, p), slices.Contains(m.live[b].Trailing, p)
+		if c := boolRank(ta) - boolRank(tb); c != 0 {
+			return c
+		}
 		return boolRank(b == m.cfg.Node) - boolRank(a == m.cfg.Node)
 	})
 	var out []Peer
@@ -571,6 +584,24 @@ func (m *Membership) Owners(p int) []Peer {
 	return out
 }
 
+// FreshElsewhere reports whether another live node answers for p
+// without trailing its stream, by a lease of it written after since
+// (on this node's clock). A node whose own consumer of p trails keeps
+// answering for p until this holds: when a NATS server goes away, every
+// owner's consumer of p may trail at once, and each then sees the
+// others' leases written after it started trailing list p as trailing
+// too (or not at all), so they do not all withdraw it.
+func (m *Membership) FreshElsewhere(p int, since time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, l := range m.live {
+		if name != m.cfg.Node && l.Renewed.After(since) && slices.Contains(l.Ready, p) && !slices.Contains(l.Trailing, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // Nodes returns the live leases, by node name.
 func (m *Membership) Nodes() []Lease {
 	m.mu.Lock()
@@ -578,7 +609,7 @@ func (m *Membership) Nodes() []Lease {
 	out := make([]Lease, 0, len(m.live))
 	for _, name := range slices.Sorted(maps.Keys(m.live)) {
 		l := m.live[name]
-		l.Ready, l.Holding = slices.Clone(l.Ready), slices.Clone(l.Holding)
+		l.Ready, l.Trailing, l.Holding = slices.Clone(l.Ready), slices.Clone(l.Trailing), slices.Clone(l.Holding)
 		out = append(out, l)
 	}
 	return out
@@ -637,15 +668,15 @@ func boolRank(b bool) int {
 	return 0
 }
 
-// sameView reports whether two views hold the same nodes, URLs and
-// ready partitions.
+// sameView reports whether two views hold the same nodes, URLs, ready
+// and trailing partitions.
 func sameView(a, b map[string]Lease) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for k, x := range a {
 		y, ok := b[k]
-		if !ok || x.URL != y.URL || !slices.Equal(x.Ready, y.Ready) {
+		if !ok || x.URL != y.URL || !slices.Equal(x.Ready, y.Ready) || !slices.Equal(x.Trailing, y.Trailing) {
 			return false
 		}
 	}

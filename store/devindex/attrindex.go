@@ -282,3 +282,45 @@ func (e *deviceEntry) attributes() buckets.Attributes {
 	}
 	return e.attrs.set
 }
+
+// AttributeState returns assignments that rebuild, by Assign on another
+// index, the attribute state of the devices keep selects, listed from
+// the first device after after, at most limit devices: per device the
+// replacement of the whole set at its floor, each value at its own time
+// and each removal at its time. Assign merges them with what that
+// index holds by the same rule as any assignment (the newest wins), so
+// a copy taken from one owner of a partition gives another owner the
+// attributes set over HTTP that it never received, without rolling
+// back anything newer it has. next is the last device listed; more
+// says whether devices past it remain.
+func (x *Index) AttributeState(after buckets.DeviceID, limit int, keep func(buckets.DeviceID) bool) (as []buckets.Assignment, next buckets.DeviceID, more bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	i, found := slices.BinarySearch(x.sorted, after)
+	if found {
+		i++
+	}
+	n := 0
+	for ; i < len(x.sorted); i++ {
+		dev := x.sorted[i]
+		r := x.devices[dev].attrs
+		if r == nil || !keep(dev) {
+			continue
+		}
+		if n == limit {
+			return as, next, true
+		}
+		n++
+		next = dev
+		if r.floor > 0 {
+			as = append(as, buckets.Assignment{Device: dev, At: r.floor, Replace: true})
+		}
+		for j, a := range r.set {
+			as = append(as, buckets.Assignment{Device: dev, At: r.at[j], Set: buckets.Attributes{a}})
+		}
+		for _, g := range r.gone {
+			as = append(as, buckets.Assignment{Device: dev, At: g.at, Remove: []string{g.name}})
+		}
+	}
+	return as, next, false
+}

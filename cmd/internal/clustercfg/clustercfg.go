@@ -32,20 +32,23 @@ type Config struct {
 	// PartitionStreams gives each partition a stream of its own
 	// (TELEMETRY_<p>), so that each has its own leader, file and fsync;
 	// the NATS servers must map <prefix>.<device> to
-	// <prefix>.<partition>.<device> (deploy/nats-cluster.conf). Off: the
-	// one stream TELEMETRY applies the partition itself.
+	// <prefix>.<partition>.<device> (deploy/nats-cluster.conf). Default
+	// on. Off: the one stream TELEMETRY applies the partition itself. A
+	// single node has a stream per partition whatever it says.
 	PartitionStreams bool
 }
 
 // DefaultStreamReplicas is the default of -stream-replicas.
 const DefaultStreamReplicas = 3
 
-// Default returns the cluster defaults: off.
+// Default returns the cluster defaults: off (a single node); a cluster
+// has a stream per partition.
 func Default() Config {
 	return Config{
-		Copies:         ownership.DefaultCopies,
-		LeaseTTL:       ownership.DefaultLeaseTTL,
-		StreamReplicas: DefaultStreamReplicas,
+		Copies:           ownership.DefaultCopies,
+		LeaseTTL:         ownership.DefaultLeaseTTL,
+		StreamReplicas:   DefaultStreamReplicas,
+		PartitionStreams: true,
 	}
 }
 
@@ -57,7 +60,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "cluster: the HTTP base URL other nodes use to reach this one, e.g. http://node-1:8080")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "cluster: a node whose lease is not renewed for this long is gone and its partitions are taken over")
 	fs.StringVar(&c.ClusterToken, "cluster-token", c.ClusterToken, "cluster: the secret nodes present to each other's node-to-node API, the same on every node (at least 16 characters; not a token of the auth file); empty: derived from -cursor-key")
-	fs.BoolVar(&c.PartitionStreams, "partition-streams", c.PartitionStreams, "cluster: a stream per partition (TELEMETRY_0, TELEMETRY_1, ...), each with its own leader and fsync, their leaders spread over the NATS servers; the servers must map <prefix>.* to <prefix>.{{partition(N,1)}}.{{wildcard(1)}} (deploy/nats-cluster.conf); a cluster on the one stream TELEMETRY drains it and removes it")
+	fs.BoolVar(&c.PartitionStreams, "partition-streams", c.PartitionStreams, "cluster: a stream per partition (TELEMETRY_0, TELEMETRY_1, ...), each with its own leader and fsync, their leaders spread over the NATS servers; the servers must map <prefix>.* to <prefix>.{{partition(N,1)}}.{{wildcard(1)}} (deploy/nats-cluster.conf); a cluster on the one stream TELEMETRY drains it and removes it. false: the one stream TELEMETRY, partitioned by its subject transform, and no mapping on the servers")
 	fs.IntVar(&c.StreamReplicas, "stream-replicas", c.StreamReplicas, "cluster: replicas of the streams and the lease bucket when a node creates them")
 }
 
@@ -65,10 +68,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 // -cursor-key; an empty NodeName becomes the host name.
 func (c *Config) Validate(natsURL, cursorKey string) error {
 	if c.Partitions == 0 {
-		if c.PartitionStreams {
-			return errors.New("-partition-streams: a cluster's; a single node's streams follow -stream-partitions")
-		}
-		return nil
+		return nil // a single node's streams follow -stream-partitions
 	}
 	var errs []error
 	if c.NodeName == "" {

@@ -1,6 +1,7 @@
 package clustercfg
 
 import (
+	"flag"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,21 @@ func TestValidate(t *testing.T) {
 	at := valid()
 	at.Copies, at.StreamReplicas, at.LeaseTTL, at.ClusterToken = 5, 5, ownership.MinLeaseTTL, strings.Repeat("c", 16)
 	assert.NoError(t, at.Validate("nats://n:4222", cursorKey), "at the limits")
+}
+
+// A cluster has a stream per partition unless told otherwise; the flag
+// says nothing to a single node, which validates with the default.
+func TestPartitionStreamsDefault(t *testing.T) {
+	assert.True(t, Default().PartitionStreams)
+	off := Default()
+	require.NoError(t, off.Validate("", ""))
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	c := valid()
+	c.Bind(fs)
+	assert.Equal(t, "true", fs.Lookup("partition-streams").DefValue)
+	require.NoError(t, fs.Parse([]string{"-partition-streams=false"}))
+	assert.False(t, c.PartitionStreams)
+	require.NoError(t, c.Validate("nats://n:4222", cursorKey))
 }
 
 func TestCredential(t *testing.T) {

@@ -74,7 +74,7 @@ var tuning = map[string]string{
 	"http-max-conns-per-client": "many clients behind one address (a NAT, a proxy)",
 	"backup-dir":                "online backups to another place, or none",
 	"lease-ttl":                 "clusters that take over partitions faster or slower",
-	"partition-streams":         "clusters whose writes outgrow one stream leader, once their NATS servers map the partitions",
+	"partition-streams":         "every cluster (the servers map the partitions); false for one whose NATS servers cannot map them yet",
 	"stream-replicas":           "clusters whose NATS cluster has other than three servers",
 	"alert-external-url":        "alerts that link back to the service",
 	"alert-external-labels":     "alerts from several sites to one Alertmanager",
