@@ -145,11 +145,9 @@ func (m *Main) openCluster(ctx context.Context) error {
 		Store:      m.store,
 		Everywhere: router,
 		Dropped:    m.countManualDrop,
-		// Attributes set over HTTP are not in the stream: a node taking
-		// a partition over copies them from an owner first.
-		Seed:   router.CopyAttributes,
-		Logger: m.log.With("component", "cluster"),
-		Now:    m.now,
+		Seed:       router.CopyAttributes, // attributes set over HTTP are not in the stream
+		Logger:     m.log.With("component", "cluster"),
+		Now:        m.now,
 	})
 	if err != nil {
 		return err

@@ -43,13 +43,11 @@ type Main struct {
 	now     func() time.Time
 	telOpts otelsetup.Options
 
-	tel   *otelsetup.Providers
-	nats  *natsembed.Server // the embedded server; nil with -nats-url
-	nc    *nats.Conn
-	store *store.Store
-	// ingest consumes the readings streams: one ingester per partition
-	// stream, or one for the single stream.
-	ingest   []*ingest.Ingester
+	tel      *otelsetup.Providers
+	nats     *natsembed.Server // the embedded server; nil with -nats-url
+	nc       *nats.Conn
+	store    *store.Store
+	ingest   []*ingest.Ingester // one per partition stream, or one for the single stream
 	api      *api.Server
 	ret      *retention.Worker
 	pprof    *pprofserve.Server
