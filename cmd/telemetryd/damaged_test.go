@@ -90,11 +90,12 @@ func TestDamagedTableHoldsAckedReadingsUntilDropped(t *testing.T) {
 	assert.Contains(t, body, "table "+day.String())
 	assert.Contains(t, body, "telemetryd repair -day "+day.String())
 	assert.Contains(t, body, "DELETE /v1/tables/"+day.String())
-	v, ok := sample(scrape(t, s), "telemetry_store_blocked_tables", map[string]string{"reason": "damaged"})
+	mfs := scrape(t, s)
+	v, ok := sample(mfs, "telemetry_store_blocked_tables", map[string]string{"reason": "damaged"})
 	require.True(t, ok, "the gauge is exported")
 	if !assert.Equal(t, float64(1), v) {
 		_, now := s.readyz(t)
-		t.Logf("/readyz when it said so: %s; now: %s", body, now)
+		t.Logf("/readyz when it said so: %s; now: %s; the gauge: %v", body, now, mfs["telemetry_store_blocked_tables"])
 	}
 
 	q := url.Values{"from": {at.Add(-time.Minute).Format(time.RFC3339)}, "to": {at.Add(time.Hour).Format(time.RFC3339)}}

@@ -112,9 +112,8 @@ func RunBackup(ctx context.Context, args []string, stdout, stderr io.Writer, sh 
 	if url != "" {
 		return backupOnline(ctx, url, token, to, full, stdout, stderr)
 	}
-	sopts := store.DefaultOptions()
+	sopts := subcmd.StoreOptions(cfg.Logger(stderr).With("component", "backup"))
 	sopts.ReadOnly = true
-	sopts.Logger = cfg.Logger(stderr).With("component", "backup")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		fmt.Fprintf(stderr, "telemetryd backup: %s is in use by a running telemetryd; back it up through the service instead: "+

@@ -45,9 +45,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd
 		return code
 	}
 	cfg := sh.Values()
-	sopts := store.DefaultOptions()
+	sopts := subcmd.StoreOptions(cfg.Logger(stderr).With("component", "check"))
 	sopts.ReadOnly = true
-	sopts.Logger = cfg.Logger(stderr).With("component", "check")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		fmt.Fprintf(stderr, "telemetryd check: %s is in use by a running telemetryd; stop it first\n", cfg.DataDir)

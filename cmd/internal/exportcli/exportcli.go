@@ -152,9 +152,8 @@ func (x *exportCmd) openLocal(ctx context.Context, cfg subcmd.Values, stderr io.
 	if err != nil {
 		return nil, o, fmt.Errorf("-%w", err)
 	}
-	sopts := store.DefaultOptions()
+	sopts := subcmd.StoreOptions(cfg.Logger(stderr).With("component", "export"))
 	sopts.ReadOnly = true
-	sopts.Logger = cfg.Logger(stderr).With("component", "export")
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		return nil, o, fmt.Errorf("-data-dir %s is in use by a running telemetryd; export through it with -url http://<its -http-addr>", cfg.DataDir)

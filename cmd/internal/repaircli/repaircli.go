@@ -62,8 +62,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd
 		return 2
 	}
 	cfg := sh.Values()
-	sopts := store.DefaultOptions()
-	sopts.Logger = cfg.Logger(stderr).With("component", "repair")
+	sopts := subcmd.StoreOptions(cfg.Logger(stderr).With("component", "repair"))
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		fmt.Fprintf(stderr, "telemetryd repair: %s is in use by a running telemetryd; stop it first, or ask it: POST /v1/tables/%s/repair\n", cfg.DataDir, day)

@@ -47,9 +47,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, sh subcmd
 	}
 	cfg := sh.Values()
 	log := cfg.Logger(stderr)
-	sopts := store.DefaultOptions()
+	sopts := subcmd.StoreOptions(log)
 	sopts.ReadOnly = dryRun
-	sopts.Logger = log
 	st, err := store.Open(ctx, cfg.DataDir, sopts)
 	if errors.Is(err, store.ErrLocked) {
 		fmt.Fprintf(stderr, "telemetryd retention: %s is in use by a running telemetryd; use its admin endpoint instead: curl -X POST http://<http-addr>/v1/retention/run%s\n",

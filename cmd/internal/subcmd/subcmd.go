@@ -10,7 +10,11 @@ import (
 	"log/slog"
 	"time"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/telemetryd/telemetryd/cmd/internal/otelsetup"
+	"github.com/telemetryd/telemetryd/store"
 )
 
 // Shared binds, parses and reads the service's flags for a
@@ -42,4 +46,15 @@ type Values struct {
 // Logger is the service's logger for these settings, writing to w.
 func (v Values) Logger(w io.Writer) *slog.Logger {
 	return otelsetup.NewLogger(v.LogLevel, v.LogFormat, w)
+}
+
+// StoreOptions are the store's defaults for a subcommand, logging to
+// log. A subcommand exports no metrics or traces: its store gets no-op
+// providers, never the process's global ones, which in a process that
+// also runs the service (its tests) are that service's, whose gauges
+// the subcommand's store would then overwrite.
+func StoreOptions(log *slog.Logger) store.Options {
+	o := store.DefaultOptions()
+	o.Logger, o.MeterProvider, o.TracerProvider = log, metricnoop.NewMeterProvider(), tracenoop.NewTracerProvider()
+	return o
 }
