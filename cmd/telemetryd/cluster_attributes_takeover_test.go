@@ -2,14 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -32,21 +30,7 @@ func TestClusterAttributesReachATakeoverOwner(t *testing.T) {
 	nc := startNATSCluster(t, 1)
 	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})
 	js := jsFor(t, nc.url(0))
-	var acks []jetstream.PubAckFuture
-	for i := range f.n {
-		a, err := js.PublishAsync("telemetry."+f.device(i), fmt.Appendf(nil, `{"ts":%d,"load":%d,"attributes":{"fleet":"West"}}`,
-			f.lastAt(i).UnixMilli(), f.load(i)))
-		require.NoError(t, err)
-		acks = append(acks, a)
-	}
-	awaitAcks(t, acks)
-	waitFor(t, 100*time.Millisecond, func() bool {
-		total := 0
-		for _, n := range nodes {
-			total += localDevices(t, n.main())
-		}
-		return total == 2*f.n
-	}, "every truck stored on its two owners")
+	f.storeOnOwners(t, js, nodes, `,"attributes":{"fleet":"West"}`)
 	for i := range f.n {
 		code, body := sendJSON(t, http.MethodPut, nodes[i%3].base+"/v1/devices/"+f.device(i)+"/attributes", `{"fleet":"East","tag":"x"}`)
 		require.Equal(t, http.StatusOK, code, body)

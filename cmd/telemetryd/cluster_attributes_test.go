@@ -50,19 +50,14 @@ func sendJSON(t *testing.T, method, url, body string) (int, string) {
 	return resp.StatusCode, b.String()
 }
 
-// TestClusterAttributes: three nodes, every partition on two of them.
-// Attributes are set through any node (each write reaches every owner
-// of the device's partition), and attribute filters, label values and
-// PromQL over attribute labels answer the same through every node.
-func TestClusterAttributes(t *testing.T) {
-	inLane(t, lanes.cluster)
-	f := attrFleet{n: 24}
-	nc := startNATSCluster(t, 1)
-	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})
-	js := jsFor(t, nc.url(0))
+// storeOnOwners publishes one reading of each truck, with the JSON
+// members extra (",…" or ""), and waits until every truck is stored on
+// its two owners among nodes.
+func (f attrFleet) storeOnOwners(t *testing.T, js jetstream.JetStream, nodes []*testNode, extra string) {
+	t.Helper()
 	var acks []jetstream.PubAckFuture
 	for i := range f.n {
-		a, err := js.PublishAsync("telemetry."+f.device(i), fmt.Appendf(nil, `{"ts":%d,"load":%d}`, f.lastAt(i).UnixMilli(), f.load(i)))
+		a, err := js.PublishAsync("telemetry."+f.device(i), fmt.Appendf(nil, `{"ts":%d,"load":%d%s}`, f.lastAt(i).UnixMilli(), f.load(i), extra))
 		require.NoError(t, err)
 		acks = append(acks, a)
 	}
@@ -74,6 +69,19 @@ func TestClusterAttributes(t *testing.T) {
 		}
 		return total == 2*f.n
 	}, "every truck stored on its two owners")
+}
+
+// TestClusterAttributes: three nodes, every partition on two of them.
+// Attributes are set through any node (each write reaches every owner
+// of the device's partition), and attribute filters, label values and
+// PromQL over attribute labels answer the same through every node.
+func TestClusterAttributes(t *testing.T) {
+	inLane(t, lanes.cluster)
+	f := attrFleet{n: 24}
+	nc := startNATSCluster(t, 1)
+	nodes := startConvergedNodes(t, nc, 3, 2, func(*Config) {})
+	js := jsFor(t, nc.url(0))
+	f.storeOnOwners(t, js, nodes, "")
 
 	// Set each truck's attributes through a different node: a PUT, then
 	// a PATCH that adds the model.
