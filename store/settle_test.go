@@ -257,21 +257,27 @@ func TestLastReleaseByAReadAfterADropWritesNothing(t *testing.T) {
 }
 
 // A full queue leaves an idle table open (the sweep hands it over
-// again later) and never closes it unsettled.
+// again later) and never closes it unsettled. The compactor is kept
+// busy settling a third day first, so that it takes nothing from the
+// queue while the sweep fills it.
 func TestIdleTableWaitsForRoomInTheSettleQueue(t *testing.T) {
 	old := maxSettleJobs
 	maxSettleJobs = 1
-	gate := make(chan struct{})
+	gate, entered := make(chan struct{}), make(chan struct{})
 	open := sync.OnceFunc(func() { close(gate) })
+	busy := sync.OnceFunc(func() { close(entered) })
 	defer open()
-	testHookCompactCommit = func() { <-gate }
+	testHookCompactCommit = func() { busy(); <-gate }
 	t.Cleanup(func() { maxSettleJobs, testHookCompactCommit = old, nil })
 	ts := newTestStore(t, func(o *Options) { o.CompactInterval = time.Hour; o.IdleClose = time.Minute })
-	a, b := today-6, today-5
+	a, b, c := today-6, today-5, today-7
 	for i := range 2 {
-		ts.write(t, reading("dev", dayTick(a, time.Duration(i)*time.Second), "v", i))
-		ts.write(t, reading("dev", dayTick(b, time.Duration(i)*time.Second), "v", i))
+		for _, d := range []buckets.Day{a, b, c} {
+			ts.write(t, reading("dev", dayTick(d, time.Duration(i)*time.Second), "v", i))
+		}
 	}
+	require.NotNil(t, ts.settles.Add(c))
+	<-entered // the compactor settles c, held at its commit; the queue is empty
 	ts.clock.Advance(2 * time.Minute)
 	jobs := ts.closeIdle()
 	require.Len(t, jobs, 1, "one of the two idle tables fits the queue")
