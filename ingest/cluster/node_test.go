@@ -518,6 +518,19 @@ func TestStaleOwnerWithdrawsFromQueries(t *testing.T) {
 	}
 }
 
+// twoCaughtUpOwners is a cluster of one partition and two nodes, both
+// owning it, their consumers caught up at position 100.
+func twoCaughtUpOwners(t *testing.T) (c *testCluster, a, b *testNode, ca, cb *fakeConsumer) {
+	c = newTestCluster(t, 1, 2)
+	a, b = c.add("node-a", 0), c.add("node-b", 0)
+	c.settle()
+	ca, cb = a.consumers.last(0), b.consumers.last(0)
+	ca.setPosition(100, 100, nil)
+	cb.setPosition(100, 100, nil)
+	c.round()
+	return c, a, b, ca, cb
+}
+
 // When a NATS server goes away, every owner's consumer of a partition
 // may stand still at once (the deliveries and acks on their way to it
 // lost): both owners trail the stream past MaxReadLag in the same
@@ -526,14 +539,7 @@ func TestStaleOwnerWithdrawsFromQueries(t *testing.T) {
 // back within the bound, the other, still trailing, withdraws; an owner
 // whose own lease lapsed withdraws whatever the others publish.
 func TestOwnersTrailingTogetherKeepAnswering(t *testing.T) {
-	c := newTestCluster(t, 1, 2)
-	a := c.add("node-a", 0)
-	b := c.add("node-b", 0)
-	c.settle()
-	ca, cb := a.consumers.last(0), b.consumers.last(0)
-	ca.setPosition(100, 100, nil)
-	cb.setPosition(100, 100, nil)
-	c.round()
+	c, a, b, ca, cb := twoCaughtUpOwners(t)
 	for head := uint64(110); head <= 300; head += 10 {
 		ca.setPosition(100, head, nil)
 		cb.setPosition(100, head, nil)
@@ -661,14 +667,7 @@ func TestServesFollowsTheNodesOwnState(t *testing.T) {
 		}
 	})
 	t.Run("trailing its stream", func(t *testing.T) {
-		c := newTestCluster(t, 1, 2)
-		a := c.add("node-a", 0)
-		b := c.add("node-b", 0)
-		c.settle()
-		ca, cb := a.consumers.last(0), b.consumers.last(0)
-		ca.setPosition(100, 100, nil)
-		cb.setPosition(100, 100, nil)
-		c.round()
+		c, a, b, ca, cb := twoCaughtUpOwners(t)
 		require.True(t, a.node.Serves(0))
 		for head := uint64(110); a.node.Serves(0); head += 10 {
 			require.Less(t, head, uint64(1000), "node-a never stops serving")
