@@ -13,12 +13,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	btable "github.com/dgraph-io/badger/v4/table"
+
 	"github.com/dgraph-io/ristretto/v2/z"
+	"github.com/telemetryd/telemetryd/store/blocked"
 )
 
 // CheckFiles opens every SSTable file in dir the way Badger will,
@@ -85,7 +86,7 @@ func checkTableFile(path string, o badger.Options) (err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("damaged: %s", firstLine(fmt.Sprint(r)))
+			err = fmt.Errorf("damaged: %s", blocked.FirstLine(fmt.Sprint(r)))
 		}
 		_ = mf.Close(-1)
 	}()
@@ -98,14 +99,4 @@ func checkTableFile(path string, o badger.Options) (err error) {
 		ZSTDCompressionLevel: o.ZSTDCompressionLevel,
 	})
 	return err
-}
-
-// firstLine trims a panic message to its first non-empty line.
-func firstLine(s string) string {
-	for _, line := range strings.Split(s, "\n") {
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "==") {
-			return line
-		}
-	}
-	return s
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/store/backup"
+	"github.com/telemetryd/telemetryd/store/blocked"
 )
 
 // Store is the store that salvaged readings are written back into.
@@ -122,7 +123,7 @@ func (s *Salvager) Damaged(ctx context.Context, dir string, readOnly bool, rep *
 	opts := s.Options(dir, readOnly).WithChecksumVerificationMode(options.NoVerification)
 	db, err := s.Open(opts)
 	if err != nil {
-		rep.SalvageErr = firstLine(err.Error())
+		rep.SalvageErr = blocked.FirstLine(err.Error())
 		s.Log.Warn("repair: the damaged table does not open even without checksum checks; reading its table files one by one",
 			"dir", dir, "err", err)
 		return s.salvageFiles(ctx, dir, opts, rep)
@@ -154,7 +155,7 @@ func (s *Salvager) copyFrom(ctx context.Context, db *badger.DB, from []byte, rep
 		if r := recover(); r != nil {
 			rep.SkippedDevices++
 			s.Log.Warn("repair: a damaged part of the table cannot be read; skipping to the next device",
-				"device", string(dev), "panic", firstLine(fmt.Sprint(r)))
+				"device", string(dev), "panic", blocked.FirstLine(fmt.Sprint(r)))
 			next, err = append([]byte(dev), '/'+1), nil
 			if dev == "" {
 				next = nil
@@ -317,7 +318,7 @@ func (s *Salvager) readTableFile(path string, o badger.Options) (blocks map[buck
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			blocks, err = nil, fmt.Errorf("damaged: %s", firstLine(fmt.Sprint(r)))
+			blocks, err = nil, fmt.Errorf("damaged: %s", blocked.FirstLine(fmt.Sprint(r)))
 		}
 		_ = mf.Close(-1)
 	}()
