@@ -24,6 +24,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/cmd/internal/testhook"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/groupcommit"
 	"github.com/telemetryd/telemetryd/ingest/intake"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/ingest/topology"
@@ -281,11 +282,14 @@ func (m *Main) startIngest() error {
 		icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(icfg.Partitions), minPullBytes))
 	}
 	cfgs := icfg.PerStream()
+	// The partitions' ingesters share their store commits: one commit
+	// (and fsync) holds what several of them have ready.
+	w := groupcommit.New(m.store)
 	for _, c := range cfgs {
 		if icfg.PartitionStreams {
 			c.Logger = icfg.Logger.With("stream", c.Stream)
 		}
-		ing, err := ingest.New(m.nc, m.store, c)
+		ing, err := ingest.New(m.nc, w, c)
 		if err != nil {
 			return err
 		}
