@@ -277,14 +277,11 @@ func (m *Main) startIngest() error {
 		return err
 	}
 	if icfg.PartitionStreams {
-		// The consumer share of the memory budget is split between the
-		// partitions, each keeping room for the largest message.
+		// Each partition pulls its share of the budget, with room for the largest message.
 		icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(icfg.Partitions), minPullBytes))
 	}
 	cfgs := icfg.PerStream()
-	// The partitions' ingesters share their store commits: one commit
-	// (and fsync) holds what several of them have ready.
-	w := groupcommit.New(m.store)
+	w := groupcommit.New(m.store) // the ingesters share commits (and fsyncs)
 	for _, c := range cfgs {
 		if icfg.PartitionStreams {
 			c.Logger = icfg.Logger.With("stream", c.Stream)
