@@ -17,15 +17,8 @@ import (
 	"sync"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
 )
-
-// Writer is the store the commits go to (implemented by store.Store).
-// Write commits readings atomically per day table; Assign applies
-// attribute assignments. Neither may keep its slice after it returns.
-type Writer interface {
-	Write(ctx context.Context, rs []buckets.Reading) error
-	Assign(ctx context.Context, as []buckets.Assignment) error
-}
 
 // Group shares store commits between concurrent writers. Its zero
 // value is not usable; create it with New. It is safe for concurrent
@@ -33,7 +26,7 @@ type Writer interface {
 // no commit running leads, commits what is queued, and hands the lead
 // to the first caller that queued meanwhile.
 type Group struct {
-	w Writer
+	w ingest.Writer // the store
 
 	mu    sync.Mutex
 	queue []*request // waiting for the next commit
@@ -50,9 +43,9 @@ type request struct {
 }
 
 // New returns a Group committing to w.
-func New(w Writer) *Group { return &Group{w: w} }
+func New(w ingest.Writer) *Group { return &Group{w: w} }
 
-var _ Writer = (*Group)(nil)
+var _ ingest.Writer = (*Group)(nil)
 
 // Write commits rs, together with the readings of the Write calls
 // queued at the same moment, and returns once rs is committed, or with

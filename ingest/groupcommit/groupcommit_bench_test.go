@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest"
 	"github.com/telemetryd/telemetryd/store"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkPartitionWriters(b *testing.B) {
 
 // counting counts the Write calls that reach w.
 type counting struct {
-	Writer
+	ingest.Writer
 	mu    sync.Mutex
 	calls int
 }
@@ -56,7 +57,7 @@ func benchWriters(b *testing.B, synced bool, batch int, grouped bool) {
 	}
 	defer s.Close()
 	c := &counting{Writer: s}
-	var w Writer = c
+	var w ingest.Writer = c
 	if grouped {
 		w = New(c)
 	}
@@ -95,7 +96,7 @@ func benchWriters(b *testing.B, synced bool, batch int, grouped bool) {
 	b.StopTimer()
 	total := float64(writers * perWriter * batch)
 	b.ReportMetric(total/elapsed.Seconds(), "readings/s")
-	b.ReportMetric(float64((cpuTime() - cpu0).Nanoseconds())/total, "cpu-ns/reading")
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/total, "cpu-ns/reading")
 	b.ReportMetric(float64(c.calls)/elapsed.Seconds(), "commits/s")
 }
 

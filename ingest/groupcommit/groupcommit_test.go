@@ -210,4 +210,3 @@ func TestEmptyWriteAndAssignPassThrough(t *testing.T) {
 	require.NoError(t, g.Assign(context.Background(), []buckets.Assignment{{}}))
 	assert.Equal(t, 1, rec.assigns)
 }
-
