@@ -24,6 +24,7 @@ import (
 	"github.com/telemetryd/telemetryd/cmd/internal/security"
 	"github.com/telemetryd/telemetryd/cmd/internal/testhook"
 	"github.com/telemetryd/telemetryd/ingest"
+	"github.com/telemetryd/telemetryd/ingest/groupcommit"
 	"github.com/telemetryd/telemetryd/ingest/intake"
 	"github.com/telemetryd/telemetryd/ingest/natsembed"
 	"github.com/telemetryd/telemetryd/ingest/topology"
@@ -276,16 +277,16 @@ func (m *Main) startIngest() error {
 		return err
 	}
 	if icfg.PartitionStreams {
-		// The consumer share of the memory budget is split between the
-		// partitions, each keeping room for the largest message.
+		// Each partition pulls its share of the budget, with room for the largest message.
 		icfg.PullMaxBytes = int(max(m.budget.PullBytes/int64(icfg.Partitions), minPullBytes))
 	}
 	cfgs := icfg.PerStream()
+	w := groupcommit.New(m.store) // the ingesters share commits (and fsyncs)
 	for _, c := range cfgs {
 		if icfg.PartitionStreams {
 			c.Logger = icfg.Logger.With("stream", c.Stream)
 		}
-		ing, err := ingest.New(m.nc, m.store, c)
+		ing, err := ingest.New(m.nc, w, c)
 		if err != nil {
 			return err
 		}
