@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,20 @@ func (p cpuProfile) under(fn string) time.Duration {
 	var d time.Duration
 	for _, s := range p.samples {
 		if slices.Contains(s.funcs, fn) {
+			d += s.cpu
+		}
+	}
+	return d
+}
+
+// outside is the CPU time of the samples whose stack holds a function
+// whose name starts with one of prefixes, and not fn.
+func (p cpuProfile) outside(fn string, prefixes ...string) time.Duration {
+	var d time.Duration
+	for _, s := range p.samples {
+		if !slices.Contains(s.funcs, fn) && slices.ContainsFunc(s.funcs, func(f string) bool {
+			return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(f, p) })
+		}) {
 			d += s.cpu
 		}
 	}
