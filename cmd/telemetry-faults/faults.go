@@ -44,7 +44,7 @@ type fault struct {
 	What   string // which processes or links, and how
 	At     time.Time
 	Healed time.Time
-	Err    string // the injection failed (the run fails)
+	Err    string // the injection failed (the run fails, after its checks)
 	// Violation is what the fault itself found wrong (the run fails).
 	Violation string
 }
@@ -86,11 +86,15 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 			return ctx.Err()
 		}
 		if err := c.diskCrashes(ctx, res); err != nil {
-			return err
+			res.StoppedEarly = fmt.Sprintf("faults stopped before fault %d: %v", i+1, err)
+			return nil
 		}
 		hold := 2*c.cfg.LeaseTTL + time.Duration(rng.Int64N(int64(3*c.cfg.LeaseTTL)))
 		f := fault{Kind: kind, At: time.Now()}
 		err := c.inject(ctx, rng, &f, hold)
+		if c.cfg.failFault != nil && err == nil {
+			err = c.cfg.failFault(i+1, &f)
+		}
 		f.Healed = time.Now()
 		if err != nil && len(c.crashedDisks()) > 0 {
 			// The disk of a process the fault restarted died under it:
@@ -98,16 +102,28 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 			f.What += "; cut short by a LazyFS exit: " + lastLine(err.Error())
 			err = nil
 		}
+		var rerr error
 		if err != nil {
+			// The run fails, but its checks are still made: put the
+			// cluster back together first.
 			f.Err = err.Error()
+			c.log.Error("fault failed", "n", i+1, "kind", f.Kind, "what", f.What, "err", err)
+			if ctx.Err() == nil {
+				rerr = c.recoverFrom(ctx, &f, res)
+			}
 		}
 		res.Faults = append(res.Faults, f)
 		c.log.Info("fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
-		if err != nil {
-			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if rerr != nil {
+			res.StoppedEarly = fmt.Sprintf("faults stopped after fault %d (%s) failed: the cluster did not recover: %v", i+1, kind, rerr)
+			return nil
 		}
 		if err := c.diskCrashes(ctx, res); err != nil {
-			return err
+			res.StoppedEarly = fmt.Sprintf("faults stopped after fault %d: %v", i+1, err)
+			return nil
 		}
 	}
 	return nil

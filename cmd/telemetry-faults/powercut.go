@@ -56,13 +56,16 @@ func (c *cluster) mountAll(ctx context.Context, work string) error {
 		}
 		fs, err := lazyfs.NewSized(c.cfg.LazyFS, filepath.Join(work, "lazyfs-"+name), filepath.Join(work, "disk-"+name), size, c.log)
 		if err != nil {
-			return err
+			errs[m] = err
+			break
 		}
 		c.lfs[m] = &lazyMount{FS: fs, mnt: fs.Mnt}
 		// At once: LazyFS allocates its whole cache before it mounts,
 		// which takes seconds each on a busy machine.
 		wg.Go(func() { errs[m] = fs.Mount(ctx) })
 	}
+	// Every mount started is waited for, failures and ctrl-C included:
+	// close must not run beside a Mount that is still starting LazyFS.
 	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -59,6 +59,7 @@ type proc struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	stopped bool // SIGSTOPped
+	killed  bool // SIGKILL sent (a process still running then hangs in the kernel)
 }
 
 // start launches the process; it does not wait for it to be ready.
@@ -80,7 +81,7 @@ func (p *proc) start() error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	p.mu.Lock()
-	p.cmd, p.exited, p.stopped = cmd, exited, false
+	p.cmd, p.exited, p.stopped, p.killed = cmd, exited, false, false
 	p.mu.Unlock()
 	return nil
 }
@@ -114,6 +115,8 @@ func (p *proc) signal(sig syscall.Signal) error {
 		p.stopped = true
 	case syscall.SIGCONT:
 		p.stopped = false
+	case syscall.SIGKILL:
+		p.killed = true
 	}
 	return nil
 }
@@ -136,6 +139,32 @@ func (p *proc) kill() error {
 }
 
 const killWait = time.Minute
+
+// hung reports whether the process was sent SIGKILL and has not exited:
+// a thread of it waits in the kernel (on a FUSE file system that does
+// not answer).
+func (p *proc) hung() bool {
+	p.mu.Lock()
+	killed := p.killed
+	p.mu.Unlock()
+	return killed && p.running()
+}
+
+// waitExit waits up to d for the process to be gone.
+func (p *proc) waitExit(d time.Duration) bool {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited == nil {
+		return true
+	}
+	select {
+	case <-exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
 
 // stop sends SIGTERM (SIGCONT first, should it be paused) and kills it
 // after timeout.
