@@ -118,6 +118,7 @@ type Result struct {
 	Queries       []query
 	Writes        []answer
 	DoubleServed  []overServed
+	Trailing      map[string]int // samples of /v1/cluster in which a node answered a partition from a trailing copy, by "node-j pN"
 	Findings      []string
 	// StoppedEarly says that Config.FaultsFor ended the schedule before
 	// Config.Faults faults (empty: it did not).
@@ -238,6 +239,7 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		writes[fmt.Sprintf("%s:%d", a.node, a.status)]++
 	}
 	fmt.Fprintf(w, "writes by node:status: %v\n", writes)
+	fmt.Fprintf(w, "trailing copies answering (samples of /v1/cluster, one a second per node): %v\n", r.Trailing)
 	fmt.Fprintf(w, "check faults: %d found something wrong themselves\n", len(r.faultViolations()))
 	for _, f := range r.faultViolations() {
 		fmt.Fprintf(w, "  %s %s: %s\n", f.At.UTC().Format("15:04:05.000"), f.Kind, f.Violation)

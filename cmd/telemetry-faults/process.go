@@ -298,11 +298,12 @@ func waitReady(ctx context.Context, p *proc, base string, timeout time.Duration)
 // clusterView is what GET /v1/cluster says.
 type clusterView struct {
 	Nodes []struct {
-		Node    string    `json:"node"`
-		URL     string    `json:"url"`
-		Ready   []int     `json:"ready"`
-		Holding []int     `json:"holding"`
-		Renewed time.Time `json:"renewed"`
+		Node     string    `json:"node"`
+		URL      string    `json:"url"`
+		Ready    []int     `json:"ready"`
+		Holding  []int     `json:"holding"`
+		Trailing []int     `json:"trailing"`
+		Renewed  time.Time `json:"renewed"`
 	} `json:"nodes"`
 	Layout []struct {
 		Partition int      `json:"partition"`

@@ -132,6 +132,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	res.Queries = q.results()
 	res.Writes = led.writes
 	res.DoubleServed = sv.doubleServing(cfg.Partitions, cfg.Copies+1, cfg.LeaseTTL)
+	res.Trailing = sv.trailingSeen()
 	if err := errors.Join(ferr, ctx.Err()); err != nil {
 		return res, err // stopped: what the clients saw, without the final check
 	}
