@@ -27,15 +27,19 @@ const (
 	faultClock     = "clock"      // a node restarted with its clock a minute ahead or behind, then restarted right
 	faultPowerOne  = "power-one"  // a power cut of one machine (LazyFS)
 	faultPowerAll  = "power-all"  // a power cut of every machine at once (LazyFS)
+	faultCrashOne  = "crash-one"  // without LazyFS: one machine's processes SIGKILLed and started again
+	faultCrashAll  = "crash-all"  // without LazyFS: every machine's processes SIGKILLed and started again
 )
 
-// faultKinds are the kinds a run with cfg injects.
+// faultKinds are the kinds a run with cfg injects. Without LazyFS a
+// machine cannot lose its unsynced writes: the power cuts are crashes
+// then (its processes SIGKILLed, the kernel keeping what they wrote).
 func faultKinds(cfg Config) []string {
 	k := []string{faultIsolate, faultPauseNode, faultSplit, faultNetem, faultPauseNATS, faultBridge, faultCorrupt, faultClock}
 	if cfg.LazyFS != "" {
-		k = append(k, faultPowerOne, faultPowerAll)
+		return append(k, faultPowerOne, faultPowerAll)
 	}
-	return k
+	return append(k, faultCrashOne, faultCrashAll)
 }
 
 // fault is one injected fault as the output lists it.
@@ -286,6 +290,13 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold tim
 		return c.powerCut(ctx, []int{k}, f)
 	case faultPowerAll:
 		f.What = "power cut of every machine"
+		return c.powerCut(ctx, []int{0, 1, 2}, f)
+	case faultCrashOne:
+		k := rng.IntN(servers)
+		f.What = fmt.Sprintf("crash (SIGKILL) of nats-%d and node-%d", k, k)
+		return c.powerCut(ctx, []int{k}, f)
+	case faultCrashAll:
+		f.What = "crash (SIGKILL) of every machine"
 		return c.powerCut(ctx, []int{0, 1, 2}, f)
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)

@@ -17,7 +17,8 @@
 // restarts, a node restarted with its clock a minute ahead or behind
 // (TELEMETRY_CLOCK_OFFSET, telemetryd's test hook), and with -lazyfs a power cut of one machine (its NATS
 // server and node) and of all machines at once: each process's disk is a
-// LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs).
+// LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs);
+// without -lazyfs, crashes (SIGKILL) of one machine and of all instead.
 // By default the cluster has a stream per partition (-partition-streams).
 // Then it heals everything and checks:
 //
