@@ -284,17 +284,15 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold tim
 		return c.corrupt(ctx, rng, f)
 	case faultClock:
 		return c.clockOffset(ctx, rng, f, hold)
-	case faultPowerOne:
+	case faultPowerOne, faultCrashOne:
+		// Without LazyFS a cut loses nothing the kernel holds: a crash.
+		what := map[string]string{faultPowerOne: "power cut", faultCrashOne: "crash (SIGKILL)"}[f.Kind]
 		k := rng.IntN(servers)
-		f.What = fmt.Sprintf("power cut of nats-%d and node-%d", k, k)
+		f.What = fmt.Sprintf("%s of nats-%d and node-%d", what, k, k)
 		return c.powerCut(ctx, []int{k}, f)
 	case faultPowerAll:
 		f.What = "power cut of every machine"
 		return c.powerCut(ctx, []int{0, 1, 2}, f)
-	case faultCrashOne:
-		k := rng.IntN(servers)
-		f.What = fmt.Sprintf("crash (SIGKILL) of nats-%d and node-%d", k, k)
-		return c.powerCut(ctx, []int{k}, f)
 	case faultCrashAll:
 		f.What = "crash (SIGKILL) of every machine"
 		return c.powerCut(ctx, []int{0, 1, 2}, f)
