@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -95,6 +96,7 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 		}
 		hold := 2*c.cfg.LeaseTTL + time.Duration(rng.Int64N(int64(3*c.cfg.LeaseTTL)))
 		f := fault{Kind: kind, At: time.Now()}
+		c.log.Info("fault begins", "n", i+1, "kind", kind)
 		err := c.inject(ctx, rng, &f, hold)
 		if c.cfg.failFault != nil && err == nil {
 			err = c.cfg.failFault(i+1, &f)
@@ -111,13 +113,17 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 			// The run fails, but its checks are still made: put the
 			// cluster back together first.
 			f.Err = err.Error()
-			c.log.Error("fault failed", "n", i+1, "kind", f.Kind, "what", f.What, "err", err)
+			c.log.Warn("fault failed; recovering", "n", i+1, "kind", f.Kind)
 			if ctx.Err() == nil {
 				rerr = c.recoverFrom(ctx, &f, res)
 			}
 		}
 		res.Faults = append(res.Faults, f)
-		c.log.Info("fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
+		level := slog.LevelInfo
+		if f.Err != "" {
+			level = slog.LevelError
+		}
+		c.log.Log(ctx, level, "fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
