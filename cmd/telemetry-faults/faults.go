@@ -177,16 +177,25 @@ func (c *cluster) diskCrashes(ctx context.Context, res *Result) error {
 func (c *cluster) diskCrashRound(ctx context.Context, res *Result) error {
 	machines := map[int]bool{}
 	var names []string
+	hung := false
+	c.diskMu.Lock()
 	for _, m := range c.crashedDisks() {
 		machines[m%servers] = true
 		names = append(names, c.net.members[m])
+		hung = hung || c.diskHung[m]
+		delete(c.diskHung, m)
+	}
+	c.diskMu.Unlock()
+	how := "exited by itself (its lazyfs.out, dmesg)"
+	if hung {
+		how = "stopped answering (killed by the harness) or exited by itself"
 	}
 	for k := range servers {
 		if !machines[k] {
 			continue
 		}
 		f := fault{Kind: faultDiskExit, At: time.Now(),
-			What: fmt.Sprintf("LazyFS of %s exited by itself (its lazyfs.out, dmesg); power cut of nats-%d and node-%d", strings.Join(names, ","), k, k)}
+			What: fmt.Sprintf("LazyFS of %s %s; power cut of nats-%d and node-%d", strings.Join(names, ","), how, k, k)}
 		err := c.powerCut(ctx, []int{k}, &f)
 		f.Healed = time.Now()
 		if err != nil {

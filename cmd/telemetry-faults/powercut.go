@@ -87,6 +87,7 @@ func (c *cluster) powerCut(ctx context.Context, ks []int, f *fault) error {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2*servers)
+	c.diskMu.Lock() // watchDisks waits for the new LazyFS processes
 	for _, k := range ks {
 		if c.lfs == nil {
 			break // a crash: the kernel keeps every write
@@ -100,6 +101,7 @@ func (c *cluster) powerCut(ctx context.Context, ks []int, f *fault) error {
 		}
 	}
 	wg.Wait()
+	c.diskMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

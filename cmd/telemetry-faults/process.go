@@ -86,6 +86,16 @@ func (p *proc) start() error {
 	return nil
 }
 
+// pid is the process's id, 0 before its first start.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // running reports whether the process is up (paused counts).
 func (p *proc) running() bool {
 	p.mu.Lock()

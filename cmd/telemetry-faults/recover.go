@@ -70,7 +70,9 @@ func (c *cluster) killDisk(m int) error {
 	if l.crashed() {
 		return nil
 	}
+	c.diskMu.Lock()
 	pids := l.Pids()
+	c.diskMu.Unlock()
 	if len(pids) == 0 {
 		return fmt.Errorf("LazyFS of %s: never started", c.net.members[m])
 	}

@@ -36,6 +36,11 @@ type cluster struct {
 	log    *slog.Logger
 	lfs    []*lazyMount // per member, with power cuts: NATS server k's store, then node k's data dir (member servers+k)
 	netem  bool         // the kernel has netem
+	// diskMu keeps watchDisks off the LazyFS processes while a cut
+	// mounts them again; diskHung are the members whose LazyFS it
+	// killed as hung (diskCrashes says so).
+	diskMu   sync.Mutex
+	diskHung map[int]bool
 }
 
 // servers is the count of NATS servers and of nodes.
@@ -79,7 +84,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	if err != nil {
 		return res, err
 	}
-	c := &cluster{cfg: cfg, net: net, log: log, client: &http.Client{Timeout: 5 * time.Second}}
+	c := &cluster{cfg: cfg, net: net, log: log, client: &http.Client{Timeout: 5 * time.Second}, diskHung: map[int]bool{}}
 	defer c.close()
 	if err := c.setUp(ctx, self, work); err != nil {
 		return res, err
@@ -111,6 +116,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	sv := &serving{nodes: c.urls, client: &http.Client{Timeout: time.Second}, every: time.Second}
 	wg.Go(func() { sv.run(runCtx) })
 	stopProgress := progress(runCtx, cfg.Progress, log, led)
+	if cfg.LazyFS != "" {
+		wg.Go(func() { c.watchDisks(runCtx) })
+	}
 
 	// A fault that fails is recorded and the cluster put back together
 	// (faultLoop); only ctrl-C or SIGTERM ends the run without checks.
