@@ -87,6 +87,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	c := &cluster{cfg: cfg, net: net, log: log, client: &http.Client{Timeout: 5 * time.Second}, diskHung: map[int]bool{}}
 	defer c.close()
 	if err := c.setUp(ctx, self, work); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (set-up stopped: %w)", ctx.Err(), err)
+		}
 		return res, err
 	}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7e1e))
@@ -228,7 +231,10 @@ func (c *cluster) waitJetStream(ctx context.Context, timeout time.Duration) erro
 			if err == nil {
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Now().After(deadline) {
 				return fmt.Errorf("JetStream not answering through nats-%d after %s: %w; log: %s", i, timeout, err, c.nats[i].lastLines(3))
 			}
 			sleepCtx(ctx, 300*time.Millisecond)
