@@ -36,15 +36,9 @@ type diskSample struct {
 // zombie, its threads in request_wait_answer, until its LazyFS died.
 func (c *cluster) watchDisks(ctx context.Context) {
 	seen := map[int]diskSample{}
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, 5*time.Second, func() {
 		c.diskMu.Lock()
+		defer c.diskMu.Unlock()
 		for m, l := range c.lfs {
 			pids := l.Pids()
 			if l.crashed() || len(pids) == 0 {
@@ -71,8 +65,7 @@ func (c *cluster) watchDisks(ctx context.Context) {
 			_ = syscall.Kill(lpid, syscall.SIGKILL)
 			delete(seen, m)
 		}
-		c.diskMu.Unlock()
-	}
+	})
 }
 
 // member is the process of member m: NATS server m, or node m-servers.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -20,14 +18,7 @@ import (
 // watcher and marked hung, so that the machine's power is cut next.
 // It needs LazyFS (TELEMETRY_LAZYFS) and root, and takes about 40 s.
 func TestWatchDisksKillsAHungLazyFS(t *testing.T) {
-	bin := os.Getenv("TELEMETRY_LAZYFS")
-	if bin == "" {
-		t.Skip("set TELEMETRY_LAZYFS to the lazyfs binary (cmd/telemetry-crashloop/README.md)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("LazyFS mounts need root here")
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bin, log := lazyFSForTest(t)
 	dir := t.TempDir()
 	fs, err := lazyfs.NewSized(bin, filepath.Join(dir, "lazyfs"), filepath.Join(dir, "disk"), "64mb", log)
 	require.NoError(t, err)

@@ -448,17 +448,24 @@ func progress(ctx context.Context, every time.Duration, log *slog.Logger, led *l
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				sent, acked := led.counts()
-				log.Info("progress", "sent", sent, "acked", acked)
-			}
-		}
+		tick(ctx, every, func() {
+			sent, acked := led.counts()
+			log.Info("progress", "sent", sent, "acked", acked)
+		})
 	}()
 	return func() { cancel(); <-done }
+}
+
+// tick runs f every interval until ctx ends.
+func tick(ctx context.Context, every time.Duration, f func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
