@@ -49,6 +49,9 @@ type ClusterNode struct {
 	// for), Holding those it consumes, both ascending.
 	Ready   []int `json:"ready"`
 	Holding []int `json:"holding"`
+	// Trailing lists the partitions of Ready whose copy on the node
+	// trails its stream: answers read from it are marked partial.
+	Trailing []int `json:"trailing"`
 	// Lag is the messages of its partitions the node had not settled
 	// (not yet delivered, or delivered and not yet acked) when it last
 	// renewed its lease.

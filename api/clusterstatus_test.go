@@ -14,15 +14,16 @@ import (
 )
 
 // fixedCluster is a cluster of two nodes and two partitions, one of
-// them still being caught up on by its second owner.
+// them still being caught up on by its second owner, the other answered
+// by node-1 from a copy trailing its stream.
 type fixedCluster struct{}
 
 func (fixedCluster) ClusterStatus(context.Context) (api.ClusterStatus, error) {
 	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	return api.ClusterStatus{Node: "node-0", Partitions: 2, Copies: 2,
 		Nodes: []api.ClusterNode{
-			{Node: "node-0", URL: "http://node-0:8080", Ready: []int{0, 1}, Holding: []int{0, 1}, Renewed: at},
-			{Node: "node-1", URL: "http://node-1:8080", Ready: []int{0}, Holding: []int{0, 1}, Lag: 1200, Renewed: at},
+			{Node: "node-0", URL: "http://node-0:8080", Ready: []int{0, 1}, Holding: []int{0, 1}, Trailing: []int{}, Renewed: at},
+			{Node: "node-1", URL: "http://node-1:8080", Ready: []int{0}, Holding: []int{0, 1}, Trailing: []int{0}, Lag: 1200, Renewed: at},
 		},
 		Layout: []api.PartitionOwners{
 			{Partition: 0, Owners: []string{"node-1", "node-0"}, CaughtUp: []string{"node-0", "node-1"}},

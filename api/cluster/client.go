@@ -49,7 +49,9 @@ type client struct {
 // *buckets.ValidationError of a refused assignment); anything else
 // failing (a 401 or 403 of a node with another credential or auth file
 // included) wraps errTransport; a node's refusal of partitions it does
-// not serve is a *notServingError naming them.
+// not serve is a *notServingError naming them. The warnings of a
+// successful answer (HeaderWarning) are added to ctx's
+// (buckets.Warn).
 func (c *client) call(ctx context.Context, base, path string, in, out any) error {
 	method, body := http.MethodGet, io.Reader(nil)
 	if in != nil {
@@ -104,5 +106,6 @@ func (c *client) call(ctx context.Context, base, path string, in, out any) error
 	if lr.N <= 0 {
 		return fmt.Errorf("%w: %s%s: answer larger than %d bytes", errTransport, base, path, maxResponseBytes)
 	}
+	forwardWarnings(ctx, resp)
 	return nil
 }

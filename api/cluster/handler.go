@@ -55,6 +55,7 @@ type Handler struct {
 	local      Local
 	part       func(buckets.DeviceID) int
 	serves     func(partition int) bool // nil: every partition
+	trailing   func(partition int) bool // the copies here that trail their streams; nil: none
 	credential [sha256.Size]byte
 	callers    Callers
 	log        *slog.Logger
@@ -95,9 +96,12 @@ func (h *Handler) serving(w http.ResponseWriter, dev buckets.DeviceID) bool {
 }
 
 // servingAll reports whether this node serves every partition of ps
-// now; if not it answers 503 not_serving naming those it does not.
+// now; if not it answers 503 not_serving naming those it does not. The
+// answer of a call it lets through warns of each of ps whose copy here
+// trails its stream (PartialWarning).
 func (h *Handler) servingAll(w http.ResponseWriter, ps []int) bool {
 	if h.serves == nil {
+		h.headerTrailing(w, ps)
 		return true
 	}
 	var refused []int
@@ -107,6 +111,7 @@ func (h *Handler) servingAll(w http.ResponseWriter, ps []int) bool {
 		}
 	}
 	if len(refused) == 0 {
+		h.headerTrailing(w, ps)
 		return true
 	}
 	slices.Sort(refused)

@@ -40,7 +40,9 @@
 // a node refuses (503, code not_serving, naming the partitions), and
 // the asking node asks the partition's next owner; this node skips its
 // own copy the same way. When no owner serves a partition the answer
-// is an *UnavailableError naming it, never a partial answer.
+// is an *UnavailableError naming it. An answer read from an owner's
+// copy that trails its stream carries a warning naming the partition
+// (PartialWarning, partial.go).
 //
 // Handler serves the node-to-node API from the local store. Every call
 // carries the cluster credential, which clients do not have, and the
@@ -135,7 +137,11 @@ type Config struct {
 	// answered from this node's copy only then; otherwise the next
 	// owner is asked. Nil: every partition.
 	Serves func(partition int) bool
-	Logger *slog.Logger
+	// Trailing reports whether this node's copy of a partition it
+	// serves trails its stream (ingest/cluster Node.Trailing): answers
+	// read from it carry PartialWarning. Nil: none does.
+	Trailing func(partition int) bool
+	Logger   *slog.Logger
 }
 
 // ConnsPerNode bounds the connections one node keeps to another. They
@@ -172,12 +178,13 @@ func (l countingLocal) DropTable(ctx context.Context, day buckets.Day) (buckets.
 
 // Router answers queries from the owners of each device.
 type Router struct {
-	local   Local
-	members Membership
-	c       client
-	callers Callers
-	serves  func(partition int) bool // Config.Serves; nil: every partition
-	log     *slog.Logger
+	local    Local
+	members  Membership
+	c        client
+	callers  Callers
+	serves   func(partition int) bool // Config.Serves; nil: every partition
+	trailing func(partition int) bool // Config.Trailing; nil: none
+	log      *slog.Logger
 }
 
 // New returns a Router.
@@ -201,14 +208,14 @@ func New(cfg Config) (*Router, error) {
 		local = countingLocal{Local: local, dropped: cfg.Dropped}
 	}
 	return &Router{local: local, members: cfg.Membership, c: client{http: hc, credential: cfg.Credential},
-		callers: cfg.Callers, serves: cfg.Serves, log: log}, nil
+		callers: cfg.Callers, serves: cfg.Serves, trailing: cfg.Trailing, log: log}, nil
 }
 
 // Handler returns the node-to-node API of this node's store; it
 // answers only for the partitions Config.Serves says this node serves.
 func (r *Router) Handler() *Handler {
 	h := NewHandler(r.local, r.members.PartitionOf, r.c.credential, r.callers, r.log)
-	h.serves = r.serves
+	h.serves, h.trailing = r.serves, r.trailing
 	return h
 }
 
@@ -269,6 +276,7 @@ func (r *Router) onOwner(ctx context.Context, dev buckets.DeviceID, local func()
 			// next owner's may not.
 			err := local()
 			if err == nil || !errors.Is(err, buckets.ErrUnavailable) || ctx.Err() != nil {
+				r.warnTrailing(ctx, p)
 				return err
 			}
 			r.log.WarnContext(ctx, "own copy unavailable; trying the next owner", "partition", p, "err", err)
@@ -505,6 +513,9 @@ func (r *Router) perPartition(ctx context.Context, what string, ask func(base st
 			}
 			if err != nil {
 				return err
+			}
+			if key == "" {
+				r.warnTrailing(ctx, ps...)
 			}
 		}
 	}

@@ -80,8 +80,11 @@ type query struct {
 // querier reads random devices from random nodes while faults happen,
 // and checks every answer against the ledger: an answer is correct
 // (every reading acked before staleBound ago is there, nothing else
-// is), or a 503 that names the device's partition, or no answer at all
-// (a paused or cut-off node).
+// is), or marked partial for the device's partition (a
+// Telemetry-Warning header "partial: partition N ...", api/cluster
+// PartialWarning: read from an owner whose copy trails its stream; it
+// may miss readings, never hold a wrong one), or a 503 that names the
+// device's partition, or no answer at all (a paused or cut-off node).
 type querier struct {
 	led        *ledger
 	nodes      []string
@@ -148,8 +151,8 @@ func (q *querier) one(ctx context.Context, j, d int) query {
 	var page struct {
 		Readings []exactlyonce.Reading `json:"readings"`
 		Next     string                `json:"next"`
-		Partial  bool                  `json:"partial"`
 	}
+	partial := markedPartial(resp.Header, res.partition)
 	if err := json.Unmarshal(body, &page); err != nil {
 		res.verdict, res.bad = "undecodable answer: "+err.Error(), true
 		return res
@@ -162,7 +165,7 @@ func (q *querier) one(ctx context.Context, j, d int) query {
 	switch {
 	case len(jd.misattributed) > 0 || jd.unexpected > 0 || len(jd.duplicated) > 0:
 		res.verdict, res.bad = fmt.Sprintf("wrong answer: misattributed=%v duplicated=%v unexpected=%d", head(jd.misattributed), head(jd.duplicated), jd.unexpected), true
-	case len(jd.missing) > 0 && page.Partial:
+	case partial:
 		res.verdict = "partial (marked)"
 	case len(jd.missing) > 0:
 		e, _ := q.led.get(jd.missing[0])
@@ -175,6 +178,14 @@ func (q *querier) one(ctx context.Context, j, d int) query {
 }
 
 func head(s []int) []int { return s[:min(len(s), 5)] }
+
+// markedPartial reports whether an answer's headers mark it partial for
+// partition p (api/cluster PartialWarning).
+func markedPartial(h http.Header, p int) bool {
+	return slices.ContainsFunc(h.Values("Telemetry-Warning"), func(w string) bool {
+		return strings.HasPrefix(w, fmt.Sprintf("partial: partition %d ", p))
+	})
+}
 
 // results returns the queries so far.
 func (q *querier) results() []query {
@@ -198,10 +209,11 @@ type serving struct {
 }
 
 type servingSample struct {
-	at     time.Time
-	node   int
-	ready  []int // nil: no answer
-	answer bool
+	at       time.Time
+	node     int
+	ready    []int // nil: no answer
+	trailing []int // those of ready whose copy trails its stream
+	answer   bool
 }
 
 func (s *serving) run(ctx context.Context) {
@@ -215,7 +227,7 @@ func (s *serving) run(ctx context.Context) {
 				self := fmt.Sprintf("node-%d", j)
 				for _, n := range v.Nodes {
 					if n.Node == self {
-						smp.ready = n.Ready
+						smp.ready, smp.trailing = n.Ready, n.Trailing
 					}
 				}
 			}
@@ -225,6 +237,21 @@ func (s *serving) run(ctx context.Context) {
 		}
 		sleepCtx(ctx, s.every)
 	}
+}
+
+// trailingSeen counts, per node and partition ("node-1 p3"), the
+// samples in which the node said it answered the partition from a copy
+// trailing its stream.
+func (s *serving) trailingSeen() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, smp := range s.samples {
+		for _, p := range smp.trailing {
+			out[fmt.Sprintf("node-%d p%d", smp.node, p)]++
+		}
+	}
+	return out
 }
 
 // overServed is an interval in which a partition had more

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -27,15 +28,19 @@ const (
 	faultClock     = "clock"      // a node restarted with its clock a minute ahead or behind, then restarted right
 	faultPowerOne  = "power-one"  // a power cut of one machine (LazyFS)
 	faultPowerAll  = "power-all"  // a power cut of every machine at once (LazyFS)
+	faultCrashOne  = "crash-one"  // without LazyFS: one machine's processes SIGKILLed and started again
+	faultCrashAll  = "crash-all"  // without LazyFS: every machine's processes SIGKILLed and started again
 )
 
-// faultKinds are the kinds a run with cfg injects.
+// faultKinds are the kinds a run with cfg injects. Without LazyFS a
+// machine cannot lose its unsynced writes: the power cuts are crashes
+// then (its processes SIGKILLed, the kernel keeping what they wrote).
 func faultKinds(cfg Config) []string {
 	k := []string{faultIsolate, faultPauseNode, faultSplit, faultNetem, faultPauseNATS, faultBridge, faultCorrupt, faultClock}
 	if cfg.LazyFS != "" {
-		k = append(k, faultPowerOne, faultPowerAll)
+		return append(k, faultPowerOne, faultPowerAll)
 	}
-	return k
+	return append(k, faultCrashOne, faultCrashAll)
 }
 
 // fault is one injected fault as the output lists it.
@@ -44,7 +49,7 @@ type fault struct {
 	What   string // which processes or links, and how
 	At     time.Time
 	Healed time.Time
-	Err    string // the injection failed (the run fails)
+	Err    string // the injection failed (the run fails, after its checks)
 	// Violation is what the fault itself found wrong (the run fails).
 	Violation string
 }
@@ -86,11 +91,16 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 			return ctx.Err()
 		}
 		if err := c.diskCrashes(ctx, res); err != nil {
-			return err
+			res.StoppedEarly = fmt.Sprintf("faults stopped before fault %d: %v", i+1, err)
+			return nil
 		}
 		hold := 2*c.cfg.LeaseTTL + time.Duration(rng.Int64N(int64(3*c.cfg.LeaseTTL)))
 		f := fault{Kind: kind, At: time.Now()}
+		c.log.Info("fault begins", "n", i+1, "kind", kind)
 		err := c.inject(ctx, rng, &f, hold)
+		if c.cfg.failFault != nil && err == nil {
+			err = c.cfg.failFault(i+1, &f)
+		}
 		f.Healed = time.Now()
 		if err != nil && len(c.crashedDisks()) > 0 {
 			// The disk of a process the fault restarted died under it:
@@ -98,16 +108,32 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 			f.What += "; cut short by a LazyFS exit: " + lastLine(err.Error())
 			err = nil
 		}
+		var rerr error
 		if err != nil {
+			// The run fails, but its checks are still made: put the
+			// cluster back together first.
 			f.Err = err.Error()
+			c.log.Warn("fault failed; recovering", "n", i+1, "kind", f.Kind)
+			if ctx.Err() == nil {
+				rerr = c.recoverFrom(ctx, &f, res)
+			}
 		}
 		res.Faults = append(res.Faults, f)
-		c.log.Info("fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
-		if err != nil {
-			return fmt.Errorf("fault %d (%s): %w", i+1, kind, err)
+		level := slog.LevelInfo
+		if f.Err != "" {
+			level = slog.LevelError
+		}
+		c.log.Log(ctx, level, "fault", "n", i+1, "of", c.cfg.Faults, "kind", f.Kind, "what", f.What, "held", f.Healed.Sub(f.At).Round(time.Millisecond), "err", f.Err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if rerr != nil {
+			res.StoppedEarly = fmt.Sprintf("faults stopped after fault %d (%s) failed: the cluster did not recover: %v", i+1, kind, rerr)
+			return nil
 		}
 		if err := c.diskCrashes(ctx, res); err != nil {
-			return err
+			res.StoppedEarly = fmt.Sprintf("faults stopped after fault %d: %v", i+1, err)
+			return nil
 		}
 	}
 	return nil
@@ -151,16 +177,25 @@ func (c *cluster) diskCrashes(ctx context.Context, res *Result) error {
 func (c *cluster) diskCrashRound(ctx context.Context, res *Result) error {
 	machines := map[int]bool{}
 	var names []string
+	hung := false
+	c.diskMu.Lock()
 	for _, m := range c.crashedDisks() {
 		machines[m%servers] = true
 		names = append(names, c.net.members[m])
+		hung = hung || c.diskHung[m]
+		delete(c.diskHung, m)
+	}
+	c.diskMu.Unlock()
+	how := "exited by itself (its lazyfs.out, dmesg)"
+	if hung {
+		how = "stopped answering (killed by the harness) or exited by itself"
 	}
 	for k := range servers {
 		if !machines[k] {
 			continue
 		}
 		f := fault{Kind: faultDiskExit, At: time.Now(),
-			What: fmt.Sprintf("LazyFS of %s exited by itself (its lazyfs.out, dmesg); power cut of nats-%d and node-%d", strings.Join(names, ","), k, k)}
+			What: fmt.Sprintf("LazyFS of %s %s; power cut of nats-%d and node-%d", strings.Join(names, ","), how, k, k)}
 		err := c.powerCut(ctx, []int{k}, &f)
 		f.Healed = time.Now()
 		if err != nil {
@@ -264,12 +299,17 @@ func (c *cluster) inject(ctx context.Context, rng *rand.Rand, f *fault, hold tim
 		return c.corrupt(ctx, rng, f)
 	case faultClock:
 		return c.clockOffset(ctx, rng, f, hold)
-	case faultPowerOne:
+	case faultPowerOne, faultCrashOne:
+		// Without LazyFS a cut loses nothing the kernel holds: a crash.
+		what := map[string]string{faultPowerOne: "power cut", faultCrashOne: "crash (SIGKILL)"}[f.Kind]
 		k := rng.IntN(servers)
-		f.What = fmt.Sprintf("power cut of nats-%d and node-%d", k, k)
+		f.What = fmt.Sprintf("%s of nats-%d and node-%d", what, k, k)
 		return c.powerCut(ctx, []int{k}, f)
 	case faultPowerAll:
 		f.What = "power cut of every machine"
+		return c.powerCut(ctx, []int{0, 1, 2}, f)
+	case faultCrashAll:
+		f.What = "crash (SIGKILL) of every machine"
 		return c.powerCut(ctx, []int{0, 1, 2}, f)
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)

@@ -38,14 +38,7 @@ import (
 // It needs LazyFS (TELEMETRY_LAZYFS) and root (FUSE mounts), and takes
 // about three minutes: the servers snapshot their logs every two.
 func TestLeaseBucketAfterPowerCutOfAll(t *testing.T) {
-	bin := os.Getenv("TELEMETRY_LAZYFS")
-	if bin == "" {
-		t.Skip("set TELEMETRY_LAZYFS to the lazyfs binary (cmd/telemetry-crashloop/README.md)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("LazyFS mounts need root here")
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bin, log := lazyFSForTest(t)
 	ctx := t.Context()
 	dir := t.TempDir()
 	var mounts []*lazyfs.FS
@@ -174,4 +167,19 @@ func (c *loopbackNATS) connect() jetstream.JetStream {
 	js, err := jetstream.New(nc)
 	require.NoError(c.t, err)
 	return js
+}
+
+// lazyFSForTest skips unless TELEMETRY_LAZYFS names the lazyfs binary
+// and this is root (FUSE mounts), and returns the binary and a logger
+// of warnings.
+func lazyFSForTest(t *testing.T) (string, *slog.Logger) {
+	t.Helper()
+	bin := os.Getenv("TELEMETRY_LAZYFS")
+	if bin == "" {
+		t.Skip("set TELEMETRY_LAZYFS to the lazyfs binary (cmd/telemetry-crashloop/README.md)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("LazyFS mounts need root here")
+	}
+	return bin, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

@@ -17,7 +17,8 @@
 // restarts, a node restarted with its clock a minute ahead or behind
 // (TELEMETRY_CLOCK_OFFSET, telemetryd's test hook), and with -lazyfs a power cut of one machine (its NATS
 // server and node) and of all machines at once: each process's disk is a
-// LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs).
+// LazyFS mount that drops every write not fsynced (cmd/internal/lazyfs);
+// without -lazyfs, crashes (SIGKILL) of one machine and of all instead.
 // By default the cluster has a stream per partition (-partition-streams).
 // Then it heals everything and checks:
 //
@@ -80,6 +81,10 @@ type Config struct {
 	// telemetry.* to telemetry.<partition>.*, as deploy/ sets it up).
 	PartitionStreams bool
 	NodeArgs         []string // extra telemetryd flags
+
+	// failFault, in tests, runs after fault n was injected and healed;
+	// its error fails the fault as a process that does not exit would.
+	failFault func(n int, f *fault) error
 }
 
 // lazyFSRate is the rate (readings per second over all clients) the
@@ -114,11 +119,17 @@ type Result struct {
 	Queries       []query
 	Writes        []answer
 	DoubleServed  []overServed
+	Trailing      map[string]int // samples of /v1/cluster in which a node answered a partition from a trailing copy, by "node-j pN"
 	Findings      []string
 	// StoppedEarly says that Config.FaultsFor ended the schedule before
 	// Config.Faults faults (empty: it did not).
 	StoppedEarly string
-	Elapsed      time.Duration
+	// Incomplete is what kept the run or its checks from being whole: a
+	// node not ready for the final check, a device that could not be
+	// read, a heal that failed. The run fails.
+	Incomplete []string
+	Unchecked  int // owner copies the final check could not read
+	Elapsed    time.Duration
 }
 
 // badQueries are the queries whose answer broke the rules.
@@ -129,7 +140,13 @@ func (r Result) badQueries() []query {
 // OK reports whether no check found a violation.
 func (r Result) OK() bool {
 	return r.Acked > 0 && r.Lost == 0 && r.Duplicated == 0 && r.Misattributed == 0 && r.Unexpected == 0 &&
-		len(r.DoubleServed) == 0 && len(r.badQueries()) == 0 && len(r.faultViolations()) == 0
+		len(r.DoubleServed) == 0 && len(r.badQueries()) == 0 && len(r.faultViolations()) == 0 &&
+		len(r.failedFaults()) == 0 && len(r.Incomplete) == 0 && r.Unchecked == 0
+}
+
+// failedFaults are the faults whose injection failed.
+func (r Result) failedFaults() []fault {
+	return slices.DeleteFunc(slices.Clone(r.Faults), func(f fault) bool { return f.Err == "" })
 }
 
 // faultViolations are the faults that found something wrong themselves.
@@ -201,7 +218,11 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		fmt.Fprintln(w, r.StoppedEarly)
 	}
 	fmt.Fprintf(w, "readings: sent=%d acked=%d publish_retries=%d write_refusals=%d\n", r.Sent, r.Acked, r.PublishErrors, r.WriteErrors)
-	fmt.Fprintf(w, "check stored: owner_copies_read=%d lost=%d duplicated=%d misattributed=%d unexpected=%d\n", r.Checked, r.Lost, r.Duplicated, r.Misattributed, r.Unexpected)
+	fmt.Fprintf(w, "faults failed: %d\n", len(r.failedFaults()))
+	for _, f := range r.failedFaults() {
+		fmt.Fprintf(w, "  %s %s: %s\n", f.At.UTC().Format("15:04:05.000"), f.Kind, f.Err)
+	}
+	fmt.Fprintf(w, "check stored: owner_copies_read=%d unchecked=%d lost=%d duplicated=%d misattributed=%d unexpected=%d\n", r.Checked, r.Unchecked, r.Lost, r.Duplicated, r.Misattributed, r.Unexpected)
 	verdicts := map[string]int{}
 	for _, q := range r.Queries {
 		v := q.verdict
@@ -219,6 +240,7 @@ func printResult(w io.Writer, cfg Config, r Result) {
 		writes[fmt.Sprintf("%s:%d", a.node, a.status)]++
 	}
 	fmt.Fprintf(w, "writes by node:status: %v\n", writes)
+	fmt.Fprintf(w, "trailing copies answering (samples of /v1/cluster, one a second per node): %v\n", r.Trailing)
 	fmt.Fprintf(w, "check faults: %d found something wrong themselves\n", len(r.faultViolations()))
 	for _, f := range r.faultViolations() {
 		fmt.Fprintf(w, "  %s %s: %s\n", f.At.UTC().Format("15:04:05.000"), f.Kind, f.Violation)
@@ -229,6 +251,10 @@ func printResult(w io.Writer, cfg Config, r Result) {
 	}
 	for _, f := range r.Findings {
 		fmt.Fprintln(w, "  "+f)
+	}
+	fmt.Fprintf(w, "incomplete: %d\n", len(r.Incomplete))
+	for _, s := range r.Incomplete {
+		fmt.Fprintln(w, "  "+s)
 	}
 	verdict := "PASS"
 	if !r.OK() {

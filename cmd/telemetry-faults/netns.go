@@ -48,11 +48,14 @@ func canMakeNamespaces(ctx context.Context) error {
 		return fmt.Errorf("%w: no iptables command (apt-get install iptables)", errNoNamespaces)
 	}
 	name := "tf-probe-" + randomID()
-	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", name).CombinedOutput(); err != nil {
+	// Not cut short by ctx: an ip killed after it made the namespace
+	// would leave it behind.
+	out, err := exec.CommandContext(context.WithoutCancel(ctx), "ip", "netns", "add", name).CombinedOutput()
+	if err != nil {
 		return fmt.Errorf("%w: ip netns add: %v: %s (needs root)", errNoNamespaces, err, strings.TrimSpace(string(out)))
 	}
 	_ = exec.Command("ip", "netns", "del", name).Run()
-	return nil
+	return ctx.Err()
 }
 
 func randomID() string {
@@ -61,8 +64,11 @@ func randomID() string {
 	return hex.EncodeToString(b)
 }
 
-// newNetwork makes the bridge and one namespace per member. On error
-// it undoes what it made.
+// newNetwork makes the bridge and one namespace per member. On error,
+// ctx's end included, it undoes what it made. ctx is checked between
+// steps, never passed to a step: an ip command killed half-way may have
+// made what it was asked to and not said so, and its undo would be
+// missing.
 func newNetwork(ctx context.Context, members []string, log *slog.Logger) (n *network, err error) {
 	n = &network{id: randomID(), members: members, log: log}
 	n.bridge = "tfb" + n.id
@@ -146,7 +152,14 @@ func (n *network) addr(o int) string {
 func (n *network) ns(i int) string         { return fmt.Sprintf("tf-%s-%d", n.id, i) }
 func (n *network) memberAddr(i int) string { return n.addr(i + 1) }
 
-func (n *network) ip(ctx context.Context, args ...string) error { return run(ctx, "ip", args...) }
+// ip runs one step of making the network: to its end, ctx or not (see
+// newNetwork), and only while ctx is live.
+func (n *network) ip(ctx context.Context, args ...string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return run(context.WithoutCancel(ctx), "ip", args...)
+}
 
 // inNS runs a command inside member i's namespace.
 func (n *network) inNS(ctx context.Context, i int, name string, args ...string) error {

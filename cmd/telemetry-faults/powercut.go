@@ -56,20 +56,24 @@ func (c *cluster) mountAll(ctx context.Context, work string) error {
 		}
 		fs, err := lazyfs.NewSized(c.cfg.LazyFS, filepath.Join(work, "lazyfs-"+name), filepath.Join(work, "disk-"+name), size, c.log)
 		if err != nil {
-			return err
+			errs[m] = err
+			break
 		}
 		c.lfs[m] = &lazyMount{FS: fs, mnt: fs.Mnt}
 		// At once: LazyFS allocates its whole cache before it mounts,
 		// which takes seconds each on a busy machine.
 		wg.Go(func() { errs[m] = fs.Mount(ctx) })
 	}
+	// Every mount started is waited for, failures and ctrl-C included:
+	// close must not run beside a Mount that is still starting LazyFS.
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
 // powerCut cuts the power of the machines ks at once: their NATS servers
 // and nodes are SIGKILLed, every write to their disks that was not
-// fsynced is dropped, and they start again (the NATS servers first).
+// fsynced is dropped (with LazyFS; without, nothing is: a crash), and
+// they start again (the NATS servers first).
 // A node that does not start in three tries fails the run: in the
 // durable mode a power cut must not damage what a node needs to start.
 func (c *cluster) powerCut(ctx context.Context, ks []int, f *fault) error {
@@ -83,7 +87,11 @@ func (c *cluster) powerCut(ctx context.Context, ks []int, f *fault) error {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2*servers)
+	c.diskMu.Lock() // watchDisks waits for the new LazyFS processes
 	for _, k := range ks {
+		if c.lfs == nil {
+			break // a crash: the kernel keeps every write
+		}
 		for _, m := range []int{k, servers + k} {
 			wg.Go(func() {
 				if err := c.lfs[m].Cut(ctx); err != nil {
@@ -93,6 +101,7 @@ func (c *cluster) powerCut(ctx context.Context, ks []int, f *fault) error {
 		}
 	}
 	wg.Wait()
+	c.diskMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -59,6 +59,7 @@ type proc struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	stopped bool // SIGSTOPped
+	killed  bool // SIGKILL sent (a process still running then hangs in the kernel)
 }
 
 // start launches the process; it does not wait for it to be ready.
@@ -80,9 +81,19 @@ func (p *proc) start() error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	p.mu.Lock()
-	p.cmd, p.exited, p.stopped = cmd, exited, false
+	p.cmd, p.exited, p.stopped, p.killed = cmd, exited, false, false
 	p.mu.Unlock()
 	return nil
+}
+
+// pid is the process's id, 0 before its first start.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // running reports whether the process is up (paused counts).
@@ -114,6 +125,8 @@ func (p *proc) signal(sig syscall.Signal) error {
 		p.stopped = true
 	case syscall.SIGCONT:
 		p.stopped = false
+	case syscall.SIGKILL:
+		p.killed = true
 	}
 	return nil
 }
@@ -136,6 +149,32 @@ func (p *proc) kill() error {
 }
 
 const killWait = time.Minute
+
+// hung reports whether the process was sent SIGKILL and has not exited:
+// a thread of it waits in the kernel (on a FUSE file system that does
+// not answer).
+func (p *proc) hung() bool {
+	p.mu.Lock()
+	killed := p.killed
+	p.mu.Unlock()
+	return killed && p.running()
+}
+
+// waitExit waits up to d for the process to be gone.
+func (p *proc) waitExit(d time.Duration) bool {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited == nil {
+		return true
+	}
+	select {
+	case <-exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
 
 // stop sends SIGTERM (SIGCONT first, should it be paused) and kills it
 // after timeout.
@@ -269,11 +308,12 @@ func waitReady(ctx context.Context, p *proc, base string, timeout time.Duration)
 // clusterView is what GET /v1/cluster says.
 type clusterView struct {
 	Nodes []struct {
-		Node    string    `json:"node"`
-		URL     string    `json:"url"`
-		Ready   []int     `json:"ready"`
-		Holding []int     `json:"holding"`
-		Renewed time.Time `json:"renewed"`
+		Node     string    `json:"node"`
+		URL      string    `json:"url"`
+		Ready    []int     `json:"ready"`
+		Holding  []int     `json:"holding"`
+		Trailing []int     `json:"trailing"`
+		Renewed  time.Time `json:"renewed"`
 	} `json:"nodes"`
 	Layout []struct {
 		Partition int      `json:"partition"`

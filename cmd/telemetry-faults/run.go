@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -34,6 +36,11 @@ type cluster struct {
 	log    *slog.Logger
 	lfs    []*lazyMount // per member, with power cuts: NATS server k's store, then node k's data dir (member servers+k)
 	netem  bool         // the kernel has netem
+	// diskMu keeps watchDisks off the LazyFS processes while a cut
+	// mounts them again; diskHung are the members whose LazyFS it
+	// killed as hung (diskCrashes says so).
+	diskMu   sync.Mutex
+	diskHung map[int]bool
 }
 
 // servers is the count of NATS servers and of nodes.
@@ -44,6 +51,10 @@ const servers = 3
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err error) {
 	started := time.Now()
 	defer func() { res.Elapsed = time.Since(started) }()
+	// ctrl-C and SIGTERM end the run through ctx, so that every exit
+	// tears down what it made (here too when a test binary runs it).
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if err := canMakeNamespaces(ctx); err != nil {
 		return res, err
 	}
@@ -73,9 +84,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	if err != nil {
 		return res, err
 	}
-	c := &cluster{cfg: cfg, net: net, log: log, client: &http.Client{Timeout: 5 * time.Second}}
+	c := &cluster{cfg: cfg, net: net, log: log, client: &http.Client{Timeout: 5 * time.Second}, diskHung: map[int]bool{}}
 	defer c.close()
 	if err := c.setUp(ctx, self, work); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (set-up stopped: %w)", ctx.Err(), err)
+		}
 		return res, err
 	}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7e1e))
@@ -105,10 +119,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	sv := &serving{nodes: c.urls, client: &http.Client{Timeout: time.Second}, every: time.Second}
 	wg.Go(func() { sv.run(runCtx) })
 	stopProgress := progress(runCtx, cfg.Progress, log, led)
+	if cfg.LazyFS != "" {
+		wg.Go(func() { c.watchDisks(runCtx) })
+	}
 
+	// A fault that fails is recorded and the cluster put back together
+	// (faultLoop); only ctrl-C or SIGTERM ends the run without checks.
 	ferr := c.faultLoop(ctx, rng, &res)
 	if err := c.healAll(context.WithoutCancel(ctx)); err != nil {
-		ferr = errors.Join(ferr, err)
+		res.Incomplete = append(res.Incomplete, "heal after the last fault: "+err.Error())
 	}
 	// Publishing goes on for a while after the last heal, so the
 	// healed cluster takes writes too.
@@ -116,12 +135,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	stopClients()
 	wg.Wait()
 	stopProgress()
-	if ctx.Err() != nil {
-		return res, ctx.Err()
-	}
-	if ferr != nil {
-		return res, ferr
-	}
 	res.Sent, res.Acked = led.counts()
 	for _, nc := range nclients {
 		res.PublishErrors += int(nc.errors.Load())
@@ -130,9 +143,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (res Result, err err
 	res.Queries = q.results()
 	res.Writes = led.writes
 	res.DoubleServed = sv.doubleServing(cfg.Partitions, cfg.Copies+1, cfg.LeaseTTL)
-	if err := c.finalCheck(ctx, led, &res); err != nil {
-		return res, err
+	res.Trailing = sv.trailingSeen()
+	if err := errors.Join(ferr, ctx.Err()); err != nil {
+		return res, err // stopped: what the clients saw, without the final check
 	}
+	c.finalCheck(ctx, led, &res)
 	return res, nil
 }
 
@@ -216,7 +231,10 @@ func (c *cluster) waitJetStream(ctx context.Context, timeout time.Duration) erro
 			if err == nil {
 				break
 			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if time.Now().After(deadline) {
 				return fmt.Errorf("JetStream not answering through nats-%d after %s: %w; log: %s", i, timeout, err, c.nats[i].lastLines(3))
 			}
 			sleepCtx(ctx, 300*time.Millisecond)
@@ -284,42 +302,78 @@ func (c *cluster) healAll(ctx context.Context) error {
 // finalCheck waits until the cluster converged and every acked reading
 // is stored, then reads every device from each of its partition's
 // owners (a caught-up owner answers from its own store) and judges it.
-func (c *cluster) finalCheck(ctx context.Context, led *ledger, res *Result) error {
+// What it cannot do (a node not ready, a read that fails) it records in
+// res.Incomplete and goes on with the rest.
+func (c *cluster) finalCheck(ctx context.Context, led *ledger, res *Result) {
+	incomplete := func(format string, args ...any) {
+		res.Incomplete = append(res.Incomplete, fmt.Sprintf(format, args...))
+	}
+	// The nodes at once: a stalled cluster must not cost each its wait.
+	ready := make([]bool, len(c.nodes))
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
 	for j, p := range c.nodes {
-		if err := waitReady(ctx, p, c.urls[j], 3*time.Minute); err != nil {
-			return err
+		wg.Go(func() { errs[j] = waitReady(ctx, p, c.urls[j], 3*time.Minute) })
+	}
+	wg.Wait()
+	for j, err := range errs {
+		if err != nil {
+			incomplete("final check: %v", err)
+			continue
 		}
+		ready[j] = true
 	}
-	if err := c.waitConverged(ctx, 5*time.Minute); err != nil {
-		return err
+	if !slices.Contains(ready, true) {
+		incomplete("final check: no node ready; no acked reading checked")
+		res.Unchecked = led.devices * c.cfg.Copies
+		return
 	}
-	v, err := getClusterView(ctx, c.client, c.urls[0])
-	if err != nil {
-		return err
+	converge := 5 * time.Minute
+	if slices.Contains(ready, false) {
+		converge = time.Minute // it cannot converge without every node; the layout is what counts
+	}
+	if err := c.waitConverged(ctx, converge); err != nil {
+		incomplete("final check: %v", err)
 	}
 	owners := map[int][]string{}
-	for _, p := range v.Layout {
-		owners[p.Partition] = p.Owners
+	for j := range c.nodes {
+		if !ready[j] {
+			continue
+		}
+		v, err := getClusterView(ctx, c.client, c.urls[j])
+		if err != nil {
+			incomplete("final check: layout from node-%d: %v", j, err)
+			continue
+		}
+		for _, p := range v.Layout {
+			owners[p.Partition] = p.Owners
+		}
+		break
 	}
+	if len(owners) == 0 {
+		incomplete("final check: no node told the layout; no acked reading checked")
+		res.Unchecked = led.devices * c.cfg.Copies
+		return
+	}
+	unread := map[string]int{}
 	deadline := time.Now().Add(c.cfg.StoreWait)
 	for d := range led.devices {
 		p := led.partitionOf(d)
 		for _, o := range owners[p] {
 			j := slices.Index([]string{"node-0", "node-1", "node-2"}, o)
-			if j < 0 {
-				return fmt.Errorf("partition %d: unknown owner %q", p, o)
+			if j < 0 || !ready[j] {
+				unread[o]++
+				res.Unchecked++
+				continue
 			}
-			var jd judgement
-			for {
-				got, err := exactlyonce.ReadDevice(ctx, c.client, c.urls[j], deviceName(d), led.base, led.base.Add(24*time.Hour), nil)
-				if err != nil {
-					return fmt.Errorf("read %s from %s: %w", deviceName(d), o, err)
+			jd, err := c.readOwner(ctx, led, d, j, deadline)
+			if err != nil {
+				if unread[o] == 0 {
+					incomplete("final check: read %s from %s: %v", deviceName(d), o, err)
 				}
-				jd = led.judge(d, got, time.Now())
-				if len(jd.missing) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-					break
-				}
-				sleepCtx(ctx, time.Second)
+				unread[o]++
+				res.Unchecked++
+				continue
 			}
 			res.Checked++
 			res.Lost += len(jd.missing)
@@ -337,7 +391,25 @@ func (c *cluster) finalCheck(ctx context.Context, led *ledger, res *Result) erro
 			}
 		}
 	}
-	return nil
+	for _, o := range slices.Sorted(maps.Keys(unread)) {
+		incomplete("final check: %d device copies on %s not read", unread[o], o)
+	}
+}
+
+// readOwner reads device d from node j until every acked reading of it
+// is there or deadline passes, and judges the last answer.
+func (c *cluster) readOwner(ctx context.Context, led *ledger, d, j int, deadline time.Time) (judgement, error) {
+	for {
+		got, err := exactlyonce.ReadDevice(ctx, c.client, c.urls[j], deviceName(d), led.base, led.base.Add(24*time.Hour), nil)
+		if err != nil {
+			return judgement{}, err
+		}
+		jd := led.judge(d, got, time.Now())
+		if len(jd.missing) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return jd, nil
+		}
+		sleepCtx(ctx, time.Second)
+	}
 }
 
 // close stops every process and tears the network down; it runs on
@@ -376,17 +448,24 @@ func progress(ctx context.Context, every time.Duration, log *slog.Logger, led *l
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				sent, acked := led.counts()
-				log.Info("progress", "sent", sent, "acked", acked)
-			}
-		}
+		tick(ctx, every, func() {
+			sent, acked := led.counts()
+			log.Info("progress", "sent", sent, "acked", acked)
+		})
 	}()
 	return func() { cancel(); <-done }
+}
+
+// tick runs f every interval until ctx ends.
+func tick(ctx context.Context, every time.Duration, f func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }

@@ -108,9 +108,9 @@ func (m *Main) openCluster(ctx context.Context) error {
 	}
 	var node *ingestcluster.Node // made below, with the router as its Everywhere
 	router, err := cluster.New(cluster.Config{
-		// Reads of a partition come from this node's copy only while it
-		// serves the partition, whatever the leases others read say.
+		// This node's own state, not the leases others read, says which reads its copy serves, and which it marks partial.
 		Serves:     func(p int) bool { return node != nil && node.Serves(p) },
+		Trailing:   func(p int) bool { return node != nil && node.Trailing(p) },
 		Local:      m.store,
 		Dropped:    m.countManualDrop,
 		Membership: membershipView{members},

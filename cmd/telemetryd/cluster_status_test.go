@@ -33,7 +33,9 @@ func TestClusterStatusAgreesWithTheLeases(t *testing.T) {
 	// A node that joins and never catches up: the owners of the
 	// partitions it ranks first or second for differ from the nodes
 	// caught up on them, which keep consuming them meanwhile.
-	joiner := ownership.Lease{Node: "node-x", URL: "http://127.0.0.1:1", Ready: []int{}, Holding: []int{0, 1, 2, 3, 4, 5}, Lag: 42}
+	// Its lease names a partition as trailing: the status shows the
+	// leases as they are.
+	joiner := ownership.Lease{Node: "node-x", URL: "http://127.0.0.1:1", Ready: []int{}, Holding: []int{0, 1, 2, 3, 4, 5}, Trailing: []int{3}, Lag: 42}
 	renewJoiner := func() {
 		joiner.Renewed = time.Now().UTC()
 		b, err := json.Marshal(joiner)
@@ -84,6 +86,7 @@ func TestClusterStatusAgreesWithTheLeases(t *testing.T) {
 		i := slices.IndexFunc(st.Nodes, func(cn api.ClusterNode) bool { return cn.Node == "node-x" })
 		require.GreaterOrEqual(t, i, 0)
 		assert.Equal(t, uint64(42), st.Nodes[i].Lag)
+		assert.Equal(t, []int{3}, st.Nodes[i].Trailing)
 	}
 }
 
@@ -97,7 +100,8 @@ func agrees(st api.ClusterStatus, leases map[string]ownership.Lease, names []str
 		if !ok {
 			return "unknown node " + cn.Node
 		}
-		if cn.URL != l.URL || !slices.Equal(cn.Ready, l.Ready) || !slices.Equal(cn.Holding, l.Holding) || cn.Lag != l.Lag {
+		if cn.URL != l.URL || !slices.Equal(cn.Ready, l.Ready) || !slices.Equal(cn.Holding, l.Holding) || cn.Lag != l.Lag ||
+			!slices.Equal(cn.Trailing, orEmpty(l.Trailing)) {
 			return "node " + cn.Node + " differs from its lease"
 		}
 	}

@@ -20,7 +20,7 @@ func (v clusterView) ClusterStatus(ctx context.Context) (api.ClusterStatus, erro
 		Nodes: []api.ClusterNode{}, Layout: make([]api.PartitionOwners, v.m.Partitions())}
 	for _, l := range v.m.Nodes() {
 		st.Nodes = append(st.Nodes, api.ClusterNode{Node: l.Node, URL: l.URL, Ready: orEmpty(l.Ready),
-			Holding: orEmpty(l.Holding), Lag: l.Lag, Renewed: l.Renewed.UTC()})
+			Holding: orEmpty(l.Holding), Trailing: orEmpty(l.Trailing), Lag: l.Lag, Renewed: l.Renewed.UTC()})
 	}
 	for p := range st.Layout {
 		po := api.PartitionOwners{Partition: p, Owners: orEmpty(v.m.Desired(p)), CaughtUp: []string{}}

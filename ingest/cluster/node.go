@@ -502,6 +502,17 @@ func (n *Node) Serves(p int) bool {
 	return ok && r.ready && !r.out
 }
 
+// Trailing reports whether this node serves partition p (Serves) from
+// a copy that trails its stream: answered all the same, since no other
+// owner answers p without trailing (Config.MaxReadLag). Such answers
+// may miss recent readings, and the API marks them partial.
+func (n *Node) Trailing(p int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, ok := n.parts[p]
+	return ok && r.ready && !r.out && r.stale
+}
+
 // Consumers returns the running consumers by partition.
 func (n *Node) Consumers() map[int]Consumer {
 	n.mu.Lock()

@@ -552,6 +552,8 @@ func TestOwnersTrailingTogetherKeepAnswering(t *testing.T) {
 	}
 	assert.True(t, a.node.Serves(0))
 	assert.True(t, b.node.Serves(0))
+	assert.True(t, a.node.Trailing(0), "node-a answers from a trailing copy (its answers are marked partial)")
+	assert.True(t, b.node.Trailing(0))
 	for _, l := range a.members.Nodes() {
 		assert.Equal(t, []int{0}, l.Trailing, "%s publishes partition 0 as trailing", l.Node)
 	}
@@ -562,6 +564,9 @@ func TestOwnersTrailingTogetherKeepAnswering(t *testing.T) {
 	c.round()
 	c.round()
 	assert.False(t, b.node.Serves(0), "node-b still serves while node-a answers without trailing")
+	assert.False(t, b.node.Trailing(0), "a partition withdrawn is not answered at all")
+	assert.True(t, a.node.Serves(0))
+	assert.False(t, a.node.Trailing(0), "node-a is back within the bound")
 	assert.Equal(t, []string{"node-a"}, c.owners("node-b", 0))
 	assert.Equal(t, []string{"node-a"}, c.owners("node-a", 0))
 

@@ -180,7 +180,10 @@ func (l *FS) Mount(ctx context.Context) error {
 const mountWait = 2 * time.Minute
 
 // mounted reports whether a LazyFS file system is mounted at l.Mnt.
+// FUSE names its type after the binary: fuse.lazyfs, or
+// fuse.lazyfs-patched for a binary of that name.
 func (l *FS) mounted() (bool, error) {
+	fstype := "fuse." + filepath.Base(l.bin)
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return false, err
@@ -192,7 +195,7 @@ func (l *FS) mounted() (bool, error) {
 			continue
 		}
 		for i, v := range f {
-			if v == "-" && i+1 < len(f) && f[i+1] == "fuse.lazyfs" {
+			if v == "-" && i+1 < len(f) && f[i+1] == fstype {
 				return true, nil
 			}
 		}
