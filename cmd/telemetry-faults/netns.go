@@ -54,7 +54,20 @@ func canMakeNamespaces(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: ip netns add: %v: %s (needs root)", errNoNamespaces, err, strings.TrimSpace(string(out)))
 	}
-	_ = exec.Command("ip", "netns", "del", name).Run()
+	defer func() { _ = exec.Command("ip", "netns", "del", name).Run() }()
+	// The network needs a bridge and veth pairs too (a kernel or
+	// container may lack either): made inside the probe namespace, they
+	// go with it.
+	for _, step := range [][]string{
+		{"link", "add", "tfprobe-br", "type", "bridge"},
+		{"link", "add", "tfprobe-a", "type", "veth", "peer", "name", "tfprobe-b"},
+		{"link", "set", "tfprobe-a", "master", "tfprobe-br"},
+	} {
+		args := append([]string{"-n", name}, step...)
+		if out, err := exec.CommandContext(context.WithoutCancel(ctx), "ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%w: ip %s: %v: %s", errNoNamespaces, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
 	return ctx.Err()
 }
 
