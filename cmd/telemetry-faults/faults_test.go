@@ -130,7 +130,7 @@ func runFaultsOut(t *testing.T, cfg Config) (Result, string) {
 // on, makes every check and prints them, and fails on the fault alone.
 func TestFaultsClusterUp(t *testing.T) {
 	cfg := faultTestConfig(t)
-	before := harnessLeftovers()
+	before := harnessLeftovers(cfg.WorkDir)
 	cfg.Faults, cfg.Gap = 2, time.Second
 	cfg.failFault = func(n int, f *fault) error {
 		if n == 1 {
@@ -156,7 +156,7 @@ func TestFaultsClusterUp(t *testing.T) {
 	for _, line := range []string{"faults failed: 1", "check stored: owner_copies_read=48 unchecked=0 lost=0", "check queries:", "check double serving: 0", "incomplete: 0", "FAIL"} {
 		assert.Contains(t, out, line)
 	}
-	noLeftovers(t, before)
+	noLeftovers(t, cfg.WorkDir, before)
 }
 
 // TestFaultsSetUpCancelled stops runs (as ctrl-C or SIGTERM does) at
@@ -169,7 +169,7 @@ func TestFaultsSetUpCancelled(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, after := range []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond, 250 * time.Millisecond,
 		700 * time.Millisecond, 2 * time.Second, 5 * time.Second} {
-		before := harnessLeftovers()
+		before := harnessLeftovers(cfg.WorkDir)
 		ctx, cancel := context.WithTimeout(t.Context(), after)
 		began := time.Now()
 		_, err := Run(ctx, cfg, log)
@@ -177,7 +177,7 @@ func TestFaultsSetUpCancelled(t *testing.T) {
 		t.Logf("cancelled after %s: Run returned after %s", after, time.Since(began).Round(time.Millisecond))
 		require.Error(t, err, "cancelled after %s", after)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, "cancelled after %s", after)
-		noLeftovers(t, before)
+		noLeftovers(t, cfg.WorkDir, before)
 		assert.Empty(t, processesUnder(cfg.WorkDir), "processes left after a cancel at %s", after)
 	}
 }
@@ -192,7 +192,7 @@ func TestFaultsSetUpCancelled(t *testing.T) {
 // longer (a cut of all three takes a minute or two).
 func TestFaultsShort(t *testing.T) {
 	cfg := faultTestConfig(t)
-	before := harnessLeftovers()
+	before := harnessLeftovers(cfg.WorkDir)
 	cfg.Faults, cfg.Gap = len(faultKinds(cfg)), 2*time.Second
 	if cfg.LazyFS != "" {
 		cfg.Rate = lazyFSRate
@@ -211,18 +211,20 @@ func TestFaultsShort(t *testing.T) {
 	for _, k := range faultKinds(cfg) {
 		assert.True(t, seen[k], "fault kind %s injected", k)
 	}
-	noLeftovers(t, before)
+	noLeftovers(t, cfg.WorkDir, before)
 }
 
 // noLeftovers fails when a namespace, bridge or LazyFS mount of the
 // harness is there that was not among before (harnessLeftovers when the
-// run started: a run killed earlier may have left its own).
+// run started: a run killed earlier may have left its own). Mounts
+// count only under dir, the run's work dir: another run on the machine
+// mounts its disks again at every power cut.
 // The kernel removes a deleted namespace's links a while after (the
 // namespace is freed in the background): noLeftovers waits for that.
-func noLeftovers(t *testing.T, before []string) {
+func noLeftovers(t *testing.T, dir string, before []string) {
 	t.Helper()
 	left := func() []string {
-		return slices.DeleteFunc(harnessLeftovers(), func(x string) bool { return slices.Contains(before, x) })
+		return slices.DeleteFunc(harnessLeftovers(dir), func(x string) bool { return slices.Contains(before, x) })
 	}
 	for deadline := time.Now().Add(2 * time.Minute); len(left()) > 0 && time.Now().Before(deadline); {
 		time.Sleep(200 * time.Millisecond)
@@ -230,9 +232,9 @@ func noLeftovers(t *testing.T, before []string) {
 	assert.Empty(t, left(), "namespaces, bridges or mounts left behind")
 }
 
-// harnessLeftovers lists the harness's network namespaces, bridges and
-// LazyFS mounts.
-func harnessLeftovers() []string {
+// harnessLeftovers lists the harness's network namespaces and bridges,
+// and the LazyFS mounts under dir.
+func harnessLeftovers(dir string) []string {
 	out, _ := filepath.Glob("/run/netns/tf-*")
 	links, _ := net.Interfaces()
 	for _, l := range links {
@@ -242,8 +244,9 @@ func harnessLeftovers() []string {
 	}
 	b, _ := os.ReadFile("/proc/self/mountinfo")
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if strings.Contains(line, "fuse.lazyfs") && strings.Contains(line, "telemetry-faults-") {
-			out = append(out, "mount "+line)
+		f := strings.Fields(line)
+		if strings.Contains(line, "fuse.lazyfs") && len(f) > 4 && strings.HasPrefix(f[4], dir+string(filepath.Separator)) {
+			out = append(out, "mount "+f[4])
 		}
 	}
 	return out
