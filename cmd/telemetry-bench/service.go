@@ -52,8 +52,32 @@ type service struct {
 }
 
 // start launches the service and waits until /readyz answers 200; a
-// service that does not get ready is killed.
+// service that does not get ready is killed. Its ports are picked free
+// just before it binds them, so another process may take one first: a
+// start that failed on an address in use is tried again on new ports.
 func (s *service) start(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		var before int64
+		if fi, err := os.Stat(s.logPath); err == nil {
+			before = fi.Size()
+		}
+		err := s.startOnce(ctx)
+		if err == nil || attempt == 3 || !s.logSays(before, "address already in use") {
+			return err
+		}
+	}
+}
+
+// logSays reports whether the service's log, from offset on, contains text.
+func (s *service) logSays(offset int64, text string) bool {
+	b, err := os.ReadFile(s.logPath)
+	if err != nil || int64(len(b)) < offset {
+		return false
+	}
+	return bytes.Contains(b[offset:], []byte(text))
+}
+
+func (s *service) startOnce(ctx context.Context) error {
 	var err error
 	if s.httpAddr, err = freeAddr(); err != nil {
 		return err
