@@ -35,30 +35,31 @@ func PartialWarning(p int) string {
 	return fmt.Sprintf("partial: partition %d was read from a copy trailing its stream; its most recent readings may be missing", p)
 }
 
-// trailingHere reports whether this node's copy of partition p trails
-// its stream (Config.Trailing).
-func (r *Router) trailingHere(p int) bool { return r.trailing != nil && r.trailing(p) }
+// trailingWarnings is PartialWarning of each partition of ps whose copy
+// here trails its stream, by trailing (nil: none does).
+func trailingWarnings(trailing func(int) bool, ps []int) []string {
+	var out []string
+	for _, p := range ps {
+		if trailing != nil && trailing(p) {
+			out = append(out, PartialWarning(p))
+		}
+	}
+	return out
+}
 
 // warnTrailing adds PartialWarning to ctx's answer for each partition
 // of ps whose copy here trails its stream.
 func (r *Router) warnTrailing(ctx context.Context, ps ...int) {
-	for _, p := range ps {
-		if r.trailingHere(p) {
-			buckets.Warn(ctx, PartialWarning(p))
-		}
+	for _, m := range trailingWarnings(r.trailing, ps) {
+		buckets.Warn(ctx, m)
 	}
 }
 
 // headerTrailing adds PartialWarning to the node-to-node answer w for
 // each partition of ps whose copy here trails its stream.
 func (h *Handler) headerTrailing(w http.ResponseWriter, ps []int) {
-	if h.trailing == nil {
-		return
-	}
-	for _, p := range ps {
-		if h.trailing(p) {
-			w.Header().Add(HeaderWarning, PartialWarning(p))
-		}
+	for _, m := range trailingWarnings(h.trailing, ps) {
+		w.Header().Add(HeaderWarning, m)
 	}
 }
 
