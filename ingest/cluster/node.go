@@ -189,6 +189,13 @@ func (r *running) settle(now time.Time, applied, head uint64) {
 	}
 }
 
+// trails reports whether the partition's copy trails its stream by
+// more than bound at now: not every message the stream held bound ago
+// is known to be applied.
+func (r *running) trails(now time.Time, bound time.Duration) bool {
+	return now.Sub(r.fresh) > bound
+}
+
 // maxMarks bounds the marks kept per partition.
 const maxMarks = 256
 
@@ -301,7 +308,7 @@ func (n *Node) answering() (holding, ready, trailing []int, lag uint64) {
 		if !r.ready {
 			continue
 		}
-		stale := now.Sub(r.fresh) > n.cfg.MaxReadLag
+		stale := r.trails(now, n.cfg.MaxReadLag)
 		if stale != r.stale {
 			r.stale = stale
 			if stale {
@@ -378,8 +385,11 @@ func (n *Node) checkBacklog(ctx context.Context, p int, r *running) {
 	}
 	r.lag = pending
 	if caughtUp && !r.ready {
-		r.ready = true
-		r.fresh, r.marks = at, nil
+		// Fresh only as of a position settled below: an empty backlog
+		// is the consumer leader's view, whose copy of the stream may
+		// itself lag (its server just back from an outage), and the
+		// start the ack floor passed may be long ago.
+		r.ready, r.marks = true, nil
 		n.log.Info("partition caught up", "partition", p)
 	}
 	if perr == nil {
@@ -505,12 +515,15 @@ func (n *Node) Serves(p int) bool {
 // Trailing reports whether this node serves partition p (Serves) from
 // a copy that trails its stream: answered all the same, since no other
 // owner answers p without trailing (Config.MaxReadLag). Such answers
-// may miss recent readings, and the API marks them partial.
+// may miss recent readings, and the API marks them partial. It is
+// judged at the time of asking, not at the last step: a node whose
+// process was paused answers its first queries before it steps again.
 func (n *Node) Trailing(p int) bool {
+	now := n.cfg.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	r, ok := n.parts[p]
-	return ok && r.ready && !r.out && r.stale
+	return ok && r.ready && !r.out && (r.stale || r.trails(now, n.cfg.MaxReadLag))
 }
 
 // Consumers returns the running consumers by partition.

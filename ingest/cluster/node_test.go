@@ -687,3 +687,47 @@ func TestServesFollowsTheNodesOwnState(t *testing.T) {
 		assert.NotContains(t, c.owners("node-b", 0), "node-a")
 	})
 }
+
+// A node whose process was paused (SIGSTOP) past MaxReadLag answers its
+// first queries on waking before it steps again: whether its copy
+// trails is judged when asked, so those answers are marked partial
+// rather than passed off as complete.
+func TestTrailingIsJudgedWhenAsked(t *testing.T) {
+	c, a, _, _, _ := twoCaughtUpOwners(t)
+	require.True(t, a.node.Serves(0))
+	require.False(t, a.node.Trailing(0))
+	c.clock.Advance(DefaultMaxReadLag + time.Second) // paused: no step ran
+	assert.True(t, a.node.Serves(0))
+	assert.True(t, a.node.Trailing(0), "a copy last known settled %s ago is answered as complete", DefaultMaxReadLag+time.Second)
+}
+
+// A consumer whose backlog reads empty has caught up only as far as the
+// server that answered knows: a consumer leader whose copy of the
+// stream lags (its server just back from a power cut) reports nothing
+// pending while the stream's leader holds more. The partition counts
+// as fresh only once its ack floor passed the stream's last message.
+func TestCaughtUpIsNotFreshUntilSettled(t *testing.T) {
+	c := newTestCluster(t, 1, 2)
+	c.add("node-a", 0)
+	c.settle()
+	b := c.add("node-b", 1000)
+	c.settle()
+	cb := b.consumers.last(0)
+	require.NotNil(t, cb)
+	cb.setPosition(50, 100, nil) // the stream's leader holds 100
+	for range DefaultMaxReadLag/time.Second + 1 {
+		c.clock.Advance(time.Second) // catching up, as the leases renew
+		c.round()
+	}
+	require.False(t, b.node.Serves(0))
+	cb.catchUp() // a lagging consumer leader: nothing pending
+	for range 3 {
+		c.round()
+		assert.False(t, b.node.Serves(0) && !b.node.Trailing(0), "node-b answers as complete from a copy missing messages 51-100")
+	}
+	cb.setPosition(100, 100, nil)
+	c.round()
+	c.round()
+	assert.True(t, b.node.Serves(0))
+	assert.False(t, b.node.Trailing(0), "settled: node-b answers as complete")
+}
