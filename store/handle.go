@@ -557,19 +557,40 @@ func readMeta(db *badger.DB) (tableMeta, error) {
 		}
 		return nil
 	})
+	var fe *formatError
+	if errors.As(err, &fe) && fe.unversioned {
+		// Readings and no version: a table of format version 1, or
+		// a damaged block that hid the version key (Badger reads
+		// without checking checksums).
+		if verr := verifyChecksums(db); verr != nil {
+			err = fmt.Errorf("no version key, and its files fail their checks: %w", verr)
+		}
+	}
 	if err != nil {
 		return m, fmt.Errorf("read table metadata: %w", err)
 	}
 	return m, nil
 }
 
+// verifyChecksums checks every block of db's table files against its
+// checksum, turning a Badger panic into an error.
+func verifyChecksums(db *badger.DB) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("damaged: %s", blocked.FirstLine(fmt.Sprint(r)))
+		}
+	}()
+	return db.VerifyChecksum()
+}
+
 // readFormat reads the format version of a table and refuses any but
-// formatVersion. A table with readings but no version is version 1.
+// formatVersion. A table with readings but no version is version 1
+// (unless it is damaged: readMeta).
 func readFormat(txn *badger.Txn, hasReadings bool) (byte, error) {
 	item, err := txn.Get(metaFormatKey)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		if hasReadings {
-			return 0, &formatError{version: "1 (one entry per reading)"}
+			return 0, &formatError{version: "1 (one entry per reading)", unversioned: true}
 		}
 		return 0, nil
 	}
@@ -591,7 +612,10 @@ func readFormat(txn *badger.Txn, hasReadings bool) (byte, error) {
 }
 
 // formatError is the cause of a table of an unknown format version.
-type formatError struct{ version string }
+type formatError struct {
+	version     string
+	unversioned bool // no version recorded, with readings: version 1
+}
 
 func (e *formatError) Error() string {
 	return fmt.Sprintf("table format version %s is unknown; this build reads version %d", e.version, formatVersion)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -298,6 +300,54 @@ func TestTableOfOneEntryPerReadingIsRefusedByName(t *testing.T) {
 	require.ErrorIs(t, err, buckets.ErrUnavailable)
 	assert.Contains(t, err.Error(), old.String())
 	assert.Contains(t, err.Error(), "format version 1")
+}
+
+// A table whose oldest file had bits flipped where its format key lies
+// still reads its count from a newer file, so it looks like a table of
+// format version 1 (readings, no version). Its files' checksums tell
+// the two apart: it is refused as damaged, with the advice to repair
+// it, not as a table of another build.
+func TestDamagedFormatKeyIsDamageNotAnOldFormat(t *testing.T) {
+	t.Parallel()
+	ts := newTestStore(t)
+	ctx := context.Background()
+	old := today - 2
+	ts.write(t, reading("dev", dayTick(old, time.Hour), "v", 1))
+	for i := range 300 { // enough for more than one block
+		ts.write(t, series(fmt.Sprintf("dev-%03d", i), dayTick(old, time.Duration(i)*time.Second), time.Minute, 100)...)
+	}
+	ts = ts.reopen(t) // the table file: its format key and count
+	ts.write(t, reading("dev", dayTick(old, 2*time.Hour), "v", 2))
+	// The write-ahead log holds the count again: copied as a crash
+	// leaves it.
+	crashed := t.TempDir()
+	require.NoError(t, os.CopyFS(crashed, os.DirFS(ts.dir)))
+	ssts, err := filepath.Glob(filepath.Join(TableDir(crashed, old), "*.sst"))
+	require.NoError(t, err)
+	require.Len(t, ssts, 1)
+	flipByte(t, ssts[0], 40) // inside its first block, where the metadata keys sort
+
+	ts = openTestStore(t, crashed, ts.clock, func(o *Options) { *o = ts.opts })
+	_, err = ts.Get(ctx, "dev", dayTick(old, time.Hour))
+	require.ErrorIs(t, err, buckets.ErrUnavailable)
+	assert.Contains(t, err.Error(), old.String())
+	assert.NotContains(t, err.Error(), "format version")
+	assert.Contains(t, err.Error(), "damaged")
+	assert.Contains(t, err.Error(), "repair")
+}
+
+// flipByte inverts the byte at off of the file at path.
+func flipByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	b := []byte{0}
+	_, err = f.ReadAt(b, off)
+	require.NoError(t, err)
+	b[0] ^= 0xff
+	_, err = f.WriteAt(b, off)
+	require.NoError(t, err)
 }
 
 func TestCompactionCountsAndKeysAfterCleanClose(t *testing.T) {
