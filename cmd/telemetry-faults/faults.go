@@ -108,6 +108,12 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 			f.What += "; cut short by a LazyFS exit: " + lastLine(err.Error())
 			err = nil
 		}
+		if err == nil && ctx.Err() == nil {
+			c.operatorPass(ctx)
+		}
+		for _, n := range c.operatorNotes() {
+			f.What += "; " + n
+		}
 		var rerr error
 		if err != nil {
 			// The run fails, but its checks are still made: put the

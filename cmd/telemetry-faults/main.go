@@ -121,6 +121,10 @@ type Result struct {
 	DoubleServed  []overServed
 	Trailing      map[string]int // samples of /v1/cluster in which a node answered a partition from a trailing copy, by "node-j pN"
 	Findings      []string
+	// Repairs are the repairs of damaged day tables the final check ran
+	// as the nodes advised (those during the faults are in their
+	// fault's What).
+	Repairs []string
 	// StoppedEarly says that Config.FaultsFor ended the schedule before
 	// Config.Faults faults (empty: it did not).
 	StoppedEarly string
@@ -251,6 +255,10 @@ func printResult(w io.Writer, cfg Config, r Result) {
 	}
 	for _, f := range r.Findings {
 		fmt.Fprintln(w, "  "+f)
+	}
+	fmt.Fprintf(w, "repairs advised by a node and run before the final check: %d\n", len(r.Repairs))
+	for _, s := range r.Repairs {
+		fmt.Fprintln(w, "  "+s)
 	}
 	fmt.Fprintf(w, "incomplete: %d\n", len(r.Incomplete))
 	for _, s := range r.Incomplete {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -58,8 +59,25 @@ type proc struct {
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	exited  chan struct{}
-	stopped bool // SIGSTOPped
-	killed  bool // SIGKILL sent (a process still running then hangs in the kernel)
+	stopped bool     // SIGSTOPped
+	killed  bool     // SIGKILL sent (a process still running then hangs in the kernel)
+	notes   []string // what the operator did to it since last taken (operator.go)
+}
+
+// note records what the operator did to p.
+func (p *proc) note(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notes = append(p.notes, s)
+}
+
+// takeNotes returns and forgets p's notes.
+func (p *proc) takeNotes() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.notes
+	p.notes = nil
+	return out
 }
 
 // start launches the process; it does not wait for it to be ready.
@@ -291,9 +309,13 @@ func waitReady(ctx context.Context, p *proc, base string, timeout time.Duration)
 		}
 		resp, err := c.Get(base + "/readyz")
 		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
+			}
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				repairAdvised(ctx, p, base, body)
 			}
 		}
 		select {

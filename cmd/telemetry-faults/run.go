@@ -316,6 +316,7 @@ func (c *cluster) finalCheck(ctx context.Context, led *ledger, res *Result) {
 		wg.Go(func() { errs[j] = waitReady(ctx, p, c.urls[j], 3*time.Minute) })
 	}
 	wg.Wait()
+	res.Repairs = append(res.Repairs, c.operatorNotes()...)
 	for j, err := range errs {
 		if err != nil {
 			incomplete("final check: %v", err)
