@@ -109,7 +109,7 @@ func (c *cluster) faultLoop(ctx context.Context, rng *rand.Rand, res *Result) er
 			err = nil
 		}
 		if err == nil && ctx.Err() == nil {
-			c.operatorPass(ctx)
+			err = c.operatorPass(ctx)
 		}
 		for _, n := range c.operatorNotes() {
 			f.What += "; " + n
@@ -410,7 +410,7 @@ func (c *cluster) restart(ctx context.Context, p *proc, f *fault) error {
 		if j < 0 {
 			return nil // a NATS server: it recovers (or not) on its own; the checks tell
 		}
-		if err := waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
+		if err := c.readyRepairing(ctx, j, 2*time.Minute); err == nil {
 			return nil
 		}
 		f.What += fmt.Sprintf("; start %d refused (%s)", attempt+1, lastLine(p.lastLines(1)))

@@ -2,71 +2,91 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"regexp"
+	"strings"
 	"time"
 )
 
 // A node that finds a day table damaged (a file the corrupt fault hit)
 // refuses it, turns not ready and says in /readyz how to repair it.
 // The harness then does what an operator following that advice would:
-// POST /v1/tables/{day}/repair, which keeps what the damaged copy still
-// reads and writes the stream's readings of the day on top. The checks
-// then hold the node to every acked reading, as before the damage.
+// it stops the node, runs `telemetryd repair -day D` on its data dir
+// (which keeps what the damaged copy still reads; the node writes the
+// stream's readings of the day again at its next start) and starts it.
+// The running node's POST /v1/tables/D/repair is for loopback clients
+// only without an auth file, which the harness is not. The checks then
+// hold the node to every acked reading, as before the damage.
 
-// repairAdvice finds the repair a /readyz answer advises.
-var repairAdvice = regexp.MustCompile(`POST (/v1/tables/[0-9]{4}-[0-9]{2}-[0-9]{2}/repair)`)
+// repairAdvice finds the days a /readyz answer advises repairing.
+var repairAdvice = regexp.MustCompile(`telemetryd repair -day ([0-9]{4}-[0-9]{2}-[0-9]{2})`)
 
-// repairTimeout bounds one repair: a day table of a fault run is small.
-const repairTimeout = 3 * time.Minute
+// repairNeeded is waitReady's error for a node that advises repairs.
+type repairNeeded struct{ days []string }
 
-// repairAdvised runs each repair the /readyz answer body of p advises
-// and notes on p what it did.
-func repairAdvised(ctx context.Context, p *proc, base string, body []byte) {
-	for _, m := range repairAdvice.FindAllSubmatch(body, -1) {
-		path := string(m[1])
-		p.note(fmt.Sprintf("%s advised %s, done: %s", p.name, path, repairTable(ctx, base+path)))
-	}
+func (e *repairNeeded) Error() string {
+	return "it advises repairing the day tables of " + strings.Join(e.days, ", ")
 }
 
-// repairTable posts a repair to url and says how it went.
-func repairTable(ctx context.Context, url string) string {
-	ctx, cancel := context.WithTimeout(ctx, repairTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-	if err != nil {
-		return err.Error()
+// advisedRepairs is the repair a /readyz answer body advises, or nil.
+func advisedRepairs(body []byte) *repairNeeded {
+	var days []string
+	for _, m := range repairAdvice.FindAllSubmatch(body, -1) {
+		days = append(days, string(m[1]))
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "failed: " + err.Error()
+	if len(days) == 0 {
+		return nil
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Sprintf("failed: %s: %s", resp.Status, lastLine(string(body)))
+	return &repairNeeded{days: days}
+}
+
+// repairOffline stops node j, repairs the tables of days on its data
+// dir and starts it again; it notes on the node what each repair said.
+func (c *cluster) repairOffline(ctx context.Context, j int, days []string) error {
+	p := c.nodes[j]
+	p.stop(30 * time.Second)
+	if err := p.kill(); err != nil {
+		return err
 	}
-	var rep struct {
-		Salvaged   int64 `json:"salvaged"`
-		FromStream int64 `json:"fromStream"`
-		BadBlocks  int   `json:"badBlocks"`
-		Skipped    int   `json:"skippedDevices"`
+	for _, day := range days {
+		out, err := exec.CommandContext(ctx, p.bin, "repair", "-data-dir", p.dataDir, "-day", day).CombinedOutput()
+		what := strings.Join(strings.Fields(string(out)), " ")
+		if err != nil {
+			p.note(fmt.Sprintf("%s: telemetryd repair -day %s failed (%v): %s", p.name, day, err, lastLine(what)))
+			continue
+		}
+		p.note(fmt.Sprintf("%s: telemetryd repair -day %s: %s", p.name, day, lastLine(what)))
 	}
-	if err := json.Unmarshal(body, &rep); err != nil {
-		return "answer not understood: " + err.Error()
+	return p.start()
+}
+
+// readyRepairing waits until node j is ready, as waitReady does, and
+// runs the repairs it advises meanwhile (at most three rounds).
+func (c *cluster) readyRepairing(ctx context.Context, j int, timeout time.Duration) error {
+	var err error
+	for range 3 {
+		err = waitReady(ctx, c.nodes[j], c.urls[j], timeout)
+		var rn *repairNeeded
+		if !errors.As(err, &rn) {
+			return err
+		}
+		if rerr := c.repairOffline(ctx, j, rn.days); rerr != nil {
+			return rerr
+		}
 	}
-	return fmt.Sprintf("%d readings salvaged, %d from the stream, %d bad blocks, %d devices skipped",
-		rep.Salvaged, rep.FromStream, rep.BadBlocks, rep.Skipped)
+	return err
 }
 
 // operatorPass asks every node's /readyz once and runs the repairs they
 // advise; a node that found a table damaged since the last fault says
 // so only there. What it did is noted on the nodes.
-func (c *cluster) operatorPass(ctx context.Context) {
+func (c *cluster) operatorPass(ctx context.Context) error {
 	client := http.Client{Timeout: 2 * time.Second}
+	var errs []error
 	for j, p := range c.nodes {
 		if !p.running() {
 			continue
@@ -81,10 +101,19 @@ func (c *cluster) operatorPass(ctx context.Context) {
 		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			repairAdvised(ctx, p, c.urls[j], body)
+		rn := advisedRepairs(body)
+		if resp.StatusCode != http.StatusServiceUnavailable || rn == nil {
+			continue
+		}
+		if err := c.repairOffline(ctx, j, rn.days); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := c.readyRepairing(ctx, j, 3*time.Minute); err != nil {
+			errs = append(errs, fmt.Errorf("%s after its repair: %w", p.name, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // operatorNotes takes every node's notes of repairs since last asked.

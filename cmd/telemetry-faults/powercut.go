@@ -147,7 +147,7 @@ func (c *cluster) startSupervised(ctx context.Context, j int, f *fault) error {
 		if err = p.start(); err != nil {
 			return err
 		}
-		if err = waitReady(ctx, p, c.urls[j], 3*time.Minute); err == nil {
+		if err = c.readyRepairing(ctx, j, 3*time.Minute); err == nil {
 			break
 		}
 		refused++

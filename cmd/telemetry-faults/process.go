@@ -299,7 +299,9 @@ func newNodeProc(net *network, cfg Config, j, member int, natsURLs, work, disk s
 // cursorKey is the -cursor-key every node shares.
 const cursorKey = "telemetry-faults-cursor-key-0123456789abcdef"
 
-// waitReady polls url's /readyz until 200.
+// waitReady polls url's /readyz until 200. A node that advises
+// repairing a day table is not waited for: its error is a
+// *repairNeeded (cluster.readyRepairing runs the repair).
 func waitReady(ctx context.Context, p *proc, base string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	c := http.Client{Timeout: 2 * time.Second}
@@ -314,8 +316,8 @@ func waitReady(ctx context.Context, p *proc, base string, timeout time.Duration)
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
-			if resp.StatusCode == http.StatusServiceUnavailable {
-				repairAdvised(ctx, p, base, body)
+			if rn := advisedRepairs(body); rn != nil && resp.StatusCode == http.StatusServiceUnavailable {
+				return fmt.Errorf("%s not ready: %w", p.name, rn)
 			}
 		}
 		select {

@@ -48,7 +48,7 @@ func (c *cluster) recoverFrom(ctx context.Context, f *fault, res *Result) error 
 		return err
 	}
 	for j, p := range c.nodes {
-		if err := waitReady(ctx, p, c.urls[j], 2*time.Minute); err == nil {
+		if err := c.readyRepairing(ctx, j, 2*time.Minute); err == nil {
 			continue
 		}
 		if err := p.kill(); err != nil {

@@ -191,7 +191,7 @@ func (c *cluster) setUp(ctx context.Context, self, work string) error {
 		if err := p.start(); err != nil {
 			return err
 		}
-		if err := waitReady(ctx, p, c.urls[j], 3*time.Minute); err != nil {
+		if err := c.readyRepairing(ctx, j, 3*time.Minute); err != nil {
 			return err
 		}
 	}
@@ -312,8 +312,8 @@ func (c *cluster) finalCheck(ctx context.Context, led *ledger, res *Result) {
 	ready := make([]bool, len(c.nodes))
 	errs := make([]error, len(c.nodes))
 	var wg sync.WaitGroup
-	for j, p := range c.nodes {
-		wg.Go(func() { errs[j] = waitReady(ctx, p, c.urls[j], 3*time.Minute) })
+	for j := range c.nodes {
+		wg.Go(func() { errs[j] = c.readyRepairing(ctx, j, 3*time.Minute) })
 	}
 	wg.Wait()
 	res.Repairs = append(res.Repairs, c.operatorNotes()...)
