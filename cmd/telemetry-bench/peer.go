@@ -85,11 +85,12 @@ type peerRun struct {
 
 // questionResult is one fleet question on both services.
 type questionResult struct {
-	Name                string
-	Ours, Peer          latency
-	OurSeries, PeerSe   int           // series in the first answer
-	OurFirst, PeerFirst time.Duration // the first ask
-	Query, PeerQuery    string
+	Name                  string
+	Ours, Peer            latency
+	OurSeries, PeerSe     int           // series in the first answer
+	OurFirst, PeerFirst   time.Duration // the first ask
+	OurFailed, PeerFailed int           // asks answered with an error (the dashboard's)
+	Query, PeerQuery      string
 }
 
 // runPeer runs the peer comparison and prints its report to stdout.
@@ -137,13 +138,13 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 			}
 		}
 	}
-	var qs []questionResult
-	if cfg.FleetQueries > 0 && attrs && keep["line"] != "" && keep["peer"] != "" {
-		if qs, err = b.peerQuestions(ctx, keep["line"], keep["peer"], d); err != nil {
+	var qs, dash []questionResult
+	if (cfg.FleetQueries > 0 || cfg.Dashboard.Refreshes > 0) && attrs && keep["line"] != "" && keep["peer"] != "" {
+		if qs, dash, err = b.peerQuestions(ctx, keep["line"], keep["peer"], d); err != nil {
 			return fmt.Errorf("fleet questions: %w", err)
 		}
 	}
-	fmt.Fprint(stdout, peerReport(cfg, d, runs, qs, attrs))
+	fmt.Fprint(stdout, peerReport(cfg, d, runs, qs, dash, attrs))
 	return nil
 }
 
