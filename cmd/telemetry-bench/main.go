@@ -200,7 +200,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
 	fs.IntVar(&cfg.Dashboard.Refreshes, "fleet-dashboard", 30, "with -peer-binary: refreshes of the fleet dashboard: each asks every fleet question of both services as a range query over -dashboard-window at -dashboard-step, the window sliding 10 s per refresh over the file's time (0: none)")
 	fs.DurationVar(&cfg.Dashboard.Window, "dashboard-window", time.Hour, "with -fleet-dashboard: the time range of each refresh")
-	fs.DurationVar(&cfg.Dashboard.Step, "dashboard-step", 10*time.Second, "with -fleet-dashboard: the step of its range queries")
+	fs.DurationVar(&cfg.Dashboard.Step, "dashboard-step", time.Minute, "with -fleet-dashboard: the step of its range queries")
 	fs.BoolVar(&cfg.Dashboard.Wait, "dashboard-wait", false, "with -fleet-dashboard: wait 10 s of wall time from one refresh to the next (default: the next refresh follows at once)")
 	fs.StringVar(&cfg.FleetCaches, "fleet-caches", "on", "with -peer-binary: the query caches of both services during the fleet questions: on (as shipped: telemetryd's column cache, the peer's rollup result cache), off (telemetryd -column-cache=false, the peer asked with nocache=1) or ours (telemetryd's column cache on, the peer asked with nocache=1)")
 	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)

@@ -103,7 +103,7 @@ func TestPeerFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"line", "json", "peer"}, cfg.PeerRuns)
 	assert.Equal(t, 20, cfg.FleetQueries)
-	assert.Equal(t, dashboardConfig{Refreshes: 30, Window: time.Hour, Step: 10 * time.Second}, cfg.Dashboard)
+	assert.Equal(t, dashboardConfig{Refreshes: 30, Window: time.Hour, Step: time.Minute}, cfg.Dashboard)
 	for _, bad := range [][]string{{"-fleet-dashboard", "-1"}, {"-dashboard-step", "1500ms"}, {"-dashboard-step", "0s"},
 		{"-dashboard-window", "5s"}, {"-dashboard-window", "48h", "-dashboard-step", "1s"}} {
 		_, err = parseFlags(append([]string{"-peer-binary", "vm", "-tsbs-file", "f"}, bad...), &out)
