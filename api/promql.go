@@ -37,7 +37,7 @@ func (c *Config) WithDashboards(src DashboardSource) error {
 		Retention:        c.Retention,
 		Extra:            c.AlertSeries,
 		Build:            c.Build,
-		ResultCacheBytes: c.PromQLResults,
+		ResultCacheBytes: PromQLResultBytes(c.ResponseBudget),
 	})
 	if err != nil {
 		return fmt.Errorf("prometheus query api: %w", err)

@@ -182,9 +182,6 @@ type Config struct {
 	// (stream.go); past it a query is answered 503 with Retry-After.
 	// Default DefaultResponseBudget.
 	ResponseBudget int64
-	// PromQLResults bounds the range query answers the PromQL API keeps
-	// (promapi.Config.ResultCacheBytes; 0: its default).
-	PromQLResults int64
 	// ClientShares divides ResponseBudget and MaxInFlight among
 	// clients: one client (a token, or a client address without one)
 	// holds at most 1/ClientShares of either at once; past its share it

@@ -371,7 +371,6 @@ func (m *Main) startHTTP() error {
 		Build:             buildInfo(),
 		MaxFutureSkew:     m.cfg.MaxFutureSkew,
 		ResponseBudget:    m.budget.Queries,
-		PromQLResults:     m.budget.Results,
 		QueryTimeout:      m.cfg.QueryTimeout,
 		ExpiresAt:         m.retentionPolicy().ExpiresAt,
 		Retention:         m.cfg.Retention,

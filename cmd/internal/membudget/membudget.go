@@ -42,8 +42,7 @@ const (
 	shareColumns    = 5  // decoded block columns kept for aggregates asked again (store/colcache)
 	shareJetStream  = 5  // embedded JetStream memory-storage limit
 	shareConsumer   = 6  // messages pulled but not yet settled
-	shareQueries    = 10 // query responses in flight
-	shareResults    = 2  // range query answers kept for a dashboard's next refresh (api/promapi/resultcache)
+	shareQueries    = 10 // query responses in flight; a fifth as much again for kept range query answers (api.PromQLResultBytes)
 	shareWrites     = 8  // line protocol write bodies in flight
 	// goSoftLimitShare is the Go runtime's soft limit: memory the
 	// runtime does not see (memtable write-ahead logs and SSTables
@@ -101,7 +100,6 @@ type Budget struct {
 	PullBytes   int64 // bytes of messages pulled at most (a quarter of the consumer share)
 	Consumer    int64 // the consumer share: pulled messages plus decoded readings
 	Queries     int64 // response bytes in flight
-	Results     int64 // range query answers kept
 	Writes      int64 // write body bytes in flight (at least api.MinWriteBudget of -max-write-bytes)
 }
 
@@ -136,7 +134,6 @@ func Plan(limit int64, hotDays, maxOpen int, maxWrite int64) (Budget, error) {
 	// same rate (BENCHMARKS.md).
 	b.PullBytes = max(b.Consumer/4, MinPullBytes)
 	b.Queries = max(share(shareQueries), minQueryBudget)
-	b.Results = share(shareResults)
 	b.Writes = max(share(shareWrites), api.MinWriteBudget(maxWrite))
 	return b, nil
 }
@@ -170,7 +167,7 @@ func (b Budget) Log(l *slog.Logger) {
 		{"jetstream_memory", "embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
 		{"consumer_buffers", "consumer buffers", b.Consumer, fmt.Sprintf("pulls of at most %s plus decoded readings", ib(b.PullBytes))},
 		{"query_responses", "query responses", b.Queries, fmt.Sprintf("response bytes in flight, at most a %d-th per client; past it 503 (429 past a client's share) with Retry-After", api.DefaultClientShares)},
-		{"query_results", "kept range query answers", b.Results, "answers by step, so a dashboard's next refresh evaluates only its new steps"},
+		{"query_results", "kept range query answers", api.PromQLResultBytes(b.Queries), "answers by step, so a dashboard's next refresh evaluates only its new steps"},
 		{"write_bodies", "write bodies", b.Writes, "line protocol bodies in flight, received, gunzipped and being mapped; past it 503 with Retry-After"},
 	}
 	args := []any{"memory_limit", ib(b.Limit), "gogc", gogc(b.GCPercent)}
