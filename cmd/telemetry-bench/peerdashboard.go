@@ -141,6 +141,7 @@ func dashboardSection(cfg Config, qs []questionResult, caches string) section {
 		}
 	}
 	s.notes = append(s.notes, "Each refresh asks the seven questions of one service one at a time, then of the other (the order swapped every other refresh); the per-fleet questions ask of the East fleet. Start and end are aligned down to the step, as Grafana aligns them. Series: in the last refresh's answer. Load at the end: "+loadavg()+".")
+	s.notes = append(s.notes, "The peer's series include those of lines that miss a tag (series of their own there); telemetryd's carry the truck's attributes.")
 	if strings.Contains(caches, "nocache") {
 		s.notes = append(s.notes, "The peer was asked with nocache=1.")
 	}
