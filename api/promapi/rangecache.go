@@ -99,7 +99,7 @@ func namesRuledOut(vs *parser.VectorSelector, names []string) bool {
 // request limited to some devices, or a query whose steps do not stand
 // alone (cacheable), is evaluated whole and not kept.
 func (a *API) newCachedRangeQuery(ctx context.Context, qs string, start, end time.Time, step time.Duration) (promql.Query, error) {
-	if a.results == nil || (a.q.visible != nil && a.q.visible(ctx) != nil) {
+	if a.results == nil || step < time.Millisecond || (a.q.visible != nil && a.q.visible(ctx) != nil) {
 		return a.newRangeQuery(ctx, qs, start, end, step)
 	}
 	expr, err := a.parser.ParseExpr(qs)
