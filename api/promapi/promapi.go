@@ -247,6 +247,10 @@ func (a *API) handleQueryRange(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badData("step", "zero or negative query resolution step widths are not accepted. Try a positive integer"))
 		return
 	}
+	if step < time.Millisecond { // the engine evaluates at whole milliseconds
+		writeError(w, badData("step", "a step below 1ms is not accepted; give at least 0.001"))
+		return
+	}
 	if end.Sub(start)/step > MaxPoints {
 		writeError(w, badData("step", "exceeded maximum resolution of %d points per timeseries. Try decreasing the query resolution (?step=XX)", MaxPoints))
 		return
