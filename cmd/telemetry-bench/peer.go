@@ -47,8 +47,9 @@ import (
 //     the embedded NATS server's files; the peer: its storage directory);
 //   - the fleet questions (peerquestions.go), when telemetryd has device
 //     attributes: both services restarted on the line protocol run's
-//     data, once idle, every question sent to both in turn, at the
-//     file's newest time, the peer's cache off (nocache=1).
+//     data, once idle, asked as a dashboard (peerdashboard.go) and then
+//     every question sent to both in turn at the file's newest time,
+//     the caches as -fleet-caches says.
 //
 // With -repeat N the three ingest runs are done N times (every other
 // round in reverse order) and the table shows medians.
