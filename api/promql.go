@@ -32,11 +32,12 @@ func (c *Config) WithDashboards(src DashboardSource) error {
 		log = log.With("component", "promql")
 	}
 	p, err := promapi.New(promapi.Config{Source: src, Timeout: timeout, Logger: log, Now: c.Now,
-		MaxSamples: PromQLMaxSamples(c.ResponseBudget),
-		Visible:    visibleDevices,
-		Retention:  c.Retention,
-		Extra:      c.AlertSeries,
-		Build:      c.Build,
+		MaxSamples:       PromQLMaxSamples(c.ResponseBudget),
+		Visible:          visibleDevices,
+		Retention:        c.Retention,
+		Extra:            c.AlertSeries,
+		Build:            c.Build,
+		ResultCacheBytes: PromQLResultBytes(c.ResponseBudget),
 	})
 	if err != nil {
 		return fmt.Errorf("prometheus query api: %w", err)

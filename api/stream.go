@@ -60,6 +60,11 @@ func PromQLMaxSamples(budget int64) int {
 	return int(cmp.Or(budget, DefaultResponseBudget) / promQueriesAtOnce / promSampleBytes)
 }
 
+// PromQLResultBytes bounds the range query answers the PromQL API keeps
+// for a dashboard's next refresh: a fifth of the response budget,
+// beside it.
+func PromQLResultBytes(budget int64) int64 { return cmp.Or(budget, DefaultResponseBudget) / 5 }
+
 // responseMetrics count what the budget and the stall timeout did.
 type responseMetrics struct {
 	refused       metric.Int64Counter // telemetry.http.responses.refused

@@ -112,6 +112,11 @@ func (s *Store) AttributeNames(ctx context.Context, q buckets.DeviceQuery) ([]st
 	return s.index.AttributeNames(ctx, q)
 }
 
+// AttributeGeneration counts the changes of devices' attribute sets
+// (devindex.Index.AttributeGeneration), so that an answer kept beside
+// the store can tell that its series labels are stale.
+func (s *Store) AttributeGeneration() uint64 { return s.index.AttributeGeneration() }
+
 // AttributeValues returns the values of the attribute name, sorted,
 // among the devices q selects (devindex.Index.AttributeValues).
 func (s *Store) AttributeValues(ctx context.Context, name string, q buckets.DeviceQuery) ([]string, error) {

@@ -38,6 +38,8 @@ const (
 	DefaultMaxSamples    = 10_000_000
 	DefaultMaxSeries     = 100_000
 	DefaultLookbackDelta = 5 * time.Minute
+	// DefaultResultCacheBytes is Config.ResultCacheBytes' default.
+	DefaultResultCacheBytes = 32 << 20
 	// MaxPoints is the most points per series a range query may ask for
 	// (as Prometheus: 11,000).
 	MaxPoints = 11000
@@ -75,6 +77,12 @@ type Config struct {
 	// Extra, when its Queryable is set, adds series the store does not
 	// hold (the alert series of the rule evaluator).
 	Extra Extra
+	// ResultCacheBytes bounds the range query answers kept so that a
+	// dashboard's next refresh evaluates only its new steps (resultcache);
+	// 0: DefaultResultCacheBytes, negative: none are kept. Answers are
+	// kept only when Source tells of every change to its readings and
+	// attributes.
+	ResultCacheBytes int64
 	// Build is what /api/v1/status/buildinfo reports, so that it names
 	// the version and commit the binary's -version prints. An empty
 	// Version reports the module version and VCS stamp Go recorded.
@@ -94,6 +102,7 @@ type API struct {
 	mux     *http.ServeMux
 	extra   Extra
 	build   BuildInfo
+	results *rangeCache // nil: range query answers are not kept
 }
 
 // New builds the API for cfg.
@@ -127,6 +136,7 @@ func New(cfg Config) (*API, error) {
 		a.q.live = newLiveWindow(a.now, a.q.lookback)
 		w.Watch(a.q.live.committed, a.q.live.removed)
 	}
+	a.results = newRangeCache(cfg.Source, orDefault(cfg.ResultCacheBytes, DefaultResultCacheBytes))
 	opts := promql.EngineOpts{
 		Logger:                   a.log,
 		MaxSamples:               orDefault(cfg.MaxSamples, DefaultMaxSamples),
@@ -237,6 +247,10 @@ func (a *API) handleQueryRange(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badData("step", "zero or negative query resolution step widths are not accepted. Try a positive integer"))
 		return
 	}
+	if step < time.Millisecond { // the engine evaluates at whole milliseconds
+		writeError(w, badData("step", "a step below 1ms is not accepted; give at least 0.001"))
+		return
+	}
 	if end.Sub(start)/step > MaxPoints {
 		writeError(w, badData("step", "exceeded maximum resolution of %d points per timeseries. Try decreasing the query resolution (?step=XX)", MaxPoints))
 		return
@@ -253,7 +267,7 @@ func (a *API) handleQueryRange(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.run(ctx, w, r, qs, func() (promql.Query, error) {
-		return a.newRangeQuery(ctx, qs, start, end, step)
+		return a.newCachedRangeQuery(ctx, qs, start, end, step)
 	})
 }
 

@@ -497,6 +497,9 @@ func (qr *querier) Select(ctx context.Context, _ bool, hints *storage.SelectHint
 	}
 	if qr.samples != nil && mint <= maxt && dense(hints, qr.q.lookback) {
 		set.samples = qr.samples
+		if e, ok := lastEndsOf(hints, qr.q.shape); ok {
+			set.lastEnds = &e
+		}
 		for _, r := range refs {
 			if !r.hasSeen {
 				set.samples.add(set.span(r), r.name)
@@ -615,6 +618,7 @@ type seriesSet struct {
 	windows    *windows     // set: answer per window from summaries
 	cached     *windowCache // set: the windows are read with the querier's other selects
 	samples    *sampleCache // set: samples come from the querier's projected reads
+	lastEnds   *lastEnds    // set with samples: only those last_over_time looks at (thinLast)
 	recent     bool         // samples come from the recent reads (SharedReads)
 	newestOnly bool         // with recent: only the newest sample is wanted
 	// the sample times of LastSeenName series (seenTimes)
@@ -675,6 +679,9 @@ func (s *series) Iterator(prev chunkenc.Iterator) chunkenc.Iterator {
 			it.read, it.i = true, -1
 		}
 		return windowSeekIter[int64]{it}
+	}
+	if s.set.samples != nil && s.set.lastEnds != nil {
+		return thinnedIter(s.set.ctx, s.set.samples, s.set.span(s.ref), s.ref.name, *s.set.lastEnds)
 	}
 	if s.set.samples != nil {
 		return loadedIter(s.set.ctx, s.set.samples, s.set.span(s.ref), s.ref.name)

@@ -56,22 +56,23 @@ import (
 
 // Config is one benchmark run.
 type Config struct {
-	Readings       int           // readings per ingest measurement (each raw ceiling, store write, each end-to-end run)
-	Devices        int           // devices the readings are spread over
-	QueryReadings  int           // readings prefilled for the query measurement
-	Queries        int           // requests per latency figure
-	Repeat         int           // runs of each repeated end-to-end configuration
-	PacedRates     []int         // after full speed, measure the loaded queries again with ingest paced at these readings/s
-	Phases         []string      // which parts to run: raw, store, e2e, query
-	Runs           []string      // which end-to-end runs (names as in the report); empty: all
-	Doors          []string      // which doors the connect phase measures (line, mqtt), each with its baseline; empty: all
-	Binary         string        // telemetryd binary; empty builds ./cmd/telemetryd
-	WorkDir        string        // where data goes; empty: a temp dir, removed unless Keep
-	Keep           bool          // keep WorkDir
-	TSBSFile       string        // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
-	PeerBinary     string        // -peer-binary: VictoriaMetrics to compare with on TSBSFile, instead of the run
-	FleetQueries   int           // with PeerBinary: times each fleet question is asked of each service (0: none)
-	FleetCaches    string        // with PeerBinary: "on" (both services' query caches as shipped), "off" (both off) or "ours" (telemetryd's only)
+	Readings       int      // readings per ingest measurement (each raw ceiling, store write, each end-to-end run)
+	Devices        int      // devices the readings are spread over
+	QueryReadings  int      // readings prefilled for the query measurement
+	Queries        int      // requests per latency figure
+	Repeat         int      // runs of each repeated end-to-end configuration
+	PacedRates     []int    // after full speed, measure the loaded queries again with ingest paced at these readings/s
+	Phases         []string // which parts to run: raw, store, e2e, query
+	Runs           []string // which end-to-end runs (names as in the report); empty: all
+	Doors          []string // which doors the connect phase measures (line, mqtt), each with its baseline; empty: all
+	Binary         string   // telemetryd binary; empty builds ./cmd/telemetryd
+	WorkDir        string   // where data goes; empty: a temp dir, removed unless Keep
+	Keep           bool     // keep WorkDir
+	TSBSFile       string   // -tsbs: the TSBS IoT file of the tsbs phase; without that phase, measure the file's store writes instead of the run
+	PeerBinary     string   // -peer-binary: VictoriaMetrics to compare with on TSBSFile, instead of the run
+	FleetQueries   int      // with PeerBinary: times each fleet question is asked of each service (0: none)
+	FleetCaches    string   // with PeerBinary: "on" (both services' query caches as shipped), "off" (both off) or "ours" (telemetryd's only)
+	Dashboard      dashboardConfig
 	PeerRuns       []string      // with PeerBinary: the ingest runs of each round (peerKinds)
 	MatchDevices   int           // -match-devices: time the device list filtered by attribute over this many devices, instead of the run
 	FsyncFiles     []int         // -fsync-files: instead of the run, fsyncs/s with this many files written at once (fsync.go)
@@ -197,6 +198,10 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.PeerBinary, "peer-binary", "", "a VictoriaMetrics binary (single node, app/victoria-metrics): instead of the run, compare telemetryd (line protocol and JSON at 100 per message) with it on the -tsbs file, one after the other, -repeat times: ingest until queryable, disk per value, latest value right after ingest (-queries requests), peak RSS, and the fleet questions as PromQL when telemetryd has device attributes")
 	peerRuns := fs.String("peer-runs", "line,json,peer", "with -peer-binary: the ingest runs of each round, comma-separated: line, json (telemetryd), peer (VictoriaMetrics), line-B and json-B (the -compare build through line protocol and JSON)")
 	fs.IntVar(&cfg.FleetQueries, "fleet-queries", 20, "with -peer-binary: times each fleet question is asked of each service (0: none)")
+	fs.IntVar(&cfg.Dashboard.Refreshes, "fleet-dashboard", 30, "with -peer-binary: refreshes of the fleet dashboard: each asks every fleet question of both services as a range query over -dashboard-window at -dashboard-step, the window sliding 10 s per refresh over the file's time (0: none)")
+	fs.DurationVar(&cfg.Dashboard.Window, "dashboard-window", time.Hour, "with -fleet-dashboard: the time range of each refresh")
+	fs.DurationVar(&cfg.Dashboard.Step, "dashboard-step", time.Minute, "with -fleet-dashboard: the step of its range queries")
+	fs.BoolVar(&cfg.Dashboard.Wait, "dashboard-wait", false, "with -fleet-dashboard: wait 10 s of wall time from one refresh to the next (default: the next refresh follows at once)")
 	fs.StringVar(&cfg.FleetCaches, "fleet-caches", "on", "with -peer-binary: the query caches of both services during the fleet questions: on (as shipped: telemetryd's column cache, the peer's rollup result cache), off (telemetryd -column-cache=false, the peer asked with nocache=1) or ours (telemetryd's column cache on, the peer asked with nocache=1)")
 	fs.IntVar(&cfg.MatchDevices, "match-devices", 0, `instead of the run, send this many devices (one reading each) with attributes over 10 fleets and time GET /v1/devices?match={fleet="East"} (-queries requests per figure) against the unfiltered list`)
 	fsyncFiles := fs.String("fsync-files", "", "instead of the run, measure the fsyncs/s of the work dir's file system with this many files written at once, each write followed by an fsync (comma-separated counts, e.g. 1,8,16,32)")
@@ -297,6 +302,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("-fleet-caches %q: want on, off or ours", c.FleetCaches)
 	case c.FleetQueries < 0:
 		return fmt.Errorf("-fleet-queries %d: want 0 or more", c.FleetQueries)
+	case c.Dashboard.Refreshes < 0:
+		return fmt.Errorf("-fleet-dashboard %d: want 0 or more", c.Dashboard.Refreshes)
+	case c.Dashboard.Step <= 0 || c.Dashboard.Step%time.Second != 0:
+		return fmt.Errorf("-dashboard-step %s: want whole seconds, at least 1s", c.Dashboard.Step)
+	case c.Dashboard.Window < c.Dashboard.Step || c.Dashboard.Window/c.Dashboard.Step > 11000:
+		return fmt.Errorf("-dashboard-window %s: want at least one step (-dashboard-step %s) and at most 11,000", c.Dashboard.Window, c.Dashboard.Step)
 	case tsbs && c.TSBSFile == "":
 		return errors.New("-phases tsbs: want the data file in -tsbs FILE")
 	case c.Devices < 1:

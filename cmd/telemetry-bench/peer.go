@@ -47,8 +47,9 @@ import (
 //     the embedded NATS server's files; the peer: its storage directory);
 //   - the fleet questions (peerquestions.go), when telemetryd has device
 //     attributes: both services restarted on the line protocol run's
-//     data, once idle, every question sent to both in turn, at the
-//     file's newest time, the peer's cache off (nocache=1).
+//     data, once idle, asked as a dashboard (peerdashboard.go) and then
+//     every question sent to both in turn at the file's newest time,
+//     the caches as -fleet-caches says.
 //
 // With -repeat N the three ingest runs are done N times (every other
 // round in reverse order) and the table shows medians.
@@ -85,11 +86,12 @@ type peerRun struct {
 
 // questionResult is one fleet question on both services.
 type questionResult struct {
-	Name                string
-	Ours, Peer          latency
-	OurSeries, PeerSe   int           // series in the first answer
-	OurFirst, PeerFirst time.Duration // the first ask
-	Query, PeerQuery    string
+	Name                  string
+	Ours, Peer            latency
+	OurSeries, PeerSe     int           // series in the first answer
+	OurFirst, PeerFirst   time.Duration // the first ask
+	OurFailed, PeerFailed int           // asks answered with an error (the dashboard's)
+	Query, PeerQuery      string
 }
 
 // runPeer runs the peer comparison and prints its report to stdout.
@@ -137,13 +139,13 @@ func runPeer(ctx context.Context, cfg Config, stdout, progressOut io.Writer) err
 			}
 		}
 	}
-	var qs []questionResult
-	if cfg.FleetQueries > 0 && attrs && keep["line"] != "" && keep["peer"] != "" {
-		if qs, err = b.peerQuestions(ctx, keep["line"], keep["peer"], d); err != nil {
+	var qs, dash []questionResult
+	if (cfg.FleetQueries > 0 || cfg.Dashboard.Refreshes > 0) && attrs && keep["line"] != "" && keep["peer"] != "" {
+		if qs, dash, err = b.peerQuestions(ctx, keep["line"], keep["peer"], d); err != nil {
 			return fmt.Errorf("fleet questions: %w", err)
 		}
 	}
-	fmt.Fprint(stdout, peerReport(cfg, d, runs, qs, attrs))
+	fmt.Fprint(stdout, peerReport(cfg, d, runs, qs, dash, attrs))
 	return nil
 }
 

@@ -103,6 +103,27 @@ func TestPeerFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"line", "json", "peer"}, cfg.PeerRuns)
 	assert.Equal(t, 20, cfg.FleetQueries)
+	assert.Equal(t, dashboardConfig{Refreshes: 30, Window: time.Hour, Step: time.Minute}, cfg.Dashboard)
+	for _, bad := range [][]string{{"-fleet-dashboard", "-1"}, {"-dashboard-step", "1500ms"}, {"-dashboard-step", "0s"},
+		{"-dashboard-window", "5s"}, {"-dashboard-window", "48h", "-dashboard-step", "1s"}} {
+		_, err = parseFlags(append([]string{"-peer-binary", "vm", "-tsbs-file", "f"}, bad...), &out)
+		require.ErrorContains(t, err, bad[0]+" ", bad)
+	}
+}
+
+// TestDashboardRange checks that the window slides by 10 s per refresh,
+// ends at the file's newest time (aligned down to the step) at the
+// last, and spans the window.
+func TestDashboardRange(t *testing.T) {
+	c := dashboardConfig{Refreshes: 30, Window: time.Hour, Step: 10 * time.Second}
+	newest := time.Date(2026, 11, 22, 6, 0, 7, 0, time.UTC)
+	last := c.dashboardRange(newest, 29)
+	assert.Equal(t, promTime(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)), last.Get("end"))
+	assert.Equal(t, promTime(time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)), last.Get("start"))
+	assert.Equal(t, "10", last.Get("step"))
+	first := c.dashboardRange(newest, 0)
+	assert.Equal(t, promTime(time.Date(2026, 11, 22, 5, 55, 10, 0, time.UTC)), first.Get("end"))
+	assert.Equal(t, promTime(time.Date(2026, 11, 22, 5, 55, 20, 0, time.UTC)), c.dashboardRange(newest, 1).Get("end"))
 }
 
 // TestPeerReportRatios checks the table's medians and ratios.
@@ -115,7 +136,7 @@ func TestPeerReportRatios(t *testing.T) {
 			peerRun{Kind: "peer", Rate: 2 * r, Disk: 2000, PeakRSS: 50 << 20},
 			peerRun{Kind: "line-B", Rate: r / 2, Disk: 900, PeakRSS: int64(i+1) << 20})
 	}
-	out := peerReport(cfg, d, runs, nil, false)
+	out := peerReport(cfg, d, runs, nil, nil, false)
 	lines := strings.Split(out, "\n")
 	find := func(prefix string) []string {
 		for _, l := range lines {
@@ -138,7 +159,7 @@ func TestPeerReportRatios(t *testing.T) {
 	for _, r := range []float64{10, 30, 20} {
 		runs = append(runs, peerRun{Kind: "json", Rate: r, Disk: 800}, peerRun{Kind: "json-B", Rate: 3 * r, Disk: 400})
 	}
-	out = peerReport(cfg, d, runs, nil, false)
+	out = peerReport(cfg, d, runs, nil, nil, false)
 	lines = strings.Split(out, "\n")
 	assert.Contains(t, out, "JSON B / JSON A")
 	assert.Equal(t, []string{"20", "60", "3.00"}, find("ingest, readings/s until queryable"))

@@ -13,12 +13,13 @@ import (
 )
 
 // peerQuestions restarts telemetryd on lineDir and the peer on peerDir,
-// waits until both are idle, and sends every fleet question to both in
-// turn, cfg.FleetQueries times each (the order swapped every other
-// time, the fleet going round tsbsFleets), at the file's newest time.
-// With -profile-dir, telemetryd's CPU profile of the first
+// waits until both are idle, asks the fleet dashboard of
+// cfg.Dashboard (peerDashboard), and then sends every fleet question
+// to both in turn, cfg.FleetQueries times each (the order swapped every
+// other time, the fleet going round tsbsFleets), at the file's newest
+// time. With -profile-dir, telemetryd's CPU profile of the first
 // -profile-seconds of each question is saved as fleet-<question>.pprof.
-func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *peerData) ([]questionResult, error) {
+func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *peerData) (instant, dash []questionResult, _ error) {
 	svc := b.telemetrydFor(b.bin, lineDir)
 	peerQuery := url.Values{}
 	if b.cfg.FleetCaches != "on" {
@@ -30,27 +31,36 @@ func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *p
 	if b.cfg.ProfileDir != "" {
 		addr, err := freeAddr()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		svc.pprofAddr = addr
 	}
 	if err := svc.start(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer svc.stop(time.Minute)
 	p := &peerService{bin: b.cfg.PeerBinary, dataDir: filepath.Join(peerDir, "data"), logPath: filepath.Join(peerDir, "peer.log")}
 	if err := p.start(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer p.stop(time.Minute)
 	ph := b.prog.begin("fleet questions: wait for both to go idle", 0, "")
 	if _, err := waitIdle(ctx, svc, 0.05, 3*time.Minute); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := waitIdleProc(ctx, p.stats, 0.05, 3*time.Minute); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ph.end("")
+	if b.cfg.Dashboard.Refreshes > 0 {
+		var err error
+		if dash, err = b.peerDashboard(ctx, svc, p, peerQuery, d); err != nil {
+			return nil, nil, err
+		}
+	}
+	if b.cfg.FleetQueries == 0 {
+		return nil, dash, nil
+	}
 	at := promTime(d.end)
 	var out []questionResult
 	for _, q := range fleetQuestions("6h") {
@@ -76,7 +86,7 @@ func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *p
 				start := time.Now()
 				body, err := getBody(ctx, s.client, s.u)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				*s.ds = append(*s.ds, time.Since(start))
 				if i == 0 {
@@ -93,7 +103,7 @@ func (b *bench) peerQuestions(ctx context.Context, lineDir, peerDir string, d *p
 		ph.end(fmt.Sprintf("p50 %s against %s", ms(r.Ours.P50), ms(r.Peer.P50)))
 		out = append(out, r)
 	}
-	return out, nil
+	return out, dash, nil
 }
 
 // withQuery is a copy of base with the pairs kv (name, value, ...) set.
@@ -149,7 +159,7 @@ func countSeries(body []byte) int {
 
 // peerReport renders the comparison: the median of each measure per
 // run kind, and telemetryd's figures over the peer's.
-func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, attrs bool) string {
+func peerReport(cfg Config, d *peerData, runs []peerRun, qs, dash []questionResult, attrs bool) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "telemetryd: %s\npeer: %s\nfile: %s: %s readings (lines of a truck and time merged), %s field values, %s lines (%d without a name left out); times moved by %s\nload at the end: %s\n\n",
 		cfg.Binary, cfg.PeerBinary, d.file, num(float64(d.json.readings)), num(float64(d.json.values)), num(float64(d.lines)), d.dropped, d.shift, loadavg())
@@ -213,15 +223,18 @@ func peerReport(cfg Config, d *peerData, runs []peerRun, qs []questionResult, at
 		s.notes = append(s.notes, "Ratios are telemetryd over the peer: above 1 is better for readings/s, worse for the others.")
 	}
 	sections := []section{s}
+	caches := "both services' query caches as shipped: telemetryd's column cache, the peer's rollup result cache"
+	switch cfg.FleetCaches {
+	case "off":
+		caches = "both services' query caches off: telemetryd -column-cache=false, the peer asked with nocache=1"
+	case "ours":
+		caches = "telemetryd's column cache on, the peer's rollup result cache off (nocache=1)"
+	}
+	if len(dash) > 0 {
+		sections = append(sections, dashboardSection(cfg, dash, caches))
+	}
 	switch {
 	case len(qs) > 0:
-		caches := "both services' query caches as shipped: telemetryd's column cache, the peer's rollup result cache"
-		switch cfg.FleetCaches {
-		case "off":
-			caches = "both services' query caches off: telemetryd -column-cache=false, the peer asked with nocache=1"
-		case "ours":
-			caches = "telemetryd's column cache on, the peer's rollup result cache off (nocache=1)"
-		}
 		q := section{title: fmt.Sprintf("Fleet questions as PromQL, instant queries at the file's newest time (%d of each on both, alternating; %s)", cfg.FleetQueries, caches),
 			header: []string{"question", "telemetryd p50 / p99", "VictoriaMetrics p50 / p99", "p50 ratio", "p99 ratio", "first ask (telemetryd, peer)", "series (telemetryd, peer)"}}
 		for _, r := range qs {

@@ -262,3 +262,20 @@ func TestAssignSplitsABatchTooBigForOneTransaction(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, devs, 10)
 }
+
+// TestAttributeGeneration counts the changes of attribute sets: an
+// assignment that leaves the set as it was (a newer time of the same
+// values) and a reading count none.
+func TestAttributeGeneration(t *testing.T) {
+	ts := newTestIndex(t)
+	g := ts.AttributeGeneration()
+	ts.assign(t, set("truck-1", at(0), "fleet", "East"))
+	assert.Equal(t, g+1, ts.AttributeGeneration())
+	ts.assign(t, set("truck-1", at(time.Minute), "fleet", "East"))
+	ts.write(t, reading("truck-1", at(time.Minute), "speed", 3.5))
+	assert.Equal(t, g+1, ts.AttributeGeneration(), "the same set")
+	ts.assign(t, set("truck-1", at(2*time.Minute), "fleet", "West"))
+	assert.Equal(t, g+2, ts.AttributeGeneration())
+	require.NoError(t, ts.DeleteDevice("truck-1"))
+	assert.Equal(t, g+3, ts.AttributeGeneration())
+}

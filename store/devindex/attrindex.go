@@ -238,8 +238,16 @@ func (x *Index) applyAttrs(changes []attrChange) {
 		}
 		x.postings.change(c.dev, e, oldSet, c.new.set)
 		e.attrs = c.new
+		if !slices.Equal(oldSet, c.new.set) {
+			x.attrGen.Add(1)
+		}
 	}
 }
+
+// AttributeGeneration counts the changes of devices' attribute sets
+// (assignments that changed a set, deleted devices): an answer made
+// with the attributes of one generation is stale in the next.
+func (x *Index) AttributeGeneration() uint64 { return x.attrGen.Load() }
 
 // entry returns dev's entry, creating one without readings if the
 // index has not seen dev. x.mu must be held for writing.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -51,6 +52,9 @@ type Index struct {
 	postings    attrPostings
 	attrLocks   attrLocks
 	attrDamaged []Damaged
+	// attrGen counts the changes of devices' attribute sets
+	// (AttributeGeneration).
+	attrGen atomic.Uint64
 }
 
 // Damaged is a device record or attribute record that failed its
@@ -328,6 +332,7 @@ func (x *Index) DeleteDevice(dev buckets.DeviceID) error {
 	defer x.mu.Unlock()
 	if e := x.devices[dev]; e != nil {
 		x.postings.change(dev, e, e.attributes(), nil)
+		x.attrGen.Add(1)
 	}
 	delete(x.devices, dev)
 	delete(x.dirty, dev)

@@ -28,7 +28,7 @@ const DefaultLimit = 1 << 30
 // message the server accepts twice over) leave nothing to divide.
 const MinLimit = 256 << 20
 
-// Shares of -memory-limit, in percent. What is left (33%) covers what
+// Shares of -memory-limit, in percent. What is left (31%) covers what
 // is not sized by a knob: Badger compactions and the device index, cold
 // day tables (-max-open-tables of them, about 2.4 MiB each), the
 // embedded NATS server's file store caches, the HTTP server, stacks and
@@ -42,7 +42,7 @@ const (
 	shareColumns    = 5  // decoded block columns kept for aggregates asked again (store/colcache)
 	shareJetStream  = 5  // embedded JetStream memory-storage limit
 	shareConsumer   = 6  // messages pulled but not yet settled
-	shareQueries    = 10 // query responses in flight
+	shareQueries    = 10 // query responses in flight; a fifth as much again for kept range query answers (api.PromQLResultBytes)
 	shareWrites     = 8  // line protocol write bodies in flight
 	// goSoftLimitShare is the Go runtime's soft limit: memory the
 	// runtime does not see (memtable write-ahead logs and SSTables
@@ -167,6 +167,7 @@ func (b Budget) Log(l *slog.Logger) {
 		{"jetstream_memory", "embedded jetstream memory", b.JetStream, "max memory of memory-storage streams"},
 		{"consumer_buffers", "consumer buffers", b.Consumer, fmt.Sprintf("pulls of at most %s plus decoded readings", ib(b.PullBytes))},
 		{"query_responses", "query responses", b.Queries, fmt.Sprintf("response bytes in flight, at most a %d-th per client; past it 503 (429 past a client's share) with Retry-After", api.DefaultClientShares)},
+		{"query_results", "kept range query answers", api.PromQLResultBytes(b.Queries), "answers by step, so a dashboard's next refresh evaluates only its new steps"},
 		{"write_bodies", "write bodies", b.Writes, "line protocol bodies in flight, received, gunzipped and being mapped; past it 503 with Retry-After"},
 	}
 	args := []any{"memory_limit", ib(b.Limit), "gogc", gogc(b.GCPercent)}

@@ -45,7 +45,7 @@ func TestPlanMemory(t *testing.T) {
 		b, err := Plan(limit, 2, 8, api.DefaultMaxWriteBytes)
 		require.NoError(t, err)
 		sized := memtableCost*store.HotMemtables*int64(b.HotTables)*b.MemTable + int64(b.HotTables)*b.BlockCache +
-			int64(b.OpenTables)*b.IndexCache + b.JetStream + b.Consumer + b.Queries + b.Writes
+			int64(b.OpenTables)*b.IndexCache + b.JetStream + b.Consumer + b.Queries + api.PromQLResultBytes(b.Queries) + b.Writes
 		assert.Less(t, sized, limit*3/4, "limit %d", limit)
 		assert.Less(t, b.GoSoftLimit, limit)
 	}
