@@ -96,8 +96,11 @@ func TestWriteCutShortNamesWhatWasAccepted(t *testing.T) {
 		return pb
 	}
 	t.Run("publish timeout between parts", func(t *testing.T) {
-		pub := &slowPublisher{delay: 300 * time.Millisecond}
-		url := newWriteServer(t, api.WriteConfig{Publisher: pub, PublishTimeout: 200 * time.Millisecond}, now)
+		// The first part must start within the timeout (its lines are
+		// parsed first: seconds are room on a loaded machine); each part
+		// outlasts it, so the next one does not.
+		pub := &slowPublisher{delay: 2500 * time.Millisecond}
+		url := newWriteServer(t, api.WriteConfig{Publisher: pub, PublishTimeout: 2 * time.Second}, now)
 		code, resp := postLines(t, url, body)
 		require.Equal(t, http.StatusServiceUnavailable, code, resp)
 		pb := decode(t, resp)
