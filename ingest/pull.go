@@ -65,7 +65,7 @@ type puller struct {
 	sub      *nats.Subscription
 	status   chan nats.Status // connection status changes
 
-	ended   chan error // the request in flight ended (nil) or failed
+	ended   chan error   // the request in flight ended (nil) or failed
 	gen     atomic.Int64 // of the request in flight; its reply is inbox.<gen>
 	stop    chan struct{}
 	stopped sync.Once
