@@ -166,6 +166,10 @@ func (p *puller) loop() {
 		case <-p.ended:
 		default:
 		}
+		select { // a reconnect before this request is no reason to send another
+		case <-p.status:
+		default:
+		}
 		gen := p.gen.Add(1)
 		if err := p.in.nc.PublishRequest(p.subject, p.inbox+"."+strconv.FormatInt(gen, 10), p.req); err != nil {
 			if errors.Is(err, nats.ErrConnectionClosed) {
