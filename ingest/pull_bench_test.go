@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/telemetryd/telemetryd/buckets"
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
@@ -90,7 +90,7 @@ func BenchmarkCaughtUpPartitions(b *testing.B) {
 			}
 			ms := nowMillis()
 			var buf []byte
-			cpu0 := processTime()
+			cpu0 := ingesttest.ProcessCPU()
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				buf = append(buf[:0], `{"ts":`...)
@@ -107,16 +107,7 @@ func BenchmarkCaughtUpPartitions(b *testing.B) {
 			b.StopTimer()
 			require.Equal(b, int64(b.N), w.n.Load(), "readings written")
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-			b.ReportMetric(float64(processTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/msg")
+			b.ReportMetric(float64(ingesttest.ProcessCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/msg")
 		})
 	}
-}
-
-// processTime is the user and system CPU time of this process so far.
-func processTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

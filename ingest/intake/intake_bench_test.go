@@ -3,7 +3,6 @@ package intake
 import (
 	"fmt"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 )
 
 // BenchmarkIntakeBatchSize publishes messages of 1 and 100 readings
@@ -40,7 +41,7 @@ func BenchmarkIntakeBatchSize(b *testing.B) {
 				for i := range subjects {
 					subjects[i] = "telemetry.dev-" + strconv.Itoa(i)
 				}
-				cpu0 := processCPU()
+				cpu0 := ingesttest.ProcessCPU()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
 					_, err := dev.PublishAsync(subjects[i%len(subjects)], payload, jetstream.WithStallWait(time.Minute))
@@ -54,7 +55,7 @@ func BenchmarkIntakeBatchSize(b *testing.B) {
 				b.StopTimer()
 				st := in.Stats()
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-				b.ReportMetric(float64(processCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/msg")
+				b.ReportMetric(float64(ingesttest.ProcessCPU()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-us/msg")
 				if st.Batches > 0 {
 					b.ReportMetric(float64(b.N-int(st.Passed))/float64(st.Batches), "msgs/batch")
 				}
@@ -75,13 +76,4 @@ func benchPayload(n int) []byte {
 		p = fmt.Appendf(p, `{"ts":%d,"temp":21.%02d,"hum":%d,"ok":true}`, 1795309323456+int64(i)*1000, i%100, 40+i%20)
 	}
 	return append(p, ']')
-}
-
-// processCPU is the user and system CPU time of this process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
