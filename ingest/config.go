@@ -106,10 +106,6 @@ type Config struct {
 	// and not yet handed to the batch loop; it is raised to twice the
 	// server's max payload when smaller. Default 32 MiB.
 	PullMaxBytes int
-	// PullEvery is how often the ingester asks its consumer for the
-	// messages its stream accumulated (pull.go). Negative: the server
-	// pushes each message as it is stored. Default 5ms.
-	PullEvery time.Duration
 	// Positions, when set, keeps the stream sequence settled up to
 	// (see replay.go), so that a consumer created anew starts after it
 	// instead of replaying the whole stream. Nil: a new consumer
@@ -251,7 +247,6 @@ func DefaultConfig() Config {
 		RejectedMaxBytes:     1 << 30,
 		RejectedMaxPerDevice: 10000,
 		PullMaxBytes:         32 << 20,
-		PullEvery:            5 * time.Millisecond,
 		RejectedStream:       "TELEMETRY_REJECTED",
 		Consumer:             "ingest",
 		Window:               buckets.DefaultWindow,
@@ -279,7 +274,6 @@ func (c Config) withDefaults() Config {
 	c.RejectedMaxBytes = cmp.Or(c.RejectedMaxBytes, d.RejectedMaxBytes)
 	c.RejectedMaxPerDevice = cmp.Or(c.RejectedMaxPerDevice, d.RejectedMaxPerDevice)
 	c.PullMaxBytes = cmp.Or(c.PullMaxBytes, d.PullMaxBytes)
-	c.PullEvery = cmp.Or(c.PullEvery, d.PullEvery)
 	c.RejectedStream = cmp.Or(c.RejectedStream, d.RejectedStream)
 	c.Consumer = cmp.Or(c.Consumer, d.Consumer)
 	c.Window.Retention = cmp.Or(c.Window.Retention, d.Window.Retention)

@@ -262,7 +262,10 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 			return
 		}
 		started := time.Now()
-		cc, err := in.startConsume(cons, handle)
+		cc, err := cons.Consume(handle,
+			jetstream.PullMaxBytes(max(in.cfg.PullMaxBytes, 2*int(in.nc.MaxPayload()))),
+			jetstream.PullExpiry(pullExpiry),
+			jetstream.ConsumeErrHandler(in.onConsumeError))
 		if err != nil {
 			err = fmt.Errorf("ingest: start consuming: %w", err)
 		} else {
@@ -299,22 +302,6 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer) {
 			in.log.Warn("set up streams and consumer failed; retrying", "err", err, "retry_in", delay)
 		}
 	}
-}
-
-// startConsume starts taking cons's messages into handle: pulled
-// every PullEvery, or pushed by the server with a negative PullEvery.
-func (in *Ingester) startConsume(cons jetstream.Consumer, handle jetstream.MessageHandler) (jetstream.ConsumeContext, error) {
-	if in.cfg.PullEvery > 0 {
-		p, err := in.pull(cons, handle)
-		if err != nil {
-			return nil, err
-		}
-		return p, nil
-	}
-	return cons.Consume(handle,
-		jetstream.PullMaxBytes(max(in.cfg.PullMaxBytes, 2*int(in.nc.MaxPayload()))),
-		jetstream.PullExpiry(pullExpiry),
-		jetstream.ConsumeErrHandler(in.onConsumeError))
 }
 
 // watch waits until ctx is done (nil) or consuming breaks (the reason),
