@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,4 +92,14 @@ func RunMQTT(t testing.TB, name string) (*server.Server, jetstream.Stream, strin
 		t.Fatalf("create stream TELEMETRY: %v", err)
 	}
 	return srv, st, net.JoinHostPort("127.0.0.1", strconv.Itoa(opts.MQTT.Port))
+}
+
+// ProcessCPU is the user and system CPU time of this process so far:
+// what a benchmark with the server in-process spends, server included.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -26,9 +26,9 @@ const testPartitions = 4
 // newTestServer runs a NATS server that fsyncs every write, maps
 // <prefix>.<device> to its partition as the embedded server does, and
 // has the partition streams with the intake's subjects.
-func newTestServer(t *testing.T) (*server.Server, jetstream.JetStream) {
+func newTestServer(t testing.TB, edit ...func(*server.Options)) (*server.Server, jetstream.JetStream) {
 	t.Helper()
-	srv := ingesttest.RunNATS(t, func(o *server.Options) { o.SyncAlways = true })
+	srv := ingesttest.RunNATS(t, append([]func(*server.Options){func(o *server.Options) { o.SyncAlways = true }}, edit...)...)
 	src, dst := partition.Mapping(ingest.DefaultSubjectPrefix, testPartitions)
 	require.NoError(t, srv.GlobalAccount().AddMapping(src, dst))
 	nc, err := nats.Connect(srv.ClientURL())
@@ -48,7 +48,7 @@ func newTestServer(t *testing.T) (*server.Server, jetstream.JetStream) {
 }
 
 // startTestIntake runs an intake on its own connection to srv.
-func startTestIntake(t *testing.T, srv *server.Server, cfg Config, hook func()) *Intake {
+func startTestIntake(t testing.TB, srv *server.Server, cfg Config, hook func()) *Intake {
 	t.Helper()
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
@@ -61,7 +61,7 @@ func startTestIntake(t *testing.T, srv *server.Server, cfg Config, hook func()) 
 }
 
 // newDevice connects a device's JetStream client to srv.
-func newDevice(t *testing.T, srv *server.Server) jetstream.JetStream {
+func newDevice(t testing.TB, srv *server.Server) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
