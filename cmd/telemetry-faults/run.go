@@ -308,6 +308,12 @@ func (c *cluster) finalCheck(ctx context.Context, led *ledger, res *Result) {
 	incomplete := func(format string, args ...any) {
 		res.Incomplete = append(res.Incomplete, fmt.Sprintf(format, args...))
 	}
+	// A LazyFS that exited after the last fault (its process dies of
+	// SIGBUS on its next write to a mapped file) takes its machine's
+	// power first, as during the faults.
+	if err := c.diskCrashes(ctx, res); err != nil {
+		incomplete("final check: %v", err)
+	}
 	// The nodes at once: a stalled cluster must not cost each its wait.
 	ready := make([]bool, len(c.nodes))
 	errs := make([]error, len(c.nodes))
