@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"testing"
@@ -109,6 +110,25 @@ func walk(t *testing.T, bases []string, path string) []string {
 	}
 }
 
+// trailingMark is the partial marker of an answer read from a copy that
+// could not show it settled its stream within the bound (a loaded
+// machine's NATS answering late), at the end of the answer's object.
+var trailingMark = regexp.MustCompile(`,"warnings":\["partial: partition \d+ was read from a copy trailing its stream[^"]*"(,"partial: partition \d+ was read from a copy trailing its stream[^"]*")*\]\}`)
+
+// withoutTrailingMarks takes the partial markers out of pages, so that
+// a complete answer that carries one compares equal: the marker says
+// readings may be missing, and the comparison shows none is.
+func withoutTrailingMarks(t *testing.T, pages []string) []string {
+	out := make([]string, len(pages))
+	for i, p := range pages {
+		out[i] = trailingMark.ReplaceAllString(p, "}")
+		if out[i] != p {
+			t.Logf("answer marked partial (a copy trailing its stream): %s", p)
+		}
+	}
+	return out
+}
+
 // TestClusterAcceptance: three NATS JetStream servers in a cluster,
 // three telemetryd nodes with -partitions 12 -copies 2. Devices publish
 // through every NATS server; every reading is stored on exactly two
@@ -190,7 +210,7 @@ func TestClusterAcceptance(t *testing.T) {
 		want := walk(t, []string{ref.base}, path)
 		for k := range bases {
 			rotated := append(append([]string{}, bases[k:]...), bases[:k]...)
-			assert.Equal(t, want, walk(t, rotated, path), "GET %s starting at node %d", path, k)
+			assert.Equal(t, want, withoutTrailingMarks(t, walk(t, rotated, path)), "GET %s starting at node %d", path, k)
 		}
 	}
 	same("/v1/devices?limit=97")
