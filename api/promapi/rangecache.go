@@ -97,9 +97,10 @@ func namesRuledOut(vs *parser.VectorSelector, names []string) bool {
 // newCachedRangeQuery is newRangeQuery answered in part or whole from
 // the range cache: only the steps after those kept are evaluated. A
 // request limited to some devices, or a query whose steps do not stand
-// alone (cacheable), is evaluated whole and not kept.
+// alone (cacheable), is evaluated whole and not kept. step is at least
+// a millisecond (handleQueryRange refuses less).
 func (a *API) newCachedRangeQuery(ctx context.Context, qs string, start, end time.Time, step time.Duration) (promql.Query, error) {
-	if a.results == nil || step < time.Millisecond || (a.q.visible != nil && a.q.visible(ctx) != nil) {
+	if a.results == nil || (a.q.visible != nil && a.q.visible(ctx) != nil) {
 		return a.newRangeQuery(ctx, qs, start, end, step)
 	}
 	expr, err := a.parser.ParseExpr(qs)
