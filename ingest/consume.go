@@ -84,6 +84,17 @@ func (in *Ingester) setup(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create or update consumer %s: %w", in.cfg.Consumer, err)
 	}
+	// A consumer the lookup in startPosition did not find (a server
+	// back from an outage that did not know it yet) is updated here, not
+	// created, and keeps its ack floor: one that has delivered before is
+	// checked against the store again, or an emptied store would resume
+	// past everything the consumer acked.
+	if cons.CachedInfo().Delivered.Consumer > 0 && in.storeBehind(ctx, st, cons) {
+		if err := in.js.DeleteConsumer(ctx, in.cfg.Stream, in.cfg.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("delete consumer %s, which acked past the store: %w", in.cfg.Consumer, err)
+		}
+		return nil, fmt.Errorf("consumer %s existed after all, acked past the store; deleted, to be created again", in.cfg.Consumer)
+	}
 	cons = in.resetPending(ctx, cons)
 	in.mu.Lock()
 	in.stream = st

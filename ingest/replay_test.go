@@ -224,3 +224,64 @@ func TestIngestSkipsReadingsOfADeviceDeletedAfterPublication(t *testing.T) {
 	assert.Equal(t, int64(4), e.counter("telemetry.ingest.messages", outcome("acked")))
 	assert.Empty(t, e.deadLetters())
 }
+
+// hiddenConsumer is a store with no saved position whose first load,
+// the moment after the ingester looked its durable consumer up and did
+// not find it, has that consumer appear with everything acked: the
+// lookup of a JetStream server that did not know the consumer yet (back
+// from an outage), while the consumer lives on in the cluster.
+type hiddenConsumer struct {
+	fakePositions
+	once   sync.Once
+	appear func()
+}
+
+func (h *hiddenConsumer) LoadPosition(ctx context.Context, stream string) (buckets.StreamPosition, bool, error) {
+	h.once.Do(h.appear)
+	return h.fakePositions.LoadPosition(ctx, stream)
+}
+
+// An emptied store whose consumer the set-up lookup missed: creating it
+// then updates the existing consumer, which keeps its ack floor. The
+// set-up checks the consumer it got, deletes it and creates it again,
+// so the store gets every message instead of resuming past them.
+func TestIngestConsumerTheLookupMissedStartsAgain(t *testing.T) {
+	e := newTestEnv(t, nil)
+	e.start()
+	var last uint64
+	for i := range 5 {
+		last = e.publish("telemetry.dev-1", flat(nowMillis()+int64(i), i))
+	}
+	e.waitAcked(last)
+	acked := e.consumerInfo()
+	require.NoError(t, e.stop())
+	ctx := context.Background()
+	require.NoError(t, e.js.DeleteConsumer(ctx, "TELEMETRY", "ingest"))
+
+	w := &fakeWriter{}
+	cfg := e.cfg
+	h := &hiddenConsumer{fakePositions: fakePositions{pos: map[string]buckets.StreamPosition{}}}
+	h.appear = func() {
+		// The consumer as it lived on: same name and settings, every
+		// message acked.
+		c, err := e.js.CreateOrUpdateConsumer(ctx, "TELEMETRY", acked.Config)
+		require.NoError(t, err)
+		msgs, err := c.Fetch(5, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		for m := range msgs.Messages() {
+			require.NoError(t, m.DoubleAck(ctx))
+		}
+		info, err := c.Info(ctx)
+		require.NoError(t, err)
+		require.Equal(t, last, info.AckFloor.Stream)
+	}
+	cfg.Positions = h
+	in, err := New(e.nc, w, cfg)
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool { return len(w.stored("dev-1")) == 5 }, 15*time.Second, 10*time.Millisecond,
+		"the store gets the acked messages it lacks; has %d", len(w.stored("dev-1")))
+}
