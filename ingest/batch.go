@@ -194,8 +194,6 @@ func (in *Ingester) committed(ctx context.Context, items []item, rs []buckets.Re
 			continue
 		}
 		acked++
-		if it.delivered > 1 {
-		}
 	}
 	if ackErr != nil {
 		// The readings are stored; a redelivery rewrites the same keys.

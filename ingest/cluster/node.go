@@ -196,6 +196,15 @@ func (r *running) trails(now time.Time, bound time.Duration) bool {
 	return now.Sub(r.fresh) > bound
 }
 
+// behindSince is what a log says of the partition's freshness: when it
+// was last known fresh, or that it has not been since it started.
+func (r *running) behindSince() string {
+	if r.fresh.IsZero() {
+		return "not settled since it started"
+	}
+	return r.fresh.UTC().Format(time.RFC3339Nano)
+}
+
 // maxMarks bounds the marks kept per partition.
 const maxMarks = 256
 
@@ -314,7 +323,7 @@ func (n *Node) answering() (holding, ready, trailing []int, lag uint64) {
 			if stale {
 				r.since = now
 				n.log.Warn("partition trails its stream", "partition", p,
-					"behind_since", r.fresh.UTC().Format(time.RFC3339Nano), "max_read_lag", n.cfg.MaxReadLag)
+					"behind_since", r.behindSince(), "max_read_lag", n.cfg.MaxReadLag)
 			} else {
 				n.log.Info("partition is back within the bound of its stream", "partition", p)
 			}
@@ -324,7 +333,7 @@ func (n *Node) answering() (holding, ready, trailing []int, lag uint64) {
 			r.out = out
 			if out {
 				n.log.Warn("partition withdrawn from queries: its consumer trails the stream, and another owner answers it without trailing (or this node's lease lapsed)",
-					"partition", p, "behind_since", r.fresh.UTC().Format(time.RFC3339Nano))
+					"partition", p, "behind_since", r.behindSince())
 			} else {
 				n.log.Info("partition answers queries again", "partition", p, "trailing", stale)
 			}
