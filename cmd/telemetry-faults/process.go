@@ -290,7 +290,7 @@ func newNodeProc(net *network, cfg Config, j, member int, natsURLs, work, disk s
 		"-nats-url", natsURLs, "-partitions", fmt.Sprint(cfg.Partitions), "-copies", fmt.Sprint(cfg.Copies),
 		"-node-name", fmt.Sprintf("node-%d", j), "-advertise-url", nodeURL(net, member),
 		"-lease-ttl", cfg.LeaseTTL.String(), "-stream-replicas", "3", "-cursor-key", cursorKey,
-		"-sync-writes", "-insecure", "-log-format", "json", "-log-level", "warn",
+		"-sync-writes", "-insecure", "-log-format", "json", "-log-level", "info",
 		"-partition-streams=" + fmt.Sprint(cfg.PartitionStreams)}
 	return &proc{name: fmt.Sprintf("node-%d", j), member: member, net: net, bin: cfg.Binary,
 		args: append(args, cfg.NodeArgs...), logPath: filepath.Join(d, "log"), dataDir: data}, nil
