@@ -2,8 +2,14 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,4 +42,64 @@ func TestPartitionConsumersRemove(t *testing.T) {
 		assert.NoError(t, err, name)
 	}
 	assert.NoError(t, pc.Remove(ctx, 3), "already gone")
+}
+
+// TestStepDownMovesTheConsumerLeader: on a three-server JetStream
+// cluster, StepDown moves an R3 consumer's leadership to another
+// server; on a lone server (nothing to move to) it fails, naming the
+// consumer.
+func TestStepDownMovesTheConsumerLeader(t *testing.T) {
+	ctx := context.Background()
+	_, loneJS := ingesttest.JetStream(t)
+	_, err := loneJS.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	require.NoError(t, err)
+	_, err = loneJS.CreateOrUpdateConsumer(ctx, "S", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	err = (&partitionConsumer{js: loneJS, stream: "S", consumer: "c"}).StepDown(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "consumer c")
+
+	ports := make([]int, 3)
+	var routes []string
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	var srvs []*server.Server
+	for i := range ports {
+		srvs = append(srvs, ingesttest.RunNATS(t, func(o *server.Options) {
+			o.ServerName = fmt.Sprintf("s%d", i)
+			o.Cluster = server.ClusterOpts{Name: "stepdown", Host: "127.0.0.1", Port: ports[i]}
+			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}))
+	}
+	nc, err := nats.Connect(srvs[0].ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	var st jetstream.Stream
+	require.Eventually(t, func() bool {
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the cluster never took the stream: %v", err)
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3})
+	require.NoError(t, err)
+	leader := func() string {
+		info, err := cons.Info(ctx)
+		if err != nil || info.Cluster == nil {
+			return ""
+		}
+		return info.Cluster.Leader
+	}
+	require.Eventually(t, func() bool { return leader() != "" }, 30*time.Second, 50*time.Millisecond)
+	before := leader()
+	pc := &partitionConsumer{js: js, stream: "S", consumer: "c"}
+	require.Eventually(t, func() bool { return pc.StepDown(ctx) == nil }, 30*time.Second, 200*time.Millisecond,
+		"step down refused while every replica is current")
+	require.Eventually(t, func() bool { l := leader(); return l != "" && l != before }, 30*time.Second, 50*time.Millisecond,
+		"the leader stayed on %s", before)
 }

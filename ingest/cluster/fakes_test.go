@@ -129,6 +129,7 @@ type fakeConsumer struct {
 	entered chan struct{} // when set, Backlog signals it was called
 	running chan struct{} // closed once Run started
 	stopped chan struct{} // closed once Run returned
+	stepped int           // StepDown calls
 }
 
 func newFakeConsumer(pending uint64) *fakeConsumer {
@@ -167,6 +168,19 @@ func (c *fakeConsumer) Position(context.Context) (uint64, uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.applied, c.head, c.posErr
+}
+
+func (c *fakeConsumer) StepDown(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stepped++
+	return nil
+}
+
+func (c *fakeConsumer) stepDowns() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stepped
 }
 
 // setPosition sets what Position answers.

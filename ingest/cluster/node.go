@@ -57,6 +57,9 @@ type Consumer interface {
 	// of the partition's last message in the stream now. It asks the
 	// server.
 	Position(ctx context.Context) (applied, head uint64, err error)
+	// StepDown asks the servers to move the consumer's leadership to
+	// another of its replicas.
+	StepDown(ctx context.Context) error
 }
 
 // Consumers makes partition consumers.
@@ -163,6 +166,10 @@ type running struct {
 	stale bool      // trails its stream past MaxReadLag
 	since time.Time // when it last began to trail
 	out   bool      // withdrawn from the partitions answered (stale, and answered fresh elsewhere)
+	// stuck is since when the consumer has had nothing pending and
+	// made no progress while the stream held more (applied at stuckAt).
+	stuck   time.Time
+	stuckAt uint64
 }
 
 // mark is the partition's last stream sequence at a time.
@@ -401,9 +408,46 @@ func (n *Node) checkBacklog(ctx context.Context, p int, r *running) {
 		r.ready, r.marks = true, nil
 		n.log.Info("partition caught up", "partition", p)
 	}
-	if perr == nil {
-		r.settle(at, applied, head)
+	if perr != nil {
+		return
 	}
+	r.settle(at, applied, head)
+	if !r.stalled(at, pending, applied, head) {
+		return
+	}
+	// The consumer's leader serves a copy of the stream that lacks what
+	// the stream's leader holds (a replica that fell behind in an outage
+	// and did not catch up): nothing is delivered, and the copy stays
+	// behind for good. Another replica may hold it all.
+	n.log.Warn("partition consumer delivers nothing while its stream holds more; asking the servers to move its leader",
+		"partition", p, "applied", applied, "stream_last", head, "since", r.stuck.UTC().Format(time.RFC3339Nano))
+	r.stuck = time.Time{}
+	go func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.CallTimeout)
+		defer cancel()
+		if err := r.c.StepDown(sctx); err != nil {
+			n.log.Warn("move the partition consumer's leader", "partition", p, "err", err)
+		}
+	}()
+}
+
+// stalledAfter is how long a consumer may deliver nothing while its
+// stream holds more before its leader is moved.
+const stalledAfter = 20 * time.Second
+
+// stalled records a position asked at now and reports whether the
+// consumer has had nothing pending, and not moved its ack floor,
+// while the stream held messages past it, for stalledAfter.
+func (r *running) stalled(now time.Time, pending, applied, head uint64) bool {
+	if pending > 0 || applied >= head || applied != r.stuckAt || r.stuck.IsZero() {
+		r.stuckAt = applied
+		r.stuck = time.Time{}
+		if pending == 0 && applied < head {
+			r.stuck = now
+		}
+		return false
+	}
+	return now.Sub(r.stuck) >= stalledAfter
 }
 
 // start runs a consumer for partition p.

@@ -731,3 +731,49 @@ func TestCaughtUpIsNotFreshUntilSettled(t *testing.T) {
 	assert.True(t, b.node.Serves(0))
 	assert.False(t, b.node.Trailing(0), "settled: node-b answers as complete")
 }
+
+// A consumer whose leader serves a copy of the stream lacking what the
+// stream's leader holds delivers nothing (nothing pending), and its ack
+// floor stays below the stream's last message: after stalledAfter
+// without progress the node asks the servers to move the consumer's
+// leader, and again if it stays stuck; one that makes progress, or has
+// messages pending, is left alone.
+func TestStalledConsumerHasItsLeaderMoved(t *testing.T) {
+	c := newTestCluster(t, 1, 1)
+	a := c.add("node-a", 0)
+	c.settle()
+	ca := a.consumers.last(0)
+	require.NotNil(t, ca)
+	ca.setPosition(100, 100, nil)
+	c.round()
+	require.True(t, a.node.Serves(0))
+
+	ca.setPosition(100, 140, nil) // nothing pending, 40 more in the stream
+	steps := int(stalledAfter/time.Second) - 1
+	for range steps {
+		c.clock.Advance(time.Second)
+		c.round()
+	}
+	assert.Zero(t, ca.stepDowns(), "moved before stalledAfter")
+	for range 2 {
+		c.clock.Advance(time.Second)
+		c.round()
+	}
+	require.Eventually(t, func() bool { return ca.stepDowns() == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	// Progress (a consumer working through a backlog) is not a stall.
+	for i := range 2 * steps {
+		ca.setPosition(100+uint64(i), 200, nil)
+		c.clock.Advance(time.Second)
+		c.round()
+	}
+	// Nor is a backlog the server reports.
+	ca.mu.Lock()
+	ca.pending = 5
+	ca.mu.Unlock()
+	for range 2 * steps {
+		c.clock.Advance(time.Second)
+		c.round()
+	}
+	assert.Equal(t, 1, ca.stepDowns(), "moved while making progress or with messages pending")
+}
