@@ -54,6 +54,11 @@ func checkMapping(ctx context.Context, js jetstream.JetStream, c Config, p int) 
 		return nil
 	case err == nil:
 		return fmt.Errorf("check the partition mapping: stream %s stored a message expecting last sequence %d", cp.Stream, uint64(math.MaxUint64))
+	case errors.Is(err, jetstream.ErrNoStreamResponse) && !hasLeader(ctx, js, cp.Stream):
+		// Nobody answers for a replicated stream without a leader (an
+		// outage of its servers): that says nothing of the mapping.
+		return fmt.Errorf("check the partition mapping: stream %s has no leader now, so no publish on %s (partition %d) is answered; retry once it has one",
+			cp.Stream, msg.Subject, p)
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return fmt.Errorf("%w: no stream takes a publish on %s (partition %d): the NATS server must map %q to %q (mappings in the account's configuration) for %d streams per partition",
 			errPermanent, msg.Subject, p, src, dst, c.Partitions)
@@ -62,6 +67,17 @@ func checkMapping(ctx context.Context, js jetstream.JetStream, c Config, p int) 
 			errPermanent, msg.Subject, p, cp.Stream, src, dst, c.Partitions)
 	}
 	return fmt.Errorf("check the partition mapping: publish on %s to stream %s: %w", msg.Subject, cp.Stream, err)
+}
+
+// hasLeader reports whether stream's info names a leader (a stream not
+// replicated always has one); a stream that does not answer has none.
+func hasLeader(ctx context.Context, js jetstream.JetStream, stream string) bool {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	cl := st.CachedInfo().Cluster
+	return cl == nil || cl.Leader != ""
 }
 
 // mappingProbe is a device ID of partition p among n.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/telemetryd/telemetryd/ingest/ingesttest"
 	"github.com/telemetryd/telemetryd/ingest/partition"
 )
 
@@ -68,4 +69,31 @@ func mappingServer(t *testing.T) (*server.Server, jetstream.JetStream) {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return ns, js
+}
+
+// TestHasLeader: a publish nobody answers is a missing mapping only if
+// the stream has a leader to answer it; a replicated stream whose
+// servers lost their quorum has none, and the mapping check then says
+// so instead of asking for a mapping the servers already have.
+func TestHasLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srvs, _, js := ingesttest.RunNATSCluster(t, 3)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return hasLeader(ctx, js, "S") }, 30*time.Second, 50*time.Millisecond)
+	for _, s := range srvs[1:] {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+	require.Eventually(t, func() bool {
+		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+		defer scancel()
+		return !hasLeader(sctx, js, "S")
+	}, 30*time.Second, 100*time.Millisecond, "a stream on one of its three servers has no leader")
+
+	_, lone := ingesttest.JetStream(t)
+	_, err = lone.CreateStream(ctx, jetstream.StreamConfig{Name: "L", Subjects: []string{"l.>"}})
+	require.NoError(t, err)
+	assert.True(t, hasLeader(ctx, lone, "L"), "a lone server's stream")
 }

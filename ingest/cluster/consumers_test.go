@@ -2,14 +2,9 @@ package cluster
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -59,28 +54,7 @@ func TestStepDownMovesTheConsumerLeader(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "consumer c")
 
-	ports := make([]int, 3)
-	var routes []string
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		require.NoError(t, l.Close())
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
-	}
-	var srvs []*server.Server
-	for i := range ports {
-		srvs = append(srvs, ingesttest.RunNATS(t, func(o *server.Options) {
-			o.ServerName = fmt.Sprintf("s%d", i)
-			o.Cluster = server.ClusterOpts{Name: "stepdown", Host: "127.0.0.1", Port: ports[i]}
-			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-		}))
-	}
-	nc, err := nats.Connect(srvs[0].ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, _, js := ingesttest.RunNATSCluster(t, 3)
 	var st jetstream.Stream
 	require.Eventually(t, func() bool {
 		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,6 +48,47 @@ func RunNATS(t testing.TB, edit ...func(*server.Options)) *server.Server {
 		t.Fatalf("nats server on %s:%d did not start", opts.Host, opts.Port)
 	}
 	return srv
+}
+
+// RunNATSCluster starts n RunNATS servers (names s0, s1, ...) routed
+// into one JetStream cluster on loopback, and returns them once the
+// cluster answers JetStream requests, with a client connection to the
+// first (closed when the test ends) and its JetStream context.
+func RunNATSCluster(t testing.TB, n int) ([]*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ports := make([]int, n)
+	var routes []string
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("route port: %v", err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(ports[i]))
+	}
+	var srvs []*server.Server
+	for i := range ports {
+		srvs = append(srvs, RunNATS(t, func(o *server.Options) {
+			o.ServerName = "s" + strconv.Itoa(i)
+			o.Cluster = server.ClusterOpts{Name: "ingesttest", Host: "127.0.0.1", Port: ports[i]}
+			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}))
+	}
+	nc, js := connect(t, srvs[0])
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return srvs, nc, js
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the JetStream cluster never elected a meta leader: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // JetStream starts RunNATS and returns a client connection to it,
