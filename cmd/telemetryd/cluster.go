@@ -13,6 +13,7 @@ import (
 	"github.com/telemetryd/telemetryd/api/cluster"
 	"github.com/telemetryd/telemetryd/buckets"
 	"github.com/telemetryd/telemetryd/cmd/internal/clusterstreams"
+	"github.com/telemetryd/telemetryd/ingest"
 	ingestcluster "github.com/telemetryd/telemetryd/ingest/cluster"
 	"github.com/telemetryd/telemetryd/ingest/ownership"
 	"github.com/telemetryd/telemetryd/ingest/partition"
@@ -36,7 +37,7 @@ type clusterNode struct {
 	members *ownership.Membership
 	node    *ingestcluster.Node
 	router  *cluster.Router
-
+	icfg    ingest.Config           // the partitions' ingest settings (a repaired day's replay reads them)
 	streams *clusterstreams.Streams // nil with the one stream
 
 	cancel context.CancelFunc // stops the lease's renewals
@@ -110,7 +111,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 	router, err := cluster.New(cluster.Config{
 		// This node's own state, not the leases others read, says which reads its copy serves, and which it marks partial.
 		Serves:     func(p int) bool { return node != nil && node.Serves(p) },
-		Trailing:   func(p int) bool { return node != nil && node.Trailing(p) },
+		Trailing:   func(p int) bool { return node != nil && node.Trailing(p) || m.replaying.Load() },
 		Local:      m.store,
 		Dropped:    m.countManualDrop,
 		Membership: membershipView{members},
@@ -152,7 +153,7 @@ func (m *Main) openCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.cluster = &clusterNode{members: members, node: node, router: router, streams: streams}
+	m.cluster = &clusterNode{members: members, node: node, router: router, icfg: icfg, streams: streams}
 	return nil
 }
 

@@ -44,7 +44,11 @@ func (m *Main) replayDay(ctx context.Context, day buckets.Day) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	for _, c := range m.ingestConfig().PerStream() {
+	icfg := m.ingestConfig()
+	if m.cluster != nil {
+		icfg = m.cluster.icfg // partitioned subjects (and streams)
+	}
+	for _, c := range icfg.PerStream() {
 		k, err := ingest.ReplayDay(ctx, js, c, day, m.store, m.store)
 		n += k
 		if err != nil {
@@ -55,8 +59,7 @@ func (m *Main) replayDay(ctx context.Context, day buckets.Day) (int64, error) {
 	return n, nil
 }
 
-// replayPending replays the days `telemetryd repair` rebuilt while the
-// service was stopped, then forgets them.
+// replayPending replays, then forgets, the days `telemetryd repair` rebuilt offline.
 func (m *Main) replayPending(ctx context.Context) {
 	for _, day := range m.store.PendingReplays() {
 		if _, err := m.replayDay(ctx, day); err != nil {
@@ -68,4 +71,5 @@ func (m *Main) replayPending(ctx context.Context) {
 			m.log.Warn("forget a replayed day", "day", day.String(), "err", err)
 		}
 	}
+	m.replaying.Store(len(m.store.PendingReplays()) > 0)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -72,4 +74,37 @@ func TestDamagedTableRepaired(t *testing.T) {
 		waitStored(t, s, "dev-r", 500)
 		s.waitReady(t)
 	})
+}
+
+// TestClusterNodeReplaysARepairedDay: `telemetryd repair` on a stopped
+// cluster node's data dir rebuilds the damaged day from its readable
+// blocks; the node, started again, writes the stream's readings of the
+// day again (read from its partitioned subjects), as a single service
+// does, instead of answering from a day that lacks what its damaged
+// blocks held.
+func TestClusterNodeReplaysARepairedDay(t *testing.T) {
+	inLane(t, lanes.cluster)
+	at := testEpoch.Add(-3 * time.Hour)
+	day := buckets.DayOf(buckets.MustTicks(at))
+	nc := startNATSCluster(t, 1)
+	n := startConvergedNodes(t, nc, 1, 1, func(*Config) {})[0]
+	conn, err := nats.Connect(nc.url(0))
+	require.NoError(t, err)
+	defer conn.Close()
+	js, err := jetstream.New(conn)
+	require.NoError(t, err)
+	for i := range 200 {
+		_, err := js.Publish(context.Background(), "telemetry.dev-r",
+			fmt.Appendf(nil, `{"ts":%q,"values":{"temp":%d}}`, at.Add(time.Duration(i)*time.Second).Format(time.RFC3339), i))
+		require.NoError(t, err)
+	}
+	waitFor(t, 50*time.Millisecond, func() bool { return storedOn(t, n.main(), "dev-r") == 200 })
+	n.close()
+	damageTable(t, n.cfg.DataDir, day)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"repair", "-day", day.String(), "-data-dir", n.cfg.DataDir}, envMap(nil), &stdout, &stderr)
+	require.Equal(t, 0, code, "stdout %s\nstderr %s", stdout.String(), stderr.String())
+	n.open(testClock())
+	waitFor(t, 50*time.Millisecond, func() bool { return storedOn(t, n.main(), "dev-r") == 200 },
+		"the repaired day gets the stream's readings again")
 }

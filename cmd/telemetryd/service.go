@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,12 +57,10 @@ type Main struct {
 	budget   membudget.Budget
 	stopPace func() // ends the GC pacer (membudget.Budget.Start)
 
-	// writesNC publishes the line protocol door's messages, so their
-	// acks do not queue behind the ingester's deliveries on nc.
+	// writesNC publishes the line protocol door's messages; its acks do not queue behind nc's deliveries.
 	writesNC *nats.Conn
 	link     *natsembed.Link // how nc and writesNC reach the server
-	// cluster is this node's share of a cluster (-partitions > 0); nil
-	// for a single node.
+	// cluster is this node's share of a cluster (-partitions > 0); nil for a single node.
 	cluster *clusterNode
 	alerts  *alerting.Alerting // nil without -rules
 
@@ -73,6 +72,7 @@ type Main struct {
 	wg              sync.WaitGroup
 	closeOnce       sync.Once
 	closeErr        error
+	replaying       atomic.Bool // a repaired day awaits the stream's readings: a node's answers are partial
 }
 
 // minPullBytes is the least a consumer may pull at once.
@@ -138,9 +138,7 @@ func (m *Main) Open(ctx context.Context) error {
 	if sopts.FaultPoint, err = testhook.FaultPoint(m.getenv, m.log); err != nil {
 		return err
 	}
-	// Library errors name their package and operation ("open store:
-	// ...", "api: listen ..."); they are returned as they are, so no
-	// prefix appears twice.
+	// Library errors name their package and operation ("open store: ..."): returned as they are.
 	if m.sec, err = security.Open(m.cfg.Security, m.cfg.DataDir, m.log); err != nil {
 		return err
 	}
@@ -241,8 +239,7 @@ func (m *Main) ingestConfig() ingest.Config {
 	icfg.MQTTCopies = m.MQTTAddr() != "" // stored as <prefix>.<device> (natsembed)
 	icfg.StreamMaxAge, icfg.StreamMaxBytes = m.cfg.StreamMaxAge, m.cfg.StreamMaxBytes
 	icfg.RejectedMaxBytes = m.cfg.RejectedMaxBytes
-	// With fsync before ack, a line protocol write's messages go as one
-	// atomic batch, fsynced once.
+	// With fsync before ack, a line protocol write's messages go as one atomic batch, fsynced once.
 	icfg.AtomicPublish = m.cfg.SyncWrites
 	if n := m.cfg.streamPartitions(); n > 0 {
 		icfg.Partitions, icfg.PartitionStreams = n, true
@@ -328,12 +325,10 @@ func (m *Main) startRetention() error {
 			m.log.Error("retention worker stopped", "err", err)
 		}
 	})
-	// Day tables a crash left without a known reading count are counted
-	// in the background, so /v1/tables need not wait for a query.
+	// Day tables a crash left uncounted are counted in the background, not by /v1/tables.
 	m.wg.Go(func() { _ = m.store.RecountUnknown(ctx) })
-	if m.cluster == nil {
-		m.wg.Go(func() { m.replayPending(ctx) })
-	}
+	m.replaying.Store(len(m.store.PendingReplays()) > 0)
+	m.wg.Go(func() { m.replayPending(ctx) })
 	return nil
 }
 
