@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -140,25 +139,8 @@ func (c *partitionConsumer) Position(ctx context.Context) (applied, head uint64,
 // (JetStream's consumer leader step-down).
 func (c *partitionConsumer) StepDown(ctx context.Context) error {
 	subj := fmt.Sprintf("$JS.API.CONSUMER.LEADER.STEPDOWN.%s.%s", c.stream, c.consumer)
-	msg, err := c.js.Conn().RequestWithContext(ctx, subj, nil)
-	if err != nil {
+	if err := jsAPI(ctx, c.js.Conn(), subj, nil); err != nil {
 		return fmt.Errorf("step down the leader of consumer %s: %w", c.consumer, err)
-	}
-	var resp struct {
-		Success bool `json:"success"`
-		Error   *struct {
-			Code        int    `json:"code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return fmt.Errorf("step down the leader of consumer %s: %w", c.consumer, err)
-	}
-	if resp.Error != nil || !resp.Success {
-		if resp.Error == nil {
-			return fmt.Errorf("step down the leader of consumer %s: refused", c.consumer)
-		}
-		return fmt.Errorf("step down the leader of consumer %s: %s (%d)", c.consumer, resp.Error.Description, resp.Error.Code)
 	}
 	return nil
 }

@@ -146,9 +146,18 @@ func StepDown(ctx context.Context, nc *nats.Conn, stream, to string) error {
 	if err != nil {
 		return err
 	}
-	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, body)
-	if err != nil {
+	if err := jsAPI(ctx, nc, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, body); err != nil {
 		return fmt.Errorf("stepdown of stream %s to %s: %w", stream, to, err)
+	}
+	return nil
+}
+
+// jsAPI sends a JetStream API request that answers success or an
+// error, and returns that error.
+func jsAPI(ctx context.Context, nc *nats.Conn, subject string, body []byte) error {
+	msg, err := nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		return err
 	}
 	var resp struct {
 		Success bool `json:"success"`
@@ -158,10 +167,13 @@ func StepDown(ctx context.Context, nc *nats.Conn, stream, to string) error {
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return fmt.Errorf("stepdown of stream %s to %s: %w", stream, to, err)
+		return err
 	}
 	if resp.Error != nil {
-		return fmt.Errorf("stepdown of stream %s to %s: %s (%d)", stream, to, resp.Error.Description, resp.Error.Code)
+		return fmt.Errorf("%s (%d)", resp.Error.Description, resp.Error.Code)
+	}
+	if !resp.Success {
+		return errors.New("refused")
 	}
 	return nil
 }
